@@ -1,0 +1,115 @@
+// Tensor: a dense, row-major, typed n-d array with shared storage.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "onnxtrain/dtype.h"
+#include "onnxtrain/error.h"
+
+namespace onnxtrain {
+
+using Shape = std::vector<int64_t>;
+
+/// Product of dims; false when a dim is negative or the product overflows int64.
+bool checked_numel(const Shape& shape, int64_t* out);
+/// Product of dims (caller guarantees validity).
+int64_t shape_numel(const Shape& shape);
+/// "[2, 3, 4]"
+std::string shape_to_string(const Shape& shape);
+
+/// Largest single allocation Tensor::empty performs (default: physical memory). Guards against
+/// shapes computed from bad data.
+void set_allocation_limit(uint64_t bytes);
+uint64_t allocation_limit();
+
+/// Dense row-major tensor. Copies share storage (like torch.Tensor); use clone() for a deep copy.
+/// String tensors hold std::string elements; every other dtype is plain bytes, 64-byte aligned
+/// when onnxtrain allocates them.
+class Tensor {
+ public:
+  Tensor() = default;
+
+  /// Uninitialized tensor (strings are empty). Throws RuntimeError past the allocation limit.
+  static Tensor empty(DType dtype, Shape shape);
+  /// Zero-filled tensor.
+  static Tensor zeros(DType dtype, Shape shape);
+  /// View of memory owned elsewhere; `keepalive` (may be null) is held while the view lives.
+  static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> keepalive = nullptr);
+  /// Tensor holding a copy of `values`; numel(shape) must equal values.size().
+  template <class T>
+  static Tensor from_vector(Shape shape, const std::vector<T>& values);
+  /// Rank-0 tensor.
+  template <class T>
+  static Tensor scalar(T value) {
+    return from_vector<T>({}, std::vector<T>{value});
+  }
+
+  bool defined() const { return dtype_ != DType::kUndefined; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  size_t rank() const { return shape_.size(); }
+  int64_t dim(size_t i) const { return shape_[i]; }
+  int64_t numel() const { return numel_; }
+  size_t nbytes() const { return size_t(numel_) * dtype_size(dtype_); }
+
+  void* raw_data() { return data_; }
+  const void* raw_data() const { return data_; }
+  template <class T>
+  T* data() {
+    check_type(dtype_v<T>);
+    return static_cast<T*>(data_);
+  }
+  template <class T>
+  const T* data() const {
+    check_type(dtype_v<T>);
+    return static_cast<const T*>(data_);
+  }
+
+  /// Same storage, new shape with the same element count.
+  Tensor reshaped(Shape shape) const;
+  /// Deep copy.
+  Tensor clone() const;
+  /// Copies elements from `src` (same dtype and element count).
+  void copy_from(const Tensor& src);
+  /// Storage holder (shared); null for views without keepalive.
+  const std::shared_ptr<void>& storage() const { return storage_; }
+  /// "float[2, 3]"
+  std::string describe() const;
+  /// Points this tensor (keeping its dtype and shape) at `src`'s memory; used by the executor to
+  /// rebind views without allocating. `src` must hold at least as many bytes.
+  void rebind(const Tensor& src) {
+    data_ = src.data_;
+    storage_ = src.storage_;
+  }
+  /// Drops the memory reference (keeps dtype and shape).
+  void unbind() {
+    data_ = nullptr;
+    storage_.reset();
+  }
+
+ private:
+  void check_type(DType t) const;
+  DType dtype_ = DType::kUndefined;
+  Shape shape_;
+  int64_t numel_ = 0;
+  void* data_ = nullptr;
+  std::shared_ptr<void> storage_;
+};
+
+template <class T>
+Tensor Tensor::from_vector(Shape shape, const std::vector<T>& values) {
+  Tensor t = empty(dtype_v<T>, std::move(shape));
+  if (size_t(t.numel()) != values.size())
+    throw_error<InvalidArgument>("Tensor::from_vector: ", values.size(), " values for shape ",
+                                 shape_to_string(t.shape()));
+  T* p = static_cast<T*>(t.raw_data());
+  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
+  return t;
+}
+// std::vector<bool> has no contiguous storage; the generic loop above handles it element-wise.
+
+}  // namespace onnxtrain

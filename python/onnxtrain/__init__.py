@@ -1,0 +1,22 @@
+"""onnxtrain: train ONNX models on CPU.
+
+Drop-in names from onnxruntime / onnxruntime-training: ``InferenceSession``, ``SessionOptions``.
+"""
+from ._errors import (InvalidArgument, InvalidGraph, InvalidModel, ModelFileError, OnnxTrainError,
+                      UnsupportedError)
+from ._C import NodeArg, SessionOptions
+from .session import InferenceSession, get_all_providers, get_available_providers
+
+__version__ = "0.1.0"
+
+
+def get_device():
+    """Device this build computes on."""
+    return "CPU"
+
+
+__all__ = [
+    "InferenceSession", "SessionOptions", "NodeArg", "get_available_providers", "get_all_providers",
+    "get_device", "OnnxTrainError", "InvalidArgument", "InvalidModel", "InvalidGraph",
+    "UnsupportedError", "ModelFileError",
+]

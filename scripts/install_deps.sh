@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of onnxtrain from Debian 12 packages.
+# Idempotent: packages already present are skipped without touching the network.
+set -euo pipefail
+
+PACKAGES=(
+  g++ cmake make pkg-config
+  libprotobuf-dev protobuf-compiler libonnx-dev
+  libdnnl-dev zlib1g-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest python3-onnx
+  python3-torch python3-sklearn
+  libgtest-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "[onnxtrain] installing: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+else
+  echo "[onnxtrain] all dependencies present"
+fi

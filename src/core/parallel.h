@@ -1,0 +1,61 @@
+// The one threading runtime: OpenMP (the runtime oneDNN uses too). The executor sets the thread
+// count of the calling thread for the duration of a run; kernels split loops with parallel_for.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+
+namespace onnxtrain {
+
+/// Number of hardware threads (cores available to this process).
+int hardware_threads();
+/// Threads kernels may use on this thread right now (set by ThreadScope; default 1).
+int current_threads();
+
+/// Sets the thread budget for the current thread (our kernels and oneDNN) and restores it.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int n);
+  ~ThreadScope();
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int prev_threads_;
+  int prev_omp_;
+};
+
+/// Runs f(begin, end) over [0, n) split in contiguous chunks of at least `grain` items across the
+/// current thread budget. Exceptions thrown by f are rethrown on the calling thread.
+template <class F>
+void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int64_t max_chunks = (n + grain - 1) / grain;
+  const int threads = int(std::min<int64_t>(current_threads(), max_chunks));
+  if (threads <= 1 || omp_in_parallel()) {
+    f(int64_t(0), n);
+    return;
+  }
+  std::exception_ptr err;
+  std::mutex mu;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    const int nt = omp_get_num_threads();
+    const int64_t b = n * t / nt, e = n * (t + 1) / nt;
+    try {
+      if (b < e) f(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!err) err = std::current_exception();
+    }
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,144 @@
+#include "onnxtrain/tensor.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+namespace onnxtrain {
+
+namespace {
+uint64_t physical_memory() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return uint64_t(1) << 40;
+  return uint64_t(pages) * uint64_t(page);
+}
+std::atomic<uint64_t> g_alloc_limit{0};
+}  // namespace
+
+void set_allocation_limit(uint64_t bytes) { g_alloc_limit = bytes; }
+uint64_t allocation_limit() {
+  uint64_t v = g_alloc_limit.load();
+  if (v == 0) {
+    v = physical_memory();
+    g_alloc_limit = v;
+  }
+  return v;
+}
+
+bool checked_numel(const Shape& shape, int64_t* out) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    if (__builtin_mul_overflow(n, d, &n)) return false;
+  }
+  *out = n;
+  return true;
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_to_string(const Shape& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+Tensor Tensor::empty(DType dtype, Shape shape) {
+  if (!dtype_supported(dtype))
+    throw_error<NotImplemented>("tensors of element type ", dtype_name(dtype), " are not supported");
+  int64_t n;
+  if (!checked_numel(shape, &n))
+    throw_error<InvalidArgument>("invalid tensor shape ", shape_to_string(shape),
+                                 " (negative dimension or element count overflows int64)");
+  const uint64_t esize = dtype_size(dtype);
+  uint64_t bytes;
+  if (__builtin_mul_overflow(uint64_t(n), esize, &bytes) || bytes > allocation_limit())
+    throw_error<RuntimeError>("cannot allocate a ", dtype_name(dtype), " tensor of shape ",
+                              shape_to_string(shape), ": ", n, " elements exceed the allocation limit of ",
+                              allocation_limit(), " bytes");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = n;
+  if (dtype == DType::kString) {
+    auto* s = new std::string[size_t(n > 0 ? n : 1)];
+    t.storage_ = std::shared_ptr<void>(s, [](void* p) { delete[] static_cast<std::string*>(p); });
+    t.data_ = s;
+  } else {
+    size_t alloc = size_t((bytes + 63) / 64 * 64);
+    if (alloc == 0) alloc = 64;
+    void* p = std::aligned_alloc(64, alloc);
+    if (!p)
+      throw_error<RuntimeError>("out of memory allocating ", bytes, " bytes for a ", dtype_name(dtype),
+                                " tensor of shape ", shape_to_string(t.shape_));
+    t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    t.data_ = p;
+  }
+  return t;
+}
+
+Tensor Tensor::zeros(DType dtype, Shape shape) {
+  Tensor t = empty(dtype, std::move(shape));
+  if (dtype != DType::kString) std::memset(t.data_, 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> keepalive) {
+  int64_t n;
+  if (!checked_numel(shape, &n))
+    throw_error<InvalidArgument>("invalid tensor shape ", shape_to_string(shape));
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = n;
+  t.data_ = data;
+  t.storage_ = std::move(keepalive);
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  int64_t n;
+  if (!checked_numel(shape, &n) || n != numel_)
+    throw_error<InvalidArgument>("cannot reshape ", describe(), " to ", shape_to_string(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  if (!defined()) return Tensor();
+  Tensor t = empty(dtype_, shape_);
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (src.dtype_ != dtype_ || src.numel_ != numel_)
+    throw_error<InvalidArgument>("copy_from: ", src.describe(), " into ", describe());
+  if (dtype_ == DType::kString) {
+    auto* d = static_cast<std::string*>(data_);
+    auto* s = static_cast<const std::string*>(src.data_);
+    for (int64_t i = 0; i < numel_; ++i) d[i] = s[i];
+  } else if (numel_ > 0 && data_ != src.data_) {
+    std::memmove(data_, src.data_, nbytes());
+  }
+}
+
+std::string Tensor::describe() const { return std::string(dtype_name(dtype_)) + shape_to_string(shape_); }
+
+void Tensor::check_type(DType t) const {
+  if (t != dtype_)
+    throw_error<InvalidArgument>("tensor of type ", dtype_name(dtype_), " accessed as ", dtype_name(t));
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,808 @@
+// ONNX protobuf <-> IR. The only place that reads model bytes; every field is validated before
+// it sizes an allocation.
+#include "ir/onnx_io.h"
+
+#include <fcntl.h>
+#include <onnx/defs/schema.h>
+#include <onnx/shape_inference/implementation.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <functional>
+
+#include "ir/proto.h"
+
+namespace onnxtrain::ir {
+
+namespace {
+
+constexpr uint64_t kProtobufLimit = uint64_t(INT_MAX);  // protobuf refuses messages >= 2 GiB
+
+std::string errno_text() { return std::strerror(errno); }
+
+bool parse_u64(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    if (__builtin_mul_overflow(v, uint64_t(10), &v) || __builtin_add_overflow(v, uint64_t(c - '0'), &v))
+      return false;
+  }
+  *out = v;
+  return true;
+}
+
+std::vector<std::string> split_path(const std::string& p) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : p) {
+    if (c == '/') {
+      if (!cur.empty()) parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) parts.push_back(cur);
+  return parts;
+}
+
+// An opened, validated byte range of an external data file.
+struct ExternalFile {
+  int fd = -1;
+  uint64_t offset = 0, length = 0;
+  std::string location;
+  ExternalFile() = default;
+  ExternalFile(const ExternalFile&) = delete;
+  ExternalFile& operator=(const ExternalFile&) = delete;
+  ExternalFile(ExternalFile&& o) noexcept
+      : fd(o.fd), offset(o.offset), length(o.length), location(std::move(o.location)) {
+    o.fd = -1;
+  }
+  ~ExternalFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  void read_into(void* dst, const std::string& what) {
+    char* out = static_cast<char*>(dst);
+    uint64_t done = 0;
+    while (done < length) {
+      ssize_t r = ::pread(fd, out + done, size_t(std::min<uint64_t>(length - done, 1u << 30)), off_t(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) throw_error<InvalidModel>("tensor '", what, "': short read from external data '", location, "'");
+      done += uint64_t(r);
+    }
+  }
+};
+
+// Opens the external data of `p` after checking that the location is relative, free of "..",
+// free of symlinks, and that the range lies inside the file and holds exactly expected_bytes.
+ExternalFile open_external(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir,
+                           uint64_t expected_bytes) {
+  std::string location;
+  uint64_t offset = 0, length = 0;
+  bool has_length = false;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() == "location") {
+      location = kv.value();
+    } else if (kv.key() == "offset") {
+      if (!parse_u64(kv.value(), &offset))
+        throw_error<InvalidModel>("tensor '", what, "': external data offset '", kv.value(),
+                                  "' is not a non-negative integer");
+    } else if (kv.key() == "length") {
+      if (!parse_u64(kv.value(), &length))
+        throw_error<InvalidModel>("tensor '", what, "': external data length '", kv.value(),
+                                  "' is not a non-negative integer");
+      has_length = true;
+    }
+  }
+  if (location.empty()) throw_error<InvalidModel>("tensor '", what, "': external data has no location");
+  if (base_dir.empty())
+    throw_error<InvalidModel>("tensor '", what, "' uses external data ('", location,
+                              "') but the model was loaded from bytes without a base directory");
+  if (location[0] == '/')
+    throw_error<InvalidModel>("tensor '", what, "': external data location '", location, "' is absolute");
+  if (location.find('\0') != std::string::npos)
+    throw_error<InvalidModel>("tensor '", what, "': external data location contains a NUL byte");
+  auto parts = split_path(location);
+  if (parts.empty()) throw_error<InvalidModel>("tensor '", what, "': external data location is empty");
+  for (const auto& c : parts)
+    if (c == "..")
+      throw_error<InvalidModel>("tensor '", what, "': external data location '", location,
+                                "' contains '..' (it must stay inside the model's folder)");
+  std::string path = base_dir;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    path += "/" + parts[i];
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0)
+      throw_error<InvalidModel>("tensor '", what, "': external data file '", location, "' cannot be read: ",
+                                errno_text());
+    if (S_ISLNK(st.st_mode))
+      throw_error<InvalidModel>("tensor '", what, "': external data location '", location,
+                                "' goes through a symbolic link ('", parts[i], "')");
+    if (i + 1 == parts.size() && !S_ISREG(st.st_mode))
+      throw_error<InvalidModel>("tensor '", what, "': external data location '", location,
+                                "' is not a regular file");
+  }
+  ExternalFile f;
+  f.location = location;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (f.fd < 0)
+    throw_error<InvalidModel>("tensor '", what, "': cannot open external data '", location, "': ", errno_text());
+  struct stat st;
+  if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw_error<InvalidModel>("tensor '", what, "': external data '", location, "' is not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  if (!has_length) {
+    if (offset > size)
+      throw_error<InvalidModel>("tensor '", what, "': external data offset ", offset, " is past the end of '",
+                                location, "' (", size, " bytes)");
+    length = size - offset;
+  }
+  if (length > size || offset > size - length)
+    throw_error<InvalidModel>("tensor '", what, "': external data range offset ", offset, " length ", length,
+                              " runs past the end of '", location, "' (", size, " bytes)");
+  if (length != expected_bytes)
+    throw_error<InvalidModel>("tensor '", what, "': external data length ", length, " does not match its ",
+                              expected_bytes, " bytes (element count x element size)");
+  f.offset = offset;
+  f.length = length;
+  return f;
+}
+
+template <class Dst, class Src>
+void copy_typed(const Src& src, Tensor& t) {
+  Dst* d = static_cast<Dst*>(t.raw_data());
+  for (int i = 0; i < src.size(); ++i) d[i] = static_cast<Dst>(src.Get(i));
+}
+
+}  // namespace
+
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in, const std::string& base_dir) {
+  const std::string what = what_in.empty() ? (p.name().empty() ? std::string("<unnamed>") : p.name()) : what_in;
+  const int dt_raw = p.data_type();
+  const DType dt = static_cast<DType>(dt_raw);
+  if (dt_raw <= 0 || dt_raw > 16 || dtype_size(dt) == 0)
+    throw_error<InvalidModel>("tensor '", what, "' has unknown data type ", dt_raw);
+  if (dt == DType::kComplex64 || dt == DType::kComplex128)
+    throw_error<NotImplemented>("tensor '", what, "' has unsupported data type ", dtype_name(dt));
+  if (p.has_segment()) throw_error<NotImplemented>("tensor '", what, "' is segmented (not supported)");
+  Shape shape;
+  shape.reserve(size_t(p.dims_size()));
+  for (int i = 0; i < p.dims_size(); ++i) {
+    if (p.dims(i) < 0)
+      throw_error<InvalidModel>("tensor '", what, "' has negative dimension ", p.dims(i), " at axis ", i);
+    shape.push_back(p.dims(i));
+  }
+  int64_t n;
+  if (!checked_numel(shape, &n))
+    throw_error<InvalidModel>("tensor '", what, "' has dimensions ", shape_to_string(shape),
+                              " whose element count overflows int64");
+  const uint64_t esize = dtype_size(dt);
+  uint64_t nbytes;
+  if (__builtin_mul_overflow(uint64_t(n), esize, &nbytes))
+    throw_error<InvalidModel>("tensor '", what, "' byte size overflows (", n, " elements)");
+
+  const bool external = p.data_location() == onnx::TensorProto::EXTERNAL;
+  const bool has_raw = p.has_raw_data() && !p.raw_data().empty();
+  int64_t typed = 0;
+  typed += p.float_data_size() + p.int32_data_size() + p.string_data_size() + p.int64_data_size() +
+           p.double_data_size() + p.uint64_data_size();
+  int sources = int(external) + int(has_raw) + int(typed > 0);
+  if (sources > 1)
+    throw_error<InvalidModel>("tensor '", what, "' holds its data in more than one place (raw_data, typed "
+                              "fields, external data)");
+  if (dt == DType::kString && (has_raw || external))
+    throw_error<InvalidModel>("string tensor '", what, "' must use string_data");
+
+  if (external) {
+    // The file range is validated (and must hold exactly nbytes) before the tensor is allocated.
+    ExternalFile f = open_external(p, what, base_dir, nbytes);
+    Tensor t = Tensor::empty(dt, shape);
+    f.read_into(t.raw_data(), what);
+    return t;
+  }
+
+  if (has_raw) {
+    if (uint64_t(p.raw_data().size()) != nbytes)
+      throw_error<InvalidModel>("tensor '", what, "' raw_data holds ", p.raw_data().size(), " bytes but its shape ",
+                                shape_to_string(shape), " of ", dtype_name(dt), " needs ", nbytes);
+    Tensor t = Tensor::empty(dt, shape);
+    if (nbytes) std::memcpy(t.raw_data(), p.raw_data().data(), nbytes);
+    return t;
+  }
+
+  auto check_count = [&](int64_t count, const char* field) {
+    if (count != n)
+      throw_error<InvalidModel>("tensor '", what, "' has ", count, " values in ", field, " but its shape ",
+                                shape_to_string(shape), " needs ", n);
+  };
+  if (n > 0 && typed == 0)
+    throw_error<InvalidModel>("tensor '", what, "' has no data (its shape ", shape_to_string(shape), " needs ", n,
+                              " elements)");
+  Tensor t = Tensor::empty(dt, shape);  // n is bounded by the typed-field count checked below
+  switch (dt) {
+    case DType::kFloat32:
+      check_count(p.float_data_size(), "float_data");
+      copy_typed<float>(p.float_data(), t);
+      break;
+    case DType::kFloat64:
+      check_count(p.double_data_size(), "double_data");
+      copy_typed<double>(p.double_data(), t);
+      break;
+    case DType::kInt64:
+      check_count(p.int64_data_size(), "int64_data");
+      copy_typed<int64_t>(p.int64_data(), t);
+      break;
+    case DType::kInt32:
+      check_count(p.int32_data_size(), "int32_data");
+      copy_typed<int32_t>(p.int32_data(), t);
+      break;
+    case DType::kInt16:
+      check_count(p.int32_data_size(), "int32_data");
+      copy_typed<int16_t>(p.int32_data(), t);
+      break;
+    case DType::kInt8:
+      check_count(p.int32_data_size(), "int32_data");
+      copy_typed<int8_t>(p.int32_data(), t);
+      break;
+    case DType::kUInt16:
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      check_count(p.int32_data_size(), "int32_data");
+      copy_typed<uint16_t>(p.int32_data(), t);
+      break;
+    case DType::kUInt8:
+      check_count(p.int32_data_size(), "int32_data");
+      copy_typed<uint8_t>(p.int32_data(), t);
+      break;
+    case DType::kBool: {
+      check_count(p.int32_data_size(), "int32_data");
+      bool* d = t.data<bool>();
+      for (int i = 0; i < p.int32_data_size(); ++i) d[i] = p.int32_data(i) != 0;
+      break;
+    }
+    case DType::kUInt32:
+      check_count(p.uint64_data_size(), "uint64_data");
+      copy_typed<uint32_t>(p.uint64_data(), t);
+      break;
+    case DType::kUInt64:
+      check_count(p.uint64_data_size(), "uint64_data");
+      copy_typed<uint64_t>(p.uint64_data(), t);
+      break;
+    case DType::kString: {
+      check_count(p.string_data_size(), "string_data");
+      std::string* d = t.data<std::string>();
+      for (int i = 0; i < p.string_data_size(); ++i) d[i] = p.string_data(i);
+      break;
+    }
+    default: throw_error<NotImplemented>("tensor '", what, "' has unsupported data type ", dtype_name(dt));
+  }
+  return t;
+}
+
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
+  p->Clear();
+  if (!name.empty()) p->set_name(name);
+  p->set_data_type(static_cast<int>(t.dtype()));
+  for (int64_t d : t.shape()) p->add_dims(d);
+  if (t.dtype() == DType::kString) {
+    const std::string* s = t.data<std::string>();
+    for (int64_t i = 0; i < t.numel(); ++i) p->add_string_data(s[i]);
+  } else {
+    p->set_raw_data(static_cast<const char*>(t.raw_data()), t.nbytes());
+  }
+}
+
+TypeInfo type_from_proto(const onnx::TypeProto& p) {
+  TypeInfo t;
+  auto read_shape = [&](const onnx::TensorShapeProto& s) {
+    t.has_shape = true;
+    for (const auto& d : s.dim()) {
+      Dim dim;
+      if (d.has_dim_value()) dim.value = d.dim_value() >= 0 ? d.dim_value() : -1;
+      if (d.has_dim_param()) dim.param = d.dim_param();
+      t.dims.push_back(dim);
+    }
+  };
+  switch (p.value_case()) {
+    case onnx::TypeProto::kTensorType:
+      t.kind = TypeInfo::Kind::kTensor;
+      t.elem = static_cast<DType>(p.tensor_type().elem_type());
+      if (p.tensor_type().has_shape()) read_shape(p.tensor_type().shape());
+      break;
+    case onnx::TypeProto::kSparseTensorType:
+      t.kind = TypeInfo::Kind::kSparseTensor;
+      t.elem = static_cast<DType>(p.sparse_tensor_type().elem_type());
+      if (p.sparse_tensor_type().has_shape()) read_shape(p.sparse_tensor_type().shape());
+      break;
+    case onnx::TypeProto::kSequenceType:
+      t.kind = TypeInfo::Kind::kSequence;
+      t.inner = std::make_shared<TypeInfo>(type_from_proto(p.sequence_type().elem_type()));
+      break;
+    case onnx::TypeProto::kOptionalType:
+      t.kind = TypeInfo::Kind::kOptional;
+      t.inner = std::make_shared<TypeInfo>(type_from_proto(p.optional_type().elem_type()));
+      break;
+    case onnx::TypeProto::kMapType: t.kind = TypeInfo::Kind::kMap; break;
+    default: break;
+  }
+  return t;
+}
+
+void type_to_proto(const TypeInfo& t, onnx::TypeProto* p) {
+  p->Clear();
+  auto write_shape = [&](onnx::TensorShapeProto* s) {
+    for (const auto& d : t.dims) {
+      auto* pd = s->add_dim();
+      if (d.fixed()) pd->set_dim_value(d.value);
+      else if (!d.param.empty()) pd->set_dim_param(d.param);
+    }
+  };
+  switch (t.kind) {
+    case TypeInfo::Kind::kTensor:
+      p->mutable_tensor_type()->set_elem_type(static_cast<int>(t.elem));
+      if (t.has_shape) write_shape(p->mutable_tensor_type()->mutable_shape());
+      break;
+    case TypeInfo::Kind::kSparseTensor:
+      p->mutable_sparse_tensor_type()->set_elem_type(static_cast<int>(t.elem));
+      if (t.has_shape) write_shape(p->mutable_sparse_tensor_type()->mutable_shape());
+      break;
+    case TypeInfo::Kind::kSequence:
+      if (t.inner) type_to_proto(*t.inner, p->mutable_sequence_type()->mutable_elem_type());
+      else p->mutable_sequence_type();
+      break;
+    case TypeInfo::Kind::kOptional:
+      if (t.inner) type_to_proto(*t.inner, p->mutable_optional_type()->mutable_elem_type());
+      else p->mutable_optional_type();
+      break;
+    default: break;
+  }
+}
+
+namespace {
+
+struct Reader {
+  std::string base_dir;
+
+  ValueInfo value_info(const onnx::ValueInfoProto& v) {
+    ValueInfo r;
+    r.name = v.name();
+    r.doc = v.doc_string();
+    if (v.has_type()) r.type = type_from_proto(v.type());
+    return r;
+  }
+
+  std::shared_ptr<Graph> graph(const onnx::GraphProto& g, int depth) {
+    if (depth > 64) throw_error<InvalidModel>("subgraphs are nested more than 64 levels deep");
+    auto out = std::make_shared<Graph>();
+    out->name = g.name();
+    out->doc = g.doc_string();
+    for (const auto& v : g.input()) out->inputs.push_back(value_info(v));
+    for (const auto& v : g.output()) out->outputs.push_back(value_info(v));
+    for (const auto& v : g.value_info()) out->value_info.push_back(value_info(v));
+    if (g.sparse_initializer_size() > 0)
+      throw_error<NotImplemented>("graph '", g.name(), "': sparse initializer '",
+                                  g.sparse_initializer(0).values().name(), "' is not supported");
+    out->initializers.reserve(size_t(g.initializer_size()));
+    for (const auto& t : g.initializer()) {
+      if (t.name().empty()) throw_error<InvalidGraph>("graph '", g.name(), "' has an initializer without a name");
+      out->initializers.emplace_back(t.name(), tensor_from_proto(t, t.name(), base_dir));
+    }
+    out->nodes.reserve(size_t(g.node_size()));
+    for (const auto& n : g.node()) out->nodes.push_back(node(n, depth));
+    return out;
+  }
+
+  Node node(const onnx::NodeProto& n, int depth) {
+    Node r;
+    r.name = n.name();
+    r.op_type = n.op_type();
+    r.domain = normalize_domain(n.domain());
+    r.doc = n.doc_string();
+    r.inputs.assign(n.input().begin(), n.input().end());
+    r.outputs.assign(n.output().begin(), n.output().end());
+    for (const auto& a : n.attribute()) {
+      for (const auto& existing : r.attrs)
+        if (existing.name == a.name())
+          throw_error<InvalidGraph>(r.describe(), " has attribute '", a.name(), "' twice");
+      r.attrs.push_back(attribute(a, r, depth));
+    }
+    return r;
+  }
+
+  Attribute attribute(const onnx::AttributeProto& a, const Node& owner, int depth) {
+    Attribute r;
+    r.name = a.name();
+    r.doc = a.doc_string();
+    r.ref_attr_name = a.ref_attr_name();
+    AttrType t = static_cast<AttrType>(a.type());
+    if (t == AttrType::kUndefined) {  // IR < 3 style: infer from the populated field
+      if (a.has_f()) t = AttrType::kFloat;
+      else if (a.has_i()) t = AttrType::kInt;
+      else if (a.has_s()) t = AttrType::kString;
+      else if (a.has_t()) t = AttrType::kTensor;
+      else if (a.has_g()) t = AttrType::kGraph;
+      else if (a.floats_size()) t = AttrType::kFloats;
+      else if (a.ints_size()) t = AttrType::kInts;
+      else if (a.strings_size()) t = AttrType::kStrings;
+      else if (a.tensors_size()) t = AttrType::kTensors;
+      else if (a.graphs_size()) t = AttrType::kGraphs;
+    }
+    r.type = t;
+    const std::string what = owner.describe() + " attribute '" + a.name() + "'";
+    switch (t) {
+      case AttrType::kFloat: r.f = a.f(); break;
+      case AttrType::kInt: r.i = a.i(); break;
+      case AttrType::kString: r.s = a.s(); break;
+      case AttrType::kTensor: r.t = tensor_from_proto(a.t(), what, base_dir); break;
+      case AttrType::kGraph: r.g = graph(a.g(), depth + 1); break;
+      case AttrType::kFloats: r.floats.assign(a.floats().begin(), a.floats().end()); break;
+      case AttrType::kInts: r.ints.assign(a.ints().begin(), a.ints().end()); break;
+      case AttrType::kStrings: r.strings.assign(a.strings().begin(), a.strings().end()); break;
+      case AttrType::kTensors:
+        for (const auto& x : a.tensors()) r.tensors.push_back(tensor_from_proto(x, what, base_dir));
+        break;
+      case AttrType::kGraphs:
+        for (const auto& x : a.graphs()) r.graphs.push_back(graph(x, depth + 1));
+        break;
+      case AttrType::kSparseTensor:
+      case AttrType::kSparseTensors:
+        throw_error<NotImplemented>(what, ": sparse tensor attributes are not supported");
+      case AttrType::kTypeProto:
+      case AttrType::kTypeProtos: break;  // kept by name only; no operator we run uses them
+      default:
+        if (r.ref_attr_name.empty())
+          throw_error<InvalidModel>(what, " has unknown attribute type ", int(a.type()));
+    }
+    return r;
+  }
+};
+
+// Expands calls to model-local functions in place (recursively, depth-limited).
+void inline_functions(Model& m, Graph& g, int depth, int& counter) {
+  if (m.functions.empty()) return;
+  if (depth > 32) throw_error<InvalidGraph>("model-local functions nest more than 32 levels deep");
+  std::vector<Node> out;
+  for (auto& n : g.nodes) {
+    for (auto& a : n.attrs) {
+      if (a.g) inline_functions(m, *a.g, depth, counter);
+      for (auto& sg : a.graphs) inline_functions(m, *sg, depth, counter);
+    }
+    const Function* fn = nullptr;
+    for (const auto& f : m.functions)
+      if (f.name == n.op_type && normalize_domain(f.domain) == n.domain) fn = &f;
+    if (!fn) {
+      out.push_back(std::move(n));
+      continue;
+    }
+    const std::string prefix = "__fn" + std::to_string(counter++) + "_" + fn->name + "_";
+    std::unordered_map<std::string, std::string> rename;
+    for (size_t i = 0; i < fn->inputs.size(); ++i) rename[fn->inputs[i]] = i < n.inputs.size() ? n.inputs[i] : "";
+    for (size_t i = 0; i < fn->outputs.size(); ++i)
+      rename[fn->outputs[i]] = i < n.outputs.size() ? n.outputs[i] : prefix + fn->outputs[i];
+    Graph body;
+    for (const auto& fnode : fn->nodes) {
+      Node c = fnode;
+      auto map_name = [&](std::string& s) {
+        if (s.empty()) return;
+        auto it = rename.find(s);
+        if (it != rename.end()) s = it->second;
+        else s = prefix + s;
+      };
+      for (auto& i : c.inputs) map_name(i);
+      for (auto& o : c.outputs) map_name(o);
+      if (!c.name.empty()) c.name = prefix + c.name;
+      std::vector<Attribute> attrs;
+      for (auto& a : c.attrs) {
+        if (!a.ref_attr_name.empty()) {
+          const Attribute* src = n.attr(a.ref_attr_name);
+          if (!src) continue;  // caller omitted it: the operator's default applies
+          Attribute copy = *src;
+          copy.name = a.name;
+          attrs.push_back(copy);
+        } else {
+          attrs.push_back(a);
+        }
+      }
+      c.attrs = std::move(attrs);
+      body.nodes.push_back(std::move(c));
+    }
+    inline_functions(m, body, depth + 1, counter);
+    for (auto& bn : body.nodes) out.push_back(std::move(bn));
+  }
+  g.nodes = std::move(out);
+}
+
+void check_domains(const Model& m, const Graph& g) {
+  for (const auto& n : g.nodes) {
+    bool is_function = false;
+    for (const auto& f : m.functions)
+      if (f.name == n.op_type && normalize_domain(f.domain) == n.domain) is_function = true;
+    if (!is_function && !m.opsets.count(n.domain))
+      throw_error<InvalidGraph>(n.describe(), " uses domain '", n.domain.empty() ? "ai.onnx" : n.domain,
+                                "', which the model does not import");
+    for (const Graph* sg : n.subgraphs()) check_domains(m, *sg);
+  }
+}
+
+}  // namespace
+
+Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
+  Model m;
+  if (!p.has_ir_version() || p.ir_version() <= 0)
+    throw_error<InvalidModel>("not an ONNX model: the IR version is missing");
+  m.ir_version = p.ir_version();
+  if (m.ir_version < kMinIrVersion || m.ir_version > kMaxIrVersion)
+    throw_error<NotImplemented>("model IR version ", m.ir_version, " is ",
+                                m.ir_version > kMaxIrVersion ? "newer than supported" : "older than supported",
+                                " (onnxtrain reads IR versions ", kMinIrVersion, " to ", kMaxIrVersion, ")");
+  if (!p.has_graph()) throw_error<InvalidModel>("not an ONNX model: it has no graph");
+  for (const auto& o : p.opset_import()) {
+    std::string d = normalize_domain(o.domain());
+    if (o.version() <= 0)
+      throw_error<InvalidModel>("opset import of domain '", o.domain(), "' has invalid version ", o.version());
+    if (d.empty() && o.version() > kMaxOpset)
+      throw_error<NotImplemented>("model imports ai.onnx opset ", o.version(), ", newer than supported (max ",
+                                  kMaxOpset, ")");
+    m.opsets[d] = o.version();
+  }
+  m.producer_name = p.producer_name();
+  m.producer_version = p.producer_version();
+  m.domain = p.domain();
+  m.model_version = p.model_version();
+  m.doc = p.doc_string();
+  for (const auto& kv : p.metadata_props()) m.metadata.emplace_back(kv.key(), kv.value());
+  Reader r{base_dir};
+  for (const auto& f : p.functions()) {
+    Function fn;
+    fn.name = f.name();
+    fn.domain = f.domain();
+    fn.doc = f.doc_string();
+    fn.inputs.assign(f.input().begin(), f.input().end());
+    fn.outputs.assign(f.output().begin(), f.output().end());
+    fn.attributes.assign(f.attribute().begin(), f.attribute().end());
+    for (const auto& o : f.opset_import()) fn.opsets[normalize_domain(o.domain())] = o.version();
+    for (const auto& n : f.node()) fn.nodes.push_back(r.node(n, 0));
+    for (const auto& [d, v] : fn.opsets)
+      if (!m.opsets.count(d)) m.opsets[d] = v;
+    m.functions.push_back(std::move(fn));
+  }
+  m.graph = r.graph(p.graph(), 0);
+  check_domains(m, *m.graph);
+  int counter = 0;
+  inline_functions(m, *m.graph, 0, counter);
+  validate_graph(*m.graph);
+  return m;
+}
+
+namespace {
+
+void graph_to_proto(const Graph& g, onnx::GraphProto* p);
+
+void attribute_to_proto(const Attribute& a, onnx::AttributeProto* p) {
+  p->set_name(a.name);
+  if (!a.doc.empty()) p->set_doc_string(a.doc);
+  if (!a.ref_attr_name.empty()) p->set_ref_attr_name(a.ref_attr_name);
+  p->set_type(static_cast<onnx::AttributeProto::AttributeType>(a.type));
+  switch (a.type) {
+    case AttrType::kFloat: p->set_f(a.f); break;
+    case AttrType::kInt: p->set_i(a.i); break;
+    case AttrType::kString: p->set_s(a.s); break;
+    case AttrType::kTensor: tensor_to_proto(a.t, "", p->mutable_t()); break;
+    case AttrType::kGraph: graph_to_proto(*a.g, p->mutable_g()); break;
+    case AttrType::kFloats: for (float f : a.floats) p->add_floats(f); break;
+    case AttrType::kInts: for (int64_t i : a.ints) p->add_ints(i); break;
+    case AttrType::kStrings: for (const auto& s : a.strings) p->add_strings(s); break;
+    case AttrType::kTensors: for (const auto& t : a.tensors) tensor_to_proto(t, "", p->add_tensors()); break;
+    case AttrType::kGraphs: for (const auto& g : a.graphs) graph_to_proto(*g, p->add_graphs()); break;
+    default: break;
+  }
+}
+
+void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* p) {
+  p->set_name(v.name);
+  if (!v.doc.empty()) p->set_doc_string(v.doc);
+  if (v.type.kind != TypeInfo::Kind::kUnknown) type_to_proto(v.type, p->mutable_type());
+}
+
+void node_to_proto(const Node& n, onnx::NodeProto* p) {
+  if (!n.name.empty()) p->set_name(n.name);
+  p->set_op_type(n.op_type);
+  if (!n.domain.empty()) p->set_domain(n.domain);
+  if (!n.doc.empty()) p->set_doc_string(n.doc);
+  for (const auto& i : n.inputs) p->add_input(i);
+  for (const auto& o : n.outputs) p->add_output(o);
+  for (const auto& a : n.attrs) attribute_to_proto(a, p->add_attribute());
+}
+
+void graph_to_proto(const Graph& g, onnx::GraphProto* p) {
+  p->set_name(g.name);
+  if (!g.doc.empty()) p->set_doc_string(g.doc);
+  for (const auto& n : g.nodes) node_to_proto(n, p->add_node());
+  for (const auto& v : g.inputs) value_info_to_proto(v, p->add_input());
+  for (const auto& v : g.outputs) value_info_to_proto(v, p->add_output());
+  for (const auto& v : g.value_info) value_info_to_proto(v, p->add_value_info());
+  for (const auto& [k, t] : g.initializers) tensor_to_proto(t, k, p->add_initializer());
+}
+
+}  // namespace
+
+void model_to_proto(const Model& m, onnx::ModelProto* p) {
+  p->Clear();
+  p->set_ir_version(m.ir_version);
+  for (const auto& [d, v] : m.opsets) {
+    auto* o = p->add_opset_import();
+    o->set_domain(d);
+    o->set_version(v);
+  }
+  if (!m.producer_name.empty()) p->set_producer_name(m.producer_name);
+  if (!m.producer_version.empty()) p->set_producer_version(m.producer_version);
+  if (!m.domain.empty()) p->set_domain(m.domain);
+  if (m.model_version) p->set_model_version(m.model_version);
+  if (!m.doc.empty()) p->set_doc_string(m.doc);
+  for (const auto& [k, v] : m.metadata) {
+    auto* kv = p->add_metadata_props();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
+  // Functions were inlined at load time, so none are written back.
+  graph_to_proto(*m.graph, p->mutable_graph());
+}
+
+std::string read_file(const std::string& path, const char* what, uint64_t max_bytes) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_error<IOError>("cannot open ", what, " '", path, "': ", errno_text());
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw_error<IOError>("cannot stat ", what, " '", path, "': ", errno_text());
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw_error<IOError>(what, " '", path, "' is not a regular file");
+  }
+  const uint64_t size = uint64_t(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    throw_error<InvalidModel>(what, " '", path, "' is empty (0 bytes)");
+  }
+  if (size > max_bytes) {
+    ::close(fd);
+    throw_error<InvalidModel>(what, " '", path, "' is ", size, " bytes, over the limit of ", max_bytes,
+                              " (protobuf messages must stay under 2 GiB; keep large weights in external data)");
+  }
+  std::string buf;
+  buf.resize(size_t(size));
+  uint64_t done = 0;
+  while (done < size) {
+    ssize_t r = ::read(fd, buf.data() + done, size_t(size - done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += uint64_t(r);
+  }
+  ::close(fd);
+  if (done != size) throw_error<IOError>("short read from ", what, " '", path, "'");
+  return buf;
+}
+
+namespace {
+std::string dirname_of(const std::string& path) {
+  auto pos = path.find_last_of('/');
+  if (pos == std::string::npos) return ".";
+  if (pos == 0) return "/";
+  return path.substr(0, pos);
+}
+
+Model parse_model(const void* data, size_t size, const std::string& base_dir, const std::string& origin) {
+  if (size == 0) throw_error<InvalidModel>(origin, " is empty (0 bytes)");
+  if (size >= kProtobufLimit) throw_error<InvalidModel>(origin, " is over protobuf's 2 GiB limit");
+  onnx::ModelProto p;
+  if (!p.ParseFromArray(data, int(size)))
+    throw_error<InvalidModel>(origin, " is not a valid ONNX ModelProto (protobuf parsing failed: truncated or "
+                              "corrupt bytes)");
+  try {
+    return model_from_proto(p, base_dir);
+  } catch (const Error& e) {
+    throw;
+  }
+}
+}  // namespace
+
+Model load_model_file(const std::string& path) {
+  std::string bytes = read_file(path, "model file", kProtobufLimit - 1);
+  return parse_model(bytes.data(), bytes.size(), dirname_of(path), "model file '" + path + "'");
+}
+
+Model load_model_bytes(const void* data, size_t size, const std::string& base_dir) {
+  return parse_model(data, size, base_dir, "model bytes");
+}
+
+std::string serialize_model(const Model& m) {
+  onnx::ModelProto p;
+  model_to_proto(m, &p);
+  std::string out;
+  if (p.ByteSizeLong() >= kProtobufLimit)
+    throw_error<InvalidArgument>("model serializes to ", p.ByteSizeLong(), " bytes, over protobuf's 2 GiB limit");
+  if (!p.SerializeToString(&out)) throw_error<RuntimeError>("failed to serialize the model");
+  return out;
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  static std::atomic<uint64_t> seq{0};
+  const std::string dir = dirname_of(path);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq++);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw_error<IOError>("cannot create '", tmp, "': ", errno_text());
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      std::string err = errno_text();
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw_error<IOError>("cannot write '", path, "': ", err);
+    }
+    done += size_t(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    std::string err = errno_text();
+    ::unlink(tmp.c_str());
+    throw_error<IOError>("cannot flush '", path, "': ", err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string err = errno_text();
+    ::unlink(tmp.c_str());
+    throw_error<IOError>("cannot rename '", tmp, "' to '", path, "': ", err);
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void save_model(const Model& m, const std::string& path) { write_file_atomic(path, serialize_model(m)); }
+
+Tensor load_tensor_bytes(const void* data, size_t size, const std::string& what, const std::string& base_dir) {
+  if (size >= kProtobufLimit) throw_error<InvalidModel>("tensor '", what, "' is over protobuf's 2 GiB limit");
+  onnx::TensorProto p;
+  if (!p.ParseFromArray(data, int(size)))
+    throw_error<InvalidModel>("tensor '", what, "' is not a valid TensorProto");
+  return tensor_from_proto(p, what, base_dir);
+}
+
+std::string serialize_tensor(const Tensor& t, const std::string& name) {
+  onnx::TensorProto p;
+  tensor_to_proto(t, name, &p);
+  return p.SerializeAsString();
+}
+
+void infer_types(Model& m) {
+  onnx::ModelProto p;
+  model_to_proto(m, &p);
+  try {
+    onnx::shape_inference::InferShapes(p);
+  } catch (const std::exception&) {
+    return;
+  }
+  std::unordered_set<std::string> known;
+  for (const auto& v : m.graph->value_info) known.insert(v.name);
+  for (const auto& v : p.graph().value_info()) {
+    if (known.count(v.name())) continue;
+    ValueInfo vi;
+    vi.name = v.name();
+    vi.type = type_from_proto(v.type());
+    m.graph->value_info.push_back(std::move(vi));
+  }
+}
+
+bool onnx_schema_exists(const std::string& domain, const std::string& op, int64_t opset) {
+  return onnx::OpSchemaRegistry::Schema(op, int(opset), domain) != nullptr;
+}
+
+}  // namespace onnxtrain::ir

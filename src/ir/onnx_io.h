@@ -1,0 +1,44 @@
+// ONNX file <-> IR conversion. Everything read from a file is validated here; failures throw
+// InvalidModel / InvalidGraph / NotImplemented / IOError naming the tensor, node or value.
+#pragma once
+
+#include <string>
+
+#include "ir/ir.h"
+
+namespace onnxtrain::ir {
+
+inline constexpr int64_t kMinIrVersion = 3;
+inline constexpr int64_t kMaxIrVersion = 8;
+inline constexpr int64_t kMaxOpset = 17;  ///< newest default-domain opset onnxtrain supports
+
+/// Loads and validates a model file; external data is resolved beside it.
+Model load_model_file(const std::string& path);
+/// Loads and validates serialized ModelProto bytes. External data (if any) is resolved in
+/// `base_dir`; with an empty base_dir a model that references external data is refused.
+Model load_model_bytes(const void* data, size_t size, const std::string& base_dir = "");
+
+/// Serializes to ModelProto bytes (tensor data inline).
+std::string serialize_model(const Model& m);
+/// Writes the serialized model atomically (temporary file in the same folder, fsync, rename).
+void save_model(const Model& m, const std::string& path);
+
+/// Decodes a serialized TensorProto (such as the conformance suite's input_0.pb).
+Tensor load_tensor_bytes(const void* data, size_t size, const std::string& what,
+                         const std::string& base_dir = "");
+/// Serializes a tensor as a TensorProto.
+std::string serialize_tensor(const Tensor& t, const std::string& name);
+
+/// Reads a whole regular file, refusing empty or oversized files. Throws IOError / InvalidModel.
+std::string read_file(const std::string& path, const char* what, uint64_t max_bytes);
+/// Writes `bytes` to `path` atomically: temporary file beside it, fsync, rename, fsync the folder.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+/// Runs ONNX's type and shape inference and records the result in the graph's value_info
+/// (best effort: failures leave value_info as it was).
+void infer_types(Model& m);
+
+/// Names of the ONNX operators known to the ONNX schema registry for (domain, opset).
+bool onnx_schema_exists(const std::string& domain, const std::string& op, int64_t opset);
+
+}  // namespace onnxtrain::ir

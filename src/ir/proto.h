@@ -1,0 +1,20 @@
+// Proto-level helpers (include only where ONNX's protobuf headers are wanted).
+#pragma once
+
+#include <onnx/onnx_pb.h>
+
+#include <string>
+
+#include "ir/ir.h"
+
+namespace onnxtrain::ir {
+
+/// Decodes a TensorProto with full validation. `what` names the tensor in errors.
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir);
+void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p);
+TypeInfo type_from_proto(const onnx::TypeProto& p);
+void type_to_proto(const TypeInfo& t, onnx::TypeProto* p);
+Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir);
+void model_to_proto(const Model& m, onnx::ModelProto* p);
+
+}  // namespace onnxtrain::ir

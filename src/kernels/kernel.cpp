@@ -1,0 +1,207 @@
+#include "kernels/kernel.h"
+
+#include "kernels/registry.h"
+
+namespace onnxtrain {
+
+const ir::Attribute* KernelInfo::typed(const std::string& name, ir::AttrType t) const {
+  const ir::Attribute* a = node_.attr(name);
+  if (!a) return nullptr;
+  if (a->type != t)
+    fail("attribute '", name, "' has type ", ir::attr_type_name(a->type), ", expected ", ir::attr_type_name(t));
+  return a;
+}
+
+int64_t KernelInfo::attr_int(const std::string& name, int64_t dflt) const {
+  const auto* a = typed(name, ir::AttrType::kInt);
+  return a ? a->i : dflt;
+}
+int64_t KernelInfo::attr_int(const std::string& name) const {
+  const auto* a = typed(name, ir::AttrType::kInt);
+  if (!a) fail("required attribute '", name, "' is missing");
+  return a->i;
+}
+float KernelInfo::attr_float(const std::string& name, float dflt) const {
+  const auto* a = typed(name, ir::AttrType::kFloat);
+  return a ? a->f : dflt;
+}
+float KernelInfo::attr_float(const std::string& name) const {
+  const auto* a = typed(name, ir::AttrType::kFloat);
+  if (!a) fail("required attribute '", name, "' is missing");
+  return a->f;
+}
+std::string KernelInfo::attr_string(const std::string& name, const std::string& dflt) const {
+  const auto* a = typed(name, ir::AttrType::kString);
+  return a ? a->s : dflt;
+}
+std::string KernelInfo::attr_string(const std::string& name) const {
+  const auto* a = typed(name, ir::AttrType::kString);
+  if (!a) fail("required attribute '", name, "' is missing");
+  return a->s;
+}
+std::vector<int64_t> KernelInfo::attr_ints(const std::string& name, const std::vector<int64_t>& dflt) const {
+  const ir::Attribute* a = node_.attr(name);
+  if (!a) return dflt;
+  if (a->type == ir::AttrType::kInts) return a->ints;
+  fail("attribute '", name, "' has type ", ir::attr_type_name(a->type), ", expected ints");
+}
+std::vector<int64_t> KernelInfo::attr_ints(const std::string& name) const {
+  const auto* a = typed(name, ir::AttrType::kInts);
+  if (!a) fail("required attribute '", name, "' is missing");
+  return a->ints;
+}
+std::vector<float> KernelInfo::attr_floats(const std::string& name, const std::vector<float>& dflt) const {
+  const auto* a = typed(name, ir::AttrType::kFloats);
+  return a ? a->floats : dflt;
+}
+std::vector<std::string> KernelInfo::attr_strings(const std::string& name,
+                                                  const std::vector<std::string>& dflt) const {
+  const auto* a = typed(name, ir::AttrType::kStrings);
+  return a ? a->strings : dflt;
+}
+const Tensor* KernelInfo::attr_tensor(const std::string& name) const {
+  const auto* a = typed(name, ir::AttrType::kTensor);
+  return a ? &a->t : nullptr;
+}
+std::shared_ptr<const ir::Graph> KernelInfo::attr_graph(const std::string& name) const {
+  const auto* a = typed(name, ir::AttrType::kGraph);
+  return a ? a->g : nullptr;
+}
+
+PrepareContext::PrepareContext(const ir::Node& node, int64_t opset, const ExecOptions& options,
+                               std::vector<In> inputs, size_t num_outputs, std::vector<In> implicit)
+    : node_(node), opset_(opset), options_(options), inputs_(std::move(inputs)), implicit_(std::move(implicit)) {
+  outputs_.resize(num_outputs);
+  for (size_t i = 0; i < num_outputs; ++i) outputs_[i].requested = i < node.outputs.size() && !node.outputs[i].empty();
+}
+
+DType PrepareContext::input_dtype(size_t i) const {
+  if (!has_input(i)) fail("input ", i, " is missing");
+  return inputs_[i].dtype;
+}
+
+const Shape& PrepareContext::input_shape(size_t i) const {
+  if (!has_input(i)) fail("input ", i, " is missing");
+  return inputs_[i].shape;
+}
+
+const Tensor* PrepareContext::input_value(size_t i) const {
+  if (!has_input(i) || !inputs_[i].value || inputs_[i].value->kind != Value::Kind::kTensor) return nullptr;
+  return &inputs_[i].value->tensor;
+}
+
+void PrepareContext::set_output(size_t i, DType dtype, Shape shape) {
+  if (i >= outputs_.size()) fail("internal: output index ", i, " out of range");
+  int64_t n;
+  if (!checked_numel(shape, &n))
+    fail("output ", i, " would have invalid shape ", shape_to_string(shape));
+  auto& o = outputs_[i];
+  o.kind = Value::Kind::kTensor;
+  o.dtype = dtype;
+  o.shape = std::move(shape);
+  o.set = true;
+  o.dynamic = false;
+  o.alias_of = -1;
+}
+
+void PrepareContext::set_output_dynamic(size_t i, DType dtype) {
+  if (i >= outputs_.size()) fail("internal: output index ", i, " out of range");
+  auto& o = outputs_[i];
+  o.kind = Value::Kind::kTensor;
+  o.dtype = dtype;
+  o.shape.clear();
+  o.set = true;
+  o.dynamic = true;
+  o.alias_of = -1;
+}
+
+void PrepareContext::set_output_alias(size_t i, size_t input, Shape shape) {
+  set_output(i, input_dtype(input), std::move(shape));
+  if (shape_numel(outputs_[i].shape) == shape_numel(input_shape(input)) &&
+      inputs_[input].kind == Value::Kind::kTensor)
+    outputs_[i].alias_of = int(input);
+}
+
+void PrepareContext::set_output_sequence(size_t i, DType elem) {
+  if (i >= outputs_.size()) fail("internal: output index ", i, " out of range");
+  auto& o = outputs_[i];
+  o.kind = Value::Kind::kSequence;
+  o.dtype = elem;
+  o.shape.clear();
+  o.set = true;
+  o.dynamic = true;
+  o.alias_of = -1;
+}
+
+Tensor& RunContext::allocate_output(size_t i, DType dtype, Shape shape) {
+  Value& v = *out_[i];
+  v.kind = Value::Kind::kTensor;
+  try {
+    v.tensor = Tensor::empty(dtype, std::move(shape));
+  } catch (const Error& e) {
+    fail("output ", i, ": ", e.what());
+  }
+  return v.tensor;
+}
+
+void KernelRegistry::add(const std::string& domain, const std::string& op, int64_t since, int64_t until,
+                         KernelFactory f) {
+  entries_[{domain, op}].push_back(Entry{domain, op, since, until, std::move(f)});
+}
+
+const KernelRegistry::Entry* KernelRegistry::find(const std::string& domain, const std::string& op,
+                                                  int64_t opset) const {
+  auto it = entries_.find({domain, op});
+  if (it == entries_.end()) return nullptr;
+  for (const auto& e : it->second)
+    if (opset >= e.since && opset <= e.until) return &e;
+  return nullptr;
+}
+
+bool KernelRegistry::knows(const std::string& domain, const std::string& op) const {
+  return entries_.count({domain, op}) > 0;
+}
+
+std::vector<std::pair<std::string, std::string>> KernelRegistry::ops() const {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const auto& [k, v] : entries_) r.push_back(k);
+  return r;
+}
+
+const KernelRegistry& KernelRegistry::global() {
+  static const KernelRegistry reg = [] {
+    KernelRegistry r;
+    kernels::register_elementwise(r);
+    kernels::register_linalg(r);
+    kernels::register_reduce(r);
+    kernels::register_shape(r);
+    kernels::register_movement(r);
+    kernels::register_conv(r);
+    kernels::register_pool(r);
+    kernels::register_norm(r);
+    kernels::register_loss(r);
+    kernels::register_rnn(r);
+    kernels::register_control_flow(r);
+    return r;
+  }();
+  return reg;
+}
+
+std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opsets, const ExecOptions& options) {
+  auto it = opsets.find(node.domain);
+  const int64_t opset = it == opsets.end() ? 0 : it->second;
+  const auto& reg = KernelRegistry::global();
+  const auto* e = reg.find(node.domain, node.op_type, opset);
+  if (!e) {
+    const std::string dom = node.domain.empty() ? "ai.onnx" : node.domain;
+    if (reg.knows(node.domain, node.op_type))
+      throw_error<NotImplemented>(node.describe(), ": operator ", node.op_type, " at opset ", opset, " of domain '",
+                                  dom, "' is not supported (other opset versions are)");
+    throw_error<NotImplemented>(node.describe(), ": operator ", node.op_type, " (domain '", dom, "', opset ", opset,
+                                ") is not supported by onnxtrain");
+  }
+  KernelInfo info(node, opset, opsets, options);
+  return e->make(info);
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,250 @@
+// The kernel contract. A kernel instance belongs to one execution plan (one input-shape
+// signature): it reads its attributes once when created, computes output shapes and caches
+// primitives in prepare(), and does only arithmetic in run().
+//
+//   factory(KernelInfo)  -> reads attributes, validates them (errors name the node)
+//   prepare(PrepareContext) -> output dtypes/shapes from input dtypes/shapes (and input values
+//                              when they are known: constants, or at run time for nodes whose
+//                              shapes depend on data); may request workspace and alias an output
+//                              to an input (views: Reshape, Squeeze, ...)
+//   run(RunContext)         -> fills the outputs prepared for it
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "onnxtrain/error.h"
+#include "onnxtrain/tensor.h"
+#include "onnxtrain/value.h"
+
+namespace onnxtrain {
+
+using OpsetMap = std::map<std::string, int64_t>;
+
+/// Upper end of an opset range that is still current ("since N, unchanged").
+inline constexpr int64_t kMaxOpsetAll = 1000;
+
+/// Options every kernel of a plan sees.
+struct ExecOptions {
+  int num_threads = 0;              ///< 0: all cores
+  bool deterministic = false;       ///< prefer bitwise-reproducible algorithms
+  uint64_t seed = 0x6f6e6e78ull;    ///< base seed for random operators without a seed attribute
+  bool training = false;            ///< training session (Dropout/BatchNorm default modes follow ONNX)
+};
+
+/// What a kernel factory sees: the node, its opset and attribute accessors that name the node in
+/// their errors.
+class KernelInfo {
+ public:
+  KernelInfo(const ir::Node& node, int64_t opset, const OpsetMap& opsets, const ExecOptions& options)
+      : node_(node), opset_(opset), opsets_(opsets), options_(options) {}
+
+  const ir::Node& node() const { return node_; }
+  int64_t opset() const { return opset_; }
+  const OpsetMap& opsets() const { return opsets_; }
+  const ExecOptions& options() const { return options_; }
+
+  bool has_attr(const std::string& name) const { return node_.attr(name) != nullptr; }
+  int64_t attr_int(const std::string& name, int64_t dflt) const;
+  int64_t attr_int(const std::string& name) const;  ///< required
+  float attr_float(const std::string& name, float dflt) const;
+  float attr_float(const std::string& name) const;
+  std::string attr_string(const std::string& name, const std::string& dflt) const;
+  std::string attr_string(const std::string& name) const;
+  std::vector<int64_t> attr_ints(const std::string& name, const std::vector<int64_t>& dflt) const;
+  std::vector<int64_t> attr_ints(const std::string& name) const;
+  std::vector<float> attr_floats(const std::string& name, const std::vector<float>& dflt) const;
+  std::vector<std::string> attr_strings(const std::string& name, const std::vector<std::string>& dflt) const;
+  const Tensor* attr_tensor(const std::string& name) const;  ///< null when absent
+  std::shared_ptr<const ir::Graph> attr_graph(const std::string& name) const;  ///< null when absent
+
+  /// Throws InvalidModel naming the node (bad attributes are bad model data).
+  template <class... Args>
+  [[noreturn]] void fail(Args&&... args) const {
+    throw_error<InvalidModel>(node_.describe(), ": ", std::forward<Args>(args)...);
+  }
+
+ private:
+  const ir::Attribute* typed(const std::string& name, ir::AttrType t) const;
+  const ir::Node& node_;
+  int64_t opset_;
+  const OpsetMap& opsets_;
+  const ExecOptions& options_;
+};
+
+/// What prepare() sees. Inputs are indexed as in the node; absent optional inputs report
+/// has_input() == false. Implicit inputs (outer-scope values read by subgraphs) follow.
+class PrepareContext {
+ public:
+  struct In {
+    Value::Kind kind = Value::Kind::kNone;
+    DType dtype = DType::kUndefined;
+    Shape shape;
+    const Value* value = nullptr;  ///< non-null when the value is known now
+  };
+  struct Out {
+    bool requested = false;  ///< the node names this output
+    Value::Kind kind = Value::Kind::kTensor;
+    DType dtype = DType::kUndefined;
+    Shape shape;
+    bool set = false;
+    bool dynamic = false;  ///< shape known only in run(): allocate with RunContext::allocate_output
+    int alias_of = -1;     ///< input index this output may view (same element count)
+  };
+
+  PrepareContext(const ir::Node& node, int64_t opset, const ExecOptions& options, std::vector<In> inputs,
+                 size_t num_outputs, std::vector<In> implicit = {});
+
+  const ir::Node& node() const { return node_; }
+  int64_t opset() const { return opset_; }
+  const ExecOptions& options() const { return options_; }
+
+  size_t num_inputs() const { return inputs_.size(); }
+  size_t num_outputs() const { return outputs_.size(); }
+  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i].kind != Value::Kind::kNone; }
+  bool has_output(size_t i) const { return i < outputs_.size() && outputs_[i].requested; }
+  Value::Kind input_kind(size_t i) const { return i < inputs_.size() ? inputs_[i].kind : Value::Kind::kNone; }
+  DType input_dtype(size_t i) const;
+  const Shape& input_shape(size_t i) const;
+  size_t input_rank(size_t i) const { return input_shape(i).size(); }
+  /// The input's tensor when known at this time (constants; every input at run time); else null.
+  const Tensor* input_value(size_t i) const;
+  const Value* input_full_value(size_t i) const { return i < inputs_.size() ? inputs_[i].value : nullptr; }
+  const std::vector<In>& implicit_inputs() const { return implicit_; }
+
+  void set_output(size_t i, DType dtype, Shape shape);
+  /// Output whose shape is only known while running (NonZero, control flow).
+  void set_output_dynamic(size_t i, DType dtype);
+  /// Output that is `input` reshaped: the executor makes it a view when it can; otherwise run()
+  /// must copy (see RunContext::output_aliases_input).
+  void set_output_alias(size_t i, size_t input, Shape shape);
+  /// Sequence output (always dynamic).
+  void set_output_sequence(size_t i, DType elem);
+  /// Scratch memory for run(), carved from the plan's arena.
+  void request_workspace(size_t bytes) { workspace_ = std::max(workspace_, bytes); }
+  /// Marks the node as random or stateful: never constant-folded.
+  void set_nondeterministic() { deterministic_ = false; }
+
+  /// Throws InvalidArgument naming the node.
+  template <class... Args>
+  [[noreturn]] void fail(Args&&... args) const {
+    throw_error<InvalidArgument>(node_.describe(), ": ", std::forward<Args>(args)...);
+  }
+
+  // Executor side.
+  const std::vector<Out>& outputs() const { return outputs_; }
+  size_t workspace() const { return workspace_; }
+  bool deterministic() const { return deterministic_; }
+
+ private:
+  const ir::Node& node_;
+  int64_t opset_;
+  const ExecOptions& options_;
+  std::vector<In> inputs_;
+  std::vector<In> implicit_;
+  std::vector<Out> outputs_;
+  size_t workspace_ = 0;
+  bool deterministic_ = true;
+};
+
+/// What run() sees.
+class RunContext {
+ public:
+  RunContext(const ir::Node& node, Value* const* inputs, size_t num_inputs, Value* const* outputs,
+             size_t num_outputs, Value* const* implicit, size_t num_implicit, void* workspace,
+             size_t workspace_bytes, const ExecOptions& options, int num_threads)
+      : node_(node), in_(inputs), nin_(num_inputs), out_(outputs), nout_(num_outputs), imp_(implicit),
+        nimp_(num_implicit), ws_(workspace), ws_bytes_(workspace_bytes), options_(options),
+        num_threads_(num_threads) {}
+
+  const ir::Node& node() const { return node_; }
+  const ExecOptions& options() const { return options_; }
+  int num_threads() const { return num_threads_; }
+
+  size_t num_inputs() const { return nin_; }
+  size_t num_outputs() const { return nout_; }
+  bool has_input(size_t i) const { return i < nin_ && in_[i] && in_[i]->kind != Value::Kind::kNone; }
+  bool has_output(size_t i) const { return i < nout_ && out_[i] != nullptr; }
+  const Tensor& input(size_t i) const { return in_[i]->tensor; }
+  const Value& input_value(size_t i) const { return *in_[i]; }
+  Tensor& output(size_t i) { return out_[i]->tensor; }
+  Value& output_value(size_t i) { return *out_[i]; }
+  /// For outputs prepared with set_output_dynamic.
+  Tensor& allocate_output(size_t i, DType dtype, Shape shape);
+  /// True when output i already is a view of input `in` (nothing to copy).
+  bool output_aliases_input(size_t i, size_t in) const {
+    return out_[i]->tensor.raw_data() == in_[in]->tensor.raw_data();
+  }
+  size_t num_implicit() const { return nimp_; }
+  const Value& implicit(size_t i) const { return *imp_[i]; }
+
+  void* workspace() { return ws_; }
+  size_t workspace_bytes() const { return ws_bytes_; }
+
+  template <class... Args>
+  [[noreturn]] void fail(Args&&... args) const {
+    throw_error<InvalidArgument>(node_.describe(), ": ", std::forward<Args>(args)...);
+  }
+
+ private:
+  const ir::Node& node_;
+  Value* const* in_;
+  size_t nin_;
+  Value* const* out_;
+  size_t nout_;
+  Value* const* imp_;
+  size_t nimp_;
+  void* ws_;
+  size_t ws_bytes_;
+  const ExecOptions& options_;
+  int num_threads_;
+};
+
+/// A kernel instance (one per node per plan).
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual void prepare(PrepareContext& ctx) = 0;
+  virtual void run(RunContext& ctx) = 0;
+};
+
+using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelInfo&)>;
+
+/// Kernels keyed by (domain, op type, opset range).
+class KernelRegistry {
+ public:
+  struct Entry {
+    std::string domain, op;
+    int64_t since, until;  ///< inclusive opset range of the node's domain
+    KernelFactory make;
+  };
+  /// The registry with every built-in kernel.
+  static const KernelRegistry& global();
+
+  void add(const std::string& domain, const std::string& op, int64_t since, int64_t until, KernelFactory f);
+  /// Adds for the default domain.
+  void add(const std::string& op, int64_t since, int64_t until, KernelFactory f) {
+    add("", op, since, until, std::move(f));
+  }
+  template <class K>
+  void add(const std::string& op, int64_t since, int64_t until) {
+    add("", op, since, until, [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<K>(info); });
+  }
+  const Entry* find(const std::string& domain, const std::string& op, int64_t opset) const;
+  /// True if some opset of (domain, op) has a kernel.
+  bool knows(const std::string& domain, const std::string& op) const;
+  std::vector<std::pair<std::string, std::string>> ops() const;
+
+ private:
+  std::map<std::pair<std::string, std::string>, std::vector<Entry>> entries_;
+};
+
+/// Creates the kernel for `node`, or throws NotImplemented naming the node, op, domain and opset.
+std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opsets, const ExecOptions& options);
+
+}  // namespace onnxtrain

@@ -1,0 +1,21 @@
+// One registration function per operator family; KernelRegistry::global() calls them all.
+// Adding an operator touches its family file only.
+#pragma once
+
+#include "kernels/kernel.h"
+
+namespace onnxtrain::kernels {
+
+void register_elementwise(KernelRegistry& r);   // cpu/elementwise.cpp: math, activations, logic, Cast
+void register_linalg(KernelRegistry& r);        // cpu/linalg.cpp: MatMul, Gemm, Einsum
+void register_reduce(KernelRegistry& r);        // cpu/reduce.cpp: Reduce*, Arg*, CumSum, Softmax family, TopK
+void register_shape(KernelRegistry& r);         // cpu/shape.cpp: Reshape family, Shape, Size, Constant*, Range, Expand
+void register_movement(KernelRegistry& r);      // cpu/movement.cpp: Transpose, Concat, Split, Slice, Gather*, Scatter*, ...
+void register_conv(KernelRegistry& r);          // cpu/conv.cpp: Conv, ConvTranspose
+void register_pool(KernelRegistry& r);          // cpu/pool.cpp: MaxPool, AveragePool, Global*Pool, LpPool
+void register_norm(KernelRegistry& r);          // cpu/norm.cpp: BatchNormalization, InstanceNorm, LayerNorm, LRN, Dropout
+void register_loss(KernelRegistry& r);          // cpu/loss.cpp: SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
+void register_rnn(KernelRegistry& r);           // cpu/rnn.cpp: LSTM, GRU, RNN
+void register_control_flow(KernelRegistry& r);  // cpu/control_flow.cpp: If, Loop
+
+}  // namespace onnxtrain::kernels

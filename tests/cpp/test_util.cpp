@@ -1,0 +1,225 @@
+#include "test_util.h"
+
+#include <cmath>
+
+#include "runtime/executor.h"
+
+namespace ot_test {
+
+using namespace onnxtrain;
+
+ir::Attribute attr_int(const std::string& name, int64_t v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kInt;
+  a.i = v;
+  return a;
+}
+ir::Attribute attr_float(const std::string& name, float v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kFloat;
+  a.f = v;
+  return a;
+}
+ir::Attribute attr_string(const std::string& name, const std::string& v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kString;
+  a.s = v;
+  return a;
+}
+ir::Attribute attr_ints(const std::string& name, const std::vector<int64_t>& v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kInts;
+  a.ints = v;
+  return a;
+}
+ir::Attribute attr_floats(const std::string& name, const std::vector<float>& v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kFloats;
+  a.floats = v;
+  return a;
+}
+ir::Attribute attr_tensor(const std::string& name, const Tensor& v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kTensor;
+  a.t = v;
+  return a;
+}
+ir::Attribute attr_graph(const std::string& name, std::shared_ptr<ir::Graph> g) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kGraph;
+  a.g = std::move(g);
+  return a;
+}
+
+std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& inputs,
+                             const std::vector<ir::Attribute>& attrs, const RunOptions& opts) {
+  auto g = std::make_shared<ir::Graph>();
+  g->name = "test_" + op;
+  ir::Node n;
+  n.op_type = op;
+  n.domain = opts.domain;
+  n.name = "node_" + op;
+  n.attrs = attrs;
+  std::vector<Value> feeds;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) {
+      n.inputs.push_back("");
+      continue;
+    }
+    const std::string name = "x" + std::to_string(i);
+    n.inputs.push_back(name);
+    if (opts.inputs_as_constants) {
+      g->initializers.emplace_back(name, inputs[i]);
+    } else {
+      g->inputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(inputs[i].dtype(), inputs[i].shape()), ""});
+      feeds.push_back(Value::of(inputs[i]));
+    }
+  }
+  for (size_t i = 0; i < opts.num_outputs; ++i) {
+    const std::string name = "y" + std::to_string(i);
+    n.outputs.push_back(name);
+    g->outputs.push_back(ir::ValueInfo{name, {}, ""});
+  }
+  g->nodes.push_back(n);
+  OpsetMap opsets{{"", opts.opset}};
+  if (!opts.domain.empty()) opsets[opts.domain] = 1;
+  ExecOptions eo;
+  eo.num_threads = opts.threads;
+  runtime::GraphExecutor ex(g, opsets, eo);
+  std::vector<const Value*> ptrs;
+  for (auto& v : feeds) ptrs.push_back(&v);
+  auto outs = ex.run(ptrs);
+  // Run twice: the second run exercises the cached plan.
+  auto outs2 = ex.run(ptrs);
+  std::vector<Tensor> r;
+  for (size_t i = 0; i < outs2.size(); ++i) {
+    EXPECT_EQ(outs[i].tensor.describe(), outs2[i].tensor.describe()) << op << ": second run differs in shape";
+    r.push_back(outs2[i].tensor);
+  }
+  return r;
+}
+
+std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads) {
+  ExecOptions eo;
+  eo.num_threads = threads;
+  runtime::GraphExecutor ex(m.graph, m.opsets, eo);
+  std::vector<Value> feeds;
+  for (const auto& t : inputs) feeds.push_back(Value::of(t));
+  std::vector<const Value*> ptrs;
+  for (size_t i = 0; i < ex.input_names().size(); ++i) ptrs.push_back(i < feeds.size() ? &feeds[i] : nullptr);
+  auto outs = ex.run(ptrs);
+  std::vector<Tensor> r;
+  for (auto& v : outs) r.push_back(v.tensor);
+  return r;
+}
+
+Tensor from_double(DType dt, const Shape& shape, const std::vector<double>& v) {
+  Tensor t = Tensor::empty(dt, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double x = v[size_t(i)];
+    switch (dt) {
+      case DType::kFloat32: t.data<float>()[i] = float(x); break;
+      case DType::kFloat64: t.data<double>()[i] = x; break;
+      case DType::kFloat16: t.data<float16>()[i] = float16(float(x)); break;
+      case DType::kBFloat16: t.data<bfloat16>()[i] = bfloat16(float(x)); break;
+      case DType::kInt8: t.data<int8_t>()[i] = int8_t(x); break;
+      case DType::kInt16: t.data<int16_t>()[i] = int16_t(x); break;
+      case DType::kInt32: t.data<int32_t>()[i] = int32_t(x); break;
+      case DType::kInt64: t.data<int64_t>()[i] = int64_t(x); break;
+      case DType::kUInt8: t.data<uint8_t>()[i] = uint8_t(x); break;
+      case DType::kUInt16: t.data<uint16_t>()[i] = uint16_t(x); break;
+      case DType::kUInt32: t.data<uint32_t>()[i] = uint32_t(x); break;
+      case DType::kUInt64: t.data<uint64_t>()[i] = uint64_t(x); break;
+      case DType::kBool: t.data<bool>()[i] = x != 0; break;
+      default: ADD_FAILURE() << "from_double: unsupported dtype";
+    }
+  }
+  return t;
+}
+
+Tensor random_tensor(DType dt, const Shape& shape, std::mt19937& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(size_t(shape_numel(shape)));
+  for (auto& x : v) {
+    x = u(rng);
+    if (dt == DType::kBool) x = x > (lo + hi) / 2;
+    else if (!dtype_is_float(dt)) x = std::round(x);
+  }
+  return from_double(dt, shape, v);
+}
+
+std::vector<double> to_double(const Tensor& t) {
+  std::vector<double> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double x = 0;
+    switch (t.dtype()) {
+      case DType::kFloat32: x = t.data<float>()[i]; break;
+      case DType::kFloat64: x = t.data<double>()[i]; break;
+      case DType::kFloat16: x = float(t.data<float16>()[i]); break;
+      case DType::kBFloat16: x = float(t.data<bfloat16>()[i]); break;
+      case DType::kInt8: x = t.data<int8_t>()[i]; break;
+      case DType::kInt16: x = t.data<int16_t>()[i]; break;
+      case DType::kInt32: x = t.data<int32_t>()[i]; break;
+      case DType::kInt64: x = double(t.data<int64_t>()[i]); break;
+      case DType::kUInt8: x = t.data<uint8_t>()[i]; break;
+      case DType::kUInt16: x = t.data<uint16_t>()[i]; break;
+      case DType::kUInt32: x = t.data<uint32_t>()[i]; break;
+      case DType::kUInt64: x = double(t.data<uint64_t>()[i]); break;
+      case DType::kBool: x = t.data<bool>()[i] ? 1 : 0; break;
+      default: ADD_FAILURE() << "to_double: unsupported dtype";
+    }
+    v[size_t(i)] = x;
+  }
+  return v;
+}
+
+::testing::AssertionResult all_close(const Tensor& actual, const Shape& shape, const std::vector<double>& expected,
+                                     double rtol, double atol) {
+  if (actual.shape() != shape)
+    return ::testing::AssertionFailure() << "shape " << shape_to_string(actual.shape()) << " != expected "
+                                         << shape_to_string(shape);
+  if (expected.size() != size_t(actual.numel()))
+    return ::testing::AssertionFailure() << "expected " << expected.size() << " values, got " << actual.numel();
+  auto a = to_double(actual);
+  int bad = 0;
+  std::ostringstream os;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = expected[i], x = a[i];
+    bool ok = (std::isnan(e) && std::isnan(x)) || (std::isinf(e) && x == e) ||
+              std::fabs(x - e) <= atol + rtol * std::fabs(e);
+    if (!ok && bad++ < 5) os << "\n  [" << i << "] got " << x << " expected " << e;
+  }
+  if (bad) return ::testing::AssertionFailure() << bad << " of " << a.size() << " values differ:" << os.str();
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t i = shape.size(); i-- > 0;) {
+    idx[i] = shape[i] ? flat % shape[i] : 0;
+    flat = shape[i] ? flat / shape[i] : 0;
+  }
+  return idx;
+}
+
+int64_t ravel(const std::vector<int64_t>& idx, const Shape& shape) {
+  int64_t f = 0;
+  for (size_t i = 0; i < shape.size(); ++i) f = f * shape[i] + idx[i];
+  return f;
+}
+
+int64_t broadcast_index(const std::vector<int64_t>& out_idx, const Shape& in_shape) {
+  const size_t off = out_idx.size() - in_shape.size();
+  int64_t f = 0;
+  for (size_t i = 0; i < in_shape.size(); ++i) f = f * in_shape[i] + (in_shape[i] == 1 ? 0 : out_idx[off + i]);
+  return f;
+}
+
+}  // namespace ot_test

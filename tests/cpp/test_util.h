@@ -1,0 +1,63 @@
+// Helpers for kernel tests: run one node through the executor, random tensors, naive
+// double-precision references and tolerant comparison.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "onnxtrain/tensor.h"
+#include "onnxtrain/value.h"
+
+namespace ot_test {
+
+using onnxtrain::DType;
+using onnxtrain::Shape;
+using onnxtrain::Tensor;
+namespace ir = onnxtrain::ir;
+
+ir::Attribute attr_int(const std::string& name, int64_t v);
+ir::Attribute attr_float(const std::string& name, float v);
+ir::Attribute attr_string(const std::string& name, const std::string& v);
+ir::Attribute attr_ints(const std::string& name, const std::vector<int64_t>& v);
+ir::Attribute attr_floats(const std::string& name, const std::vector<float>& v);
+ir::Attribute attr_tensor(const std::string& name, const Tensor& v);
+ir::Attribute attr_graph(const std::string& name, std::shared_ptr<ir::Graph> g);
+
+struct RunOptions {
+  int64_t opset = 17;
+  std::string domain;          ///< node domain ("" = ai.onnx)
+  size_t num_outputs = 1;
+  bool inputs_as_constants = false;  ///< feed inputs as initializers (exercises constant folding)
+  int threads = 1;
+};
+
+/// Runs a single `op` node on `inputs` (an undefined Tensor marks an omitted optional input) and
+/// returns its outputs.
+std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& inputs,
+                             const std::vector<ir::Attribute>& attrs = {}, const RunOptions& opts = {});
+
+/// Runs a model (graph inputs fed in order) and returns its outputs.
+std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads = 1);
+
+/// Uniform random tensor in [lo, hi) (integers: rounded; bool: coin flips). Deterministic per rng.
+Tensor random_tensor(DType dt, const Shape& shape, std::mt19937& rng, double lo = -1.0, double hi = 1.0);
+/// Elements as doubles (any numeric or bool dtype).
+std::vector<double> to_double(const Tensor& t);
+/// Tensor of dtype `dt` from doubles.
+Tensor from_double(DType dt, const Shape& shape, const std::vector<double>& v);
+
+/// Checks shape and values: |a - e| <= atol + rtol * |e| (NaNs must match).
+::testing::AssertionResult all_close(const Tensor& actual, const Shape& shape, const std::vector<double>& expected,
+                                     double rtol = 1e-5, double atol = 1e-6);
+
+/// Row-major index helpers for naive references.
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape);
+int64_t ravel(const std::vector<int64_t>& idx, const Shape& shape);
+/// Index into a broadcast operand: idx is an output index of rank >= shape's rank.
+int64_t broadcast_index(const std::vector<int64_t>& out_idx, const Shape& in_shape);
+
+}  // namespace ot_test
