@@ -1,0 +1,16 @@
+// Dense matrix multiply used by every kernel that needs one (MatMul, Gemm, Einsum, RNNs, ...).
+//   C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C    (row-major; op = transpose or not)
+// float32 goes through oneDNN's sgemm (AVX-512/AMX dispatch at run time, OpenMP threads);
+// float64 uses a cache-blocked loop (not a hot path).
+#pragma once
+
+#include <cstdint>
+
+namespace onnxtrain::kernels {
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
+          const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
+
+}  // namespace onnxtrain::kernels
