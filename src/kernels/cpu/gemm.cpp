@@ -26,7 +26,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double al
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   parallel_for(M, std::max<int64_t>(1, 4096 / std::max<int64_t>(N * std::max<int64_t>(K, 1), 1)), [&](int64_t m0, int64_t m1) {
-    std::vector<double> row(size_t(N));
+    std::vector<double> row(static_cast<size_t>(N));
     constexpr int64_t kb = 256;
     for (int64_t i = m0; i < m1; ++i) {
       std::fill(row.begin(), row.end(), 0.0);
