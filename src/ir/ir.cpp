@@ -141,6 +141,15 @@ int64_t Model::opset(const std::string& d) const {
   return it == opsets.end() ? 0 : it->second;
 }
 
+std::vector<std::string> implicit_inputs(const Node& n) {
+  std::vector<std::string> r;
+  std::unordered_set<std::string> seen;
+  for (const Graph* g : n.subgraphs())
+    for (const auto& f : g->free_variables())
+      if (seen.insert(f).second) r.push_back(f);
+  return r;
+}
+
 std::string normalize_domain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
 
 namespace {
@@ -149,8 +158,7 @@ std::vector<std::string> node_reads(const Node& n) {
   std::vector<std::string> r;
   for (const auto& i : n.inputs)
     if (!i.empty()) r.push_back(i);
-  for (const Graph* g : n.subgraphs())
-    for (const auto& f : g->free_variables()) r.push_back(f);
+  for (const auto& f : implicit_inputs(n)) r.push_back(f);
   return r;
 }
 }  // namespace

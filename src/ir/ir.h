@@ -123,6 +123,10 @@ struct Model {
   int64_t opset(const std::string& domain) const;
 };
 
+/// Outer-scope values a node's subgraphs read (union of their free variables, first-seen order).
+/// The executor passes them to the node's kernel in this order (RunContext::implicit).
+std::vector<std::string> implicit_inputs(const Node& n);
+
 /// Normalizes "ai.onnx" to "".
 std::string normalize_domain(const std::string& d);
 

@@ -176,6 +176,8 @@ const KernelRegistry& KernelRegistry::global() {
     kernels::register_reduce(r);
     kernels::register_shape(r);
     kernels::register_movement(r);
+    kernels::register_index(r);
+    kernels::register_image(r);
     kernels::register_conv(r);
     kernels::register_pool(r);
     kernels::register_norm(r);

@@ -10,7 +10,9 @@ void register_elementwise(KernelRegistry& r);   // cpu/elementwise.cpp: math, ac
 void register_linalg(KernelRegistry& r);        // cpu/linalg.cpp: MatMul, Gemm, Einsum
 void register_reduce(KernelRegistry& r);        // cpu/reduce.cpp: Reduce*, Arg*, CumSum, Softmax family, TopK
 void register_shape(KernelRegistry& r);         // cpu/shape.cpp: Reshape family, Shape, Size, Constant*, Range, Expand
-void register_movement(KernelRegistry& r);      // cpu/movement.cpp: Transpose, Concat, Split, Slice, Gather*, Scatter*, ...
+void register_movement(KernelRegistry& r);      // cpu/movement.cpp: Transpose, Concat, Split, Slice, Tile, Pad, ...
+void register_index(KernelRegistry& r);         // cpu/index.cpp: Gather*, Scatter*, OneHot
+void register_image(KernelRegistry& r);         // cpu/image.cpp: Resize, DepthToSpace, SpaceToDepth
 void register_conv(KernelRegistry& r);          // cpu/conv.cpp: Conv, ConvTranspose
 void register_pool(KernelRegistry& r);          // cpu/pool.cpp: MaxPool, AveragePool, Global*Pool, LpPool
 void register_norm(KernelRegistry& r);          // cpu/norm.cpp: BatchNormalization, InstanceNorm, LayerNorm, LRN, Dropout

@@ -111,10 +111,7 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const ir::Graph> graph, OpsetMap op
   implicit_.resize(graph_->nodes.size());
   for (size_t i = 0; i < graph_->nodes.size(); ++i) {
     const auto& n = graph_->nodes[i];
-    std::unordered_set<std::string> seen;
-    for (const ir::Graph* g : n.subgraphs())
-      for (const auto& f : g->free_variables())
-        if (seen.insert(f).second) implicit_[i].push_back(f);
+    implicit_[i] = ir::implicit_inputs(n);
     for (const auto& o : n.outputs)
       if (!o.empty()) producer_[o] = i;
   }
