@@ -1,0 +1,613 @@
+// The central chain-rule machinery: which values need gradients, the reverse walk, accumulation
+// of fan-out, reduction of broadcast dimensions, pruning. Rules live in rules.cpp.
+#include "autodiff/builder.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autodiff/rule_context.h"
+#include "ir/onnx_io.h"
+
+namespace onnxtrain::autodiff {
+
+inline constexpr const char* kCustomDomain = "com.onnxtrain";
+
+// Everything the walk accumulates; RuleContext forwards to it.
+class GraphBuilderState {
+ public:
+  GraphBuilderState(const ir::Model& m, const BuildOptions& o) : fwd(m), opts(o) {
+    opset = m.opset("");
+    const ir::Graph& g = *m.graph;
+    auto note_types = [&](const std::vector<ir::ValueInfo>& vs) {
+      for (const auto& v : vs)
+        if (v.type.kind != ir::TypeInfo::Kind::kUnknown) types[v.name] = v.type;
+    };
+    note_types(g.value_info);
+    note_types(g.inputs);
+    note_types(g.outputs);
+    for (const auto& [n, t] : g.initializers) {
+      types[n] = ir::TypeInfo::tensor(t.dtype(), t.shape());
+      if (!g.is_input(n)) constants[n] = t;
+    }
+    for (const auto& n : g.nodes)
+      if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1)
+        if (const ir::Attribute* a = n.attr("value"); a && a->type == ir::AttrType::kTensor) constants[n.outputs[0]] = a->t;
+    collect_names(g);
+  }
+
+  void collect_names(const ir::Graph& g) {
+    for (const auto& v : g.inputs) names.insert(v.name);
+    for (const auto& [n, t] : g.initializers) names.insert(n);
+    for (const auto& n : g.nodes) {
+      for (const auto& o : n.outputs) names.insert(o);
+      if (!n.name.empty()) names.insert(n.name);
+      for (const ir::Graph* sg : n.subgraphs()) collect_names(*sg);
+    }
+  }
+
+  std::string fresh(const std::string& base) {
+    std::string b = base.empty() ? "g" : base;
+    for (;;) {
+      std::string n = b + "_" + std::to_string(counter++);
+      if (names.insert(n).second) return n;
+    }
+  }
+
+  std::vector<std::string> emit(const std::string& type, std::vector<std::string> inputs, size_t nout,
+                                std::vector<ir::Attribute> attrs, const std::string& domain, const std::string& hint) {
+    ir::Node n;
+    n.op_type = type;
+    n.domain = domain;
+    n.inputs = std::move(inputs);
+    n.attrs = std::move(attrs);
+    for (size_t i = 0; i < nout; ++i) n.outputs.push_back(fresh(hint + "_" + type));
+    n.name = fresh("grad_" + type);
+    if (domain == kCustomDomain) used_custom = true;
+    // Element type of elementwise-like results: that of the first typed input.
+    if (!n.inputs.empty()) {
+      DType dt = dtype(n.inputs[0]);
+      if (dt != DType::kUndefined && type != "Shape" && type != "Size" && type != "NonZero" && type != "Cast" &&
+          type != "Equal" && type != "Not" && type != "And" && type != "Less" && type != "Greater")
+        for (const auto& o : n.outputs) types[o] = ir::TypeInfo::tensor(dt);
+    }
+    std::vector<std::string> outs = n.outputs;
+    nodes.push_back(std::move(n));
+    return outs;
+  }
+
+  DType dtype(const std::string& v) const {
+    auto it = types.find(v);
+    return it == types.end() ? DType::kUndefined : it->second.elem;
+  }
+  const ir::TypeInfo* type(const std::string& v) const {
+    auto it = types.find(v);
+    return it == types.end() ? nullptr : &it->second;
+  }
+
+  std::string constant(const Tensor& t, const std::string& hint) {
+    std::string n = fresh(hint);
+    inits.emplace_back(n, t);
+    types[n] = ir::TypeInfo::tensor(t.dtype(), t.shape());
+    return n;
+  }
+
+  void contribute(const std::string& value, const std::string& g) { contrib[value].push_back(g); }
+
+  // Sum of the gradient contributions to `value`, or "" when there are none.
+  std::string accumulate(const std::string& value) {
+    auto it = contrib.find(value);
+    if (it == contrib.end() || it->second.empty()) return "";
+    auto& list = it->second;
+    if (list.size() > 1) {
+      std::string s = emit("Sum", list, 1, {}, "", value + "_grad_acc")[0];
+      list.assign(1, s);
+    }
+    types.emplace(list[0], types.count(value) ? types[value] : ir::TypeInfo());
+    return list[0];
+  }
+
+  const ir::Model& fwd;
+  BuildOptions opts;
+  int64_t opset = 0;
+  std::unordered_map<std::string, ir::TypeInfo> types;
+  std::unordered_set<std::string> names;
+  std::vector<ir::Node> nodes;                                 // emitted gradient nodes, in order
+  std::vector<std::pair<std::string, Tensor>> inits;           // emitted constants
+  std::unordered_map<std::string, std::vector<std::string>> contrib;
+  std::unordered_set<std::string> requires_grad;
+  std::unordered_map<std::string, std::string> shape_cache;
+  std::unordered_map<std::string, Tensor> constants;  // forward constants by name
+  uint64_t counter = 0;
+  bool used_custom = false;
+};
+
+// ------------------------------------------------------------------ RuleContext
+RuleContext::RuleContext(GraphBuilderState& st, const ir::Node& node, int64_t opset)
+    : st_(st), node_(node), opset_(opset) {}
+
+bool RuleContext::portable() const { return st_.opts.portable; }
+
+const std::string& RuleContext::I(size_t i) const {
+  static const std::string empty;
+  return i < node_.inputs.size() ? node_.inputs[i] : empty;
+}
+const std::string& RuleContext::O(size_t i) const {
+  static const std::string empty;
+  return i < node_.outputs.size() ? node_.outputs[i] : empty;
+}
+
+std::string RuleContext::GO_or_zeros(size_t i) { return has_GO(i) ? GO(i) : zeros_like(O(i)); }
+
+bool RuleContext::needs_GI(size_t i) const { return has_input(i) && st_.requires_grad.count(I(i)) > 0; }
+
+void RuleContext::set_GI(size_t i, const std::string& g) {
+  if (!needs_GI(i) || g.empty()) return;
+  if (!st_.types.count(g) && st_.types.count(I(i))) st_.types[g] = st_.types[I(i)];
+  st_.contribute(I(i), g);
+}
+
+void RuleContext::set_GI_unbroadcast(size_t i, const std::string& g, size_t out) {
+  set_GI_unbroadcast_typed(i, g, st_.type(O(out)));
+}
+
+void RuleContext::set_GI_unbroadcast_typed(size_t i, const std::string& g, const ir::TypeInfo* to) {
+  if (!needs_GI(i) || g.empty()) return;
+  const ir::TypeInfo* ti = st_.type(I(i));
+  if (to && ti && to->has_shape && ti->has_shape) {
+    const auto& so = to->dims;
+    const auto& si = ti->dims;
+    if (si.size() > so.size()) fail("input ", i, " has a higher rank than the output");
+    const size_t lead = so.size() - si.size();
+    std::vector<int64_t> axes;
+    bool dynamic = false;
+    for (size_t a = 0; a < so.size(); ++a) {
+      if (a < lead) {
+        axes.push_back(int64_t(a));
+        continue;
+      }
+      const ir::Dim& di = si[a - lead];
+      const ir::Dim& d_o = so[a];
+      if (di.fixed() && d_o.fixed()) {
+        if (di.value == d_o.value) continue;
+        if (di.value == 1) {
+          axes.push_back(int64_t(a));
+          continue;
+        }
+        fail("input ", i, " dimension ", di.value, " does not broadcast to ", d_o.value);
+      }
+      if (di.fixed() && di.value != 1) continue;  // the output dimension must equal it
+      if (!di.fixed() && !di.param.empty() && di.param == d_o.param) continue;
+      dynamic = true;
+    }
+    if (!dynamic) {
+      std::string r = g;
+      if (!axes.empty()) {
+        r = reduce_sum(g, axes, true);
+        if (lead > 0) {
+          std::vector<int64_t> lead_axes;
+          for (size_t a = 0; a < lead; ++a) lead_axes.push_back(int64_t(a));
+          r = squeeze(r, lead_axes);
+        }
+      }
+      st_.types[r] = *ti;
+      st_.contribute(I(i), r);
+      return;
+    }
+  }
+  // Shapes only known at run time.
+  std::string r;
+  if (!portable()) {
+    r = custom("SumToShape", {g, shape_of(I(i))}, 1)[0];
+  } else {
+    if (opset_ < 13) fail("portable gradients of dynamically broadcast operands need opset >= 13");
+    const std::string sg = shape_of(g), si = shape_of(I(i));
+    const std::string diff = op("Sub", {op("Size", {sg}), op("Size", {si})});
+    ir::Attribute one;
+    one.name = "value";
+    one.type = ir::AttrType::kTensor;
+    one.t = Tensor::from_vector<int64_t>({1}, {1});
+    const std::string pad = op("ConstantOfShape", {reshape(diff, ints({1}))}, {one});
+    ir::Attribute axis;
+    axis.name = "axis";
+    axis.type = ir::AttrType::kInt;
+    axis.i = 0;
+    const std::string padded = op("Concat", {pad, si}, {axis});
+    const std::string one_c = ints({1});
+    const std::string mask = op("And", {op("Equal", {padded, one_c}), op("Not", {op("Equal", {sg, one_c})})});
+    const std::string axes = reshape(op("NonZero", {mask}), ints({-1}));
+    ir::Attribute keep;
+    keep.name = "keepdims";
+    keep.type = ir::AttrType::kInt;
+    keep.i = 1;
+    ir::Attribute noop = keep;
+    noop.name = "noop_with_empty_axes";
+    const std::string red = op("ReduceSum", {g, axes}, {keep, noop});
+    r = reshape(red, si);
+  }
+  if (ti) st_.types[r] = *ti;
+  st_.contribute(I(i), r);
+}
+
+DType RuleContext::dtype(const std::string& v) const { return st_.dtype(v); }
+
+const ir::TypeInfo* RuleContext::type(const std::string& v) const { return st_.type(v); }
+
+int64_t RuleContext::rank(const std::string& v) const {
+  const ir::TypeInfo* t = st_.type(v);
+  return t && t->has_shape ? int64_t(t->dims.size()) : -1;
+}
+
+std::optional<Shape> RuleContext::static_shape(const std::string& v) const {
+  const ir::TypeInfo* t = st_.type(v);
+  if (!t || !t->has_shape) return std::nullopt;
+  Shape s;
+  for (const auto& d : t->dims) {
+    if (!d.fixed()) return std::nullopt;
+    s.push_back(d.value);
+  }
+  return s;
+}
+
+const Tensor* RuleContext::constant_value(const std::string& v) const {
+  auto it = st_.constants.find(v);
+  return it == st_.constants.end() ? nullptr : &it->second;
+}
+
+std::optional<std::vector<int64_t>> RuleContext::const_ints_input(size_t i) const {
+  if (!has_input(i)) return std::nullopt;
+  const Tensor* t = constant_value(I(i));
+  if (!t) fail("input ", i, " ('", I(i), "') must be a constant for differentiation");
+  std::vector<int64_t> r;
+  for (int64_t k = 0; k < t->numel(); ++k) {
+    if (t->dtype() == DType::kInt64) r.push_back(t->data<int64_t>()[k]);
+    else if (t->dtype() == DType::kInt32) r.push_back(t->data<int32_t>()[k]);
+    else fail("input ", i, " must hold integers");
+  }
+  return r;
+}
+
+int64_t RuleContext::attr_int(const std::string& name, int64_t dflt) const {
+  const ir::Attribute* a = node_.attr(name);
+  return a && a->type == ir::AttrType::kInt ? a->i : dflt;
+}
+float RuleContext::attr_float(const std::string& name, float dflt) const {
+  const ir::Attribute* a = node_.attr(name);
+  return a && a->type == ir::AttrType::kFloat ? a->f : dflt;
+}
+std::string RuleContext::attr_string(const std::string& name, const std::string& dflt) const {
+  const ir::Attribute* a = node_.attr(name);
+  return a && a->type == ir::AttrType::kString ? a->s : dflt;
+}
+std::vector<int64_t> RuleContext::attr_ints(const std::string& name, const std::vector<int64_t>& dflt) const {
+  const ir::Attribute* a = node_.attr(name);
+  return a && a->type == ir::AttrType::kInts ? a->ints : dflt;
+}
+std::vector<float> RuleContext::attr_floats(const std::string& name, const std::vector<float>& dflt) const {
+  const ir::Attribute* a = node_.attr(name);
+  return a && a->type == ir::AttrType::kFloats ? a->floats : dflt;
+}
+
+std::string RuleContext::op(const std::string& type, std::vector<std::string> inputs, std::vector<ir::Attribute> attrs) {
+  return st_.emit(type, std::move(inputs), 1, std::move(attrs), "", node_.outputs.empty() ? "" : node_.outputs[0])[0];
+}
+
+std::vector<std::string> RuleContext::op_n(const std::string& type, std::vector<std::string> inputs, size_t n,
+                                           std::vector<ir::Attribute> attrs, const std::string& domain) {
+  return st_.emit(type, std::move(inputs), n, std::move(attrs), domain, node_.outputs.empty() ? "" : node_.outputs[0]);
+}
+
+std::vector<std::string> RuleContext::custom(const std::string& type, std::vector<std::string> inputs, size_t n,
+                                             std::vector<ir::Attribute> attrs) {
+  return op_n(type, std::move(inputs), n, std::move(attrs), kCustomDomain);
+}
+
+std::string RuleContext::constant(const Tensor& t) { return st_.constant(t, "grad_const"); }
+
+std::string RuleContext::scalar_like(double value, const std::string& v) {
+  const DType dt = dtype(v);
+  switch (dt) {
+    case DType::kFloat64: return constant(Tensor::scalar<double>(value));
+    case DType::kFloat16: return constant(Tensor::scalar<float16>(float16(float(value))));
+    case DType::kBFloat16: return constant(Tensor::scalar<bfloat16>(bfloat16(float(value))));
+    case DType::kFloat32: return constant(Tensor::scalar<float>(float(value)));
+    default: break;
+  }
+  if (dt == DType::kUndefined) fail("the element type of '", v, "' is unknown (ONNX type inference failed)");
+  fail("'", v, "' has non-float element type ", dtype_name(dt));
+}
+
+std::string RuleContext::ints(const std::vector<int64_t>& values) {
+  return constant(Tensor::from_vector<int64_t>({int64_t(values.size())}, values));
+}
+
+std::string RuleContext::shape_of(const std::string& v) {
+  auto it = st_.shape_cache.find(v);
+  if (it != st_.shape_cache.end()) return it->second;
+  std::string s = op("Shape", {v});
+  st_.types[s] = ir::TypeInfo::tensor(DType::kInt64);
+  st_.shape_cache[v] = s;
+  return s;
+}
+
+std::string RuleContext::zeros_like(const std::string& v) {
+  if (auto s = static_shape(v); s && shape_numel(*s) <= 16) {
+    Tensor t = Tensor::zeros(dtype(v), *s);
+    return constant(t);
+  }
+  return expand(scalar_like(0.0, v), shape_of(v));
+}
+
+std::string RuleContext::ones_like(const std::string& v) { return expand(scalar_like(1.0, v), shape_of(v)); }
+
+std::string RuleContext::cast(const std::string& v, DType to) {
+  ir::Attribute a;
+  a.name = "to";
+  a.type = ir::AttrType::kInt;
+  a.i = int64_t(to);
+  std::string r = op("Cast", {v}, {a});
+  st_.types[r] = ir::TypeInfo::tensor(to);
+  return r;
+}
+
+std::string RuleContext::cast_like(const std::string& v, const std::string& like) {
+  const DType dt = dtype(like);
+  if (dt == DType::kUndefined) fail("the element type of '", like, "' is unknown");
+  return cast(v, dt);
+}
+
+namespace {
+ir::Attribute ints_attr(const char* name, const std::vector<int64_t>& v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kInts;
+  a.ints = v;
+  return a;
+}
+ir::Attribute int_attr(const char* name, int64_t v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kInt;
+  a.i = v;
+  return a;
+}
+}  // namespace
+
+std::string RuleContext::reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims) {
+  if (opset_ >= 13) return op("ReduceSum", {v, ints(axes)}, {int_attr("keepdims", keepdims)});
+  return op("ReduceSum", {v}, {ints_attr("axes", axes), int_attr("keepdims", keepdims)});
+}
+
+std::string RuleContext::unsqueeze(const std::string& v, const std::vector<int64_t>& axes) {
+  if (opset_ >= 13) return op("Unsqueeze", {v, ints(axes)});
+  return op("Unsqueeze", {v}, {ints_attr("axes", axes)});
+}
+
+std::string RuleContext::squeeze(const std::string& v, const std::vector<int64_t>& axes) {
+  if (opset_ >= 13) return op("Squeeze", {v, ints(axes)});
+  return op("Squeeze", {v}, {ints_attr("axes", axes)});
+}
+
+std::string RuleContext::transpose(const std::string& v, const std::vector<int64_t>& perm) {
+  return op("Transpose", {v}, {ints_attr("perm", perm)});
+}
+
+std::string RuleContext::reshape(const std::string& v, const std::string& shape) { return op("Reshape", {v, shape}); }
+
+std::string RuleContext::expand(const std::string& v, const std::string& shape) { return op("Expand", {v, shape}); }
+
+// ------------------------------------------------------------------ the walk
+namespace {
+
+bool is_float(DType t) { return t == DType::kUndefined || dtype_is_float(t); }
+
+// Inputs of `n` through which gradients may flow.
+std::vector<size_t> diff_inputs(const ir::Node& n, const GradRule* rule) {
+  std::vector<size_t> r;
+  if (rule && !rule->differentiable.empty()) {
+    for (size_t i : rule->differentiable)
+      if (i < n.inputs.size() && !n.inputs[i].empty()) r.push_back(i);
+    return r;
+  }
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (!n.inputs[i].empty()) r.push_back(i);
+  return r;
+}
+
+}  // namespace
+
+ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<std::string>& ys,
+                               const std::vector<std::string>& xs, const std::string& loss,
+                               const BuildOptions& options) {
+  ir::Model fwd = forward_in;  // shallow: graph shared; types are added to a copy below
+  fwd.graph = std::make_shared<ir::Graph>(*forward_in.graph);
+  ir::infer_types(fwd);
+  const ir::Graph& g = *fwd.graph;
+  GraphBuilderState st(fwd, options);
+
+  std::unordered_set<std::string> defined;
+  for (const auto& v : g.inputs) defined.insert(v.name);
+  for (const auto& [n, t] : g.initializers) defined.insert(n);
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty()) defined.insert(o);
+  for (const auto& x : xs)
+    if (!g.is_input(x) && !g.initializer(x))
+      throw_error<InvalidArgument>("x_node_arg_names: '", x, "' is neither a graph input nor an initializer");
+  for (const auto& y : ys)
+    if (!defined.count(y)) throw_error<InvalidArgument>("y_node_arg_names: '", y, "' is not a value of the graph");
+  if (!defined.count(loss)) throw_error<InvalidArgument>("loss_node_arg_name: '", loss, "' is not a value of the graph");
+  if (!is_float(st.dtype(loss)))
+    throw_error<InvalidArgument>("loss '", loss, "' has non-float element type ", dtype_name(st.dtype(loss)));
+
+  const std::vector<size_t> order = ir::topological_order(g);
+  const int64_t opset = fwd.opset("");
+  auto rule_of = [&](const ir::Node& n) {
+    auto it = fwd.opsets.find(n.domain);
+    return find_rule(n.domain, n.op_type, it == fwd.opsets.end() ? 0 : it->second);
+  };
+
+  // Forward: values that depend on an x through differentiable edges.
+  auto& R = st.requires_grad;
+  for (const auto& x : xs) R.insert(x);
+  for (size_t idx : order) {
+    const ir::Node& n = g.nodes[idx];
+    const GradRule* rule = rule_of(n);
+    if (rule && !rule->build) continue;  // zero-gradient operator
+    bool any = false;
+    for (size_t i : diff_inputs(n, rule)) any |= R.count(n.inputs[i]) > 0;
+    for (const auto& f : ir::implicit_inputs(n)) any |= R.count(f) > 0;
+    if (!any) continue;
+    for (const auto& o : n.outputs)
+      if (!o.empty() && is_float(st.dtype(o))) R.insert(o);
+  }
+
+  // Backward: values on a path to the loss.
+  std::unordered_set<std::string> L{loss};
+  std::vector<size_t> active;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const ir::Node& n = g.nodes[*it];
+    bool on_path = false;
+    for (const auto& o : n.outputs) on_path |= !o.empty() && L.count(o) && R.count(o);
+    if (!on_path) continue;
+    const GradRule* rule = rule_of(n);
+    if (!rule)
+      throw_error<NotImplemented>("no gradient rule for ", n.op_type,
+                                  n.domain.empty() ? "" : " (domain " + n.domain + ")", " (", n.describe(),
+                                  ") on the path from the loss to the requested inputs");
+    active.push_back(*it);
+    for (size_t i : diff_inputs(n, rule))
+      if (R.count(n.inputs[i])) L.insert(n.inputs[i]);
+  }
+
+  // Seed dLoss/dLoss = 1.
+  {
+    ir::Node seed_owner;
+    seed_owner.op_type = "Loss";
+    seed_owner.outputs = {loss};
+    RuleContext c(st, seed_owner, opset);
+    std::string one;
+    if (auto s = c.static_shape(loss); s && shape_numel(*s) == 1) {
+      Tensor t = Tensor::empty(st.dtype(loss) == DType::kUndefined ? DType::kFloat32 : st.dtype(loss), *s);
+      if (t.dtype() == DType::kFloat64) t.data<double>()[0] = 1.0;
+      else if (t.dtype() == DType::kFloat16) t.data<float16>()[0] = float16(1.f);
+      else if (t.dtype() == DType::kBFloat16) t.data<bfloat16>()[0] = bfloat16(1.f);
+      else t.data<float>()[0] = 1.f;
+      one = c.constant(t);
+    } else {
+      one = c.ones_like(loss);
+    }
+    st.types[one] = st.types.count(loss) ? st.types[loss] : ir::TypeInfo();
+    st.contribute(loss, one);
+  }
+
+  // Reverse walk over the active nodes (already in reverse topological order).
+  for (size_t idx : active) {
+    const ir::Node& n = g.nodes[idx];
+    const GradRule* rule = rule_of(n);
+    auto it = fwd.opsets.find(n.domain);
+    RuleContext c(st, n, it == fwd.opsets.end() ? 0 : it->second);
+    bool any = false;
+    c.go_.resize(n.outputs.size());
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k].empty() || !R.count(n.outputs[k])) continue;
+      c.go_[k] = st.accumulate(n.outputs[k]);
+      any |= !c.go_[k].empty();
+    }
+    if (!any) continue;
+    try {
+      rule->build(c);
+    } catch (const NotImplemented&) {
+      throw;
+    } catch (const Error& e) {
+      throw_error<NotImplemented>("gradient of ", n.describe(), ": ", e.what());
+    }
+  }
+
+  // Outputs "<x>_grad".
+  ir::Model out;
+  out.ir_version = std::max<int64_t>(fwd.ir_version, 7);
+  out.opsets = fwd.opsets;
+  out.producer_name = "onnxtrain";
+  out.producer_version = "0.1.0";
+  out.graph = std::make_shared<ir::Graph>();
+  ir::Graph& og = *out.graph;
+  og.name = g.name + "_grad";
+  og.inputs = g.inputs;
+  og.initializers = g.initializers;
+  for (const auto& y : ys) {
+    ir::ValueInfo vi;
+    vi.name = y;
+    if (st.types.count(y)) vi.type = st.types[y];
+    og.outputs.push_back(vi);
+  }
+  std::vector<std::string> grad_outputs;
+  {
+    ir::Node owner;
+    owner.op_type = "GradientOutputs";
+    RuleContext c(st, owner, opset);
+    std::vector<std::string> want = xs;
+    for (const auto& e : options.extra_grad_outputs) want.push_back(e);
+    for (const auto& x : want) {
+      std::string gx = st.accumulate(x);
+      if (gx.empty()) gx = c.zeros_like(x);
+      const std::string name = x + options.grad_suffix;
+      if (defined.count(name) && !std::count(xs.begin(), xs.end(), name))
+        throw_error<InvalidArgument>("cannot name the gradient of '", x, "' '", name, "': the graph already has that value");
+      ir::Node id;
+      id.op_type = "Identity";
+      id.name = st.fresh("grad_output_" + x);
+      id.inputs = {gx};
+      id.outputs = {name};
+      st.nodes.push_back(std::move(id));
+      ir::ValueInfo vi;
+      vi.name = name;
+      if (st.types.count(x)) vi.type = st.types[x];
+      og.outputs.push_back(vi);
+      grad_outputs.push_back(name);
+    }
+  }
+
+  // Assemble forward + gradient nodes and prune what no output needs.
+  std::vector<const ir::Node*> all;
+  for (size_t idx : order) all.push_back(&g.nodes[idx]);
+  for (const auto& n : st.nodes) all.push_back(&n);
+  std::unordered_set<std::string> needed;
+  for (const auto& o : og.outputs) needed.insert(o.name);
+  std::vector<bool> keep(all.size(), false);
+  for (size_t i = all.size(); i-- > 0;) {
+    const ir::Node& n = *all[i];
+    bool k = false;
+    for (const auto& o : n.outputs) k |= !o.empty() && needed.count(o);
+    if (!k) continue;
+    keep[i] = true;
+    for (const auto& in : n.inputs)
+      if (!in.empty()) needed.insert(in);
+    for (const auto& f : ir::implicit_inputs(n)) needed.insert(f);
+  }
+  for (size_t i = 0; i < all.size(); ++i)
+    if (keep[i]) og.nodes.push_back(*all[i]);
+  for (const auto& [n, t] : st.inits)
+    if (needed.count(n)) og.initializers.emplace_back(n, t);
+  if (st.used_custom) out.opsets[kCustomDomain] = 1;
+  // Keep the forward graph's known value types for inspection.
+  for (const auto& v : g.value_info)
+    if (needed.count(v.name)) og.value_info.push_back(v);
+  ir::validate_graph(og);
+  return out;
+}
+
+std::vector<std::string> missing_rules(const ir::Model& m) {
+  std::set<std::string> r;
+  std::function<void(const ir::Graph&)> walk = [&](const ir::Graph& g) {
+    for (const auto& n : g.nodes) {
+      const int64_t v = m.opset(n.domain);
+      if (!find_rule(n.domain, n.op_type, v)) r.insert(n.domain.empty() ? n.op_type : n.domain + "." + n.op_type);
+      for (const ir::Graph* sg : n.subgraphs()) walk(*sg);
+    }
+  };
+  walk(*m.graph);
+  return {r.begin(), r.end()};
+}
+
+}  // namespace onnxtrain::autodiff
