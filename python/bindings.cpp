@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "onnxtrain/error.h"
+#include "onnxtrain/gradient.h"
 #include "onnxtrain/session.h"
 
 namespace py = pybind11;
@@ -186,6 +187,17 @@ PYBIND11_MODULE(_C, m) {
         return "NodeArg(name='" + a.name + "', type='" + a.type + "', shape=" +
                std::string(py::repr(shape_list(a))) + ")";
       });
+
+  py::class_<GradientGraphBuilder>(m, "GradientGraphBuilder")
+      .def(py::init([](py::bytes model, const std::set<std::string>& ys, const std::set<std::string>& xs,
+                       const std::string& loss, bool portable) {
+             return new GradientGraphBuilder(std::string(model), ys, xs, loss, portable);
+           }),
+           py::arg("model_bytes"), py::arg("y_node_arg_names"), py::arg("x_node_arg_names"),
+           py::arg("loss_node_arg_name"), py::arg("portable") = false)
+      .def("build", &GradientGraphBuilder::build, py::call_guard<py::gil_scoped_release>())
+      .def("get_model", [](const GradientGraphBuilder& b) { return py::bytes(b.get_model()); })
+      .def("save", &GradientGraphBuilder::save, py::arg("path"));
 
   py::class_<InferenceSession>(m, "InferenceSession")
       .def(py::init([](py::object path_or_bytes, const SessionOptions* opts) {

@@ -5,6 +5,7 @@ Drop-in names from onnxruntime / onnxruntime-training: ``InferenceSession``, ``S
 from ._errors import (InvalidArgument, InvalidGraph, InvalidModel, ModelFileError, OnnxTrainError,
                       UnsupportedError)
 from ._C import NodeArg, SessionOptions
+from .gradient import GradientGraphBuilder
 from .session import InferenceSession, get_all_providers, get_available_providers
 
 __version__ = "0.1.0"
@@ -16,7 +17,7 @@ def get_device():
 
 
 __all__ = [
-    "InferenceSession", "SessionOptions", "NodeArg", "get_available_providers", "get_all_providers",
+    "InferenceSession", "SessionOptions", "GradientGraphBuilder", "NodeArg", "get_available_providers", "get_all_providers",
     "get_device", "OnnxTrainError", "InvalidArgument", "InvalidModel", "InvalidGraph",
     "UnsupportedError", "ModelFileError",
 ]

@@ -1,6 +1,7 @@
 #include "onnxtrain/session.h"
 
 #include "api/session_impl.h"
+#include "autodiff/builder.h"
 #include "ir/onnx_io.h"
 
 namespace onnxtrain {
@@ -56,6 +57,12 @@ void InferenceSession::Impl::init() {
   if (options.intra_op_num_threads < 0)
     throw_error<InvalidArgument>("SessionOptions.intra_op_num_threads must be >= 0, got ",
                                  options.intra_op_num_threads);
+  // The preview-training Gradient operator becomes explicit gradient nodes.
+  for (const auto& n : model.graph->nodes)
+    if (n.domain == "ai.onnx.preview.training" && n.op_type == "Gradient") {
+      autodiff::lower_gradient_ops(model);
+      break;
+    }
   exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, eo);
   // Create every kernel once now so unsupported operators fail at load time, naming the node.
   std::function<void(const ir::Graph&)> check = [&](const ir::Graph& g) {

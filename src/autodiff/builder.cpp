@@ -432,7 +432,7 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     for (const auto& o : n.outputs)
       if (!o.empty()) defined.insert(o);
   for (const auto& x : xs)
-    if (!g.is_input(x) && !g.initializer(x))
+    if (!g.is_input(x) && !g.initializer(x) && !(options.allow_intermediate_xs && defined.count(x)))
       throw_error<InvalidArgument>("x_node_arg_names: '", x, "' is neither a graph input nor an initializer");
   for (const auto& y : ys)
     if (!defined.count(y)) throw_error<InvalidArgument>("y_node_arg_names: '", y, "' is not a value of the graph");
@@ -548,10 +548,11 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     RuleContext c(st, owner, opset);
     std::vector<std::string> want = xs;
     for (const auto& e : options.extra_grad_outputs) want.push_back(e);
-    for (const auto& x : want) {
+    for (size_t wi = 0; wi < want.size(); ++wi) {
+      const std::string& x = want[wi];
       std::string gx = st.accumulate(x);
       if (gx.empty()) gx = c.zeros_like(x);
-      const std::string name = x + options.grad_suffix;
+      const std::string name = wi < options.grad_names.size() ? options.grad_names[wi] : x + options.grad_suffix;
       if (defined.count(name) && !std::count(xs.begin(), xs.end(), name))
         throw_error<InvalidArgument>("cannot name the gradient of '", x, "' '", name, "': the graph already has that value");
       ir::Node id;
@@ -595,6 +596,48 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     if (needed.count(v.name)) og.value_info.push_back(v);
   ir::validate_graph(og);
   return out;
+}
+
+void lower_gradient_ops(ir::Model& m) {
+  ir::Graph& g = *m.graph;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
+    if (n.domain != "ai.onnx.preview.training" || n.op_type != "Gradient") continue;
+    const ir::Attribute* xs = n.attr("xs");
+    const ir::Attribute* y = n.attr("y");
+    if (!xs || xs->type != ir::AttrType::kStrings || !y || y->type != ir::AttrType::kString)
+      throw_error<InvalidModel>(n.describe(), ": Gradient needs the 'xs' (strings) and 'y' (string) attributes");
+    if (const ir::Attribute* zs = n.attr("zs"); zs && !zs->strings.empty())
+      throw_error<NotImplemented>(n.describe(), ": the 'zs' attribute of Gradient is not supported");
+    if (n.outputs.size() != xs->strings.size())
+      throw_error<InvalidModel>(n.describe(), ": ", n.outputs.size(), " outputs for ", xs->strings.size(), " xs");
+    // Differentiate the graph without this node.
+    ir::Model sub = m;
+    sub.graph = std::make_shared<ir::Graph>(g);
+    sub.graph->nodes.erase(sub.graph->nodes.begin() + long(i));
+    sub.graph->outputs.clear();
+    BuildOptions o;
+    o.grad_names = n.outputs;
+    o.allow_intermediate_xs = true;
+    ir::Model gm = build_gradient_model(sub, {}, xs->strings, y->s, o);
+    std::unordered_set<std::string> existing;
+    for (const auto& v : g.inputs) existing.insert(v.name);
+    for (const auto& [k, t] : g.initializers) existing.insert(k);
+    for (const auto& fn : g.nodes)
+      for (const auto& out : fn.outputs) existing.insert(out);
+    std::vector<ir::Node> added;
+    for (const auto& gn : gm.graph->nodes) {
+      bool is_new = true;
+      for (const auto& out : gn.outputs) is_new &= !existing.count(out) || std::count(n.outputs.begin(), n.outputs.end(), out);
+      if (is_new) added.push_back(gn);
+    }
+    for (const auto& [k, t] : gm.graph->initializers)
+      if (!existing.count(k)) g.initializers.emplace_back(k, t);
+    for (const auto& [d, v] : gm.opsets) m.opsets.emplace(d, v);
+    g.nodes.erase(g.nodes.begin() + long(i));
+    g.nodes.insert(g.nodes.begin() + long(i), added.begin(), added.end());
+    i += added.size() - 1;
+  }
 }
 
 std::vector<std::string> missing_rules(const ir::Model& m) {

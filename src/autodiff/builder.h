@@ -18,6 +18,10 @@ struct BuildOptions {
   std::string grad_suffix = "_grad";
   /// Also output the gradient of these intermediate values (e.g. for the TrainingAgent API).
   std::vector<std::string> extra_grad_outputs;
+  /// Explicit names of the gradient outputs, one per x (overrides grad_suffix).
+  std::vector<std::string> grad_names;
+  /// Accept intermediate values as xs (the preview-training Gradient operator allows them).
+  bool allow_intermediate_xs = false;
 };
 
 /// Builds the gradient model. Throws NotImplemented naming the node when an operator on the
@@ -25,6 +29,10 @@ struct BuildOptions {
 ir::Model build_gradient_model(const ir::Model& forward, const std::vector<std::string>& ys,
                                const std::vector<std::string>& xs, const std::string& loss,
                                const BuildOptions& options = {});
+
+/// Replaces every ai.onnx.preview.training Gradient node by the nodes computing its gradients
+/// (seeded with ones: the gradient of the sum of y's elements).
+void lower_gradient_ops(ir::Model& m);
 
 /// Operators of the model that lie on a path from the loss to an x but have no gradient rule
 /// (for `onnxtrain inspect`).

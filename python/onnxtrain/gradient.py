@@ -1,0 +1,58 @@
+"""GradientGraphBuilder with onnxruntime-training's call shapes."""
+import os
+
+from . import _C
+
+
+def _as_bytes(model):
+    if isinstance(model, bytes):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        with open(model, "rb") as f:
+            return f.read()
+    if hasattr(model, "SerializeToString"):  # onnx.ModelProto
+        return model.SerializeToString()
+    raise TypeError("model must be serialized bytes, a path or an onnx.ModelProto")
+
+
+def _names(arg, what):
+    if isinstance(arg, str):
+        return {arg}
+    try:
+        names = set(arg)
+    except TypeError:
+        raise TypeError(f"{what} must be a set of value names") from None
+    if not all(isinstance(n, str) for n in names):
+        raise TypeError(f"{what} must contain strings")
+    return names
+
+
+class GradientGraphBuilder:
+    """Builds the gradient graph of a model, as an ONNX model.
+
+    ``GradientGraphBuilder(model_bytes, y_node_arg_names, x_node_arg_names, loss_node_arg_name)``:
+    the built model computes the outputs ``y_node_arg_names`` plus ``<x>_grad`` for every name of
+    ``x_node_arg_names`` (initializers or graph inputs), the gradient of the scalar
+    ``loss_node_arg_name``. ``portable=True`` emits only standard ONNX operators wherever possible.
+    """
+
+    def __init__(self, model_bytes, y_node_arg_names, x_node_arg_names, loss_node_arg_name, portable=False):
+        if not isinstance(loss_node_arg_name, str):
+            raise TypeError("loss_node_arg_name must be a string")
+        self._builder = _C.GradientGraphBuilder(
+            _as_bytes(model_bytes), _names(y_node_arg_names, "y_node_arg_names"),
+            _names(x_node_arg_names, "x_node_arg_names"), loss_node_arg_name, bool(portable))
+        self._built = False
+
+    def build(self):
+        """Builds the gradient graph."""
+        self._builder.build()
+        self._built = True
+
+    def get_model(self):
+        """Serialized ONNX model of the gradient graph (bytes)."""
+        return self._builder.get_model()
+
+    def save(self, path):
+        """Writes the gradient model to ``path``."""
+        self._builder.save(os.fspath(path))
