@@ -185,30 +185,37 @@ struct Entry {
   GradRule rule;
 };
 
-std::vector<Entry> build_table() {
-  std::vector<Entry> t;
-  auto add = [&](const char* op, std::function<void(Ctx&)> f, std::vector<size_t> diff = {}, int64_t since = 1,
-                 int64_t until = 1000) { t.push_back({"", op, since, until, GradRule{std::move(f), std::move(diff)}}); };
-  auto zero = [&](const char* op) { t.push_back({"", op, 1, 1000, GradRule{nullptr, {}}}); };
+// Collects entries. add(op, rule, differentiable inputs = all, opset range = all).
+struct Table {
+  std::vector<Entry> entries;
+  void add(const char* op, std::function<void(Ctx&)> f, std::vector<size_t> diff = {}, int64_t since = 1,
+           int64_t until = 1000, const char* domain = "") {
+    entries.push_back({domain, op, since, until, GradRule{std::move(f), std::move(diff)}});
+  }
+  /// Declares an operator whose gradient is zero almost everywhere.
+  void zero(const char* op) { entries.push_back({"", op, 1, 1000, GradRule{nullptr, {}}}); }
+};
 
+// ================================================================ elementwise
+void rules_elementwise(Table& t) {
   // ---- arithmetic (numpy broadcasting: the builder reduces broadcast dims)
-  add("Add", [](Ctx& c) {
+  t.add("Add", [](Ctx& c) {
     c.set_GI_unbroadcast(0, c.GO(0));
     c.set_GI_unbroadcast(1, c.GO(0));
   });
-  add("Sub", [](Ctx& c) {
+  t.add("Sub", [](Ctx& c) {
     c.set_GI_unbroadcast(0, c.GO(0));
     if (c.needs_GI(1)) c.set_GI_unbroadcast(1, c.neg(c.GO(0)));
   });
-  add("Mul", [](Ctx& c) {
+  t.add("Mul", [](Ctx& c) {
     if (c.needs_GI(0)) c.set_GI_unbroadcast(0, c.mul(c.GO(0), c.I(1)));
     if (c.needs_GI(1)) c.set_GI_unbroadcast(1, c.mul(c.GO(0), c.I(0)));
   });
-  add("Div", [](Ctx& c) {  // y = a / b: da = g / b, db = -g y / b
+  t.add("Div", [](Ctx& c) {  // y = a / b: da = g / b, db = -g y / b
     if (c.needs_GI(0)) c.set_GI_unbroadcast(0, c.div(c.GO(0), c.I(1)));
     if (c.needs_GI(1)) c.set_GI_unbroadcast(1, c.neg(c.div(c.mul(c.GO(0), c.O(0)), c.I(1))));
   });
-  add("Pow", [](Ctx& c) {  // y = a^b: da = g b a^(b-1), db = g y ln(a)
+  t.add("Pow", [](Ctx& c) {  // y = a^b: da = g b a^(b-1), db = g y ln(a)
     const std::string &a = c.I(0), &b = c.I(1);
     if (c.needs_GI(0)) {
       const std::string bf = c.dtype(b) == c.dtype(a) ? b : c.cast_like(b, a);
@@ -217,88 +224,88 @@ std::vector<Entry> build_table() {
     }
     if (c.needs_GI(1)) c.set_GI_unbroadcast(1, c.mul(c.GO(0), c.mul(c.O(0), c.op("Log", {a}))));
   });
-  add("Neg", [](Ctx& c) { c.set_GI(0, c.neg(c.GO(0))); });
-  add("Abs", [](Ctx& c) { unary(c, c.op("Sign", {c.I(0)})); });
-  add("Sqrt", [](Ctx& c) { c.set_GI(0, c.div(c.GO(0), c.mul(c.O(0), c.scalar_like(2.0, c.O(0))))); });
-  add("Reciprocal", [](Ctx& c) { c.set_GI(0, c.neg(c.mul(c.GO(0), c.mul(c.O(0), c.O(0))))); });
-  add("Exp", [](Ctx& c) { unary(c, c.O(0)); });
-  add("Log", [](Ctx& c) { c.set_GI(0, c.div(c.GO(0), c.I(0))); });
-  add("Erf", [](Ctx& c) {  // 2/sqrt(pi) exp(-x^2)
+  t.add("Neg", [](Ctx& c) { c.set_GI(0, c.neg(c.GO(0))); });
+  t.add("Abs", [](Ctx& c) { unary(c, c.op("Sign", {c.I(0)})); });
+  t.add("Sqrt", [](Ctx& c) { c.set_GI(0, c.div(c.GO(0), c.mul(c.O(0), c.scalar_like(2.0, c.O(0))))); });
+  t.add("Reciprocal", [](Ctx& c) { c.set_GI(0, c.neg(c.mul(c.GO(0), c.mul(c.O(0), c.O(0))))); });
+  t.add("Exp", [](Ctx& c) { unary(c, c.O(0)); });
+  t.add("Log", [](Ctx& c) { c.set_GI(0, c.div(c.GO(0), c.I(0))); });
+  t.add("Erf", [](Ctx& c) {  // 2/sqrt(pi) exp(-x^2)
     const std::string& x = c.I(0);
     unary(c, c.mul(c.scalar_like(2.0 / std::sqrt(M_PI), x), c.op("Exp", {c.neg(c.mul(x, x))})));
   });
-  add("Sin", [](Ctx& c) { unary(c, c.op("Cos", {c.I(0)})); });
-  add("Cos", [](Ctx& c) { unary(c, c.neg(c.op("Sin", {c.I(0)}))); });
-  add("Tan", [](Ctx& c) { unary(c, c.add(c.scalar_like(1.0, c.O(0)), c.mul(c.O(0), c.O(0)))); });
-  add("Asin", [](Ctx& c) {
+  t.add("Sin", [](Ctx& c) { unary(c, c.op("Cos", {c.I(0)})); });
+  t.add("Cos", [](Ctx& c) { unary(c, c.neg(c.op("Sin", {c.I(0)}))); });
+  t.add("Tan", [](Ctx& c) { unary(c, c.add(c.scalar_like(1.0, c.O(0)), c.mul(c.O(0), c.O(0)))); });
+  t.add("Asin", [](Ctx& c) {
     const std::string& x = c.I(0);
     c.set_GI(0, c.div(c.GO(0), c.op("Sqrt", {c.sub(c.scalar_like(1.0, x), c.mul(x, x))})));
   });
-  add("Acos", [](Ctx& c) {
+  t.add("Acos", [](Ctx& c) {
     const std::string& x = c.I(0);
     c.set_GI(0, c.neg(c.div(c.GO(0), c.op("Sqrt", {c.sub(c.scalar_like(1.0, x), c.mul(x, x))}))));
   });
-  add("Atan", [](Ctx& c) {
+  t.add("Atan", [](Ctx& c) {
     const std::string& x = c.I(0);
     c.set_GI(0, c.div(c.GO(0), c.add(c.scalar_like(1.0, x), c.mul(x, x))));
   });
-  add("Sinh", [](Ctx& c) { unary(c, c.op("Cosh", {c.I(0)})); });
-  add("Cosh", [](Ctx& c) { unary(c, c.op("Sinh", {c.I(0)})); });
-  add("Asinh", [](Ctx& c) {
+  t.add("Sinh", [](Ctx& c) { unary(c, c.op("Cosh", {c.I(0)})); });
+  t.add("Cosh", [](Ctx& c) { unary(c, c.op("Sinh", {c.I(0)})); });
+  t.add("Asinh", [](Ctx& c) {
     const std::string& x = c.I(0);
     c.set_GI(0, c.div(c.GO(0), c.op("Sqrt", {c.add(c.mul(x, x), c.scalar_like(1.0, x))})));
   });
-  add("Acosh", [](Ctx& c) {
+  t.add("Acosh", [](Ctx& c) {
     const std::string& x = c.I(0);
     c.set_GI(0, c.div(c.GO(0), c.op("Sqrt", {c.sub(c.mul(x, x), c.scalar_like(1.0, x))})));
   });
-  add("Atanh", [](Ctx& c) {
+  t.add("Atanh", [](Ctx& c) {
     const std::string& x = c.I(0);
     c.set_GI(0, c.div(c.GO(0), c.sub(c.scalar_like(1.0, x), c.mul(x, x))));
   });
-  add("Tanh", [](Ctx& c) { unary(c, c.sub(c.scalar_like(1.0, c.O(0)), c.mul(c.O(0), c.O(0)))); });
-  add("Sigmoid", [](Ctx& c) { unary(c, c.mul(c.O(0), c.sub(c.scalar_like(1.0, c.O(0)), c.O(0)))); });
+  t.add("Tanh", [](Ctx& c) { unary(c, c.sub(c.scalar_like(1.0, c.O(0)), c.mul(c.O(0), c.O(0)))); });
+  t.add("Sigmoid", [](Ctx& c) { unary(c, c.mul(c.O(0), c.sub(c.scalar_like(1.0, c.O(0)), c.O(0)))); });
 
   // ---- activations
-  add("Relu", [](Ctx& c) {
+  t.add("Relu", [](Ctx& c) {
     c.set_GI(0, where_else_zero(c, c.op("Greater", {c.I(0), c.scalar_like(0.0, c.I(0))}), c.GO(0)));
   });
-  add("LeakyRelu", [](Ctx& c) {
+  t.add("LeakyRelu", [](Ctx& c) {
     const std::string& x = c.I(0);
     const double alpha = c.attr_float("alpha", 0.01f);
     c.set_GI(0, c.op("Where", {c.op("Greater", {x, c.scalar_like(0.0, x)}), c.GO(0),
                                c.mul(c.GO(0), c.scalar_like(alpha, x))}));
   });
-  add("Elu", [](Ctx& c) {  // x <= 0: y = alpha (e^x - 1), dy = y + alpha
+  t.add("Elu", [](Ctx& c) {  // x <= 0: y = alpha (e^x - 1), dy = y + alpha
     const std::string& x = c.I(0);
     const double alpha = c.attr_float("alpha", 1.f);
     c.set_GI(0, c.op("Where", {c.op("Greater", {x, c.scalar_like(0.0, x)}), c.GO(0),
                                c.mul(c.GO(0), c.add(c.O(0), c.scalar_like(alpha, x)))}));
   });
-  add("Selu", [](Ctx& c) {  // x <= 0: y = gamma alpha (e^x - 1), dy = y + gamma alpha
+  t.add("Selu", [](Ctx& c) {  // x <= 0: y = gamma alpha (e^x - 1), dy = y + gamma alpha
     const std::string& x = c.I(0);
     const double alpha = c.attr_float("alpha", 1.67326319217681884765625f);
     const double gamma = c.attr_float("gamma", 1.05070102214813232421875f);
     c.set_GI(0, c.op("Where", {c.op("Greater", {x, c.scalar_like(0.0, x)}), c.mul(c.GO(0), c.scalar_like(gamma, x)),
                                c.mul(c.GO(0), c.add(c.O(0), c.scalar_like(gamma * alpha, x)))}));
   });
-  add("Celu", [](Ctx& c) {  // x <= 0: dy = exp(x / alpha)
+  t.add("Celu", [](Ctx& c) {  // x <= 0: dy = exp(x / alpha)
     const std::string& x = c.I(0);
     const double alpha = c.attr_float("alpha", 1.f);
     c.set_GI(0, c.op("Where", {c.op("Greater", {x, c.scalar_like(0.0, x)}), c.GO(0),
                                c.mul(c.GO(0), c.op("Exp", {c.div(x, c.scalar_like(alpha, x))}))}));
   });
-  add("ThresholdedRelu", [](Ctx& c) {
+  t.add("ThresholdedRelu", [](Ctx& c) {
     const std::string& x = c.I(0);
     c.set_GI(0, where_else_zero(c, c.op("Greater", {x, c.scalar_like(c.attr_float("alpha", 1.f), x)}), c.GO(0)));
   });
-  add("Softplus", [](Ctx& c) { unary(c, c.op("Sigmoid", {c.I(0)})); });
-  add("Softsign", [](Ctx& c) {  // 1 / (1 + |x|)^2
+  t.add("Softplus", [](Ctx& c) { unary(c, c.op("Sigmoid", {c.I(0)})); });
+  t.add("Softsign", [](Ctx& c) {  // 1 / (1 + |x|)^2
     const std::string& x = c.I(0);
     const std::string d = c.add(c.scalar_like(1.0, x), c.op("Abs", {x}));
     c.set_GI(0, c.div(c.GO(0), c.mul(d, d)));
   });
-  add("HardSigmoid", [](Ctx& c) {  // alpha where 0 < alpha x + beta < 1
+  t.add("HardSigmoid", [](Ctx& c) {  // alpha where 0 < alpha x + beta < 1
     const std::string& x = c.I(0);
     const double alpha = c.attr_float("alpha", 0.2f), beta = c.attr_float("beta", 0.5f);
     const std::string z = c.add(c.mul(x, c.scalar_like(alpha, x)), c.scalar_like(beta, x));
@@ -306,7 +313,7 @@ std::vector<Entry> build_table() {
                                             c.op("Less", {z, c.scalar_like(1.0, x)})});
     c.set_GI(0, where_else_zero(c, inside, c.mul(c.GO(0), c.scalar_like(alpha, x))));
   });
-  add("HardSwish", [](Ctx& c) {  // 0 (x < -3), 1 (x > 3), x/3 + 1/2 between
+  t.add("HardSwish", [](Ctx& c) {  // 0 (x < -3), 1 (x > 3), x/3 + 1/2 between
     const std::string& x = c.I(0);
     const std::string mid = c.add(c.div(x, c.scalar_like(3.0, x)), c.scalar_like(0.5, x));
     const std::string d = c.op("Where", {c.op("Greater", {x, c.scalar_like(3.0, x)}), c.scalar_like(1.0, x),
@@ -314,13 +321,13 @@ std::vector<Entry> build_table() {
                                                         c.scalar_like(0.0, x), mid})});
     unary(c, d);
   });
-  add("PRelu", [](Ctx& c) {
+  t.add("PRelu", [](Ctx& c) {
     const std::string &x = c.I(0), &s = c.I(1);
     const std::string pos = c.op("Greater", {x, c.scalar_like(0.0, x)});
     c.set_GI(0, c.op("Where", {pos, c.GO(0), c.mul(c.GO(0), s)}));
     if (c.needs_GI(1)) c.set_GI_unbroadcast(1, where_else_zero(c, c.op("Not", {pos}), c.mul(c.GO(0), x)));
   });
-  add("Clip", [](Ctx& c) {  // gradient passes where min <= x <= max
+  t.add("Clip", [](Ctx& c) {  // gradient passes where min <= x <= max
     const std::string& x = c.I(0);
     std::string lo, hi;
     if (c.opset() < 11) {
@@ -338,7 +345,7 @@ std::vector<Entry> build_table() {
     }
     c.set_GI(0, mask.empty() ? c.GO(0) : where_else_zero(c, mask, c.GO(0)));
   }, {0});
-  add("Mod", [](Ctx& c) {  // y = a - b q, q = floor(a/b) (fmod: trunc(a/b))
+  t.add("Mod", [](Ctx& c) {  // y = a - b q, q = floor(a/b) (fmod: trunc(a/b))
     const std::string &a = c.I(0), &b = c.I(1);
     c.set_GI_unbroadcast(0, c.GO(0));
     if (c.needs_GI(1)) {
@@ -350,34 +357,64 @@ std::vector<Entry> build_table() {
   });
 
   // ---- variadic and selection
-  add("Sum", [](Ctx& c) {
+  t.add("Sum", [](Ctx& c) {
     for (size_t i = 0; i < c.num_inputs(); ++i) c.set_GI_unbroadcast(i, c.GO(0));
   });
-  add("Mean", [](Ctx& c) {
+  t.add("Mean", [](Ctx& c) {
     const std::string g = c.div(c.GO(0), c.scalar_like(double(c.num_inputs()), c.O(0)));
     for (size_t i = 0; i < c.num_inputs(); ++i) c.set_GI_unbroadcast(i, g);
   });
-  add("Max", minmax_rule);
-  add("Min", minmax_rule);
-  add("Where", [](Ctx& c) {
+  t.add("Max", minmax_rule);
+  t.add("Min", minmax_rule);
+  t.add("Where", [](Ctx& c) {
     if (c.needs_GI(1)) c.set_GI_unbroadcast(1, where_else_zero(c, c.I(0), c.GO(0)));
     if (c.needs_GI(2)) c.set_GI_unbroadcast(2, where_else_zero(c, c.op("Not", {c.I(0)}), c.GO(0)));
   }, {1, 2});
-  add("Identity", [](Ctx& c) { c.set_GI(0, c.GO(0)); });
-  add("Cast", [](Ctx& c) { c.set_GI(0, c.cast_like(c.GO(0), c.I(0))); });
-  add("CastLike", [](Ctx& c) { c.set_GI(0, c.cast_like(c.GO(0), c.I(0))); }, {0});
+  t.add("Identity", [](Ctx& c) { c.set_GI(0, c.GO(0)); });
+  t.add("Cast", [](Ctx& c) { c.set_GI(0, c.cast_like(c.GO(0), c.I(0))); });
+  t.add("CastLike", [](Ctx& c) { c.set_GI(0, c.cast_like(c.GO(0), c.I(0))); }, {0});
 
+  // ---- zero gradient almost everywhere (declared explicitly)
+  for (const char* op : {"Round", "Floor", "Ceil", "Sign", "ArgMax", "ArgMin", "Equal", "Less", "Greater",
+                         "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "Shape",
+                         "Size", "NonZero", "ConstantOfShape", "Constant", "Range", "EyeLike", "RandomNormal",
+                         "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+                         "BitShift"})
+    t.zero(op);
+}
+
+// ================================================================ linear algebra, convolution, pooling
+void rules_linalg(Table& t) {
   // ---- linear algebra
-  add("MatMul", matmul_rule);
-  add("Gemm", gemm_rule);
+  t.add("MatMul", matmul_rule);
+  t.add("Gemm", gemm_rule);
 
+}
+
+// ================================================================ reductions, softmax family, CumSum, TopK
+void rules_reduce(Table& t) {
+  // ---- reductions: broadcast the output gradient back over the reduced axes
+  t.add("ReduceSum", [](Ctx& c) { c.set_GI(0, reduce_back(c, c.GO(0), c.opset() >= 13)); }, {0});
+  t.add("ReduceMean", [](Ctx& c) {  // axes stay an attribute through opset 17
+    const std::string g = reduce_back(c, c.GO(0), false);
+    const std::string n = c.div(c.cast_like(c.op("Size", {c.I(0)}), c.I(0)), c.cast_like(c.op("Size", {c.O(0)}), c.I(0)));
+    c.set_GI(0, c.div(g, n));
+  }, {0});
+
+}
+
+// ================================================================ normalization, dropout, losses
+void rules_norm_loss(Table& t) { (void)t; }
+
+// ================================================================ shape and data movement
+void rules_shape(Table& t) {
   // ---- reshaping (gradient: reshape back)
   auto reshape_back = [](Ctx& c) { c.set_GI(0, c.reshape(c.GO(0), c.shape_of(c.I(0)))); };
-  add("Reshape", reshape_back, {0});
-  add("Flatten", reshape_back);
-  add("Squeeze", reshape_back, {0});
-  add("Unsqueeze", reshape_back, {0});
-  add("Transpose", [](Ctx& c) {
+  t.add("Reshape", reshape_back, {0});
+  t.add("Flatten", reshape_back);
+  t.add("Squeeze", reshape_back, {0});
+  t.add("Unsqueeze", reshape_back, {0});
+  t.add("Transpose", [](Ctx& c) {
     std::vector<int64_t> perm = c.attr_ints("perm", {});
     if (perm.empty()) {
       const int64_t r = c.rank(c.I(0));
@@ -389,22 +426,24 @@ std::vector<Entry> build_table() {
     c.set_GI(0, c.transpose(c.GO(0), inv));
   });
 
-  // ---- reductions: broadcast the output gradient back over the reduced axes
-  add("ReduceSum", [](Ctx& c) { c.set_GI(0, reduce_back(c, c.GO(0), c.opset() >= 13)); }, {0});
-  add("ReduceMean", [](Ctx& c) {  // axes stay an attribute through opset 17
-    const std::string g = reduce_back(c, c.GO(0), false);
-    const std::string n = c.div(c.cast_like(c.op("Size", {c.I(0)}), c.I(0)), c.cast_like(c.op("Size", {c.O(0)}), c.I(0)));
-    c.set_GI(0, c.div(g, n));
-  }, {0});
+}
 
-  // ---- zero gradient almost everywhere (declared explicitly)
-  for (const char* op : {"Round", "Floor", "Ceil", "Sign", "ArgMax", "ArgMin", "Equal", "Less", "Greater",
-                         "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "Shape",
-                         "Size", "NonZero", "ConstantOfShape", "Constant", "Range", "EyeLike", "RandomNormal",
-                         "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
-                         "BitShift"})
-    zero(op);
-  return t;
+// ================================================================ indexing (Gather*, Scatter*), Resize, DepthToSpace
+void rules_index(Table& t) { (void)t; }
+
+// ================================================================ recurrent, control flow
+void rules_rnn_control(Table& t) { (void)t; }
+
+std::vector<Entry> build_table() {
+  Table t;
+  rules_elementwise(t);
+  rules_linalg(t);
+  rules_reduce(t);
+  rules_norm_loss(t);
+  rules_shape(t);
+  rules_index(t);
+  rules_rnn_control(t);
+  return std::move(t.entries);
 }
 
 const std::vector<Entry>& table() {
