@@ -6,24 +6,13 @@
 #include <functional>
 #include <numeric>
 
-#include "onnxtrain/error.h"
-#include "test_util.h"
+#include "index_image_test_util.h"
 
 using namespace ot_test;
 using onnxtrain::shape_numel;
 using onnxtrain::shape_to_string;
 
 namespace {
-
-template <class E>
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error mentioning " << needles[0];
-  } catch (const E& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
-}
 
 struct ResizeCase {
   std::string mode = "nearest", coord = "half_pixel", nearest = "round_prefer_floor";

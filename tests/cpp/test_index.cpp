@@ -3,8 +3,7 @@
 #include <functional>
 #include <numeric>
 
-#include "onnxtrain/error.h"
-#include "test_util.h"
+#include "index_image_test_util.h"
 
 using namespace ot_test;
 using onnxtrain::shape_numel;
@@ -42,15 +41,26 @@ RunOptions options(int trial, bool constants = false, int64_t opset = 17) {
   return o;
 }
 
-/// Expects `f` to throw E whose message holds every needle.
-template <class E>
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& needles) {
-  try {
-    f();
-    ADD_FAILURE() << "expected an error mentioning " << needles[0];
-  } catch (const E& e) {
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
-  }
+/// GatherElements / ScatterElements inputs: data shape, an axis (maybe negative), indices of
+/// the data's rank that fit off the axis, values in [-n, n).
+struct ElementsCase {
+  Shape xs, is;
+  int64_t axis_attr = 0, axis = 0;
+  std::vector<int64_t> iv;
+};
+ElementsCase elements_case(std::mt19937& rng) {
+  ElementsCase c;
+  c.xs = random_shape(rng, 1, 4);
+  const int64_t r = int64_t(c.xs.size());
+  c.axis_attr = rand_in(rng, -r, r - 1);
+  c.axis = wrap(c.axis_attr, r);
+  c.is = c.xs;
+  for (size_t d = 0; d < c.is.size(); ++d)
+    c.is[d] = int64_t(d) == c.axis ? rand_in(rng, 1, 6) : rand_in(rng, 1, c.xs[d]);
+  const int64_t n = c.xs[size_t(c.axis)];
+  c.iv.resize(size_t(shape_numel(c.is)));
+  for (auto& v : c.iv) v = rand_in(rng, -n, n - 1);
+  return c;
 }
 
 }  // namespace
@@ -136,14 +146,10 @@ TEST(Index, GatherElementsRandom) {
   const uint32_t seed = 202;
   std::mt19937 rng(seed);
   for (int trial = 0; trial < 60; ++trial) {
-    const Shape xs = random_shape(rng, 1, 4);
-    const int64_t r = int64_t(xs.size());
-    const int64_t axis_attr = rand_in(rng, -r, r - 1), axis = wrap(axis_attr, r);
-    Shape is = xs;
-    for (size_t d = 0; d < is.size(); ++d) is[d] = int64_t(d) == axis ? rand_in(rng, 1, 6) : rand_in(rng, 1, xs[d]);
-    const int64_t n = xs[size_t(axis)];
-    std::vector<int64_t> iv(size_t(shape_numel(is)));
-    for (auto& v : iv) v = rand_in(rng, -n, n - 1);
+    const ElementsCase ec = elements_case(rng);
+    const Shape &xs = ec.xs, &is = ec.is;
+    const std::vector<int64_t>& iv = ec.iv;
+    const int64_t axis_attr = ec.axis_attr, axis = ec.axis, n = xs[size_t(axis)];
     const Tensor x = random_tensor(kDataTypes[trial % 7], xs, rng, -50, 50);
     const auto xv = to_double(x);
     std::vector<double> expect(iv.size());
@@ -323,14 +329,10 @@ TEST(Index, ScatterElementsRandom) {
   std::mt19937 rng(seed);
   const std::string reds[] = {"none", "add", "mul"};
   for (int trial = 0; trial < 60; ++trial) {
-    const Shape xs = random_shape(rng, 1, 4);
-    const int64_t r = int64_t(xs.size());
-    const int64_t axis_attr = rand_in(rng, -r, r - 1), axis = wrap(axis_attr, r);
-    Shape is = xs;
-    for (size_t d = 0; d < is.size(); ++d) is[d] = int64_t(d) == axis ? rand_in(rng, 1, 6) : rand_in(rng, 1, xs[d]);
-    const int64_t n = xs[size_t(axis)];
-    std::vector<int64_t> iv(size_t(shape_numel(is)));
-    for (auto& v : iv) v = rand_in(rng, -n, n - 1);
+    const ElementsCase ec = elements_case(rng);
+    const Shape &xs = ec.xs, &is = ec.is;
+    const std::vector<int64_t>& iv = ec.iv;
+    const int64_t axis_attr = ec.axis_attr, axis = ec.axis, n = xs[size_t(axis)];
     const std::string red = reds[trial % 3];
     const DType dt = red == "none" ? kDataTypes[trial % 7] : (trial % 2 ? DType::kFloat32 : DType::kInt64);
     const Tensor x = random_tensor(dt, xs, rng, red == "mul" ? 1 : -9, 3);
