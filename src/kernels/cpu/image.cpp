@@ -201,6 +201,8 @@ struct ResizePlan {
   int64_t combos = 1;   // prod K of active axes but the last
   bool gather = true;   // every active axis has one tap: pure data movement
   bool any_outside = false;
+  int64_t cache_slots = 0;   // inner == 1 interpolation: rows of the last axis cached per thread
+  size_t cache_bytes = 0;    // scratch per thread
 };
 
 class ResizeKernel final : public Kernel {
@@ -324,6 +326,15 @@ class ResizeKernel final : public Kernel {
     }
     p_.axes.assign(tables.begin() + long(first), tables.begin() + long(last));
     if (p_.any_outside && dt == DType::kString) ctx.fail("extrapolation needs a numeric element type");
+    if (!p_.gather && p_.inner == 1 && !p_.axes.empty()) {
+      // Each input row is interpolated along the last axis once per thread (it serves several
+      // output rows), then output rows combine cached rows: slots rows + 1 accumulator row.
+      const int64_t nx = p_.axes.back().out;
+      p_.cache_slots = std::clamp<int64_t>(2 * p_.combos, 2, 8);
+      p_.cache_bytes = (size_t(p_.cache_slots + 1) * size_t(nx) * sizeof(double) + size_t(p_.cache_slots) * 16 + 63) / 64 * 64;
+      const int threads = std::max(hardware_threads(), ctx.options().num_threads);
+      ctx.request_workspace(p_.cache_bytes * size_t(threads));
+    }
     ctx.set_output(0, dt, ys);
   }
 
@@ -353,24 +364,26 @@ class ResizeKernel final : public Kernel {
       using A = acc_t<T>;
       const T* src = x.data<T>();
       T* dst = y.data<T>();
+      const bool cached = p_.cache_slots > 0;
       switch (p_.axes.back().K) {
-        case 1: interp_rows<T, A, 1>(src, dst); break;
-        case 2: interp_rows<T, A, 2>(src, dst); break;
-        default: interp_rows<T, A, 4>(src, dst); break;
+        case 1: cached ? cached_rows<T, A, 1>(ctx, src, dst) : interp_rows<T, A, 1>(src, dst); break;
+        case 2: cached ? cached_rows<T, A, 2>(ctx, src, dst) : interp_rows<T, A, 2>(src, dst); break;
+        default: cached ? cached_rows<T, A, 4>(ctx, src, dst) : interp_rows<T, A, 4>(src, dst); break;
       }
     });
   }
 
  private:
   /// Output row r = (outer o, coordinates yc of the active axes but the last), `row_len`
-  /// contiguous elements of Y. Calls body(o, yc, out) for every row, in parallel; rows and
-  /// columns outside the crop get `fill`.
-  template <class T, class Body>
-  void for_each_row(T* dst, T fill, Body&& body) const {
+  /// contiguous elements of Y. In parallel chunks: state = init() per chunk, then
+  /// body(state, o, yc, out) for every row; rows and columns outside the crop get `fill`.
+  template <class T, class Init, class Body>
+  void for_each_row(T* dst, T fill, Init&& init, Body&& body) const {
     const size_t m = p_.axes.size();
     const AxisTable& lt = p_.axes.back();
     const int64_t inner = p_.inner, row_len = lt.out * inner;
     parallel_for(p_.rows, grain_for(row_len), [&](int64_t r0, int64_t r1) {
+      auto state = init();
       int64_t yc[kMaxRank];
       for (int64_t r = r0; r < r1; ++r) {
         T* out = dst + r * row_len;
@@ -386,7 +399,7 @@ class ResizeKernel final : public Kernel {
           std::fill(out, out + row_len, fill);
           continue;
         }
-        body(rem, static_cast<const int64_t*>(yc), out);
+        body(state, rem, static_cast<const int64_t*>(yc), out);
         if (lt.any_outside)
           for (int64_t xq = 0; xq < lt.out; ++xq)
             if (lt.outside[size_t(xq)]) std::fill(out + xq * inner, out + (xq + 1) * inner, fill);
@@ -399,7 +412,7 @@ class ResizeKernel final : public Kernel {
     const size_t m = p_.axes.size();
     const int64_t nx = p_.axes.back().out, inner = p_.inner;
     const int64_t* xo = p_.off.back().data();
-    for_each_row(dst, fill, [&](int64_t o, const int64_t* yc, T* out) {
+    for_each_row(dst, fill, [] { return 0; }, [&](int, int64_t o, const int64_t* yc, T* out) {
       int64_t base = o * p_.in_block;
       for (size_t k = 0; k + 1 < m; ++k) base += p_.off[k][size_t(yc[k])];
       const T* in = src + base;
@@ -411,59 +424,62 @@ class ResizeKernel final : public Kernel {
     });
   }
 
-  template <class T, class A, int KX>
-  void interp_rows(const T* src, T* dst) const {
-    const size_t m = p_.axes.size();
-    const int64_t nx = p_.axes.back().out, inner = p_.inner, combos = p_.combos;
-    const int64_t* xo = p_.off.back().data();
-    auto weights = [&](size_t k) -> const A* {
-      if constexpr (std::is_same_v<A, float>) return p_.wf[k].data();
-      else return p_.wd[k].data();
-    };
-    const A* xw = weights(m - 1);
-    for_each_row(dst, to_elem<T>(A(a_.extrapolation)), [&](int64_t o, const int64_t* yc, T* out) {
-      // The input rows of this output row: every tap combination of the leading active axes.
-      int64_t stack_off[64];
-      A stack_w[64];
+  template <class A>
+  const A* weights(size_t k) const {
+    if constexpr (std::is_same_v<A, float>) return p_.wf[k].data();
+    else return p_.wd[k].data();
+  }
+
+  /// The input rows feeding output row (o, yc): every tap combination of the leading active
+  /// axes, as offsets into X (coff) and weights (cw), both p_.combos long. Returns their number.
+  template <class A>
+  int64_t row_taps(int64_t o, const int64_t* yc, int64_t* coff, A* cw) const {
+    int64_t nc = 1;
+    coff[0] = o * p_.in_block;
+    cw[0] = A(1);
+    for (size_t k = 0; k + 1 < p_.axes.size(); ++k) {
+      const int K = p_.axes[k].K;
+      const int64_t* ok = &p_.off[k][size_t(yc[k] * K)];
+      const A* wk = weights<A>(k) + yc[k] * K;
+      for (int64_t c = nc; c-- > 0;)  // in place: entry c is read before any write reaches it
+        for (int t = K; t-- > 0;) {
+          coff[c * K + t] = coff[c] + ok[t];
+          cw[c * K + t] = cw[c] * wk[t];
+        }
+      nc *= K;
+    }
+    return nc;
+  }
+
+  /// Scratch for row_taps: on the stack up to 64 combinations, else per thread on the heap.
+  template <class A>
+  struct TapScratch {
+    int64_t stack_off[64];
+    A stack_w[64];
+    int64_t* off = stack_off;
+    A* w = stack_w;
+    TapScratch(const TapScratch&) = delete;  // points into itself: built in place only
+    explicit TapScratch(int64_t combos) {
+      if (combos <= 64) return;
       thread_local std::vector<int64_t> heap_off;
       thread_local std::vector<A> heap_w;
-      int64_t* coff = stack_off;
-      A* cw = stack_w;
-      if (combos > 64) {
-        heap_off.resize(size_t(combos));
-        heap_w.resize(size_t(combos));
-        coff = heap_off.data();
-        cw = heap_w.data();
-      }
-      int64_t nc = 1;
-      coff[0] = o * p_.in_block;
-      cw[0] = A(1);
-      for (size_t k = 0; k + 1 < m; ++k) {
-        const int K = p_.axes[k].K;
-        const int64_t* ok = &p_.off[k][size_t(yc[k] * K)];
-        const A* wk = weights(k) + yc[k] * K;
-        for (int64_t c = nc; c-- > 0;)  // in place: entry c is read before any write reaches it
-          for (int t = K; t-- > 0;) {
-            coff[c * K + t] = coff[c] + ok[t];
-            cw[c * K + t] = cw[c] * wk[t];
-          }
-        nc *= K;
-      }
-      if (inner == 1) {
-        for (int64_t xq = 0; xq < nx; ++xq) {
-          const int64_t* ox = xo + xq * KX;
-          const A* wx = xw + xq * KX;
-          A s = 0;
-          for (int64_t c = 0; c < nc; ++c) {
-            const T* in = src + coff[c];
-            A h = 0;
-            for (int t = 0; t < KX; ++t) h += wx[t] * A(in[ox[t]]);
-            s += cw[c] * h;
-          }
-          out[xq] = to_elem<T>(s);
-        }
-        return;
-      }
+      heap_off.resize(size_t(combos));
+      heap_w.resize(size_t(combos));
+      off = heap_off.data();
+      w = heap_w.data();
+    }
+  };
+
+  /// Interpolation with inner blocks (identity axes after the active ones): every output element
+  /// is a weighted sum of contiguous input blocks, accumulated in chunks of 256.
+  template <class T, class A, int KX>
+  void interp_rows(const T* src, T* dst) const {
+    const int64_t nx = p_.axes.back().out, inner = p_.inner;
+    const int64_t* xo = p_.off.back().data();
+    const A* xw = weights<A>(p_.axes.size() - 1);
+    auto init = [&] { return TapScratch<A>(p_.combos); };
+    for_each_row(dst, to_elem<T>(A(a_.extrapolation)), init, [&](TapScratch<A>& ts, int64_t o, const int64_t* yc, T* out) {
+      const int64_t nc = row_taps(o, yc, ts.off, ts.w);
       A acc[256];
       for (int64_t xq = 0; xq < nx; ++xq) {
         const int64_t* ox = xo + xq * KX;
@@ -473,13 +489,107 @@ class ResizeKernel final : public Kernel {
           std::fill(acc, acc + n, A(0));
           for (int64_t c = 0; c < nc; ++c)
             for (int t = 0; t < KX; ++t) {
-              const A wgt = cw[c] * wx[t];
-              const T* in = src + coff[c] + ox[t] + i0;
+              const A wgt = ts.w[c] * wx[t];
+              const T* in = src + ts.off[c] + ox[t] + i0;
               for (int64_t i = 0; i < n; ++i) acc[i] += wgt * A(in[i]);
             }
           T* ob = out + xq * inner + i0;
           for (int64_t i = 0; i < n; ++i) ob[i] = to_elem<T>(acc[i]);
         }
+      }
+    });
+  }
+
+  /// Per-thread cache of input rows interpolated along the last axis, least recently used out.
+  template <class A>
+  struct RowCache {
+    int64_t slots = 0, nx = 0, clock = 0;
+    int64_t* tag = nullptr;    // input row offset held by each slot (-1: empty)
+    int64_t* stamp = nullptr;  // last use
+    A* rows = nullptr;         // slots x nx
+    A* acc = nullptr;          // nx
+    std::vector<char> own;     // when the workspace does not cover this thread
+
+    RowCache(const ResizePlan& p, char* ws, size_t ws_bytes) : slots(p.cache_slots), nx(p.axes.back().out) {
+      const size_t tid = size_t(omp_get_thread_num());
+      char* mem = ws && (tid + 1) * p.cache_bytes <= ws_bytes ? ws + tid * p.cache_bytes : nullptr;
+      if (!mem) {
+        own.resize(p.cache_bytes + 64);
+        mem = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(own.data()) + 63) / 64 * 64);
+      }
+      rows = reinterpret_cast<A*>(mem);
+      acc = rows + slots * nx;
+      tag = reinterpret_cast<int64_t*>(acc + nx + (8 - nx % 8) % 8);
+      stamp = tag + slots;
+      std::fill(tag, tag + slots, -1);
+      std::fill(stamp, stamp + slots, 0);
+    }
+    /// Row at input offset `off`, computing it with fill(row) on a miss. The row returned last
+    /// stays valid through the next call (it is the most recently used).
+    template <class Fill>
+    const A* get(int64_t off, Fill&& fill) {
+      int64_t victim = 0;
+      for (int64_t s = 0; s < slots; ++s) {
+        if (tag[s] == off) {
+          stamp[s] = ++clock;
+          return rows + s * nx;
+        }
+        if (stamp[s] < stamp[victim]) victim = s;
+      }
+      tag[victim] = off;
+      stamp[victim] = ++clock;
+      fill(rows + victim * nx);
+      return rows + victim * nx;
+    }
+  };
+
+  /// Interpolation with inner == 1 (the last active axis is the last axis): rows along it are
+  /// interpolated once into a RowCache, output rows are weighted sums of cached rows.
+  template <class T, class A, int KX>
+  void cached_rows(RunContext& ctx, const T* src, T* dst) const {
+    const int64_t nx = p_.axes.back().out;
+    const int64_t* xo = p_.off.back().data();
+    const A* xw = weights<A>(p_.axes.size() - 1);
+    char* ws = static_cast<char*>(ctx.workspace());
+    const size_t ws_bytes = ctx.workspace_bytes();
+    struct State {
+      TapScratch<A> taps;
+      RowCache<A> cache;
+    };
+    auto init = [&] { return State{TapScratch<A>(p_.combos), RowCache<A>(p_, ws, ws_bytes)}; };
+    for_each_row(dst, to_elem<T>(A(a_.extrapolation)), init, [&](State& st, int64_t o, const int64_t* yc, T* out) {
+      const int64_t nc = row_taps(o, yc, st.taps.off, st.taps.w);
+      const A* cw = st.taps.w;
+      auto row = [&](int64_t c) {
+        const T* in = src + st.taps.off[c];
+        return st.cache.get(st.taps.off[c], [&](A* h) {
+          for (int64_t xq = 0; xq < nx; ++xq) {
+            const int64_t* ox = xo + xq * KX;
+            const A* wx = xw + xq * KX;
+            A v = 0;
+            for (int t = 0; t < KX; ++t) v += wx[t] * A(in[ox[t]]);
+            h[xq] = v;
+          }
+        });
+      };
+      if (nc == 1) {
+        const A* h = row(0);
+        const A w0 = cw[0];
+        for (int64_t xq = 0; xq < nx; ++xq) out[xq] = to_elem<T>(w0 * h[xq]);
+      } else if (nc == 2) {
+        const A* h0 = row(0);
+        const A* h1 = row(1);  // h0 stays valid: it is the most recently used row
+        const A w0 = cw[0], w1 = cw[1];
+        for (int64_t xq = 0; xq < nx; ++xq) out[xq] = to_elem<T>(w0 * h0[xq] + w1 * h1[xq]);
+      } else {
+        A* acc = st.cache.acc;
+        std::fill(acc, acc + nx, A(0));
+        for (int64_t c = 0; c < nc; ++c) {
+          const A* h = row(c);
+          const A wc = cw[c];
+          for (int64_t xq = 0; xq < nx; ++xq) acc[xq] += wc * h[xq];
+        }
+        for (int64_t xq = 0; xq < nx; ++xq) out[xq] = to_elem<T>(acc[xq]);
       }
     });
   }
