@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "index_image_test_util.h"
+#include "runtime/executor.h"
 
 using namespace ot_test;
 using onnxtrain::shape_numel;
@@ -413,4 +414,39 @@ TEST(Image, DepthToSpaceStringsAndErrors) {
       {"node_DepthToSpace", "XYZ"});
   expect_error<onnxtrain::InvalidModel>([&] { run_node("SpaceToDepth", {f}, {attr_int("blocksize", 0)}); },
                                         {"node_SpaceToDepth", "blocksize"});
+}
+
+// ---------------------------------------------------------------- value-dependent shapes
+TEST(Image, ResizeSizesChangeBetweenRunsOfOnePlan) {
+  // `sizes` is a graph input: the output shape is dynamic and the kernel re-prepares per run,
+  // so one executor (one plan for this input-shape signature) serves different sizes.
+  auto g = std::make_shared<ir::Graph>();
+  ir::Node n;
+  n.op_type = "Resize";
+  n.name = "resize_dyn";
+  n.inputs = {"x", "", "", "sizes"};
+  n.outputs = {"y"};
+  n.attrs = {attr_string("mode", "linear")};
+  g->nodes.push_back(n);
+  g->inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kFloat32, {1, 2, 3, 4}), ""});
+  g->inputs.push_back(ir::ValueInfo{"sizes", ir::TypeInfo::tensor(DType::kInt64, {4}), ""});
+  g->outputs.push_back(ir::ValueInfo{"y", {}, ""});
+  onnxtrain::runtime::GraphExecutor ex(g, {{"", 13}}, onnxtrain::ExecOptions{});
+  std::mt19937 rng(1111);
+  const Tensor x = random_tensor(DType::kFloat32, {1, 2, 3, 4}, rng);
+  ResizeCase c;
+  c.mode = "linear";
+  for (const Shape& ys : {Shape{1, 2, 5, 7}, Shape{1, 2, 2, 3}, Shape{1, 1, 6, 4}}) {
+    const auto xv = onnxtrain::Value::of(x);
+    const auto sv = onnxtrain::Value::of(Tensor::from_vector<int64_t>({4}, ys));
+    auto out = ex.run({&xv, &sv});
+    std::vector<double> scales, lengths, roi(8, 0.0);
+    for (size_t d = 0; d < 4; ++d) {
+      scales.push_back(double(ys[d]) / double(x.shape()[d]));
+      lengths.push_back(double(ys[d]));
+    }
+    EXPECT_TRUE(all_close(out[0].tensor, ys, ref_resize(to_double(x), x.shape(), ys, scales, lengths, roi, c), 1e-5,
+                          1e-5))
+        << "sizes " << shape_to_string(ys);
+  }
 }
