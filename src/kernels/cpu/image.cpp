@@ -331,7 +331,8 @@ class ResizeKernel final : public Kernel {
       // output rows), then output rows combine cached rows: slots rows + 1 accumulator row.
       const int64_t nx = p_.axes.back().out;
       p_.cache_slots = std::clamp<int64_t>(2 * p_.combos, 2, 8);
-      p_.cache_bytes = (size_t(p_.cache_slots + 1) * size_t(nx) * sizeof(double) + size_t(p_.cache_slots) * 16 + 63) / 64 * 64;
+      // slots + 1 rows (padded to 8 elements), then tags and stamps; see RowCache.
+      p_.cache_bytes = (size_t(p_.cache_slots + 1) * size_t(nx + 8) * sizeof(double) + size_t(p_.cache_slots) * 16 + 63) / 64 * 64;
       const int threads = std::max(hardware_threads(), ctx.options().num_threads);
       ctx.request_workspace(p_.cache_bytes * size_t(threads));
     }
