@@ -2,8 +2,8 @@
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_index_image.py
 
-Prints per case, over interleaved runs, the median and best wall time of each, and the median
-process CPU time (all threads) which a loaded machine distorts less; ratios are onnxtrain / torch
+Prints per case, over interleaved samples (each the mean of a batch of calls), the median and best
+wall time per call of each, and the median process CPU time per call (all threads) which a loaded machine distorts less; ratios are onnxtrain / torch
 (below 1: onnxtrain is faster). Never part of pass/fail.
 """
 import statistics
@@ -17,7 +17,8 @@ import torch
 import onnxtrain
 
 THREADS = 2
-REPEATS = 30
+SAMPLES = 12  # interleaved samples per side
+BATCH = 10    # calls per sample: per-call times on a loaded machine are scheduler-quantum noise
 
 
 def session(node, inputs, outputs, initializers=(), opset=13):
@@ -32,12 +33,13 @@ def measure(name, ours, theirs, check):
     a, b = ours(), theirs()
     check(a, b)
     t_ours, t_torch, c_ours, c_torch = [], [], [], []
-    for _ in range(REPEATS):  # interleaved so load from elsewhere hits both alike
+    for _ in range(SAMPLES):  # interleaved so load from elsewhere hits both alike
         for f, wall, cpu in ((ours, t_ours, c_ours), (theirs, t_torch, c_torch)):
             c0, t0 = time.process_time(), time.perf_counter()
-            f()
-            wall.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
+            for _ in range(BATCH):
+                f()
+            wall.append((time.perf_counter() - t0) / BATCH)
+            cpu.append((time.process_time() - c0) / BATCH)
     ms = lambda v: f"{v * 1e3:7.2f}"
     mo, mt = statistics.median(t_ours), statistics.median(t_torch)
     co, ct = statistics.median(c_ours), statistics.median(c_torch)
