@@ -1,8 +1,546 @@
+// Indexing operators: gathers and scatters driven by an index tensor, and OneHot.
+//   Gather(axis):         Y[o, j..., i] = X[o, idx[j...], i]         Y: X[:axis] + I + X[axis+1:]
+//   GatherElements(axis): Y[p] = X[p with p[axis] = idx[p]]           Y: shape(I)
+//   GatherND(b):          Y[j..., s...] = X[batch(j), idx[j,:]..., s...]  Y: I[:-1] + X[b+k:]
+//   ScatterND(red):       Y = X; Y[idx[j,:]..., s...] (=|+=|*=) U[j..., s...]
+//   ScatterElements(axis, red): Y = X; Y[p with p[axis] = idx[p]] (=|+=|*=) U[p]
+//   OneHot(axis):         Y[o, d, i] = d == idx[o, i] ? on : off     Y: I with depth inserted at axis
+// Indices are int32/int64 (OneHot: any numeric); negative indices count from the end; an index
+// outside the axis raises InvalidArgument naming the node and the index (OneHot: all off).
+// Pure data movement dispatches by element size, so every element type (strings too) works.
+#include <cstring>
+
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {
 
-void register_index(KernelRegistry& r) { (void)r; }
+namespace {
+
+[[noreturn]] __attribute__((noinline, cold)) void index_error(const RunContext& ctx, int64_t v, int64_t axis,
+                                                               int64_t dim) {
+  ctx.fail("index ", v, " is out of range for axis ", axis, " of size ", dim, " (valid: [", -dim, ", ", dim - 1,
+           "])");
+}
+
+/// Maps an index in [-dim, dim) to [0, dim); anything else fails naming the node.
+inline int64_t wrap_index(const RunContext& ctx, int64_t v, int64_t axis, int64_t dim) {
+  const int64_t w = v < 0 ? v + dim : v;
+  if (static_cast<uint64_t>(w) >= static_cast<uint64_t>(dim)) index_error(ctx, v, axis, dim);
+  return w;
+}
+
+template <class Ctx>
+void check_index_dtype(const Ctx& ctx, size_t input) {
+  const DType dt = ctx.input_dtype(input);
+  if (dt != DType::kInt32 && dt != DType::kInt64) ctx.fail("indices must be int32 or int64, got ", dtype_name(dt));
+}
+
+template <class Ctx>
+void check_updates_dtype(const Ctx& ctx) {
+  if (ctx.input_dtype(2) != ctx.input_dtype(0))
+    ctx.fail("updates type ", dtype_name(ctx.input_dtype(2)), " differs from data type ", dtype_name(ctx.input_dtype(0)));
+}
+
+/// GatherElements / ScatterElements addressing: indices (input 1) have the data's rank and fit
+/// in its dims off `axis`; data element of index position p = offset(p without axis) + idx * astride.
+struct ElementsAxis {
+  int64_t axis = 0, n = 0, astride = 0;
+  std::vector<int64_t> strides;  // of the data
+
+  void init(const PrepareContext& ctx, int64_t attr_axis) {
+    check_index_dtype(ctx, 1);
+    const Shape& xs = ctx.input_shape(0);
+    const Shape& is = ctx.input_shape(1);
+    if (xs.empty()) ctx.fail("data must have rank >= 1");
+    if (is.size() != xs.size()) ctx.fail("indices rank ", is.size(), " differs from data rank ", xs.size());
+    axis = normalize_axis(ctx, attr_axis, int64_t(xs.size()));
+    for (size_t d = 0; d < xs.size(); ++d)
+      if (int64_t(d) != axis && is[d] > xs[d])
+        ctx.fail("indices shape ", shape_to_string(is), " exceeds data shape ", shape_to_string(xs), " on axis ", d);
+    strides = contiguous_strides(xs);
+    n = xs[size_t(axis)];
+    astride = strides[size_t(axis)];
+  }
+};
+
+/// Calls f.template operator()<I>() with the C++ type of the index tensor (int32 or int64).
+template <class F>
+void with_index_type(const Tensor& t, const ir::Node& node, F&& f) {
+  dispatch<IndexTypes>(t.dtype(), node, std::forward<F>(f));
+}
+
+/// Typed element pointer for data movement (T from dispatch_by_size has the element's size).
+template <class T>
+const T* elems(const Tensor& t) {
+  return static_cast<const T*>(t.raw_data());
+}
+template <class T>
+T* elems(Tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
+
+/// Copies n elements (memcpy for plain bytes, assignment for strings).
+template <class T>
+inline void copy_elems(T* dst, const T* src, int64_t n) {
+  if constexpr (std::is_trivially_copyable_v<T>) {
+    std::memcpy(dst, src, size_t(n) * sizeof(T));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
+/// Copies input 0 to output 0 (the starting point of the scatters).
+void copy_input_to_output(RunContext& ctx) {
+  const Tensor& x = ctx.input(0);
+  Tensor& y = ctx.output(0);
+  dispatch_by_size(x.dtype(), ctx.node(), [&]<class T>() {
+    const T* src = elems<T>(x);
+    T* dst = elems<T>(y);
+    parallel_for(x.numel(), 1 << 16, [&](int64_t b, int64_t e) { copy_elems(dst + b, src + b, e - b); });
+  });
+}
+
+/// Walks the flat positions [begin, end) of `shape` (row-major) and calls f(flat, offset, k) where
+/// offset = sum_d idx[d] * strides[d] over every dim but `skip`, and k = idx[skip].
+template <class F>
+void for_each_offset(const Shape& shape, const std::vector<int64_t>& strides, size_t skip, int64_t begin,
+                     int64_t end, F&& f) {
+  const size_t r = shape.size();
+  std::vector<int64_t> idx(r, 0);
+  int64_t rem = begin, off = 0;
+  for (size_t d = r; d-- > 0;) {
+    idx[d] = rem % shape[d];
+    rem /= shape[d];
+    if (d != skip) off += idx[d] * strides[d];
+  }
+  for (int64_t p = begin; p < end; ++p) {
+    f(p, off, idx[skip]);
+    for (size_t d = r; d-- > 0;) {
+      if (++idx[d] < shape[d]) {
+        if (d != skip) off += strides[d];
+        break;
+      }
+      if (d != skip) off -= strides[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
+
+// Reductions allowed per opset range: 11-15 none; 16-17 add, mul; 18+ max, min too.
+Reduction read_reduction(const KernelInfo& info) {
+  const std::string r = info.attr_string("reduction", "none");
+  const int64_t v = info.opset();
+  if (r == "none") return Reduction::kNone;
+  if (v >= 16 && r == "add") return Reduction::kAdd;
+  if (v >= 16 && r == "mul") return Reduction::kMul;
+  if (v >= 18 && r == "max") return Reduction::kMax;
+  if (v >= 18 && r == "min") return Reduction::kMin;
+  info.fail("reduction '", r, "' is not valid at opset ", v);
+}
+
+/// Applies `red` to n elements: dst[i] (op)= src[i]. Reductions other than none need numbers.
+template <class T>
+inline void reduce_into(Reduction red, T* dst, const T* src, int64_t n) {
+  if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, bool>) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  } else {
+    using C = compute_t<T>;
+    switch (red) {
+      case Reduction::kNone: copy_elems(dst, src, n); break;
+      case Reduction::kAdd:
+        for (int64_t i = 0; i < n; ++i) dst[i] = T(C(dst[i]) + C(src[i]));
+        break;
+      case Reduction::kMul:
+        for (int64_t i = 0; i < n; ++i) dst[i] = T(C(dst[i]) * C(src[i]));
+        break;
+      case Reduction::kMax:
+        for (int64_t i = 0; i < n; ++i) dst[i] = C(src[i]) > C(dst[i]) ? src[i] : dst[i];
+        break;
+      case Reduction::kMin:
+        for (int64_t i = 0; i < n; ++i) dst[i] = C(src[i]) < C(dst[i]) ? src[i] : dst[i];
+        break;
+    }
+  }
+}
+
+/// Scatter body shared by ScatterND and ScatterElements: plain assignment moves bytes (any
+/// type); reductions dispatch on the numeric type.
+template <class F>
+void dispatch_scatter(Reduction red, DType dt, const ir::Node& node, F&& f) {
+  if (red == Reduction::kNone) dispatch_by_size(dt, node, std::forward<F>(f));
+  else dispatch<NumericTypes>(dt, node, std::forward<F>(f));
+}
+
+// ---------------------------------------------------------------- Gather
+// X: [outer, n, inner] around `axis`; Y: [outer, idx..., inner].
+class GatherKernel final : public Kernel {
+ public:
+  explicit GatherKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 0)) {}
+  void prepare(PrepareContext& ctx) override {
+    check_index_dtype(ctx, 1);
+    const Shape& xs = ctx.input_shape(0);
+    const Shape& is = ctx.input_shape(1);
+    if (xs.empty()) ctx.fail("data must have rank >= 1");
+    axis_n_ = normalize_axis(ctx, axis_, int64_t(xs.size()));
+    Shape ys(xs.begin(), xs.begin() + axis_n_);
+    ys.insert(ys.end(), is.begin(), is.end());
+    ys.insert(ys.end(), xs.begin() + axis_n_ + 1, xs.end());
+    outer_ = dim_product(xs, 0, size_t(axis_n_));
+    n_ = xs[size_t(axis_n_)];
+    inner_ = dim_product(xs, size_t(axis_n_) + 1, xs.size());
+    ctx.set_output(0, ctx.input_dtype(0), ys);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& ind = ctx.input(1);
+    Tensor& y = ctx.output(0);
+    const int64_t nidx = ind.numel(), rows = outer_ * nidx;
+    if (y.numel() == 0) {  // still validate the indices
+      with_index_type(ind, ctx.node(), [&]<class I>() {
+        for (int64_t j = 0; j < nidx; ++j) wrap_index(ctx, int64_t(ind.data<I>()[j]), axis_n_, n_);
+      });
+      return;
+    }
+    dispatch_by_size(x.dtype(), ctx.node(), [&]<class T>() {
+      with_index_type(ind, ctx.node(), [&]<class I>() {
+        const T* src = elems<T>(x);
+        T* dst = elems<T>(y);
+        const I* idx = ind.data<I>();
+        const int64_t inner = inner_, n = n_, axis = axis_n_;
+        parallel_for(rows, grain_for(inner), [&](int64_t r0, int64_t r1) {
+          if (inner == 1) {  // scalar rows: a plain gather
+            for (int64_t r = r0; r < r1; ++r) {
+              const int64_t o = r / nidx, j = r - o * nidx;
+              dst[r] = src[o * n + wrap_index(ctx, int64_t(idx[j]), axis, n)];
+            }
+            return;
+          }
+          for (int64_t r = r0; r < r1; ++r) {
+            const int64_t o = r / nidx, j = r - o * nidx;
+            const int64_t k = wrap_index(ctx, int64_t(idx[j]), axis, n);
+            copy_elems(dst + r * inner, src + (o * n + k) * inner, inner);
+          }
+        });
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+  int64_t axis_n_ = 0, outer_ = 0, n_ = 0, inner_ = 0;
+};
+
+// ---------------------------------------------------------------- GatherElements
+// Y[p] = X[p with p[axis] replaced by idx[p]]; I and X have one rank, I's dims fit in X's.
+class GatherElementsKernel final : public Kernel {
+ public:
+  explicit GatherElementsKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 0)) {}
+  void prepare(PrepareContext& ctx) override {
+    e_.init(ctx, axis_);
+    ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(1));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& ind = ctx.input(1);
+    Tensor& y = ctx.output(0);
+    const size_t axis = size_t(e_.axis);
+    const int64_t n = e_.n, astride = e_.astride;
+    dispatch_by_size(x.dtype(), ctx.node(), [&]<class T>() {
+      with_index_type(ind, ctx.node(), [&]<class I>() {
+        const T* src = elems<T>(x);
+        T* dst = elems<T>(y);
+        const I* idx = ind.data<I>();
+        parallel_for(ind.numel(), 16384, [&](int64_t b, int64_t e) {
+          for_each_offset(ind.shape(), e_.strides, axis, b, e, [&](int64_t p, int64_t off, int64_t) {
+            dst[p] = src[off + wrap_index(ctx, int64_t(idx[p]), int64_t(axis), n) * astride];
+          });
+        });
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+  ElementsAxis e_;
+};
+
+// ---------------------------------------------------------------- GatherND / ScatterND helpers
+// Index tuples of length k address slices of X: X viewed as [batch, d_b..d_{b+k-1}, slice].
+struct NdAddressing {
+  int64_t batch = 1;        // product of the batch dims
+  int64_t per_batch = 1;    // index tuples per batch
+  int64_t tuples = 0;       // total index tuples
+  int64_t k = 0;            // tuple length
+  int64_t slice = 1;        // elements per addressed slice
+  int64_t batch_stride = 0; // elements of X per batch
+  Shape dims;               // the k addressed dims of X
+  std::vector<int64_t> strides;  // their strides in X
+
+  template <class Ctx>
+  void init(const Ctx& ctx, const Shape& xs, const Shape& is, int64_t b) {
+    if (is.empty()) ctx.fail("indices must have rank >= 1");
+    if (b < 0 || size_t(b) >= is.size() || size_t(b) >= xs.size())
+      ctx.fail("batch_dims ", b, " must be in [0, min(rank(data), rank(indices)))");
+    for (size_t d = 0; d < size_t(b); ++d)
+      if (xs[d] != is[d])
+        ctx.fail("batch dimension ", d, " differs: data ", shape_to_string(xs), ", indices ", shape_to_string(is));
+    k = is.back();
+    if (k < 1 || k > int64_t(xs.size()) - b)
+      ctx.fail("indices last dimension ", k, " must be in [1, ", int64_t(xs.size()) - b, "] for data ",
+               shape_to_string(xs), " and batch_dims ", b);
+    batch = dim_product(xs, 0, size_t(b));
+    tuples = dim_product(is, 0, is.size() - 1);
+    per_batch = dim_product(is, size_t(b), is.size() - 1);
+    slice = dim_product(xs, size_t(b + k), xs.size());
+    batch_stride = dim_product(xs, size_t(b), xs.size());
+    dims.assign(xs.begin() + b, xs.begin() + b + k);
+    const auto st = contiguous_strides(xs);
+    strides.assign(st.begin() + b, st.begin() + b + k);
+  }
+
+  /// Element offset in X of tuple t (validated).
+  template <class I>
+  int64_t offset(const RunContext& ctx, const I* idx, int64_t t, int64_t first_axis) const {
+    const I* tup = idx + t * k;
+    int64_t off = (t / std::max<int64_t>(per_batch, 1)) * batch_stride;
+    for (int64_t q = 0; q < k; ++q)
+      off += wrap_index(ctx, int64_t(tup[q]), first_axis + q, dims[size_t(q)]) * strides[size_t(q)];
+    return off;
+  }
+};
+
+class GatherNDKernel final : public Kernel {
+ public:
+  explicit GatherNDKernel(const KernelInfo& info) : batch_dims_(info.attr_int("batch_dims", 0)) {
+    if (info.opset() < 12 && info.has_attr("batch_dims")) info.fail("batch_dims needs opset 12");
+  }
+  void prepare(PrepareContext& ctx) override {
+    check_index_dtype(ctx, 1);
+    const Shape& xs = ctx.input_shape(0);
+    const Shape& is = ctx.input_shape(1);
+    a_.init(ctx, xs, is, batch_dims_);
+    Shape ys(is.begin(), is.end() - 1);
+    ys.insert(ys.end(), xs.begin() + batch_dims_ + a_.k, xs.end());
+    ctx.set_output(0, ctx.input_dtype(0), ys);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& ind = ctx.input(1);
+    Tensor& y = ctx.output(0);
+    const int64_t slice = a_.slice;
+    dispatch_by_size(x.dtype(), ctx.node(), [&]<class T>() {
+      with_index_type(ind, ctx.node(), [&]<class I>() {
+        const T* src = elems<T>(x);
+        T* dst = elems<T>(y);
+        const I* idx = ind.data<I>();
+        parallel_for(a_.tuples, grain_for(slice), [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t)
+            copy_elems(dst + t * slice, src + a_.offset(ctx, idx, t, batch_dims_), slice);
+        });
+      });
+    });
+  }
+
+ private:
+  int64_t batch_dims_;
+  NdAddressing a_;
+};
+
+// ---------------------------------------------------------------- ScatterND
+// U: I[:-1] + X[k:]. Updates apply in index order (duplicates with a reduction accumulate).
+class ScatterNDKernel final : public Kernel {
+ public:
+  explicit ScatterNDKernel(const KernelInfo& info) : red_(read_reduction(info)) {}
+  void prepare(PrepareContext& ctx) override {
+    check_index_dtype(ctx, 1);
+    check_updates_dtype(ctx);
+    const Shape& xs = ctx.input_shape(0);
+    const Shape& is = ctx.input_shape(1);
+    const Shape& us = ctx.input_shape(2);
+    if (xs.empty()) ctx.fail("data must have rank >= 1");
+    a_.init(ctx, xs, is, 0);
+    Shape expect(is.begin(), is.end() - 1);
+    expect.insert(expect.end(), xs.begin() + a_.k, xs.end());
+    if (us != expect)
+      ctx.fail("updates shape ", shape_to_string(us), " must be ", shape_to_string(expect), " for data ",
+               shape_to_string(xs), " and indices ", shape_to_string(is));
+    ctx.request_workspace(size_t(a_.tuples) * sizeof(int64_t));
+    ctx.set_output(0, ctx.input_dtype(0), xs);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& ind = ctx.input(1);
+    const Tensor& upd = ctx.input(2);
+    Tensor& y = ctx.output(0);
+    // Validate every index before touching the output.
+    int64_t* offs = static_cast<int64_t*>(ctx.workspace());
+    with_index_type(ind, ctx.node(), [&]<class I>() {
+      const I* idx = ind.data<I>();
+      for (int64_t t = 0; t < a_.tuples; ++t) offs[t] = a_.offset(ctx, idx, t, 0);
+    });
+    copy_input_to_output(ctx);
+    const int64_t slice = a_.slice, tuples = a_.tuples;
+    dispatch_scatter(red_, y.dtype(), ctx.node(), [&]<class T>() {
+      const T* u = elems<T>(upd);
+      T* dst = elems<T>(y);
+      // Split the slice, not the tuples: every chunk sees the updates in index order.
+      parallel_for(slice, std::max<int64_t>(1, 32768 / std::max<int64_t>(tuples, 1)), [&](int64_t s0, int64_t s1) {
+        for (int64_t t = 0; t < tuples; ++t) reduce_into(red_, dst + offs[t] + s0, u + t * slice + s0, s1 - s0);
+      });
+    });
+  }
+
+ private:
+  Reduction red_;
+  NdAddressing a_;
+};
+
+// ---------------------------------------------------------------- ScatterElements
+// Y = X; Y[p with p[axis] = idx[p]] (op)= U[p] for p over I's shape (= U's shape).
+class ScatterElementsKernel final : public Kernel {
+ public:
+  explicit ScatterElementsKernel(const KernelInfo& info)
+      : axis_(info.attr_int("axis", 0)), red_(read_reduction(info)) {}
+  void prepare(PrepareContext& ctx) override {
+    check_updates_dtype(ctx);
+    e_.init(ctx, axis_);
+    if (ctx.input_shape(2) != ctx.input_shape(1))
+      ctx.fail("updates shape ", shape_to_string(ctx.input_shape(2)), " differs from indices shape ",
+               shape_to_string(ctx.input_shape(1)));
+    ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& ind = ctx.input(1);
+    const Tensor& upd = ctx.input(2);
+    Tensor& y = ctx.output(0);
+    const size_t axis = size_t(e_.axis);
+    const int64_t n = e_.n, astride = e_.astride;
+    with_index_type(ind, ctx.node(), [&]<class I>() {  // validate first: no partial writes
+      const I* idx = ind.data<I>();
+      for (int64_t p = 0; p < ind.numel(); ++p) wrap_index(ctx, int64_t(idx[p]), int64_t(axis), n);
+    });
+    copy_input_to_output(ctx);
+    if (ind.numel() == 0) return;
+    // Positions that differ before `axis` never write the same element: split those.
+    const int64_t outer = dim_product(ind.shape(), 0, axis);
+    const int64_t per_outer = outer > 0 ? ind.numel() / outer : 0;
+    dispatch_scatter(red_, y.dtype(), ctx.node(), [&]<class T>() {
+      with_index_type(ind, ctx.node(), [&]<class I>() {
+        const I* idx = ind.data<I>();
+        const T* u = elems<T>(upd);
+        T* dst = elems<T>(y);
+        parallel_for(outer, grain_for(per_outer, 16384), [&](int64_t o0, int64_t o1) {
+          for_each_offset(ind.shape(), e_.strides, axis, o0 * per_outer, o1 * per_outer,
+                          [&](int64_t p, int64_t off, int64_t) {
+                            const int64_t v = int64_t(idx[p]);
+                            reduce_into(red_, dst + off + (v < 0 ? v + n : v) * astride, u + p, 1);
+                          });
+        });
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+  Reduction red_;
+  ElementsAxis e_;
+};
+
+// ---------------------------------------------------------------- OneHot
+/// Position of the "on" value for index v (floats truncate), or -1 when v is outside
+/// [-depth, depth) ([0, depth) without wrapping).
+template <class I>
+int64_t onehot_position(I raw, int64_t depth, bool wraps) {
+  using C = compute_t<I>;
+  const C v = C(raw);
+  if constexpr (std::is_floating_point_v<C>) {
+    if (!(v > -double(depth) - 1 && v < double(depth))) return -1;  // NaN too
+  } else if constexpr (std::is_unsigned_v<C>) {
+    if (v >= uint64_t(depth)) return -1;
+  }
+  int64_t k = int64_t(v);
+  if (k < 0 && wraps) k += depth;
+  return k >= 0 && k < depth ? k : -1;
+}
+
+// Y: [outer, depth, inner] with outer = prod(I[:axis]), inner = prod(I[axis:]).
+class OneHotKernel final : public Kernel {
+ public:
+  OneHotKernel(const KernelInfo& info, bool negative_wraps)
+      : axis_(info.attr_int("axis", -1)), wraps_(negative_wraps) {}
+  void prepare(PrepareContext& ctx) override {
+    dispatch<NumericTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
+    const Shape& values = ctx.input_shape(2);
+    if (values.size() != 1 || values[0] != 2) ctx.fail("values must have shape [2], got ", shape_to_string(values));
+    const Shape& is = ctx.input_shape(0);
+    const int64_t r = int64_t(is.size());
+    if (axis_ < -r - 1 || axis_ > r) ctx.fail("axis ", axis_, " is out of range for output rank ", r + 1);
+    axis_n_ = axis_ < 0 ? axis_ + r + 1 : axis_;
+    const Tensor* dt = ctx.input_value(1);
+    if (!dt) {
+      ctx.set_output_dynamic(0, ctx.input_dtype(2));
+      return;
+    }
+    if (dt->numel() != 1) ctx.fail("depth must hold exactly one value, got ", dt->describe());
+    const double d = read_scalar_as_double(*dt);
+    if (!(d >= 1) || d > 9.0e15) ctx.fail("depth ", d, " must be a positive integer");
+    depth_ = int64_t(d);
+    Shape ys = is;
+    ys.insert(ys.begin() + axis_n_, depth_);
+    int64_t numel = 0;
+    if (!checked_numel(ys, &numel) || uint64_t(numel) > allocation_limit() / dtype_size(ctx.input_dtype(2)))
+      ctx.fail("output shape ", shape_to_string(ys), " is too large");
+    outer_ = dim_product(is, 0, size_t(axis_n_));
+    inner_ = dim_product(is, size_t(axis_n_), is.size());
+    ctx.set_output(0, ctx.input_dtype(2), ys);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& ind = ctx.input(0);
+    const Tensor& vals = ctx.input(2);
+    Tensor& y = ctx.output(0);
+    const int64_t depth = depth_, inner = inner_;
+    dispatch_by_size(vals.dtype(), ctx.node(), [&]<class T>() {
+      dispatch<NumericTypes>(ind.dtype(), ctx.node(), [&]<class I>() {
+        const T off = elems<T>(vals)[0], on = elems<T>(vals)[1];
+        const I* idx = ind.data<I>();
+        T* dst = elems<T>(y);
+        parallel_for(outer_, grain_for(depth * inner), [&](int64_t o0, int64_t o1) {
+          std::fill(dst + o0 * depth * inner, dst + o1 * depth * inner, off);
+          for (int64_t o = o0; o < o1; ++o)
+            for (int64_t i = 0; i < inner; ++i) {
+              const int64_t v = onehot_position(idx[o * inner + i], depth, wraps_);
+              if (v >= 0) dst[(o * depth + v) * inner + i] = on;
+            }
+        });
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+  bool wraps_;
+  int64_t axis_n_ = 0, depth_ = 0, outer_ = 0, inner_ = 0;
+};
+
+}  // namespace
+
+void register_index(KernelRegistry& r) {
+  // Gather: 1 (no negative indices, wrapped anyway), 11 (negative indices), 13 (bfloat16).
+  r.add<GatherKernel>("Gather", 1, kMaxOpsetAll);
+  r.add<GatherElementsKernel>("GatherElements", 11, kMaxOpsetAll);
+  r.add<GatherNDKernel>("GatherND", 11, kMaxOpsetAll);  // batch_dims from 12
+  // Scatter reductions: none (11-15); add, mul (16-17); max, min (18+). See read_reduction.
+  r.add<ScatterNDKernel>("ScatterND", 11, kMaxOpsetAll);
+  r.add<ScatterElementsKernel>("ScatterElements", 11, kMaxOpsetAll);
+  // OneHot: 9 (indices outside [0, depth) give all-off rows), 11 (negative indices wrap).
+  r.add("OneHot", 9, 10, [](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+    return std::make_unique<OneHotKernel>(i, false);
+  });
+  r.add("OneHot", 11, kMaxOpsetAll, [](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+    return std::make_unique<OneHotKernel>(i, true);
+  });
+}
 
 }  // namespace onnxtrain::kernels
