@@ -11,6 +11,6 @@ status=0
 if [ -f build/conformance_report.md ]; then
   echo "[onnxtrain] conformance: $(sed -n 3p build/conformance_report.md) (table: build/conformance_report.md)"
 fi
-PYTHONPATH="$PWD/build/python" ONNXTRAIN_CLI="$PWD/build/onnxtrain" \
+PYTHONPATH="$PWD/build/python" ONNXTRAIN_CLI="$PWD/build/onnxtrain" ONNXTRAIN_INSTALLED=1 \
   /usr/bin/python3 -m pytest -q tests/python || status=1
 exit $status

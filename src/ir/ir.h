@@ -63,6 +63,8 @@ struct Attribute {
   std::vector<std::string> strings;
   std::vector<Tensor> tensors;
   std::vector<std::shared_ptr<Graph>> graphs;
+  TypeInfo tp;                  ///< kTypeProto
+  std::vector<TypeInfo> tps;    ///< kTypeProtos
   std::string ref_attr_name;  ///< inside function bodies: refers to the caller's attribute
   std::string doc;
 };

@@ -223,7 +223,17 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in,
   if (n > 0 && typed == 0)
     throw_error<InvalidModel>("tensor '", what, "' has no data (its shape ", shape_to_string(shape), " needs ", n,
                               " elements)");
-  Tensor t = Tensor::empty(dt, shape);  // n is bounded by the typed-field count checked below
+  // Check the element count against the populated field before allocating anything.
+  switch (dt) {
+    case DType::kFloat32: check_count(p.float_data_size(), "float_data"); break;
+    case DType::kFloat64: check_count(p.double_data_size(), "double_data"); break;
+    case DType::kInt64: check_count(p.int64_data_size(), "int64_data"); break;
+    case DType::kUInt32:
+    case DType::kUInt64: check_count(p.uint64_data_size(), "uint64_data"); break;
+    case DType::kString: check_count(p.string_data_size(), "string_data"); break;
+    default: check_count(p.int32_data_size(), "int32_data"); break;
+  }
+  Tensor t = Tensor::empty(dt, shape);
   switch (dt) {
     case DType::kFloat32:
       check_count(p.float_data_size(), "float_data");
@@ -452,8 +462,10 @@ struct Reader {
       case AttrType::kSparseTensor:
       case AttrType::kSparseTensors:
         throw_error<NotImplemented>(what, ": sparse tensor attributes are not supported");
-      case AttrType::kTypeProto:
-      case AttrType::kTypeProtos: break;  // kept by name only; no operator we run uses them
+      case AttrType::kTypeProto: r.tp = type_from_proto(a.tp()); break;
+      case AttrType::kTypeProtos:
+        for (const auto& x : a.type_protos()) r.tps.push_back(type_from_proto(x));
+        break;
       default:
         if (r.ref_attr_name.empty())
           throw_error<InvalidModel>(what, " has unknown attribute type ", int(a.type()));
@@ -599,6 +611,8 @@ void attribute_to_proto(const Attribute& a, onnx::AttributeProto* p) {
     case AttrType::kStrings: for (const auto& s : a.strings) p->add_strings(s); break;
     case AttrType::kTensors: for (const auto& t : a.tensors) tensor_to_proto(t, "", p->add_tensors()); break;
     case AttrType::kGraphs: for (const auto& g : a.graphs) graph_to_proto(*g, p->add_graphs()); break;
+    case AttrType::kTypeProto: type_to_proto(a.tp, p->mutable_tp()); break;
+    case AttrType::kTypeProtos: for (const auto& t : a.tps) type_to_proto(t, p->add_type_protos()); break;
     default: break;
   }
 }

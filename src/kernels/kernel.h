@@ -129,6 +129,10 @@ class PrepareContext {
   void request_workspace(size_t bytes) { workspace_ = std::max(workspace_, bytes); }
   /// Marks the node as random or stateful: never constant-folded.
   void set_nondeterministic() { deterministic_ = false; }
+  /// The node reads only the shapes (and dtypes) of its inputs, never their data (Shape, Size):
+  /// it is folded at plan time whenever its input shapes are known. In that run() the inputs'
+  /// tensors carry shapes but no data.
+  void set_reads_shapes_only() { shapes_only_ = true; }
 
   /// Throws InvalidArgument naming the node.
   template <class... Args>
@@ -140,6 +144,7 @@ class PrepareContext {
   const std::vector<Out>& outputs() const { return outputs_; }
   size_t workspace() const { return workspace_; }
   bool deterministic() const { return deterministic_; }
+  bool reads_shapes_only() const { return shapes_only_; }
 
  private:
   const ir::Node& node_;
@@ -150,6 +155,7 @@ class PrepareContext {
   std::vector<Out> outputs_;
   size_t workspace_ = 0;
   bool deterministic_ = true;
+  bool shapes_only_ = false;
 };
 
 /// What run() sees.

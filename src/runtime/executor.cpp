@@ -265,10 +265,25 @@ std::unique_ptr<Plan> GraphExecutor::build_plan(const std::vector<const Value*>&
         if (o.dynamic || o.kind != Value::Kind::kTensor || o.dtype == DType::kString) any_dynamic = true;
       }
 
-      if (all_const && ctx.deterministic()) {  // fold: evaluate once now
+      const bool shapes_only = ctx.reads_shapes_only() && implicit_[idx].empty();
+      if ((all_const || shapes_only) && ctx.deterministic()) {  // fold: evaluate once now
         std::vector<Value> outs(st.out.size());
         std::vector<Value*> in_p, out_p;
-        for (int sid : st.in) in_p.push_back(sid < 0 ? nullptr : &slots[size_t(sid)].value);
+        std::vector<Value> shape_views;  // data-less stand-ins for non-constant inputs
+        shape_views.reserve(st.in.size());
+        for (int sid : st.in) {
+          if (sid < 0) {
+            in_p.push_back(nullptr);
+          } else if (slots[size_t(sid)].state == Slot::State::kConstant) {
+            in_p.push_back(&slots[size_t(sid)].value);
+          } else {
+            const Value& v = slots[size_t(sid)].value;
+            shape_views.push_back(v.kind == Value::Kind::kTensor
+                                      ? Value::of(Tensor::wrap(v.tensor.dtype(), v.tensor.shape(), nullptr))
+                                      : v);
+            in_p.push_back(&shape_views.back());
+          }
+        }
         for (size_t k = 0; k < st.out.size(); ++k) {
           const auto& o = ctx.outputs()[k];
           if (st.out[k] >= 0 && !o.dynamic && o.kind == Value::Kind::kTensor)

@@ -1,0 +1,231 @@
+// Executor: plan caching, arena reuse by liveness, constant folding, views, data-dependent shapes
+// and the absence of per-step allocation in steady state.
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "runtime/executor.h"
+#include "test_util.h"
+
+using namespace onnxtrain;
+
+// Counts heap allocations made through operator new while enabled.
+namespace {
+std::atomic<bool> g_count{false};
+std::atomic<long> g_allocs{0};
+}  // namespace
+void* operator new(size_t n) {
+  if (g_count.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace {
+
+ir::Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+              std::vector<ir::Attribute> attrs = {}) {
+  ir::Node n;
+  n.op_type = op;
+  n.name = op + "_" + out[0];
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+ir::ValueInfo vi(const std::string& name, DType dt = DType::kFloat32) {
+  return ir::ValueInfo{name, ir::TypeInfo::tensor(dt), ""};
+}
+
+// x -> Relu -> Relu -> ... (n times) -> y
+std::shared_ptr<ir::Graph> relu_chain(int n) {
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs.push_back(vi("x"));
+  std::string prev = "x";
+  for (int i = 0; i < n; ++i) {
+    std::string cur = i + 1 == n ? "y" : "h" + std::to_string(i);
+    g->nodes.push_back(node("Relu", {prev}, {cur}));
+    prev = cur;
+  }
+  g->outputs.push_back(vi("y"));
+  return g;
+}
+
+std::vector<Value> run(runtime::GraphExecutor& ex, const std::vector<Tensor>& inputs) {
+  std::vector<Value> feeds;
+  for (const auto& t : inputs) feeds.push_back(Value::of(t));
+  std::vector<const Value*> ptrs;
+  for (auto& v : feeds) ptrs.push_back(&v);
+  return ex.run(ptrs);
+}
+
+const OpsetMap kOpsets{{"", 17}};
+
+}  // namespace
+
+TEST(Executor, ArenaReusesBuffersByLiveness) {
+  runtime::GraphExecutor ex(relu_chain(20), kOpsets, ExecOptions{});
+  Tensor x = Tensor::from_vector<float>({1024}, std::vector<float>(1024, -1.f));
+  auto y = run(ex, {x});
+  ASSERT_TRUE(ot_test::all_close(y[0].tensor, {1024}, std::vector<double>(1024, 0.0)));
+  auto st = ex.last_stats();
+  EXPECT_EQ(st.steps, 20u);
+  EXPECT_EQ(st.naive_bytes, 19u * 4096u);  // 19 intermediates of 4 KiB
+  EXPECT_EQ(st.arena_bytes, 2u * 4096u);   // a chain needs two alternating buffers
+}
+
+TEST(Executor, PlansAreCachedPerShapeSignature) {
+  runtime::GraphExecutor ex(relu_chain(3), kOpsets, ExecOptions{});
+  run(ex, {Tensor::zeros(DType::kFloat32, {4})});
+  run(ex, {Tensor::zeros(DType::kFloat32, {4})});
+  EXPECT_EQ(ex.num_plans(), 1u);
+  run(ex, {Tensor::zeros(DType::kFloat32, {5})});
+  EXPECT_EQ(ex.num_plans(), 2u);
+}
+
+TEST(Executor, SteadyStateDoesNotAllocatePerNode) {
+  auto count = [](int n) {
+    runtime::GraphExecutor ex(relu_chain(n), kOpsets, ExecOptions{});
+    Value x = Value::of(Tensor::zeros(DType::kFloat32, {256}));
+    std::vector<const Value*> ptrs{&x};
+    ex.run(ptrs);  // builds the plan
+    g_allocs = 0;
+    g_count = true;
+    auto out = ex.run(ptrs);
+    g_count = false;
+    return g_allocs.load();
+  };
+  const long small = count(2), large = count(60);
+  // Only the returned output and its bookkeeping allocate; nothing scales with the node count.
+  EXPECT_EQ(small, large);
+  EXPECT_GE(large, 1);  // the counter is live: the returned output itself is allocated
+  EXPECT_LE(large, 8);
+}
+
+TEST(Executor, ConstantSubgraphsAreFolded) {
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs.push_back(vi("x"));
+  g->initializers.emplace_back("a", Tensor::from_vector<float>({2}, {1, 2}));
+  g->initializers.emplace_back("b", Tensor::from_vector<float>({2}, {10, 20}));
+  g->nodes.push_back(node("Add", {"a", "b"}, {"c"}));  // constant: folded
+  g->nodes.push_back(node("Mul", {"x", "c"}, {"y"}));
+  g->outputs.push_back(vi("y"));
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{});
+  auto y = run(ex, {Tensor::from_vector<float>({2}, {2, 3})});
+  EXPECT_TRUE(ot_test::all_close(y[0].tensor, {2}, {22, 66}));
+  EXPECT_EQ(ex.last_stats().folded_nodes, 1u);
+  EXPECT_EQ(ex.last_stats().steps, 1u);
+}
+
+TEST(Executor, MutableInitializersAreNotFolded) {
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs.push_back(vi("x"));
+  g->initializers.emplace_back("w", Tensor::from_vector<float>({2}, {1, 2}));
+  g->nodes.push_back(node("Relu", {"w"}, {"rw"}));
+  g->nodes.push_back(node("Mul", {"x", "rw"}, {"y"}));
+  g->outputs.push_back(vi("y"));
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{}, {}, {"w"});
+  run(ex, {Tensor::from_vector<float>({2}, {1, 1})});
+  EXPECT_EQ(ex.last_stats().folded_nodes, 0u);
+  // An in-place update of the weight is seen by the next run.
+  g->initializers[0].second.data<float>()[0] = 5.f;
+  auto y = run(ex, {Tensor::from_vector<float>({2}, {1, 1})});
+  EXPECT_TRUE(ot_test::all_close(y[0].tensor, {2}, {5, 2}));
+}
+
+TEST(Executor, ReshapeIsAViewOfTheArena) {
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs.push_back(vi("x"));
+  g->initializers.emplace_back("s", Tensor::from_vector<int64_t>({2}, {2, 8}));
+  g->nodes.push_back(node("Relu", {"x"}, {"a"}));
+  g->nodes.push_back(node("Reshape", {"a", "s"}, {"b"}));
+  g->nodes.push_back(node("Relu", {"b"}, {"y"}));
+  g->outputs.push_back(vi("y"));
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{});
+  std::vector<float> xs(16);
+  for (int i = 0; i < 16; ++i) xs[size_t(i)] = float(i - 8);
+  auto y = run(ex, {Tensor::from_vector<float>({16}, xs)});
+  std::vector<double> e;
+  for (float v : xs) e.push_back(v > 0 ? v : 0);
+  EXPECT_TRUE(ot_test::all_close(y[0].tensor, {2, 8}, e));
+  EXPECT_EQ(ex.last_stats().arena_bytes, 64u);  // 'a' only; 'b' views it
+}
+
+TEST(Executor, ViewOfGraphInputAndOutputs) {
+  // Reshape of a graph input is a view rebound every run; a graph output that is a graph input
+  // is returned as a copy.
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs.push_back(vi("x"));
+  g->initializers.emplace_back("s", Tensor::from_vector<int64_t>({1}, {-1}));
+  g->nodes.push_back(node("Reshape", {"x", "s"}, {"flat"}));
+  g->nodes.push_back(node("Relu", {"flat"}, {"y"}));
+  g->outputs.push_back(vi("y"));
+  g->outputs.push_back(vi("x"));
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{});
+  for (float base : {-1.f, 3.f}) {
+    Tensor x = Tensor::from_vector<float>({2, 2}, {base, base + 1, base + 2, base + 3});
+    auto y = run(ex, {x});
+    std::vector<double> e;
+    for (int i = 0; i < 4; ++i) e.push_back(std::max(0.f, base + float(i)));
+    EXPECT_TRUE(ot_test::all_close(y[0].tensor, {4}, e));
+    EXPECT_TRUE(ot_test::all_close(y[1].tensor, {2, 2}, {base, base + 1, base + 2, base + 3}));
+    EXPECT_NE(y[1].tensor.raw_data(), x.raw_data());
+  }
+}
+
+TEST(Executor, DataDependentShapeIsPreparedAtRunTime) {
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs.push_back(vi("x"));
+  g->inputs.push_back(vi("shape", DType::kInt64));
+  g->nodes.push_back(node("Reshape", {"x", "shape"}, {"r"}));
+  g->nodes.push_back(node("Relu", {"r"}, {"y"}));
+  g->outputs.push_back(vi("y"));
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{});
+  Tensor x = Tensor::from_vector<float>({6}, {-1, 2, -3, 4, -5, 6});
+  auto y1 = run(ex, {x, Tensor::from_vector<int64_t>({2}, {2, 3})});
+  EXPECT_TRUE(ot_test::all_close(y1[0].tensor, {2, 3}, {0, 2, 0, 4, 0, 6}));
+  auto y2 = run(ex, {x, Tensor::from_vector<int64_t>({2}, {3, 2})});
+  EXPECT_TRUE(ot_test::all_close(y2[0].tensor, {3, 2}, {0, 2, 0, 4, 0, 6}));
+  EXPECT_EQ(ex.last_stats().dynamic_steps, 2u);
+}
+
+TEST(Executor, OnlyNodesNeededForRequestedOutputsRun) {
+  auto g = relu_chain(4);
+  g->nodes.push_back(node("Relu", {"x"}, {"side"}));
+  g->outputs.push_back(vi("side"));
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{});
+  Value x = Value::of(Tensor::zeros(DType::kFloat32, {3}));
+  auto out = ex.run({&x}, {1});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(ex.last_stats().steps, 1u);
+}
+
+TEST(Executor, KernelErrorsNameTheNode) {
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs.push_back(vi("a"));
+  g->inputs.push_back(vi("b"));
+  g->nodes.push_back(node("Add", {"a", "b"}, {"y"}));
+  g->outputs.push_back(vi("y"));
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{});
+  try {
+    run(ex, {Tensor::zeros(DType::kFloat32, {2}), Tensor::zeros(DType::kFloat32, {3})});
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("Add_y"), std::string::npos) << e.what();
+  }
+  // The executor stays usable after an error.
+  auto y = run(ex, {Tensor::zeros(DType::kFloat32, {2}), Tensor::zeros(DType::kFloat32, {2})});
+  EXPECT_EQ(y[0].tensor.numel(), 2);
+}
+
+TEST(Executor, ThreadCountsGiveSameResults) {
+  std::mt19937 rng(7);
+  Tensor a = ot_test::random_tensor(DType::kFloat32, {64, 257}, rng), b = ot_test::random_tensor(DType::kFloat32, {257}, rng);
+  ot_test::RunOptions one, two;
+  two.threads = 2;
+  auto y1 = ot_test::run_node("Add", {a, b}, {}, one);
+  auto y2 = ot_test::run_node("Add", {a, b}, {}, two);
+  EXPECT_TRUE(ot_test::all_close(y2[0], y1[0].shape(), ot_test::to_double(y1[0]), 0, 0));
+}
