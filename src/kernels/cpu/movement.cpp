@@ -605,12 +605,20 @@ class NonZeroKernel final : public Kernel {
 }  // namespace
 
 void register_movement(KernelRegistry& r) {
+  // One entry per opset range whose semantics differ; the kernel reads info.opset() for them.
   r.add<TransposeKernel>("Transpose", 1, kMaxOpsetAll);
-  r.add<ConcatKernel>("Concat", 1, kMaxOpsetAll);
-  r.add<SplitKernel>("Split", 1, kMaxOpsetAll);
-  r.add<SliceKernel>("Slice", 1, kMaxOpsetAll);
+  r.add<ConcatKernel>("Concat", 1, 3);             // axis defaults to 1
+  r.add<ConcatKernel>("Concat", 4, kMaxOpsetAll);  // axis required (11: negative)
+  r.add<SplitKernel>("Split", 1, 1);               // split attribute or input
+  r.add<SplitKernel>("Split", 2, 12);              // split attribute (11: negative axis)
+  r.add<SplitKernel>("Split", 13, 17);             // split input
+  r.add<SplitKernel>("Split", 18, kMaxOpsetAll);   // num_outputs
+  r.add<SliceKernel>("Slice", 1, 9);               // starts/ends/axes attributes
+  r.add<SliceKernel>("Slice", 10, kMaxOpsetAll);   // inputs, steps
   r.add<TileKernel>("Tile", 6, kMaxOpsetAll);
-  r.add<PadKernel>("Pad", 1, kMaxOpsetAll);
+  r.add<PadKernel>("Pad", 1, 10);                  // pads (1: paddings) and value attributes
+  r.add<PadKernel>("Pad", 11, 17);                 // pads and constant_value inputs (13: bool)
+  r.add<PadKernel>("Pad", 18, kMaxOpsetAll);       // axes input (19: wrap mode)
   r.add<TriluKernel>("Trilu", 14, kMaxOpsetAll);
   r.add<NonZeroKernel>("NonZero", 9, kMaxOpsetAll);
 }

@@ -216,6 +216,7 @@ class ShapeKernel final : public Kernel {
     b_ = clamp(start_);
     e_ = std::max(b_, clamp(end_));
     ctx.set_output(0, DType::kInt64, {e_ - b_});
+    ctx.set_reads_shapes_only();
   }
   void run(RunContext& ctx) override {
     const Shape& s = ctx.input(0).shape();
@@ -230,7 +231,10 @@ class ShapeKernel final : public Kernel {
 class SizeKernel final : public Kernel {
  public:
   explicit SizeKernel(const KernelInfo&) {}
-  void prepare(PrepareContext& ctx) override { ctx.set_output(0, DType::kInt64, {}); }
+  void prepare(PrepareContext& ctx) override {
+    ctx.set_output(0, DType::kInt64, {});
+    ctx.set_reads_shapes_only();
+  }
   void run(RunContext& ctx) override { *ctx.output(0).data<int64_t>() = ctx.input(0).numel(); }
 };
 
@@ -401,11 +405,17 @@ class ExpandKernel final : public Kernel {
 }  // namespace
 
 void register_shape(KernelRegistry& r) {
-  r.add<ReshapeKernel>("Reshape", 1, kMaxOpsetAll);
-  r.add<FlattenKernel>("Flatten", 1, kMaxOpsetAll);
-  r.add<SqueezeKernel>("Squeeze", 1, kMaxOpsetAll);
-  r.add<UnsqueezeKernel>("Unsqueeze", 1, kMaxOpsetAll);
-  r.add<ShapeKernel>("Shape", 1, kMaxOpsetAll);
+  // One entry per opset range whose semantics differ; the kernel reads info.opset() for them.
+  r.add<ReshapeKernel>("Reshape", 1, 4);              // shape attribute
+  r.add<ReshapeKernel>("Reshape", 5, kMaxOpsetAll);   // shape input; 14: allowzero
+  r.add<FlattenKernel>("Flatten", 1, 10);             // axis in [0, r]
+  r.add<FlattenKernel>("Flatten", 11, kMaxOpsetAll);  // negative axis
+  r.add<SqueezeKernel>("Squeeze", 1, 12);             // axes attribute (11: negative)
+  r.add<SqueezeKernel>("Squeeze", 13, kMaxOpsetAll);  // axes input
+  r.add<UnsqueezeKernel>("Unsqueeze", 1, 12);
+  r.add<UnsqueezeKernel>("Unsqueeze", 13, kMaxOpsetAll);
+  r.add<ShapeKernel>("Shape", 1, 14);
+  r.add<ShapeKernel>("Shape", 15, kMaxOpsetAll);  // start, end
   r.add<SizeKernel>("Size", 1, kMaxOpsetAll);
   r.add<ConstantKernel>("Constant", 1, kMaxOpsetAll);
   r.add<ConstantOfShapeKernel>("ConstantOfShape", 9, kMaxOpsetAll);
