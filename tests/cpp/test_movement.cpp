@@ -64,7 +64,8 @@ TEST(Movement, TransposeBlocked) {
     std::vector<int64_t> perm;
   };
   const Case cases[] = {{{3, 37, 45}, {0, 2, 1}}, {{67, 129}, {1, 0}},       {{2, 16, 3, 24}, {0, 3, 2, 1}},
-                        {{9, 8, 8}, {2, 1, 0}},   {{5, 300, 70}, {2, 0, 1}}, {{64, 65, 9}, {1, 0, 2}}};
+                        {{9, 8, 8}, {2, 1, 0}},   {{5, 300, 70}, {2, 0, 1}}, {{64, 65, 9}, {1, 0, 2}},
+                        {{2, 3, 50, 41}, {0, 2, 3, 1}}, {{2, 50, 41, 3}, {0, 3, 1, 2}}};
   int trial = 0;
   for (const Case& c : cases) {
     for (DType dt : {DType::kFloat32, DType::kInt32, DType::kFloat64, DType::kUInt16, DType::kUInt8}) {

@@ -41,11 +41,11 @@ bool StridedCopy::init(const Shape& dims, const std::vector<int64_t>& ss, const 
   }
   if (dims_.size() > kMaxDims) return false;
   // Transpose fast path: the destination's innermost dim is strided in the source and another dim
-  // is contiguous in the source.
+  // is contiguous in the source (tiles also beat row-by-row walks when either dim is small).
   const size_t nd = dims_.size();
-  if (nd >= 2 && ds_[nd - 1] == 1 && ss_[nd - 1] != 1 && ss_[nd - 1] != 0 && dims_[nd - 1] >= 8) {
+  if (nd >= 2 && ds_[nd - 1] == 1 && ss_[nd - 1] != 1 && ss_[nd - 1] != 0) {
     for (size_t k = 0; k + 1 < nd; ++k)
-      if (ss_[k] == 1 && dims_[k] >= 8) tk_ = int(k);
+      if (ss_[k] == 1) tk_ = int(k);
   }
   return true;
 }
@@ -113,9 +113,37 @@ class TransposeKernel final : public Kernel {
   StridedCopy copy_;
 };
 
+// Concat and Split: a [outer, row] matrix `big` whose columns [off_i, off_i + w_i) belong to
+// part i, a contiguous [outer, w_i] tensor. Walks `big` in order (sequential writes for Concat,
+// sequential reads for Split), split evenly across threads. Null parts are skipped.
+template <bool kToBig, class T>
+void copy_blocks(T* big, T* const* parts, const std::vector<int64_t>& w, int64_t outer, int64_t row) {
+  if (row == 0) return;
+  parallel_for(outer * row, 1 << 15, [&](int64_t b, int64_t e) {
+    int64_t r = b / row, c = b % row, off = 0;
+    size_t p = 0;
+    for (int64_t pos = b; pos < e;) {
+      if (c == row) {
+        c = off = 0;
+        p = 0;
+        ++r;
+      }
+      while (c >= off + w[p]) off += w[p++];  // c < row: some later part covers it
+      const int64_t len = std::min(off + w[p] - c, e - pos);
+      if (parts[p]) {
+        T* small = parts[p] + r * w[p] + (c - off);
+        if constexpr (kToBig) StridedCopy::copy_n(big + pos, small, len);
+        else StridedCopy::copy_n(small, big + pos, len);
+      }
+      pos += len;
+      c += len;
+    }
+  });
+}
+
 // ---------------------------------------------------------------- Concat
 // Each input is an [outer, d_i * inner] block copied to columns [off_i, off_i + d_i * inner) of
-// the [outer, D * inner] output.
+// the [outer, D * inner] output (copy_blocks).
 class ConcatKernel final : public Kernel {
  public:
   explicit ConcatKernel(const KernelInfo& info) {
@@ -156,34 +184,32 @@ class ConcatKernel final : public Kernel {
     }
     check_output_size(ctx, out, ctx.input_dtype(0));
     const int64_t outer = dim_product(out, 0, size_t(axis)), inner = dim_product(out, size_t(axis) + 1, out.size());
-    const int64_t row = out[size_t(axis)] * inner;
-    parts_.clear();
-    int64_t off = 0;
-    for (size_t i : used) {
-      const int64_t w = ctx.input_shape(i)[size_t(axis)] * inner;
-      Part p{i, off, {}};
-      p.copy.init({outer, w}, {w, 1}, {row, 1});
-      parts_.push_back(std::move(p));
-      off += w;
-    }
+    outer_ = outer;
+    row_ = out[size_t(axis)] * inner;
+    used_ = used;
+    widths_.clear();
+    for (size_t i : used) widths_.push_back(ctx.input_shape(i)[size_t(axis)] * inner);
+    ptrs_.resize(used.size());
     if (used.size() == 1) ctx.set_output_alias(0, used[0], out);
     else ctx.set_output(0, ctx.input_dtype(0), out);
   }
   void run(RunContext& ctx) override {
-    for (const Part& p : parts_) run_copy(ctx, p.copy, p.input, 0, 0, p.offset);
+    if (used_.size() == 1 && ctx.output_aliases_input(0, used_[0])) return;
+    for (size_t k = 0; k < used_.size(); ++k) ptrs_[k] = const_cast<void*>(ctx.input(used_[k]).raw_data());
+    Tensor& y = ctx.output(0);
+    dispatch_by_size(y.dtype(), ctx.node(), [&]<class T>() {
+      copy_blocks<true>(static_cast<T*>(y.raw_data()), reinterpret_cast<T* const*>(ptrs_.data()), widths_, outer_, row_);
+    });
   }
 
  private:
   static bool is_empty_1d(const PrepareContext& ctx, size_t i) {
     return ctx.has_input(i) && ctx.input_rank(i) == 1 && ctx.input_shape(i)[0] == 0;
   }
-  struct Part {
-    size_t input;
-    int64_t offset;  // first output column
-    StridedCopy copy;
-  };
-  int64_t axis_;
-  std::vector<Part> parts_;
+  int64_t axis_, outer_ = 0, row_ = 0;
+  std::vector<size_t> used_;     // inputs taking part (legacy empty 1-D inputs left out)
+  std::vector<int64_t> widths_;  // their columns per row
+  std::vector<void*> ptrs_;      // their data, set per run
 };
 
 // ---------------------------------------------------------------- Split
@@ -222,36 +248,36 @@ class SplitKernel final : public Kernel {
       if (d % n != 0) ctx.fail("dimension ", d, " of axis ", axis, " cannot be split into ", n, " equal parts");
       sizes.assign(size_t(n), d / n);
     }
-    const int64_t outer = dim_product(in, 0, size_t(axis)), inner = dim_product(in, size_t(axis) + 1, in.size());
-    parts_.clear();
-    int64_t off = 0;
+    outer_ = dim_product(in, 0, size_t(axis));
+    const int64_t inner = dim_product(in, size_t(axis) + 1, in.size());
+    row_ = d * inner;
+    widths_.clear();
     for (int64_t i = 0; i < n; ++i) {
       Shape s = in;
       s[size_t(axis)] = sizes[size_t(i)];
-      const int64_t w = sizes[size_t(i)] * inner;
-      Part p{off, {}};
-      if (ctx.has_output(size_t(i))) p.copy.init({outer, w}, {d * inner, 1}, {w, 1});
-      off += w;
+      widths_.push_back(sizes[size_t(i)] * inner);
       if (n == 1) ctx.set_output_alias(0, 0, s);
       else ctx.set_output(size_t(i), ctx.input_dtype(0), s);
-      parts_.push_back(std::move(p));
     }
+    ptrs_.resize(size_t(n));
   }
   void run(RunContext& ctx) override {
-    for (size_t i = 0; i < parts_.size(); ++i)
-      if (ctx.has_output(i)) run_copy(ctx, parts_[i].copy, 0, i, parts_[i].offset, 0);
+    if (ptrs_.size() == 1 && ctx.output_aliases_input(0, 0)) return;
+    for (size_t i = 0; i < ptrs_.size(); ++i) ptrs_[i] = ctx.has_output(i) ? ctx.output(i).raw_data() : nullptr;
+    const Tensor& x = ctx.input(0);
+    dispatch_by_size(x.dtype(), ctx.node(), [&]<class T>() {
+      copy_blocks<false>(const_cast<T*>(static_cast<const T*>(x.raw_data())), reinterpret_cast<T* const*>(ptrs_.data()),
+                         widths_, outer_, row_);
+    });
   }
 
  private:
-  struct Part {
-    int64_t offset;  // first source column
-    StridedCopy copy;
-  };
   int64_t axis_;
   bool from_input_, has_attr_;
   std::vector<int64_t> split_attr_;
-  int64_t num_outputs_;
-  std::vector<Part> parts_;
+  int64_t num_outputs_, outer_ = 0, row_ = 0;
+  std::vector<int64_t> widths_;  // columns per row of each output
+  std::vector<void*> ptrs_;      // output data (null: not requested), set per run
 };
 
 // ---------------------------------------------------------------- Slice
