@@ -496,3 +496,35 @@ TEST(Movement, NonZeroRandom) {
   auto y = run_node("NonZero", {Tensor::from_vector<std::string>({3}, {"a", "", "b"})});
   EXPECT_TRUE(all_close(y[0], {1, 2}, {0, 2}, 0, 0));
 }
+
+// Shapes computed from data that would need absurd memory fail cleanly, naming the node.
+TEST(Movement, HugeShapesFailCleanly) {
+  Tensor x = Tensor::zeros(DType::kFloat32, {2, 3});
+  const int64_t big = int64_t(1) << 40;
+  expect_error<onnxtrain::InvalidArgument>([&] { run_node("Tile", {x, i64({big, big})}); }, "node_Tile", "too large");
+  expect_error<onnxtrain::InvalidArgument>([&] { run_node("Pad", {x, i64({0, 0, big, big})}); }, "node_Pad", "too large");
+  expect_error<onnxtrain::InvalidArgument>([&] { run_node("Pad", {x, i64({0, 0, INT64_MAX, 1})}); }, "node_Pad", "overflowing");
+  expect_error<onnxtrain::InvalidArgument>([&] { run_node("Expand", {x, i64({big, big, 1, 1})}); }, "node_Expand", "too large");
+}
+
+// An output the node does not name is skipped (Split with only its first output used).
+TEST(Movement, SplitUnnamedOutput) {
+  auto g = std::make_shared<ir::Graph>();
+  g->name = "split";
+  g->inputs.push_back({"x", ir::TypeInfo::tensor(DType::kInt32, {4, 3}), ""});
+  ir::Node n;
+  n.op_type = "Split";
+  n.name = "split_node";
+  n.inputs = {"x"};
+  n.outputs = {"", "y1"};
+  g->nodes.push_back(n);
+  g->outputs.push_back({"y1", {}, ""});
+  ir::Model m;
+  m.opsets[""] = 13;
+  m.graph = g;
+  std::mt19937 rng(91);
+  Tensor x = random_tensor(DType::kInt32, {4, 3}, rng, -9, 9);
+  auto xv = to_double(x);
+  auto y = run_model(m, {x});
+  EXPECT_TRUE(all_close(y[0], {2, 3}, std::vector<double>(xv.begin() + 6, xv.end()), 0, 0));
+}
