@@ -126,12 +126,13 @@ class StridedCopy {
         T* o = dst + dof;
         for (int64_t b0 = 0; b0 < B; b0 += TB) {
           const int64_t b1 = std::min(B, b0 + TB);
-          int64_t a8 = a0, b8 = b0;  // [a0, a8) x [b0, b8) done in 8x8 blocks
-          if constexpr (sizeof(T) == 4 && std::is_trivially_copyable_v<T>) {
-            a8 = a0 + (a1 - a0) / 8 * 8;
-            b8 = b0 + (b1 - b0) / 8 * 8;
-            for (int64_t a = a0; a < a8; a += 8)
-              for (int64_t bb = b0; bb < b8; bb += 8) block8x8(o + a * dA + bb, dA, s + a + bb * sB, sB);
+          int64_t a8 = a0, b8 = b0;  // [a0, a8) x [b0, b8) done in register blocks
+          if constexpr (std::is_trivially_copyable_v<T>) {
+            constexpr int64_t K = sizeof(T) == 8 ? 4 : 8;
+            a8 = a0 + (a1 - a0) / K * K;
+            b8 = b0 + (b1 - b0) / K * K;
+            for (int64_t a = a0; a < a8; a += K)
+              for (int64_t bb = b0; bb < b8; bb += K) block<sizeof(T)>(o + a * dA + bb, dA, s + a + bb * sB, sB);
           }
           for (int64_t a = a0; a < a1; ++a)
             for (int64_t bb = (a < a8 ? b8 : b0); bb < b1; ++bb) o[a * dA + bb] = s[a + bb * sB];
@@ -140,29 +141,79 @@ class StridedCopy {
     });
   }
 
-  // 8x8 block of 4-byte elements: o[a * dA + b] = s[a + b * sB], AVX2 register transpose.
-  static void block8x8(void* out, int64_t dA, const void* in, int64_t sB) {
-    const float* s = static_cast<const float*>(in);
-    float* o = static_cast<float*>(out);
-    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + sB), r2 = _mm256_loadu_ps(s + 2 * sB),
-           r3 = _mm256_loadu_ps(s + 3 * sB), r4 = _mm256_loadu_ps(s + 4 * sB), r5 = _mm256_loadu_ps(s + 5 * sB),
-           r6 = _mm256_loadu_ps(s + 6 * sB), r7 = _mm256_loadu_ps(s + 7 * sB);
-    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-    const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-    const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-    const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_storeu_ps(o, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(o + dA, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(o + 2 * dA, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(o + 3 * dA, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(o + 4 * dA, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(o + 5 * dA, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(o + 6 * dA, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(o + 7 * dA, _mm256_permute2f128_ps(u3, u7, 0x31));
+  // One register block: o[a * dA + b] = s[a + b * sB] for a, b < 8 (4 for 8-byte elements).
+  // Strides are in elements of `Size` bytes.
+  template <size_t Size>
+  static void block(void* out, int64_t dA, const void* in, int64_t sB) {
+    const char* s = static_cast<const char*>(in);
+    char* o = static_cast<char*>(out);
+    const int64_t sb = sB * int64_t(Size), da = dA * int64_t(Size);
+    if constexpr (Size == 4) {
+      __m256 r0 = _mm256_loadu_ps(reinterpret_cast<const float*>(s)),
+             r1 = _mm256_loadu_ps(reinterpret_cast<const float*>(s + sb)),
+             r2 = _mm256_loadu_ps(reinterpret_cast<const float*>(s + 2 * sb)),
+             r3 = _mm256_loadu_ps(reinterpret_cast<const float*>(s + 3 * sb)),
+             r4 = _mm256_loadu_ps(reinterpret_cast<const float*>(s + 4 * sb)),
+             r5 = _mm256_loadu_ps(reinterpret_cast<const float*>(s + 5 * sb)),
+             r6 = _mm256_loadu_ps(reinterpret_cast<const float*>(s + 6 * sb)),
+             r7 = _mm256_loadu_ps(reinterpret_cast<const float*>(s + 7 * sb));
+      const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+      const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+      const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+      const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      const __m256 rows[8] = {_mm256_permute2f128_ps(u0, u4, 0x20), _mm256_permute2f128_ps(u1, u5, 0x20),
+                              _mm256_permute2f128_ps(u2, u6, 0x20), _mm256_permute2f128_ps(u3, u7, 0x20),
+                              _mm256_permute2f128_ps(u0, u4, 0x31), _mm256_permute2f128_ps(u1, u5, 0x31),
+                              _mm256_permute2f128_ps(u2, u6, 0x31), _mm256_permute2f128_ps(u3, u7, 0x31)};
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(reinterpret_cast<float*>(o + i * da), rows[i]);
+    } else if constexpr (Size == 8) {  // 4x4
+      const __m256d r0 = _mm256_loadu_pd(reinterpret_cast<const double*>(s)),
+                    r1 = _mm256_loadu_pd(reinterpret_cast<const double*>(s + sb)),
+                    r2 = _mm256_loadu_pd(reinterpret_cast<const double*>(s + 2 * sb)),
+                    r3 = _mm256_loadu_pd(reinterpret_cast<const double*>(s + 3 * sb));
+      const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+      const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+      _mm256_storeu_pd(reinterpret_cast<double*>(o), _mm256_permute2f128_pd(t0, t2, 0x20));
+      _mm256_storeu_pd(reinterpret_cast<double*>(o + da), _mm256_permute2f128_pd(t1, t3, 0x20));
+      _mm256_storeu_pd(reinterpret_cast<double*>(o + 2 * da), _mm256_permute2f128_pd(t0, t2, 0x31));
+      _mm256_storeu_pd(reinterpret_cast<double*>(o + 3 * da), _mm256_permute2f128_pd(t1, t3, 0x31));
+    } else if constexpr (Size == 2) {
+      __m128i r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i * sb));
+      __m128i t[8], u[8];
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);  // columns 0-3 of rows 2i, 2i+1
+        t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]);  // columns 4-7
+      }
+      for (int h = 0; h < 2; ++h)    // row quads 0-3, 4-7
+        for (int c = 0; c < 2; ++c)  // column halves
+          for (int q = 0; q < 2; ++q)
+            u[4 * h + 2 * c + q] = q ? _mm_unpackhi_epi32(t[4 * h + c], t[4 * h + 2 + c]) : _mm_unpacklo_epi32(t[4 * h + c], t[4 * h + 2 + c]);
+      // u[4h + 2c + q] holds columns 4c + 2q, 4c + 2q + 1 of rows 4h..4h+3.
+      for (int col = 0; col < 8; ++col) {
+        const int c = col / 4, q = (col % 4) / 2, hi = col % 2;
+        const __m128i lo4 = u[2 * c + q], hi4 = u[4 + 2 * c + q];
+        const __m128i row = hi ? _mm_unpackhi_epi64(lo4, hi4) : _mm_unpacklo_epi64(lo4, hi4);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + col * da), row);
+      }
+    } else {  // 1 byte
+      __m128i r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + i * sb));
+      const __m128i t0 = _mm_unpacklo_epi8(r[0], r[1]), t1 = _mm_unpacklo_epi8(r[2], r[3]);
+      const __m128i t2 = _mm_unpacklo_epi8(r[4], r[5]), t3 = _mm_unpacklo_epi8(r[6], r[7]);
+      const __m128i u0 = _mm_unpacklo_epi16(t0, t1), u1 = _mm_unpackhi_epi16(t0, t1);
+      const __m128i u2 = _mm_unpacklo_epi16(t2, t3), u3 = _mm_unpackhi_epi16(t2, t3);
+      const __m128i v[4] = {_mm_unpacklo_epi32(u0, u2), _mm_unpackhi_epi32(u0, u2), _mm_unpacklo_epi32(u1, u3),
+                            _mm_unpackhi_epi32(u1, u3)};  // v[k]: columns 2k, 2k+1
+      for (int k = 0; k < 4; ++k) {
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 2 * k * da), v[k]);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(o + (2 * k + 1) * da), _mm_unpackhi_epi64(v[k], v[k]));
+      }
+    }
   }
 
   std::vector<int64_t> dims_, ss_, ds_;
