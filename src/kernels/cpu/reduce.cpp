@@ -148,13 +148,20 @@ using sum_acc_t = std::conditional_t<
     std::is_floating_point_v<compute_t<T>>, std::conditional_t<std::is_same_v<T, double> || std::is_same_v<T, float>, double, float>,
     std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>>;
 
-// map: element -> accumulator; comb: associative combine; fin: accumulator -> output.
-// `shift` (LogSumExp only) holds the per-output maximum subtracted before exp.
+// map: element -> partial; comb: associative combine (of partials or accumulators); fin:
+// accumulator -> output. Partials P are float32 for float32 sums: short runs (at most kFold
+// elements per lane) are summed in float32, then folded into the float64 accumulator A, which
+// keeps the error near float64 summation at float32 speed. `shift` (LogSumExp only) holds the
+// per-output maximum subtracted before exp.
+constexpr int64_t kFold = 64;
+
 template <RK K, class T>
 struct RedOp {
   using C = compute_t<T>;
-  static constexpr bool kMinMax = K == RK::kMax || K == RK::kMin;
+  static constexpr bool kMinMax = K == RK::kMax || K == RK::kMin, kMin = K == RK::kMin;
+  static constexpr bool kAdditive = !kMinMax && K != RK::kProd && K != RK::kLogSumExp;
   using A = std::conditional_t<kMinMax, C, std::conditional_t<K == RK::kLogSumExp, double, sum_acc_t<T>>>;
+  using P = std::conditional_t<kAdditive && std::is_same_v<T, float>, float, A>;
   const double* shift = nullptr;
 
   static A init() {
@@ -165,18 +172,19 @@ struct RedOp {
       return std::numeric_limits<C>::has_infinity ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max();
     return A(0);
   }
-  A map(C x, int64_t o) const {
+  P map(C x, int64_t o) const {
     if constexpr (K == RK::kL1) {
       if constexpr (std::is_unsigned_v<C>)
-        return A(x);
+        return P(x);
       else
-        return A(x < C(0) ? C(-x) : x);
+        return P(x < C(0) ? C(-x) : x);
     }
-    if constexpr (K == RK::kL2 || K == RK::kSumSquare) return A(x) * A(x);
-    if constexpr (K == RK::kLogSumExp) return A(std::exp(double(x) - shift[o]));
-    return A(x);
+    if constexpr (K == RK::kL2 || K == RK::kSumSquare) return P(x) * P(x);
+    if constexpr (K == RK::kLogSumExp) return P(std::exp(double(x) - shift[o]));
+    return P(x);
   }
-  static A comb(A a, A b) {
+  template <class V>
+  static V comb(V a, V b) {
     if constexpr (K == RK::kMax) return (b > a || b != b) ? b : a;  // NaN propagates
     if constexpr (K == RK::kMin) return (b < a || b != b) ? b : a;
     if constexpr (K == RK::kProd) return a * b;
@@ -216,24 +224,57 @@ struct ShiftOp : RedOp<RK::kMax, T> {
   }
 };
 
-// Reduces a contiguous run p[0..n) with 16 independent lanes (vectorizes; keeps sums short).
+// Reduces a contiguous run p[0..n) with W independent lanes (four vectors: vectorizes and hides
+// latency). Float min/max track NaN in separate lanes so the value lanes are plain vmax/vmin.
 template <class Op, class T>
 typename Op::A reduce_run(const Op& op, const T* p, int64_t n, int64_t o) {
   using A = typename Op::A;
   using C = typename Op::C;
-  constexpr int W = 16;
+  using P = typename Op::P;
+  constexpr int W = int(128 / sizeof(P));
   int64_t j = 0;
   A acc = Op::init();
-  if (n >= W) {
-    A lanes[W];
-    for (int k = 0; k < W; ++k) lanes[k] = Op::init();
-    for (; j + W <= n; j += W)
-      for (int k = 0; k < W; ++k) lanes[k] = Op::comb(lanes[k], op.map(C(p[j + k]), o));
-    for (int w = W / 2; w > 0; w /= 2)
-      for (int k = 0; k < w; ++k) lanes[k] = Op::comb(lanes[k], lanes[k + w]);
+  if constexpr (Op::kMinMax && std::is_floating_point_v<C>) {
+    using I = std::conditional_t<sizeof(C) == 4, int32_t, int64_t>;
+    C lanes[W];
+    I nan[W];
+    for (int k = 0; k < W; ++k) {
+      lanes[k] = acc;
+      nan[k] = 0;
+    }
+    for (; j + W <= n; j += W) {
+#pragma omp simd
+      for (int k = 0; k < W; ++k) {
+        const C v = C(p[j + k]);
+        if constexpr (Op::kMin)
+          lanes[k] = v < lanes[k] ? v : lanes[k];
+        else
+          lanes[k] = v > lanes[k] ? v : lanes[k];
+        nan[k] |= -I(v != v);
+      }
+    }
+    for (int w = W / 2; w > 0; w /= 2)  // value lanes hold no NaN: plain min/max
+      for (int k = 0; k < w; ++k) {
+        lanes[k] = Op::kMin ? std::min(lanes[k], lanes[k + w]) : std::max(lanes[k], lanes[k + w]);
+        nan[k] |= nan[k + w];
+      }
+    if (nan[0]) return std::numeric_limits<C>::quiet_NaN();
     acc = lanes[0];
+  } else {
+    while (n - j >= W) {
+      P lanes[W];
+      for (int k = 0; k < W; ++k) lanes[k] = P(Op::init());
+      const int64_t end = j + std::min((n - j) / W, kFold) * W;
+      for (; j < end; j += W) {
+#pragma omp simd
+        for (int k = 0; k < W; ++k) lanes[k] = Op::comb(lanes[k], op.map(C(p[j + k]), o));
+      }
+      for (int w = W / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; ++k) lanes[k] = Op::comb(lanes[k], lanes[k + w]);
+      acc = Op::comb(acc, A(lanes[0]));
+    }
   }
-  for (; j < n; ++j) acc = Op::comb(acc, op.map(C(p[j]), o));
+  for (; j < n; ++j) acc = Op::comb(acc, A(op.map(C(p[j]), o)));
   return acc;
 }
 
@@ -241,6 +282,7 @@ template <class Op, class T, class Y>
 void reduce(const ReduceLayout& L, const Op& op, const T* x, Y* y) {
   using A = typename Op::A;
   using C = typename Op::C;
+  using P = typename Op::P;
   if (L.out_numel == 0) return;
   if (L.red_numel == 0) {
     for (int64_t o = 0; o < L.out_numel; ++o) y[o] = op.fin(Op::init(), o, 0);
@@ -261,12 +303,14 @@ void reduce(const ReduceLayout& L, const Op& op, const T* x, Y* y) {
     });
     return;
   }
-  // Column mode: blocks of B outputs along the contiguous kept run accumulate whole rows.
+  // Column mode: blocks of B outputs along the contiguous kept run accumulate whole rows, in
+  // partials folded into the accumulators every kFold rows.
   constexpr int64_t B = 256;
   const int64_t I = L.inner, nb = (I + B - 1) / B, nk = L.kept.count();
   const int64_t block_elems = std::min(I, B) * L.red_numel;
   parallel_for(nk * nb, grain_for(block_elems), [&](int64_t t0, int64_t t1) {
     A acc[B];
+    P part[B];
     Walk kw = L.kept, rw = L.red;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t k = t / nb, j0 = (t % nb) * B, m = std::min(B, I - j0), o0 = k * I + j0;
@@ -274,9 +318,14 @@ void reduce(const ReduceLayout& L, const Op& op, const T* x, Y* y) {
       for (int64_t j = 0; j < m; ++j) acc[j] = Op::init();
       const T* base = x + kw.off + j0;
       rw.seek(0);
-      for (int64_t r = 0; r < nred; ++r, rw.next()) {
-        const T* p = base + rw.off;
-        for (int64_t j = 0; j < m; ++j) acc[j] = Op::comb(acc[j], op.map(C(p[j]), o0 + j));
+      for (int64_t r0 = 0; r0 < nred; r0 += kFold) {
+        for (int64_t j = 0; j < m; ++j) part[j] = P(Op::init());
+        for (int64_t r = r0; r < std::min(nred, r0 + kFold); ++r, rw.next()) {
+          const T* p = base + rw.off;
+#pragma omp simd
+          for (int64_t j = 0; j < m; ++j) part[j] = Op::comb(part[j], op.map(C(p[j]), o0 + j));
+        }
+        for (int64_t j = 0; j < m; ++j) acc[j] = Op::comb(acc[j], A(part[j]));
       }
       for (int64_t j = 0; j < m; ++j) y[o0 + j] = op.fin(acc[j], o0 + j, L.red_numel);
     }
@@ -548,18 +597,6 @@ void exp_inplace(C* v, int64_t n) {
   }
 }
 
-template <class C>
-C max_of(const C* p, int64_t n) {
-  C m = -std::numeric_limits<C>::infinity();
-  bool nan = false;
-#pragma omp simd reduction(max : m) reduction(|| : nan)
-  for (int64_t j = 0; j < n; ++j) {
-    m = std::max(m, p[j]);
-    nan = nan || p[j] != p[j];
-  }
-  return nan ? std::numeric_limits<C>::quiet_NaN() : m;
-}
-
 // ---------------------------------------------------------------- Softmax, LogSoftmax, Hardmax
 // Opset < 13: X is coerced to 2-D [prod(dims[:axis]), prod(dims[axis:])] (default axis 1);
 // opset >= 13: along one axis (default -1).
@@ -619,13 +656,7 @@ class SoftmaxKernel final : public Kernel {
           for (int64_t j = 0; j < n; ++j) y[j] = T(C(j == best ? 1 : 0));
           continue;
         }
-        C m;
-        if constexpr (std::is_same_v<T, C>) {
-          m = max_of(x, n);
-        } else {
-          m = -std::numeric_limits<C>::infinity();
-          for (int64_t j = 0; j < n; ++j) m = (C(x[j]) > m || x[j] != x[j]) ? C(x[j]) : m;
-        }
+        C m = reduce_run(RedOp<RK::kMax, T>{}, x, n, 0);
         if (std::isinf(m)) m = std::signbit(m) ? C(0) : m;  // all -inf: exp(-inf) = 0, not NaN
         double sum = 0;
         if constexpr (std::is_same_v<T, float>) {
