@@ -1,8 +1,508 @@
+// Normalization operators and Dropout.
+//   BatchNormalization(X[N,C,S..], scale[C], B[C], mean[C], var[C])
+//       Y = (X - mu[c]) / sqrt(sigma2[c] + eps) * scale[c] + B[c]
+//       inference: mu, sigma2 = mean, var; training: the batch's mean and population variance
+//       over N and S, running_mean = mean * momentum + mu * (1 - momentum) (same for var)
+//   InstanceNormalization(X[N,C,S..], scale[C], B[C])
+//       Y = (X - mu[n,c]) / sqrt(sigma2[n,c] + eps) * scale[c] + B[c], moments over S
+//   LayerNormalization(X[R.., D..], Scale, B) (axis splits R from D)
+//       Y = (X - mu[r]) * InvStdDev[r] * Scale + B, InvStdDev = 1 / sqrt(sigma2[r] + eps)
+//       Mean, InvStdDev: [R.., 1..] in the stash type
+//   LRN(X[N,C,S..]) Y = X / (bias + alpha / size * sum_{c' in window(c)} X[c']^2)^beta
+//   Dropout(X, ratio, training_mode) Y = X * mask / (1 - ratio), mask = U(0,1) >= ratio;
+//       inference: Y = X (a view), mask all true
+#include <cmath>
+#include <cstring>
+#include <random>
+
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {
 
-void register_norm(KernelRegistry& r) { (void)r; }
+namespace {
+
+// Sum of p[0..n) in A (several lanes, vectorized).
+template <class A, class T>
+A sum_of(const T* p, int64_t n) {
+  A s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) s += A(compute_t<T>(p[j]));
+  return s;
+}
+
+// Sum of (p - mean)^2 over p[0..n) in A.
+template <class A, class T>
+A sq_dev(const T* p, int64_t n, A mean) {
+  A s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t j = 0; j < n; ++j) {
+    const A d = A(compute_t<T>(p[j])) - mean;
+    s += d * d;
+  }
+  return s;
+}
+
+// Converts a float tensor of any float dtype to D values.
+template <class D>
+void load_as(const Tensor& t, D* dst, const ir::Node& node) {
+  dispatch<FloatTypes>(t.dtype(), node, [&]<class T>() {
+    const T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) dst[i] = D(compute_t<T>(p[i]));
+  });
+}
+
+template <class D>
+void store_as(Tensor& t, const D* src, const ir::Node& node) {
+  dispatch<FloatTypes>(t.dtype(), node, [&]<class T>() {
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = T(compute_t<T>(src[i]));
+  });
+}
+
+// y[s] = x[s] * a + b over n contiguous values.
+template <class T>
+void scale_shift(const T* x, T* y, int64_t n, double a, double b) {
+  using C = compute_t<T>;
+  const C ca = C(a), cb = C(b);
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) y[j] = T(C(x[j]) * ca + cb);
+}
+
+// Fails unless input i is a float tensor of `numel` elements.
+void check_param(PrepareContext& ctx, size_t i, const char* what, int64_t numel) {
+  if (!ctx.has_input(i)) ctx.fail(what, " is required");
+  if (!dtype_is_float(ctx.input_dtype(i))) ctx.fail(what, " must be a float tensor, got ", dtype_name(ctx.input_dtype(i)));
+  if (shape_numel(ctx.input_shape(i)) != numel)
+    ctx.fail(what, " has shape ", shape_to_string(ctx.input_shape(i)), ", expected ", numel, " elements");
+}
+
+// ---------------------------------------------------------------- BatchNormalization
+// Opset < 14: training when outputs beyond Y are requested (and, opset < 7, is_test = 0); the
+// outputs are running mean/var and the batch's saved mean/var. Opset >= 14: training_mode.
+// spatial = 0 (opset < 9): statistics per element of dims[1:].
+class BatchNormKernel final : public Kernel {
+ public:
+  explicit BatchNormKernel(const KernelInfo& info) {
+    eps_ = info.attr_float("epsilon", 1e-5f);
+    momentum_ = info.attr_float("momentum", 0.9f);
+    spatial_ = info.opset() >= 9 || info.attr_int("spatial", 1) != 0;
+    new_style_ = info.opset() >= 14;
+    train_attr_ = new_style_ ? info.attr_int("training_mode", 0) != 0 : info.attr_int("is_test", 0) == 0;
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(0);
+    if (s.size() < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(s));
+    n_ = s[0];
+    c_ = spatial_ ? s[1] : dim_product(s, 1, s.size());
+    s_ = spatial_ ? dim_product(s, 2, s.size()) : 1;
+    const char* names[] = {"", "scale", "B", "mean", "var"};
+    for (size_t i = 1; i <= 4; ++i) check_param(ctx, i, names[i], c_);
+    bool extra = false;
+    for (size_t k = 1; k < ctx.num_outputs(); ++k) extra |= ctx.has_output(k);
+    training_ = new_style_ ? train_attr_ : train_attr_ && extra;
+    ctx.set_output(0, dt, s);
+    for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), new_style_ ? 3 : 5); ++k) {
+      const size_t src = k % 2 ? 3 : 4;  // mean-like outputs follow input_mean, var-like input_var
+      if (ctx.has_output(k)) ctx.set_output(k, k <= 2 ? ctx.input_dtype(src) : dt, ctx.input_shape(src));
+    }
+    ctx.request_workspace(size_t(c_) * 6 * sizeof(double));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const int64_t N = n_, C = c_, S = s_;
+    double* scale = static_cast<double*>(ctx.workspace());
+    double* bias = scale + C;
+    double* mean = bias + C;
+    double* var = mean + C;
+    double* mu = var + C;  // statistics used (batch's in training)
+    double* sigma2 = mu + C;
+    load_as(ctx.input(1), scale, ctx.node());
+    load_as(ctx.input(2), bias, ctx.node());
+    load_as(ctx.input(3), mean, ctx.node());
+    load_as(ctx.input(4), var, ctx.node());
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      const T* X = x.data<T>();
+      T* Y = ctx.output(0).data<T>();
+      if (training_) {
+        const double count = double(N * S);
+        parallel_for(C, grain_for(N * S), [&](int64_t c0, int64_t c1) {
+          for (int64_t c = c0; c < c1; ++c) {
+            double s1 = 0, s2 = 0;
+            for (int64_t n = 0; n < N; ++n) s1 += sum_of<double>(X + (n * C + c) * S, S);
+            const double m = count > 0 ? s1 / count : 0.0;
+            for (int64_t n = 0; n < N; ++n) s2 += sq_dev<double>(X + (n * C + c) * S, S, m);
+            mu[c] = m;
+            sigma2[c] = count > 0 ? s2 / count : 0.0;
+          }
+        });
+      } else {
+        std::memcpy(mu, mean, size_t(C) * sizeof(double));
+        std::memcpy(sigma2, var, size_t(C) * sizeof(double));
+      }
+      parallel_for(N * C, grain_for(S), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t c = r % C;
+          const double a = scale[c] / std::sqrt(sigma2[c] + double(eps_));
+          scale_shift(X + r * S, Y + r * S, S, a, bias[c] - mu[c] * a);
+        }
+      });
+    });
+    // Optional outputs: running statistics, then (opset < 14) the batch's saved statistics.
+    if (training_)
+      for (int64_t c = 0; c < C; ++c) {
+        mean[c] = mean[c] * momentum_ + mu[c] * (1.0 - momentum_);
+        var[c] = var[c] * momentum_ + sigma2[c] * (1.0 - momentum_);
+      }
+    const double* outs[] = {nullptr, mean, var, mu, sigma2};
+    for (size_t k = 1; k < 5; ++k)
+      if (ctx.has_output(k)) store_as(ctx.output(k), outs[k], ctx.node());
+  }
+
+ private:
+  float eps_, momentum_;
+  bool spatial_, new_style_, train_attr_, training_ = false;
+  int64_t n_ = 0, c_ = 0, s_ = 0;
+};
+
+// ---------------------------------------------------------------- InstanceNormalization
+class InstanceNormKernel final : public Kernel {
+ public:
+  explicit InstanceNormKernel(const KernelInfo& info) { eps_ = info.attr_float("epsilon", 1e-5f); }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(0);
+    if (s.size() < 2) ctx.fail("input must have rank >= 2, got shape ", shape_to_string(s));
+    c_ = s[1];
+    check_param(ctx, 1, "scale", c_);
+    check_param(ctx, 2, "B", c_);
+    ctx.set_output(0, dt, s);
+    ctx.request_workspace(size_t(c_) * 2 * sizeof(double));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const int64_t C = c_, S = dim_product(x.shape(), 2, x.rank()), rows = x.numel() / std::max<int64_t>(S, 1);
+    double* scale = static_cast<double*>(ctx.workspace());
+    double* bias = scale + C;
+    load_as(ctx.input(1), scale, ctx.node());
+    load_as(ctx.input(2), bias, ctx.node());
+    if (S == 0) return;
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      const T* X = x.data<T>();
+      T* Y = ctx.output(0).data<T>();
+      parallel_for(rows, grain_for(3 * S), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* p = X + r * S;
+          const double m = sum_of<double>(p, S) / double(S);
+          const double v = sq_dev<double>(p, S, m) / double(S);
+          const double a = scale[r % C] / std::sqrt(v + double(eps_));
+          scale_shift(p, Y + r * S, S, a, bias[r % C] - m * a);
+        }
+      });
+    });
+  }
+
+ private:
+  float eps_;
+  int64_t c_ = 0;
+};
+
+// ---------------------------------------------------------------- LayerNormalization
+// Rows of D = prod(dims[axis:]); moments in float32 for float16/bfloat16/float32 inputs (the
+// stash type), float64 for float64. Scale and B broadcast to dims[axis:].
+class LayerNormKernel final : public Kernel {
+ public:
+  explicit LayerNormKernel(const KernelInfo& info) {
+    axis_ = info.attr_int("axis", -1);
+    eps_ = info.attr_float("epsilon", 1e-5f);
+    stash_ = DType(info.attr_int("stash_type", 1));
+    if (stash_ != DType::kFloat32 && stash_ != DType::kFloat64 && stash_ != DType::kBFloat16 && stash_ != DType::kFloat16)
+      info.fail("stash_type ", int(stash_), " is not a float type");
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(0);
+    const size_t axis = size_t(normalize_axis(ctx, axis_, int64_t(s.size())));
+    if (s.empty()) ctx.fail("X must have rank >= 1");
+    norm_shape_ = Shape(s.begin() + long(axis), s.end());
+    rows_ = dim_product(s, 0, axis);
+    cols_ = shape_numel(norm_shape_);
+    for (size_t i = 1; i <= 2; ++i) {
+      if (!ctx.has_input(i)) {
+        if (i == 1) ctx.fail("Scale is required");
+        continue;
+      }
+      const Shape& p = ctx.input_shape(i);
+      Shape b;
+      if (ctx.input_dtype(i) != dt)
+        ctx.fail(i == 1 ? "Scale" : "B", " has type ", dtype_name(ctx.input_dtype(i)), ", X has ", dtype_name(dt));
+      if (p.size() > norm_shape_.size() || !broadcast_shapes({norm_shape_, p}, &b) || b != norm_shape_)
+        ctx.fail(i == 1 ? "Scale" : "B", " shape ", shape_to_string(p), " does not broadcast to ", shape_to_string(norm_shape_));
+    }
+    ctx.set_output(0, dt, s);
+    Shape stat(s.begin(), s.begin() + long(axis));
+    stat.resize(s.size(), 1);
+    for (size_t k = 1; k <= 2; ++k)
+      if (ctx.has_output(k)) ctx.set_output(k, stash_, stat);
+    ctx.request_workspace(size_t(cols_) * 2 * sizeof(double) + size_t(rows_) * 2 * sizeof(double));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    // Workspace: per-row (mean, inv std dev), then Scale and B expanded to the normalized shape.
+    double* stats = static_cast<double*>(ctx.workspace());
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      A* w = reinterpret_cast<A*>(stats + 2 * rows_);
+      A* b = w + cols_;
+      expand(ctx.input(1), w, ctx.node());
+      if (ctx.has_input(2))
+        expand(ctx.input(2), b, ctx.node());
+      else
+        std::fill(b, b + cols_, A(0));
+      const T* X = x.data<T>();
+      T* Y = ctx.output(0).data<T>();
+      const int64_t D = cols_;
+      const A eps = A(eps_);
+      parallel_for(rows_, grain_for(3 * D), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* p = X + r * D;
+          T* q = Y + r * D;
+          const A m = D ? sum_of<A>(p, D) / A(D) : A(0);
+          const A inv = A(1) / std::sqrt((D ? sq_dev<A>(p, D, m) / A(D) : A(0)) + eps);
+#pragma omp simd
+          for (int64_t j = 0; j < D; ++j) q[j] = T((A(compute_t<T>(p[j])) - m) * inv * w[j] + b[j]);
+          stats[2 * r] = double(m);
+          stats[2 * r + 1] = double(inv);
+        }
+      });
+    });
+    for (size_t k = 1; k <= 2; ++k) {
+      if (!ctx.has_output(k)) continue;
+      dispatch<FloatTypes>(ctx.output(k).dtype(), ctx.node(), [&]<class U>() {
+        U* o = ctx.output(k).data<U>();
+        for (int64_t r = 0; r < rows_; ++r) o[r] = U(compute_t<U>(stats[2 * r + (k - 1)]));
+      });
+    }
+  }
+
+ private:
+  // Scale/B broadcast to the normalized shape, as A values.
+  template <class A>
+  void expand(const Tensor& t, A* dst, const ir::Node& node) const {
+    dispatch<FloatTypes>(t.dtype(), node, [&]<class T>() {
+      const T* p = t.data<T>();
+      if (t.numel() == cols_) {
+        for (int64_t j = 0; j < cols_; ++j) dst[j] = A(compute_t<T>(p[j]));
+        return;
+      }
+      for (int64_t j = 0; j < cols_; ++j) {
+        const auto idx = unravel(j);
+        int64_t off = 0, stride = 1;
+        for (size_t d = t.rank(); d-- > 0;) {
+          const size_t nd = norm_shape_.size() - t.rank() + d;
+          off += (t.dim(d) == 1 ? 0 : idx[nd]) * stride;
+          stride *= t.dim(d);
+        }
+        dst[j] = A(compute_t<T>(p[off]));
+      }
+    });
+  }
+  std::vector<int64_t> unravel(int64_t flat) const {
+    std::vector<int64_t> idx(norm_shape_.size());
+    for (size_t d = norm_shape_.size(); d-- > 0;) {
+      idx[d] = flat % norm_shape_[d];
+      flat /= norm_shape_[d];
+    }
+    return idx;
+  }
+
+  int64_t axis_;
+  float eps_;
+  DType stash_;
+  Shape norm_shape_;
+  int64_t rows_ = 0, cols_ = 0;
+};
+
+// ---------------------------------------------------------------- LRN
+class LRNKernel final : public Kernel {
+ public:
+  explicit LRNKernel(const KernelInfo& info) {
+    size_ = info.attr_int("size");
+    if (size_ <= 0) info.fail("size must be > 0, got ", size_);
+    alpha_ = info.attr_float("alpha", 1e-4f);
+    beta_ = info.attr_float("beta", 0.75f);
+    bias_ = info.attr_float("bias", 1.0f);
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    if (ctx.input_rank(0) < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(ctx.input_shape(0)));
+    ctx.set_output(0, dt, ctx.input_shape(0));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const int64_t C = x.dim(1), S = dim_product(x.shape(), 2, x.rank()), NC = x.numel() / std::max<int64_t>(S, 1);
+    const int64_t before = (size_ - 1) / 2, after = size_ / 2;  // floor((size-1)/2), ceil((size-1)/2)
+    if (S == 0) return;
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using A = compute_t<T>;
+      const T* X = x.data<T>();
+      T* Y = ctx.output(0).data<T>();
+      const A k = A(alpha_ / double(size_)), bias = A(bias_), beta = A(beta_);
+      parallel_for(NC, grain_for(S * size_), [&](int64_t r0, int64_t r1) {
+        constexpr int64_t B = 256;
+        A acc[B];
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t c = r % C, lo = std::max<int64_t>(0, c - before), hi = std::min(C - 1, c + after);
+          for (int64_t j0 = 0; j0 < S; j0 += B) {
+            const int64_t m = std::min(B, S - j0);
+            std::fill(acc, acc + m, A(0));
+            for (int64_t cc = lo; cc <= hi; ++cc) {
+              const T* p = X + (r - c + cc) * S + j0;
+#pragma omp simd
+              for (int64_t j = 0; j < m; ++j) acc[j] += A(p[j]) * A(p[j]);
+            }
+            const T* p = X + r * S + j0;
+            for (int64_t j = 0; j < m; ++j) Y[r * S + j0 + j] = T(A(p[j]) / std::pow(bias + k * acc[j], beta));
+          }
+        }
+      });
+    });
+  }
+
+ private:
+  int64_t size_;
+  float alpha_, beta_, bias_;
+};
+
+// ---------------------------------------------------------------- Dropout
+// Training mode: opset >= 12 the training_mode input (default false); opset 7-11 the session's
+// ExecOptions::training; opset < 7 additionally is_test = 0.
+// Random numbers: with a `seed` attribute, numpy's legacy generator (MT19937 seeded with
+// init_genrand(seed), 53-bit doubles from two draws), seeded once per kernel and advancing across
+// runs, so the first run reproduces np.random.seed(seed); np.random.uniform(0, 1, shape).
+// Without one, a counter-based hash of (ExecOptions::seed, node name, run counter, element): the
+// same in every thread split.
+class DropoutKernel final : public Kernel {
+ public:
+  explicit DropoutKernel(const KernelInfo& info) : opset_(info.opset()) {
+    if (opset_ < 12) {
+      ratio_ = info.attr_float("ratio", 0.5f);
+      train_ = info.options().training && (opset_ >= 7 || info.attr_int("is_test", 0) == 0);
+    }
+    if (info.has_attr("seed")) {
+      seeded_ = true;
+      mt_.seed(uint32_t(info.attr_int("seed")));
+    }
+    key_ = info.options().seed ^ (std::hash<std::string>{}(info.node().name) * 0x9e3779b97f4a7c15ull);
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(0);
+    mode_ = train_ ? Mode::kTrain : Mode::kInfer;
+    if (opset_ >= 12) {
+      mode_ = Mode::kInfer;
+      if (ctx.has_input(2)) {
+        if (ctx.input_dtype(2) != DType::kBool || shape_numel(ctx.input_shape(2)) != 1)
+          ctx.fail("training_mode must be a bool scalar, got ", dtype_name(ctx.input_dtype(2)), shape_to_string(ctx.input_shape(2)));
+        const Tensor* t = ctx.input_value(2);
+        mode_ = !t ? Mode::kRuntime : *t->data<bool>() ? Mode::kTrain : Mode::kInfer;
+      }
+      if (ctx.has_input(1)) {
+        if (!dtype_is_float(ctx.input_dtype(1)) || shape_numel(ctx.input_shape(1)) != 1)
+          ctx.fail("ratio must be a float scalar, got ", dtype_name(ctx.input_dtype(1)), shape_to_string(ctx.input_shape(1)));
+        if (const Tensor* r = ctx.input_value(1); r && mode_ == Mode::kTrain) check_ratio(ctx, read_scalar_as_double(*r));
+      }
+    } else if (train_) {
+      check_ratio(ctx, ratio_);
+    }
+    if (mode_ == Mode::kInfer)
+      ctx.set_output_alias(0, 0, s);
+    else
+      ctx.set_output(0, dt, s);
+    if (mode_ != Mode::kInfer) ctx.set_nondeterministic();
+    if (ctx.has_output(1)) ctx.set_output(1, opset_ >= 10 ? DType::kBool : dt, s);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    bool train = mode_ == Mode::kTrain;
+    if (mode_ == Mode::kRuntime) train = *ctx.input(2).data<bool>();
+    double ratio = ratio_;
+    if (opset_ >= 12) ratio = ctx.has_input(1) ? read_scalar_as_double(ctx.input(1)) : 0.5;
+    if (train) check_ratio(ctx, ratio);
+    Tensor* mask = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using C = compute_t<T>;
+      const T* X = x.data<T>();
+      T* Y = y.data<T>();
+      const int64_t n = x.numel();
+      auto put_mask = [&](int64_t i, bool keep) {
+        if (!mask) return;
+        if (mask->dtype() == DType::kBool)
+          mask->data<bool>()[i] = keep;
+        else
+          mask->data<T>()[i] = T(C(keep ? 1 : 0));
+      };
+      if (!train) {
+        if (!ctx.output_aliases_input(0, 0)) y.copy_from(x);
+        for (int64_t i = 0; mask && i < n; ++i) put_mask(i, true);
+        return;
+      }
+      const C denom = C(1.0f - float(ratio));
+      auto apply = [&](int64_t i, double u) {
+        const bool keep = u >= ratio;
+        Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
+        put_mask(i, keep);
+      };
+      if (seeded_) {
+        for (int64_t i = 0; i < n; ++i) {
+          const uint32_t a = uint32_t(mt_()) >> 5, b = uint32_t(mt_()) >> 6;
+          apply(i, (double(a) * 67108864.0 + double(b)) / 9007199254740992.0);
+        }
+      } else {
+        const uint64_t key = mix(key_ + 0x632be59bd9b4e019ull * ++runs_);
+        parallel_for(n, 16384, [&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i) apply(i, double(mix(key ^ uint64_t(i)) >> 11) * 0x1.0p-53);
+        });
+      }
+    });
+  }
+
+ private:
+  enum class Mode { kInfer, kTrain, kRuntime };
+  template <class Ctx>
+  static void check_ratio(const Ctx& ctx, double r) {
+    if (!(r >= 0.0 && r < 1.0)) ctx.fail("ratio must be in [0, 1), got ", r);
+  }
+  static uint64_t mix(uint64_t z) {  // splitmix64 finalizer
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+
+  int64_t opset_;
+  double ratio_ = 0.5;
+  bool train_ = false, seeded_ = false;
+  Mode mode_ = Mode::kInfer;
+  std::mt19937 mt_;
+  uint64_t key_, runs_ = 0;
+};
+
+}  // namespace
+
+void register_norm(KernelRegistry& r) {
+  r.add<BatchNormKernel>("BatchNormalization", 1, kMaxOpsetAll);
+  r.add<InstanceNormKernel>("InstanceNormalization", 1, kMaxOpsetAll);
+  r.add<LayerNormKernel>("LayerNormalization", 17, kMaxOpsetAll);
+  r.add<LRNKernel>("LRN", 1, kMaxOpsetAll);
+  r.add<DropoutKernel>("Dropout", 1, kMaxOpsetAll);
+}
 
 }  // namespace onnxtrain::kernels
