@@ -65,12 +65,16 @@ ir::Model forward_model(const GradCheck& s, const std::vector<size_t>& wrt, cons
     g.nodes.push_back(red);
     terms.push_back("t" + std::to_string(j));
   }
-  ir::Node sum;
-  sum.op_type = "Sum";
-  sum.name = "loss_total";
-  sum.inputs = terms;
-  sum.outputs = {"loss"};
-  g.nodes.push_back(sum);
+  if (terms.size() == 1) {
+    g.nodes.back().outputs = {"loss"};
+  } else {
+    ir::Node sum;
+    sum.op_type = "Sum";
+    sum.name = "loss_total";
+    sum.inputs = terms;
+    sum.outputs = {"loss"};
+    g.nodes.push_back(sum);
+  }
   g.outputs.push_back(ir::ValueInfo{"loss", {}, ""});
   return m;
 }
