@@ -20,6 +20,9 @@ namespace {
 
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
+// 8 floats; aligned(4) makes dereferences unaligned loads and stores.
+typedef float v8f __attribute__((vector_size(32), aligned(4)));
+
 // For the kernel offset k (one index per spatial dim), calls f(p, q) for every position p (flat,
 // row-major) of `from`, where q is the flat position in `to` at coordinates p*s - pb + k*d, or -1
 // when that falls outside `to`. im2col walks output -> input, col2im input -> output.
@@ -118,6 +121,11 @@ class ConvKernel final : public Kernel {
     pout_ = shape_numel(g_.out);
     op_ = dnnl_util::DnnlOp();
     const bool empty = shape_numel(y) == 0 || C_ == 0 || kk_ == 0;
+    depthwise_ = dt_ == DType::kFloat32 && !transposed_ && group_ > 1 && group_ == C_ && nd <= 2 && !empty && kk_ <= 64;
+    if (depthwise_) {
+      ctx.request_workspace(dw_workspace(ctx.options()));
+      return;
+    }
     if (dt_ == DType::kFloat32 && !empty && make_dnnl(x, w, y)) {
       ctx.request_workspace(op_.workspace_bytes());
       return;
@@ -128,6 +136,11 @@ class ConvKernel final : public Kernel {
   void run(RunContext& ctx) override {
     if (ctx.output(0).numel() == 0) return;
     const void* bias = has_bias_ ? ctx.input(2).raw_data() : nullptr;
+    if (depthwise_) {
+      run_depthwise(ctx.input(0).data<float>(), ctx.input(1).data<float>(), static_cast<const float*>(bias),
+                    ctx.output(0).data<float>(), static_cast<char*>(ctx.workspace()), ctx.options());
+      return;
+    }
     if (op_.valid()) {
       op_.bind(DNNL_ARG_SRC, ctx.input(0).raw_data());
       op_.bind(DNNL_ARG_WEIGHTS, ctx.input(1).raw_data());
@@ -166,6 +179,14 @@ class ConvKernel final : public Kernel {
     const memory::desc wmd(dnnl_util::dims(wd), memory::data_type::f32, dnnl_util::dims(ws));
     const memory::desc xmd = dnnl_util::plain_md(x), ymd = dnnl_util::plain_md(y), bmd = dnnl_util::plain_md({M_});
     auto any = [](const Shape& s) { return memory::desc(dnnl_util::dims(s), memory::data_type::f32, memory::format_tag::any); };
+    // Activations: oneDNN's blocked layouts (reordered in and out) pay off when there is enough
+    // arithmetic per activation byte; below that (1x1 and few-channel convolutions) the plain
+    // layout's gemm-based kernel is faster. The threshold comes from bench/bench_kernels.py and
+    // the layout comparison recorded there.
+    const double flops = 2.0 * double(M_ / group_) * double(C_) * double(kk_) * double(transposed_ ? pin_ : pout_);
+    const double bytes = 4.0 * (double(C_) * double(pin_) + double(M_) * double(pout_));
+    const bool plain = flops / bytes < 40.0;
+    auto act = [&](const Shape& s, const memory::desc& p) { return plain ? p : any(s); };
     memory::dims strides = dnnl_util::dims(g_.stride), dil(nd), pl = dnnl_util::dims(g_.pad_b), pr(nd);
     for (size_t i = 0; i < nd; ++i) {
       dil[i] = g_.dilation[i] - 1;
@@ -178,14 +199,14 @@ class ConvKernel final : public Kernel {
       memory::desc src_md, w_md, dst_md, scratch;
       dnnl::primitive prim;
       if (!transposed_) {
-        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any(x),
-                                          any(wd), bias, any(y), strides, dil, pl, pr);
+        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                          act(x, xmd), any(wd), bias, act(y, ymd), strides, dil, pl, pr);
         dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
         src_md = pd.src_desc(), w_md = pd.weights_desc(), dst_md = pd.dst_desc(), scratch = pd.scratchpad_desc();
         prim = dnnl::convolution_forward(pd);
       } else {
         dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-                                            any(x), any(wd), bias, any(y), strides, dil, pl, pr);
+                                            act(x, xmd), any(wd), bias, act(y, ymd), strides, dil, pl, pr);
         dnnl::deconvolution_forward::primitive_desc pd(d, attr, eng);
         src_md = pd.src_desc(), w_md = pd.weights_desc(), dst_md = pd.dst_desc(), scratch = pd.scratchpad_desc();
         prim = dnnl::deconvolution_forward(pd);
@@ -200,6 +221,97 @@ class ConvKernel final : public Kernel {
       op_ = dnnl_util::DnnlOp();
       return false;
     }
+  }
+
+  // ------------------------------------------------------------ depthwise (float32, 1-D/2-D)
+  // One input channel per group: each output plane is a small stencil over one input plane. The
+  // plane is copied once into a zero-padded buffer (per thread, in the workspace) so that the
+  // stencil runs without bounds checks, 16 outputs at a time held in registers.
+  static constexpr int64_t kDwBlock = 16;
+  struct DwGeom {
+    int64_t IH, IW, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw, PH, PW;  // PH x PW: padded plane
+  };
+  DwGeom dw_geom() const {
+    const bool two = g_.nd == 2;
+    DwGeom d{};
+    d.IH = two ? g_.in[0] : 1, d.IW = g_.in.back(), d.OH = two ? g_.out[0] : 1, d.OW = g_.out.back();
+    d.KH = two ? g_.kernel[0] : 1, d.KW = g_.kernel.back();
+    d.sh = two ? g_.stride[0] : 1, d.sw = g_.stride.back(), d.dh = two ? g_.dilation[0] : 1, d.dw = g_.dilation.back();
+    d.ph = two ? g_.pad_b[0] : 0, d.pw = g_.pad_b.back();
+    d.PH = (d.OH - 1) * d.sh + (d.KH - 1) * d.dh + 1;
+    // Row width covering whole blocks of outputs.
+    const int64_t ow_blocks = (d.OW + kDwBlock - 1) / kDwBlock * kDwBlock;
+    d.PW = (ow_blocks - 1) * d.sw + (d.KW - 1) * d.dw + 1;
+    return d;
+  }
+  static int dw_slots(const ExecOptions& o) { return std::max(hardware_threads(), o.num_threads); }
+  size_t dw_workspace(const ExecOptions& o) const {
+    const DwGeom d = dw_geom();
+    return size_t(dw_slots(o)) * align64(size_t(d.PH * d.PW) * sizeof(float));
+  }
+
+  void run_depthwise(const float* X, const float* W, const float* B, float* Y, char* ws, const ExecOptions& o) const {
+    const DwGeom d = dw_geom();
+    const int64_t mult = M_ / group_, taps = d.KH * d.KW;
+    const size_t slot_bytes = align64(size_t(d.PH * d.PW) * sizeof(float));
+    const int slots = dw_slots(o);
+    parallel_for(N_ * C_, 1, [&](int64_t p0, int64_t p1) {
+      const int t = omp_get_thread_num();
+      std::vector<float> own;  // only when run with more threads than prepared for
+      if (t >= slots) own.resize(size_t(d.PH * d.PW));
+      float* pad = t < slots ? reinterpret_cast<float*>(ws + size_t(t) * slot_bytes) : own.data();
+      int64_t off[64];
+      for (int64_t kh = 0, i = 0; kh < d.KH; ++kh)
+        for (int64_t kw = 0; kw < d.KW; ++kw, ++i) off[i] = kh * d.dh * d.PW + kw * d.dw;
+      for (int64_t p = p0; p < p1; ++p) {
+        // Zero-padded copy of input plane p: padded (r, c) holds X(r - ph, c - pw).
+        const float* x = X + p * d.IH * d.IW;
+        std::fill(pad, pad + d.PH * d.PW, 0.f);
+        for (int64_t r = 0; r < d.PH; ++r) {
+          const int64_t ih = r - d.ph;
+          if (ih < 0 || ih >= d.IH) continue;
+          const int64_t c0 = std::max<int64_t>(0, d.pw), c1 = std::min(d.PW, d.IW + d.pw);
+          if (c1 > c0) std::copy(x + ih * d.IW + (c0 - d.pw), x + ih * d.IW + (c1 - d.pw), pad + r * d.PW + c0);
+        }
+        const int64_t n = p / C_, c = p % C_;
+        for (int64_t j = 0; j < mult; ++j) {
+          const int64_t m = c * mult + j;
+          const float* w = W + m * taps;
+          const float b = B ? B[m] : 0.f;
+          float* y = Y + (n * M_ + m) * d.OH * d.OW;
+          for (int64_t oh = 0; oh < d.OH; ++oh) {
+            const float* row = pad + oh * d.sh * d.PW;
+            for (int64_t ow = 0; ow < d.OW; ow += kDwBlock) {
+              alignas(32) float acc[kDwBlock];
+              const float* base = row + ow * d.sw;
+              if (d.sw == 1) {
+                v8f a0 = v8f{} + b, a1 = v8f{} + b;
+                for (int64_t tp = 0; tp < taps; ++tp) {
+                  const float* r = base + off[tp];
+                  a0 += w[tp] * *reinterpret_cast<const v8f*>(r);
+                  a1 += w[tp] * *reinterpret_cast<const v8f*>(r + 8);
+                }
+                if (ow + kDwBlock <= d.OW) {
+                  *reinterpret_cast<v8f*>(y + oh * d.OW + ow) = a0;
+                  *reinterpret_cast<v8f*>(y + oh * d.OW + ow + 8) = a1;
+                  continue;
+                }
+                *reinterpret_cast<v8f*>(acc) = a0;
+                *reinterpret_cast<v8f*>(acc + 8) = a1;
+              } else {
+                for (int64_t l = 0; l < kDwBlock; ++l) acc[l] = b;
+                for (int64_t tp = 0; tp < taps; ++tp) {
+                  const float* r = base + off[tp];
+                  for (int64_t l = 0; l < kDwBlock; ++l) acc[l] += w[tp] * r[l * d.sw];
+                }
+              }
+              const int64_t n_out = std::min(kDwBlock, d.OW - ow);
+              for (int64_t l = 0; l < n_out; ++l) y[oh * d.OW + ow + l] = acc[l];
+            }
+          }
+        }
+      }
+    });
   }
 
   // ------------------------------------------------------------ im2col / col2im + gemm
@@ -299,7 +411,7 @@ class ConvKernel final : public Kernel {
   DType dt_ = DType::kFloat32;
   WindowGeom g_;
   int64_t N_ = 0, C_ = 0, M_ = 0, kk_ = 1, pin_ = 1, pout_ = 1;
-  bool has_bias_ = false;
+  bool has_bias_ = false, depthwise_ = false;
   dnnl_util::DnnlOp op_;
 };
 

@@ -66,7 +66,7 @@ class BatchedMatMul {
  public:
   /// False when the batch shapes do not broadcast.
   bool prepare(DType dt, Shape a_batch, Shape b_batch, int64_t M, int64_t K, int64_t N, bool ta, bool tb) {
-    dt_ = dt, M_ = M, K_ = K, N_ = N, ta_ = ta, tb_ = tb;
+    dt_ = dt, M_ = M, K_ = K, N_ = N, ta_ = ta, tb_ = tb, rows_ = M;
     const size_t r = std::max(a_batch.size(), b_batch.size());
     a_batch.insert(a_batch.begin(), r - a_batch.size(), 1);
     b_batch.insert(b_batch.begin(), r - b_batch.size(), 1);
@@ -89,35 +89,34 @@ class BatchedMatMul {
       }
       prev = pat;
     }
-    if (dt == DType::kFloat32) {
-      // B shared by every batch and A not transposed: one [batch*M, K] @ [K, N] product.
-      int64_t mm = M;
-      if (!ta && shape_numel(bd) == 1) {
-        mm = M * shape_numel(ad);
-        ad.clear(), bd.clear(), cd.clear();
-      }
-      if (ad.size() + 2 <= DNNL_MAX_NDIMS) {
-        make_dnnl(ad, bd, cd, mm);
-        return true;
-      }
+    // B shared by every batch and A not transposed: one [batch*M, K] @ [K, N] product.
+    if (!ta && shape_numel(bd) == 1) {
+      rows_ = M * shape_numel(ad);
+      ad.clear(), bd.clear(), cd.clear();
     }
-    // Offsets of each batch's matrices.
-    const Shape& full = batch_;
-    std::vector<int64_t> idx(r, 0);
-    a_off_.resize(size_t(nbatch_));
-    b_off_.resize(size_t(nbatch_));
-    const auto as = contiguous_strides(a_batch), bs = contiguous_strides(b_batch);
-    for (int64_t b = 0; b < nbatch_; ++b) {
+    // float32 products of several batches: one oneDNN matmul (single products go to sgemm, which
+    // measured up to 3x faster than the brgemm matmul for large N).
+    if (dt == DType::kFloat32 && !cd.empty() && cd.size() + 2 <= DNNL_MAX_NDIMS) {
+      make_dnnl(ad, bd, cd, rows_);
+      return true;
+    }
+    // Offsets of each batch's matrices over the collapsed dims.
+    const int64_t nb = shape_numel(cd);
+    std::vector<int64_t> idx(cd.size(), 0);
+    a_off_.resize(size_t(nb));
+    b_off_.resize(size_t(nb));
+    const auto as = contiguous_strides(ad), bs = contiguous_strides(bd);
+    for (int64_t i = 0; i < nb; ++i) {
       int64_t ao = 0, bo = 0;
-      for (size_t i = 0; i < r; ++i) {
-        if (a_batch[i] != 1) ao += idx[i] * as[i];
-        if (b_batch[i] != 1) bo += idx[i] * bs[i];
+      for (size_t d = 0; d < cd.size(); ++d) {
+        if (ad[d] != 1) ao += idx[d] * as[d];
+        if (bd[d] != 1) bo += idx[d] * bs[d];
       }
-      a_off_[size_t(b)] = ao * M * K;
-      b_off_[size_t(b)] = bo * K * N;
-      for (size_t i = r; i-- > 0;) {
-        if (++idx[i] < full[i]) break;
-        idx[i] = 0;
+      a_off_[size_t(i)] = ao * rows_ * K;
+      b_off_[size_t(i)] = bo * K * N;
+      for (size_t d = cd.size(); d-- > 0;) {
+        if (++idx[d] < cd[d]) break;
+        idx[d] = 0;
       }
     }
     return true;
@@ -143,18 +142,18 @@ class BatchedMatMul {
         std::fill(C, C + nbatch_ * M_ * N_, T(0.f));
         return;
       }
-      const int64_t lda = ta_ ? M_ : K_, ldb = tb_ ? K_ : N_;
+      const int64_t lda = ta_ ? M_ : K_, ldb = tb_ ? K_ : N_, n = int64_t(a_off_.size());
       auto one = [&](int64_t i) {
-        matmul2d<T>(ta_, tb_, M_, N_, K_, 1.0, A + a_off_[size_t(i)], lda, B + b_off_[size_t(i)], ldb, 0.0,
-                    C + i * M_ * N_, N_);
+        matmul2d<T>(ta_, tb_, rows_, N_, K_, 1.0, A + a_off_[size_t(i)], lda, B + b_off_[size_t(i)], ldb, 0.0,
+                    C + i * rows_ * N_, N_);
       };
       // Many small products: one per thread; otherwise each product uses every thread.
-      if (nbatch_ >= 2 * current_threads() && M_ * N_ * K_ < (1 << 18)) {
-        parallel_for(nbatch_, 1, [&](int64_t b0, int64_t b1) {
+      if (n >= 2 * current_threads() && rows_ * N_ * K_ < (1 << 18)) {
+        parallel_for(n, 1, [&](int64_t b0, int64_t b1) {
           for (int64_t i = b0; i < b1; ++i) one(i);
         });
       } else {
-        for (int64_t i = 0; i < nbatch_; ++i) one(i);
+        for (int64_t i = 0; i < n; ++i) one(i);
       }
     });
   }
@@ -187,6 +186,7 @@ class BatchedMatMul {
 
   DType dt_ = DType::kFloat32;
   int64_t M_ = 0, K_ = 0, N_ = 0, nbatch_ = 0;
+  int64_t rows_ = 0;  // rows of each product (M, or batch*M when A's batch folds into the rows)
   bool ta_ = false, tb_ = false;
   Shape batch_;
   std::vector<int64_t> a_off_, b_off_;
