@@ -7,6 +7,14 @@ thread count, as throughput ratios (never part of pass/fail).
 Every operand is a graph input (as in training, where weights change every step), so nothing is
 constant-folded and weights are re-laid-out on every run, as torch does too.
 """
+import os
+
+# Both libraries share one libgomp (and torch uses the same system oneDNN). On a machine shared
+# with other work, spinning OpenMP workers wait a whole scheduler slice for a descheduled partner
+# at every barrier (~20 ms per parallel region here), which swamps the kernels; passive waiting
+# measures the kernels instead. Run with OMP_WAIT_POLICY=ACTIVE to see the other behaviour.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import statistics
 import time
@@ -29,15 +37,16 @@ def model(op, inputs, out_shape, attrs, opset=17):
 
 
 def timeit(fn, min_time=0.3):
+    """(wall seconds, process CPU seconds) per call."""
     fn()  # warm up (plan, primitive creation)
     fn()
-    n, t0 = 0, time.perf_counter()
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while True:
         fn()
         n += 1
         t = time.perf_counter() - t0
         if t > min_time and n >= 3:
-            return t / n
+            return t / n, (time.process_time() - c0) / n
 
 
 def bench(name, op, inputs, attrs, torch_fn, flops, threads, rounds=5):
@@ -56,9 +65,10 @@ def bench(name, op, inputs, attrs, torch_fn, flops, threads, rounds=5):
         for _ in range(rounds):  # interleaved so that machine noise hits both alike
             ours.append(timeit(lambda: sess.run(None, feeds)))
             theirs.append(timeit(lambda: torch_fn(**tin)))
-    to, tt = statistics.median(ours), statistics.median(theirs)
-    print(f"{name:44s} onnxtrain {flops / to * 1e-9:8.1f} GFLOP/s ({to * 1e3:8.3f} ms)   torch {flops / tt * 1e-9:8.1f}"
-          f" GFLOP/s ({tt * 1e3:8.3f} ms)   ratio {tt / to:5.2f}   max rel err {err:.1e}", flush=True)
+    to, tt = statistics.median(w for w, _ in ours), statistics.median(w for w, _ in theirs)
+    co, ct = statistics.median(c for _, c in ours), statistics.median(c for _, c in theirs)
+    print(f"{name:40s} onnxtrain {flops / to * 1e-9:7.1f} GFLOP/s {to * 1e3:8.2f} ms | torch {flops / tt * 1e-9:7.1f}"
+          f" GFLOP/s {tt * 1e3:8.2f} ms | ratio wall {tt / to:5.2f} cpu {ct / co:5.2f} | rel err {err:.0e}", flush=True)
     return tt / to
 
 
@@ -69,7 +79,8 @@ def main():
     args = ap.parse_args()
     t = args.threads
     torch.set_num_threads(t)
-    print(f"threads {t}, torch {torch.__version__}; ratio = torch time / onnxtrain time (> 1: onnxtrain faster)")
+    print(f"threads {t}, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, torch {torch.__version__}; ratio = torch time / onnxtrain time (> 1: onnxtrain faster);"
+          " GFLOP/s from wall time; 'cpu' compares process CPU time (less sensitive to a shared machine)")
 
     cases = []
     def add(*a):

@@ -186,41 +186,59 @@ class ConvKernel final : public Kernel {
     const double flops = 2.0 * double(M_ / group_) * double(C_) * double(kk_) * double(transposed_ ? pin_ : pout_);
     const double bytes = 4.0 * (double(C_) * double(pin_) + double(M_) * double(pout_));
     const bool plain = flops / bytes < 40.0;
-    auto act = [&](const Shape& s, const memory::desc& p) { return plain ? p : any(s); };
+    // Among blocked layouts, nC..16c (jit direct kernels) measured up to 1.4x faster than what
+    // `any` picks (nhwc brgemm) when both channel counts fill 16-wide blocks.
+    enum class Layout { kPlain, kBlocked16, kAny };
+    std::vector<Layout> candidates;
+    if (plain) candidates = {Layout::kPlain, Layout::kAny};
+    else if (Cg % 16 == 0 && Mg % 16 == 0) candidates = {Layout::kBlocked16, Layout::kAny};
+    else candidates = {Layout::kAny};
+    const memory::format_tag blocked16 = nd == 1   ? memory::format_tag::nCw16c
+                                         : nd == 2 ? memory::format_tag::nChw16c
+                                                   : memory::format_tag::nCdhw16c;
     memory::dims strides = dnnl_util::dims(g_.stride), dil(nd), pl = dnnl_util::dims(g_.pad_b), pr(nd);
     for (size_t i = 0; i < nd; ++i) {
       dil[i] = g_.dilation[i] - 1;
       pr[i] = g_.pad_e[i] - g_.out_pad[i];
     }
     const memory::desc bias = has_bias_ ? bmd : memory::desc();
-    try {
-      const auto attr = dnnl_util::default_attr();
-      auto& eng = dnnl_util::cpu_engine();
-      memory::desc src_md, w_md, dst_md, scratch;
-      dnnl::primitive prim;
-      if (!transposed_) {
-        dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                          act(x, xmd), any(wd), bias, act(y, ymd), strides, dil, pl, pr);
-        dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
-        src_md = pd.src_desc(), w_md = pd.weights_desc(), dst_md = pd.dst_desc(), scratch = pd.scratchpad_desc();
-        prim = dnnl::convolution_forward(pd);
-      } else {
-        dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+    const auto attr = dnnl_util::default_attr();
+    auto& eng = dnnl_util::cpu_engine();
+    for (Layout layout : candidates) {
+      auto act = [&](const Shape& s, const memory::desc& p) {
+        return layout == Layout::kPlain       ? p
+               : layout == Layout::kBlocked16 ? memory::desc(dnnl_util::dims(s), memory::data_type::f32, blocked16)
+                                              : any(s);
+      };
+      try {
+        memory::desc src_md, w_md, dst_md, scratch;
+        dnnl::primitive prim;
+        if (!transposed_) {
+          dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                             act(x, xmd), any(wd), bias, act(y, ymd), strides, dil, pl, pr);
-        dnnl::deconvolution_forward::primitive_desc pd(d, attr, eng);
-        src_md = pd.src_desc(), w_md = pd.weights_desc(), dst_md = pd.dst_desc(), scratch = pd.scratchpad_desc();
-        prim = dnnl::deconvolution_forward(pd);
+          dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
+          if (dnnl_util::is_reference(pd)) continue;
+          src_md = pd.src_desc(), w_md = pd.weights_desc(), dst_md = pd.dst_desc(), scratch = pd.scratchpad_desc();
+          prim = dnnl::convolution_forward(pd);
+        } else {
+          dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                              act(x, xmd), any(wd), bias, act(y, ymd), strides, dil, pl, pr);
+          dnnl::deconvolution_forward::primitive_desc pd(d, attr, eng);
+          if (dnnl_util::is_reference(pd)) continue;
+          src_md = pd.src_desc(), w_md = pd.weights_desc(), dst_md = pd.dst_desc(), scratch = pd.scratchpad_desc();
+          prim = dnnl::deconvolution_forward(pd);
+        }
+        op_.init(prim, scratch);
+        op_.add_arg(DNNL_ARG_SRC, xmd, src_md, false);
+        op_.add_arg(DNNL_ARG_WEIGHTS, wmd, w_md, false);
+        if (has_bias_) op_.add_arg(DNNL_ARG_BIAS, bmd, bmd, false);
+        op_.add_arg(DNNL_ARG_DST, ymd, dst_md, true);
+        return true;
+      } catch (const dnnl::error&) {
+        op_ = dnnl_util::DnnlOp();
       }
-      op_.init(prim, scratch);
-      op_.add_arg(DNNL_ARG_SRC, xmd, src_md, false);
-      op_.add_arg(DNNL_ARG_WEIGHTS, wmd, w_md, false);
-      if (has_bias_) op_.add_arg(DNNL_ARG_BIAS, bmd, bmd, false);
-      op_.add_arg(DNNL_ARG_DST, ymd, dst_md, true);
-      return true;
-    } catch (const dnnl::error&) {
-      op_ = dnnl_util::DnnlOp();
-      return false;
     }
+    return false;  // unsupported, or only oneDNN's slow reference kernels: im2col + gemm is faster
   }
 
   // ------------------------------------------------------------ depthwise (float32, 1-D/2-D)

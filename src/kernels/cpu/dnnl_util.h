@@ -14,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstddef>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -31,6 +32,11 @@ inline dnnl::memory::dims dims(const Shape& s) { return dnnl::memory::dims(s.beg
 dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 /// Primitive attributes every kernel should start from (user scratchpad).
 dnnl::primitive_attr default_attr();
+/// True when oneDNN fell back to a reference (unoptimized, often very slow) implementation.
+inline bool is_reference(const dnnl::primitive_desc_base& pd) {
+  const char* impl = pd.impl_info_str();
+  return impl && std::string(impl).rfind("ref", 0) == 0;
+}
 
 class DnnlOp {
  public:

@@ -96,10 +96,8 @@ class BatchedMatMul {
     }
     // float32 products of several batches: one oneDNN matmul (single products go to sgemm, which
     // measured up to 3x faster than the brgemm matmul for large N).
-    if (dt == DType::kFloat32 && !cd.empty() && cd.size() + 2 <= DNNL_MAX_NDIMS) {
-      make_dnnl(ad, bd, cd, rows_);
+    if (dt == DType::kFloat32 && !cd.empty() && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_))
       return true;
-    }
     // Offsets of each batch's matrices over the collapsed dims.
     const int64_t nb = shape_numel(cd);
     std::vector<int64_t> idx(cd.size(), 0);
@@ -159,8 +157,9 @@ class BatchedMatMul {
   }
 
  private:
-  // oneDNN matmul on collapsed batch dims (ad, bd broadcast to cd), M rows.
-  void make_dnnl(const Shape& ad, const Shape& bd, const Shape& cd, int64_t M) {
+  // oneDNN matmul on collapsed batch dims (ad, bd broadcast to cd), M rows; false when oneDNN
+  // offers only its reference kernel (the per-batch sgemm loop is faster).
+  bool make_dnnl(const Shape& ad, const Shape& bd, const Shape& cd, int64_t M) {
     using dnnl::memory;
     auto md = [](const Shape& batch, int64_t rows, int64_t cols, bool trans) {
       Shape d = batch;
@@ -178,10 +177,12 @@ class BatchedMatMul {
     };
     const memory::desc a = md(ad, M, K_, ta_), b = md(bd, K_, N_, tb_), c = md(cd, M, N_, false);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), dnnl_util::default_attr(), dnnl_util::cpu_engine());
+    if (dnnl_util::is_reference(pd)) return false;
     op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
     op_.add_arg(DNNL_ARG_SRC, a, pd.src_desc(), false);
     op_.add_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), false);
     op_.add_arg(DNNL_ARG_DST, c, pd.dst_desc(), true);
+    return true;
   }
 
   DType dt_ = DType::kFloat32;
@@ -355,6 +356,7 @@ EinsumSpec parse_einsum(const PrepareContext& ctx, const std::string& equation, 
     if (ell >= 0) ell_rank = std::max(ell_rank, ranks[i] - letters.size());
     parsed.emplace_back(letters, ell);
   }
+  if (ell_rank > 64) ctx.fail("the ellipsis spans ", ell_rank, " dims (at most 64)");
   // Letters with the ellipsis replaced by its `e` (right-aligned) dims.
   auto expand = [&](const std::vector<int>& letters, int ell, size_t e) {
     if (ell < 0) return letters;

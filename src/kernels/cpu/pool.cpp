@@ -30,89 +30,134 @@ T lowest() {
   else return std::numeric_limits<T>::lowest();
 }
 
-// Reference pooling loop over every output element.
+// Pooling loop for every type and geometry. Output rows (all dims but the last) are split across
+// threads; per row, the input offsets of the window's valid outer positions are listed once, and
+// per output column the valid range of the last kernel dim comes from a table, so the inner loops
+// run without bounds checks or divisions.
 //   x: [planes, in...], y: [planes, out...], ind: flat indices (MaxPool) or null.
 template <PoolKind K, class T>
 void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom& g, bool include_pad, double p,
                bool col_major) {
-  using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, compute_t<T>>;
-  const size_t nd = g.nd;
-  const int64_t pin = shape_numel(g.in), pout = shape_numel(g.out);
-  std::vector<int64_t> istride = contiguous_strides(g.in), ostride(nd);  // ostride: Indices strides
-  for (size_t d = 0, s = 1; d < nd; s *= size_t(g.in[d]), ++d) ostride[d] = col_major ? int64_t(s) : istride[d];
-  const int64_t window = shape_numel(g.kernel);
-  parallel_for(planes * pout, std::max<int64_t>(1, 32768 / std::max<int64_t>(window, 1)), [&](int64_t b, int64_t e) {
-    int64_t o[16], klo[16], khi[16], k[16], start[16];
-    int64_t rem = b % pout;
-    for (size_t d = nd; d-- > 0;) {
-      o[d] = rem % g.out[d];
-      rem /= g.out[d];
-    }
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t plane = i / pout;
+  // Sums accumulate in double; the max is exact in the element's own compute type.
+  using Acc = std::conditional_t<K != PoolKind::kMax && std::is_floating_point_v<compute_t<T>>, double, compute_t<T>>;
+  const size_t nd = g.nd, L = nd - 1;
+  const int64_t pin = shape_numel(g.in), OW = g.out[L], rows = shape_numel(g.out) / std::max<int64_t>(OW, 1);
+  const std::vector<int64_t> istride = contiguous_strides(g.in);
+  // Valid kernel range [lo, hi) of the last dim per output column, and its count inside the pads.
+  auto range = [&](size_t d, int64_t o, int64_t* lo, int64_t* hi, int64_t* in_pad) {
+    const int64_t st = o * g.stride[d] - g.pad_b[d], dl = g.dilation[d];
+    *lo = st < 0 ? (-st + dl - 1) / dl : 0;
+    *hi = std::max(*lo, std::min(g.kernel[d], (g.in[d] - st + dl - 1) / dl));
+    *in_pad = std::min(g.kernel[d], (g.in[d] + g.pad_e[d] - st + dl - 1) / dl);
+  };
+  const size_t ow_n = static_cast<size_t>(OW);
+  std::vector<int64_t> lo(ow_n), hi(ow_n), pad_n(ow_n), col0(ow_n);
+  for (int64_t o = 0; o < OW; ++o) {
+    range(L, o, &lo[size_t(o)], &hi[size_t(o)], &pad_n[size_t(o)]);
+    col0[size_t(o)] = o * g.stride[L] - g.pad_b[L];
+  }
+  const int64_t dl = g.dilation[L], KL = g.kernel[L];
+  constexpr int kLanes = 8;
+  int64_t full_begin = 0, full_end = 0;  // columns whose last-dim window is whole
+  while (full_begin < OW && (lo[size_t(full_begin)] != 0 || hi[size_t(full_begin)] != KL)) ++full_begin;
+  for (full_end = full_begin; full_end < OW && lo[size_t(full_end)] == 0 && hi[size_t(full_end)] == KL;) ++full_end;
+  const int64_t outer_window = dim_product(g.kernel, 0, L);
+  parallel_for(planes * rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(OW * shape_numel(g.kernel), 1)),
+               [&](int64_t r0, int64_t r1) {
+    std::vector<int64_t> offs(static_cast<size_t>(outer_window));  // input offsets of the valid outer window rows
+    int64_t o[16], klo[16], khi[16], k[16];
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t plane = r / rows;
       const T* xp = x + plane * pin;
+      int64_t rem = r % rows, count_pad = 1;
+      for (size_t d = L; d-- > 0;) {
+        o[d] = rem % g.out[d];
+        rem /= g.out[d];
+      }
+      size_t n_offs = 0;
       bool empty = false;
-      int64_t count_pad = 1;
-      for (size_t d = 0; d < nd; ++d) {
-        const int64_t st = o[d] * g.stride[d] - g.pad_b[d], dl = g.dilation[d];
-        start[d] = st;
-        klo[d] = st < 0 ? (-st + dl - 1) / dl : 0;
-        khi[d] = std::min(g.kernel[d], (g.in[d] - st + dl - 1) / dl);
+      for (size_t d = 0; d < L; ++d) {
+        int64_t in_pad;
+        range(d, o[d], &klo[d], &khi[d], &in_pad);
+        count_pad *= in_pad;
         empty = empty || khi[d] <= klo[d];
-        if constexpr (K == PoolKind::kAvg)
-          count_pad *= std::min(g.kernel[d], (g.in[d] + g.pad_e[d] - st + dl - 1) / dl);
+        k[d] = klo[d];
       }
-      Acc acc = K == PoolKind::kMax ? Acc(compute_t<T>(lowest<T>())) : Acc(0);
-      int64_t best = -1, count = 0;
-      if (!empty) {
-        for (size_t d = 0; d < nd; ++d) k[d] = klo[d];
-        const size_t L = nd - 1;
-        for (;;) {
-          int64_t off = 0;
-          for (size_t d = 0; d < L; ++d) off += (start[d] + k[d] * g.dilation[d]) * istride[d];
-          for (int64_t kl = klo[L]; kl < khi[L]; ++kl) {
-            const int64_t q = off + start[L] + kl * g.dilation[L];
-            const Acc v = Acc(compute_t<T>(xp[q]));
-            if constexpr (K == PoolKind::kMax) {
-              if (v > acc || best < 0) {
-                acc = v;
-                best = q;
+      while (!empty) {  // odometer over the valid outer window positions
+        int64_t off = 0;
+        for (size_t d = 0; d < L; ++d) off += (o[d] * g.stride[d] - g.pad_b[d] + k[d] * g.dilation[d]) * istride[d];
+        offs[n_offs++] = off;
+        size_t d = L;
+        while (d-- > 0) {
+          if (++k[d] < khi[d]) break;
+          k[d] = klo[d];
+        }
+        if (d == size_t(-1)) break;
+      }
+      T* yr = y + r * OW;
+      int64_t* ir = ind ? ind + r * OW : nullptr;
+      auto update = [&](Acc& acc, int64_t& best, int64_t q) {
+        const Acc v = Acc(compute_t<T>(xp[q]));
+        if constexpr (K == PoolKind::kMax) {  // branch-free: the comparison is unpredictable
+          const bool gt = v > acc;
+          acc = gt ? v : acc;
+          best = gt ? q : best;
+        } else if constexpr (K == PoolKind::kAvg) {
+          acc += v;
+        } else {
+          acc += p == 2.0 ? v * v : p == 1.0 ? std::abs(v) : std::pow(std::abs(v), p);
+        }
+      };
+      auto finish = [&](int64_t c, Acc acc, int64_t best) {
+        const int64_t l0 = lo[size_t(c)], l1 = hi[size_t(c)];
+        if constexpr (K == PoolKind::kMax) {
+          // All values were the lowest: the first valid one is the max.
+          if (best < 0 && n_offs > 0 && l1 > l0) best = offs[0] + col0[size_t(c)] + l0 * dl;
+          yr[c] = T(compute_t<T>(acc));
+          if (ir) {
+            int64_t flat = best;
+            if (col_major && best >= 0) {  // spatial part column-major
+              flat = 0;
+              for (size_t d = nd, rest = size_t(best), mul = size_t(pin); d-- > 0;) {
+                mul /= size_t(g.in[d]);
+                flat += int64_t(rest % size_t(g.in[d])) * int64_t(mul);
+                rest /= size_t(g.in[d]);
               }
-            } else if constexpr (K == PoolKind::kAvg) {
-              acc += v;
-            } else {
-              acc += p == 2.0 ? v * v : p == 1.0 ? std::abs(v) : std::pow(std::abs(v), p);
             }
+            ir[c] = best < 0 ? -1 : plane * pin + flat;
           }
-          count += khi[L] - klo[L];
-          size_t d = L;
-          while (d-- > 0) {
-            if (++k[d] < khi[d]) break;
-            k[d] = klo[d];
-          }
-          if (d == size_t(-1)) break;
+        } else if constexpr (K == PoolKind::kAvg) {
+          const int64_t n = include_pad ? count_pad * pad_n[size_t(c)] : int64_t(n_offs) * (l1 - l0);
+          yr[c] = T(compute_t<T>(n > 0 ? acc / Acc(n) : Acc(0)));
+        } else {
+          yr[c] = T(compute_t<T>(p == 2.0 ? std::sqrt(acc) : p == 1.0 ? acc : std::pow(acc, 1.0 / p)));
         }
-      }
-      if constexpr (K == PoolKind::kMax) {
-        y[i] = T(compute_t<T>(acc));
-        if (ind) {
-          int64_t flat = plane * pin;
-          for (size_t d = nd, r = size_t(best < 0 ? 0 : best); d-- > 0;) {
-            flat += int64_t(r % size_t(g.in[d])) * ostride[d];
-            r /= size_t(g.in[d]);
+      };
+      const Acc init = K == PoolKind::kMax ? Acc(compute_t<T>(lowest<T>())) : Acc(0);
+      auto one = [&](int64_t c) {  // any column
+        Acc acc = init;
+        int64_t best = -1;
+        const int64_t base = col0[size_t(c)];
+        for (size_t j = 0; j < n_offs; ++j)
+          for (int64_t kl = lo[size_t(c)]; kl < hi[size_t(c)]; ++kl) update(acc, best, offs[j] + base + kl * dl);
+        finish(c, acc, best);
+      };
+      // Interior columns (whole last-dim window inside the input) go kLanes at a time: independent
+      // accumulator chains instead of one long dependent chain.
+      int64_t c = 0;
+      for (; c < full_begin; ++c) one(c);
+      for (; c + kLanes <= full_end; c += kLanes) {
+        Acc acc[kLanes];
+        int64_t best[kLanes];
+        for (int v = 0; v < kLanes; ++v) acc[v] = init, best[v] = -1;
+        for (size_t j = 0; j < n_offs; ++j)
+          for (int64_t kl = 0; kl < KL; ++kl) {
+            const int64_t q0 = offs[j] + kl * dl;
+            for (int v = 0; v < kLanes; ++v) update(acc[v], best[v], q0 + col0[size_t(c + v)]);
           }
-          ind[i] = best < 0 ? -1 : flat;
-        }
-      } else if constexpr (K == PoolKind::kAvg) {
-        const int64_t n = include_pad ? count_pad : count;
-        y[i] = T(compute_t<T>(n > 0 ? acc / Acc(n) : Acc(0)));
-      } else {
-        y[i] = T(compute_t<T>(p == 2.0 ? std::sqrt(acc) : p == 1.0 ? acc : std::pow(acc, 1.0 / p)));
+        for (int v = 0; v < kLanes; ++v) finish(c + v, acc[v], best[v]);
       }
-      for (size_t d = nd; d-- > 0;) {
-        if (++o[d] < g.out[d]) break;
-        o[d] = 0;
-      }
+      for (; c < OW; ++c) one(c);
     }
   });
 }
@@ -213,6 +258,7 @@ class PoolKernel final : public Kernel {
     try {
       dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, xmd, ymd, strides, kernel, dil, pl, pr);
       dnnl::pooling_v2_forward::primitive_desc pd(d, dnnl_util::default_attr(), dnnl_util::cpu_engine());
+      if (dnnl_util::is_reference(pd)) return false;  // the loop below is faster
       op_.init(dnnl::pooling_v2_forward(pd), pd.scratchpad_desc());
       op_.add_arg(DNNL_ARG_SRC, xmd, pd.src_desc(), false);
       op_.add_arg(DNNL_ARG_DST, ymd, pd.dst_desc(), true);
