@@ -210,30 +210,23 @@ class ConvKernel final : public Kernel {
                : layout == Layout::kBlocked16 ? memory::desc(dnnl_util::dims(s), memory::data_type::f32, blocked16)
                                               : any(s);
       };
-      try {
-        memory::desc src_md, w_md, dst_md, scratch;
-        dnnl::primitive prim;
-        if (!transposed_) {
-          dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                            act(x, xmd), any(wd), bias, act(y, ymd), strides, dil, pl, pr);
-          dnnl::convolution_forward::primitive_desc pd(d, attr, eng);
-          if (dnnl_util::is_reference(pd)) continue;
-          src_md = pd.src_desc(), w_md = pd.weights_desc(), dst_md = pd.dst_desc(), scratch = pd.scratchpad_desc();
-          prim = dnnl::convolution_forward(pd);
-        } else {
-          dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
-                                              act(x, xmd), any(wd), bias, act(y, ymd), strides, dil, pl, pr);
-          dnnl::deconvolution_forward::primitive_desc pd(d, attr, eng);
-          if (dnnl_util::is_reference(pd)) continue;
-          src_md = pd.src_desc(), w_md = pd.weights_desc(), dst_md = pd.dst_desc(), scratch = pd.scratchpad_desc();
-          prim = dnnl::deconvolution_forward(pd);
-        }
-        op_.init(prim, scratch);
-        op_.add_arg(DNNL_ARG_SRC, xmd, src_md, false);
-        op_.add_arg(DNNL_ARG_WEIGHTS, wmd, w_md, false);
+      // Creates the (de)convolution P; false when oneDNN has only its reference kernel for it.
+      auto create = [&]<class P>(dnnl::algorithm alg) {
+        typename P::desc d(dnnl::prop_kind::forward_inference, alg, act(x, xmd), any(wd), bias, act(y, ymd), strides,
+                           dil, pl, pr);
+        typename P::primitive_desc pd(d, attr, eng);
+        if (dnnl_util::is_reference(pd)) return false;
+        op_.init(P(pd), pd.scratchpad_desc());
+        op_.add_arg(DNNL_ARG_SRC, xmd, pd.src_desc(), false);
+        op_.add_arg(DNNL_ARG_WEIGHTS, wmd, pd.weights_desc(), false);
         if (has_bias_) op_.add_arg(DNNL_ARG_BIAS, bmd, bmd, false);
-        op_.add_arg(DNNL_ARG_DST, ymd, dst_md, true);
+        op_.add_arg(DNNL_ARG_DST, ymd, pd.dst_desc(), true);
         return true;
+      };
+      try {
+        if (transposed_ ? create.template operator()<dnnl::deconvolution_forward>(dnnl::algorithm::deconvolution_direct)
+                        : create.template operator()<dnnl::convolution_forward>(dnnl::algorithm::convolution_direct))
+          return true;
       } catch (const dnnl::error&) {
         op_ = dnnl_util::DnnlOp();
       }
