@@ -188,6 +188,16 @@ TEST(Linalg, GemmErrorsNameNode) {
   expect_error({a, b, Tensor::zeros(DType::kFloat32, {3, 4})}, 13, "does not broadcast");
   expect_error({a, b}, 9, "required");
   expect_error({Tensor::zeros(DType::kFloat32, {2, 3, 1}), b}, 13, "2-D");
+  expect_error({a, b, Tensor::zeros(DType::kFloat32, {4})}, 6, "does not broadcast");  // opset 6: broadcast=0
+}
+
+TEST(Linalg, GemmLegacyBroadcastAttribute) {
+  Tensor a = Tensor::from_vector<float>({1, 2}, {1, 2}), b = Tensor::from_vector<float>({2, 2}, {1, 0, 0, 1});
+  Tensor c = Tensor::from_vector<float>({2}, {10, 20});
+  RunOptions o;
+  o.opset = 6;
+  auto y = run_node("Gemm", {a, b, c}, {attr_int("broadcast", 1)}, o);
+  EXPECT_TRUE(all_close(y[0], {1, 2}, {11, 22}, 0, 0));
 }
 
 // ---------------------------------------------------------------- Einsum

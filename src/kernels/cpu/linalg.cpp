@@ -651,7 +651,7 @@ class EinsumKernel final : public Kernel {
 
 void register_linalg(KernelRegistry& r) {
   r.add<MatMulKernel>("MatMul", 1, kMaxOpsetAll);
-  r.add<GemmKernel>("Gemm", 6, kMaxOpsetAll);
+  r.add<GemmKernel>("Gemm", 1, kMaxOpsetAll);
   r.add<EinsumKernel>("Einsum", 12, kMaxOpsetAll);
 }
 
