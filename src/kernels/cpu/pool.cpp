@@ -162,6 +162,36 @@ void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom&
   });
 }
 
+// Global pools: one contiguous plane per output, reduced in 8 independent lanes (vectorized) in
+// the compute type, the lanes and the tail summed in double.
+template <PoolKind K, class T>
+void global_pool(const T* x, T* y, int64_t planes, int64_t n, double p) {
+  using C = compute_t<T>;
+  constexpr int64_t kL = 8;
+  auto add = [p](auto acc, auto v) {
+    if constexpr (K == PoolKind::kMax) return std::max(acc, v);
+    else if constexpr (K == PoolKind::kAvg) return acc + v;
+    else return acc + (p == 2.0 ? v * v : decltype(v)(std::pow(std::abs(double(v)), p)));
+  };
+  parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl) {
+      const T* xp = x + pl * n;
+      C lanes[kL];
+      for (int64_t l = 0; l < kL; ++l) lanes[l] = K == PoolKind::kMax ? C(lowest<T>()) : C(0);
+      int64_t i = 0;
+      for (; i + kL <= n; i += kL)
+        for (int64_t l = 0; l < kL; ++l) lanes[l] = add(lanes[l], C(xp[i + l]));
+      double acc = K == PoolKind::kMax ? double(lanes[0]) : 0.0;
+      for (int64_t l = 0; l < kL; ++l) acc = K == PoolKind::kMax ? std::max(acc, double(lanes[l])) : acc + double(lanes[l]);
+      for (; i < n; ++i) acc = add(acc, double(C(xp[i])));
+      const double r = K == PoolKind::kMax ? acc : K == PoolKind::kAvg ? acc / double(n)
+                       : p == 2.0                     ? std::sqrt(acc)
+                                                      : std::pow(acc, 1.0 / p);
+      y[pl] = T(C(r));
+    }
+  });
+}
+
 class PoolKernel final : public Kernel {
  public:
   PoolKernel(const KernelInfo& info, PoolKind kind, bool global) : kind_(kind), global_(global) {
@@ -206,7 +236,8 @@ class PoolKernel final : public Kernel {
       ctx.set_output(1, DType::kInt64, y);
     }
     op_ = dnnl_util::DnnlOp();
-    if (dt_ == DType::kFloat32 && kind_ != PoolKind::kLp && !want_indices_ && shape_numel(y) > 0 && nd <= 3 && make_dnnl(x, y))
+    if (!global_ && dt_ == DType::kFloat32 && kind_ != PoolKind::kLp && !want_indices_ && shape_numel(y) > 0 && nd <= 3 &&
+        make_dnnl(x, y))
       ctx.request_workspace(op_.workspace_bytes());
   }
 
@@ -224,6 +255,15 @@ class PoolKernel final : public Kernel {
     dispatch<MaxPoolTypes>(dt_, ctx.node(), [&]<class T>() {
       const T* x = X.data<T>();
       T* y = Y.data<T>();
+      if constexpr (std::is_floating_point_v<compute_t<T>>) {
+        if (global_) {
+          const int64_t n = shape_numel(g_.in);
+          if (kind_ == PoolKind::kMax) global_pool<PoolKind::kMax>(x, y, planes_, n, p_);
+          else if (kind_ == PoolKind::kAvg) global_pool<PoolKind::kAvg>(x, y, planes_, n, p_);
+          else global_pool<PoolKind::kLp>(x, y, planes_, n, p_);
+          return;
+        }
+      }
       switch (kind_) {
         case PoolKind::kMax: pool_loop<PoolKind::kMax>(x, y, ind, planes_, g_, include_pad_, p_, col_major_); break;
         case PoolKind::kAvg:
