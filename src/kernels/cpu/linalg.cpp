@@ -1,8 +1,658 @@
+// Linear algebra: MatMul, Gemm, Einsum (forward).
+//   MatMul  Y[b..., M, N] = A[b..., M, K] @ B[b..., K, N]      numpy: 1-D operands, batch broadcast
+//   Gemm    Y[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C   C broadcast to [M, N]
+//   Einsum  Y = einsum(equation, X...)   lowered to gather/sum (diagonals, traces, transposes) and
+//           batched matrix products, contracting operands left to right.
+// float32 goes through oneDNN (matmul primitive, sgemm); float64 through the blocked gemm; the other
+// types through a plain loop (correct, not fast).
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {
 
-void register_linalg(KernelRegistry& r) { (void)r; }
+namespace {
+
+using MatMulTypes = decltype(FloatTypes{} + TypeList<int32_t, int64_t, uint32_t, uint64_t>{});
+
+// ---------------------------------------------------------------- one matrix product
+// C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major with leading dimensions.
+template <class T>
+void matmul2d(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const T* A, int64_t lda,
+              const T* B, int64_t ldb, double beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    gemm(ta, tb, M, N, K, T(alpha), A, lda, B, ldb, T(beta), C, ldc);
+  } else {
+    using Acc = compute_t<T>;
+    const Acc al = Acc(alpha), be = Acc(beta);
+    parallel_for(M, std::max<int64_t>(1, 16384 / std::max<int64_t>(N * std::max<int64_t>(K, 1), 1)),
+                 [&](int64_t m0, int64_t m1) {
+                   std::vector<Acc> row(size_t(std::max<int64_t>(N, 0)));
+                   for (int64_t i = m0; i < m1; ++i) {
+                     std::fill(row.begin(), row.end(), Acc(0));
+                     for (int64_t k = 0; k < K; ++k) {
+                       const Acc a = Acc(ta ? A[k * lda + i] : A[i * lda + k]);
+                       if (!tb) {
+                         const T* b = B + k * ldb;
+                         for (int64_t j = 0; j < N; ++j) row[size_t(j)] += a * Acc(b[j]);
+                       } else {
+                         for (int64_t j = 0; j < N; ++j) row[size_t(j)] += a * Acc(B[j * ldb + k]);
+                       }
+                     }
+                     T* c = C + i * ldc;
+                     for (int64_t j = 0; j < N; ++j) {
+                       Acc v = row[size_t(j)];
+                       if (alpha != 1.0) v = al * v;
+                       if (beta != 0.0) v += be * Acc(c[j]);
+                       c[j] = T(v);
+                     }
+                   }
+                 });
+  }
+}
+
+// ---------------------------------------------------------------- batched matrix product
+// C[b] = op(A)[ia(b)] @ op(B)[ib(b)] over the broadcast of the batch shapes.
+//   A: [a_batch..., M, K] ([..., K, M] when ta), B: [b_batch..., K, N] ([..., N, K] when tb),
+//   C: [batch..., M, N]; all contiguous.
+// float32 runs one oneDNN matmul primitive (batch broadcast included); other types loop over
+// batches calling matmul2d.
+class BatchedMatMul {
+ public:
+  /// False when the batch shapes do not broadcast.
+  bool prepare(DType dt, Shape a_batch, Shape b_batch, int64_t M, int64_t K, int64_t N, bool ta, bool tb) {
+    dt_ = dt, M_ = M, K_ = K, N_ = N, ta_ = ta, tb_ = tb, rows_ = M;
+    const size_t r = std::max(a_batch.size(), b_batch.size());
+    a_batch.insert(a_batch.begin(), r - a_batch.size(), 1);
+    b_batch.insert(b_batch.begin(), r - b_batch.size(), 1);
+    if (!broadcast_shapes({a_batch, b_batch}, &batch_)) return false;
+    nbatch_ = shape_numel(batch_);
+    op_ = dnnl_util::DnnlOp();
+    a_off_.clear(), b_off_.clear();
+    if (nbatch_ == 0 || M == 0 || N == 0 || K == 0) return true;
+
+    // Collapse batch dims: drop 1s, merge neighbours with the same broadcast pattern.
+    Shape ad, bd, cd;
+    int prev = -1;
+    for (size_t i = 0; i < r; ++i) {
+      if (batch_[i] == 1) continue;
+      const int pat = (a_batch[i] != 1 ? 1 : 0) | (b_batch[i] != 1 ? 2 : 0);
+      if (pat == prev) {
+        ad.back() *= a_batch[i], bd.back() *= b_batch[i], cd.back() *= batch_[i];
+      } else {
+        ad.push_back(a_batch[i]), bd.push_back(b_batch[i]), cd.push_back(batch_[i]);
+      }
+      prev = pat;
+    }
+    // B shared by every batch and A not transposed: one [batch*M, K] @ [K, N] product.
+    if (!ta && shape_numel(bd) == 1) {
+      rows_ = M * shape_numel(ad);
+      ad.clear(), bd.clear(), cd.clear();
+    }
+    // float32 products of several batches: one oneDNN matmul (single products go to sgemm, which
+    // measured up to 3x faster than the brgemm matmul for large N).
+    if (dt == DType::kFloat32 && !cd.empty() && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_))
+      return true;
+    // Offsets of each batch's matrices over the collapsed dims.
+    const int64_t nb = shape_numel(cd);
+    std::vector<int64_t> idx(cd.size(), 0);
+    a_off_.resize(size_t(nb));
+    b_off_.resize(size_t(nb));
+    const auto as = contiguous_strides(ad), bs = contiguous_strides(bd);
+    for (int64_t i = 0; i < nb; ++i) {
+      int64_t ao = 0, bo = 0;
+      for (size_t d = 0; d < cd.size(); ++d) {
+        if (ad[d] != 1) ao += idx[d] * as[d];
+        if (bd[d] != 1) bo += idx[d] * bs[d];
+      }
+      a_off_[size_t(i)] = ao * rows_ * K;
+      b_off_[size_t(i)] = bo * K * N;
+      for (size_t d = cd.size(); d-- > 0;) {
+        if (++idx[d] < cd[d]) break;
+        idx[d] = 0;
+      }
+    }
+    return true;
+  }
+
+  const Shape& batch() const { return batch_; }
+  size_t workspace_bytes() const { return op_.valid() ? op_.workspace_bytes() : 0; }
+
+  void run(const void* a, const void* b, void* c, void* ws, const ir::Node& node) {
+    if (nbatch_ == 0 || M_ == 0 || N_ == 0) return;
+    if (op_.valid()) {
+      op_.bind(DNNL_ARG_SRC, a);
+      op_.bind(DNNL_ARG_WEIGHTS, b);
+      op_.bind(DNNL_ARG_DST, c);
+      op_.execute(ws);
+      return;
+    }
+    dispatch<NumericTypes>(dt_, node, [&]<class T>() {
+      const T* A = static_cast<const T*>(a);
+      const T* B = static_cast<const T*>(b);
+      T* C = static_cast<T*>(c);
+      if (K_ == 0) {
+        std::fill(C, C + nbatch_ * M_ * N_, T(0.f));
+        return;
+      }
+      const int64_t lda = ta_ ? M_ : K_, ldb = tb_ ? K_ : N_, n = int64_t(a_off_.size());
+      auto one = [&](int64_t i) {
+        matmul2d<T>(ta_, tb_, rows_, N_, K_, 1.0, A + a_off_[size_t(i)], lda, B + b_off_[size_t(i)], ldb, 0.0,
+                    C + i * rows_ * N_, N_);
+      };
+      // Many small products: one per thread; otherwise each product uses every thread.
+      if (n >= 2 * current_threads() && rows_ * N_ * K_ < (1 << 18)) {
+        parallel_for(n, 1, [&](int64_t b0, int64_t b1) {
+          for (int64_t i = b0; i < b1; ++i) one(i);
+        });
+      } else {
+        for (int64_t i = 0; i < n; ++i) one(i);
+      }
+    });
+  }
+
+ private:
+  // oneDNN matmul on collapsed batch dims (ad, bd broadcast to cd), M rows; false when oneDNN
+  // offers only its reference kernel (the per-batch sgemm loop is faster).
+  bool make_dnnl(const Shape& ad, const Shape& bd, const Shape& cd, int64_t M) {
+    using dnnl::memory;
+    auto md = [](const Shape& batch, int64_t rows, int64_t cols, bool trans) {
+      Shape d = batch;
+      d.push_back(rows), d.push_back(cols);
+      std::vector<int64_t> st(d.size());
+      const size_t n = d.size();
+      st[n - 1] = trans ? rows : 1;
+      st[n - 2] = trans ? 1 : cols;
+      int64_t s = rows * cols;
+      for (size_t i = n - 2; i-- > 0;) {
+        st[i] = s;
+        s *= d[i];
+      }
+      return memory::desc(dnnl_util::dims(d), memory::data_type::f32, dnnl_util::dims(st));
+    };
+    const memory::desc a = md(ad, M, K_, ta_), b = md(bd, K_, N_, tb_), c = md(cd, M, N_, false);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), dnnl_util::default_attr(), dnnl_util::cpu_engine());
+    if (dnnl_util::is_reference(pd)) return false;
+    op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
+    op_.add_arg(DNNL_ARG_SRC, a, pd.src_desc(), false);
+    op_.add_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), false);
+    op_.add_arg(DNNL_ARG_DST, c, pd.dst_desc(), true);
+    return true;
+  }
+
+  DType dt_ = DType::kFloat32;
+  int64_t M_ = 0, K_ = 0, N_ = 0, nbatch_ = 0;
+  int64_t rows_ = 0;  // rows of each product (M, or batch*M when A's batch folds into the rows)
+  bool ta_ = false, tb_ = false;
+  Shape batch_;
+  std::vector<int64_t> a_off_, b_off_;
+  dnnl_util::DnnlOp op_;
+};
+
+// ---------------------------------------------------------------- MatMul
+// A [..., M, K] @ B [..., K, N]; a 1-D A is [1, K] (M dropped), a 1-D B is [K, 1] (N dropped).
+class MatMulKernel final : public Kernel {
+ public:
+  explicit MatMulKernel(const KernelInfo&) {}
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    if (ctx.input_dtype(1) != dt)
+      ctx.fail("inputs have different element types (", dtype_name(dt), " and ", dtype_name(ctx.input_dtype(1)), ")");
+    dispatch<MatMulTypes>(dt, ctx.node(), [&]<class T>() {});
+    Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
+    if (a.empty() || b.empty()) ctx.fail("MatMul operands must have rank >= 1, got ", shape_to_string(a), " and ", shape_to_string(b));
+    const bool a1 = a.size() == 1, b1 = b.size() == 1;
+    if (a1) a.insert(a.begin(), 1);
+    if (b1) b.push_back(1);
+    const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
+    if (b[b.size() - 2] != K)
+      ctx.fail("inner dimensions differ: ", shape_to_string(ctx.input_shape(0)), " @ ", shape_to_string(ctx.input_shape(1)));
+    if (!mm_.prepare(dt, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), M, K, N, false, false))
+      ctx.fail("batch dimensions of ", shape_to_string(ctx.input_shape(0)), " and ", shape_to_string(ctx.input_shape(1)),
+               " cannot be broadcast");
+    Shape y = mm_.batch();
+    if (!a1) y.push_back(M);
+    if (!b1) y.push_back(N);
+    ctx.set_output(0, dt, y);
+    ctx.request_workspace(mm_.workspace_bytes());
+  }
+  void run(RunContext& ctx) override {
+    mm_.run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node());
+  }
+
+ private:
+  BatchedMatMul mm_;
+};
+
+// ---------------------------------------------------------------- Gemm
+// Y = alpha * op(A) @ op(B) + beta * C: Y is first filled with C broadcast, then accumulated into.
+class GemmKernel final : public Kernel {
+ public:
+  explicit GemmKernel(const KernelInfo& info)
+      : ta_(info.attr_int("transA", 0) != 0), tb_(info.attr_int("transB", 0) != 0),
+        alpha_(info.attr_float("alpha", 1.f)), beta_(info.attr_float("beta", 1.f)),
+        legacy_no_broadcast_(info.opset() < 7 && info.attr_int("broadcast", 0) == 0) {}
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    for (size_t i = 1; i < 3; ++i)
+      if (ctx.has_input(i) && ctx.input_dtype(i) != dt)
+        ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt));
+    dispatch<MatMulTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& a = ctx.input_shape(0);
+    const Shape& b = ctx.input_shape(1);
+    if (a.size() != 2 || b.size() != 2)
+      ctx.fail("A and B must be 2-D, got ", shape_to_string(a), " and ", shape_to_string(b));
+    M_ = ta_ ? a[1] : a[0];
+    K_ = ta_ ? a[0] : a[1];
+    N_ = tb_ ? b[0] : b[1];
+    const int64_t kb = tb_ ? b[1] : b[0];
+    if (kb != K_)
+      ctx.fail("inner dimensions differ: op(A) is [", M_, ", ", K_, "], op(B) is [", kb, ", ", N_, "]");
+    has_c_ = ctx.has_input(2);
+    if (!has_c_ && ctx.opset() < 11) ctx.fail("input C is required before opset 11");
+    if (has_c_) {
+      const Shape& c = ctx.input_shape(2);
+      bool ok = c.size() <= 2;
+      for (size_t i = 0; ok && i < c.size(); ++i) {
+        const int64_t want = (c.size() == 2 && i == 0) ? M_ : N_;
+        ok = c[i] == want || (c[i] == 1 && !legacy_no_broadcast_);
+      }
+      if (legacy_no_broadcast_ && c.size() != 2) ok = false;
+      if (!ok) ctx.fail("C of shape ", shape_to_string(c), " does not broadcast to [", M_, ", ", N_, "]");
+      c_rows_ = c.size() == 2 ? c[0] : 1;
+      c_cols_ = c.empty() ? 1 : c.back();
+    }
+    ctx.set_output(0, dt, {M_, N_});
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& A = ctx.input(0);
+    dispatch<MatMulTypes>(A.dtype(), ctx.node(), [&]<class T>() {
+      T* y = ctx.output(0).data<T>();
+      const bool use_c = has_c_ && beta_ != 0.f;
+      if (use_c) {
+        const T* c = ctx.input(2).data<T>();
+        parallel_for(M_, grain_for(N_), [&](int64_t m0, int64_t m1) {
+          for (int64_t i = m0; i < m1; ++i) {
+            const T* cr = c + (c_rows_ == 1 ? 0 : i) * c_cols_;
+            T* yr = y + i * N_;
+            if (c_cols_ == 1) std::fill(yr, yr + N_, cr[0]);
+            else std::copy(cr, cr + N_, yr);
+          }
+        });
+      }
+      if (K_ == 0 || M_ == 0 || N_ == 0) {  // Y = beta * C (or 0)
+        for (int64_t i = 0; i < M_ * N_; ++i) y[i] = use_c ? T(compute_t<T>(beta_) * compute_t<T>(y[i])) : T(0.f);
+        return;
+      }
+      matmul2d<T>(ta_, tb_, M_, N_, K_, alpha_, A.data<T>(), A.dim(1), ctx.input(1).data<T>(), ctx.input(1).dim(1),
+                  use_c ? double(beta_) : 0.0, y, N_);
+    });
+  }
+
+ private:
+  bool ta_, tb_;
+  float alpha_, beta_;
+  bool legacy_no_broadcast_;
+  bool has_c_ = false;
+  int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1;
+};
+
+// ---------------------------------------------------------------- Einsum
+// Labels: letters map to 0..51, ellipsis dims to 52.. (right-aligned across operands).
+struct EinsumSpec {
+  std::vector<std::vector<int>> inputs;
+  std::vector<int> output;
+};
+
+int label_of(char c) { return c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= 'A' && c <= 'Z' ? c - 'A' : -1; }
+
+// Parses `eq` for operands of the given ranks; errors go through ctx.fail.
+EinsumSpec parse_einsum(const PrepareContext& ctx, const std::string& equation, const std::vector<size_t>& ranks) {
+  std::string eq;
+  for (char c : equation)
+    if (c != ' ') eq += c;
+  const size_t arrow = eq.find("->");
+  const bool explicit_out = arrow != std::string::npos;
+  const std::string lhs = explicit_out ? eq.substr(0, arrow) : eq;
+  std::vector<std::string> terms;
+  for (size_t p = 0;;) {
+    const size_t q = lhs.find(',', p);
+    terms.push_back(lhs.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  if (terms.size() != ranks.size())
+    ctx.fail("equation '", equation, "' has ", terms.size(), " operand terms for ", ranks.size(), " inputs");
+
+  // Letters and ellipsis of one term; ell = index of the ellipsis among the letters or -1.
+  auto split = [&](const std::string& t, std::vector<int>* letters, int* ell) {
+    *ell = -1;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] == '.') {
+        if (*ell >= 0 || t.compare(i, 3, "...") != 0) ctx.fail("malformed ellipsis in equation '", equation, "'");
+        *ell = int(letters->size());
+        i += 2;
+        continue;
+      }
+      const int l = label_of(t[i]);
+      if (l < 0) ctx.fail("invalid character '", t[i], "' in equation '", equation, "'");
+      letters->push_back(l);
+    }
+  };
+  EinsumSpec s;
+  size_t ell_rank = 0;
+  std::vector<std::pair<std::vector<int>, int>> parsed;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    std::vector<int> letters;
+    int ell;
+    split(terms[i], &letters, &ell);
+    if (ell < 0 ? letters.size() != ranks[i] : letters.size() > ranks[i])
+      ctx.fail("term '", terms[i], "' does not match input ", i, " of rank ", ranks[i]);
+    if (ell >= 0) ell_rank = std::max(ell_rank, ranks[i] - letters.size());
+    parsed.emplace_back(letters, ell);
+  }
+  if (ell_rank > 64) ctx.fail("the ellipsis spans ", ell_rank, " dims (at most 64)");
+  // Letters with the ellipsis replaced by its `e` (right-aligned) dims.
+  auto expand = [&](const std::vector<int>& letters, int ell, size_t e) {
+    if (ell < 0) return letters;
+    std::vector<int> r(letters.begin(), letters.begin() + ell);
+    for (size_t k = ell_rank - e; k < ell_rank; ++k) r.push_back(52 + int(k));
+    r.insert(r.end(), letters.begin() + ell, letters.end());
+    return r;
+  };
+  for (size_t i = 0; i < terms.size(); ++i) {
+    const auto& [letters, ell] = parsed[i];
+    s.inputs.push_back(expand(letters, ell, ell < 0 ? 0 : ranks[i] - letters.size()));
+  }
+  int count[52] = {0};
+  for (const auto& [letters, ell] : parsed)
+    for (int l : letters) ++count[l];
+  if (explicit_out) {
+    std::vector<int> letters;
+    int ell;
+    split(eq.substr(arrow + 2), &letters, &ell);
+    for (size_t i = 0; i < letters.size(); ++i) {
+      if (count[letters[i]] == 0) ctx.fail("output label '", eq[arrow + 2 + i], "' is not an input label");
+      if (std::count(letters.begin(), letters.end(), letters[i]) > 1)
+        ctx.fail("output label repeated in equation '", equation, "'");
+    }
+    s.output = expand(letters, ell, ell_rank);
+  } else {  // ellipsis dims, then labels seen once in alphabetical (ASCII) order
+    for (size_t k = 0; k < ell_rank; ++k) s.output.push_back(52 + int(k));
+    for (int l = 0; l < 52; ++l)
+      if (count[l] == 1) s.output.push_back(l);
+  }
+  return s;
+}
+
+// Strided gather with summation: out[o] = sum_s in[off(o) + off(s)], out contiguous. Covers
+// transposes, diagonals (a repeated label's stride is the sum of its dims' strides), traces, sums and
+// broadcast expansion (stride 0).
+struct GatherSum {
+  Shape out_dims, sum_dims;
+  std::vector<int64_t> out_strides, sum_strides;  // in the input
+
+  template <class T>
+  void run(const T* in, T* out) const {
+    using Acc = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double, T>;
+    const int64_t n = shape_numel(out_dims), ns = shape_numel(sum_dims);
+    const size_t r = out_dims.size(), rs = sum_dims.size();
+    parallel_for(n, std::max<int64_t>(1, 16384 / std::max<int64_t>(ns, 1)), [&](int64_t o0, int64_t o1) {
+      std::vector<int64_t> idx(r), sidx(rs);
+      int64_t off = 0, rem = o0;
+      for (size_t d = r; d-- > 0;) {
+        idx[d] = rem % out_dims[d];
+        rem /= out_dims[d];
+        off += idx[d] * out_strides[d];
+      }
+      for (int64_t o = o0; o < o1; ++o) {
+        if (ns == 1) {
+          out[o] = in[off];
+        } else {
+          Acc acc = Acc(0);
+          int64_t soff = 0;
+          std::fill(sidx.begin(), sidx.end(), 0);
+          for (int64_t s = 0; s < ns; ++s) {
+            acc += Acc(compute_t<T>(in[off + soff]));
+            for (size_t d = rs; d-- > 0;) {
+              soff += sum_strides[d];
+              if (++sidx[d] < sum_dims[d]) break;
+              soff -= sum_strides[d] * sum_dims[d];
+              sidx[d] = 0;
+            }
+          }
+          out[o] = T(compute_t<T>(acc));
+        }
+        for (size_t d = r; d-- > 0;) {
+          off += out_strides[d];
+          if (++idx[d] < out_dims[d]) break;
+          off -= out_strides[d] * out_dims[d];
+          idx[d] = 0;
+        }
+      }
+    });
+  }
+};
+
+class EinsumKernel final : public Kernel {
+ public:
+  explicit EinsumKernel(const KernelInfo& info) : equation_(info.attr_string("equation")) {}
+
+  void prepare(PrepareContext& ctx) override {
+    const size_t n = ctx.num_inputs();
+    if (n == 0) ctx.fail("Einsum needs at least one input");
+    dt_ = ctx.input_dtype(0);
+    dispatch<NumericTypes>(dt_, ctx.node(), [&]<class T>() {});
+    std::vector<size_t> ranks;
+    for (size_t i = 0; i < n; ++i) {
+      if (ctx.input_dtype(i) != dt_) ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt_));
+      ranks.push_back(ctx.input_rank(i));
+    }
+    const EinsumSpec spec = parse_einsum(ctx, equation_, ranks);
+    // Label sizes (1 broadcasts).
+    std::vector<int64_t> size(52 + 64, -1);
+    for (size_t i = 0; i < n; ++i) {
+      const Shape& s = ctx.input_shape(i);
+      for (size_t d = 0; d < s.size(); ++d) {
+        for (size_t e = 0; e < d; ++e)
+          if (spec.inputs[i][e] == spec.inputs[i][d] && s[e] != s[d])
+            ctx.fail("repeated label of input ", i, " spans dims of different sizes ", shape_to_string(s));
+        int64_t& z = size[size_t(spec.inputs[i][d])];
+        if (z == -1 || z == 1) z = s[d];
+        else if (s[d] != z && s[d] != 1)
+          ctx.fail("label sizes disagree in '", equation_, "': ", z, " vs ", s[d], " (input ", i, " ", shape_to_string(s), ")");
+      }
+    }
+    steps_.clear();
+    buffers_.clear();
+    elem_ = dtype_size(dt_);
+
+    std::vector<Operand> ops;
+    for (size_t i = 0; i < n; ++i) ops.push_back({spec.inputs[i], ctx.input_shape(i), -1 - int(i)});
+    auto in_any = [](const std::vector<int>& v, int l) { return std::find(v.begin(), v.end(), l) != v.end(); };
+
+    if (n == 1) {  // one gather does diagonals, sums and the transpose
+      gather(ops[0], spec.output, size, true);
+    } else {
+      // Per operand: diagonals, and sums over labels no other operand or the output uses.
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<int> keep;
+        for (int l : ops[i].labels) {
+          bool needed = in_any(spec.output, l);
+          for (size_t j = 0; j < n && !needed; ++j) needed = j != i && in_any(spec.inputs[j], l);
+          if (needed && !in_any(keep, l)) keep.push_back(l);
+        }
+        if (keep != ops[i].labels) ops[i] = gather(ops[i], keep, size, false);
+      }
+      // Contract left to right; the last product writes the output when its labels are in order.
+      Operand cur = ops[0];
+      for (size_t j = 1; j < n; ++j) {
+        std::vector<int> needed = spec.output;
+        for (size_t k = j + 1; k < n; ++k) needed.insert(needed.end(), spec.inputs[k].begin(), spec.inputs[k].end());
+        cur = contract(ctx, cur, ops[j], needed, size, j + 1 == n ? &spec.output : nullptr);
+      }
+      if (cur.buf != kOutput) gather(cur, spec.output, size, true);
+    }
+    Shape y;
+    for (int l : spec.output) y.push_back(size[size_t(l)]);
+    ctx.set_output(0, dt_, y);
+    size_t ws = 0;
+    for (auto& b : buffers_) {
+      b.offset = ws;
+      ws += (b.bytes + 63) / 64 * 64;
+    }
+    mm_ws_offset_ = ws;
+    for (const auto& s : steps_) ws = std::max(ws, mm_ws_offset_ + s.mm.workspace_bytes());
+    ctx.request_workspace(ws);
+  }
+
+  void run(RunContext& ctx) override {
+    char* ws = static_cast<char*>(ctx.workspace());
+    auto ptr = [&](int buf) -> void* {
+      if (buf == kOutput) return ctx.output(0).raw_data();
+      if (buf < 0) return const_cast<void*>(ctx.input(size_t(-1 - buf)).raw_data());
+      return ws + buffers_[size_t(buf)].offset;
+    };
+    for (auto& s : steps_) {
+      if (s.kind == Step::kGather) {
+        dispatch<NumericTypes>(dt_, ctx.node(), [&]<class T>() {
+          s.gather.run(static_cast<const T*>(ptr(s.a)), static_cast<T*>(ptr(s.dst)));
+        });
+      } else {
+        s.mm.run(ptr(s.a), ptr(s.b), ptr(s.dst), ws + mm_ws_offset_, ctx.node());
+      }
+    }
+  }
+
+ private:
+  static constexpr int kOutput = 1 << 30;
+  struct Operand {
+    std::vector<int> labels;
+    Shape dims;
+    int buf;  // -1-i: input i; kOutput; else a workspace buffer
+  };
+  struct Step {
+    enum Kind { kGather, kMatMul } kind = kGather;
+    int a = 0, b = 0, dst = 0;
+    GatherSum gather;
+    BatchedMatMul mm;
+  };
+  struct Buffer {
+    size_t bytes, offset;
+  };
+
+  int new_buffer(const Shape& dims) {
+    buffers_.push_back({size_t(shape_numel(dims)) * elem_, 0});
+    return int(buffers_.size()) - 1;
+  }
+
+  // `src` rearranged to `labels` (each once) at full label sizes; labels of src not listed are summed.
+  Operand gather(const Operand& src, const std::vector<int>& labels, const std::vector<int64_t>& size, bool to_output) {
+    const auto st = contiguous_strides(src.dims);
+    Step s;
+    auto stride_of = [&](int l) {
+      int64_t t = 0;
+      for (size_t d = 0; d < src.labels.size(); ++d)
+        if (src.labels[d] == l && src.dims[d] != 1) t += st[d];
+      return t;
+    };
+    for (int l : labels) {
+      s.gather.out_dims.push_back(size[size_t(l)]);
+      s.gather.out_strides.push_back(stride_of(l));
+    }
+    std::vector<int> summed;
+    for (size_t d = 0; d < src.labels.size(); ++d) {
+      const int l = src.labels[d];
+      if (std::find(labels.begin(), labels.end(), l) != labels.end() || std::find(summed.begin(), summed.end(), l) != summed.end())
+        continue;
+      summed.push_back(l);
+      s.gather.sum_dims.push_back(src.dims[d]);
+      s.gather.sum_strides.push_back(stride_of(l));
+    }
+    Operand out{labels, s.gather.out_dims, to_output ? kOutput : new_buffer(s.gather.out_dims)};
+    s.a = src.buf;
+    s.dst = out.buf;
+    steps_.push_back(std::move(s));
+    return out;
+  }
+
+  // A (x) B keeping `needed` labels: batch = A∩B∩needed, contracted = A∩B∖needed,
+  // A-only and B-only labels are kept (the per-operand pass summed the others). `output` (last
+  // product only) lets the product write the node's output directly.
+  Operand contract(const PrepareContext& ctx, const Operand& A, const Operand& B, const std::vector<int>& needed,
+                   const std::vector<int64_t>& size, const std::vector<int>* output) {
+    auto has = [](const std::vector<int>& v, int l) { return std::find(v.begin(), v.end(), l) != v.end(); };
+    std::vector<int> batch, afree, contr, bfree;
+    for (int l : A.labels) {
+      if (!has(B.labels, l)) afree.push_back(l);
+      else if (has(needed, l)) batch.push_back(l);
+      else contr.push_back(l);
+    }
+    for (int l : B.labels)
+      if (!has(A.labels, l)) bfree.push_back(l);
+    auto cat = [](std::initializer_list<const std::vector<int>*> parts) {
+      std::vector<int> r;
+      for (auto* p : parts) r.insert(r.end(), p->begin(), p->end());
+      return r;
+    };
+    auto full = [&](const Operand& o) {
+      for (size_t d = 0; d < o.labels.size(); ++d)
+        if (o.dims[d] != size[size_t(o.labels[d])]) return false;
+      return true;
+    };
+    auto prod = [&](const std::vector<int>& ls) {
+      int64_t p = 1;
+      for (int l : ls) p *= size[size_t(l)];
+      return p;
+    };
+    // A as [batch, afree, contr] or [batch, contr, afree] (read transposed); B as [batch, contr, bfree]
+    // or [batch, bfree, contr]; anything else (or a broadcast dim to expand) is gathered first.
+    auto layout = [&](const Operand& o, const std::vector<int>& plain, const std::vector<int>& trans, bool* t) {
+      *t = false;
+      if (full(o) && o.labels == plain) return o;
+      if (full(o) && o.labels == trans) {
+        *t = true;
+        return o;
+      }
+      return gather(o, plain, size, false);
+    };
+    bool ta, tb;
+    const Operand a = layout(A, cat({&batch, &afree, &contr}), cat({&batch, &contr, &afree}), &ta);
+    const Operand b = layout(B, cat({&batch, &contr, &bfree}), cat({&batch, &bfree, &contr}), &tb);
+    Operand out;
+    out.labels = cat({&batch, &afree, &bfree});
+    for (int l : out.labels) out.dims.push_back(size[size_t(l)]);
+    out.buf = output && out.labels == *output ? kOutput : new_buffer(out.dims);
+    Shape bd;
+    for (int l : batch) bd.push_back(size[size_t(l)]);
+    Step s;
+    s.kind = Step::kMatMul;
+    s.a = a.buf, s.b = b.buf, s.dst = out.buf;
+    if (!s.mm.prepare(dt_, bd, bd, prod(afree), prod(contr), prod(bfree), ta, tb))
+      ctx.fail("internal error: einsum batch mismatch");
+    steps_.push_back(std::move(s));
+    return out;
+  }
+
+  std::string equation_;
+  DType dt_ = DType::kFloat32;
+  size_t elem_ = 4;
+  std::vector<Step> steps_;
+  std::vector<Buffer> buffers_;
+  size_t mm_ws_offset_ = 0;
+};
+
+}  // namespace
+
+void register_linalg(KernelRegistry& r) {
+  r.add<MatMulKernel>("MatMul", 1, kMaxOpsetAll);
+  r.add<GemmKernel>("Gemm", 1, kMaxOpsetAll);
+  r.add<EinsumKernel>("Einsum", 12, kMaxOpsetAll);
+}
 
 }  // namespace onnxtrain::kernels

@@ -1,0 +1,89 @@
+#include "kernels/cpu/dnnl_util.h"
+
+namespace onnxtrain::kernels::dnnl_util {
+
+namespace {
+constexpr size_t kAlign = 64;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+}  // namespace
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+dnnl::stream& cpu_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt) {
+  dnnl::memory::dims st(s.size());
+  int64_t stride = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = stride;
+    stride *= std::max<int64_t>(s[i], 1);
+  }
+  return dnnl::memory::desc(dims(s), dt, st);
+}
+
+dnnl::primitive_attr default_attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+size_t DnnlOp::carve(size_t bytes) {
+  const size_t off = ws_bytes_;
+  ws_bytes_ += align_up(bytes);
+  return off;
+}
+
+void DnnlOp::init(dnnl::primitive prim, const dnnl::memory::desc& scratchpad_md) {
+  prim_ = std::move(prim);
+  args_.clear();
+  exec_.clear();
+  ws_bytes_ = 0;
+  scratch_ = dnnl::memory();
+  if (scratchpad_md.get_size() > 0) {
+    scratch_offset_ = carve(scratchpad_md.get_size());
+    scratch_ = dnnl::memory(scratchpad_md, cpu_engine(), DNNL_MEMORY_NONE);
+    exec_.emplace(DNNL_ARG_SCRATCHPAD, scratch_);
+  }
+}
+
+void DnnlOp::add_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output) {
+  Arg a{arg, output, user != prim, 0, dnnl::memory(user, cpu_engine(), DNNL_MEMORY_NONE), {}, {}};
+  if (a.reorder) {
+    a.offset = carve(prim.get_size());
+    a.prim = dnnl::memory(prim, cpu_engine(), DNNL_MEMORY_NONE);
+    a.re = output ? dnnl::reorder(a.prim, a.user) : dnnl::reorder(a.user, a.prim);
+  } else {
+    a.prim = a.user;
+  }
+  exec_[arg] = a.prim;  // memory objects are handles: set_data_handle later reaches this copy
+  args_.push_back(std::move(a));
+}
+
+void DnnlOp::bind(int arg, const void* data) {
+  for (auto& a : args_)
+    if (a.id == arg) a.user.set_data_handle(const_cast<void*>(data));
+}
+
+void DnnlOp::execute(void* workspace) {
+  auto* ws = static_cast<char*>(workspace);
+  dnnl::stream& s = cpu_stream();
+  if (scratch_) scratch_.set_data_handle(ws + scratch_offset_);
+  for (auto& a : args_) {
+    if (a.reorder) {
+      a.prim.set_data_handle(ws + a.offset);
+      if (!a.output) a.re.execute(s, a.user, a.prim);
+    }
+  }
+  prim_.execute(s, exec_);
+  for (auto& a : args_)
+    if (a.reorder && a.output) a.re.execute(s, a.prim, a.user);
+  s.wait();
+}
+
+}  // namespace onnxtrain::kernels::dnnl_util

@@ -1,0 +1,75 @@
+// oneDNN glue shared by kernels: one CPU engine, a stream per thread, and DnnlOp, a primitive
+// created in prepare() for concrete shapes whose plain (row-major) arguments are bound to tensor
+// pointers in run().
+//
+//   prepare:  op.init(primitive_desc, ...) ; op.add_arg(DNNL_ARG_SRC, plain_md, pd.src_desc(), false) ...
+//             ctx.request_workspace(op.workspace_bytes())
+//   run:      op.bind(DNNL_ARG_SRC, x.raw_data()) ... ; op.execute(ctx.workspace())
+//
+// Arguments whose layout the primitive chose differently from the plain one (format_tag::any) get a
+// reorder into / out of the workspace; the primitive's scratchpad also lives in the workspace
+// (scratchpad_mode::user), so run() never allocates and concurrent runs of one primitive are safe.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "onnxtrain/tensor.h"
+
+namespace onnxtrain::kernels::dnnl_util {
+
+dnnl::engine& cpu_engine();
+/// A stream of the calling thread on cpu_engine().
+dnnl::stream& cpu_stream();
+
+/// oneDNN dims of a shape.
+inline dnnl::memory::dims dims(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
+/// Plain row-major float32 memory descriptor of a shape.
+dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
+/// Primitive attributes every kernel should start from (user scratchpad).
+dnnl::primitive_attr default_attr();
+/// True when oneDNN fell back to a reference (unoptimized, often very slow) implementation.
+inline bool is_reference(const dnnl::primitive_desc_base& pd) {
+  const char* impl = pd.impl_info_str();
+  return impl && std::string(impl).rfind("ref", 0) == 0;
+}
+
+class DnnlOp {
+ public:
+  DnnlOp() = default;
+  bool valid() const { return bool(prim_); }
+  /// Sets the primitive and its scratchpad descriptor; drops previous arguments.
+  void init(dnnl::primitive prim, const dnnl::memory::desc& scratchpad_md);
+  /// Registers an argument. `user` is the layout of the tensor bound in run(), `prim` the layout
+  /// the primitive wants: when they differ, a reorder buffer is carved from the workspace.
+  void add_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output);
+  /// Workspace bytes needed by execute().
+  size_t workspace_bytes() const { return ws_bytes_; }
+  /// Points argument `arg` at tensor memory (call for every argument before execute()).
+  void bind(int arg, const void* data);
+  /// Runs the reorders and the primitive on the calling thread's stream.
+  void execute(void* workspace);
+
+ private:
+  struct Arg {
+    int id;
+    bool output;
+    bool reorder;
+    size_t offset;  // of the reordered buffer in the workspace
+    dnnl::memory user, prim;
+    dnnl::reorder re;
+  };
+  size_t carve(size_t bytes);
+  dnnl::primitive prim_;
+  dnnl::memory scratch_;
+  size_t scratch_offset_ = 0;
+  std::vector<Arg> args_;
+  std::unordered_map<int, dnnl::memory> exec_;
+  size_t ws_bytes_ = 0;
+};
+
+}  // namespace onnxtrain::kernels::dnnl_util

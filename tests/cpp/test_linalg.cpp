@@ -1,0 +1,338 @@
+// MatMul, Gemm and Einsum against naive double-precision references on random shapes.
+#include <algorithm>
+#include <map>
+
+#include "test_util.h"
+
+using namespace ot_test;
+
+namespace {
+
+std::string str(const Shape& s) { return onnxtrain::shape_to_string(s); }
+
+// Tolerances per element type for sums of a few hundred products of values in [-1, 1].
+double tol_for(DType dt) {
+  return dt == DType::kFloat64 ? 1e-10 : dt == DType::kFloat16 || dt == DType::kBFloat16 ? 3e-2 : 1e-4;
+}
+
+// ---------------------------------------------------------------- MatMul
+// numpy matmul in double: 1-D operands promoted and their dim dropped, batch dims broadcast.
+std::vector<double> ref_matmul(const std::vector<double>& a, Shape sa, const std::vector<double>& b, Shape sb, Shape* out) {
+  const bool a1 = sa.size() == 1, b1 = sb.size() == 1;
+  if (a1) sa.insert(sa.begin(), 1);
+  if (b1) sb.push_back(1);
+  const int64_t M = sa[sa.size() - 2], K = sa.back(), N = sb.back();
+  Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2), batch;
+  const size_t r = std::max(ba.size(), bb.size());
+  ba.insert(ba.begin(), r - ba.size(), 1);
+  bb.insert(bb.begin(), r - bb.size(), 1);
+  for (size_t i = 0; i < r; ++i) batch.push_back(std::max(ba[i], bb[i]));
+  std::vector<double> y;
+  const int64_t nb = onnxtrain::shape_numel(batch);
+  for (int64_t bi = 0; bi < nb; ++bi) {
+    auto idx = unravel(bi, batch);
+    const int64_t oa = broadcast_index(idx, ba), ob = broadcast_index(idx, bb);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k) s += a[size_t((oa * M + i) * K + k)] * b[size_t((ob * K + k) * N + j)];
+        y.push_back(s);
+      }
+  }
+  *out = batch;
+  if (!a1) out->push_back(M);
+  if (!b1) out->push_back(N);
+  return y;
+}
+
+void check_matmul(DType dt, uint32_t seed, int trials) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> rank(1, 4), dim(1, 6), big(1, 40), coin(0, 2);
+  for (int t = 0; t < trials; ++t) {
+    const int64_t M = big(rng), K = big(rng), N = big(rng);
+    const int ra = rank(rng), rb = rank(rng);
+    Shape batch;
+    for (int i = 0; i < std::max(ra, rb) - 2; ++i) batch.push_back(dim(rng));
+    // [batch suffix (some dims 1: broadcast)..., rows, cols], or [K] for rank 1
+    auto operand = [&](int r, int64_t rows, int64_t cols) {
+      if (r == 1) return Shape{K};
+      Shape s(batch.end() - std::max(0, r - 2), batch.end());
+      for (auto& d : s)
+        if (coin(rng) == 0) d = 1;
+      s.push_back(rows);
+      s.push_back(cols);
+      return s;
+    };
+    const Shape sa = operand(ra, M, K), sb = operand(rb, K, N);
+    Tensor a = random_tensor(dt, sa, rng), b = random_tensor(dt, sb, rng);
+    if (dt == DType::kInt32 || dt == DType::kInt64 || dt == DType::kUInt32) {
+      a = random_tensor(dt, sa, rng, 0, 5), b = random_tensor(dt, sb, rng, 0, 5);
+    }
+    Shape so;
+    auto expect = ref_matmul(to_double(a), sa, to_double(b), sb, &so);
+    RunOptions o;
+    o.inputs_as_constants = t % 4 == 3;
+    o.threads = t % 2 ? 2 : 1;
+    auto y = run_node("MatMul", {a, b}, {}, o);
+    const double tol = tol_for(dt);
+    EXPECT_TRUE(all_close(y[0], so, expect, tol, tol))
+        << "MatMul " << str(sa) << " @ " << str(sb) << " seed " << seed << " trial " << t;
+  }
+}
+
+}  // namespace
+
+TEST(Linalg, MatMulFloat) { check_matmul(DType::kFloat32, 11, 60); }
+TEST(Linalg, MatMulDouble) { check_matmul(DType::kFloat64, 12, 30); }
+TEST(Linalg, MatMulInt32) { check_matmul(DType::kInt32, 13, 20); }
+TEST(Linalg, MatMulInt64) { check_matmul(DType::kInt64, 14, 20); }
+TEST(Linalg, MatMulUInt32) { check_matmul(DType::kUInt32, 15, 10); }
+TEST(Linalg, MatMulFloat16) { check_matmul(DType::kFloat16, 16, 10); }
+
+TEST(Linalg, MatMulLarge) {  // large enough for oneDNN's blocked paths and both threads
+  std::mt19937 rng(17);
+  for (auto [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{130, 257}, {257, 129}},
+                                                            {{3, 1, 65, 70}, {4, 70, 33}},
+                                                            {{70, 65}, {2, 65, 71}}}) {
+    Tensor a = random_tensor(DType::kFloat32, sa, rng), b = random_tensor(DType::kFloat32, sb, rng);
+    Shape so;
+    auto e = ref_matmul(to_double(a), sa, to_double(b), sb, &so);
+    RunOptions o;
+    o.threads = 2;
+    EXPECT_TRUE(all_close(run_node("MatMul", {a, b}, {}, o)[0], so, e, 1e-4, 1e-4)) << str(sa) << " @ " << str(sb);
+  }
+}
+
+TEST(Linalg, MatMulEmpty) {
+  Tensor a = Tensor::zeros(DType::kFloat32, {2, 0, 3}), b = Tensor::zeros(DType::kFloat32, {3, 4});
+  auto y = run_node("MatMul", {a, b});
+  EXPECT_EQ(y[0].shape(), (Shape{2, 0, 4}));
+  std::mt19937 rng(18);
+  Tensor c = random_tensor(DType::kFloat32, {2, 0}, rng), d = random_tensor(DType::kFloat32, {0, 3}, rng);
+  EXPECT_TRUE(all_close(run_node("MatMul", {c, d})[0], {2, 3}, std::vector<double>(6, 0.0), 0, 0));
+}
+
+TEST(Linalg, MatMulErrorsNameNode) {
+  auto expect_error = [](const Tensor& a, const Tensor& b, const char* what) {
+    try {
+      run_node("MatMul", {a, b});
+      ADD_FAILURE() << "expected an error: " << what;
+    } catch (const onnxtrain::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("node_MatMul"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error(Tensor::zeros(DType::kFloat32, {2, 3}), Tensor::zeros(DType::kFloat32, {4, 5}), "inner dimensions");
+  expect_error(Tensor::zeros(DType::kFloat32, {2, 2, 3}), Tensor::zeros(DType::kFloat32, {3, 3, 5}), "broadcast");
+  expect_error(Tensor::zeros(DType::kFloat32, {2, 3}), Tensor::zeros(DType::kFloat64, {3, 5}), "element types");
+  expect_error(Tensor::zeros(DType::kFloat32, {}), Tensor::zeros(DType::kFloat32, {3}), "rank");
+}
+
+// ---------------------------------------------------------------- Gemm
+TEST(Linalg, GemmRandom) {
+  const uint32_t seed = 21;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> dim(1, 50), coin(0, 1), cshape(0, 6);
+  for (int t = 0; t < 60; ++t) {
+    const DType dt = t % 5 == 4 ? DType::kFloat64 : t % 7 == 6 ? DType::kInt64 : DType::kFloat32;
+    const int64_t M = dim(rng), N = dim(rng), K = dim(rng);
+    const bool ta = coin(rng), tb = coin(rng);
+    const float alpha = dt == DType::kInt64 ? 1.f : std::uniform_real_distribution<float>(-2, 2)(rng);
+    const float beta = dt == DType::kInt64 ? 1.f : std::uniform_real_distribution<float>(-2, 2)(rng);
+    const int cs = cshape(rng);  // 0: none, 1: scalar, 2: [N], 3: [1, N], 4: [M, 1], 5: [M, N], 6: [1]
+    const Shape sc = cs == 1 ? Shape{} : cs == 2 ? Shape{N} : cs == 3 ? Shape{1, N} : cs == 4 ? Shape{M, 1}
+                     : cs == 5 ? Shape{M, N} : Shape{1};
+    const double lo = dt == DType::kInt64 ? -4 : -1, hi = dt == DType::kInt64 ? 4 : 1;
+    Tensor a = random_tensor(dt, ta ? Shape{K, M} : Shape{M, K}, rng, lo, hi);
+    Tensor b = random_tensor(dt, tb ? Shape{N, K} : Shape{K, N}, rng, lo, hi);
+    Tensor c = cs ? random_tensor(dt, sc, rng, lo, hi) : Tensor();
+    auto av = to_double(a), bv = to_double(b), cv = cs ? to_double(c) : std::vector<double>{};
+    std::vector<double> e;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k)
+          s += av[size_t(ta ? k * M + i : i * K + k)] * bv[size_t(tb ? j * K + k : k * N + j)];
+        double cval = cs ? cv[size_t(broadcast_index({i, j}, sc))] : 0.0;
+        e.push_back(double(alpha) * s + double(beta) * cval);
+      }
+    RunOptions o;
+    o.opset = t % 3 == 0 ? 11 : 13;
+    o.inputs_as_constants = t % 4 == 1;
+    o.threads = 1 + t % 2;
+    std::vector<Tensor> in = {a, b};
+    if (cs) in.push_back(c);
+    auto y = run_node("Gemm", in,
+                      {attr_int("transA", ta), attr_int("transB", tb), attr_float("alpha", alpha), attr_float("beta", beta)}, o);
+    const double tol = dt == DType::kFloat64 ? 1e-9 : dt == DType::kInt64 ? 0 : 1e-4;
+    EXPECT_TRUE(all_close(y[0], {M, N}, e, tol, tol)) << "Gemm M=" << M << " N=" << N << " K=" << K << " ta=" << ta
+                                                      << " tb=" << tb << " C" << str(sc) << " seed " << seed
+                                                      << " trial " << t;
+  }
+}
+
+TEST(Linalg, GemmErrorsNameNode) {
+  Tensor a = Tensor::zeros(DType::kFloat32, {2, 3}), b = Tensor::zeros(DType::kFloat32, {3, 4});
+  auto expect_error = [](const std::vector<Tensor>& in, int64_t opset, const char* what) {
+    RunOptions o;
+    o.opset = opset;
+    try {
+      run_node("Gemm", in, {}, o);
+      ADD_FAILURE() << "expected an error: " << what;
+    } catch (const onnxtrain::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("node_Gemm"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error({a, Tensor::zeros(DType::kFloat32, {4, 4})}, 13, "inner dimensions");
+  expect_error({a, b, Tensor::zeros(DType::kFloat32, {3, 4})}, 13, "does not broadcast");
+  expect_error({a, b}, 9, "required");
+  expect_error({Tensor::zeros(DType::kFloat32, {2, 3, 1}), b}, 13, "2-D");
+  expect_error({a, b, Tensor::zeros(DType::kFloat32, {4})}, 6, "does not broadcast");  // opset 6: broadcast=0
+}
+
+TEST(Linalg, GemmLegacyBroadcastAttribute) {
+  Tensor a = Tensor::from_vector<float>({1, 2}, {1, 2}), b = Tensor::from_vector<float>({2, 2}, {1, 0, 0, 1});
+  Tensor c = Tensor::from_vector<float>({2}, {10, 20});
+  RunOptions o;
+  o.opset = 6;
+  auto y = run_node("Gemm", {a, b, c}, {attr_int("broadcast", 1)}, o);
+  EXPECT_TRUE(all_close(y[0], {1, 2}, {11, 22}, 0, 0));
+}
+
+// ---------------------------------------------------------------- Einsum
+// Naive einsum in double: loops over every assignment of every label.
+std::vector<double> ref_einsum(std::string eq, const std::vector<Tensor>& in, Shape* out_shape) {
+  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+  // Expand the ellipsis into labels '0'.. (right-aligned), then evaluate.
+  std::string lhs = eq.substr(0, eq.find("->"));
+  std::vector<std::string> terms;
+  size_t p = 0;
+  for (size_t q; (q = lhs.find(',', p)) != std::string::npos; p = q + 1) terms.push_back(lhs.substr(p, q - p));
+  terms.push_back(lhs.substr(p));
+  size_t ell = 0;
+  for (size_t i = 0; i < terms.size(); ++i)
+    if (terms[i].find("...") != std::string::npos) ell = std::max(ell, in[i].rank() - (terms[i].size() - 3));
+  auto expand = [&](const std::string& t, size_t n) {
+    const size_t e = t.find("...");
+    if (e == std::string::npos) return t;
+    std::string mid;
+    for (size_t k = ell - n; k < ell; ++k) mid += char('0' + k);
+    return t.substr(0, e) + mid + t.substr(e + 3);
+  };
+  for (size_t i = 0; i < terms.size(); ++i)
+    terms[i] = expand(terms[i], terms[i].find("...") == std::string::npos ? 0 : in[i].rank() - (terms[i].size() - 3));
+  std::string out;
+  if (eq.find("->") != std::string::npos) {
+    out = expand(eq.substr(eq.find("->") + 2), ell);
+  } else {
+    std::map<char, int> count;
+    for (auto& t : terms)
+      for (char c : t) ++count[c];
+    for (size_t k = 0; k < ell; ++k) out += char('0' + k);
+    for (auto [c, n] : count)
+      if (n == 1 && !(c >= '0' && c <= '9')) out += c;
+  }
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < terms.size(); ++i)
+    for (size_t d = 0; d < terms[i].size(); ++d) size[terms[i][d]] = std::max(size[terms[i][d]], in[i].dim(d));
+  std::string labels;
+  Shape all;
+  for (auto [c, n] : size) labels += c, all.push_back(n);
+  out_shape->clear();
+  for (char c : out) out_shape->push_back(size[c]);
+  std::vector<double> y(size_t(onnxtrain::shape_numel(*out_shape)), 0.0);
+  std::vector<std::vector<double>> vals;
+  for (auto& t : in) vals.push_back(to_double(t));
+  const int64_t total = onnxtrain::shape_numel(all);
+  for (int64_t f = 0; f < total; ++f) {
+    auto idx = unravel(f, all);
+    auto at = [&](char c) { return idx[labels.find(c)]; };
+    double prod = 1;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      std::vector<int64_t> ii;
+      for (size_t d = 0; d < terms[i].size(); ++d) ii.push_back(in[i].dim(d) == 1 ? 0 : at(terms[i][d]));
+      // repeated labels must agree (diagonal): the assignment gives one value per label already
+      prod *= vals[i][size_t(ravel(ii, in[i].shape()))];
+    }
+    std::vector<int64_t> oi;
+    for (char c : out) oi.push_back(at(c));
+    y[size_t(ravel(oi, *out_shape))] += prod;
+  }
+  return y;
+}
+
+TEST(Linalg, EinsumEquations) {
+  struct Case {
+    std::string eq;
+    std::vector<Shape> shapes;
+  };
+  const std::vector<Case> cases = {
+      {"ij,jk->ik", {{5, 7}, {7, 3}}},
+      {"ij,jk", {{5, 7}, {7, 3}}},
+      {"bij,bjk->bik", {{3, 4, 5}, {3, 5, 6}}},
+      {"bij,bkj->bik", {{3, 4, 5}, {3, 6, 5}}},
+      {"bji,bjk->bik", {{3, 5, 4}, {3, 5, 6}}},
+      {"ij->ji", {{4, 6}}},
+      {"ii->i", {{5, 5}}},
+      {"ii", {{5, 5}}},
+      {"ij->", {{4, 6}}},
+      {"i,i", {{7}, {7}}},
+      {"i,j->ij", {{3}, {4}}},
+      {"ij,ij->ij", {{3, 4}, {3, 4}}},
+      {"ij,ij->i", {{3, 4}, {3, 4}}},
+      {"bn,anm,bm->ba", {{2, 3}, {4, 3, 5}, {2, 5}}},
+      {"abc,cd", {{2, 3, 4}, {4, 5}}},
+      {"abc,cd->dba", {{2, 3, 4}, {4, 5}}},
+      {"...ij,...jk->...ik", {{2, 3, 4, 5}, {3, 5, 6}}},
+      {"...ij,...jk", {{2, 1, 4, 5}, {3, 5, 6}}},
+      {"...ii->...i", {{2, 3, 4, 4}}},
+      {"b...,b...->b...", {{2, 3, 4}, {2, 3, 4}}},
+      {"ij,jk,kl->il", {{3, 4}, {4, 5}, {5, 2}}},
+      {"iij,jk->ik", {{3, 3, 4}, {4, 2}}},
+      {"ijk,ikj->i", {{2, 3, 4}, {2, 4, 3}}},
+      {"bhqd,bhkd->bhqk", {{2, 3, 5, 8}, {2, 3, 6, 8}}},
+      {"ab,cd->", {{2, 3}, {4, 5}}},
+      {"i,i->", {{1}, {6}}},
+      {"Ab,bC->CA", {{3, 4}, {4, 2}}},
+      {" ij , jk -> ik ", {{2, 3}, {3, 4}}},
+  };
+  const uint32_t seed = 31;
+  std::mt19937 rng(seed);
+  int t = 0;
+  for (const auto& c : cases) {
+    for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt64}) {
+      std::vector<Tensor> in;
+      for (const auto& s : c.shapes) in.push_back(random_tensor(dt, s, rng, -3, 3));
+      Shape so;
+      auto e = ref_einsum(c.eq, in, &so);
+      RunOptions o;
+      o.opset = 12;
+      o.inputs_as_constants = ++t % 5 == 0;
+      o.threads = 1 + t % 2;
+      auto y = run_node("Einsum", in, {attr_string("equation", c.eq)}, o);
+      const double tol = dt == DType::kFloat32 ? 1e-4 : 1e-9;
+      EXPECT_TRUE(all_close(y[0], so, e, tol, tol)) << "'" << c.eq << "' " << onnxtrain::dtype_name(dt) << " seed " << seed;
+    }
+  }
+}
+
+TEST(Linalg, EinsumErrorsNameNode) {
+  auto expect_error = [](const std::string& eq, const std::vector<Tensor>& in, const char* what) {
+    try {
+      run_node("Einsum", in, {attr_string("equation", eq)});
+      ADD_FAILURE() << "expected an error for " << eq;
+    } catch (const onnxtrain::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("node_Einsum"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  Tensor a = Tensor::zeros(DType::kFloat32, {2, 3}), b = Tensor::zeros(DType::kFloat32, {4, 5});
+  expect_error("ij,jk->ik", {a, b}, "disagree");
+  expect_error("ij->ik", {a}, "not an input label");
+  expect_error("ijk->i", {a}, "does not match input");
+  expect_error("ij,jk", {a}, "operand terms");
+  expect_error("i.j->i", {a}, "ellipsis");
+  expect_error("i$->i", {a}, "invalid character");
+  expect_error("ii->i", {a}, "different sizes");
+}
