@@ -1,0 +1,125 @@
+"""InferenceSession: onnxruntime's call shapes, results against numpy, clear errors."""
+import os
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+
+import onnxtrain as ot
+
+
+def test_run_matches_numpy(mlp_model):
+    data, w, b = mlp_model
+    sess = ot.InferenceSession(data)
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    y, z = sess.run(None, {"x": x})
+    ref_z = x.astype(np.float64) @ w.astype(np.float64) + b
+    np.testing.assert_allclose(z, ref_z, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y, np.maximum(ref_z, 0), rtol=1e-5, atol=1e-5)
+    assert y.dtype == np.float32 and y.shape == (5, 3)
+
+
+def test_output_subset_and_order(mlp_model):
+    data, _, _ = mlp_model
+    sess = ot.InferenceSession(data)
+    x = np.ones((2, 4), np.float32)
+    z, y = sess.run(["z", "y"], {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(z, 0))
+    (only,) = sess.run(["y"], {"x": x})
+    np.testing.assert_array_equal(only, y)
+
+
+def test_get_inputs_outputs(mlp_model):
+    data, _, _ = mlp_model
+    sess = ot.InferenceSession(data)
+    (inp,) = sess.get_inputs()
+    assert (inp.name, inp.type, inp.shape) == ("x", "tensor(float)", ["N", 4])
+    assert [o.name for o in sess.get_outputs()] == ["y", "z"]
+    assert sess.get_outputs()[0].shape == ["N", 3]
+    assert sess.get_overridable_initializers() == []
+
+
+def test_load_from_path_and_pathlike(tmp_path, mlp_model):
+    data, _, _ = mlp_model
+    p = tmp_path / "m.onnx"
+    p.write_bytes(data)
+    x = np.ones((1, 4), np.float32)
+    a = ot.InferenceSession(str(p)).run(None, {"x": x})
+    b = ot.InferenceSession(p).run(None, {"x": x})
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_session_options_threads(mlp_model):
+    data, _, _ = mlp_model
+    so = ot.SessionOptions()
+    so.intra_op_num_threads = 1
+    x = np.random.default_rng(2).standard_normal((64, 4)).astype(np.float32)
+    one = ot.InferenceSession(data, so).run(None, {"x": x})
+    so.intra_op_num_threads = 2
+    two = ot.InferenceSession(data, sess_options=so).run(None, {"x": x})
+    np.testing.assert_array_equal(one[0], two[0])
+    so.intra_op_num_threads = -1
+    with pytest.raises(ValueError, match="intra_op_num_threads"):
+        ot.InferenceSession(data, so)
+
+
+def test_providers_like_onnxruntime(mlp_model):
+    data, _, _ = mlp_model
+    assert ot.get_available_providers() == ["CPUExecutionProvider"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = ot.InferenceSession(data, providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert any("CUDAExecutionProvider" in str(w.message) for w in caught)
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+
+
+@pytest.mark.parametrize("feed,message", [
+    ({"nope": np.ones((1, 4), np.float32)}, "unknown input 'nope'"),
+    ({"x": np.ones((1, 4), np.float64)}, "input 'x' has element type double, the model expects float"),
+    ({"x": np.ones((4,), np.float32)}, "input 'x' has rank 1"),
+    ({"x": np.ones((1, 5), np.float32)}, "input 'x' has dimension 5 at axis 1, the model expects 4"),
+    ({}, "missing input 'x'"),
+])
+def test_bad_feeds_name_the_input(mlp_model, feed, message):
+    data, _, _ = mlp_model
+    sess = ot.InferenceSession(data)
+    with pytest.raises(ot.InvalidArgument, match=message):
+        sess.run(None, feed)
+    # ValueError is the Python family of the error
+    with pytest.raises(ValueError):
+        sess.run(None, feed)
+
+
+def test_unknown_output_name(mlp_model):
+    data, _, _ = mlp_model
+    with pytest.raises(ot.InvalidArgument, match="unknown output 'w'"):
+        ot.InferenceSession(data).run(["w"], {"x": np.ones((1, 4), np.float32)})
+
+
+def test_non_contiguous_input(mlp_model):
+    data, w, b = mlp_model
+    x = np.asfortranarray(np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32))
+    y, z = ot.InferenceSession(data).run(None, {"x": x})
+    np.testing.assert_allclose(z, x @ w + b, rtol=1e-5, atol=1e-5)
+
+
+def test_bad_model_bytes_and_files(tmp_path):
+    with pytest.raises(ot.InvalidModel, match="not a valid ONNX ModelProto|IR version"):
+        ot.InferenceSession(b"\x08\x07garbage-bytes\xff\xff")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(ot.InvalidModel, match="empty"):
+        ot.InferenceSession(str(empty))
+    with pytest.raises(ot.ModelFileError, match="cannot open"):
+        ot.InferenceSession(str(tmp_path / "missing.onnx"))
+    with pytest.raises(TypeError):
+        ot.InferenceSession(12)
+
+
+@pytest.mark.skipif(os.environ.get("ONNXTRAIN_INSTALLED") != "1", reason="set by scripts/test.sh after installing")
+def test_installed_package_imports_from_any_directory(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(["/usr/bin/python3", "-c", "import onnxtrain, sys; print(onnxtrain.__file__)"],
+                         cwd="/", env=env, capture_output=True, text=True, check=True)
+    assert "dist-packages" in out.stdout
