@@ -259,3 +259,31 @@ TEST(Shape, ShapeChainThroughGraph) {
   EXPECT_EQ(ex.last_stats().folded_nodes, 3u);
   EXPECT_EQ(ex.last_stats().dynamic_steps, 0u);
 }
+
+// com.onnxtrain.SumToShape against a naive double reference: sum G over broadcast axes.
+TEST(Shape, SumToShapeMatchesNaiveReference) {
+  const uint32_t seed = 99;
+  std::mt19937 rng(seed);
+  const std::vector<std::pair<onnxtrain::Shape, onnxtrain::Shape>> cases = {
+      {{2, 3, 4}, {3, 1}}, {{2, 3, 4}, {4}}, {{2, 3, 4}, {2, 1, 4}}, {{5}, {1}}, {{2, 3}, {}}, {{2, 3}, {2, 3}}};
+  for (const auto& [gs, ts] : cases) {
+    Tensor g = ot_test::random_tensor(onnxtrain::DType::kFloat64, gs, rng);
+    auto gv = ot_test::to_double(g);
+    std::vector<double> expect(size_t(onnxtrain::shape_numel(ts)), 0.0);
+    for (int64_t i = 0; i < g.numel(); ++i)
+      expect[size_t(ot_test::broadcast_index(ot_test::unravel(i, gs), ts))] += gv[size_t(i)];
+    ot_test::RunOptions o;
+    o.domain = "com.onnxtrain";
+    Tensor shape = Tensor::from_vector<int64_t>({int64_t(ts.size())}, std::vector<int64_t>(ts.begin(), ts.end()));
+    for (bool constants : {false, true}) {
+      o.inputs_as_constants = constants;
+      auto y = ot_test::run_node("SumToShape", {g, shape}, {}, o);
+      EXPECT_TRUE(ot_test::all_close(y[0], ts, expect, 1e-12, 1e-12))
+          << onnxtrain::shape_to_string(gs) << " -> " << onnxtrain::shape_to_string(ts) << " seed " << seed;
+    }
+  }
+  EXPECT_THROW(ot_test::run_node("SumToShape", {Tensor::zeros(onnxtrain::DType::kFloat32, {2, 3}),
+                                                Tensor::from_vector<int64_t>({1}, {2})},
+                                 {}, [] { ot_test::RunOptions o; o.domain = "com.onnxtrain"; return o; }()),
+               onnxtrain::InvalidArgument);
+}

@@ -404,6 +404,60 @@ class ExpandKernel final : public Kernel {
 
 }  // namespace
 
+// com.onnxtrain.SumToShape(G, shape) -> Y: the reverse of numpy broadcasting, used by gradients.
+//   G: [g...] (the broadcast result), shape: 1-D int64 target t with t broadcastable to g.
+//   Y[t] = sum of G over the elements that broadcasting maps from Y's element.
+class SumToShapeKernel final : public Kernel {
+ public:
+  explicit SumToShapeKernel(const KernelInfo&) {}
+  void prepare(PrepareContext& ctx) override {
+    const Tensor* st = ctx.input_value(1);
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    if (!st) {
+      ctx.set_output_dynamic(0, dt);
+      return;
+    }
+    if (st->rank() != 1) ctx.fail("shape input must be 1-D, got ", st->describe());
+    target_ = read_int_list(*st);
+    const Shape& g = ctx.input_shape(0);
+    Shape b;
+    if (target_.size() > g.size() || !broadcast_shapes({target_, g}, &b) || b != g)
+      ctx.fail("shape ", shape_to_string(target_), " does not broadcast to the gradient's shape ", shape_to_string(g));
+    // Walk G in runs; Y advances by 0 or 1 per element (the BroadcastPlan of Y -> G, input 0 = Y).
+    if (!plan_.init({target_, g})) ctx.fail("internal: broadcast plan failed");
+    ctx.set_output(0, dt, target_);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& g = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    dispatch<FloatTypes>(g.dtype(), ctx.node(), [&]<class T>() {
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      const T* G = g.data<T>();
+      T* Y = y.data<T>();
+      const int64_t n = y.numel();
+      std::vector<C> acc(static_cast<size_t>(n), C(0));
+      const int64_t step = plan_.inner_step[0];
+      plan_.for_runs(0, plan_.runs, [&](int64_t o, const int64_t* off, int64_t len) {
+        const T* src = G + o;
+        C* dst = acc.data() + off[0];
+        if (step) {
+          for (int64_t k = 0; k < len; ++k) dst[k] += C(src[k]);
+        } else {
+          C s = 0;
+          for (int64_t k = 0; k < len; ++k) s += C(src[k]);
+          dst[0] += s;
+        }
+      });
+      for (int64_t i = 0; i < n; ++i) Y[i] = T(acc[static_cast<size_t>(i)]);
+    });
+  }
+
+ private:
+  Shape target_;
+  BroadcastPlan plan_;
+};
+
 void register_shape(KernelRegistry& r) {
   // One entry per opset range whose semantics differ; the kernel reads info.opset() for them.
   r.add<ReshapeKernel>("Reshape", 1, 4);              // shape attribute
@@ -421,6 +475,8 @@ void register_shape(KernelRegistry& r) {
   r.add<ConstantOfShapeKernel>("ConstantOfShape", 9, kMaxOpsetAll);
   r.add<RangeKernel>("Range", 11, kMaxOpsetAll);
   r.add<ExpandKernel>("Expand", 8, kMaxOpsetAll);
+  r.add("com.onnxtrain", "SumToShape", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SumToShapeKernel>(i); });
 }
 
 }  // namespace onnxtrain::kernels
