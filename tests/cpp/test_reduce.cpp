@@ -232,6 +232,14 @@ TEST(Reduce, NaNPropagatesThroughMinMax) {
       for (size_t i = 0; i < r.size(); ++i)
         EXPECT_EQ(std::isnan(r[i]), axis == 1 ? i == 0 : i == 37) << op << " axis " << axis << " [" << i << "]";
     }
+  // Tall columns: NaN in a row group of four, past the first partial block.
+  std::vector<double> t(45 * 3, 1.0);
+  t[41 * 3 + 1] = std::numeric_limits<double>::quiet_NaN();
+  for (const std::string op : {"ReduceMax", "ReduceMin"}) {
+    Tensor tall = from_double(DType::kFloat32, {45, 3}, t);
+    auto y = run_reduce(op, tall, {tall.shape(), {0}, false, false}, {});
+    EXPECT_TRUE(all_close(y[0], {3}, {1.0, kNaN, 1.0})) << op;
+  }
 }
 
 TEST(Reduce, LogSumExpIsStable) {
