@@ -137,6 +137,17 @@ const std::string& RuleContext::O(size_t i) const {
   return i < node_.outputs.size() ? node_.outputs[i] : empty;
 }
 
+std::string RuleContext::forward_output(size_t i, DType dtype) {
+  if (i < node_.outputs.size() && !node_.outputs[i].empty()) return node_.outputs[i];
+  // node_ lives in the builder's private copy of the forward graph (build_gradient_model): naming
+  // an output there changes neither the caller's model nor the values other nodes see.
+  ir::Node& n = const_cast<ir::Node&>(node_);
+  if (n.outputs.size() <= i) n.outputs.resize(i + 1);
+  n.outputs[i] = st_.fresh((n.outputs[0].empty() ? n.op_type : n.outputs[0]) + "_saved" + std::to_string(i));
+  if (dtype != DType::kUndefined) st_.types[n.outputs[i]] = ir::TypeInfo::tensor(dtype);
+  return n.outputs[i];
+}
+
 std::string RuleContext::GO_or_zeros(size_t i) { return has_GO(i) ? GO(i) : zeros_like(O(i)); }
 
 bool RuleContext::needs_GI(size_t i) const { return has_input(i) && st_.requires_grad.count(I(i)) > 0; }
@@ -625,6 +636,19 @@ void lower_gradient_ops(ir::Model& m) {
     for (const auto& [k, t] : g.initializers) existing.insert(k);
     for (const auto& fn : g.nodes)
       for (const auto& out : fn.outputs) existing.insert(out);
+    // Forward outputs the gradient asked for (RuleContext::forward_output): name them here too.
+    std::unordered_map<std::string, size_t> producer;
+    for (size_t k = 0; k < g.nodes.size(); ++k)
+      if (!g.nodes[k].outputs.empty() && !g.nodes[k].outputs[0].empty()) producer[g.nodes[k].outputs[0]] = k;
+    for (const auto& gn : gm.graph->nodes) {
+      if (gn.outputs.empty()) continue;
+      auto p = producer.find(gn.outputs[0]);
+      if (p == producer.end() || p->second == i) continue;
+      ir::Node& fn = g.nodes[p->second];
+      if (fn.outputs.size() < gn.outputs.size()) fn.outputs.resize(gn.outputs.size());
+      for (size_t k = 0; k < gn.outputs.size(); ++k)
+        if (fn.outputs[k].empty()) fn.outputs[k] = gn.outputs[k];
+    }
     std::vector<ir::Node> added;
     for (const auto& gn : gm.graph->nodes) {
       bool is_new = true;

@@ -30,6 +30,10 @@ class RuleContext {
   bool has_input(size_t i) const { return i < node_.inputs.size() && !node_.inputs[i].empty(); }
   const std::string& I(size_t i) const;
   const std::string& O(size_t i) const;
+  /// Forward output i for the gradient to read (a dropout mask, saved statistics, log_prob).
+  /// When the model leaves it unnamed, the builder names it on its own copy of the forward node
+  /// (the forward node then computes it); `dtype` records its element type when known.
+  std::string forward_output(size_t i, DType dtype = DType::kUndefined);
 
   // ---- gradients
   /// Gradient flowing into output i, or "" when none does (a zero gradient).
