@@ -4,60 +4,92 @@
 //   SoftmaxCrossEntropyLoss(scores, labels, weights?) -> (output, log_prob?)
 //       log_prob = log_softmax(scores, axis 1); l[n,d] = -log_prob[n, t, d] * w[t]
 //   reduction: none -> l ([N, d1, ...]); sum -> sum l; mean -> sum l / sum of applied weights.
+// Their gradients (com.onnxtrain.SoftmaxCrossEntropyLossGrad, NegativeLogLikelihoodLossGrad) follow.
 #include <cmath>
 #include <limits>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/vec_exp.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {
 
 namespace {
 
-// Shared by both losses: attributes, shape checks and the reduction of per-position losses.
-class LossKernel : public Kernel {
- public:
-  LossKernel(const KernelInfo& info, bool softmax) : softmax_(softmax) {
+enum class Reduction { kNone, kSum, kMean };
+
+// Attributes and shape checks shared by the losses and their gradients. Inputs `x` (scores
+// [N, C, d1, ...]), x + 1 (labels [N, d1, ...]), x + 2 (optional weights [C]).
+struct LossSpec {
+  Reduction reduction = Reduction::kMean;
+  bool has_ignore = false;
+  int64_t ignore = 0;
+  int64_t n = 0, c = 0, d = 1;
+
+  explicit LossSpec(const KernelInfo& info) {
     const std::string red = info.attr_string("reduction", "mean");
     if (red == "none")
-      reduction_ = Reduction::kNone;
+      reduction = Reduction::kNone;
     else if (red == "sum")
-      reduction_ = Reduction::kSum;
+      reduction = Reduction::kSum;
     else if (red == "mean")
-      reduction_ = Reduction::kMean;
+      reduction = Reduction::kMean;
     else
       info.fail("reduction must be none, sum or mean, got '", red, "'");
-    has_ignore_ = info.has_attr("ignore_index");
-    ignore_ = info.attr_int("ignore_index", 0);
+    has_ignore = info.has_attr("ignore_index");
+    ignore = info.attr_int("ignore_index", 0);
   }
-
-  void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(0);
+  // Checks the inputs; returns the labels' shape.
+  Shape check(PrepareContext& ctx, size_t x) {
+    const DType dt = ctx.input_dtype(x);
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    const Shape& s = ctx.input_shape(0);
-    const Shape& t = ctx.input_shape(1);
+    const Shape& s = ctx.input_shape(x);
+    const Shape& t = ctx.input_shape(x + 1);
     if (s.size() < 2) ctx.fail("scores must have shape [N, C, d1, ...], got ", shape_to_string(s));
     Shape expect = s;
     expect.erase(expect.begin() + 1);
     if (t != expect) ctx.fail("labels have shape ", shape_to_string(t), ", expected ", shape_to_string(expect));
-    if (ctx.input_dtype(1) != DType::kInt32 && ctx.input_dtype(1) != DType::kInt64)
-      ctx.fail("labels must be int32 or int64, got ", dtype_name(ctx.input_dtype(1)));
-    if (ctx.has_input(2)) {
-      if (ctx.input_dtype(2) != dt) ctx.fail("weights have type ", dtype_name(ctx.input_dtype(2)), ", expected ", dtype_name(dt));
-      if (ctx.input_shape(2) != Shape{s[1]})
-        ctx.fail("weights have shape ", shape_to_string(ctx.input_shape(2)), ", expected [", s[1], "]");
+    if (ctx.input_dtype(x + 1) != DType::kInt32 && ctx.input_dtype(x + 1) != DType::kInt64)
+      ctx.fail("labels must be int32 or int64, got ", dtype_name(ctx.input_dtype(x + 1)));
+    if (ctx.has_input(x + 2)) {
+      if (ctx.input_dtype(x + 2) != dt)
+        ctx.fail("weights have type ", dtype_name(ctx.input_dtype(x + 2)), ", expected ", dtype_name(dt));
+      if (ctx.input_shape(x + 2) != Shape{s[1]})
+        ctx.fail("weights have shape ", shape_to_string(ctx.input_shape(x + 2)), ", expected [", s[1], "]");
     }
-    n_ = s[0];
-    c_ = s[1];
-    d_ = dim_product(s, 2, s.size());
-    ctx.set_output(0, dt, reduction_ == Reduction::kNone ? t : Shape{});
+    n = s[0];
+    c = s[1];
+    d = dim_product(s, 2, s.size());
+    return t;
+  }
+  // Fails on a label out of [0, C) that is not ignore_index.
+  template <class L>
+  void check_labels(const RunContext& ctx, const L* labels) const {
+    for (int64_t p = 0; p < n * d; ++p) {
+      const int64_t t = int64_t(labels[p]);
+      if ((t < 0 || t >= c) && !(has_ignore && t == ignore))
+        ctx.fail("label ", t, " at position ", p, " is out of range [0, ", c, ")");
+    }
+  }
+};
+
+// Shared by both losses: attributes, shape checks and the reduction of per-position losses.
+class LossKernel : public Kernel {
+ public:
+  LossKernel(const KernelInfo& info, bool softmax) : softmax_(softmax), spec_(info) {}
+
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    const Shape t = spec_.check(ctx, 0);
+    const Shape& s = ctx.input_shape(0);
+    ctx.set_output(0, dt, spec_.reduction == Reduction::kNone ? t : Shape{});
     if (softmax_ && ctx.has_output(1)) ctx.set_output(1, dt, s);
-    ctx.request_workspace(size_t(n_ * d_) * 2 * sizeof(double));
+    ctx.request_workspace(size_t(spec_.n * spec_.d) * 2 * sizeof(double));
   }
 
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    const int64_t N = n_, C = c_, D = d_, P = N * D;
+    const int64_t N = spec_.n, C = spec_.c, D = spec_.d, P = N * D;
     double* loss = static_cast<double*>(ctx.workspace());  // per position: loss, applied weight
     double* wsum = loss + P;
     dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
@@ -67,11 +99,7 @@ class LossKernel : public Kernel {
       T* LP = softmax_ && ctx.has_output(1) ? ctx.output(1).data<T>() : nullptr;
       dispatch<IndexTypes>(ctx.input(1).dtype(), ctx.node(), [&]<class L>() {
         const L* labels = ctx.input(1).data<L>();
-        for (int64_t p = 0; p < P; ++p) {
-          const int64_t t = int64_t(labels[p]);
-          if ((t < 0 || t >= C) && !(has_ignore_ && t == ignore_))
-            ctx.fail("label ", t, " at position ", p, " is out of range [0, ", C, ")");
-        }
+        spec_.check_labels(ctx, labels);
         parallel_for(P, grain_for(C), [&](int64_t p0, int64_t p1) {
           for (int64_t p = p0; p < p1; ++p) {
             const int64_t n = p / D, d = p % D, t = int64_t(labels[p]);
@@ -86,7 +114,7 @@ class LossKernel : public Kernel {
               if (LP)
                 for (int64_t c = 0; c < C; ++c) LP[n * C * D + c * D + d] = T(A(double(A(xs[c * D])) - lse));
             }
-            const bool ignored = has_ignore_ && t == ignore_;
+            const bool ignored = spec_.has_ignore && t == spec_.ignore;
             const double w = ignored ? 0.0 : W ? double(A(W[t])) : 1.0;
             loss[p] = ignored ? 0.0 : -(double(A(xs[t * D])) - lse) * w;
             wsum[p] = w;
@@ -94,7 +122,7 @@ class LossKernel : public Kernel {
         });
       });
       T* out = ctx.output(0).data<T>();
-      if (reduction_ == Reduction::kNone) {
+      if (spec_.reduction == Reduction::kNone) {
         for (int64_t p = 0; p < P; ++p) out[p] = T(A(loss[p]));
         return;
       }
@@ -103,17 +131,99 @@ class LossKernel : public Kernel {
         total += loss[p];
         weights += wsum[p];
       }
-      out[0] = T(A(reduction_ == Reduction::kSum ? total : total / weights));
+      out[0] = T(A(spec_.reduction == Reduction::kSum ? total : total / weights));
     });
   }
 
  private:
-  enum class Reduction { kNone, kSum, kMean };
   bool softmax_;
-  Reduction reduction_ = Reduction::kMean;
-  bool has_ignore_;
-  int64_t ignore_;
-  int64_t n_ = 0, c_ = 0, d_ = 1;
+  LossSpec spec_;
+};
+
+// ================================================================ backward kernels (com.onnxtrain)
+// SoftmaxCrossEntropyLossGrad(dloss, log_prob, labels, weights?) -> dscores = (exp(log_prob) - onehot(t)) f
+// NegativeLogLikelihoodLossGrad(dloss, input, labels, weights?)  -> dinput = -onehot(t) f (input: its shape)
+//   f[n, d] = w[t] dloss[n, d] (none), w[t] dloss (sum), w[t] dloss / sum of applied weights (mean);
+//   f = 0 where t is ignore_index. Attributes: the forward node's (reduction, ignore_index).
+
+// y[j] = exp(x[j]) * s[j * s_step] for j < n (float: AVX2 exp).
+template <class T>
+void exp_times(const T* x, T* y, int64_t n, const compute_t<T>* s, int64_t s_step) {
+  using C = compute_t<T>;
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    for (; j + 8 <= n; j += 8) {
+      const __m256 f = s_step ? _mm256_loadu_ps(s + j) : _mm256_set1_ps(*s);
+      _mm256_storeu_ps(y + j, _mm256_mul_ps(exp8(_mm256_loadu_ps(x + j)), f));
+    }
+  }
+  for (; j < n; ++j) y[j] = T(C(std::exp(C(x[j]))) * s[j * s_step]);
+}
+
+class LossGradKernel final : public Kernel {
+ public:
+  LossGradKernel(const KernelInfo& info, bool softmax) : softmax_(softmax), spec_(info) {}
+
+  void prepare(PrepareContext& ctx) override {
+    const Shape t = spec_.check(ctx, 1);
+    const DType dt = ctx.input_dtype(1);
+    const Shape& g = ctx.input_shape(0);
+    if (ctx.input_dtype(0) != dt || (spec_.reduction == Reduction::kNone ? g != t : shape_numel(g) != 1))
+      ctx.fail("dloss has type ", dtype_name(ctx.input_dtype(0)), " and shape ", shape_to_string(g), ", expected ",
+               dtype_name(dt), " ", spec_.reduction == Reduction::kNone ? shape_to_string(t) : "[]");
+    ctx.set_output(0, dt, ctx.input_shape(1));
+    ctx.request_workspace(size_t(spec_.n * spec_.d) * sizeof(double));
+  }
+
+  void run(RunContext& ctx) override {
+    const int64_t N = spec_.n, C = spec_.c, D = spec_.d, P = N * D;
+    dispatch<FloatTypes>(ctx.input(1).dtype(), ctx.node(), [&]<class T>() {
+      using A = compute_t<T>;
+      A* f = static_cast<A*>(ctx.workspace());  // per position factor
+      const T* G = ctx.input(0).data<T>();
+      const T* W = ctx.has_input(3) ? ctx.input(3).data<T>() : nullptr;
+      T* dX = ctx.output(0).data<T>();
+      dispatch<IndexTypes>(ctx.input(2).dtype(), ctx.node(), [&]<class L>() {
+        const L* labels = ctx.input(2).data<L>();
+        spec_.check_labels(ctx, labels);
+        auto weight = [&](int64_t p) {
+          const int64_t t = int64_t(labels[p]);
+          return spec_.has_ignore && t == spec_.ignore ? 0.0 : W ? double(A(W[t])) : 1.0;
+        };
+        double scale = spec_.reduction == Reduction::kNone ? 1.0 : double(A(G[0]));
+        if (spec_.reduction == Reduction::kMean) {
+          double total = 0;
+          for (int64_t p = 0; p < P; ++p) total += weight(p);
+          scale /= total;
+        }
+        for (int64_t p = 0; p < P; ++p)
+          f[p] = A(weight(p) * (spec_.reduction == Reduction::kNone ? double(A(G[p])) : scale));
+        if (softmax_) {
+          const T* LP = ctx.input(1).data<T>();
+          if (D == 1)
+            parallel_for(N, grain_for(C), [&](int64_t n0, int64_t n1) {
+              for (int64_t n = n0; n < n1; ++n) exp_times(LP + n * C, dX + n * C, C, f + n, 0);
+            });
+          else
+            parallel_for(N * C, grain_for(D), [&](int64_t r0, int64_t r1) {
+              for (int64_t r = r0; r < r1; ++r) exp_times(LP + r * D, dX + r * D, D, f + r / C * D, 1);
+            });
+        } else {
+          parallel_for(N * C * D, 1 << 16, [&](int64_t i0, int64_t i1) { std::fill(dX + i0, dX + i1, T(A(0))); });
+        }
+        for (int64_t p = 0; p < P; ++p) {  // the one-hot term at the labels
+          const int64_t t = int64_t(labels[p]), n = p / D, d = p % D;
+          if (spec_.has_ignore && t == spec_.ignore) continue;
+          T& o = dX[(n * C + t) * D + d];
+          o = T(A(o) - f[p]);
+        }
+      });
+    });
+  }
+
+ private:
+  bool softmax_;
+  LossSpec spec_;
 };
 
 }  // namespace
@@ -122,6 +232,9 @@ void register_loss(KernelRegistry& r) {
   for (bool softmax : {false, true})
     r.add(softmax ? "SoftmaxCrossEntropyLoss" : "NegativeLogLikelihoodLoss", 12, kMaxOpsetAll,
           [softmax](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossKernel>(i, softmax); });
+  for (bool softmax : {false, true})
+    r.add("com.onnxtrain", softmax ? "SoftmaxCrossEntropyLossGrad" : "NegativeLogLikelihoodLossGrad", 1, kMaxOpsetAll,
+          [softmax](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossGradKernel>(i, softmax); });
 }
 
 }  // namespace onnxtrain::kernels

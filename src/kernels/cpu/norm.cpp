@@ -211,6 +211,33 @@ class InstanceNormKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- LayerNormalization
+// t (Scale or B) broadcast to the normalized shape `ns`, as A values.
+template <class A>
+void expand_to(const Tensor& t, const Shape& ns, A* dst, const ir::Node& node) {
+  const int64_t cols = shape_numel(ns);
+  dispatch<FloatTypes>(t.dtype(), node, [&]<class T>() {
+    const T* p = t.data<T>();
+    if (t.numel() == cols) {
+      for (int64_t j = 0; j < cols; ++j) dst[j] = A(compute_t<T>(p[j]));
+      return;
+    }
+    std::vector<int64_t> idx(ns.size(), 0);  // index of j in ns
+    for (int64_t j = 0; j < cols; ++j) {
+      int64_t off = 0, stride = 1;
+      for (size_t d = t.rank(); d-- > 0;) {
+        const size_t nd = ns.size() - t.rank() + d;
+        off += (t.dim(d) == 1 ? 0 : idx[nd]) * stride;
+        stride *= t.dim(d);
+      }
+      dst[j] = A(compute_t<T>(p[off]));
+      for (size_t d = ns.size(); d-- > 0;) {
+        if (++idx[d] < ns[d]) break;
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
 // Rows of D = prod(dims[axis:]); moments in float32 for float16/bfloat16/float32 inputs (the
 // stash type), float64 for float64. Scale and B broadcast to dims[axis:].
 class LayerNormKernel final : public Kernel {
@@ -258,9 +285,9 @@ class LayerNormKernel final : public Kernel {
       using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
       A* w = reinterpret_cast<A*>(stats + 2 * rows_);
       A* b = w + cols_;
-      expand(ctx.input(1), w, ctx.node());
+      expand_to(ctx.input(1), norm_shape_, w, ctx.node());
       if (ctx.has_input(2))
-        expand(ctx.input(2), b, ctx.node());
+        expand_to(ctx.input(2), norm_shape_, b, ctx.node());
       else
         std::fill(b, b + cols_, A(0));
       const T* X = x.data<T>();
@@ -290,36 +317,6 @@ class LayerNormKernel final : public Kernel {
   }
 
  private:
-  // Scale/B broadcast to the normalized shape, as A values.
-  template <class A>
-  void expand(const Tensor& t, A* dst, const ir::Node& node) const {
-    dispatch<FloatTypes>(t.dtype(), node, [&]<class T>() {
-      const T* p = t.data<T>();
-      if (t.numel() == cols_) {
-        for (int64_t j = 0; j < cols_; ++j) dst[j] = A(compute_t<T>(p[j]));
-        return;
-      }
-      for (int64_t j = 0; j < cols_; ++j) {
-        const auto idx = unravel(j);
-        int64_t off = 0, stride = 1;
-        for (size_t d = t.rank(); d-- > 0;) {
-          const size_t nd = norm_shape_.size() - t.rank() + d;
-          off += (t.dim(d) == 1 ? 0 : idx[nd]) * stride;
-          stride *= t.dim(d);
-        }
-        dst[j] = A(compute_t<T>(p[off]));
-      }
-    });
-  }
-  std::vector<int64_t> unravel(int64_t flat) const {
-    std::vector<int64_t> idx(norm_shape_.size());
-    for (size_t d = norm_shape_.size(); d-- > 0;) {
-      idx[d] = flat % norm_shape_[d];
-      flat /= norm_shape_[d];
-    }
-    return idx;
-  }
-
   int64_t axis_;
   float eps_;
   DType stash_;
@@ -328,15 +325,20 @@ class LayerNormKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- LRN
-class LRNKernel final : public Kernel {
- public:
-  explicit LRNKernel(const KernelInfo& info) {
-    size_ = info.attr_int("size");
+// Attributes of LRN (and LRNGrad).
+struct LRNAttrs {
+  int64_t size_;
+  float alpha_, beta_, bias_;
+  explicit LRNAttrs(const KernelInfo& info)
+      : size_(info.attr_int("size")), alpha_(info.attr_float("alpha", 1e-4f)), beta_(info.attr_float("beta", 0.75f)),
+        bias_(info.attr_float("bias", 1.0f)) {
     if (size_ <= 0) info.fail("size must be > 0, got ", size_);
-    alpha_ = info.attr_float("alpha", 1e-4f);
-    beta_ = info.attr_float("beta", 0.75f);
-    bias_ = info.attr_float("bias", 1.0f);
   }
+};
+
+class LRNKernel final : public Kernel, LRNAttrs {
+ public:
+  explicit LRNKernel(const KernelInfo& info) : LRNAttrs(info) {}
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
@@ -373,10 +375,6 @@ class LRNKernel final : public Kernel {
       });
     });
   }
-
- private:
-  int64_t size_;
-  float alpha_, beta_, bias_;
 };
 
 // ---------------------------------------------------------------- Dropout
@@ -495,6 +493,359 @@ class DropoutKernel final : public Kernel {
   uint64_t key_, runs_ = 0;
 };
 
+
+// ================================================================ backward kernels (com.onnxtrain)
+
+// ---------------------------------------------------------------- BatchNormalizationGrad
+// BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale, dB (, dmean, dvar)
+// attributes epsilon, training_mode, spatial (the forward node's mode). Per channel, sums over N, S:
+//   training: mu, sigma2 = the batch's moments, inv = 1 / sqrt(sigma2 + eps), xhat = (x - mu) inv,
+//     dscale = sum(dy xhat), dB = sum(dy), dx = scale inv (dy - dB / M - xhat dscale / M)
+//   inference: mu, sigma2 = mean, var: dx = scale inv dy, dscale and dB as above,
+//     dmean = -scale inv dB, dvar = -scale inv^2 / 2 dscale
+// so dx = a dy + b x + d per channel: one pass gathers the sums (training moments shifted by the
+// channel's first element, in float64), one writes dx. S = 1 ([N, C]) vectorizes over channels.
+class BatchNormGradKernel final : public Kernel {
+ public:
+  explicit BatchNormGradKernel(const KernelInfo& info) {
+    eps_ = info.attr_float("epsilon", 1e-5f);
+    training_ = info.attr_int("training_mode", 0) != 0;
+    spatial_ = info.attr_int("spatial", 1) != 0;
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(1);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(1);
+    if (s.size() < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(s));
+    if (ctx.input_shape(0) != s || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
+    n_ = s[0];
+    c_ = spatial_ ? s[1] : dim_product(s, 1, s.size());
+    s_ = spatial_ ? dim_product(s, 2, s.size()) : 1;
+    check_param(ctx, 2, "scale", c_);
+    if (!training_) {
+      check_param(ctx, 3, "mean", c_);
+      check_param(ctx, 4, "var", c_);
+    }
+    ctx.set_output(0, dt, s);
+    for (size_t k = 1; k < ctx.num_outputs(); ++k) {
+      const size_t src = k <= 2 ? 2 : k;  // dscale, dB like scale; dmean, dvar like mean, var
+      if (ctx.has_output(k) && k <= 4 && (k <= 2 || !training_)) ctx.set_output(k, ctx.input_dtype(src), ctx.input_shape(src));
+    }
+    ctx.request_workspace(size_t(c_) * 10 * sizeof(double));
+  }
+  void run(RunContext& ctx) override {
+    const int64_t N = n_, C = c_, S = s_;
+    double* scale = static_cast<double*>(ctx.workspace());
+    double *mean = scale + C, *var = mean + C, *a = var + C, *b = a + C, *d = b + C;
+    double *sdy = d + C, *sdyxhat = sdy + C, *dmean = sdyxhat + C, *dvar = dmean + C;
+    load_as(ctx.input(2), scale, ctx.node());
+    if (!training_) {
+      load_as(ctx.input(3), mean, ctx.node());
+      load_as(ctx.input(4), var, ctx.node());
+    }
+    const double M = double(N * S), eps = eps_;
+    // From the sums of channel c (shifted by k): sx = sum(x - k), sxx = sum((x - k)^2),
+    // sg = sum(dy), sgx = sum(dy (x - k)).
+    auto finish = [&](int64_t c, double k, double sx, double sxx, double sg, double sgx) {
+      double mu = mean[c], v = var[c];
+      if (training_) {
+        const double m1 = M > 0 ? sx / M : 0.0;
+        mu = k + m1;
+        v = M > 0 ? std::max(sxx / M - m1 * m1, 0.0) : 0.0;
+      }
+      const double inv = 1.0 / std::sqrt(v + eps), sgxhat = inv * (sgx - (mu - k) * sg);
+      a[c] = scale[c] * inv;
+      b[c] = training_ && M > 0 ? -a[c] * inv * sgxhat / M : 0.0;
+      d[c] = training_ && M > 0 ? -a[c] * sg / M - b[c] * mu : 0.0;
+      sdy[c] = sg;
+      sdyxhat[c] = sgxhat;
+      dmean[c] = -a[c] * sg;
+      dvar[c] = -0.5 * a[c] * inv * sgxhat;
+    };
+    const Tensor& x = ctx.input(1);
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using Cm = compute_t<T>;
+      const T* X = x.data<T>();
+      const T* dY = ctx.input(0).data<T>();
+      T* dX = ctx.output(0).data<T>();
+      if (N * S == 0) {
+        for (int64_t c = 0; c < C; ++c) finish(c, 0, 0, 0, 0, 0);
+        return;
+      }
+      if (S == 1) {  // rows of C channels: vectorized over channels, blocks of B channels per task
+        constexpr int64_t B = 512;
+        parallel_for((C + B - 1) / B, grain_for(B * N), [&](int64_t b0, int64_t b1) {
+          double sx[B], sxx[B], sg[B], sgx[B], k[B];
+          for (int64_t blk = b0; blk < b1; ++blk) {
+            const int64_t c0 = blk * B, m = std::min(B, C - c0);
+            for (int64_t j = 0; j < m; ++j) {
+              k[j] = training_ ? double(Cm(X[c0 + j])) : mean[c0 + j];
+              sx[j] = sxx[j] = sg[j] = sgx[j] = 0;
+            }
+            for (int64_t n = 0; n < N; ++n) {
+              const T *p = X + n * C + c0, *q = dY + n * C + c0;
+#pragma omp simd
+              for (int64_t j = 0; j < m; ++j) {
+                const double xc = double(Cm(p[j])) - k[j], g = double(Cm(q[j]));
+                sx[j] += xc;
+                sxx[j] += xc * xc;
+                sg[j] += g;
+                sgx[j] += g * xc;
+              }
+            }
+            for (int64_t j = 0; j < m; ++j) finish(c0 + j, k[j], sx[j], sxx[j], sg[j], sgx[j]);
+            for (int64_t n = 0; n < N; ++n) {
+              const T *p = X + n * C + c0, *q = dY + n * C + c0;
+              T* o = dX + n * C + c0;
+#pragma omp simd
+              for (int64_t j = 0; j < m; ++j) o[j] = T(Cm(a[c0 + j] * double(Cm(q[j])) + b[c0 + j] * double(Cm(p[j])) + d[c0 + j]));
+            }
+          }
+        });
+        return;
+      }
+      parallel_for(C, grain_for(2 * N * S), [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const double k = training_ ? double(Cm(X[c * S])) : mean[c];
+          double sx = 0, sxx = 0, sg = 0, sgx = 0;
+          for (int64_t n = 0; n < N; ++n) {
+            const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
+#pragma omp simd reduction(+ : sx, sxx, sg, sgx)
+            for (int64_t j = 0; j < S; ++j) {
+              const double xc = double(Cm(p[j])) - k, g = double(Cm(q[j]));
+              sx += xc;
+              sxx += xc * xc;
+              sg += g;
+              sgx += g * xc;
+            }
+          }
+          finish(c, k, sx, sxx, sg, sgx);
+          const Cm ca = Cm(a[c]), cb = Cm(b[c]), cd = Cm(d[c]);
+          for (int64_t n = 0; n < N; ++n) {
+            const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
+            T* o = dX + (n * C + c) * S;
+#pragma omp simd
+            for (int64_t j = 0; j < S; ++j) o[j] = T(ca * Cm(q[j]) + cb * Cm(p[j]) + cd);
+          }
+        }
+      });
+    });
+    const double* outs[] = {nullptr, sdyxhat, sdy, dmean, dvar};
+    for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), 5); ++k)
+      if (ctx.has_output(k) && (k <= 2 || !training_)) store_as(ctx.output(k), outs[k], ctx.node());
+  }
+
+ private:
+  float eps_;
+  bool training_, spatial_;
+  int64_t n_ = 0, c_ = 0, s_ = 0;
+};
+
+// ---------------------------------------------------------------- LayerNormalizationGrad
+// LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB (attribute axis; dScale
+// and dB in the normalized shape dims[axis:]: the rule sums them to the parameters' shapes).
+// Per row: xhat = (x - mean) inv, g = dy Scale,
+//   dx = inv (g - mean(g) - xhat mean(g xhat)); dScale = sum over rows of dy xhat, dB = sum of dy.
+// Rows form at most kGroups fixed groups whose partial parameter sums are added in a fixed order
+// (the same result for any thread count).
+class LayerNormGradKernel final : public Kernel {
+ public:
+  static constexpr int64_t kGroups = 64;
+  explicit LayerNormGradKernel(const KernelInfo& info) { axis_ = info.attr_int("axis", -1); }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(1);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(1);
+    if (s.empty()) ctx.fail("X must have rank >= 1");
+    if (ctx.input_shape(0) != s || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
+    const size_t axis = size_t(normalize_axis(ctx, axis_, int64_t(s.size())));
+    norm_shape_ = Shape(s.begin() + long(axis), s.end());
+    rows_ = dim_product(s, 0, axis);
+    cols_ = shape_numel(norm_shape_);
+    Shape b;
+    if (!ctx.has_input(2) || ctx.input_dtype(2) != dt || !broadcast_shapes({norm_shape_, ctx.input_shape(2)}, &b) ||
+        b != norm_shape_)
+      ctx.fail("Scale must be a ", dtype_name(dt), " tensor broadcasting to ", shape_to_string(norm_shape_));
+    check_param(ctx, 3, "Mean", rows_);
+    check_param(ctx, 4, "InvStdDev", rows_);
+    ctx.set_output(0, dt, s);
+    for (size_t k = 1; k <= 2; ++k)
+      if (ctx.has_output(k)) ctx.set_output(k, dt, norm_shape_);
+    groups_ = std::max<int64_t>(1, std::min(rows_, kGroups));
+    ctx.request_workspace(size_t(cols_ * (1 + 2 * groups_) + 2 * rows_) * sizeof(double));
+  }
+  void run(RunContext& ctx) override {
+    dispatch<FloatTypes>(ctx.input(1).dtype(), ctx.node(), [&]<class T>() {
+      using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      const int64_t R = rows_, D = cols_, G = groups_;
+      A* w = static_cast<A*>(ctx.workspace());
+      A* mu = w + D;
+      A* iv = mu + R;
+      A* part = iv + R;  // per group: dScale partials [D], dB partials [D]
+      expand_to(ctx.input(2), norm_shape_, w, ctx.node());
+      load_as(ctx.input(3), mu, ctx.node());
+      load_as(ctx.input(4), iv, ctx.node());
+      const T* X = ctx.input(1).data<T>();
+      const T* dY = ctx.input(0).data<T>();
+      T* dX = ctx.output(0).data<T>();
+      const A invD = D ? A(1) / A(D) : A(0);
+      parallel_for(G, 1, [&](int64_t g0, int64_t g1) {
+        for (int64_t g = g0; g < g1; ++g) {
+          A* pw = part + g * 2 * D;
+          A* pb = pw + D;
+          std::fill(pw, pw + 2 * D, A(0));
+          for (int64_t r = R * g / G; r < R * (g + 1) / G; ++r) {
+            const T *x = X + r * D, *dy = dY + r * D;
+            T* dx = dX + r * D;
+            const A m = mu[r], inv = iv[r];
+            A s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+            for (int64_t j = 0; j < D; ++j) {
+              const A gj = A(compute_t<T>(dy[j])) * w[j];
+              s1 += gj;
+              s2 += gj * (A(compute_t<T>(x[j])) - m) * inv;
+            }
+            s1 *= invD;
+            s2 *= invD;
+#pragma omp simd
+            for (int64_t j = 0; j < D; ++j) {
+              const A xh = (A(compute_t<T>(x[j])) - m) * inv, dyj = A(compute_t<T>(dy[j]));
+              dx[j] = T(inv * (dyj * w[j] - s1 - xh * s2));
+              pw[j] += dyj * xh;
+              pb[j] += dyj;
+            }
+          }
+        }
+      });
+      for (size_t k = 1; k <= 2; ++k) {
+        if (!ctx.has_output(k)) continue;
+        T* o = ctx.output(k).data<T>();
+        for (int64_t j = 0; j < D; ++j) {
+          double t = 0;
+          for (int64_t g = 0; g < G; ++g) t += double(part[g * 2 * D + (k - 1) * D + j]);
+          o[j] = T(compute_t<T>(t));
+        }
+      }
+    });
+  }
+
+ private:
+  int64_t axis_;
+  Shape norm_shape_;
+  int64_t rows_ = 0, cols_ = 0, groups_ = 1;
+};
+
+// ---------------------------------------------------------------- LRNGrad
+// LRNGrad(dY, X) -> dX (attributes of the LRN node). d_c = bias + alpha / size sum_{window(c)} x^2,
+// window(c) = [c - (size-1)/2, c + size/2]:
+//   dx_c = dy_c d_c^-beta - 2 alpha beta / size x_c sum_{c': c in window(c')} dy_c' x_c' d_c'^(-beta-1)
+class LRNGradKernel final : public Kernel, LRNAttrs {
+ public:
+  explicit LRNGradKernel(const KernelInfo& info) : LRNAttrs(info) {}
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(1);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    if (ctx.input_rank(1) < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(ctx.input_shape(1)));
+    if (ctx.input_shape(0) != ctx.input_shape(1) || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
+    ctx.set_output(0, dt, ctx.input_shape(1));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(1);
+    const int64_t N = x.dim(0), C = x.dim(1), S = dim_product(x.shape(), 2, x.rank());
+    const int64_t before = (size_ - 1) / 2, after = size_ / 2;
+    constexpr int64_t B = 64;
+    const int64_t nb = (S + B - 1) / B;
+    if (S == 0 || C == 0) return;
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using A = compute_t<T>;
+      const T* X = x.data<T>();
+      const T* dY = ctx.input(0).data<T>();
+      T* dX = ctx.output(0).data<T>();
+      const A k = A(alpha_ / double(size_)), bias = A(bias_), beta = A(beta_), coef = A(2.0 * alpha_ * beta_ / size_);
+      parallel_for(N * nb, grain_for(C * B * size_), [&](int64_t t0, int64_t t1) {
+        std::vector<A> dpow(size_t(C * B)), tt(size_t(C * B));  // d^-beta, dy x d^(-beta-1)
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t n = t / nb, j0 = (t % nb) * B, m = std::min(B, S - j0);
+          const int64_t base = n * C * S + j0;
+          for (int64_t c = 0; c < C; ++c) {
+            A* dp = dpow.data() + c * B;
+            std::fill(dp, dp + m, A(0));
+            for (int64_t cc = std::max<int64_t>(0, c - before); cc <= std::min(C - 1, c + after); ++cc) {
+              const T* p = X + base + cc * S;
+#pragma omp simd
+              for (int64_t j = 0; j < m; ++j) dp[j] += A(p[j]) * A(p[j]);
+            }
+            const T *p = X + base + c * S, *q = dY + base + c * S;
+            for (int64_t j = 0; j < m; ++j) {
+              const A dd = bias + k * dp[j];
+              dp[j] = std::pow(dd, -beta);
+              tt[size_t(c * B + j)] = A(q[j]) * A(p[j]) * dp[j] / dd;
+            }
+          }
+          for (int64_t c = 0; c < C; ++c) {
+            A back[B] = {};
+            for (int64_t cc = std::max<int64_t>(0, c - after); cc <= std::min(C - 1, c + before); ++cc)
+#pragma omp simd
+              for (int64_t j = 0; j < m; ++j) back[j] += tt[size_t(cc * B + j)];
+            const T *p = X + base + c * S, *q = dY + base + c * S;
+            T* o = dX + base + c * S;
+            for (int64_t j = 0; j < m; ++j) o[j] = T(A(q[j]) * dpow[size_t(c * B + j)] - coef * A(p[j]) * back[j]);
+          }
+        }
+      });
+    });
+  }
+};
+
+// ---------------------------------------------------------------- DropoutGrad
+// DropoutGrad(dY, mask, ratio?, training_mode?) -> dX = dY mask / (1 - ratio) in training mode,
+// dY otherwise. Training: the training_mode input when given; else (session_training = 1, the
+// forward opset < 12) the session's training flag; else true. ratio: the input, else the attribute.
+// The mask is bool (opset >= 10) or of dY's type.
+class DropoutGradKernel final : public Kernel {
+ public:
+  explicit DropoutGradKernel(const KernelInfo& info) {
+    ratio_ = info.attr_float("ratio", 0.5f);
+    default_training_ = info.attr_int("session_training", 0) == 0 || info.options().training;
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    if (ctx.input_shape(1) != ctx.input_shape(0) || (ctx.input_dtype(1) != DType::kBool && ctx.input_dtype(1) != dt))
+      ctx.fail("mask must be a bool or ", dtype_name(dt), " tensor of shape ", shape_to_string(ctx.input_shape(0)));
+    ctx.set_output(0, dt, ctx.input_shape(0));
+  }
+  void run(RunContext& ctx) override {
+    const bool train = ctx.has_input(3) ? *ctx.input(3).data<bool>() : default_training_;
+    const double ratio = ctx.has_input(2) ? read_scalar_as_double(ctx.input(2)) : ratio_;
+    const Tensor& dy = ctx.input(0);
+    if (!train) {
+      ctx.output(0).copy_from(dy);
+      return;
+    }
+    const Tensor& mask = ctx.input(1);
+    dispatch<FloatTypes>(dy.dtype(), ctx.node(), [&]<class T>() {
+      using C = compute_t<T>;
+      const T* g = dy.data<T>();
+      T* o = ctx.output(0).data<T>();
+      const C scale = C(1.0 / (1.0 - ratio));
+      const bool* mb = mask.dtype() == DType::kBool ? mask.data<bool>() : nullptr;
+      const T* mt = mb ? nullptr : mask.data<T>();
+      parallel_for(dy.numel(), 32768, [&](int64_t i0, int64_t i1) {
+        if (mb) {
+#pragma omp simd
+          for (int64_t i = i0; i < i1; ++i) o[i] = T(mb[i] ? C(g[i]) * scale : C(0));
+        } else {
+          for (int64_t i = i0; i < i1; ++i) o[i] = T(C(mt[i]) != C(0) ? C(g[i]) * scale : C(0));
+        }
+      });
+    });
+  }
+
+ private:
+  double ratio_;
+  bool default_training_;
+};
 }  // namespace
 
 void register_norm(KernelRegistry& r) {
@@ -503,6 +854,13 @@ void register_norm(KernelRegistry& r) {
   r.add<LayerNormKernel>("LayerNormalization", 17, kMaxOpsetAll);
   r.add<LRNKernel>("LRN", 1, kMaxOpsetAll);
   r.add<DropoutKernel>("Dropout", 1, kMaxOpsetAll);
+  auto custom = [&r]<class K>(const char* op) {
+    r.add("com.onnxtrain", op, 1, kMaxOpsetAll, [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<K>(i); });
+  };
+  custom.operator()<BatchNormGradKernel>("BatchNormalizationGrad");
+  custom.operator()<LayerNormGradKernel>("LayerNormalizationGrad");
+  custom.operator()<LRNGradKernel>("LRNGrad");
+  custom.operator()<DropoutGradKernel>("DropoutGrad");
 }
 
 }  // namespace onnxtrain::kernels

@@ -17,6 +17,7 @@
 #include <numeric>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/vec_exp.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {
@@ -574,36 +575,6 @@ class CumSumKernel final : public Kernel {
   bool exclusive_, reverse_;
 };
 
-// ---------------------------------------------------------------- vector exp
-// exp of 8 floats: Cody-Waite range reduction and Cephes' degree-5 polynomial (about 2 ulp).
-// NaN propagates; results below FLT_MIN flush to 0, above FLT_MAX give +inf.
-inline __m256 exp8(__m256 in) {
-  const __m256 hi = _mm256_set1_ps(88.37f), lo = _mm256_set1_ps(-87.33654f);
-  __m256 x = _mm256_min_ps(hi, in);  // operand order keeps NaN
-  x = _mm256_max_ps(lo, x);
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  y = _mm256_andnot_ps(_mm256_cmp_ps(in, lo, _CMP_LT_OQ), y);
-  return _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
-                          _mm256_cmp_ps(in, _mm256_set1_ps(88.72283f), _CMP_GT_OQ));
-}
-
-inline __m256i tail_mask(int64_t m) {
-  alignas(32) static const int32_t bits[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + 8 - m));
-}
-
 // y[j] = exp(x[j] - shift) for j < n (y may be x, or null to only sum); returns sum of y.
 double exp_shift_sum(const float* x, float* y, int64_t n, float shift) {
   const __m256 s = _mm256_set1_ps(shift);
@@ -648,6 +619,22 @@ void exp_inplace(C* v, int64_t n) {
 // opset >= 13: along one axis (default -1).
 enum class SM { kSoftmax, kLogSoftmax, kHardmax };
 
+// [outer, n, inner] view of a softmax-family input: coerced to 2-D at axis (opset < 13: inner is
+// 1) or along one axis.
+AxisSplit softmax_split(const PrepareContext& ctx, const Shape& s, int64_t axis, bool coerce) {
+  const int64_t rank = int64_t(s.size());
+  if (coerce) {
+    const int64_t a = axis < 0 ? axis + rank : axis;
+    if (a < 0 || a > rank) ctx.fail("axis ", axis, " is out of range for rank ", rank);
+    AxisSplit r;
+    r.outer = dim_product(s, 0, size_t(a));
+    r.n = dim_product(s, size_t(a), s.size());
+    return r;
+  }
+  if (rank == 0) ctx.fail("input must have rank >= 1");
+  return AxisSplit(s, size_t(normalize_axis(ctx, axis, rank)));
+}
+
 template <SM K>
 class SoftmaxKernel final : public Kernel {
  public:
@@ -657,17 +644,7 @@ class SoftmaxKernel final : public Kernel {
   void prepare(PrepareContext& ctx) override {
     dispatch<FloatTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
     const Shape& s = ctx.input_shape(0);
-    const int64_t rank = int64_t(s.size());
-    if (coerce_) {
-      const int64_t a = axis_ < 0 ? axis_ + rank : axis_;
-      if (a < 0 || a > rank) ctx.fail("axis ", axis_, " is out of range for rank ", rank);
-      split_.outer = dim_product(s, 0, size_t(a));
-      split_.n = dim_product(s, size_t(a), s.size());
-      split_.inner = 1;
-    } else {
-      if (rank == 0) ctx.fail("input must have rank >= 1");
-      split_ = AxisSplit(s, size_t(normalize_axis(ctx, axis_, rank)));
-    }
+    split_ = softmax_split(ctx, s, axis_, coerce_);
     ctx.set_output(0, ctx.input_dtype(0), s);
   }
   void run(RunContext& ctx) override {
@@ -791,6 +768,108 @@ void add_softmax(KernelRegistry& r, const std::string& op) {
     });
 }
 
+// ---------------------------------------------------------------- SoftmaxGrad, LogSoftmaxGrad
+// com.onnxtrain.SoftmaxGrad(dY, Y)    -> dX = Y (dY - sum(dY Y))
+// com.onnxtrain.LogSoftmaxGrad(dY, Y) -> dX = dY - exp(Y) sum(dY)
+// Sums along the forward node's axis (attribute axis; coerce_2d = 1: opset < 13 semantics, every
+// dim from axis on). Y is the forward output; sums accumulate in float64.
+
+// dx[j] = dy[j] - exp(y[j]) * s (float: AVX2 exp).
+template <class T>
+void dy_minus_exp_scaled(const T* y, const T* dy, T* dx, int64_t n, double s) {
+  using C = compute_t<T>;
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256 vs = _mm256_set1_ps(float(s));
+    for (; j + 8 <= n; j += 8)
+      _mm256_storeu_ps(dx + j, _mm256_fnmadd_ps(exp8(_mm256_loadu_ps(y + j)), vs, _mm256_loadu_ps(dy + j)));
+  }
+  for (; j < n; ++j) dx[j] = T(C(dy[j]) - C(std::exp(double(C(y[j]))) * s));
+}
+
+template <bool Log>
+class SoftmaxGradKernel final : public Kernel {
+ public:
+  explicit SoftmaxGradKernel(const KernelInfo& info)
+      : coerce_(info.attr_int("coerce_2d", 0) != 0), axis_(info.attr_int("axis", -1)) {}
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(1);
+    if (ctx.input_shape(0) != s || ctx.input_dtype(1) != dt)
+      ctx.fail("dY ", dtype_name(dt), shape_to_string(ctx.input_shape(0)), " and Y ", dtype_name(ctx.input_dtype(1)),
+               shape_to_string(s), " differ");
+    split_ = softmax_split(ctx, s, axis_, coerce_);
+    ctx.set_output(0, dt, s);
+  }
+  void run(RunContext& ctx) override {
+    dispatch<FloatTypes>(ctx.input(0).dtype(), ctx.node(), [&]<class T>() {
+      const T* dY = ctx.input(0).data<T>();
+      const T* Y = ctx.input(1).data<T>();
+      T* dX = ctx.output(0).data<T>();
+      if (split_.n == 0) return;
+      if (split_.inner == 1)
+        rows(dY, Y, dX);
+      else
+        columns(dY, Y, dX);
+    });
+  }
+
+ private:
+  template <class T>
+  void rows(const T* dY, const T* Y, T* dX) const {
+    using C = compute_t<T>;
+    const int64_t n = split_.n;
+    parallel_for(split_.outer, grain_for(2 * n, 16384), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const T *dy = dY + o * n, *y = Y + o * n;
+        T* dx = dX + o * n;
+        double s = 0;
+        if constexpr (Log) {
+#pragma omp simd reduction(+ : s)
+          for (int64_t j = 0; j < n; ++j) s += double(C(dy[j]));
+          dy_minus_exp_scaled(y, dy, dx, n, s);
+        } else {
+#pragma omp simd reduction(+ : s)
+          for (int64_t j = 0; j < n; ++j) s += double(C(dy[j])) * double(C(y[j]));
+          const C cs = C(s);
+#pragma omp simd
+          for (int64_t j = 0; j < n; ++j) dx[j] = T(C(y[j]) * (C(dy[j]) - cs));
+        }
+      }
+    });
+  }
+
+  // n rows of a contiguous run of `inner`, in blocks of B along the run.
+  template <class T>
+  void columns(const T* dY, const T* Y, T* dX) const {
+    using C = compute_t<T>;
+    constexpr int64_t B = 256;
+    const int64_t n = split_.n, I = split_.inner, nb = (I + B - 1) / B;
+    parallel_for(split_.outer * nb, grain_for(2 * std::min(I, B) * n), [&](int64_t t0, int64_t t1) {
+      double s[B];
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t o = t / nb, j0 = (t % nb) * B, m = std::min(B, I - j0), off = o * n * I + j0;
+        const T *dy = dY + off, *y = Y + off;
+        T* dx = dX + off;
+        std::fill(s, s + m, 0.0);
+        for (int64_t r = 0; r < n; ++r)
+#pragma omp simd
+          for (int64_t j = 0; j < m; ++j) s[j] += Log ? double(C(dy[r * I + j])) : double(C(dy[r * I + j])) * double(C(y[r * I + j]));
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t j = 0; j < m; ++j) {
+            const int64_t k = r * I + j;
+            dx[k] = Log ? T(C(dy[k]) - C(std::exp(double(C(y[k]))) * s[j])) : T(C(y[k]) * C(double(C(dy[k])) - s[j]));
+          }
+      }
+    });
+  }
+
+  bool coerce_;
+  int64_t axis_;
+  AxisSplit split_;
+};
+
 // ---------------------------------------------------------------- TopK
 // Values/Indices: the k largest (smallest) along axis, sorted; ties keep the lower index first;
 // NaN sorts after every number in both directions (like numpy's argsort).
@@ -813,7 +892,7 @@ class TopKKernel final : public Kernel {
       const Tensor* kt = ctx.input_value(1);
       if (!kt) {
         ctx.set_output_dynamic(0, dt);
-        ctx.set_output_dynamic(1, DType::kInt64);
+        if (ctx.num_outputs() > 1) ctx.set_output_dynamic(1, DType::kInt64);
         return;
       }
       const auto kv = read_ints(ctx, *kt, "K");
@@ -829,7 +908,7 @@ class TopKKernel final : public Kernel {
     Shape out = s;
     out[axis] = k;
     ctx.set_output(0, dt, out);
-    ctx.set_output(1, DType::kInt64, out);
+    if (ctx.num_outputs() > 1) ctx.set_output(1, DType::kInt64, out);
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -890,6 +969,10 @@ void register_reduce(KernelRegistry& r) {
   add_softmax<SM::kSoftmax>(r, "Softmax");
   add_softmax<SM::kLogSoftmax>(r, "LogSoftmax");
   add_softmax<SM::kHardmax>(r, "Hardmax");
+  r.add("com.onnxtrain", "SoftmaxGrad", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SoftmaxGradKernel<false>>(i); });
+  r.add("com.onnxtrain", "LogSoftmaxGrad", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SoftmaxGradKernel<true>>(i); });
   r.add<TopKKernel>("TopK", 1, kMaxOpsetAll);
 }
 
