@@ -161,6 +161,7 @@ class LoopKernel final : public Kernel {
     inputs[1] = &cond_v;
     for (size_t i = 0; i < carried_; ++i) inputs[2 + i] = &ctx.input_value(2 + i);
 
+    uint64_t scan_bytes = 0;  // a runaway loop with scan outputs fails here, not in the allocator
     int64_t trips = 0;
     for (; trips < max_trip && cond; ++trips) {
       *iter.tensor.data<int64_t>() = trips;
@@ -176,6 +177,10 @@ class LoopKernel final : public Kernel {
         if (!scans[k].empty() && (v.tensor.shape() != scans[k][0].shape() || v.tensor.dtype() != scans[k][0].dtype()))
           ctx.fail("scan output ", scan_out[k] - carried_, " is ", v.tensor.describe(), " in iteration ", trips,
                    " but ", scans[k][0].describe(), " in iteration 0");
+        scan_bytes += v.tensor.nbytes();
+        if (scan_bytes > allocation_limit())
+          ctx.fail("scan outputs after ", trips + 1, " iterations exceed the allocation limit of ", allocation_limit(),
+                   " bytes");
         scans[k].push_back(std::move(v.tensor));
       }
     }
