@@ -356,24 +356,29 @@ TEST(Rnn, Opset7WithoutLayout) {
   }
 }
 
-TEST(Rnn, LargerSizesUseThreads) {
-  // Enough rows per step for the gate loop to split across two threads.
-  for (const char* op : {"LSTM", "GRU", "RNN"}) {
-    Case c;
-    c.op = op;
-    c.seq = 3;
-    c.batch = 64;
-    c.input = 16;
-    c.H = 300;
-    c.direction = "bidirectional";
-    c.bias = c.h0 = c.c0 = c.peep = c.lens = true;
-    c.threads = 2;
-    check(c, 41);
-    c.lbr = true;
-    c.layout = 1;
-    c.dt = DType::kFloat64;
-    check(c, 42);
-  }
+TEST(Rnn, HiddenUnitsSplitAcrossThreads) {
+  // With two threads and at least 64 hidden units, each step runs in two chunks of units
+  // (boundaries on multiples of 8: H = 77 splits 32 + 45).
+  uint32_t seed = 41;
+  for (const char* op : {"LSTM", "GRU", "RNN"})
+    for (int64_t H : {64, 77, 130}) {
+      Case c;
+      c.op = op;
+      c.seq = 3;
+      c.batch = 5;
+      c.input = 7;
+      c.H = H;
+      c.direction = "bidirectional";
+      c.bias = c.h0 = c.c0 = c.peep = c.lens = true;
+      c.clip = double(2.5f);
+      c.threads = 2;
+      check(c, seed++);
+      c.lbr = true;
+      c.layout = 1;
+      c.h0 = false;
+      c.dt = DType::kFloat64;
+      check(c, seed++);
+    }
 }
 
 TEST(Rnn, ZeroLengthSequenceKeepsInitialState) {
