@@ -245,7 +245,47 @@ TEST(ControlFlow, LoopCarriedShapeMayChange) {
   EXPECT_NE(e.find("scan output 0"), std::string::npos) << e;
 }
 
-TEST(ControlFlow, LoopInsideIfAndLstmInsideLoop) {
+TEST(ControlFlow, LstmInsideLoop) {
+  // Each iteration runs an LSTM over the outer sequence x from the carried hidden state; its
+  // Y_h is the next state. The body's plan (with the LSTM's kernel) is reused every iteration.
+  std::mt19937 rng(5);
+  const int64_t S = 3, N = 2, I = 4, H = 5, M = 3;
+  Tensor x = random_tensor(DType::kFloat32, {S, N, I}, rng);
+  Tensor w = random_tensor(DType::kFloat32, {1, 4 * H, I}, rng);
+  Tensor r = random_tensor(DType::kFloat32, {1, 4 * H, H}, rng);
+  Tensor h0 = random_tensor(DType::kFloat32, {1, N, H}, rng);
+  auto body = graph("body",
+                    {node("Identity", {"ci"}, {"co"}),
+                     node("LSTM", {"x", "w", "r", "", "", "h_in"}, {"", "h_out"}, {attr_int("hidden_size", H)})},
+                    {"i", "ci", "h_in"}, {"co", "h_out"});
+  auto g = graph("main", {node("Loop", {"M", "", "h0"}, {"h"}, {attr_graph("body", body)})}, {"M", "h0", "x", "w", "r"},
+                 {"h"});
+  auto got = run_graph(g, {i64(M), h0, x, w, r}, 14);
+  Tensor h = h0;
+  RunOptions o;
+  o.opset = 14;
+  o.num_outputs = 2;
+  for (int64_t k = 0; k < M; ++k) h = run_node("LSTM", {x, w, r, Tensor(), Tensor(), h}, {attr_int("hidden_size", H)}, o)[1];
+  EXPECT_TRUE(all_close(got[0], {1, N, H}, to_double(h), 1e-6, 1e-7));
+
+  // An LSTM fed by an If: its input shape is only known at run time, so it is prepared while
+  // running (each run, with the sequence length the branch gives).
+  auto then_b = graph("then", {node("Identity", {"x"}, {"xt"})}, {}, {"xt"});
+  auto else_b = graph("else", {node("Identity", {"x2"}, {"xe"})}, {}, {"xe"});
+  auto g2 = graph("main",
+                  {node("If", {"c"}, {"xs"}, {attr_graph("then_branch", then_b), attr_graph("else_branch", else_b)}),
+                   node("LSTM", {"xs", "w", "r"}, {"y", "yh"}, {attr_int("hidden_size", H)})},
+                  {"c", "x", "x2", "w", "r"}, {"y", "yh"});
+  Tensor x2 = random_tensor(DType::kFloat32, {S + 2, N, I}, rng);
+  for (bool c : {true, false, true}) {
+    auto r2 = run_graph(g2, {bscalar(c), x, x2, w, r}, 14);
+    auto want = run_node("LSTM", {c ? x : x2, w, r}, {attr_int("hidden_size", H)}, o);
+    EXPECT_TRUE(all_close(r2[0], want[0].shape(), to_double(want[0]), 1e-6, 1e-7));
+    EXPECT_TRUE(all_close(r2[1], want[1].shape(), to_double(want[1]), 1e-6, 1e-7));
+  }
+}
+
+TEST(ControlFlow, LoopInsideIf) {
   // If(c) then Loop(M) { acc += x } else x: control flow nested the other way round.
   auto loop_body = graph("body", {node("Identity", {"ci"}, {"co"}), node("Add", {"a_in", "x"}, {"a_out"})},
                          {"i", "ci", "a_in"}, {"co", "a_out"});

@@ -498,3 +498,22 @@ TEST(Rnn, Errors) {
                 .find("not supported"),
             std::string::npos);
 }
+
+TEST(Rnn, DegenerateSizes) {
+  // No time steps (Y empty, Y_h = initial_h), no batch entries, no input features.
+  uint32_t seed = 81;
+  for (const char* op : {"LSTM", "GRU", "RNN"})
+    for (auto [S, N, I] : {std::tuple<int64_t, int64_t, int64_t>{0, 2, 3}, {3, 0, 3}, {2, 2, 0}}) {
+      Case c;
+      c.op = op;
+      c.seq = S;
+      c.batch = N;
+      c.input = I;
+      c.direction = "bidirectional";
+      c.bias = c.h0 = c.c0 = true;
+      for (DType dt : {DType::kFloat32, DType::kFloat64}) {
+        c.dt = dt;
+        check(c, seed++);
+      }
+    }
+}

@@ -386,8 +386,12 @@ class RecurrentKernel final : public Kernel {
     ws_w_ = elems(max_chunks_ > 1 ? gh * input_ : 0);
     ws_r_ = elems(max_chunks_ > 1 ? gh * H_ : 0);
     chunk_bounds(max_chunks_, bounds_);
-    packed_.clear();
-    if (dt == DType::kFloat32 && seq_ > 0 && batch_ > 0) {
+    // Prepared again at run time when shapes are only known then: keep the primitives if the
+    // shapes did not change.
+    const std::vector<int64_t> key = {int64_t(dt), seq_, batch_, input_, H_, max_chunks_};
+    if (key != packed_key_) packed_.clear();
+    packed_key_ = key;
+    if (dt == DType::kFloat32 && seq_ > 0 && batch_ > 0 && packed_.empty()) {
       const int64_t ldg = layout_ ? seq_ * gh : gh;
       for (int64_t c = 0; c < max_chunks_; ++c) {
         const int64_t n = bounds_[size_t(c) + 1] - bounds_[size_t(c)];
@@ -403,11 +407,13 @@ class RecurrentKernel final : public Kernel {
           packed_.clear();
           break;
         }
-        cg.ws_main = block(cg.main.packed_bytes());
-        cg.ws_h = block(cg.h.packed_bytes());
-        cg.ws_scratch = block(std::max(cg.main.scratch_bytes(), cg.h.scratch_bytes()));
         packed_.push_back(std::move(cg));
       }
+    }
+    for (ChunkGemm& cg : packed_) {
+      cg.ws_main = block(cg.main.packed_bytes());
+      cg.ws_h = block(cg.h.packed_bytes());
+      cg.ws_scratch = block(std::max(cg.main.scratch_bytes(), cg.h.scratch_bytes()));
     }
     ctx.request_workspace(off);
   }
@@ -720,6 +726,7 @@ class RecurrentKernel final : public Kernel {
     size_t ws_main = 0, ws_h = 0, ws_scratch = 0;
   };
   std::vector<ChunkGemm> packed_;  // float32; empty: gemm()
+  std::vector<int64_t> packed_key_;  // shapes packed_ was made for
   size_t ws_gx_ = 0, ws_h_[2] = {0, 0}, ws_c_ = 0, ws_aux_ = 0, ws_bias_ = 0, ws_w_ = 0, ws_r_ = 0;
   std::vector<int64_t> lens_, bounds_;
 };
