@@ -234,7 +234,9 @@ TEST(ElementwiseUnary, VectorMathUlpBounds) {
                          Bound{"Log", [](double x) { return std::log(x); }, 0, 10, 1},
                          Bound{"Tanh", [](double x) { return std::tanh(x); }, -10, 10, 1},
                          Bound{"Sigmoid", sigmoid_ref, -104, 20, 3},
-                         Bound{"Erf", [](double x) { return std::erf(x); }, -5, 5, 1}}) {
+                         Bound{"Erf", [](double x) { return std::erf(x); }, -5, 5, 1},
+                         Bound{"Elu", [](double x) { return x >= 0 ? x : std::expm1(x); }, -3, 1, 2},
+                         Bound{"Softplus", [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }, -20, 20, 3}}) {
     float worst_x = 0;
     const int64_t ulp = max_ulp(b.op, b.ref, b.lo, b.hi, &worst_x);
     EXPECT_LE(ulp, b.ulp) << b.op << " worst at x = " << worst_x;

@@ -344,13 +344,14 @@ class VariadicKernel final : public Kernel {
   void fold_run(const std::vector<const T*>& src, size_t first, const BroadcastPlan& plan, const int64_t* off, T* y,
                 int64_t n, bool mean) const {
     using C = compute_t<T>;
+    const Op op = op_;  // local copy (no aliasing with acc)
     C acc[kBlock], tmp[kBlock];
     for (int64_t b = 0; b < n; b += kBlock) {
       const int64_t m = std::min(kBlock, n - b);
       load(src[first] + off[first] + b * plan.inner_step[first], plan.inner_step[first], acc, m);
       for (size_t j = first + 1; j < src.size(); ++j) {
         load(src[j] + off[j] + b * plan.inner_step[j], plan.inner_step[j], tmp, m);
-        for (int64_t i = 0; i < m; ++i) acc[i] = static_cast<C>(op_(acc[i], tmp[i]));
+        for (int64_t i = 0; i < m; ++i) acc[i] = static_cast<C>(op(acc[i], tmp[i]));
       }
       if (mean) {
         const C d = static_cast<C>(n_);

@@ -7,6 +7,7 @@
 // `vec(__m256)` for float32, used instead of its scalar form.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -65,6 +66,22 @@ inline To convert(From v) {
   }
 }
 
+/// c ? a : b on already computed values, as bit masks: GCC does not if-convert a select fed by FP
+/// arithmetic under -ftrapping-math (it sinks the arithmetic into the branch), so such loops only
+/// vectorize when written this way.
+template <class C>
+inline C select(bool c, C a, C b) {
+  if constexpr (std::is_arithmetic_v<C> && !std::is_same_v<C, bool>) {
+    using U = std::conditional_t<sizeof(C) == 8, uint64_t,
+                                 std::conditional_t<sizeof(C) == 4, uint32_t,
+                                                    std::conditional_t<sizeof(C) == 2, uint16_t, uint8_t>>>;
+    const U m = U(U(0) - U(c));
+    return std::bit_cast<C>(U((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & U(~m))));
+  } else {
+    return c ? a : b;
+  }
+}
+
 // ---------------------------------------------------------------- unary
 template <class Op>
 concept HasVec = requires(const Op& op) {
@@ -77,7 +94,8 @@ concept HasVec = requires(const Op& op) {
 
 /// y[i] = op(x[i]) on contiguous arrays of the compute type.
 template <class C, class O, class Op>
-inline void unary_loop(const Op& op, const C* x, O* y, int64_t n) {
+inline void unary_loop(const Op& op_ref, const C* x, O* y, int64_t n) {
+  const Op op = op_ref;  // a local copy: stores to y cannot alias its parameters, so the loop vectorizes
 #if OT_EW_SIMD
   if constexpr (std::is_same_v<C, float> && std::is_same_v<O, float> && HasVec<Op>) {
     vmath::apply(x, y, n, [&](__m256 v) { return op.vec(v); });
@@ -152,7 +170,8 @@ KernelFactory unary_attr(Make make) {
 /// y[i] = op(a[i * sa], b[i * sb]) for steps sa, sb in {0, 1}, specialized so each case is a
 /// plain contiguous loop.
 template <class C, class O, class Op>
-inline void binary_loop(const Op& op, const C* a, int64_t sa, const C* b, int64_t sb, O* y, int64_t n) {
+inline void binary_loop(const Op& op_ref, const C* a, int64_t sa, const C* b, int64_t sb, O* y, int64_t n) {
+  const Op op = op_ref;  // local copy (no aliasing with y)
   if (sa && sb) {
     for (int64_t i = 0; i < n; ++i) y[i] = static_cast<O>(op(a[i], b[i]));
   } else if (sa) {

@@ -51,13 +51,22 @@ class WhereKernel final : public Kernel {
           const T* x = X + off[1];
           const T* z = Z + off[2];
           T* y = Y + o;
-          if (sc && sx && sz) {
-            for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? x[i] : z[i];
+          if constexpr (std::is_same_v<T, std::string>) {
+            for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? x[i * sx] : z[i * sz];
+          } else if (sc && sx && sz) {
+            // T is an unsigned integer of the element size: select with a mask (vectorizes).
+            for (int64_t i = 0; i < n; ++i) {
+              const T m = T(0) - T(c[i]);
+              y[i] = T((x[i] & m) | (z[i] & T(~m)));
+            }
           } else if (sc && !sx && !sz) {
             const T xv = x[0], zv = z[0];
             for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? xv : zv;
           } else {
-            for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? x[i * sx] : z[i * sz];
+            for (int64_t i = 0; i < n; ++i) {
+              const T xv = x[i * sx], zv = z[i * sz];
+              y[i] = c[i * sc] ? xv : zv;
+            }
           }
         });
       });

@@ -10,6 +10,8 @@
 //   log      1 ulp   cephes logf: mantissa in [sqrt(1/2), sqrt(2)), degree-8 polynomial
 //   tanh     1 ulp   |x| < 0.625: cephes odd polynomial; else 1 - 2 / (exp(2|x|) + 1)
 //   sigmoid  3 ulp   e = exp(-|x|); (x >= 0 ? 1 : e) / (1 + e): no overflow, exact tails
+//   expm1    2 ulp   |x| < ln 2: degree-10 Taylor polynomial; else exp(x) - 1 (Elu, Selu, Celu)
+//   softplus 3 ulp   max(x, 0) + log1p(exp(-|x|)), log1p(u) = log(1 + u) * u / ((1 + u) - 1)
 //   erf      1 ulp   |x| < 1: x + x * P6(x^2) (fitted minimax); else 1 - t * exp(Q6(t) - x^2),
 //                    t = 1 / (1 + |x| / 2) (Numerical Recipes' erfc form, refitted on [0.9, 4])
 #pragma once
@@ -129,6 +131,24 @@ inline V erf(V x) {
   const V erfc = _mm256_mul_ps(t, exp(_mm256_fnmadd_ps(xc, xc, poly(t, q))));
   const V large = copysign(_mm256_sub_ps(set1(1.0f), erfc), x);
   return select(lt(ax, set1(1.0f)), small, large);
+}
+
+/// e^x - 1 without cancellation near 0: |x| < ln 2: degree-10 Taylor polynomial (error < 1e-9
+/// relative); else exp(x) - 1.
+inline V expm1(V x) {
+  static constexpr float c[] = {1.0f / 39916800, 1.0f / 3628800, 1.0f / 362880, 1.0f / 40320, 1.0f / 5040,
+                                1.0f / 720,      1.0f / 120,     1.0f / 24,     1.0f / 6,     0.5f};
+  const V small = fma(_mm256_mul_ps(poly(x, c), x), x, x);  // x + x^2 * P(x)
+  const V large = _mm256_sub_ps(exp(x), set1(1.0f));
+  return select(lt(abs(x), set1(0.693147182f)), small, large);
+}
+
+/// log(1 + u) for u >= 0 (Softplus): log(w) * u / (w - 1) with w = 1 + u corrects w's rounding.
+inline V log1p_pos(V u) {
+  const V w = _mm256_add_ps(set1(1.0f), u);
+  const V d = _mm256_sub_ps(w, set1(1.0f));
+  const V r = _mm256_mul_ps(log(w), _mm256_div_ps(u, d));
+  return select(_mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_EQ_OQ), u, r);  // u below half an ulp of 1
 }
 
 /// y[i] = f(x[i]) over n floats, 8 at a time; the tail goes through one padded vector.

@@ -78,7 +78,14 @@ OT_UNARY(FloorOp, std::floor(x))
 OT_UNARY(CeilOp, std::ceil(x))
 OT_UNARY(RoundOp, std::nearbyint(x))  // default rounding mode: half to even
 OT_UNARY(ReluOp, x > C(0) ? x : C(0))
-OT_UNARY(SoftplusOp, std::max(x, C(0)) + std::log1p(std::exp(-std::fabs(x))))  // log(1 + e^x), no overflow
+#if OT_EW_SIMD
+inline __m256 softplus_vec(__m256 x) {
+  const __m256 e = vmath::exp(_mm256_sub_ps(_mm256_setzero_ps(), vmath::abs(x)));
+  return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), vmath::log1p_pos(e));  // max(NaN, 0) = 0; e is NaN
+}
+#endif
+// log(1 + e^x) without overflow.
+OT_UNARY(SoftplusOp, std::max(x, C(0)) + std::log1p(std::exp(-std::fabs(x))), OT_VEC(softplus_vec))
 OT_UNARY(SoftsignOp, x / (C(1) + std::fabs(x)))
 // x * HardSigmoid(x) with alpha = 1/6, beta = 1/2.
 OT_UNARY(HardSwishOp, x * std::max(C(0), std::min(C(1), x * C(1.0 / 6.0) + C(0.5))))
@@ -88,7 +95,7 @@ struct LeakyReluOp {
   float alpha;
   template <class C>
   C operator()(C x) const {
-    return x < C(0) ? C(alpha) * x : x;
+    return select(x < C(0), C(C(alpha) * x), x);
   }
 };
 struct ThresholdedReluOp {
@@ -111,6 +118,12 @@ struct EluOp {
   C operator()(C x) const {
     return x >= C(0) ? x : C(alpha) * std::expm1(x);
   }
+#if OT_EW_SIMD
+  __m256 vec(__m256 x) const {
+    const __m256 neg = _mm256_mul_ps(vmath::set1(alpha), vmath::expm1(x));
+    return vmath::select(vmath::ge(x, _mm256_setzero_ps()), x, neg);  // NaN: expm1(NaN)
+  }
+#endif
 };
 struct SeluOp {
   float alpha, gamma;
@@ -118,6 +131,13 @@ struct SeluOp {
   C operator()(C x) const {
     return C(gamma) * (x > C(0) ? x : C(alpha) * std::expm1(x));
   }
+#if OT_EW_SIMD
+  __m256 vec(__m256 x) const {
+    const __m256 neg = _mm256_mul_ps(vmath::set1(alpha), vmath::expm1(x));
+    const __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
+    return _mm256_mul_ps(vmath::set1(gamma), vmath::select(pos, x, neg));
+  }
+#endif
 };
 struct CeluOp {
   float alpha;
@@ -125,6 +145,13 @@ struct CeluOp {
   C operator()(C x) const {
     return std::max(C(0), x) + std::min(C(0), C(alpha) * std::expm1(x / C(alpha)));
   }
+#if OT_EW_SIMD
+  __m256 vec(__m256 x) const {
+    const __m256 a = vmath::set1(alpha);
+    const __m256 neg = _mm256_mul_ps(a, vmath::expm1(_mm256_div_ps(x, a)));
+    return vmath::select(vmath::ge(x, _mm256_setzero_ps()), x, neg);  // alpha * expm1(x / alpha) <= 0 iff x <= 0
+  }
+#endif
 };
 // Shrink: x < -lambd ? x + bias : x > lambd ? x - bias : 0 (integers computed in double).
 struct ShrinkOp {
@@ -133,15 +160,14 @@ struct ShrinkOp {
   C operator()(C x) const {
     using D = std::conditional_t<std::is_integral_v<C>, double, C>;
     const D v = static_cast<D>(x);
-    const D r = v < -D(lambd) ? v + D(bias) : v > D(lambd) ? v - D(bias) : D(0);
-    return convert<C>(r);
+    return convert<C>(select(v < -D(lambd), D(v + D(bias)), select(v > D(lambd), D(v - D(bias)), D(0))));
   }
 };
 
 struct PReluOp {
   template <class C>
   C operator()(C x, C slope) const {
-    return x < C(0) ? static_cast<C>(slope * x) : x;
+    return select(x < C(0), static_cast<C>(slope * x), x);
   }
 };
 
