@@ -131,7 +131,11 @@ Value read_value(const std::string& path, const ir::TypeInfo& type) {
     v.optional = true;
     return v;
   }
-  return Value::of(ir::load_tensor_bytes(bytes.data(), bytes.size(), path));
+  Tensor t = ir::load_tensor_bytes(bytes.data(), bytes.size(), path);
+  // The suite stores bfloat16 data as uint16 bits (numpy has no bfloat16): read them as declared.
+  if (type.kind == ir::TypeInfo::Kind::kTensor && type.elem == DType::kBFloat16 && t.dtype() == DType::kUInt16)
+    t = Tensor::wrap(DType::kBFloat16, t.shape(), t.raw_data(), t.storage());
+  return Value::of(t);
 }
 
 double elem(const Tensor& t, int64_t i) {
