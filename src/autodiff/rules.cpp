@@ -553,7 +553,8 @@ std::vector<std::string> trim_inputs(std::vector<std::string> v) {
   return v;
 }
 
-// x = (x - mean) * inv over some axes (keepdims), in standard ops.
+// xhat = (x - mean(x)) inv, inv = 1 / sqrt(var(x) + eps), statistics over `axes` (keepdims), in
+// standard ops.
 struct Normalized {
   std::string xhat, inv;
 };

@@ -372,7 +372,7 @@ TEST(GradReduce, UnsupportedConfigurationsNameTheNode) {
   std::mt19937 rng(800);
   const Tensor x = distinct({2, 5}, rng);
   const std::string m = thrown_by([&] {
-    run_gradient("TopK", {x}, {attr_int("k", 2)}, 10, 2, Tensor::zeros(kF64, {2, 2}), {0});
+    run_gradient("TopK", {x, i64({2})}, {}, 10, 2, Tensor::zeros(kF64, {2, 2}), {0});
   });
   EXPECT_EQ(m.rfind("NotImplemented: ", 0), 0u) << m;
   EXPECT_NE(m.find("node_TopK"), std::string::npos) << m;

@@ -11,6 +11,10 @@
 //   LRN(X[N,C,S..]) Y = X / (bias + alpha / size * sum_{c' in window(c)} X[c']^2)^beta
 //   Dropout(X, ratio, training_mode) Y = X * mask / (1 - ratio), mask = U(0,1) >= ratio;
 //       inference: Y = X (a view), mask all true
+// Backward kernels (com.onnxtrain), after the forward ones:
+//   BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale[C], dB[C] (, dmean[C], dvar[C])
+//   LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB (normalized shape)
+//   LRNGrad(dY, X) -> dX;  DropoutGrad(dY, mask, ratio?, training_mode?) -> dX
 #include <cmath>
 #include <cstring>
 #include <random>

@@ -4,6 +4,7 @@
 //   CumSum(X, axis)                Y: shape(X), Y[..i..] = sum X[..j..] over j <= i (j < i exclusive)
 //   Softmax/LogSoftmax/Hardmax(X)  Y: shape(X); softmax = exp(x - max) / sum exp(x - max)
 //   TopK(X, k)                     Values: shape(X) with dim[axis] = k; Indices: int64, same shape
+//   com.onnxtrain.SoftmaxGrad / LogSoftmaxGrad(dY, Y)  dX: shape(Y) (backward of Softmax / LogSoftmax)
 //
 // One reduction engine serves every Reduce*: the input is collapsed (size-1 dims dropped,
 // neighbouring dims with the same reduced/kept status merged). When the innermost collapsed dim is
