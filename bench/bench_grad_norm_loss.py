@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper
 
 import onnxtrain as ot
+from bench_reduce import best_ms  # interleaved best-of timing
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -42,20 +43,6 @@ def forward_model(op, x, r, params, **attrs):
     inits = [helper.make_tensor(n, FLOAT, a.shape, a.flatten().tolist()) for n, a in params]
     g = helper.make_graph(nodes, op, [vi("x", FLOAT, x.shape), vi("r", FLOAT, r.shape)], [vi("loss", FLOAT, None)], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-
-
-def best_ms(fns, repeat):
-    """Best time of each function, calls interleaved so that both see the same machine load."""
-    for fn in fns:
-        for _ in range(2):
-            fn()
-    t = [[] for _ in fns]
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            t[i].append((time.perf_counter() - t0) * 1e3)
-    return [float(np.min(x)) for x in t]
 
 
 def report(name, ours, theirs, diff):
@@ -101,13 +88,14 @@ def main():
     builder.build()
     gs = ot.InferenceSession(builder.get_model(), so)
     gfeed = {"x": x, "r": dy}
+    gnames = ["x_grad", "w_grad", "b_grad"]
 
     def torch_fb():
         xx, ww, bb = (torch.from_numpy(a).requires_grad_() for a in (x, w, b))
         return torch.autograd.grad((F.layer_norm(xx, (768,), ww, bb, 1e-5) * dyt).sum(), (xx, ww, bb))
-    ours, theirs = best_ms([lambda: gs.run(None, gfeed), torch_fb], args.repeat)
+    ours, theirs = best_ms([lambda: gs.run(gnames, gfeed), torch_fb], args.repeat)
     report("LayerNorm [8192,768] fwd+bwd (gradient model)", ours, theirs,
-           max(maxdiff(a, t) for a, t in zip(gs.run(None, gfeed)[-3:], torch_fb())))
+           max(maxdiff(a, t) for a, t in zip(gs.run(gnames, gfeed), torch_fb())))
 
     # ---- Softmax / LogSoftmax [64*12, 128, 128], axis -1
     x = rng.standard_normal((64 * 12, 128, 128), dtype=np.float32)

@@ -4,7 +4,9 @@
 // training-mode gradient against the mask of the same run.
 #include <cmath>
 
+#include "autodiff/builder.h"
 #include "grad_check.h"
+#include "runtime/executor.h"
 #include "test_grad_util.h"
 
 using namespace ot_test;
@@ -62,6 +64,15 @@ TEST(GradNorm, BatchNormalization) {
   GradCheck g = bn_case({15, {3, 2, 4}, true}, 1100);
   g.symbolic_shapes = true;
   EXPECT_TRUE(check_gradient(g)) << "symbolic shapes";
+  // Opset 15: float32 scale, B, mean, var (T1, T2) with a float64 X; X differentiated.
+  for (bool training : {true, false})
+    for (bool portable : {false, true}) {
+      g = bn_case({15, {3, 2, 4}, training}, 1101);
+      for (size_t i = 1; i < 5; ++i) g.inputs[i] = from_double(kF32, g.inputs[i].shape(), to_double(g.inputs[i]));
+      g.wrt = {0};
+      g.portable = portable;
+      EXPECT_TRUE(check_gradient(g)) << "mixed types, training " << training << (portable ? " (portable)" : "");
+    }
 }
 
 // BatchNormalizationGrad against the formulas evaluated naively in double.
@@ -334,4 +345,56 @@ TEST(GradNorm, DropoutTrainingUsesTheForwardMask) {
   });
   EXPECT_EQ(m.rfind("NotImplemented: ", 0), 0u) << m;
   EXPECT_NE(m.find("node_Dropout"), std::string::npos) << m;
+}
+
+// A Gradient node (ai.onnx.preview.training) over a Dropout whose mask the model leaves unnamed:
+// lowering names the mask on the forward node and the gradient reads it.
+TEST(GradNorm, DropoutMaskThroughGradientOperator) {
+  using namespace onnxtrain;
+  std::mt19937 rng(1900);
+  auto v = to_double(random_tensor(kF64, {20, 30}, rng, 0.5, 2));
+  const Tensor x = from_double(kF64, {20, 30}, v), r = random_tensor(kF64, {20, 30}, rng, -1, 1);
+  ir::Model m;
+  m.ir_version = 8;
+  m.opsets = {{"", 13}, {"ai.onnx.preview.training", 1}};
+  m.graph = std::make_shared<ir::Graph>();
+  ir::Graph& g = *m.graph;
+  g.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(kF64, {20, 30}), ""});
+  g.initializers = {{"ratio", Tensor::scalar<double>(0.25)}, {"train", Tensor::scalar<bool>(true)}, {"r", r}};
+  auto node = [](const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+    ir::Node n;
+    n.op_type = op;
+    n.name = op + "_" + out[0];
+    n.inputs = std::move(in);
+    n.outputs = std::move(out);
+    return n;
+  };
+  g.nodes.push_back(node("Dropout", {"x", "ratio", "train"}, {"y"}));
+  g.nodes.push_back(node("Mul", {"y", "r"}, {"p"}));
+  g.nodes.push_back(node("ReduceSum", {"p"}, {"loss"}));
+  g.nodes.back().attrs = {attr_int("keepdims", 0)};
+  ir::Node grad = node("Gradient", {"x"}, {"dx"});
+  grad.domain = "ai.onnx.preview.training";
+  ir::Attribute xs;
+  xs.name = "xs";
+  xs.type = ir::AttrType::kStrings;
+  xs.strings = {"x"};
+  ir::Attribute y;
+  y.name = "y";
+  y.type = ir::AttrType::kString;
+  y.s = "loss";
+  grad.attrs = {xs, y};
+  g.nodes.push_back(grad);
+  g.outputs = {ir::ValueInfo{"y", {}, ""}, ir::ValueInfo{"dx", {}, ""}};
+  autodiff::lower_gradient_ops(m);
+  ASSERT_EQ(m.graph->nodes[0].op_type, "Dropout");
+  ASSERT_EQ(m.graph->nodes[0].outputs.size(), 2u) << "the mask was not named on the forward node";
+  auto out = run_model(m, {x});
+  const auto yv = to_double(out[0]), dx = to_double(out[1]), rv = to_double(r);
+  size_t dropped = 0;
+  for (size_t k = 0; k < yv.size(); ++k) {
+    dropped += yv[k] == 0;
+    ASSERT_NEAR(dx[k], rv[k] * yv[k] / v[k], 1e-12) << k;
+  }
+  EXPECT_GT(dropped, 60u);
 }

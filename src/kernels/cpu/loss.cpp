@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/vec_exp.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {

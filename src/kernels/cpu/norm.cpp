@@ -20,6 +20,7 @@
 #include <random>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {
@@ -611,19 +612,23 @@ class BatchNormGradKernel final : public Kernel {
       parallel_for(C, grain_for(2 * N * S), [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
           const double k = training_ ? double(Cm(X[c * S])) : mean[c];
-          double sx = 0, sxx = 0, sg = 0, sgx = 0;
+          Lanes<double, 4> l;  // sum(x - k), sum((x - k)^2), sum(dy), sum(dy (x - k))
+          auto add = [&](int64_t k2, const T* p, const T* q) {
+            const double xc = double(Cm(*p)) - k, g = double(Cm(*q));
+            l.a[0][k2] += xc;
+            l.a[1][k2] += xc * xc;
+            l.a[2][k2] += g;
+            l.a[3][k2] += g * xc;
+          };
           for (int64_t n = 0; n < N; ++n) {
             const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
-#pragma omp simd reduction(+ : sx, sxx, sg, sgx)
-            for (int64_t j = 0; j < S; ++j) {
-              const double xc = double(Cm(p[j])) - k, g = double(Cm(q[j]));
-              sx += xc;
-              sxx += xc * xc;
-              sg += g;
-              sgx += g * xc;
-            }
+            int64_t j = 0;
+            for (; j + l.W <= S; j += l.W)
+#pragma omp simd
+              for (int64_t k2 = 0; k2 < l.W; ++k2) add(k2, p + j + k2, q + j + k2);
+            for (int64_t k2 = 0; j < S; ++j, ++k2) add(k2, p + j, q + j);
           }
-          finish(c, k, sx, sxx, sg, sgx);
+          finish(c, k, l.sum(0), l.sum(1), l.sum(2), l.sum(3));
           const Cm ca = Cm(a[c]), cb = Cm(b[c]), cd = Cm(d[c]);
           for (int64_t n = 0; n < N; ++n) {
             const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
@@ -702,19 +707,26 @@ class LayerNormGradKernel final : public Kernel {
             const T *x = X + r * D, *dy = dY + r * D;
             T* dx = dX + r * D;
             const A m = mu[r], inv = iv[r];
-            A s1 = 0, s2 = 0;
-#pragma omp simd reduction(+ : s1, s2)
-            for (int64_t j = 0; j < D; ++j) {
+            Lanes<A, 2> l;  // sum(g), sum(g (x - m))
+            int64_t j = 0;
+            for (; j + l.W <= D; j += l.W)
+#pragma omp simd
+              for (int64_t k = 0; k < l.W; ++k) {
+                const A gj = A(compute_t<T>(dy[j + k])) * w[j + k];
+                l.a[0][k] += gj;
+                l.a[1][k] += gj * (A(compute_t<T>(x[j + k])) - m);
+              }
+            for (int64_t k = 0; j < D; ++j, ++k) {
               const A gj = A(compute_t<T>(dy[j])) * w[j];
-              s1 += gj;
-              s2 += gj * (A(compute_t<T>(x[j])) - m) * inv;
+              l.a[0][k] += gj;
+              l.a[1][k] += gj * (A(compute_t<T>(x[j])) - m);
             }
-            s1 *= invD;
-            s2 *= invD;
+            const A s1 = l.sum(0), s2 = l.sum(1);
+            const A mg = s1 * invD, mgx = s2 * invD * inv;  // mean(g), mean(g xhat)
 #pragma omp simd
             for (int64_t j = 0; j < D; ++j) {
               const A xh = (A(compute_t<T>(x[j])) - m) * inv, dyj = A(compute_t<T>(dy[j]));
-              dx[j] = T(inv * (dyj * w[j] - s1 - xh * s2));
+              dx[j] = T(inv * (dyj * w[j] - mg - xh * mgx));
               pw[j] += dyj * xh;
               pb[j] += dyj;
             }

@@ -18,7 +18,7 @@
 #include <numeric>
 
 #include "kernels/cpu/common.h"
-#include "kernels/cpu/vec_exp.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {
@@ -825,14 +825,18 @@ class SoftmaxGradKernel final : public Kernel {
       for (int64_t o = o0; o < o1; ++o) {
         const T *dy = dY + o * n, *y = Y + o * n;
         T* dx = dX + o * n;
-        double s = 0;
+        // Log: sum(dy); else sum(dy y), in float64 lanes.
+        Lanes<double, 1> l;
+        auto add = [&](int64_t k, int64_t j) { l.a[0][k] += Log ? double(C(dy[j])) : double(C(dy[j])) * double(C(y[j])); };
+        int64_t j = 0;
+        for (; j + l.W <= n; j += l.W)
+#pragma omp simd
+          for (int64_t k = 0; k < l.W; ++k) add(k, j + k);
+        for (int64_t k = 0; j < n; ++j, ++k) add(k, j);
+        const double s = l.sum(0);
         if constexpr (Log) {
-#pragma omp simd reduction(+ : s)
-          for (int64_t j = 0; j < n; ++j) s += double(C(dy[j]));
           dy_minus_exp_scaled(y, dy, dx, n, s);
         } else {
-#pragma omp simd reduction(+ : s)
-          for (int64_t j = 0; j < n; ++j) s += double(C(dy[j])) * double(C(y[j]));
           const C cs = C(s);
 #pragma omp simd
           for (int64_t j = 0; j < n; ++j) dx[j] = T(C(y[j]) * (C(dy[j]) - cs));
