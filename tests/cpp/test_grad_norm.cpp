@@ -398,3 +398,14 @@ TEST(GradNorm, DropoutMaskThroughGradientOperator) {
   }
   EXPECT_GT(dropped, 60u);
 }
+
+// Gradients flowing into BatchNormalization's running statistics are refused, naming the node.
+TEST(GradNorm, BatchNormRunningStatisticsGradientIsRefused) {
+  GradCheck g = bn_case({14, {3, 2, 4}, true}, 1950);
+  g.outputs_in_loss = {0, 1};
+  const ::testing::AssertionResult r = check_gradient(g);
+  ASSERT_FALSE(r);
+  const std::string m = r.message();
+  EXPECT_NE(m.find("node_BatchNormalization"), std::string::npos) << m;
+  EXPECT_NE(m.find("running or saved statistics"), std::string::npos) << m;
+}
