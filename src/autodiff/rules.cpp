@@ -5,6 +5,7 @@
 #include <cmath>
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <optional>
 
 #include "autodiff/rule_context.h"
@@ -835,6 +836,66 @@ void scatter_rule(Ctx& c, const char* scatter, const char* gather) {
   }
 }
 
+// Float values of a constant input (empty when absent or empty; nullopt when not constant).
+std::optional<std::vector<double>> const_floats(Ctx& c, size_t input) {
+  if (!c.has_input(input)) return std::vector<double>{};
+  const Tensor* t = c.constant_value(c.I(input));
+  if (!t || t->dtype() != DType::kFloat32) return std::nullopt;
+  return std::vector<double>(t->data<float>(), t->data<float>() + t->numel());
+}
+
+// Portable Resize gradient. Resize is separable: along each resized axis a it applies a matrix
+// M_a [out_a, in_a], which is Resize of an identity matrix resized along that axis alone (scale 1
+// on the other axis maps it to itself). dX = g contracted with every M_a (Transpose + MatMul).
+// Needs static shapes and constant scales / sizes / roi; "" otherwise, and for nearest
+// tf_half_pixel_for_nn rounding up, whose scale 1 is no identity.
+std::string resize_grad_portable(Ctx& c) {
+  const auto xs = c.static_shape(c.I(0));
+  const auto ys = c.static_shape(c.O(0));
+  const bool v10 = c.opset() < 11;
+  const auto roi = v10 ? std::vector<double>{} : const_floats(c, 1);
+  const auto scales = const_floats(c, v10 ? 1 : 2);
+  const std::string coord = v10 ? "asymmetric" : c.attr_string("coordinate_transformation_mode", "half_pixel");
+  const std::string rounding = c.attr_string("nearest_mode", "round_prefer_floor");
+  if (!xs || !ys || !roi || !scales ||
+      (coord == "tf_half_pixel_for_nn" && (rounding == "ceil" || rounding == "round_prefer_ceil")))
+    return "";
+  const int64_t r = int64_t(xs->size());
+  const bool crop = coord == "tf_crop_and_resize";
+  if ((crop && int64_t(roi->size()) != 2 * r) || (!scales->empty() && int64_t(scales->size()) != r)) return "";
+  std::vector<ir::Attribute> at;
+  for (const ir::Attribute& a : c.attrs())
+    if (a.name != "extrapolation_value") at.push_back(a);  // outside the crop: no gradient
+  auto f32 = [&](std::vector<float> v) { return c.constant(Tensor::from_vector<float>({int64_t(v.size())}, v)); };
+  std::string cur = c.GO(0);
+  for (int64_t a = 0; a < r; ++a) {
+    const int64_t n_in = (*xs)[size_t(a)], n_out = (*ys)[size_t(a)];
+    const bool cropped = crop && ((*roi)[size_t(a)] != 0 || (*roi)[size_t(r + a)] != 1);
+    if ((scales->empty() ? n_out == n_in : (*scales)[size_t(a)] == 1.0) && !cropped) continue;
+    std::vector<int64_t> iota(static_cast<size_t>(n_in));
+    std::iota(iota.begin(), iota.end(), int64_t(0));
+    std::vector<std::string> in{c.op("OneHot", {c.ints(iota), c.ints({n_in}), c.constant(float_pair(c, c.dtype(cur), 0, 1))})};
+    const std::string none = c.opset() < 13 ? f32({}) : "";
+    if (v10) {
+      in.push_back(f32({float((*scales)[size_t(a)]), 1.f}));
+    } else {
+      in.push_back(crop ? f32({float((*roi)[size_t(a)]), 0.f, float((*roi)[size_t(r + a)]), 1.f}) : none);
+      if (!scales->empty()) in.insert(in.end(), {f32({float((*scales)[size_t(a)]), 1.f})});
+      else in.insert(in.end(), {none, c.ints({n_out, n_in})});
+    }
+    const std::string m = c.op("Resize", in, at);  // [n_out, n_in]
+    std::vector<int64_t> perm, inv(static_cast<size_t>(r));
+    for (int64_t k = 0; k < r; ++k)
+      if (k != a) perm.push_back(k);
+    perm.push_back(a);
+    for (int64_t k = 0; k < r; ++k) inv[size_t(perm[size_t(k)])] = k;
+    const bool last = a == r - 1;
+    const std::string g = c.op("MatMul", {last ? cur : c.transpose(cur, perm), m});
+    cur = last ? g : c.transpose(g, inv);
+  }
+  return cur;
+}
+
 // ================================================================ indexing (Gather*, Scatter*), Resize, DepthToSpace
 void rules_index(Table& t) {
   // ---- gathers: the gradient scatter-adds back (repeated indices accumulate)
@@ -862,9 +923,11 @@ void rules_index(Table& t) {
     c.set_GI(2, concat(c, {c.sub(all, on), on}, 0));
   }, {2});
 
-  // ---- Resize: one ResizeGrad node (the forward's taps transposed), every mode and opset. No
-  // portable form: the adjoint of an interpolation is no standard operator.
+  // ---- Resize: one ResizeGrad node (the forward's taps transposed), every mode and opset;
+  // portable: interpolation matrices, when shapes and scales are static.
   t.add("Resize", [](Ctx& c) {
+    if (c.portable())
+      if (std::string gx = resize_grad_portable(c); !gx.empty()) return c.set_GI(0, gx);
     std::vector<std::string> in{c.GO(0)};
     for (size_t i = 1; i <= (c.opset() < 11 ? 1u : 3u); ++i) in.push_back(c.has_input(i) ? c.I(i) : "");
     in.push_back(c.shape_of(c.I(0)));
