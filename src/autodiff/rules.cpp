@@ -590,10 +590,41 @@ std::string slice_grad_scatter(Ctx& c, const IntList& starts, const IntList& end
   return cur;
 }
 
-// Slice: dX = zeros with g at the sliced positions. Default: one SliceGrad node. Portable: a
-// zero Pad when steps are 1 and shapes and bounds are known, else scatters (opset >= 11).
+// Portable Slice gradient: a zero Pad when steps are 1 and shapes and bounds are known, else
+// scatters (opset >= 11, constant axes); "" when neither applies.
+std::string slice_grad_portable(Ctx& c, const IntList& starts, const IntList& ends, const IntList& axes,
+                                const IntList& steps) {
+  const std::string& x = c.I(0);
+  const int64_t r = c.rank(x);
+  if (r < 0 || (!axes.name.empty() && !axes.value)) return "";
+  std::vector<int64_t> ax;
+  if (axes.value) {
+    ax = *axes.value;
+  } else {
+    const int64_t n = starts.value ? int64_t(starts.value->size()) : static_dim(c, starts.name, 0);
+    if (n < 0) return "";
+    for (int64_t i = 0; i < n; ++i) ax.push_back(i);
+  }
+  const auto xs = c.static_shape(x);
+  const bool unit = steps.name.empty() ||
+                    (steps.value && std::all_of(steps.value->begin(), steps.value->end(), [](int64_t s) { return s == 1; }));
+  if (xs && starts.value && ends.value && unit) {
+    std::vector<int64_t> pads(size_t(2 * r), 0);
+    for (size_t k = 0; k < ax.size(); ++k) {  // the forward's clamping, unit steps
+      const int64_t a = norm_axis(c, ax[k], r), d = (*xs)[size_t(a)];
+      int64_t s = (*starts.value)[k], e = (*ends.value)[k];
+      s = std::clamp<int64_t>(s < 0 ? s + d : s, 0, d);
+      e = std::clamp<int64_t>(e < 0 ? e + d : e, 0, d);
+      pads[size_t(a)] = s;
+      pads[size_t(a + r)] = d - s - std::max<int64_t>(e - s, 0);
+    }
+    return pad_zeros(c, c.GO(0), pads);
+  }
+  return c.opset() >= 11 ? slice_grad_scatter(c, starts, ends, ax, steps) : "";
+}
+
+// Slice: dX = zeros with g at the sliced positions: one SliceGrad node, or the portable form.
 void slice_rule(Ctx& c) {
-  const std::string &x = c.I(0), &g = c.GO(0);
   IntList starts, ends, axes, steps;
   if (c.opset() < 10) {
     starts = int_list(c, c.attr_ints("starts", {}));
@@ -605,37 +636,11 @@ void slice_rule(Ctx& c) {
     axes = int_list(c, 3);
     steps = int_list(c, 4);
   }
-  if (!c.portable()) {
-    std::vector<std::string> in{g, c.shape_of(x), starts.name, ends.name, axes.name, steps.name};
-    while (in.back().empty()) in.pop_back();
-    return c.set_GI(0, c.custom("SliceGrad", in, 1)[0]);
-  }
-  const int64_t r = known_rank(c, x);
-  if (!axes.name.empty() && !axes.value) c.fail("the portable gradient needs constant axes");
-  std::vector<int64_t> ax;
-  if (axes.value) {
-    ax = *axes.value;
-  } else {
-    int64_t n = starts.value ? int64_t(starts.value->size()) : static_dim(c, starts.name, 0);
-    if (n < 0) c.fail("the portable gradient needs the number of sliced axes");
-    for (int64_t i = 0; i < n; ++i) ax.push_back(i);
-  }
-  const auto xs = c.static_shape(x);
-  bool unit = !steps.value || std::all_of(steps.value->begin(), steps.value->end(), [](int64_t s) { return s == 1; });
-  if (xs && starts.value && ends.value && unit && (steps.name.empty() || steps.value)) {
-    std::vector<int64_t> pads(size_t(2 * r), 0);
-    for (size_t k = 0; k < ax.size(); ++k) {  // the forward's clamping, unit steps
-      const int64_t a = norm_axis(c, ax[k], r), d = (*xs)[size_t(a)];
-      int64_t s = (*starts.value)[k], e = (*ends.value)[k];
-      s = std::clamp<int64_t>(s < 0 ? s + d : s, 0, d);
-      e = std::clamp<int64_t>(e < 0 ? e + d : e, 0, d);
-      pads[size_t(a)] = s;
-      pads[size_t(a + r)] = d - s - std::max<int64_t>(e - s, 0);
-    }
-    return c.set_GI(0, pad_zeros(c, g, pads));
-  }
-  if (c.opset() < 11) c.fail("the portable gradient with steps or unknown shapes needs opset >= 11 (Range)");
-  c.set_GI(0, slice_grad_scatter(c, starts, ends, ax, steps));
+  if (c.portable())
+    if (std::string gx = slice_grad_portable(c, starts, ends, axes, steps); !gx.empty()) return c.set_GI(0, gx);
+  std::vector<std::string> in{c.GO(0), c.shape_of(c.I(0)), starts.name, ends.name, axes.name, steps.name};
+  while (in.back().empty()) in.pop_back();
+  c.set_GI(0, c.custom("SliceGrad", in, 1)[0]);
 }
 
 // Source index of output position o of an edge / reflect / wrap Pad along one axis: the kept input

@@ -145,6 +145,11 @@ TEST(GradMovement, Slice) {
     s.inputs.resize(4);  // no steps
     if (std::all_of(k.steps.begin(), k.steps.end(), [](int64_t v) { return v == 1; })) expect_gradient_both(s, true);
   }
+  // Steps at opset 10: no Range for the portable scatter form, so SliceGrad in portable mode too.
+  GradCheck stepped = spec("Slice", {x, i64({0}), i64({4}), i64({0}), i64({2})}, {}, 10, 9);
+  expect_gradient(stepped);
+  stepped.portable = true;
+  EXPECT_EQ(custom_ops(stepped), std::vector<std::string>{"SliceGrad"});
   // No axes input (axes 0..n-1), opset 10.
   expect_gradient_both(spec("Slice", {x, i64({1, 2}), i64({3, 5})}, {}, 10, 9));
   expect_gradient(spec("Slice", {x, i64({1, 2}), i64({3, 5})}, {}, 10, 9), true);
