@@ -476,9 +476,10 @@ class ScatterElementsKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- GatherGrad
-// dX [outer, n, inner] = 0; dX[o, idx[j], :] += dY[o, j, :]. Work items own disjoint column
-// ranges of dX (outer rows, or column chunks of wide rows such as embeddings): no atomics, and
-// every element sums its contributions in index order whatever the thread count.
+// dX [outer, n, inner]: dX[o, k, :] = sum over j with idx[j] = k (in index order) of dY[o, j, :].
+// The indices are bucketed by row (a counting sort), then every dX row is written once, in
+// memory order: zeros for rows no index hits, the sum of its gradient rows otherwise. Threads own
+// disjoint row ranges: no atomics, and the result does not depend on the thread count.
 class GatherGradKernel final : public Kernel {
  public:
   explicit GatherGradKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 0)) {}
@@ -499,45 +500,62 @@ class GatherGradKernel final : public Kernel {
     outer_ = dim_product(xs, 0, size_t(axis_n_));
     n_ = xs[size_t(axis_n_)];
     inner_ = dim_product(xs, size_t(axis_n_) + 1, xs.size());
-    ctx.request_workspace(size_t(shape_numel(is)) * sizeof(int64_t));
+    // rows [nidx], order [nidx], bucket starts [n + 1], cursors [n]
+    ctx.request_workspace(size_t(2 * shape_numel(is) + 2 * n_ + 1) * sizeof(int64_t));
     ctx.set_output(0, dt, xs);
   }
   void run(RunContext& ctx) override {
     const Tensor& ind = ctx.input(1);
     const Tensor& g = ctx.input(2);
     Tensor& y = ctx.output(0);
-    const int64_t nidx = ind.numel();
+    const int64_t nidx = ind.numel(), n = n_, inner = inner_;
     int64_t* rows = static_cast<int64_t*>(ctx.workspace());
+    int64_t* order = rows + nidx;
+    int64_t* start = order + nidx;
+    int64_t* cursor = start + n + 1;
     with_index_type(ind, ctx.node(), [&]<class I>() {
       const I* idx = ind.data<I>();
-      for (int64_t j = 0; j < nidx; ++j) rows[j] = wrap_index(ctx, int64_t(idx[j]), axis_n_, n_);
+      for (int64_t j = 0; j < nidx; ++j) rows[j] = wrap_index(ctx, int64_t(idx[j]), axis_n_, n);
     });
-    zero_fill(y);
-    if (nidx == 0 || outer_ == 0 || inner_ == 0) return;
-    // Column chunks: whole rows when there are enough outer rows to share, else slices of the
-    // row (at least 64 elements) so that every thread gets one.
-    const int threads = std::max(ctx.num_threads(), 1);
-    int64_t chunk = inner_;
-    if (outer_ < threads && inner_ >= 128) chunk = std::max<int64_t>(64, (inner_ + threads - 1) / threads + 15) / 16 * 16;
-    const int64_t nchunks = (inner_ + chunk - 1) / chunk, inner = inner_, n = n_;
+    std::fill(start, start + n + 1, int64_t(0));
+    for (int64_t j = 0; j < nidx; ++j) ++start[rows[j] + 1];
+    for (int64_t k = 0; k < n; ++k) start[k + 1] += start[k];
+    std::copy(start, start + n, cursor);
+    for (int64_t j = 0; j < nidx; ++j) order[cursor[rows[j]]++] = j;
     dispatch<FloatTypes>(g.dtype(), ctx.node(), [&]<class T>() {
       using C = compute_t<T>;
       const T* G = g.data<T>();
       T* D = y.data<T>();
-      parallel_for(outer_ * nchunks, 1, [&](int64_t w0, int64_t w1) {
-        for (int64_t w = w0; w < w1; ++w) {
-          const int64_t o = w / nchunks, c0 = (w % nchunks) * chunk, len = std::min(chunk, inner - c0);
-          const T* src = G + o * nidx * inner + c0;
-          T* dst = D + o * n * inner + c0;
-          for (int64_t j = 0; j < nidx; ++j) {
-            const T* s = src + j * inner;
-            T* d = dst + rows[j] * inner;
-            if constexpr (std::is_same_v<T, C>) {
-              for (int64_t i = 0; i < len; ++i) d[i] += s[i];
-            } else {
-              for (int64_t i = 0; i < len; ++i) d[i] = T(C(d[i]) + C(s[i]));
-            }
+      parallel_for(outer_ * n, grain_for(inner), [&](int64_t q0, int64_t q1) {
+        thread_local std::vector<C> acc;
+        for (int64_t q = q0; q < q1;) {  // q = o * n + k: dX row q
+          const int64_t k = q % n;
+          if (start[k] == start[k + 1]) {  // a run of rows no index hits
+            int64_t e = q + 1;
+            while (e < q1 && start[e % n] == start[e % n + 1]) ++e;
+            std::memset(static_cast<void*>(D + q * inner), 0, size_t((e - q) * inner) * sizeof(T));
+            q = e;
+            continue;
           }
+          const T* src = G + (q / n) * nidx * inner;
+          T* dst = D + q * inner;
+          const int64_t* js = order + start[k];
+          const int64_t cnt = start[k + 1] - start[k];
+          if constexpr (std::is_same_v<T, C>) {
+            std::memcpy(dst, src + js[0] * inner, size_t(inner) * sizeof(T));
+            for (int64_t c = 1; c < cnt; ++c) {
+              const T* s = src + js[c] * inner;
+              for (int64_t i = 0; i < inner; ++i) dst[i] += s[i];
+            }
+          } else {
+            acc.assign(size_t(inner), C(0));
+            for (int64_t c = 0; c < cnt; ++c) {
+              const T* s = src + js[c] * inner;
+              for (int64_t i = 0; i < inner; ++i) acc[size_t(i)] += C(s[i]);
+            }
+            for (int64_t i = 0; i < inner; ++i) dst[i] = T(acc[size_t(i)]);
+          }
+          ++q;
         }
       });
     });
