@@ -5,6 +5,8 @@
 #include <cmath>
 #include <algorithm>
 #include <map>
+#include <numeric>
+#include <optional>
 
 #include "autodiff/rule_context.h"
 
@@ -406,10 +408,332 @@ void rules_reduce(Table& t) {
 // ================================================================ normalization, dropout, losses
 void rules_norm_loss(Table& t) { (void)t; }
 
+// ---------------------------------------------------------------- shape, movement and index helpers
+ir::Attribute strattr(const char* name, std::string v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kString;
+  a.s = std::move(v);
+  return a;
+}
+
+int64_t known_rank(Ctx& c, const std::string& v) {
+  const int64_t r = c.rank(v);
+  if (r < 0) c.fail("the rank of '", v, "' is unknown (ONNX type inference failed)");
+  return r;
+}
+
+int64_t norm_axis(Ctx& c, int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank) c.fail("axis ", axis, " is out of range for rank ", rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Dimension `axis` of v when inference knows it, else -1.
+int64_t static_dim(Ctx& c, const std::string& v, int64_t axis) {
+  const ir::TypeInfo* t = c.type(v);
+  if (!t || !t->has_shape || axis >= int64_t(t->dims.size()) || !t->dims[size_t(axis)].fixed()) return -1;
+  return t->dims[size_t(axis)].value;
+}
+
+// Dimension `axis` of v as a 1-D int64 [1] (a constant when static).
+std::string dim_of(Ctx& c, const std::string& v, int64_t axis) {
+  const int64_t d = static_dim(c, v, axis);
+  return d >= 0 ? c.ints({d}) : c.op("Gather", {c.shape_of(v), c.ints({axis})});
+}
+
+// An integer list given as an input (or attribute): its name ("" when absent) and its value when
+// it is a constant.
+struct IntList {
+  std::string name;
+  std::optional<std::vector<int64_t>> value;
+};
+IntList int_list(Ctx& c, size_t input) {
+  if (!c.has_input(input)) return {};
+  if (!c.constant_value(c.I(input))) return {c.I(input), std::nullopt};
+  return {c.I(input), c.const_ints_input(input)};
+}
+IntList int_list(Ctx& c, const std::vector<int64_t>& v) { return {c.ints(v), v}; }
+
+// g reshaped to v's shape (Reshape-1..4 take the shape as an attribute: static shapes only).
+std::string reshape_like(Ctx& c, const std::string& g, const std::string& v) {
+  if (c.opset() >= 5) return c.reshape(g, c.shape_of(v));
+  const auto s = c.static_shape(v);
+  if (!s) c.fail("Reshape-", c.opset(), " needs the static shape of '", v, "'");
+  return c.op("Reshape", {g}, {intsattr("shape", *s)});
+}
+
+// v[starts:ends:steps] along axes (Slice-1..9: attributes and unit steps).
+std::string slice_of(Ctx& c, const std::string& v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                     const std::vector<int64_t>& axes, const std::vector<int64_t>& steps = {}) {
+  if (c.opset() >= 10) {
+    std::vector<std::string> in{v, c.ints(starts), c.ints(ends), c.ints(axes)};
+    if (!steps.empty()) in.push_back(c.ints(steps));
+    return c.op("Slice", in);
+  }
+  for (int64_t s : steps)
+    if (s != 1) c.fail("Slice-", c.opset(), " has no steps (opset >= 10 needed)");
+  return c.op("Slice", {v}, {intsattr("starts", starts), intsattr("ends", ends), intsattr("axes", axes)});
+}
+
+// Pad with zeros; negative pads crop (Pad-1: `paddings`, 2..10: `pads` attributes, 11+: input).
+std::string pad_zeros(Ctx& c, const std::string& v, const std::vector<int64_t>& pads) {
+  if (c.opset() >= 11) return c.op("Pad", {v, c.ints(pads)});
+  return c.op("Pad", {v}, {intsattr(c.opset() < 2 ? "paddings" : "pads", pads)});
+}
+
+std::string concat(Ctx& c, const std::vector<std::string>& parts, int64_t axis) {
+  return parts.size() == 1 ? parts[0] : c.op("Concat", parts, {iattr("axis", axis)});
+}
+
+// Sum of every element, as a scalar.
+std::string sum_all(Ctx& c, const std::string& v) { return c.op("ReduceSum", {v}, {iattr("keepdims", 0)}); }
+
+// Two-element tensor {a, b} of a float type.
+Tensor float_pair(Ctx& c, DType dt, double a, double b) {
+  switch (dt) {
+    case DType::kFloat32: return Tensor::from_vector<float>({2}, {float(a), float(b)});
+    case DType::kFloat64: return Tensor::from_vector<double>({2}, {a, b});
+    case DType::kFloat16: return Tensor::from_vector<float16>({2}, {float16(float(a)), float16(float(b))});
+    case DType::kBFloat16: return Tensor::from_vector<bfloat16>({2}, {bfloat16(float(a)), bfloat16(float(b))});
+    default: c.fail("element type ", dtype_name(dt), " is not a float type");
+  }
+}
+
+// Tile: g viewed as [rep_0, d_0, rep_1, d_1, ...]; the repeat axes sum.
+void tile_rule(Ctx& c) {
+  const std::string& x = c.I(0);
+  const int64_t r = known_rank(c, x);
+  if (r == 0) return c.set_GI(0, c.GO(0));
+  const IntList reps = int_list(c, 1);
+  const auto xs = c.static_shape(x);
+  std::string view;
+  if (reps.value && xs) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < r; ++i) {
+      v.push_back((*reps.value)[size_t(i)]);
+      v.push_back((*xs)[size_t(i)]);
+    }
+    view = c.ints(v);
+  } else {  // interleave the two [r] vectors: [2, r] -> [r, 2] -> [2r]
+    const std::string both = concat(c, {c.unsqueeze(reps.name, {0}), c.unsqueeze(c.shape_of(x), {0})}, 0);
+    view = c.reshape(c.transpose(both, {1, 0}), c.ints({-1}));
+  }
+  std::vector<int64_t> axes;
+  for (int64_t i = 0; i < r; ++i) axes.push_back(2 * i);
+  c.set_GI(0, c.reduce_sum(c.reshape(c.GO(0), view), axes, false));
+}
+
+// Concat: each input's part of g along the axis (one Split when the sizes are static, else
+// Slices at offsets computed from the input shapes).
+void concat_rule(Ctx& c) {
+  const std::string& g = c.GO(0);
+  const int64_t r = c.rank(c.O(0)) >= 0 ? c.rank(c.O(0)) : known_rank(c, c.I(0));
+  const int64_t axis = norm_axis(c, c.attr_int("axis", 1), r);
+  std::vector<size_t> used;
+  std::vector<int64_t> sizes;
+  bool known = true;
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
+    const int64_t ri = c.rank(c.I(i));
+    if (ri >= 0 && ri != r) {  // legacy 1-D empty input that the kernel skips: an empty gradient
+      if (ri != 1 || static_dim(c, c.I(i), 0) != 0) c.fail("input ", i, " has rank ", ri, ", output ", r);
+      c.set_GI(i, c.constant(Tensor::zeros(c.dtype(c.I(i)), {0})));
+      continue;
+    }
+    used.push_back(i);
+    sizes.push_back(static_dim(c, c.I(i), axis));
+    known = known && sizes.back() >= 0;
+  }
+  std::vector<std::string> parts;
+  if (used.size() == 1) {
+    parts = {g};
+  } else if (known) {
+    if (c.opset() >= 13) parts = c.op_n("Split", {g, c.ints(sizes)}, sizes.size(), {iattr("axis", axis)});
+    else parts = c.op_n("Split", {g}, sizes.size(), {iattr("axis", axis), intsattr("split", sizes)});
+  } else {
+    if (c.opset() < 10) c.fail("inputs of unknown size along the axis need opset >= 10 (Slice with inputs)");
+    std::string begin = c.ints({0});
+    for (size_t i : used) {
+      const std::string end = c.add(begin, dim_of(c, c.I(i), axis));
+      parts.push_back(c.op("Slice", {g, begin, end, c.ints({axis})}));
+      begin = end;
+    }
+  }
+  for (size_t k = 0; k < used.size(); ++k) c.set_GI(used[k], parts[k]);
+}
+
+// Portable Slice gradient by scatters: per sliced axis a, the kept positions are Slice(Range(0, d_a))
+// (the forward's own clamping), and ScatterElements places the gradient into zeros of the
+// axis' full length.
+std::string slice_grad_scatter(Ctx& c, const IntList& starts, const IntList& ends, const std::vector<int64_t>& axes,
+                               const IntList& steps) {
+  const std::string& x = c.I(0);
+  const int64_t r = known_rank(c, x);
+  auto elem = [&](const IntList& l, size_t k) {
+    if (l.name.empty()) return c.ints({1});
+    if (l.value) return c.ints({(*l.value)[k]});
+    return c.op("Slice", {l.name, c.ints({int64_t(k)}), c.ints({int64_t(k) + 1})});
+  };
+  std::string cur = c.GO(0);
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const int64_t a = norm_axis(c, axes[k], r);
+    const std::string d = c.op("Gather", {c.shape_of(x), c.constant(Tensor::scalar<int64_t>(a))});
+    const std::string range =
+        c.op("Range", {c.constant(Tensor::scalar<int64_t>(0)), d, c.constant(Tensor::scalar<int64_t>(1))});
+    const std::string pos = c.op("Slice", {range, elem(starts, k), elem(ends, k), c.ints({0}), elem(steps, k)});
+    std::vector<int64_t> view(size_t(r), 1);
+    view[size_t(a)] = -1;
+    const std::string idx = c.expand(c.reshape(pos, c.ints(view)), c.shape_of(cur));
+    const std::string full =
+        c.op("ScatterElements", {c.shape_of(cur), c.ints({a}), dim_of(c, x, a)}, {iattr("axis", 0)});
+    cur = c.op("ScatterElements", {c.expand(c.scalar_like(0.0, cur), full), idx, cur}, {iattr("axis", a)});
+  }
+  return cur;
+}
+
+// Portable Slice gradient: a zero Pad when steps are 1 and shapes and bounds are known, else
+// scatters (opset >= 11, constant axes); "" when neither applies.
+std::string slice_grad_portable(Ctx& c, const IntList& starts, const IntList& ends, const IntList& axes,
+                                const IntList& steps) {
+  const std::string& x = c.I(0);
+  const int64_t r = c.rank(x);
+  if (r < 0 || (!axes.name.empty() && !axes.value)) return "";
+  std::vector<int64_t> ax;
+  if (axes.value) {
+    ax = *axes.value;
+  } else {
+    const int64_t n = starts.value ? int64_t(starts.value->size()) : static_dim(c, starts.name, 0);
+    if (n < 0) return "";
+    for (int64_t i = 0; i < n; ++i) ax.push_back(i);
+  }
+  const auto xs = c.static_shape(x);
+  const bool unit = steps.name.empty() ||
+                    (steps.value && std::all_of(steps.value->begin(), steps.value->end(), [](int64_t s) { return s == 1; }));
+  if (xs && starts.value && ends.value && unit) {
+    std::vector<int64_t> pads(size_t(2 * r), 0);
+    for (size_t k = 0; k < ax.size(); ++k) {  // the forward's clamping, unit steps
+      const int64_t a = norm_axis(c, ax[k], r), d = (*xs)[size_t(a)];
+      int64_t s = (*starts.value)[k], e = (*ends.value)[k];
+      s = std::clamp<int64_t>(s < 0 ? s + d : s, 0, d);
+      e = std::clamp<int64_t>(e < 0 ? e + d : e, 0, d);
+      pads[size_t(a)] = s;
+      pads[size_t(a + r)] = d - s - std::max<int64_t>(e - s, 0);
+    }
+    return pad_zeros(c, c.GO(0), pads);
+  }
+  return c.opset() >= 11 ? slice_grad_scatter(c, starts, ends, ax, steps) : "";
+}
+
+// Slice: dX = zeros with g at the sliced positions: one SliceGrad node, or the portable form.
+void slice_rule(Ctx& c) {
+  IntList starts, ends, axes, steps;
+  if (c.opset() < 10) {
+    starts = int_list(c, c.attr_ints("starts", {}));
+    ends = int_list(c, c.attr_ints("ends", {}));
+    if (c.has_attr("axes")) axes = int_list(c, c.attr_ints("axes", {}));
+  } else {
+    starts = int_list(c, 1);
+    ends = int_list(c, 2);
+    axes = int_list(c, 3);
+    steps = int_list(c, 4);
+  }
+  if (c.portable())
+    if (std::string gx = slice_grad_portable(c, starts, ends, axes, steps); !gx.empty()) return c.set_GI(0, gx);
+  std::vector<std::string> in{c.GO(0), c.shape_of(c.I(0)), starts.name, ends.name, axes.name, steps.name};
+  while (in.back().empty()) in.pop_back();
+  c.set_GI(0, c.custom("SliceGrad", in, 1)[0]);
+}
+
+// Source index of output position o of an edge / reflect / wrap Pad along one axis: the kept input
+// range is [lo, lo + m), the first kept element lands at `first`.
+int64_t pad_source(const std::string& mode, int64_t o, int64_t first, int64_t lo, int64_t m) {
+  const int64_t i = o - first;
+  if (i >= 0 && i < m) return lo + i;
+  if (mode == "edge") return lo + std::clamp<int64_t>(i, 0, m - 1);
+  if (mode == "wrap") return lo + ((i % m) + m) % m;
+  if (m == 1) return lo;
+  const int64_t p = 2 * (m - 1), t = ((i % p) + p) % p;
+  return lo + (t < m ? t : p - t);
+}
+
+// Portable gradient of an edge / reflect / wrap Pad, axis by axis: output runs whose sources are
+// consecutive (ascending or descending) or equal fold back with Slice (+ ReduceSum) and a zero
+// Pad, summed. Needs static shapes and constant pads; "" when not expressible.
+std::string pad_grad_portable(Ctx& c, const std::string& mode, const std::vector<int64_t>& pads) {
+  const auto xs = c.static_shape(c.I(0));
+  if (!xs || c.opset() < 10 || pads.size() != 2 * xs->size()) return "";
+  const int64_t r = int64_t(xs->size());
+  std::string cur = c.GO(0);
+  for (int64_t a = 0; a < r; ++a) {
+    const int64_t b = pads[size_t(a)], e = pads[size_t(a + r)], d = (*xs)[size_t(a)];
+    if (b == 0 && e == 0) continue;
+    const int64_t lo = std::max<int64_t>(-b, 0), m = d - lo - std::max<int64_t>(-e, 0);
+    const int64_t first = std::max<int64_t>(b, 0), n = d + b + e;
+    if (m <= 0) return "";
+    auto src = [&](int64_t o) { return pad_source(mode, o, first, lo, m); };
+    std::string acc;
+    for (int64_t o0 = 0; o0 < n;) {
+      int64_t step = o0 + 1 < n ? src(o0 + 1) - src(o0) : 1;
+      if (step < -1 || step > 1) step = 1;
+      int64_t o1 = o0 + 1;
+      while (o1 < n && src(o1) == src(o1 - 1) + step) ++o1;
+      if (o1 == o0 + 1) step = 1;
+      std::string piece;
+      int64_t at = src(o0), len = o1 - o0;
+      if (step == 1) {
+        piece = slice_of(c, cur, {o0}, {o1}, {a});
+      } else if (step == -1) {
+        piece = slice_of(c, cur, {o1 - 1}, {o0 == 0 ? INT64_MIN : o0 - 1}, {a}, {-1});
+        at -= len - 1;
+      } else {
+        piece = c.reduce_sum(slice_of(c, cur, {o0}, {o1}, {a}), {a}, true);
+        len = 1;
+      }
+      std::vector<int64_t> place(size_t(2 * r), 0);
+      place[size_t(a)] = at;
+      place[size_t(a + r)] = d - at - len;
+      const std::string placed = pad_zeros(c, piece, place);
+      acc = acc.empty() ? placed : c.add(acc, placed);
+      o0 = o1;
+    }
+    cur = acc;
+  }
+  return cur;
+}
+
+// Pad. constant: dX = Pad(g, -pads) (crops the padding, zero-fills what negative pads cropped);
+// the constant receives the rest of g. edge / reflect / wrap: one PadGrad node, or portable
+// Slice/Pad folds when shapes and pads are static.
+void pad_rule(Ctx& c) {
+  const std::string mode = c.attr_string("mode", "constant");
+  const std::string& g = c.GO(0);
+  const IntList pads = c.opset() < 11 ? int_list(c, c.attr_ints(c.opset() < 2 ? "paddings" : "pads", {})) : int_list(c, 1);
+  const std::string axes = c.opset() >= 18 && c.has_input(3) ? c.I(3) : "";
+  if (mode == "constant") {
+    std::string gx;
+    if (pads.value) {
+      std::vector<int64_t> neg;
+      for (int64_t p : *pads.value) neg.push_back(-p);
+      gx = axes.empty() ? pad_zeros(c, g, neg) : c.op("Pad", {g, c.ints(neg), "", axes});
+    } else {
+      std::vector<std::string> in{g, c.mul(pads.name, c.ints({-1}))};
+      if (!axes.empty()) in.insert(in.end(), {"", axes});
+      gx = c.op("Pad", in);
+    }
+    c.set_GI(0, gx);
+    if (c.needs_GI(2)) c.set_GI(2, reshape_like(c, c.sub(sum_all(c, g), sum_all(c, gx)), c.I(2)));
+    return;
+  }
+  if (c.portable() && pads.value && axes.empty())
+    if (std::string gx = pad_grad_portable(c, mode, *pads.value); !gx.empty()) return c.set_GI(0, gx);
+  std::vector<std::string> in{g, c.shape_of(c.I(0)), pads.name};
+  if (!axes.empty()) in.push_back(axes);
+  c.set_GI(0, c.custom("PadGrad", in, 1, {strattr("mode", mode)})[0]);
+}
+
 // ================================================================ shape and data movement
 void rules_shape(Table& t) {
   // ---- reshaping (gradient: reshape back)
-  auto reshape_back = [](Ctx& c) { c.set_GI(0, c.reshape(c.GO(0), c.shape_of(c.I(0)))); };
+  auto reshape_back = [](Ctx& c) { c.set_GI(0, reshape_like(c, c.GO(0), c.I(0))); };
   t.add("Reshape", reshape_back, {0});
   t.add("Flatten", reshape_back);
   t.add("Squeeze", reshape_back, {0});
@@ -426,10 +750,197 @@ void rules_shape(Table& t) {
     c.set_GI(0, c.transpose(c.GO(0), inv));
   });
 
+  // ---- broadcasting copies: the copies sum back
+  t.add("Expand", [](Ctx& c) { c.set_GI_unbroadcast(0, c.GO(0)); }, {0});
+  t.add("Tile", tile_rule, {0}, 6);
+
+  // ---- joining and cutting
+  t.add("Concat", concat_rule);
+  t.add("Split", [](Ctx& c) {  // outputs without a gradient contribute zeros
+    std::vector<std::string> parts;
+    for (size_t k = 0; k < c.num_outputs(); ++k) parts.push_back(c.GO_or_zeros(k));
+    c.set_GI(0, concat(c, parts, norm_axis(c, c.attr_int("axis", 0), known_rank(c, c.I(0)))));
+  }, {0});
+  t.add("Slice", slice_rule, {0});
+  t.add("Pad", pad_rule, {0, 2});
+
+  // ---- masks and rearrangements
+  t.add("Trilu", [](Ctx& c) {  // the same mask
+    std::vector<std::string> in{c.GO(0)};
+    if (c.has_input(1)) in.push_back(c.I(1));
+    c.set_GI(0, c.op("Trilu", in, c.attrs()));
+  }, {0});
+  t.add("SpaceToDepth", [](Ctx& c) {  // inverse: DepthToSpace in DCR mode (the only mode before 11)
+    std::vector<ir::Attribute> at{iattr("blocksize", c.attr_int("blocksize", 1))};
+    if (c.opset() >= 11) at.push_back(strattr("mode", "DCR"));
+    c.set_GI(0, c.op("DepthToSpace", {c.GO(0)}, at));
+  });
+  t.add("DepthToSpace", [](Ctx& c) {
+    const int64_t b = c.attr_int("blocksize", 1);
+    if (c.attr_string("mode", "DCR") == "DCR") return c.set_GI(0, c.op("SpaceToDepth", {c.GO(0)}, {iattr("blocksize", b)}));
+    // CRD: dX[n, c*b*b + i*b + j, h, w] = g[n, c, h*b + i, w*b + j], by views that copy (0) or
+    // infer (-1) dimensions, so that no shape arithmetic is needed.
+    std::string v = c.reshape(c.GO(0), c.ints({0, 0, 0, -1, b}));                      // [N, c, H*b, W, b_j]
+    v = c.reshape(c.transpose(v, {0, 1, 3, 4, 2}), c.ints({0, 0, 0, 0, -1, b}));  // [N, c, W, b_j, H, b_i]
+    c.set_GI(0, reshape_like(c, c.transpose(v, {0, 1, 5, 3, 4, 2}), c.I(0)));     // [N, c, b_i, b_j, H, W]
+  });
+}
+
+// dX = zeros with g added at the gathered positions: the standard scatter with reduction add from
+// opset 16 (when `standard`), else the com.onnxtrain kernel (inputs shape(X), indices, g).
+void scatter_add_rule(Ctx& c, const char* scatter, const char* grad_op, std::vector<ir::Attribute> attrs, bool standard) {
+  if (standard && c.opset() >= 16) {
+    attrs.push_back(strattr("reduction", "add"));
+    return c.set_GI(0, c.op(scatter, {c.zeros_like(c.I(0)), c.I(1), c.GO(0)}, attrs));
+  }
+  c.set_GI(0, c.custom(grad_op, {c.shape_of(c.I(0)), c.I(1), c.GO(0)}, 1, attrs)[0]);
+}
+
+// Gather. Default: one GatherGrad node (the embedding backward). Portable from opset 16: the
+// gradient viewed as X[:a] + [n] + X[a+1:] scatter-adds along the axis.
+void gather_rule(Ctx& c) {
+  const std::string &x = c.I(0), &idx = c.I(1), &g = c.GO(0);
+  const int64_t axis = c.attr_int("axis", 0);
+  if (!c.portable() || c.opset() < 16)
+    return scatter_add_rule(c, "", "GatherGrad", {iattr("axis", axis)}, false);
+  const int64_t r = known_rank(c, x), a = norm_axis(c, axis, r);
+  const std::string sx = c.shape_of(x);
+  std::vector<std::string> dims;
+  if (a > 0) dims.push_back(slice_of(c, sx, {0}, {a}, {0}));
+  dims.push_back(c.ints({-1}));
+  if (a + 1 < r) dims.push_back(slice_of(c, sx, {a + 1}, {r}, {0}));
+  const std::string gv = c.reshape(g, concat(c, dims, 0));
+  std::vector<int64_t> view(size_t(r), 1);
+  view[size_t(a)] = -1;
+  const std::string iv = c.expand(c.reshape(idx, c.ints(view)), c.shape_of(gv));
+  c.set_GI(0, c.op("ScatterElements", {c.zeros_like(x), iv, gv}, {iattr("axis", a), strattr("reduction", "add")}));
+}
+
+// ScatterND / ScatterElements: Y = X with U written (none), added or multiplied at the indexed
+// positions; `gather` reads them back (GatherND / GatherElements, same attributes).
+void scatter_rule(Ctx& c, const char* scatter, const char* gather) {
+  const std::string &x = c.I(0), &idx = c.I(1), &u = c.I(2), &g = c.GO(0);
+  std::vector<ir::Attribute> at;
+  if (c.has_attr("axis")) at.push_back(iattr("axis", c.attr_int("axis", 0)));
+  const std::string red = c.attr_string("reduction", "none");
+  if (red == "none") {  // overwritten positions pass nothing to X
+    if (c.needs_GI(0)) c.set_GI(0, c.op(scatter, {g, idx, c.zeros_like(u)}, at));
+    if (c.needs_GI(2)) c.set_GI(2, c.op(gather, {g, idx}, at));
+  } else if (red == "add") {
+    c.set_GI(0, g);
+    if (c.needs_GI(2)) c.set_GI(2, c.op(gather, {g, idx}, at));
+  } else if (red == "mul") {  // Y = X * P, P = U scatter-multiplied into ones: dX = g P, dU = gather(g Y) / U
+    if (c.needs_GI(0)) {
+      std::vector<ir::Attribute> mul = at;
+      mul.push_back(strattr("reduction", "mul"));
+      c.set_GI(0, c.mul(g, c.op(scatter, {c.ones_like(x), idx, u}, mul)));
+    }
+    if (c.needs_GI(2)) c.set_GI(2, c.div(c.op(gather, {c.mul(g, c.O(0)), idx}, at), u));
+  } else {
+    c.fail("reduction '", red, "' has no gradient rule");
+  }
+}
+
+// Float values of a constant input (empty when absent or empty; nullopt when not constant).
+std::optional<std::vector<double>> const_floats(Ctx& c, size_t input) {
+  if (!c.has_input(input)) return std::vector<double>{};
+  const Tensor* t = c.constant_value(c.I(input));
+  if (!t || t->dtype() != DType::kFloat32) return std::nullopt;
+  return std::vector<double>(t->data<float>(), t->data<float>() + t->numel());
+}
+
+// Portable Resize gradient. Resize is separable: along each resized axis a it applies a matrix
+// M_a [out_a, in_a], which is Resize of an identity matrix resized along that axis alone (scale 1
+// on the other axis maps it to itself). dX = g contracted with every M_a (Transpose + MatMul).
+// Needs static shapes and constant scales / sizes / roi; "" otherwise, and for nearest
+// tf_half_pixel_for_nn rounding up, whose scale 1 is no identity.
+std::string resize_grad_portable(Ctx& c) {
+  const auto xs = c.static_shape(c.I(0));
+  const auto ys = c.static_shape(c.O(0));
+  const bool v10 = c.opset() < 11;
+  const auto roi = v10 ? std::vector<double>{} : const_floats(c, 1);
+  const auto scales = const_floats(c, v10 ? 1 : 2);
+  const std::string coord = v10 ? "asymmetric" : c.attr_string("coordinate_transformation_mode", "half_pixel");
+  const std::string rounding = c.attr_string("nearest_mode", "round_prefer_floor");
+  if (!xs || !ys || !roi || !scales ||
+      (coord == "tf_half_pixel_for_nn" && (rounding == "ceil" || rounding == "round_prefer_ceil")))
+    return "";
+  const int64_t r = int64_t(xs->size());
+  const bool crop = coord == "tf_crop_and_resize";
+  if ((crop && int64_t(roi->size()) != 2 * r) || (!scales->empty() && int64_t(scales->size()) != r)) return "";
+  std::vector<ir::Attribute> at;
+  for (const ir::Attribute& a : c.attrs())
+    if (a.name != "extrapolation_value") at.push_back(a);  // outside the crop: no gradient
+  auto f32 = [&](std::vector<float> v) { return c.constant(Tensor::from_vector<float>({int64_t(v.size())}, v)); };
+  std::string cur = c.GO(0);
+  for (int64_t a = 0; a < r; ++a) {
+    const int64_t n_in = (*xs)[size_t(a)], n_out = (*ys)[size_t(a)];
+    const bool cropped = crop && ((*roi)[size_t(a)] != 0 || (*roi)[size_t(r + a)] != 1);
+    if ((scales->empty() ? n_out == n_in : (*scales)[size_t(a)] == 1.0) && !cropped) continue;
+    std::vector<int64_t> iota(static_cast<size_t>(n_in));
+    std::iota(iota.begin(), iota.end(), int64_t(0));
+    std::vector<std::string> in{c.op("OneHot", {c.ints(iota), c.ints({n_in}), c.constant(float_pair(c, c.dtype(cur), 0, 1))})};
+    const std::string none = c.opset() < 13 ? f32({}) : "";
+    if (v10) {
+      in.push_back(f32({float((*scales)[size_t(a)]), 1.f}));
+    } else {
+      in.push_back(crop ? f32({float((*roi)[size_t(a)]), 0.f, float((*roi)[size_t(r + a)]), 1.f}) : none);
+      if (!scales->empty()) in.insert(in.end(), {f32({float((*scales)[size_t(a)]), 1.f})});
+      else in.insert(in.end(), {none, c.ints({n_out, n_in})});
+    }
+    const std::string m = c.op("Resize", in, at);  // [n_out, n_in]
+    std::vector<int64_t> perm, inv(static_cast<size_t>(r));
+    for (int64_t k = 0; k < r; ++k)
+      if (k != a) perm.push_back(k);
+    perm.push_back(a);
+    for (int64_t k = 0; k < r; ++k) inv[size_t(perm[size_t(k)])] = k;
+    const bool last = a == r - 1;
+    const std::string g = c.op("MatMul", {last ? cur : c.transpose(cur, perm), m});
+    cur = last ? g : c.transpose(g, inv);
+  }
+  return cur;
 }
 
 // ================================================================ indexing (Gather*, Scatter*), Resize, DepthToSpace
-void rules_index(Table& t) { (void)t; }
+void rules_index(Table& t) {
+  // ---- gathers: the gradient scatter-adds back (repeated indices accumulate)
+  t.add("Gather", gather_rule, {0});
+  t.add("GatherElements", [](Ctx& c) {
+    scatter_add_rule(c, "ScatterElements", "GatherElementsGrad", {iattr("axis", c.attr_int("axis", 0))}, true);
+  }, {0});
+  t.add("GatherND", [](Ctx& c) {  // batch_dims > 0: no standard scatter addresses batches
+    const int64_t b = c.attr_int("batch_dims", 0);
+    scatter_add_rule(c, "ScatterND", "GatherNDGrad", b ? std::vector<ir::Attribute>{iattr("batch_dims", b)} : std::vector<ir::Attribute>{},
+                     b == 0);
+  }, {0});
+
+  // ---- scatters
+  t.add("ScatterND", [](Ctx& c) { scatter_rule(c, "ScatterND", "GatherND"); }, {0, 2});
+  t.add("ScatterElements", [](Ctx& c) { scatter_rule(c, "ScatterElements", "GatherElements"); }, {0, 2});
+
+  // ---- OneHot: y = on where the index hits, off elsewhere; only `values` is differentiable
+  t.add("OneHot", [](Ctx& c) {
+    const std::string& g = c.GO(0);
+    const std::string hits = c.op("OneHot", {c.I(0), c.I(1), c.constant(float_pair(c, c.dtype(c.I(2)), 0, 1))},
+                                  {iattr("axis", c.attr_int("axis", -1))});
+    const std::string on = c.reshape(sum_all(c, c.mul(g, hits)), c.ints({1}));
+    const std::string all = c.reshape(sum_all(c, g), c.ints({1}));
+    c.set_GI(2, concat(c, {c.sub(all, on), on}, 0));
+  }, {2});
+
+  // ---- Resize: one ResizeGrad node (the forward's taps transposed), every mode and opset;
+  // portable: interpolation matrices, when shapes and scales are static.
+  t.add("Resize", [](Ctx& c) {
+    if (c.portable())
+      if (std::string gx = resize_grad_portable(c); !gx.empty()) return c.set_GI(0, gx);
+    std::vector<std::string> in{c.GO(0)};
+    for (size_t i = 1; i <= (c.opset() < 11 ? 1u : 3u); ++i) in.push_back(c.has_input(i) ? c.I(i) : "");
+    in.push_back(c.shape_of(c.I(0)));
+    std::vector<ir::Attribute> at = c.attrs();
+    at.push_back(iattr("forward_opset", c.opset()));
+    c.set_GI(0, c.custom("ResizeGrad", in, 1, at)[0]);
+  }, {0}, 10);
+}
 
 // ================================================================ recurrent, control flow
 void rules_rnn_control(Table& t) { (void)t; }
