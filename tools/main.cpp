@@ -23,10 +23,11 @@ const char* kUsage =
     "onnxtrain <command> --help describes a command.\n";
 
 const char* kRunUsage =
-    "usage: onnxtrain run MODEL --data FILE.npz [--out OUT.npz] [--threads N] [--print N]\n"
+    "usage: onnxtrain run MODEL --data FILE.npz [--out OUT.npz] [--threads N] [--print N] [--stats]\n"
     "\n"
     "Runs MODEL on the arrays of FILE.npz (or --input NAME=FILE.npy, repeatable) and prints\n"
-    "every output (the first N values of each, default 8). --out writes the outputs to an .npz.\n";
+    "every output (the first N values of each, default 8). --out writes the outputs to an .npz.\n"
+    "--stats prints the execution plan's figures (steps, folded nodes, arena size).\n";
 
 std::string format_values(const Tensor& t, int64_t max_values) {
   std::string s = "[";
@@ -56,6 +57,7 @@ int cmd_run(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> inputs;
   int threads = 0;
   int64_t print_n = 8;
+  bool stats = false;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const char* opt) -> std::string {
@@ -71,6 +73,8 @@ int cmd_run(int argc, char** argv) {
       out = value("--out");
     } else if (a == "--threads") {
       threads = std::stoi(value("--threads"));
+    } else if (a == "--stats") {
+      stats = true;
     } else if (a == "--print") {
       print_n = std::stoll(value("--print"));
     } else if (a == "--input") {
@@ -100,6 +104,12 @@ int cmd_run(int argc, char** argv) {
   for (size_t i = 0; i < outs.size(); ++i) {
     std::cout << decl[i].name << ": " << outs[i].describe() << " " << format_values(outs[i], print_n) << "\n";
     named.emplace_back(decl[i].name, outs[i]);
+  }
+  if (stats) {
+    RunStats st = sess.last_run_stats();
+    std::cout << "plan: " << st.steps << " kernel steps (" << st.dynamic_steps << " prepared at run time), "
+              << st.folded_nodes << " nodes folded at plan time; arena " << st.arena_bytes << " bytes (without reuse "
+              << st.naive_bytes << "), folded constants " << st.constant_bytes << " bytes\n";
   }
   if (!out.empty()) {
     io::write_npz(out, named);

@@ -797,8 +797,20 @@ std::string serialize_tensor(const Tensor& t, const std::string& name) {
 }
 
 void infer_types(Model& m) {
+  // Large initializers only contribute their type and shape: pass them as typed graph inputs so
+  // the proto copy stays small (small ones keep their values for ONNX's data propagation).
+  Model lite = m;
+  lite.graph = std::make_shared<Graph>(*m.graph);
+  lite.graph->initializers.clear();
+  for (const auto& [name, t] : m.graph->initializers) {
+    if (t.nbytes() <= 4096) {
+      lite.graph->initializers.emplace_back(name, t);
+    } else if (!m.graph->is_input(name)) {
+      lite.graph->inputs.push_back(ValueInfo{name, TypeInfo::tensor(t.dtype(), t.shape()), ""});
+    }
+  }
   onnx::ModelProto p;
-  model_to_proto(m, &p);
+  model_to_proto(lite, &p);
   try {
     onnx::shape_inference::InferShapes(p);
   } catch (const std::exception&) {

@@ -1,8 +1,239 @@
+// Control flow: If and Loop. Their bodies run in nested GraphExecutors created once per kernel
+// instance (each caches a plan per shape signature). A subgraph's free variables (outer-scope
+// values) are fed after its declared inputs, taken from the node's implicit inputs
+// (ir::implicit_inputs order). Outputs are dynamic: branches and iterations may change shapes.
+//   If   (cond: bool[1])                          -> outputs of then_branch or else_branch
+//   Loop (M: int64 scalar?, cond: bool?, v[N])    -> v_final[N], scan[K] (per-iteration values
+//        stacked on a new first axis); body(i, cond, v[N]) -> (cond, v[N], scan[K]).
+//        Iterates while i < M (when given) and cond (the input, then each body output).
+#include <limits>
+#include <unordered_map>
+
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
+#include "runtime/executor.h"
 
 namespace onnxtrain::kernels {
 
-void register_control_flow(KernelRegistry& r) { (void)r; }
+namespace {
+
+// A subgraph with its executor and where each of its free variables sits among the node's
+// implicit inputs.
+struct Subgraph {
+  std::shared_ptr<const ir::Graph> graph;
+  std::unique_ptr<runtime::GraphExecutor> exec;
+  std::vector<size_t> outer;  // free variable k -> index into RunContext::implicit
+  std::vector<const Value*> feeds;
+
+  Subgraph(const KernelInfo& info, const char* attr) : graph(info.attr_graph(attr)) {
+    if (!graph) info.fail("missing subgraph attribute '", attr, "'");
+    const auto implicit = ir::implicit_inputs(info.node());
+    std::unordered_map<std::string, size_t> index;
+    for (size_t i = 0; i < implicit.size(); ++i) index.emplace(implicit[i], i);
+    std::vector<std::string> free = graph->free_variables();
+    for (const auto& f : free) outer.push_back(index.at(f));
+    exec = std::make_unique<runtime::GraphExecutor>(graph, info.opsets(), info.options(), std::move(free));
+  }
+  size_t num_inputs() const { return graph->inputs.size(); }
+  size_t num_outputs() const { return graph->outputs.size(); }
+
+  /// Runs with `inputs` for the declared inputs; outer-scope values come from ctx.
+  std::vector<Value> run(const RunContext& ctx, const std::vector<const Value*>& inputs,
+                         const std::vector<size_t>& outputs) {
+    feeds.assign(inputs.begin(), inputs.end());
+    for (size_t k : outer) feeds.push_back(&ctx.implicit(k));
+    return exec->run(feeds, outputs);
+  }
+};
+
+// Reads a one-element bool tensor (If's cond, Loop's cond input and body output).
+bool read_cond(const RunContext& ctx, const Value& v, const char* what) {
+  if (v.kind != Value::Kind::kTensor || v.tensor.dtype() != DType::kBool || v.tensor.numel() != 1)
+    ctx.fail(what, " must be a single bool, got ",
+             v.kind == Value::Kind::kTensor ? v.tensor.describe() : std::string("a non-tensor value"));
+  return *v.tensor.data<bool>();
+}
+
+// Output dtypes for prepare: the subgraph's declared element types where known.
+void set_dynamic_outputs(PrepareContext& ctx, const ir::Graph& g, size_t first_graph_output) {
+  for (size_t i = 0; i < ctx.num_outputs(); ++i) {
+    if (!ctx.has_output(i)) continue;
+    const size_t go = first_graph_output + i;
+    const DType dt = go < g.outputs.size() && g.outputs[go].type.kind == ir::TypeInfo::Kind::kTensor
+                         ? g.outputs[go].type.elem
+                         : DType::kUndefined;
+    ctx.set_output_dynamic(i, dt);
+  }
+}
+
+// Indices of the node outputs it names (what a subgraph run must produce), offset by `first`.
+std::vector<size_t> requested_outputs(const RunContext& ctx, size_t first) {
+  std::vector<size_t> r;
+  for (size_t i = 0; i < ctx.num_outputs(); ++i)
+    if (ctx.has_output(i)) r.push_back(first + i);
+  return r;
+}
+
+// ---------------------------------------------------------------- If
+class IfKernel final : public Kernel {
+ public:
+  explicit IfKernel(const KernelInfo& info) : then_(info, "then_branch"), else_(info, "else_branch") {
+    const size_t n = info.node().outputs.size();
+    for (const Subgraph* b : {&then_, &else_})
+      if (b->num_outputs() != n)
+        info.fail(b == &then_ ? "then_branch" : "else_branch", " has ", b->num_outputs(), " outputs, the node has ", n);
+    for (const Subgraph* b : {&then_, &else_})
+      if (b->num_inputs() != 0) info.fail("a branch of If takes no inputs, got ", b->num_inputs());
+  }
+  void prepare(PrepareContext& ctx) override {
+    if (!ctx.has_input(0)) ctx.fail("cond is missing");
+    if (ctx.input_kind(0) != Value::Kind::kTensor || ctx.input_dtype(0) != DType::kBool)
+      ctx.fail("cond must be a bool tensor, got ", dtype_name(ctx.input_dtype(0)));
+    if (shape_numel(ctx.input_shape(0)) != 1)
+      ctx.fail("cond must hold one element, got shape ", shape_to_string(ctx.input_shape(0)));
+    set_dynamic_outputs(ctx, *then_.graph, 0);
+  }
+  void run(RunContext& ctx) override {
+    Subgraph& branch = read_cond(ctx, ctx.input_value(0), "cond") ? then_ : else_;
+    const auto wanted = requested_outputs(ctx, 0);
+    if (wanted.empty()) return;
+    std::vector<Value> results = branch.run(ctx, {}, wanted);
+    for (size_t k = 0; k < wanted.size(); ++k) ctx.output_value(wanted[k]) = std::move(results[k]);
+  }
+
+ private:
+  Subgraph then_, else_;
+};
+
+// ---------------------------------------------------------------- Loop
+class LoopKernel final : public Kernel {
+ public:
+  explicit LoopKernel(const KernelInfo& info) : body_(info, "body") {
+    const auto& n = info.node();
+    if (n.inputs.size() < 2) info.fail("Loop takes M and cond (possibly empty) first, got ", n.inputs.size(), " inputs");
+    carried_ = n.inputs.size() - 2;
+    for (size_t i = 2; i < n.inputs.size(); ++i)
+      if (n.inputs[i].empty()) info.fail("loop-carried input ", i - 2, " has no name");
+    if (body_.num_inputs() != carried_ + 2)
+      info.fail("body has ", body_.num_inputs(), " inputs; expected 2 + ", carried_, " loop-carried values");
+    if (body_.num_outputs() < carried_ + 1)
+      info.fail("body has ", body_.num_outputs(), " outputs; expected at least 1 + ", carried_);
+    scans_ = body_.num_outputs() - 1 - carried_;
+    if (n.outputs.size() != carried_ + scans_)
+      info.fail("the node has ", n.outputs.size(), " outputs; its body yields ", carried_, " loop-carried and ", scans_,
+                " scan outputs");
+  }
+
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.has_input(0)) {
+      const DType dt = ctx.input_dtype(0);
+      if (ctx.input_kind(0) != Value::Kind::kTensor || (dt != DType::kInt64 && dt != DType::kInt32) ||
+          shape_numel(ctx.input_shape(0)) != 1)
+        ctx.fail("M must be a single int64, got ", dtype_name(dt), shape_to_string(ctx.input_shape(0)));
+    }
+    if (ctx.has_input(1) && (ctx.input_kind(1) != Value::Kind::kTensor || ctx.input_dtype(1) != DType::kBool ||
+                             shape_numel(ctx.input_shape(1)) != 1))
+      ctx.fail("cond must be a single bool, got ", dtype_name(ctx.input_dtype(1)), shape_to_string(ctx.input_shape(1)));
+    set_dynamic_outputs(ctx, *body_.graph, 1);
+  }
+
+  void run(RunContext& ctx) override {
+    int64_t max_trip = std::numeric_limits<int64_t>::max();
+    if (ctx.has_input(0)) max_trip = read_int_list(ctx.input(0))[0];
+    bool cond = ctx.has_input(1) ? read_cond(ctx, ctx.input_value(1), "cond") : true;
+
+    // Body outputs to compute: cond, every loop-carried value, the scan outputs the node names.
+    std::vector<size_t> wanted;
+    for (size_t i = 0; i <= carried_; ++i) wanted.push_back(i);
+    std::vector<size_t> scan_out;  // node output index of each wanted scan output
+    for (size_t k = 0; k < scans_; ++k)
+      if (ctx.has_output(carried_ + k)) {
+        wanted.push_back(1 + carried_ + k);
+        scan_out.push_back(carried_ + k);
+      }
+    std::vector<std::vector<Tensor>> scans(scan_out.size());
+
+    Value iter = Value::of(Tensor::scalar<int64_t>(0));
+    Value cond_v = Value::of(Tensor::scalar<bool>(true));
+    std::vector<Value> state;  // loop-carried values after the latest iteration
+    std::vector<const Value*> inputs(2 + carried_);
+    inputs[0] = &iter;
+    inputs[1] = &cond_v;
+    for (size_t i = 0; i < carried_; ++i) inputs[2 + i] = &ctx.input_value(2 + i);
+
+    uint64_t scan_bytes = 0;  // a runaway loop with scan outputs fails here, not in the allocator
+    int64_t trips = 0;
+    for (; trips < max_trip && cond; ++trips) {
+      *iter.tensor.data<int64_t>() = trips;
+      *cond_v.tensor.data<bool>() = cond;
+      std::vector<Value> out = body_.run(ctx, inputs, wanted);
+      cond = read_cond(ctx, out[0], "the body's cond output");
+      state.assign(std::make_move_iterator(out.begin() + 1), std::make_move_iterator(out.begin() + 1 + long(carried_)));
+      for (size_t i = 0; i < carried_; ++i) inputs[2 + i] = &state[i];
+      for (size_t k = 0; k < scan_out.size(); ++k) {
+        Value& v = out[1 + carried_ + k];
+        if (v.kind != Value::Kind::kTensor)
+          ctx.fail("scan output ", scan_out[k] - carried_, " must be a tensor in every iteration");
+        if (!scans[k].empty() && (v.tensor.shape() != scans[k][0].shape() || v.tensor.dtype() != scans[k][0].dtype()))
+          ctx.fail("scan output ", scan_out[k] - carried_, " is ", v.tensor.describe(), " in iteration ", trips,
+                   " but ", scans[k][0].describe(), " in iteration 0");
+        scan_bytes += v.tensor.nbytes();
+        if (scan_bytes > allocation_limit())
+          ctx.fail("scan outputs after ", trips + 1, " iterations exceed the allocation limit of ", allocation_limit(),
+                   " bytes");
+        scans[k].push_back(std::move(v.tensor));
+      }
+    }
+
+    for (size_t i = 0; i < carried_; ++i) {
+      if (!ctx.has_output(i)) continue;
+      if (trips > 0) {
+        ctx.output_value(i) = std::move(state[i]);
+      } else {  // no iteration: the initial values, copied out of the caller's memory
+        Value v = ctx.input_value(2 + i);
+        if (v.kind == Value::Kind::kTensor) v.tensor = v.tensor.clone();
+        for (auto& t : v.sequence) t = t.clone();
+        ctx.output_value(i) = std::move(v);
+      }
+    }
+    for (size_t k = 0; k < scan_out.size(); ++k) {
+      const size_t o = scan_out[k];
+      if (scans[k].empty()) {  // zero iterations: [0, declared dims...] when the body declares them
+        const auto& type = body_.graph->outputs[1 + o].type;
+        Shape shape{0};
+        bool known = type.has_shape;
+        for (const auto& dim : type.dims) {
+          known = known && dim.fixed();
+          shape.push_back(dim.value);
+        }
+        if (!known) shape = {0};
+        ctx.allocate_output(o, type.elem == DType::kUndefined ? DType::kFloat32 : type.elem, shape);
+        continue;
+      }
+      Shape shape = scans[k][0].shape();
+      shape.insert(shape.begin(), int64_t(scans[k].size()));
+      Tensor& y = ctx.allocate_output(o, scans[k][0].dtype(), shape);
+      const int64_t per = scans[k][0].numel();
+      for (size_t i = 0; i < scans[k].size(); ++i) {
+        Tensor dst = Tensor::wrap(y.dtype(), scans[k][0].shape(),
+                                  static_cast<char*>(y.raw_data()) + size_t(i) * size_t(per) * dtype_size(y.dtype()));
+        dst.copy_from(scans[k][i]);
+      }
+    }
+  }
+
+ private:
+  Subgraph body_;
+  size_t carried_ = 0, scans_ = 0;
+};
+
+}  // namespace
+
+void register_control_flow(KernelRegistry& r) {
+  // If: 1 (branches of one shape), 11 (shapes may differ), 13, 16 (sequence/optional types): one
+  // kernel, outputs are dynamic. Loop: 1, 11 (loop-carried shapes may change), 13, 16: likewise.
+  r.add<IfKernel>("If", 1, kMaxOpsetAll);
+  r.add<LoopKernel>("Loop", 1, kMaxOpsetAll);
+}
 
 }  // namespace onnxtrain::kernels

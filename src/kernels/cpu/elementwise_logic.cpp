@@ -1,0 +1,101 @@
+// Comparisons, boolean logic, IsNaN/IsInf and Where.
+//   Equal Less Greater LessOrEqual GreaterOrEqual: Y = A op B (bool)   Y: broadcast(A, B)
+//   And Or Xor: bool A, B; Not: bool X
+//   IsNaN IsInf: bool Y of X's shape
+//   Where: Y = C ? X : Z    Y: broadcast(C, X, Z), X's dtype (any, strings included)
+#include "kernels/cpu/elementwise_internal.h"
+
+namespace onnxtrain::kernels {
+
+namespace {
+
+using namespace ew;
+
+using Bool = TypeList<bool>;
+
+struct IsInfOp {
+  bool negative, positive;
+  template <class C>
+  bool operator()(C x) const {
+    return (positive && x == std::numeric_limits<C>::infinity()) ||
+           (negative && x == -std::numeric_limits<C>::infinity());
+  }
+};
+
+// Where: Y = cond ? X : Z with numpy broadcasting of all three.
+class WhereKernel final : public Kernel {
+ public:
+  explicit WhereKernel(const KernelInfo&) {}
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.input_dtype(0) != DType::kBool)
+      ctx.fail("condition must be bool, got ", dtype_name(ctx.input_dtype(0)));
+    const DType dt = ctx.input_dtype(1);
+    if (ctx.input_dtype(2) != dt)
+      ctx.fail("inputs have different element types (", dtype_name(dt), " and ", dtype_name(ctx.input_dtype(2)), ")");
+    dispatch<AllTypes>(dt, ctx.node(), [&]<class T>() {});
+    if (!plan_.init({ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)}))
+      ctx.fail("shapes ", shape_to_string(ctx.input_shape(0)), ", ", shape_to_string(ctx.input_shape(1)), " and ",
+               shape_to_string(ctx.input_shape(2)), " cannot be broadcast");
+    ctx.set_output(0, dt, plan_.out_shape);
+  }
+  void run(RunContext& ctx) override {
+    const bool* C = ctx.input(0).data<bool>();
+    dispatch_by_size(ctx.input(1).dtype(), ctx.node(), [&]<class T>() {
+      const T* X = static_cast<const T*>(ctx.input(1).raw_data());
+      const T* Z = static_cast<const T*>(ctx.input(2).raw_data());
+      T* Y = static_cast<T*>(ctx.output(0).raw_data());
+      const int64_t sc = plan_.inner_step[0], sx = plan_.inner_step[1], sz = plan_.inner_step[2];
+      parallel_for(plan_.runs, grain_for(plan_.inner), [&](int64_t r0, int64_t r1) {
+        plan_.for_runs(r0, r1, [&](int64_t o, const int64_t* off, int64_t n) {
+          const bool* c = C + off[0];
+          const T* x = X + off[1];
+          const T* z = Z + off[2];
+          T* y = Y + o;
+          if constexpr (std::is_same_v<T, std::string>) {
+            for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? x[i * sx] : z[i * sz];
+          } else if (sc && sx && sz) {
+            // T is an unsigned integer of the element size: select with a mask (vectorizes).
+            for (int64_t i = 0; i < n; ++i) {
+              const T m = T(0) - T(c[i]);
+              y[i] = T((x[i] & m) | (z[i] & T(~m)));
+            }
+          } else if (sc && !sx && !sz) {
+            const T xv = x[0], zv = z[0];
+            for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? xv : zv;
+          } else {
+            for (int64_t i = 0; i < n; ++i) {
+              const T xv = x[i * sx], zv = z[i * sz];
+              y[i] = c[i * sc] ? xv : zv;
+            }
+          }
+        });
+      });
+    });
+  }
+
+ private:
+  BroadcastPlan plan_;
+};
+
+}  // namespace
+
+void register_elementwise_logic(KernelRegistry& r) {
+  constexpr int64_t M = kMaxOpsetAll;
+  // Opsets 1-6 use legacy broadcasting (BinaryKernel switches on the node's opset).
+  r.add("Equal", 1, M, binary<PodTypes, true>([](auto a, auto b) { return a == b; }));
+  r.add("Less", 1, M, binary<NumericTypes, true>([](auto a, auto b) { return a < b; }));
+  r.add("Greater", 1, M, binary<NumericTypes, true>([](auto a, auto b) { return a > b; }));
+  r.add("LessOrEqual", 12, M, binary<NumericTypes, true>([](auto a, auto b) { return a <= b; }));
+  r.add("GreaterOrEqual", 12, M, binary<NumericTypes, true>([](auto a, auto b) { return a >= b; }));
+  r.add("And", 1, M, binary<Bool, true>([](bool a, bool b) { return a && b; }));
+  r.add("Or", 1, M, binary<Bool, true>([](bool a, bool b) { return a || b; }));
+  r.add("Xor", 1, M, binary<Bool, true>([](bool a, bool b) { return a != b; }));
+  r.add("Not", 1, M, unary<Bool>([](bool x) { return !x; }));
+  r.add("IsNaN", 9, M, unary<FloatTypes, true>([](auto x) { return x != x; }));
+  r.add("IsInf", 10, M, unary_attr<FloatTypes, true>([](const KernelInfo& i) {
+          return IsInfOp{i.attr_int("detect_negative", 1) != 0, i.attr_int("detect_positive", 1) != 0};
+        }));
+  r.add<WhereKernel>("Where", 9, M);
+}
+
+}  // namespace onnxtrain::kernels

@@ -1,0 +1,293 @@
+// Unary math and activations, PRelu and Clip.
+//   Y[i] = f(X[i])                        Y: shape(X), X's dtype
+//   PRelu: Y = X < 0 ? slope * X : X      slope broadcasts to X (unidirectional)
+//   Clip:  Y = min(max(X, lo), hi)        lo/hi: attributes (opset < 11) or optional scalar inputs
+// float16/bfloat16 compute in float; float32 Exp/Log/Tanh/Sigmoid/Erf use the AVX2 versions of
+// elementwise_simd.h (max error 1-2 ulp, documented there).
+#include "kernels/cpu/elementwise_internal.h"
+
+namespace onnxtrain::kernels {
+
+namespace {
+
+using namespace ew;
+
+using FloatAndSigned = decltype(FloatTypes{} + SignedIntTypes{});
+
+#if OT_EW_SIMD
+#define OT_VEC(fn) \
+  __m256 vec(__m256 x) const { return fn(x); }
+#else
+#define OT_VEC(fn)
+#endif
+
+/// A unary op from a scalar expression of x (compute type C) and optionally a vector function.
+#define OT_UNARY(Name, expr, ...)      \
+  struct Name {                        \
+    template <class C>                 \
+    C operator()(C x) const {          \
+      return static_cast<C>(expr);     \
+    }                                  \
+    __VA_ARGS__                        \
+  };
+
+template <class C>
+C wrap_neg(C x) {
+  if constexpr (std::is_integral_v<C> && std::is_signed_v<C>)
+    return static_cast<C>(std::make_unsigned_t<C>(0) - std::make_unsigned_t<C>(x));
+  else
+    return -x;
+}
+
+template <class C>
+C sigmoid(C x) {
+  const C e = std::exp(-std::fabs(x));
+  return (x >= C(0) ? C(1) : e) / (C(1) + e);
+}
+
+/// erf for floats; integers go through double (the result is -1, 0 or 1).
+template <class C>
+C erf_any(C x) {
+  if constexpr (std::is_integral_v<C>) return static_cast<C>(std::erf(double(x)));
+  else return std::erf(x);
+}
+
+OT_UNARY(NegOp, wrap_neg(x))
+OT_UNARY(AbsOp, x < C(0) ? wrap_neg(x) : x)
+OT_UNARY(SqrtOp, std::sqrt(x))
+OT_UNARY(ReciprocalOp, C(1) / x)
+OT_UNARY(ExpOp, std::exp(x), OT_VEC(vmath::exp))
+OT_UNARY(LogOp, std::log(x), OT_VEC(vmath::log))
+OT_UNARY(ErfOp, erf_any(x), OT_VEC(vmath::erf))
+OT_UNARY(TanhOp, std::tanh(x), OT_VEC(vmath::tanh))
+OT_UNARY(SigmoidOp, sigmoid(x), OT_VEC(vmath::sigmoid))
+OT_UNARY(SinOp, std::sin(x))
+OT_UNARY(CosOp, std::cos(x))
+OT_UNARY(TanOp, std::tan(x))
+OT_UNARY(AsinOp, std::asin(x))
+OT_UNARY(AcosOp, std::acos(x))
+OT_UNARY(AtanOp, std::atan(x))
+OT_UNARY(SinhOp, std::sinh(x))
+OT_UNARY(CoshOp, std::cosh(x))
+OT_UNARY(AsinhOp, std::asinh(x))
+OT_UNARY(AcoshOp, std::acosh(x))
+OT_UNARY(AtanhOp, std::atanh(x))
+// Sign keeps NaN (numpy.sign).
+OT_UNARY(SignOp, x > C(0) ? C(1) : x < C(0) ? C(-1) : x)
+OT_UNARY(FloorOp, std::floor(x))
+OT_UNARY(CeilOp, std::ceil(x))
+OT_UNARY(RoundOp, std::nearbyint(x))  // default rounding mode: half to even
+OT_UNARY(ReluOp, x > C(0) ? x : C(0))
+#if OT_EW_SIMD
+inline __m256 softplus_vec(__m256 x) {
+  const __m256 e = vmath::exp(_mm256_sub_ps(_mm256_setzero_ps(), vmath::abs(x)));
+  return _mm256_add_ps(_mm256_max_ps(x, _mm256_setzero_ps()), vmath::log1p_pos(e));  // max(NaN, 0) = 0; e is NaN
+}
+#endif
+// log(1 + e^x) without overflow.
+OT_UNARY(SoftplusOp, std::max(x, C(0)) + std::log1p(std::exp(-std::fabs(x))), OT_VEC(softplus_vec))
+OT_UNARY(SoftsignOp, x / (C(1) + std::fabs(x)))
+// x * HardSigmoid(x) with alpha = 1/6, beta = 1/2.
+OT_UNARY(HardSwishOp, x * std::max(C(0), std::min(C(1), x * C(1.0 / 6.0) + C(0.5))))
+
+// ---------------------------------------------------------------- activations with attributes
+struct LeakyReluOp {
+  float alpha;
+  template <class C>
+  C operator()(C x) const {
+    return select(x < C(0), C(C(alpha) * x), x);
+  }
+};
+struct ThresholdedReluOp {
+  float alpha;
+  template <class C>
+  C operator()(C x) const {
+    return x > C(alpha) ? x : C(0);
+  }
+};
+struct HardSigmoidOp {
+  float alpha, beta;
+  template <class C>
+  C operator()(C x) const {
+    return std::max(C(0), std::min(C(1), C(alpha) * x + C(beta)));
+  }
+};
+struct EluOp {
+  float alpha;
+  template <class C>
+  C operator()(C x) const {
+    return x >= C(0) ? x : C(alpha) * std::expm1(x);
+  }
+#if OT_EW_SIMD
+  __m256 vec(__m256 x) const {
+    const __m256 neg = _mm256_mul_ps(vmath::set1(alpha), vmath::expm1(x));
+    return vmath::select(vmath::ge(x, _mm256_setzero_ps()), x, neg);  // NaN: expm1(NaN)
+  }
+#endif
+};
+struct SeluOp {
+  float alpha, gamma;
+  template <class C>
+  C operator()(C x) const {
+    return C(gamma) * (x > C(0) ? x : C(alpha) * std::expm1(x));
+  }
+#if OT_EW_SIMD
+  __m256 vec(__m256 x) const {
+    const __m256 neg = _mm256_mul_ps(vmath::set1(alpha), vmath::expm1(x));
+    const __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
+    return _mm256_mul_ps(vmath::set1(gamma), vmath::select(pos, x, neg));
+  }
+#endif
+};
+struct CeluOp {
+  float alpha;
+  template <class C>
+  C operator()(C x) const {
+    return std::max(C(0), x) + std::min(C(0), C(alpha) * std::expm1(x / C(alpha)));
+  }
+#if OT_EW_SIMD
+  __m256 vec(__m256 x) const {
+    const __m256 a = vmath::set1(alpha);
+    const __m256 neg = _mm256_mul_ps(a, vmath::expm1(_mm256_div_ps(x, a)));
+    return vmath::select(vmath::ge(x, _mm256_setzero_ps()), x, neg);  // alpha * expm1(x / alpha) <= 0 iff x <= 0
+  }
+#endif
+};
+// Shrink: x < -lambd ? x + bias : x > lambd ? x - bias : 0 (integers computed in double).
+struct ShrinkOp {
+  float bias, lambd;
+  template <class C>
+  C operator()(C x) const {
+    using D = std::conditional_t<std::is_integral_v<C>, double, C>;
+    const D v = static_cast<D>(x);
+    return convert<C>(select(v < -D(lambd), D(v + D(bias)), select(v > D(lambd), D(v - D(bias)), D(0))));
+  }
+};
+
+struct PReluOp {
+  template <class C>
+  C operator()(C x, C slope) const {
+    return select(x < C(0), static_cast<C>(slope * x), x);
+  }
+};
+
+// ---------------------------------------------------------------- Clip
+template <class C>
+struct ClipOp {
+  C lo, hi;
+  C operator()(C x) const { return std::min(std::max(x, lo), hi); }  // keeps NaN
+};
+
+// Opset < 11: min/max attributes (float types); opset >= 11: optional scalar inputs 1 and 2
+// (opset >= 12: every numeric type). Absent bounds are the type's range; min > max gives max.
+class ClipKernel final : public Kernel {
+ public:
+  explicit ClipKernel(const KernelInfo& info) : attrs_(info.opset() < 11) {
+    if (attrs_) {
+      has_min_ = info.has_attr("min");
+      has_max_ = info.has_attr("max");
+      min_ = info.attr_float("min", 0.0f);
+      max_ = info.attr_float("max", 0.0f);
+    }
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
+    for (size_t i = 1; i < 3; ++i) {
+      if (!ctx.has_input(i)) continue;
+      if (ctx.input_dtype(i) != dt)
+        ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt));
+      if (shape_numel(ctx.input_shape(i)) != 1)
+        ctx.fail("input ", i, " must be a scalar, got shape ", shape_to_string(ctx.input_shape(i)));
+    }
+    ctx.set_output(0, dt, ctx.input_shape(0));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    dispatch<NumericTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using C = compute_t<T>;
+      C lo = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
+                                                  : std::numeric_limits<C>::lowest();
+      C hi = std::numeric_limits<C>::has_infinity ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max();
+      if (attrs_) {
+        if (has_min_) lo = convert<C>(min_);
+        if (has_max_) hi = convert<C>(max_);
+      } else {
+        if (ctx.has_input(1)) lo = convert<C>(ctx.input(1).data<T>()[0]);
+        if (ctx.has_input(2)) hi = convert<C>(ctx.input(2).data<T>()[0]);
+      }
+      unary_apply(ClipOp<C>{lo, hi}, x.data<T>(), ctx.output(0).data<T>(), x.numel());
+    });
+  }
+
+ private:
+  bool attrs_;
+  bool has_min_ = false, has_max_ = false;
+  float min_ = 0, max_ = 0;
+};
+
+template <class Op>
+KernelFactory simple(Op op) {
+  return unary<FloatTypes>(op);
+}
+
+}  // namespace
+
+void register_elementwise_unary(KernelRegistry& r) {
+  constexpr int64_t M = kMaxOpsetAll;
+  r.add("Neg", 1, M, unary<FloatAndSigned>(NegOp{}));
+  r.add("Abs", 1, M, unary<NumericTypes>(AbsOp{}));
+  r.add("Sign", 9, M, unary<NumericTypes>(SignOp{}));
+  r.add("Relu", 1, M, unary<FloatAndSigned>(ReluOp{}));
+  r.add("Erf", 9, M, unary<NumericTypes>(ErfOp{}));
+  r.add("Sqrt", 1, M, simple(SqrtOp{}));
+  r.add("Reciprocal", 1, M, simple(ReciprocalOp{}));
+  r.add("Exp", 1, M, simple(ExpOp{}));
+  r.add("Log", 1, M, simple(LogOp{}));
+  r.add("Tanh", 1, M, simple(TanhOp{}));
+  r.add("Sigmoid", 1, M, simple(SigmoidOp{}));
+  r.add("Sin", 7, M, simple(SinOp{}));
+  r.add("Cos", 7, M, simple(CosOp{}));
+  r.add("Tan", 7, M, simple(TanOp{}));
+  r.add("Asin", 7, M, simple(AsinOp{}));
+  r.add("Acos", 7, M, simple(AcosOp{}));
+  r.add("Atan", 7, M, simple(AtanOp{}));
+  r.add("Sinh", 9, M, simple(SinhOp{}));
+  r.add("Cosh", 9, M, simple(CoshOp{}));
+  r.add("Asinh", 9, M, simple(AsinhOp{}));
+  r.add("Acosh", 9, M, simple(AcoshOp{}));
+  r.add("Atanh", 9, M, simple(AtanhOp{}));
+  r.add("Floor", 1, M, simple(FloorOp{}));
+  r.add("Ceil", 1, M, simple(CeilOp{}));
+  r.add("Round", 11, M, simple(RoundOp{}));
+  r.add("Softplus", 1, M, simple(SoftplusOp{}));
+  r.add("Softsign", 1, M, simple(SoftsignOp{}));
+  r.add("HardSwish", 14, M, simple(HardSwishOp{}));
+  // Opset 1 versions differ only by the ignored consumed_inputs attribute.
+  r.add("LeakyRelu", 1, M, unary_attr<FloatTypes>([](const KernelInfo& i) {
+          return LeakyReluOp{i.attr_float("alpha", 0.01f)};
+        }));
+  r.add("ThresholdedRelu", 10, M, unary_attr<FloatTypes>([](const KernelInfo& i) {
+          return ThresholdedReluOp{i.attr_float("alpha", 1.0f)};
+        }));
+  r.add("HardSigmoid", 1, M, unary_attr<FloatTypes>([](const KernelInfo& i) {
+          return HardSigmoidOp{i.attr_float("alpha", 0.2f), i.attr_float("beta", 0.5f)};
+        }));
+  r.add("Elu", 1, M, unary_attr<FloatTypes>([](const KernelInfo& i) { return EluOp{i.attr_float("alpha", 1.0f)}; }));
+  r.add("Selu", 1, M, unary_attr<FloatTypes>([](const KernelInfo& i) {
+          return SeluOp{i.attr_float("alpha", 1.67326319217681884765625f),
+                        i.attr_float("gamma", 1.05070102214813232421875f)};
+        }));
+  r.add("Celu", 12, M, unary_attr<FloatTypes>([](const KernelInfo& i) {
+          const float alpha = i.attr_float("alpha", 1.0f);
+          if (alpha == 0.0f) i.fail("alpha must not be 0");
+          return CeluOp{alpha};
+        }));
+  r.add("Shrink", 9, M, unary_attr<NumericTypes>([](const KernelInfo& i) {
+          return ShrinkOp{i.attr_float("bias", 0.0f), i.attr_float("lambd", 0.5f)};
+        }));
+  r.add("PRelu", 1, M, binary<NumericTypes>(PReluOp{}, Bcast::kUnidirectional));
+  r.add<ClipKernel>("Clip", 1, M);
+}
+
+}  // namespace onnxtrain::kernels

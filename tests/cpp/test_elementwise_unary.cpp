@@ -1,0 +1,322 @@
+// Unary math, activations, PRelu and Clip against naive double-precision references; the float32
+// vector math (Exp Log Tanh Sigmoid Erf) in ulps over a sweep of the whole float range.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "elementwise_test_util.h"
+
+using namespace ew_test;
+
+namespace {
+
+struct UnaryCase {
+  std::string op;
+  std::function<double(double)> ref;
+  double lo, hi;
+  std::vector<ir::Attribute> attrs = {};
+  int64_t opset = 17;
+};
+
+double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+const std::vector<UnaryCase>& float_cases() {
+  static const std::vector<UnaryCase> cases = {
+      {"Neg", [](double x) { return -x; }, -5, 5},
+      {"Abs", [](double x) { return std::fabs(x); }, -5, 5},
+      {"Sqrt", [](double x) { return std::sqrt(x); }, 0, 9},
+      {"Reciprocal", [](double x) { return 1 / x; }, 0.2, 5},
+      {"Exp", [](double x) { return std::exp(x); }, -20, 20},
+      {"Log", [](double x) { return std::log(x); }, 0.01, 100},
+      {"Erf", [](double x) { return std::erf(x); }, -4, 4},
+      {"Sin", [](double x) { return std::sin(x); }, -6, 6},
+      {"Cos", [](double x) { return std::cos(x); }, -6, 6},
+      {"Tan", [](double x) { return std::tan(x); }, -1.2, 1.2},
+      {"Asin", [](double x) { return std::asin(x); }, -1, 1},
+      {"Acos", [](double x) { return std::acos(x); }, -1, 1},
+      {"Atan", [](double x) { return std::atan(x); }, -9, 9},
+      {"Sinh", [](double x) { return std::sinh(x); }, -5, 5},
+      {"Cosh", [](double x) { return std::cosh(x); }, -5, 5},
+      {"Tanh", [](double x) { return std::tanh(x); }, -6, 6},
+      {"Asinh", [](double x) { return std::asinh(x); }, -9, 9},
+      {"Acosh", [](double x) { return std::acosh(x); }, 1, 9},
+      {"Atanh", [](double x) { return std::atanh(x); }, -0.95, 0.95},
+      {"Sigmoid", sigmoid_ref, -20, 20},
+      {"Sign", [](double x) { return double((x > 0) - (x < 0)); }, -3, 3},
+      {"Floor", [](double x) { return std::floor(x); }, -5, 5},
+      {"Ceil", [](double x) { return std::ceil(x); }, -5, 5},
+      {"Round", [](double x) { return std::nearbyint(x); }, -5, 5},
+      {"Relu", [](double x) { return x > 0 ? x : 0; }, -5, 5},
+      {"Softplus", [](double x) { return std::log1p(std::exp(x)); }, -20, 20},
+      {"Softsign", [](double x) { return x / (1 + std::fabs(x)); }, -5, 5},
+      {"HardSwish", [](double x) { return x * std::clamp(x / 6 + 0.5, 0.0, 1.0); }, -5, 5},
+      {"LeakyRelu", [](double x) { return x < 0 ? double(0.01f) * x : x; }, -5, 5},
+      {"LeakyRelu", [](double x) { return x < 0 ? double(0.3f) * x : x; }, -5, 5, {attr_float("alpha", 0.3f)}},
+      {"ThresholdedRelu", [](double x) { return x > 1 ? x : 0; }, -3, 3},
+      {"ThresholdedRelu", [](double x) { return x > 0.5 ? x : 0; }, -3, 3, {attr_float("alpha", 0.5f)}},
+      {"HardSigmoid", [](double x) { return std::clamp(double(0.2f) * x + 0.5, 0.0, 1.0); }, -5, 5, {}, 6},
+      {"HardSigmoid", [](double x) { return std::clamp(0.5 * x + 0.25, 0.0, 1.0); }, -5, 5,
+       {attr_float("alpha", 0.5f), attr_float("beta", 0.25f)}},
+      {"Elu", [](double x) { return x >= 0 ? x : std::expm1(x); }, -5, 5, {}, 6},
+      {"Elu", [](double x) { return x >= 0 ? x : 2 * (std::expm1(x)); }, -5, 5, {attr_float("alpha", 2)}},
+      {"Selu", [](double x) { return double(1.0507009873554805f) * (x > 0 ? x : double(1.6732632423543772f) * std::expm1(x)); },
+       -5, 5, {}, 6},
+      {"Selu", [](double x) { return 3 * (x > 0 ? x : 2 * (std::expm1(x))); }, -5, 5,
+       {attr_float("alpha", 2), attr_float("gamma", 3)}},
+      {"Celu", [](double x) { return std::max(0.0, x) + std::min(0.0, std::expm1(x)); }, -5, 5},
+      {"Celu", [](double x) { return std::max(0.0, x) + std::min(0.0, 2 * std::expm1(x / 2)); }, -5, 5,
+       {attr_float("alpha", 2)}},
+      {"Shrink", [](double x) { return x < -0.5 ? x : x > 0.5 ? x : 0; }, -3, 3},
+      {"Shrink", [](double x) { return x < -1 ? x + 0.5 : x > 1 ? x - 0.5 : 0; }, -3, 3,
+       {attr_float("bias", 0.5f), attr_float("lambd", 1)}},
+  };
+  return cases;
+}
+
+// Celu is float32-only in ONNX but runs on every float type here.
+void check_unary(const UnaryCase& c, DType dt, const Shape& shape, uint32_t seed, bool constants, int threads = 1) {
+  std::mt19937 rng(seed);
+  Tensor x = random_tensor(dt, shape, rng, c.lo, c.hi);
+  std::vector<double> e;
+  for (double v : to_double(x)) e.push_back(c.ref(v));
+  e = to_double(from_double(dt, shape, e));  // correctly rounded into the output type (float16 overflows)
+  auto y = run_node(c.op, {x}, c.attrs, opts(constants, threads, c.opset));
+  EXPECT_EQ(y[0].dtype(), dt);
+  // Trigonometric and exponential functions: a few float32 ulps.
+  const double rt = dt == DType::kFloat32 ? 4e-6 : rtol_for(dt);
+  EXPECT_TRUE(all_close(y[0], shape, e, rt, dt == DType::kFloat32 ? 1e-6 : atol_for(dt)))
+      << c.op << " " << dtype_name(dt) << " " << shape_to_string(shape) << " seed " << seed
+      << " constants " << constants;
+}
+
+}  // namespace
+
+TEST(ElementwiseUnary, EveryOpEveryFloatType) {
+  uint32_t seed = 1000;
+  std::mt19937 shape_rng(1);
+  for (const auto& c : float_cases()) {
+    for (DType dt : kFloatTypes) {
+      // Random rank-0..4 shapes; odd sizes exercise the vector tails.
+      auto shape = random_broadcast_shapes(shape_rng, 1)[0];
+      check_unary(c, dt, shape, seed, false);
+      check_unary(c, dt, {37}, seed + 1, true);
+      seed += 2;
+    }
+  }
+}
+
+TEST(ElementwiseUnary, LargeThreaded) {
+  uint32_t seed = 1100;
+  for (const auto& c : float_cases())
+    if (c.op == "Exp" || c.op == "Tanh" || c.op == "Sigmoid" || c.op == "Erf" || c.op == "Log" || c.op == "Abs")
+      for (DType dt : {DType::kFloat32, DType::kFloat16}) check_unary(c, dt, {257, 301}, seed++, false, 2);
+}
+
+TEST(ElementwiseUnary, IntegerVariants) {
+  struct IntCase {
+    std::string op;
+    std::function<double(double)> ref;
+    bool is_signed_only;
+  };
+  const std::vector<IntCase> cases = {
+      {"Neg", [](double x) { return -x; }, true},
+      {"Abs", [](double x) { return std::fabs(x); }, false},
+      {"Sign", [](double x) { return double((x > 0) - (x < 0)); }, false},
+      {"Relu", [](double x) { return std::max(x, 0.0); }, true},
+      {"Erf", [](double x) { return std::trunc(std::erf(x)); }, false},
+      {"Shrink", [](double x) { return x < -0.5 ? x : x > 0.5 ? x : 0; }, false},
+  };
+  uint32_t seed = 1200;
+  for (const auto& c : cases)
+    for (DType dt : kIntTypes) {
+      if (c.is_signed_only && is_unsigned(dt)) continue;
+      std::mt19937 rng(seed++);
+      Tensor x = random_tensor(dt, {3, 5}, rng, is_unsigned(dt) ? 0 : -9, 9);
+      std::vector<double> e;
+      for (double v : to_double(x)) e.push_back(c.ref(v));
+      for (bool constants : {false, true})
+        EXPECT_TRUE(all_close(run_node(c.op, {x}, {}, opts(constants))[0], {3, 5}, e, 0, 0))
+            << c.op << " " << dtype_name(dt) << " seed " << seed;
+    }
+  // Abs/Neg of the most negative value wrap (no UB).
+  Tensor m = Tensor::from_vector<int64_t>({1}, {std::numeric_limits<int64_t>::min()});
+  EXPECT_EQ(run_node("Abs", {m})[0].data<int64_t>()[0], std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(run_node("Neg", {m})[0].data<int64_t>()[0], std::numeric_limits<int64_t>::min());
+}
+
+TEST(ElementwiseUnary, RoundHalfToEven) {
+  Tensor x = Tensor::from_vector<float>({10}, {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 0.49999997f, 2.6f, -2.4f, 3.5f});
+  EXPECT_TRUE(all_close(run_node("Round", {x})[0], {10}, {0, 2, 2, -0, -2, -2, 0, 3, -2, 4}, 0, 0));
+  Tensor d = Tensor::from_vector<double>({3}, {4.5, -4.5, 5.5});
+  EXPECT_TRUE(all_close(run_node("Round", {d})[0], {3}, {4, -4, 6}, 0, 0));
+}
+
+TEST(ElementwiseUnary, UnsupportedTypesNameNode) {
+  for (const char* op : {"Sqrt", "Exp", "Tanh", "Sigmoid", "Floor", "LeakyRelu"})
+    expect_error<onnxtrain::NotImplemented>([&] { run_node(op, {Tensor::zeros(DType::kInt32, {2})}); }, op, {"int32"});
+  expect_error<onnxtrain::NotImplemented>([&] { run_node("Neg", {Tensor::zeros(DType::kUInt8, {2})}); }, "Neg",
+                                          {"uint8"});
+  expect_error<onnxtrain::NotImplemented>([&] { run_node("Abs", {Tensor::zeros(DType::kBool, {2})}); }, "Abs",
+                                          {"bool"});
+}
+
+TEST(ElementwiseUnary, SpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = Tensor::from_vector<float>({7}, {nan, inf, -inf, 0.0f, -0.0f, 100.0f, -100.0f});
+  struct Expect {
+    const char* op;
+    std::vector<double> y;
+  };
+  for (const Expect& c : {Expect{"Exp", {nan, inf, 0, 1, 1, inf, 3.720075976020836e-44}},
+                          Expect{"Tanh", {nan, 1, -1, 0, 0, 1, -1}},
+                          Expect{"Sigmoid", {nan, 1, 0, 0.5, 0.5, 1, 3.720075976020836e-44}},
+                          Expect{"Erf", {nan, 1, -1, 0, 0, 1, -1}},
+                          Expect{"Log", {nan, inf, nan, -inf, -inf, 4.605170185988092, nan}},
+                          Expect{"Softplus", {nan, inf, 0, 0.6931471805599453, 0.6931471805599453, 100, 3.72e-44}}}) {
+    auto y = run_node(c.op, {x})[0];
+    EXPECT_TRUE(all_close(y, {7}, c.y, 2e-6, 2e-45)) << c.op;
+  }
+}
+
+// ---------------------------------------------------------------- vector math in ulps
+namespace {
+
+int64_t ordered(float f) {
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i < 0 ? int64_t(INT32_MIN) - i : i;
+}
+
+// Max ulp distance to the correctly rounded result over: every 4099th float32 bit pattern (the
+// whole range, both signs, subnormals, infinities, NaNs) and 2^20 evenly spaced points in
+// [lo, hi]. Tails of 1..7 elements are included by odd lengths.
+int64_t max_ulp(const std::string& op, double (*ref)(double), double lo, double hi, float* worst_x) {
+  std::vector<float> xs;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) {
+    const uint32_t b = uint32_t(u);
+    float f;
+    std::memcpy(&f, &b, 4);
+    xs.push_back(f);
+  }
+  for (int i = 0; i <= (1 << 20); ++i) xs.push_back(float(lo + (hi - lo) * i / double(1 << 20)));
+  Tensor x = Tensor::from_vector<float>({int64_t(xs.size())}, xs);
+  Tensor y = run_node(op, {x}, {}, opts(false, 2))[0];
+  const float* yv = y.data<float>();
+  int64_t worst = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float e = float(ref(double(xs[i])));
+    if (std::isnan(e) || std::isnan(yv[i])) {
+      if (std::isnan(e) != std::isnan(yv[i])) {
+        ADD_FAILURE() << op << "(" << xs[i] << ") = " << yv[i] << ", expected " << e;
+        return INT64_MAX;
+      }
+      continue;
+    }
+    const int64_t d = std::llabs(ordered(yv[i]) - ordered(e));
+    if (d > worst) {
+      worst = d;
+      *worst_x = xs[i];
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(ElementwiseUnary, VectorMathUlpBounds) {
+  struct Bound {
+    const char* op;
+    double (*ref)(double);
+    double lo, hi;
+    int64_t ulp;
+  };
+  for (const Bound& b : {Bound{"Exp", [](double x) { return std::exp(x); }, -104, 89, 1},
+                         Bound{"Log", [](double x) { return std::log(x); }, 0, 10, 1},
+                         Bound{"Tanh", [](double x) { return std::tanh(x); }, -10, 10, 1},
+                         Bound{"Sigmoid", sigmoid_ref, -104, 20, 3},
+                         Bound{"Erf", [](double x) { return std::erf(x); }, -5, 5, 1},
+                         Bound{"Elu", [](double x) { return x >= 0 ? x : std::expm1(x); }, -3, 1, 2},
+                         Bound{"Softplus", [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::fabs(x))); }, -20, 20, 3}}) {
+    float worst_x = 0;
+    const int64_t ulp = max_ulp(b.op, b.ref, b.lo, b.hi, &worst_x);
+    EXPECT_LE(ulp, b.ulp) << b.op << " worst at x = " << worst_x;
+    std::cout << "[ ulp      ] " << b.op << ": max " << ulp << " ulp (at x = " << worst_x << ")\n";
+  }
+}
+
+// ---------------------------------------------------------------- PRelu
+TEST(ElementwiseUnary, PReluBroadcastsSlope) {
+  uint32_t seed = 1300;
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32, DType::kInt64}) {
+    std::mt19937 rng(seed++);
+    for (int trial = 0; trial < 8; ++trial) {
+      auto shapes = random_broadcast_shapes(rng);
+      Shape xs;
+      ASSERT_TRUE(broadcast_ref(shapes, &xs));
+      Tensor x = random_tensor(dt, xs, rng, -5, 5), slope = random_tensor(dt, shapes[1], rng, -2, 2);
+      Shape so;
+      auto e = broadcast_reference({x, slope}, [](const std::vector<double>& v) { return v[0] < 0 ? v[0] * v[1] : v[0]; },
+                                   &so);
+      for (bool constants : {false, true})
+        EXPECT_TRUE(all_close(run_node("PRelu", {x, slope}, {}, opts(constants))[0], so, e, rtol_for(dt), atol_for(dt)))
+            << dtype_name(dt) << " seed " << seed << " trial " << trial;
+    }
+  }
+  // The slope must broadcast to X's shape (unidirectional).
+  expect_error<onnxtrain::InvalidArgument>(
+      [] { run_node("PRelu", {Tensor::zeros(DType::kFloat32, {3}), Tensor::zeros(DType::kFloat32, {2, 3})}); }, "PRelu",
+      {"cannot be broadcast to"});
+}
+
+// ---------------------------------------------------------------- Clip
+TEST(ElementwiseUnary, ClipInputsAndAttributes) {
+  uint32_t seed = 1400;
+  std::vector<DType> types = kFloatTypes;
+  types.insert(types.end(), kIntTypes.begin(), kIntTypes.end());
+  for (DType dt : types) {
+    std::mt19937 rng(seed++);
+    const double lo = is_unsigned(dt) ? 0 : -10;
+    Tensor x = random_tensor(dt, {4, 6}, rng, lo, 10);
+    auto xv = to_double(x);
+    struct Bounds {
+      bool has_min, has_max;
+      double mn, mx;
+    };
+    for (Bounds b : {Bounds{true, true, 2, 5}, Bounds{true, false, 3, 0}, Bounds{false, true, 0, 4},
+                     Bounds{false, false, 0, 0}, Bounds{true, true, 6, 3}}) {
+      std::vector<double> e;
+      for (double v : xv) {
+        double r = v;
+        if (b.has_min) r = std::max(r, b.mn);
+        if (b.has_max) r = std::min(r, b.mx);  // min > max gives max (numpy.clip)
+        e.push_back(r);
+      }
+      std::vector<Tensor> in{x, b.has_min ? from_double(dt, {}, {b.mn}) : Tensor(),
+                             b.has_max ? from_double(dt, {}, {b.mx}) : Tensor()};
+      if (!b.has_max) in.pop_back();
+      if (!b.has_max && !b.has_min) in.pop_back();
+      for (bool constants : {false, true})
+        EXPECT_TRUE(all_close(run_node("Clip", in, {}, opts(constants))[0], {4, 6}, e, 0, 0))
+            << dtype_name(dt) << " min " << b.has_min << " max " << b.has_max;
+      // Opset 6: attributes (float types only in ONNX; accepted for every numeric type here).
+      std::vector<ir::Attribute> attrs;
+      if (b.has_min) attrs.push_back(attr_float("min", float(b.mn)));
+      if (b.has_max) attrs.push_back(attr_float("max", float(b.mx)));
+      EXPECT_TRUE(all_close(run_node("Clip", {x}, attrs, opts(false, 1, 6))[0], {4, 6}, e, 0, 0))
+          << dtype_name(dt) << " opset 6";
+    }
+  }
+  expect_error<onnxtrain::InvalidArgument>(
+      [] { run_node("Clip", {Tensor::zeros(DType::kFloat32, {3}), Tensor::scalar<double>(0)}); }, "Clip",
+      {"element type"});
+  expect_error<onnxtrain::InvalidArgument>(
+      [] { run_node("Clip", {Tensor::zeros(DType::kFloat32, {3}), Tensor::zeros(DType::kFloat32, {2})}); }, "Clip",
+      {"scalar"});
+}
+
+TEST(ElementwiseUnary, ClipKeepsNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto y = run_node("Clip", {Tensor::from_vector<float>({2}, {nan, 7}), Tensor::scalar(0.0f), Tensor::scalar(1.0f)})[0];
+  EXPECT_TRUE(std::isnan(y.data<float>()[0]));
+  EXPECT_EQ(y.data<float>()[1], 1.0f);
+}
