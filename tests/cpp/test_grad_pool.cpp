@@ -241,7 +241,8 @@ namespace {
 
 // The gradient kernel against ref_pool_grad on random geometries (explicit pads), inputs with
 // ties for max pooling.
-void check_pool_grad_kernel(Kind kind, bool global, DType dt, uint32_t seed, int trials) {
+// wide: rows long enough for the 8-column vector path of max pooling.
+void check_pool_grad_kernel(Kind kind, bool global, DType dt, uint32_t seed, int trials, bool wide = false) {
   std::mt19937 rng(seed);
   auto r = [&](int lo, int hi) { return rand_int(rng, lo, hi); };
   const std::string op = op_name(kind, global);
@@ -259,6 +260,7 @@ void check_pool_grad_kernel(Kind kind, bool global, DType dt, uint32_t seed, int
       g.pe.push_back(r(0, g.k[i] - 1));
       g.in.push_back((g.k[i] - 1) * g.d[i] + 1 + r(0, 6));
     }
+    if (wide) g.in.back() += r(16, 40);
     g.ceil = kind != Kind::kLp && r(0, 2) == 0;  // LpPool has no ceil_mode before opset 18
     g.include_pad = r(0, 1) == 1;
     Tensor x = random_tensor(dt, g.xshape(), rng, -1, 1);
@@ -308,6 +310,7 @@ void check_pool_grad_kernel(Kind kind, bool global, DType dt, uint32_t seed, int
 
 TEST(GradPool, KernelMaxFloat) { check_pool_grad_kernel(Kind::kMax, false, DType::kFloat32, 101, 60); }
 TEST(GradPool, KernelMaxDouble) { check_pool_grad_kernel(Kind::kMax, false, DType::kFloat64, 102, 40); }
+TEST(GradPool, KernelMaxFloatWideRows) { check_pool_grad_kernel(Kind::kMax, false, DType::kFloat32, 109, 60, true); }
 TEST(GradPool, KernelMaxFloat16) { check_pool_grad_kernel(Kind::kMax, false, DType::kFloat16, 103, 10); }
 TEST(GradPool, KernelAvgFloat) { check_pool_grad_kernel(Kind::kAvg, false, DType::kFloat32, 104, 60); }
 TEST(GradPool, KernelAvgDouble) { check_pool_grad_kernel(Kind::kAvg, false, DType::kFloat64, 105, 40); }

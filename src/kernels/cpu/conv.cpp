@@ -278,7 +278,10 @@ bool dnnl_conv(const ConvParams& p, const Shape& x, DnnlConv* d) {
   const bool plain = flops / bytes < 40.0;
   // Among blocked layouts, nC..16c (jit direct kernels) measured up to 1.4x faster than what
   // `any` picks (nhwc brgemm) when both channel counts fill 16-wide blocks.
-  if (plain) d->candidates = {Layout::kPlain, Layout::kAny};
+  // Depthwise: the jit_dw kernels want channel blocks; on the plain layout oneDNN falls back to a
+  // gemm-based kernel 5x slower (backward, bench/bench_grad.py).
+  if (Cg == 1 && Mg == 1 && p.group > 1) d->candidates = {Layout::kBlocked16, Layout::kAny};
+  else if (plain) d->candidates = {Layout::kPlain, Layout::kAny};
   else if (Cg % 16 == 0 && Mg % 16 == 0) d->candidates = {Layout::kBlocked16, Layout::kAny};
   else d->candidates = {Layout::kAny};
   d->blocked16 = nd == 1   ? memory::format_tag::nCw16c
