@@ -529,6 +529,15 @@ class PoolKernel final : public Kernel {
 //   AveragePoolGrad    X is read for its shape only; float32 runs oneDNN pooling backward
 //   LpPoolGrad         third: the forward output Y; p is a float attribute
 //   Global{Max,Average,Lp}PoolGrad   the same over whole planes
+// GlobalAveragePool's gradient: dX[plane, :] = dY[plane] / n.
+template <class T>
+void global_avg_grad(const T* dy, T* dx, int64_t planes, int64_t n) {
+  parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl)
+      std::fill(dx + pl * n, dx + (pl + 1) * n, T(compute_t<T>(double(compute_t<T>(dy[pl])) / double(n))));
+  });
+}
+
 class PoolGradKernel final : public Kernel {
  public:
   PoolGradKernel(const KernelInfo& info, PoolKind kind, bool global) { p_.read(info, kind, global, true); }
@@ -579,6 +588,7 @@ class PoolGradKernel final : public Kernel {
       const T* y = third_ && p_.kind == PoolKind::kLp ? ctx.input(2).data<T>() : nullptr;
       const T* dy = dY.data<T>();
       T* dx = dX.data<T>();
+      if (p_.global && p_.kind == PoolKind::kAvg) return global_avg_grad(dy, dx, p_.planes, shape_numel(p_.g.in));
       switch (p_.kind) {
         case PoolKind::kMax:
           pool_grad_loop<PoolKind::kMax>(x, y, dy, ind, dx, p_.planes, p_.g, p_.include_pad, p_.p, &ctx);
