@@ -313,6 +313,16 @@ std::vector<std::string> RuleContext::custom(const std::string& type, std::vecto
   return op_n(type, std::move(inputs), n, std::move(attrs), kCustomDomain);
 }
 
+std::vector<std::string> RuleContext::custom_some(const std::string& type, std::vector<std::string> inputs,
+                                                  const std::vector<bool>& wanted, std::vector<ir::Attribute> attrs) {
+  std::vector<std::string> outs = custom(type, std::move(inputs), wanted.size(), std::move(attrs));
+  std::vector<std::string>& named = st_.nodes.back().outputs;
+  for (size_t i = 0; i < wanted.size(); ++i)
+    if (!wanted[i]) outs[i].clear(), named[i].clear();
+  while (!named.empty() && named.back().empty()) named.pop_back();
+  return outs;
+}
+
 std::string RuleContext::constant(const Tensor& t) { return st_.constant(t, "grad_const"); }
 
 std::string RuleContext::scalar_like(double value, const std::string& v) {

@@ -83,6 +83,10 @@ class RuleContext {
   /// Operator of the com.onnxtrain domain (the builder records the import).
   std::vector<std::string> custom(const std::string& type, std::vector<std::string> inputs, size_t num_outputs,
                                   std::vector<ir::Attribute> attrs = {});
+  /// Same, naming only the outputs flagged in `wanted` (the others stay unnamed, so the kernel
+  /// skips computing them); the returned names of unwanted outputs are "".
+  std::vector<std::string> custom_some(const std::string& type, std::vector<std::string> inputs,
+                                       const std::vector<bool>& wanted, std::vector<ir::Attribute> attrs = {});
 
   // ---- small graph idioms (opset-aware where ONNX changed the operator)
   std::string constant(const Tensor& t);

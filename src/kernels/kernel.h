@@ -35,6 +35,9 @@ struct ExecOptions {
   bool deterministic = false;       ///< prefer bitwise-reproducible algorithms
   uint64_t seed = 0x6f6e6e78ull;    ///< base seed for random operators without a seed attribute
   bool training = false;            ///< training session (Dropout/BatchNorm default modes follow ONNX)
+  /// BatchNormalization running variance from the unbiased batch variance, as PyTorch updates it
+  /// (ONNX's reference uses the biased one). Training sessions set it.
+  bool torch_running_var = false;
 };
 
 /// What a kernel factory sees: the node, its opset and attribute accessors that name the node in
@@ -192,6 +195,11 @@ class RunContext {
   void* workspace() { return ws_; }
   size_t workspace_bytes() const { return ws_bytes_; }
 
+  /// Index of the current run of the executor (0, 1, 2, ...; restored from checkpoints).
+  /// Random operators derive their streams from it so runs are reproducible.
+  uint64_t run_index() const { return run_index_; }
+  void set_run_index(uint64_t r) { run_index_ = r; }
+
   template <class... Args>
   [[noreturn]] void fail(Args&&... args) const {
     throw_error<InvalidArgument>(node_.describe(), ": ", std::forward<Args>(args)...);
@@ -209,6 +217,7 @@ class RunContext {
   size_t ws_bytes_;
   const ExecOptions& options_;
   int num_threads_;
+  uint64_t run_index_ = 0;
 };
 
 /// A kernel instance (one per node per plan).

@@ -478,6 +478,7 @@ void GraphExecutor::execute(Plan& plan, const std::vector<const Value*>& inputs,
         for (const auto& [o, i] : st.rebind) slots[size_t(o)].value.tensor.rebind(slots[size_t(i)].value.tensor);
         RunContext rc(*st.node, st.in_p.data(), st.in_p.size(), st.out_p.data(), st.out_p.size(), st.imp_p.data(),
                       st.imp_p.size(), st.ws, st.ws_bytes, options_, threads);
+        rc.set_run_index(run_counter_);
         st.kernel->run(rc);
       } else {
         std::vector<PrepareContext::In> ins, imps;
@@ -514,6 +515,7 @@ void GraphExecutor::execute(Plan& plan, const std::vector<const Value*>& inputs,
         void* wsp = ws.empty() ? nullptr : reinterpret_cast<void*>(align_up(reinterpret_cast<uintptr_t>(ws.data())));
         RunContext rc(*st.node, st.in_p.data(), st.in_p.size(), st.out_p.data(), st.out_p.size(), st.imp_p.data(),
                       st.imp_p.size(), wsp, ctx.workspace(), options_, threads);
+        rc.set_run_index(run_counter_);
         st.kernel->run(rc);
         for (size_t k = 0; k < st.out.size(); ++k)
           if (st.out[k] >= 0 && st.out_p[k]->kind == Value::Kind::kNone && !ctx.outputs()[k].dynamic)
@@ -598,6 +600,7 @@ std::vector<Value> GraphExecutor::run(const std::vector<const Value*>& inputs, c
   std::vector<Value> results;
   try {
     execute(*plan, inputs, results);
+    ++run_counter_;
   } catch (...) {
     // Leave the plan reusable: drop per-run references.
     for (auto& s : plan->slots) {

@@ -50,6 +50,10 @@ class GraphExecutor {
   /// requested outputs in order.
   std::vector<Value> run(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs = {});
 
+  /// Runs done so far (RunContext::run_index of the next run). Settable to resume exactly.
+  uint64_t run_counter() const { return run_counter_; }
+  void set_run_counter(uint64_t r) { run_counter_ = r; }
+
   /// Stats of the plan used by the last run.
   PlanStats last_stats() const;
   size_t num_plans() const { return plans_.size(); }
@@ -76,6 +80,7 @@ class GraphExecutor {
   std::vector<int64_t> key_;
   std::unordered_map<std::vector<int64_t>, std::unique_ptr<Plan>, KeyHash> plans_;
   Plan* last_plan_ = nullptr;
+  uint64_t run_counter_ = 0;
 };
 
 }  // namespace onnxtrain::runtime

@@ -295,3 +295,21 @@ TEST(Elementwise, MinMaxPropagateNaN) {
     EXPECT_EQ(y.data<float>()[2], op[1] == 'a' ? 3.0f : 2.0f);
   }
 }
+
+TEST(Elementwise, EmptyTensors) {
+  Tensor e = Tensor::zeros(DType::kFloat32, {0, 3});
+  Tensor row = Tensor::zeros(DType::kFloat32, {3});
+  for (bool constants : {false, true}) {
+    const RunOptions o = opts(constants);
+    EXPECT_EQ(run_node("Add", {e, row}, {}, o)[0].shape(), (Shape{0, 3}));
+    EXPECT_EQ(run_node("Exp", {e}, {}, o)[0].shape(), (Shape{0, 3}));
+    EXPECT_EQ(run_node("Sum", {e, row, e}, {}, o)[0].shape(), (Shape{0, 3}));
+    EXPECT_EQ(run_node("Pow", {e, Tensor::scalar<int64_t>(3)}, {}, o)[0].shape(), (Shape{0, 3}));
+    EXPECT_EQ(run_node("Clip", {e, Tensor::scalar(0.0f)}, {}, o)[0].shape(), (Shape{0, 3}));
+    EXPECT_EQ(run_node("Where", {Tensor::zeros(DType::kBool, {1, 3}), e, row}, {}, o)[0].shape(), (Shape{0, 3}));
+    EXPECT_EQ(run_node("Cast", {e}, {attr_int("to", int64_t(DType::kString))}, o)[0].shape(), (Shape{0, 3}));
+    EXPECT_EQ(run_node("Div", {Tensor::zeros(DType::kInt32, {0}), Tensor::zeros(DType::kInt32, {1})}, {}, o)[0].numel(), 0);
+  }
+  expect_error<onnxtrain::InvalidArgument>([&] { run_node("Mul", {e, Tensor::zeros(DType::kFloat32, {2, 3})}); }, "Mul",
+                                           {"cannot be broadcast"});
+}

@@ -91,6 +91,18 @@ TEST(ElementwiseCast, FloatToFloat16RoundsToNearestEven) {
                         0, 0));
 }
 
+TEST(ElementwiseCast, DoubleToHalfRoundsOnce) {
+  // Just above the midpoint of 1 and 1 + 2^-10: through float it would become the midpoint and
+  // tie to 1; numpy (and a single rounding) gives 1 + 2^-10.
+  const double v = 1 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40);
+  auto y = run_node("Cast", {Tensor::from_vector<double>({3}, {v, -v, 1e300})}, {attr_int("to", int64_t(DType::kFloat16))});
+  EXPECT_TRUE(all_close(y[0], {3}, {1.0009765625, -1.0009765625, std::numeric_limits<double>::infinity()}, 0, 0));
+  // bfloat16: midpoint of 1 and 1 + 2^-7, plus a little.
+  const double w = 1 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40);
+  y = run_node("Cast", {Tensor::from_vector<double>({1}, {w})}, {attr_int("to", int64_t(DType::kBFloat16))});
+  EXPECT_TRUE(all_close(y[0], {1}, {1.0078125}, 0, 0));
+}
+
 TEST(ElementwiseCast, ToStringMatchesNumpy) {
   struct Case {
     DType dt;

@@ -1,11 +1,20 @@
-// Convolutions (forward).
+// Convolutions: forward kernels and their gradient kernels.
 //   Conv           X[N, C, D...] * W[M, C/G, k...] (+ B[M]) -> Y[N, M, O...]
 //                  Y[n, m, o] = B[m] + sum_{c in group(m), k} X[n, c, o*s - pb + k*d] * W[m, c, k]
 //   ConvTranspose  X[N, C, D...], W[C, M/G, k...] (+ B[M]) -> Y[N, M, O...]
 //                  Y[n, m, i*s - pb + k*d] += X[n, c, i] * W[c, m, k]   (the adjoint of Conv), + B[m]
-// float32 runs oneDNN convolution / deconvolution primitives created in prepare() for the concrete
-// shapes (layouts chosen by oneDNN, reorders from and to the plain tensors inside the workspace).
-// float64, float16, bfloat16 and geometries oneDNN rejects run im2col / col2im + gemm.
+//   com.onnxtrain.ConvGrad(dY, X, W) -> dX, dW, dB            (attributes of the Conv)
+//                  dX = ConvTranspose(dY, W);  dW[m, c, k] = sum_{n,o} dY[n, m, o] X[n, c, o*s - pb + k*d]
+//   com.onnxtrain.ConvTransposeGrad(dY, X, W) -> dX, dW, dB   (attributes of the ConvTranspose)
+//                  dX = Conv(dY, W);           dW[c, m, k] = sum_{n,i} X[n, c, i] dY[n, m, i*s - pb + k*d]
+//                  dB[m] = sum_{n,o} dY[n, m, o]; only the outputs the node names are computed.
+// Both operators are one "direct" convolution seen from either side (ConvView): Conv runs it
+// forward, ConvTranspose runs its data gradient, and the gradient kernels run the other two of
+// {forward, backward data, backward weights}.
+// float32 runs oneDNN (de)convolution primitives (forward, backward_data, backward_weights) created
+// in prepare() for the concrete shapes (layouts chosen by oneDNN, reorders from and to the plain
+// tensors inside the workspace). float64, float16, bfloat16 and geometries oneDNN rejects run
+// im2col / col2im + gemm.
 #include <cstring>
 
 #include "kernels/cpu/common.h"
@@ -69,64 +78,318 @@ void kernel_index(int64_t r, const Shape& kernel, int64_t* k) {
   }
 }
 
-class ConvKernel final : public Kernel {
- public:
-  ConvKernel(const KernelInfo& info, bool transposed) : transposed_(transposed) {
-    attrs_.read(info);
-    group_ = info.attr_int("group", 1);
-    if (group_ < 1) info.fail("group must be positive, got ", group_);
-    if (transposed) {
-      output_padding_ = info.attr_ints("output_padding", {});
-      output_shape_ = info.attr_ints("output_shape", {});
+// ------------------------------------------------------------ the direct-convolution view
+// X[N, Cin, in...] * W[Cout, Cin/G, k...] -> Y[N, Cout, out...]. Conv is this view; ConvTranspose
+// is its adjoint (its input is the view's Y, its output the view's X). The im2col / col2im + gemm
+// routines below work on one image; Cm is float or double.
+struct ConvView {
+  int64_t Cin = 0, Cout = 0, G = 1, kk = 1, pin = 1, pout = 1;
+  WindowGeom g;  // in / out: spatial dims of the view's X / Y
+
+  int64_t rows() const { return Cin / G * kk; }  // column matrix [(c, k), o] of one group
+  size_t col_elems() const { return size_t(rows() * pout); }
+
+  // col[(c, k), o] = x[c, o*s - pb + k*d] (0 outside) over the channels of one group.
+  template <class Cm>
+  void im2col(const Cm* xg, Cm* col) const {
+    parallel_for(rows(), std::max<int64_t>(1, 8192 / std::max<int64_t>(pout, 1)), [&](int64_t r0, int64_t r1) {
+      int64_t k[16];
+      for (int64_t r = r0; r < r1; ++r) {
+        kernel_index(r % kk, g.kernel, k);
+        const Cm* xc = xg + (r / kk) * pin;
+        Cm* cr = col + r * pout;
+        window_walk(g.out, g.in, k, g, [&](int64_t p, int64_t q) { cr[p] = q < 0 ? Cm(0) : xc[q]; });
+      }
+    });
+  }
+  // xg[c, o*s - pb + k*d] = sum of col[(c, k), o] (the adjoint of im2col).
+  template <class Cm>
+  void col2im(const Cm* col, Cm* xg) const {
+    parallel_for(Cin / G, 1, [&](int64_t c0, int64_t c1) {
+      int64_t k[16];
+      for (int64_t c = c0; c < c1; ++c) {
+        Cm* xc = xg + c * pin;
+        std::fill(xc, xc + pin, Cm(0));
+        for (int64_t kr = 0; kr < kk; ++kr) {
+          kernel_index(kr, g.kernel, k);
+          const Cm* cr = col + (c * kk + kr) * pout;
+          window_walk(g.out, g.in, k, g, [&](int64_t p, int64_t q) {
+            if (q >= 0) xc[q] += cr[p];
+          });
+        }
+      }
+    });
+  }
+  // y = conv(x, w) for one image:  Y_g[Coutg, P] = W_g[Coutg, rows] @ col
+  template <class Cm>
+  void forward(const Cm* x, const Cm* w, Cm* y, Cm* col) const {
+    const int64_t R = rows(), Coutg = Cout / G;
+    for (int64_t grp = 0; grp < G; ++grp) {
+      im2col(x + grp * (Cin / G) * pin, col);
+      gemm(false, false, Coutg, pout, R, Cm(1), w + grp * Coutg * R, R, col, pout, Cm(0), y + grp * Coutg * pout, pout);
+    }
+  }
+  // dx = conv^T(dy, w) for one image:  col = W_g^T @ dY_g, then col2im
+  template <class Cm>
+  void backward_data(const Cm* dy, const Cm* w, Cm* dx, Cm* col) const {
+    const int64_t R = rows(), Coutg = Cout / G;
+    for (int64_t grp = 0; grp < G; ++grp) {
+      gemm(true, false, R, pout, Coutg, Cm(1), w + grp * Coutg * R, R, dy + grp * Coutg * pout, pout, Cm(0), col, pout);
+      col2im(col, dx + grp * (Cin / G) * pin);
+    }
+  }
+  // dw (+)= dY_g @ col^T for one image (accumulate: add to dw, else overwrite).
+  template <class Cm>
+  void backward_weights(const Cm* x, const Cm* dy, Cm* dw, Cm* col, bool accumulate) const {
+    const int64_t R = rows(), Coutg = Cout / G;
+    for (int64_t grp = 0; grp < G; ++grp) {
+      im2col(x + grp * (Cin / G) * pin, col);
+      gemm(false, true, Coutg, R, pout, Cm(1), dy + grp * Coutg * pout, pout, col, pout, Cm(accumulate ? 1 : 0),
+           dw + grp * Coutg * R, R);
+    }
+  }
+};
+
+// ------------------------------------------------------------ shapes of one node
+// Attributes and resolved geometry of a Conv / ConvTranspose node, shared by the forward and the
+// gradient kernels.
+struct ConvParams {
+  bool transposed = false;
+  WindowAttrs attrs;
+  int64_t group = 1;
+  std::vector<int64_t> output_padding, output_shape;
+  WindowGeom g;  // the node's geometry (ConvTranspose: in = its input's spatial dims)
+  int64_t N = 0, C = 0, M = 0, kk = 1, pin = 1, pout = 1;
+  Shape y;        // the node's output shape
+  ConvView view;  // the direct convolution
+
+  void read(const KernelInfo& info, bool t) {
+    transposed = t;
+    attrs.read(info);
+    group = info.attr_int("group", 1);
+    if (group < 1) info.fail("group must be positive, got ", group);
+    if (t) {
+      output_padding = info.attr_ints("output_padding", {});
+      output_shape = info.attr_ints("output_shape", {});
     }
   }
 
-  void prepare(PrepareContext& ctx) override {
-    dt_ = ctx.input_dtype(0);
-    dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {});
-    for (size_t i = 1; i < 3; ++i)
-      if (ctx.has_input(i) && ctx.input_dtype(i) != dt_)
-        ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt_));
-    const Shape& x = ctx.input_shape(0);
-    const Shape& w = ctx.input_shape(1);
+  // Checks X[N, C, D...] and W against the attributes and resolves the geometry.
+  void resolve(const PrepareContext& ctx, const Shape& x, const Shape& w) {
     if (x.size() < 3) ctx.fail("X must be [N, C, spatial...], got ", shape_to_string(x));
     if (w.size() != x.size()) ctx.fail("W ", shape_to_string(w), " and X ", shape_to_string(x), " differ in rank");
     const size_t nd = x.size() - 2;
     if (nd > 14) ctx.fail("too many spatial dims (", nd, ")");
     const Shape in(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
-    if (!attrs_.kernel.empty() && attrs_.kernel != kernel)
-      ctx.fail("kernel_shape ", shape_to_string(attrs_.kernel), " does not match W ", shape_to_string(w));
-    N_ = x[0], C_ = x[1];
-    if (C_ % group_ != 0) ctx.fail("group ", group_, " does not divide the ", C_, " input channels");
-    if (!transposed_) {
-      M_ = w[0];
-      if (w[1] * group_ != C_)
-        ctx.fail("W ", shape_to_string(w), " expects ", w[1] * group_, " input channels (group ", group_, "), X has ", C_);
-      if (M_ % group_ != 0) ctx.fail("group ", group_, " does not divide the ", M_, " output channels");
-      g_ = forward_geometry(ctx, attrs_, in, kernel);
+    if (!attrs.kernel.empty() && attrs.kernel != kernel)
+      ctx.fail("kernel_shape ", shape_to_string(attrs.kernel), " does not match W ", shape_to_string(w));
+    N = x[0], C = x[1];
+    if (C % group != 0) ctx.fail("group ", group, " does not divide the ", C, " input channels");
+    if (!transposed) {
+      M = w[0];
+      if (w[1] * group != C)
+        ctx.fail("W ", shape_to_string(w), " expects ", w[1] * group, " input channels (group ", group, "), X has ", C);
+      if (M % group != 0) ctx.fail("group ", group, " does not divide the ", M, " output channels");
+      g = forward_geometry(ctx, attrs, in, kernel);
     } else {
-      if (w[0] != C_) ctx.fail("W ", shape_to_string(w), " expects ", w[0], " input channels, X has ", C_);
-      M_ = w[1] * group_;
-      g_ = transposed_geometry(ctx, attrs_, in, kernel, output_padding_, output_shape_);
+      if (w[0] != C) ctx.fail("W ", shape_to_string(w), " expects ", w[0], " input channels, X has ", C);
+      M = w[1] * group;
+      g = transposed_geometry(ctx, attrs, in, kernel, output_padding, output_shape);
     }
-    has_bias_ = ctx.has_input(2);
-    if (has_bias_ && (ctx.input_rank(2) != 1 || ctx.input_shape(2)[0] != M_))
-      ctx.fail("B ", shape_to_string(ctx.input_shape(2)), " must be [", M_, "]");
-    Shape y = {N_, M_};
-    y.insert(y.end(), g_.out.begin(), g_.out.end());
-    ctx.set_output(0, dt_, y);
+    y = {N, M};
+    y.insert(y.end(), g.out.begin(), g.out.end());
+    kk = shape_numel(kernel);
+    pin = shape_numel(g.in);
+    pout = shape_numel(g.out);
+    view.G = group;
+    view.kk = kk;
+    view.g = g;
+    view.Cin = transposed ? M : C;
+    view.Cout = transposed ? C : M;
+    view.pin = transposed ? pout : pin;
+    view.pout = transposed ? pin : pout;
+    if (transposed) std::swap(view.g.in, view.g.out);
+  }
+};
 
-    kk_ = shape_numel(kernel);
-    pin_ = shape_numel(g_.in);
-    pout_ = shape_numel(g_.out);
+// ------------------------------------------------------------ oneDNN descriptors
+enum class Layout { kPlain, kBlocked16, kAny };
+
+// Memory descriptors and geometry of one (de)convolution over the plain ONNX tensors, and the
+// activation layouts worth trying (best first).
+struct DnnlConv {
+  using md = dnnl::memory::desc;
+  md x, w, y, b;  // plain: X, W (the ONNX layout seen as [G,] O, I, k), Y, B
+  Shape xs, ys, wd;
+  dnnl::memory::dims strides, dil, pl, pr;
+  std::vector<Layout> candidates;
+  dnnl::memory::format_tag blocked16 = dnnl::memory::format_tag::undef;
+
+  static md any(const Shape& s) {
+    return md(dnnl_util::dims(s), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
+  }
+  md act(Layout l, const Shape& s, const md& plain) const {
+    return l == Layout::kPlain       ? plain
+           : l == Layout::kBlocked16 ? md(dnnl_util::dims(s), dnnl::memory::data_type::f32, blocked16)
+                                     : any(s);
+  }
+  md ax(Layout l) const { return act(l, xs, x); }
+  md ay(Layout l) const { return act(l, ys, y); }
+  md aw() const { return any(wd); }
+  dnnl::algorithm alg(bool transposed) const {
+    return transposed ? dnnl::algorithm::deconvolution_direct : dnnl::algorithm::convolution_direct;
+  }
+};
+
+// False when oneDNN cannot express the geometry (negative effective pads).
+bool dnnl_conv(const ConvParams& p, const Shape& x, DnnlConv* d) {
+  using dnnl::memory;
+  const WindowGeom& g = p.g;
+  const size_t nd = g.nd;
+  for (size_t i = 0; i < nd; ++i)
+    if (g.pad_b[i] < 0 || g.pad_e[i] - g.out_pad[i] < 0) return false;  // generic path handles these
+  const int64_t Cg = p.C / p.group, Mg = p.M / p.group;
+  // Weights as oneDNN wants them ([G,] O, I, k...) over the ONNX layout.
+  Shape wd = {Mg, Cg};
+  wd.insert(wd.end(), g.kernel.begin(), g.kernel.end());
+  std::vector<int64_t> ws(wd.size());
+  ws.back() = 1;
+  for (size_t i = wd.size() - 1; i-- > 2;) ws[i] = ws[i + 1] * wd[i + 1];
+  // Conv W is [M, C/G, k] = [G, Mg, Cg, k]; ConvTranspose W is [C, M/G, k] = [G, Cg, Mg, k].
+  ws[0] = p.transposed ? p.kk : Cg * p.kk;
+  ws[1] = p.transposed ? Mg * p.kk : p.kk;
+  if (p.group > 1) {
+    wd.insert(wd.begin(), p.group);
+    ws.insert(ws.begin(), Cg * Mg * p.kk);
+  }
+  d->wd = wd;
+  d->w = memory::desc(dnnl_util::dims(wd), memory::data_type::f32, dnnl_util::dims(ws));
+  d->xs = x;
+  d->ys = p.y;
+  d->x = dnnl_util::plain_md(x);
+  d->y = dnnl_util::plain_md(p.y);
+  d->b = dnnl_util::plain_md({p.M});
+  // Activations: oneDNN's blocked layouts (reordered in and out) pay off when there is enough
+  // arithmetic per activation byte; below that (1x1 and few-channel convolutions) the plain
+  // layout's gemm-based kernel is faster. The threshold comes from bench/bench_kernels.py and
+  // the layout comparison recorded there.
+  const double flops = 2.0 * double(Mg) * double(p.C) * double(p.kk) * double(p.transposed ? p.pin : p.pout);
+  const double bytes = 4.0 * (double(p.C) * double(p.pin) + double(p.M) * double(p.pout));
+  const bool plain = flops / bytes < 40.0;
+  // Among blocked layouts, nC..16c (jit direct kernels) measured up to 1.4x faster than what
+  // `any` picks (nhwc brgemm) when both channel counts fill 16-wide blocks.
+  // Depthwise: the jit_dw kernels want channel blocks; on the plain layout oneDNN falls back to a
+  // gemm-based kernel 5x slower (backward, bench/bench_grad.py).
+  if (Cg == 1 && Mg == 1 && p.group > 1) d->candidates = {Layout::kBlocked16, Layout::kAny};
+  else if (plain) d->candidates = {Layout::kPlain, Layout::kAny};
+  else if (Cg % 16 == 0 && Mg % 16 == 0) d->candidates = {Layout::kBlocked16, Layout::kAny};
+  else d->candidates = {Layout::kAny};
+  d->blocked16 = nd == 1   ? memory::format_tag::nCw16c
+                 : nd == 2 ? memory::format_tag::nChw16c
+                           : memory::format_tag::nCdhw16c;
+  d->strides = dnnl_util::dims(g.stride);
+  d->pl = dnnl_util::dims(g.pad_b);
+  d->dil.resize(nd);
+  d->pr.resize(nd);
+  for (size_t i = 0; i < nd; ++i) {
+    d->dil[i] = g.dilation[i] - 1;
+    d->pr[i] = g.pad_e[i] - g.out_pad[i];
+  }
+  return true;
+}
+
+// Tries the candidate layouts in order: create(layout) builds the primitive into `op` and returns
+// false when oneDNN only has its (slow) reference kernel for it.
+template <class F>
+bool first_layout(const DnnlConv& d, dnnl_util::DnnlOp& op, F&& create) {
+  for (Layout layout : d.candidates) {
+    try {
+      if (create(layout)) return true;
+    } catch (const dnnl::error&) {
+    }
+    op = dnnl_util::DnnlOp();
+  }
+  return false;  // unsupported, or only oneDNN's slow reference kernels: im2col + gemm is faster
+}
+
+// Workspace carving for the generic paths, which compute in Cm (float for float16 / bfloat16):
+// as_compute gives a Cm view of an input (a converted copy only when T is not Cm), out_buffer a Cm
+// buffer for an output (the output itself when T is Cm; copy back with from_compute).
+template <class Cm>
+Cm* carve(size_t n, char*& ws) {
+  Cm* p = reinterpret_cast<Cm*>(ws);
+  ws += align64(n * sizeof(Cm));
+  return p;
+}
+template <class Cm, class T>
+const Cm* as_compute(const T* src, int64_t n, char*& ws) {
+  if constexpr (std::is_same_v<T, Cm>) {
+    return src;
+  } else {
+    Cm* dst = carve<Cm>(size_t(n), ws);
+    for (int64_t i = 0; i < n; ++i) dst[i] = Cm(src[i]);
+    return dst;
+  }
+}
+template <class Cm, class T>
+Cm* out_buffer(T* dst, int64_t n, char*& ws) {
+  if constexpr (std::is_same_v<T, Cm>) return dst;
+  else return carve<Cm>(size_t(n), ws);
+}
+template <class Cm, class T>
+void from_compute(const Cm* src, int64_t n, T* dst) {
+  if constexpr (!std::is_same_v<T, Cm>)
+    for (int64_t i = 0; i < n; ++i) dst[i] = T(src[i]);
+}
+
+// dB[m] = sum_{n,p} dY[n, m, p], accumulated in double.
+template <class T>
+void bias_grad(const T* dy, int64_t N, int64_t M, int64_t P, T* db) {
+  parallel_for(M, 1, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      double acc = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const T* row = dy + (n * M + m) * P;
+        for (int64_t p = 0; p < P; ++p) acc += double(compute_t<T>(row[p]));
+      }
+      db[m] = T(compute_t<T>(acc));
+    }
+  });
+}
+
+// Element type of input 0, a float type that every other present input shares.
+DType float_inputs(const PrepareContext& ctx) {
+  const DType dt = ctx.input_dtype(0);
+  dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+  for (size_t i = 1; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i) && ctx.input_dtype(i) != dt)
+      ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt));
+  return dt;
+}
+
+class ConvKernel final : public Kernel {
+ public:
+  ConvKernel(const KernelInfo& info, bool transposed) { p_.read(info, transposed); }
+
+  void prepare(PrepareContext& ctx) override {
+    dt_ = float_inputs(ctx);
+    const Shape& x = ctx.input_shape(0);
+    p_.resolve(ctx, x, ctx.input_shape(1));
+    has_bias_ = ctx.has_input(2);
+    if (has_bias_ && (ctx.input_rank(2) != 1 || ctx.input_shape(2)[0] != p_.M))
+      ctx.fail("B ", shape_to_string(ctx.input_shape(2)), " must be [", p_.M, "]");
+    ctx.set_output(0, dt_, p_.y);
+
     op_ = dnnl_util::DnnlOp();
-    const bool empty = shape_numel(y) == 0 || C_ == 0 || kk_ == 0;
-    depthwise_ = dt_ == DType::kFloat32 && !transposed_ && group_ > 1 && group_ == C_ && nd <= 2 && !empty && kk_ <= 64;
+    const bool empty = shape_numel(p_.y) == 0 || p_.C == 0 || p_.kk == 0;
+    depthwise_ = dt_ == DType::kFloat32 && !p_.transposed && p_.group > 1 && p_.group == p_.C && p_.g.nd <= 2 &&
+                 !empty && p_.kk <= 64;
     if (depthwise_) {
       ctx.request_workspace(dw_workspace(ctx.options()));
       return;
     }
-    if (dt_ == DType::kFloat32 && !empty && make_dnnl(x, w, y)) {
+    DnnlConv d;
+    if (dt_ == DType::kFloat32 && !empty && dnnl_conv(p_, x, &d) && make_dnnl(d)) {
       ctx.request_workspace(op_.workspace_bytes());
       return;
     }
@@ -157,81 +420,26 @@ class ConvKernel final : public Kernel {
 
  private:
   // ------------------------------------------------------------ oneDNN (float32)
-  bool make_dnnl(const Shape& x, const Shape& w, const Shape& y) {
-    using dnnl::memory;
-    const size_t nd = g_.nd;
-    for (size_t i = 0; i < nd; ++i)
-      if (g_.pad_b[i] < 0 || g_.pad_e[i] - g_.out_pad[i] < 0) return false;  // generic path handles these
-    const int64_t Cg = C_ / group_, Mg = M_ / group_;
-    // Weights as oneDNN wants them ([G,] O, I, k...) over the ONNX layout.
-    Shape wd = {Mg, Cg};
-    wd.insert(wd.end(), g_.kernel.begin(), g_.kernel.end());
-    std::vector<int64_t> ws(wd.size());
-    ws.back() = 1;
-    for (size_t i = wd.size() - 1; i-- > 2;) ws[i] = ws[i + 1] * wd[i + 1];
-    // Conv W is [M, C/G, k] = [G, Mg, Cg, k]; ConvTranspose W is [C, M/G, k] = [G, Cg, Mg, k].
-    ws[0] = transposed_ ? kk_ : Cg * kk_;
-    ws[1] = transposed_ ? Mg * kk_ : kk_;
-    if (group_ > 1) {
-      wd.insert(wd.begin(), group_);
-      ws.insert(ws.begin(), Cg * Mg * kk_);
-    }
-    const memory::desc wmd(dnnl_util::dims(wd), memory::data_type::f32, dnnl_util::dims(ws));
-    const memory::desc xmd = dnnl_util::plain_md(x), ymd = dnnl_util::plain_md(y), bmd = dnnl_util::plain_md({M_});
-    auto any = [](const Shape& s) { return memory::desc(dnnl_util::dims(s), memory::data_type::f32, memory::format_tag::any); };
-    // Activations: oneDNN's blocked layouts (reordered in and out) pay off when there is enough
-    // arithmetic per activation byte; below that (1x1 and few-channel convolutions) the plain
-    // layout's gemm-based kernel is faster. The threshold comes from bench/bench_kernels.py and
-    // the layout comparison recorded there.
-    const double flops = 2.0 * double(M_ / group_) * double(C_) * double(kk_) * double(transposed_ ? pin_ : pout_);
-    const double bytes = 4.0 * (double(C_) * double(pin_) + double(M_) * double(pout_));
-    const bool plain = flops / bytes < 40.0;
-    // Among blocked layouts, nC..16c (jit direct kernels) measured up to 1.4x faster than what
-    // `any` picks (nhwc brgemm) when both channel counts fill 16-wide blocks.
-    enum class Layout { kPlain, kBlocked16, kAny };
-    std::vector<Layout> candidates;
-    if (plain) candidates = {Layout::kPlain, Layout::kAny};
-    else if (Cg % 16 == 0 && Mg % 16 == 0) candidates = {Layout::kBlocked16, Layout::kAny};
-    else candidates = {Layout::kAny};
-    const memory::format_tag blocked16 = nd == 1   ? memory::format_tag::nCw16c
-                                         : nd == 2 ? memory::format_tag::nChw16c
-                                                   : memory::format_tag::nCdhw16c;
-    memory::dims strides = dnnl_util::dims(g_.stride), dil(nd), pl = dnnl_util::dims(g_.pad_b), pr(nd);
-    for (size_t i = 0; i < nd; ++i) {
-      dil[i] = g_.dilation[i] - 1;
-      pr[i] = g_.pad_e[i] - g_.out_pad[i];
-    }
-    const memory::desc bias = has_bias_ ? bmd : memory::desc();
+  bool make_dnnl(const DnnlConv& d) {
     const auto attr = dnnl_util::default_attr();
     auto& eng = dnnl_util::cpu_engine();
-    for (Layout layout : candidates) {
-      auto act = [&](const Shape& s, const memory::desc& p) {
-        return layout == Layout::kPlain       ? p
-               : layout == Layout::kBlocked16 ? memory::desc(dnnl_util::dims(s), memory::data_type::f32, blocked16)
-                                              : any(s);
-      };
-      // Creates the (de)convolution P; false when oneDNN has only its reference kernel for it.
-      auto create = [&]<class P>(dnnl::algorithm alg) {
-        typename P::desc d(dnnl::prop_kind::forward_inference, alg, act(x, xmd), any(wd), bias, act(y, ymd), strides,
-                           dil, pl, pr);
-        typename P::primitive_desc pd(d, attr, eng);
+    const dnnl::memory::desc bias = has_bias_ ? d.b : dnnl::memory::desc();
+    return first_layout(d, op_, [&](Layout l) {
+      auto create = [&]<class P>() {
+        typename P::desc desc(dnnl::prop_kind::forward_inference, d.alg(p_.transposed), d.ax(l), d.aw(), bias, d.ay(l),
+                              d.strides, d.dil, d.pl, d.pr);
+        typename P::primitive_desc pd(desc, attr, eng);
         if (dnnl_util::is_reference(pd)) return false;
         op_.init(P(pd), pd.scratchpad_desc());
-        op_.add_arg(DNNL_ARG_SRC, xmd, pd.src_desc(), false);
-        op_.add_arg(DNNL_ARG_WEIGHTS, wmd, pd.weights_desc(), false);
-        if (has_bias_) op_.add_arg(DNNL_ARG_BIAS, bmd, bmd, false);
-        op_.add_arg(DNNL_ARG_DST, ymd, pd.dst_desc(), true);
+        op_.add_arg(DNNL_ARG_SRC, d.x, pd.src_desc(), false);
+        op_.add_arg(DNNL_ARG_WEIGHTS, d.w, pd.weights_desc(), false);
+        if (has_bias_) op_.add_arg(DNNL_ARG_BIAS, d.b, d.b, false);
+        op_.add_arg(DNNL_ARG_DST, d.y, pd.dst_desc(), true);
         return true;
       };
-      try {
-        if (transposed_ ? create.template operator()<dnnl::deconvolution_forward>(dnnl::algorithm::deconvolution_direct)
-                        : create.template operator()<dnnl::convolution_forward>(dnnl::algorithm::convolution_direct))
-          return true;
-      } catch (const dnnl::error&) {
-        op_ = dnnl_util::DnnlOp();
-      }
-    }
-    return false;  // unsupported, or only oneDNN's slow reference kernels: im2col + gemm is faster
+      return p_.transposed ? create.template operator()<dnnl::deconvolution_forward>()
+                           : create.template operator()<dnnl::convolution_forward>();
+    });
   }
 
   // ------------------------------------------------------------ depthwise (float32, 1-D/2-D)
@@ -243,12 +451,12 @@ class ConvKernel final : public Kernel {
     int64_t IH, IW, OH, OW, KH, KW, sh, sw, dh, dw, ph, pw, PH, PW;  // PH x PW: padded plane
   };
   DwGeom dw_geom() const {
-    const bool two = g_.nd == 2;
+    const bool two = p_.g.nd == 2;
     DwGeom d{};
-    d.IH = two ? g_.in[0] : 1, d.IW = g_.in.back(), d.OH = two ? g_.out[0] : 1, d.OW = g_.out.back();
-    d.KH = two ? g_.kernel[0] : 1, d.KW = g_.kernel.back();
-    d.sh = two ? g_.stride[0] : 1, d.sw = g_.stride.back(), d.dh = two ? g_.dilation[0] : 1, d.dw = g_.dilation.back();
-    d.ph = two ? g_.pad_b[0] : 0, d.pw = g_.pad_b.back();
+    d.IH = two ? p_.g.in[0] : 1, d.IW = p_.g.in.back(), d.OH = two ? p_.g.out[0] : 1, d.OW = p_.g.out.back();
+    d.KH = two ? p_.g.kernel[0] : 1, d.KW = p_.g.kernel.back();
+    d.sh = two ? p_.g.stride[0] : 1, d.sw = p_.g.stride.back(), d.dh = two ? p_.g.dilation[0] : 1, d.dw = p_.g.dilation.back();
+    d.ph = two ? p_.g.pad_b[0] : 0, d.pw = p_.g.pad_b.back();
     d.PH = (d.OH - 1) * d.sh + (d.KH - 1) * d.dh + 1;
     // Row width covering whole blocks of outputs.
     const int64_t ow_blocks = (d.OW + kDwBlock - 1) / kDwBlock * kDwBlock;
@@ -263,10 +471,10 @@ class ConvKernel final : public Kernel {
 
   void run_depthwise(const float* X, const float* W, const float* B, float* Y, char* ws, const ExecOptions& o) const {
     const DwGeom d = dw_geom();
-    const int64_t mult = M_ / group_, taps = d.KH * d.KW;
+    const int64_t mult = p_.M / p_.group, taps = d.KH * d.KW;
     const size_t slot_bytes = align64(size_t(d.PH * d.PW) * sizeof(float));
     const int slots = dw_slots(o);
-    parallel_for(N_ * C_, 1, [&](int64_t p0, int64_t p1) {
+    parallel_for(p_.N * p_.C, 1, [&](int64_t p0, int64_t p1) {
       const int t = omp_get_thread_num();
       std::vector<float> own;  // only when run with more threads than prepared for
       if (t >= slots) own.resize(size_t(d.PH * d.PW));
@@ -284,12 +492,12 @@ class ConvKernel final : public Kernel {
           const int64_t c0 = std::max<int64_t>(0, d.pw), c1 = std::min(d.PW, d.IW + d.pw);
           if (c1 > c0) std::copy(x + ih * d.IW + (c0 - d.pw), x + ih * d.IW + (c1 - d.pw), pad + r * d.PW + c0);
         }
-        const int64_t n = p / C_, c = p % C_;
+        const int64_t n = p / p_.C, c = p % p_.C;
         for (int64_t j = 0; j < mult; ++j) {
           const int64_t m = c * mult + j;
           const float* w = W + m * taps;
           const float b = B ? B[m] : 0.f;
-          float* y = Y + (n * M_ + m) * d.OH * d.OW;
+          float* y = Y + (n * p_.M + m) * d.OH * d.OW;
           for (int64_t oh = 0; oh < d.OH; ++oh) {
             const float* row = pad + oh * d.sh * d.PW;
             for (int64_t ow = 0; ow < d.OW; ow += kDwBlock) {
@@ -325,16 +533,16 @@ class ConvKernel final : public Kernel {
     });
   }
 
+
   // ------------------------------------------------------------ im2col / col2im + gemm
-  // Workspace: the column matrix of one (image, group), plus float32 copies of X, W and Y for
-  // float16/bfloat16 (computing in float32).
+  // Workspace: the column matrix of one (image, group), plus compute-type copies of W and of one
+  // image of X and Y for float16/bfloat16 (computing in float32).
   size_t generic_workspace() const {
     const size_t cs = dt_ == DType::kFloat64 ? 8 : 4;
-    const int64_t Cg = C_ / group_, Mg = M_ / group_;
-    const int64_t col = transposed_ ? Mg * kk_ * pin_ : Cg * kk_ * pout_;
-    size_t bytes = align64(size_t(col) * cs);
+    size_t bytes = align64(p_.view.col_elems() * cs);
     if (dt_ == DType::kFloat16 || dt_ == DType::kBFloat16)
-      bytes += align64(size_t(C_ * pin_) * cs) + align64(size_t(M_ * Cg * kk_) * cs) + align64(size_t(M_ * pout_) * cs);
+      bytes += align64(size_t(p_.C * p_.pin) * cs) + align64(size_t(p_.C * (p_.M / p_.group) * p_.kk) * cs) +
+               align64(size_t(p_.M * p_.pout) * cs);
     return bytes;
   }
 
@@ -342,97 +550,210 @@ class ConvKernel final : public Kernel {
   void run_generic(const T* X, const T* W, const T* B, T* Y, char* ws) {
     using Cm = compute_t<T>;  // float or double
     constexpr bool convert = !std::is_same_v<T, Cm>;
-    const int64_t Cg = C_ / group_, Mg = M_ / group_;
-    const int64_t rows = transposed_ ? Mg * kk_ : Cg * kk_;  // column matrix rows
-    const int64_t cols = transposed_ ? pin_ : pout_;
-    Cm* col = reinterpret_cast<Cm*>(ws);
-    ws += align64(size_t(rows * cols) * sizeof(Cm));
-    Cm *xc = nullptr, *wc = nullptr, *yc = nullptr;
-    if constexpr (convert) {
-      xc = reinterpret_cast<Cm*>(ws);
-      ws += align64(size_t(C_ * pin_) * sizeof(Cm));
-      wc = reinterpret_cast<Cm*>(ws);
-      ws += align64(size_t(M_ * Cg * kk_) * sizeof(Cm));
-      yc = reinterpret_cast<Cm*>(ws);
-      for (int64_t i = 0; i < M_ * Cg * kk_; ++i) wc[i] = Cm(W[i]);
-    }
-    const Cm* Wm = convert ? wc : reinterpret_cast<const Cm*>(W);
-    for (int64_t n = 0; n < N_; ++n) {
-      const Cm* x;
-      if constexpr (convert) {
-        const T* xs = X + n * C_ * pin_;
-        for (int64_t i = 0; i < C_ * pin_; ++i) xc[i] = Cm(xs[i]);
-        x = xc;
-      } else {
-        x = reinterpret_cast<const Cm*>(X) + n * C_ * pin_;
-      }
-      Cm* y = convert ? yc : reinterpret_cast<Cm*>(Y) + n * M_ * pout_;
-      for (int64_t grp = 0; grp < group_; ++grp) {
-        const Cm* xg = x + grp * Cg * pin_;
-        Cm* yg = y + grp * Mg * pout_;
-        if (!transposed_) {
-          // col[(c, k), o] = X[c, o*s - pb + k*d];  Y_g[Mg, P] = W_g[Mg, Cg*kk] @ col
-          parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1)), [&](int64_t r0, int64_t r1) {
-            int64_t k[16];
-            for (int64_t r = r0; r < r1; ++r) {
-              kernel_index(r % kk_, g_.kernel, k);
-              const Cm* xc_ = xg + (r / kk_) * pin_;
-              Cm* cr = col + r * cols;
-              window_walk(g_.out, g_.in, k, g_, [&](int64_t p, int64_t q) { cr[p] = q < 0 ? Cm(0) : xc_[q]; });
-            }
-          });
-          gemm(false, false, Mg, pout_, rows, Cm(1), Wm + grp * Mg * rows, rows, col, cols, Cm(0), yg, pout_);
-        } else {
-          // col[(m, k), i] = sum_c W[c, m, k] X[c, i];  Y[m, i*s - pb + k*d] += col[(m, k), i]
-          gemm(true, false, rows, pin_, Cg, Cm(1), Wm + grp * Cg * rows, rows, xg, pin_, Cm(0), col, cols);
-          parallel_for(Mg, 1, [&](int64_t m0, int64_t m1) {
-            int64_t k[16];
-            for (int64_t m = m0; m < m1; ++m) {
-              Cm* ym = yg + m * pout_;
-              std::fill(ym, ym + pout_, Cm(0));
-              for (int64_t kr = 0; kr < kk_; ++kr) {
-                kernel_index(kr, g_.kernel, k);
-                const Cm* cr = col + (m * kk_ + kr) * cols;
-                window_walk(g_.in, g_.out, k, g_, [&](int64_t p, int64_t q) {
-                  if (q >= 0) ym[q] += cr[p];
-                });
-              }
-            }
-          });
-        }
-      }
-      T* yt = Y + n * M_ * pout_;
-      parallel_for(M_, std::max<int64_t>(1, 16384 / std::max<int64_t>(pout_, 1)), [&](int64_t m0, int64_t m1) {
+    const int64_t xn = p_.C * p_.pin, yn = p_.M * p_.pout;
+    Cm* col = carve<Cm>(p_.view.col_elems(), ws);
+    const Cm* Wm = as_compute<Cm>(W, p_.C * (p_.M / p_.group) * p_.kk, ws);
+    for (int64_t n = 0; n < p_.N; ++n) {
+      char* img = ws;
+      const Cm* x = as_compute<Cm>(X + n * xn, xn, img);
+      Cm* y = out_buffer<Cm>(Y + n * yn, yn, img);
+      if (p_.transposed) p_.view.backward_data(x, Wm, y, col);
+      else p_.view.forward(x, Wm, y, col);
+      T* yt = Y + n * yn;
+      parallel_for(p_.M, std::max<int64_t>(1, 16384 / std::max<int64_t>(p_.pout, 1)), [&](int64_t m0, int64_t m1) {
         for (int64_t m = m0; m < m1; ++m) {
           const Cm b = B ? Cm(B[m]) : Cm(0);
           if constexpr (convert) {
-            for (int64_t p = 0; p < pout_; ++p) yt[m * pout_ + p] = T(y[m * pout_ + p] + b);
+            for (int64_t p = 0; p < p_.pout; ++p) yt[m * p_.pout + p] = T(y[m * p_.pout + p] + b);
           } else if (B) {
-            for (int64_t p = 0; p < pout_; ++p) yt[m * pout_ + p] += b;
+            for (int64_t p = 0; p < p_.pout; ++p) yt[m * p_.pout + p] += b;
           }
         }
       });
     }
   }
 
-  bool transposed_;
-  WindowAttrs attrs_;
-  int64_t group_ = 1;
-  std::vector<int64_t> output_padding_, output_shape_;
+  ConvParams p_;
   DType dt_ = DType::kFloat32;
-  WindowGeom g_;
-  int64_t N_ = 0, C_ = 0, M_ = 0, kk_ = 1, pin_ = 1, pout_ = 1;
   bool has_bias_ = false, depthwise_ = false;
   dnnl_util::DnnlOp op_;
 };
 
+// ------------------------------------------------------------ gradients
+// com.onnxtrain.ConvGrad / ConvTransposeGrad (dY, X, W) -> dX, dW, dB (see the top of the file).
+// float32: oneDNN backward_data and backward_weights primitives (the latter also produces dB),
+// created in prepare() with a forward_training hint; they run one after the other in one workspace.
+// Otherwise the direct view's im2col / col2im routines: Conv's dX is the view's backward data and
+// dW its backward weights; ConvTranspose's dX is the view's forward (of dY) and dW the view's
+// backward weights with X and dY swapping roles.
+class ConvGradKernel final : public Kernel {
+ public:
+  ConvGradKernel(const KernelInfo& info, bool transposed) { p_.read(info, transposed); }
+
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.num_inputs() != 3 || !ctx.has_input(1) || !ctx.has_input(2)) ctx.fail("expects the inputs (dY, X, W)");
+    dt_ = float_inputs(ctx);
+    const Shape& x = ctx.input_shape(1);
+    p_.resolve(ctx, x, ctx.input_shape(2));
+    if (ctx.input_shape(0) != p_.y)
+      ctx.fail("dY ", shape_to_string(ctx.input_shape(0)), " does not match the output shape ", shape_to_string(p_.y));
+    for (size_t i = 0; i < 3; ++i) want_[i] = ctx.has_output(i);
+    if (want_[0]) ctx.set_output(0, dt_, x);
+    if (want_[1]) ctx.set_output(1, dt_, ctx.input_shape(2));
+    if (want_[2]) ctx.set_output(2, dt_, {p_.M});
+    data_op_ = dnnl_util::DnnlOp();
+    weights_op_ = dnnl_util::DnnlOp();
+    empty_ = shape_numel(p_.y) == 0 || shape_numel(x) == 0 || p_.kk == 0;
+    DnnlConv d;
+    if (dt_ == DType::kFloat32 && !empty_ && dnnl_conv(p_, x, &d)) {
+      if (want_[0]) make_data(d);
+      if (want_[1]) make_weights(d, want_[2]);
+    }
+    size_t ws = std::max(data_op_.workspace_bytes(), weights_op_.workspace_bytes());
+    if ((want_[0] && !data_op_.valid()) || (want_[1] && !weights_op_.valid())) ws = std::max(ws, generic_workspace());
+    ctx.request_workspace(ws);
+  }
+
+  void run(RunContext& ctx) override {
+    const Tensor &dY = ctx.input(0), &X = ctx.input(1), &W = ctx.input(2);
+    Tensor* out[3];
+    for (size_t i = 0; i < 3; ++i) out[i] = want_[i] ? &ctx.output(i) : nullptr;
+    if (empty_) {
+      for (Tensor* t : out)
+        if (t) std::memset(t->raw_data(), 0, t->nbytes());
+      return;
+    }
+    if (out[0] && data_op_.valid()) {
+      data_op_.bind(DNNL_ARG_DIFF_DST, dY.raw_data());
+      data_op_.bind(DNNL_ARG_WEIGHTS, W.raw_data());
+      data_op_.bind(DNNL_ARG_DIFF_SRC, out[0]->raw_data());
+      data_op_.execute(ctx.workspace());
+      out[0] = nullptr;
+    }
+    if (out[1] && weights_op_.valid()) {
+      weights_op_.bind(DNNL_ARG_SRC, X.raw_data());
+      weights_op_.bind(DNNL_ARG_DIFF_DST, dY.raw_data());
+      weights_op_.bind(DNNL_ARG_DIFF_WEIGHTS, out[1]->raw_data());
+      if (out[2]) weights_op_.bind(DNNL_ARG_DIFF_BIAS, out[2]->raw_data());
+      weights_op_.execute(ctx.workspace());
+      out[1] = out[2] = nullptr;
+    }
+    if (!out[0] && !out[1] && !out[2]) return;
+    dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
+      auto ptr = [](Tensor* t) { return t ? t->data<T>() : nullptr; };
+      run_generic<T>(dY.data<T>(), X.data<T>(), W.data<T>(), ptr(out[0]), ptr(out[1]), ptr(out[2]),
+                     static_cast<char*>(ctx.workspace()));
+    });
+  }
+
+ private:
+  // The forward_training primitive descriptor that hints the backward ones.
+  template <class F>
+  typename F::primitive_desc hint(const DnnlConv& d, Layout l, bool bias) const {
+    typename F::desc fd(dnnl::prop_kind::forward_training, d.alg(p_.transposed), d.ax(l), d.aw(),
+                        bias ? d.b : dnnl::memory::desc(), d.ay(l), d.strides, d.dil, d.pl, d.pr);
+    return typename F::primitive_desc(fd, dnnl_util::cpu_engine());
+  }
+
+  bool make_data(const DnnlConv& d) {
+    return first_layout(d, data_op_, [&](Layout l) {
+      auto create = [&]<class F, class B>() {
+        typename B::desc bd(d.alg(p_.transposed), d.ax(l), d.aw(), d.ay(l), d.strides, d.dil, d.pl, d.pr);
+        typename B::primitive_desc pd(bd, dnnl_util::default_attr(), dnnl_util::cpu_engine(), hint<F>(d, l, false));
+        if (dnnl_util::is_reference(pd)) return false;
+        data_op_.init(B(pd), pd.scratchpad_desc());
+        data_op_.add_arg(DNNL_ARG_DIFF_DST, d.y, pd.diff_dst_desc(), false);
+        data_op_.add_arg(DNNL_ARG_WEIGHTS, d.w, pd.weights_desc(), false);
+        data_op_.add_arg(DNNL_ARG_DIFF_SRC, d.x, pd.diff_src_desc(), true);
+        return true;
+      };
+      return p_.transposed
+                 ? create.template operator()<dnnl::deconvolution_forward, dnnl::deconvolution_backward_data>()
+                 : create.template operator()<dnnl::convolution_forward, dnnl::convolution_backward_data>();
+    });
+  }
+
+  bool make_weights(const DnnlConv& d, bool bias) {
+    return first_layout(d, weights_op_, [&](Layout l) {
+      auto create = [&]<class F, class B>() {
+        typename B::desc bd(d.alg(p_.transposed), d.ax(l), d.aw(), bias ? d.b : dnnl::memory::desc(), d.ay(l),
+                            d.strides, d.dil, d.pl, d.pr);
+        typename B::primitive_desc pd(bd, dnnl_util::default_attr(), dnnl_util::cpu_engine(), hint<F>(d, l, bias));
+        if (dnnl_util::is_reference(pd)) return false;
+        weights_op_.init(B(pd), pd.scratchpad_desc());
+        weights_op_.add_arg(DNNL_ARG_SRC, d.x, pd.src_desc(), false);
+        weights_op_.add_arg(DNNL_ARG_DIFF_DST, d.y, pd.diff_dst_desc(), false);
+        weights_op_.add_arg(DNNL_ARG_DIFF_WEIGHTS, d.w, pd.diff_weights_desc(), true);
+        if (bias) weights_op_.add_arg(DNNL_ARG_DIFF_BIAS, d.b, pd.diff_bias_desc(), true);
+        return true;
+      };
+      return p_.transposed
+                 ? create.template operator()<dnnl::deconvolution_forward, dnnl::deconvolution_backward_weights>()
+                 : create.template operator()<dnnl::convolution_forward, dnnl::convolution_backward_weights>();
+    });
+  }
+
+  // Workspace: the column matrix, plus compute-type copies of dY, X, W, dX and dW (float16/bfloat16).
+  size_t generic_workspace() const {
+    const size_t cs = dt_ == DType::kFloat64 ? 8 : 4;
+    size_t bytes = align64(p_.view.col_elems() * cs);
+    if (dt_ == DType::kFloat16 || dt_ == DType::kBFloat16) {
+      const size_t xn = size_t(p_.N * p_.C * p_.pin), yn = size_t(p_.N * p_.M * p_.pout),
+                   wn = size_t(p_.C * (p_.M / p_.group) * p_.kk);
+      bytes += align64(yn * cs) + 2 * align64(xn * cs) + 2 * align64(wn * cs);
+    }
+    return bytes;
+  }
+
+  // Null outputs are not computed.
+  template <class T>
+  void run_generic(const T* dY, const T* X, const T* W, T* dX, T* dW, T* dB, char* ws) {
+    using Cm = compute_t<T>;
+    const ConvView& v = p_.view;
+    const int64_t xn = p_.C * p_.pin, yn = p_.M * p_.pout, wn = p_.C * (p_.M / p_.group) * p_.kk, N = p_.N;
+    Cm* col = carve<Cm>(v.col_elems(), ws);
+    const Cm* dy = as_compute<Cm>(dY, N * yn, ws);
+    const Cm* x = dW ? as_compute<Cm>(X, N * xn, ws) : nullptr;
+    const Cm* w = dX ? as_compute<Cm>(W, wn, ws) : nullptr;
+    Cm* dx = dX ? out_buffer<Cm>(dX, N * xn, ws) : nullptr;
+    Cm* dw = dW ? out_buffer<Cm>(dW, wn, ws) : nullptr;
+    for (int64_t n = 0; n < N; ++n) {
+      const Cm* dyn = dy + n * yn;
+      if (dx) {
+        if (p_.transposed) v.forward(dyn, w, dx + n * xn, col);
+        else v.backward_data(dyn, w, dx + n * xn, col);
+      }
+      if (dw) {
+        if (p_.transposed) v.backward_weights(dyn, x + n * xn, dw, col, n > 0);
+        else v.backward_weights(x + n * xn, dyn, dw, col, n > 0);
+      }
+    }
+    if (dx) from_compute(dx, N * xn, dX);
+    if (dw) from_compute(dw, wn, dW);
+    if (dB) bias_grad(dY, N, p_.M, p_.pout, dB);
+  }
+
+  ConvParams p_;
+  DType dt_ = DType::kFloat32;
+  bool want_[3] = {false, false, false};
+  bool empty_ = false;
+  dnnl_util::DnnlOp data_op_, weights_op_;
+};
+
+KernelFactory conv_factory(bool grad, bool transposed) {
+  return [grad, transposed](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+    if (grad) return std::make_unique<ConvGradKernel>(i, transposed);
+    return std::make_unique<ConvKernel>(i, transposed);
+  };
+}
+
 }  // namespace
 
 void register_conv(KernelRegistry& r) {
-  r.add("Conv", 1, kMaxOpsetAll,
-        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(i, false); });
-  r.add("ConvTranspose", 1, kMaxOpsetAll,
-        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(i, true); });
+  r.add("Conv", 1, kMaxOpsetAll, conv_factory(false, false));
+  r.add("ConvTranspose", 1, kMaxOpsetAll, conv_factory(false, true));
+  r.add("com.onnxtrain", "ConvGrad", 1, kMaxOpsetAll, conv_factory(true, false));
+  r.add("com.onnxtrain", "ConvTransposeGrad", 1, kMaxOpsetAll, conv_factory(true, true));
 }
 
 }  // namespace onnxtrain::kernels

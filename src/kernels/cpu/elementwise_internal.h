@@ -44,6 +44,15 @@ void narrow(const float* x, float16* y, int64_t n);
 void narrow(const float* x, bfloat16* y, int64_t n);
 
 // ---------------------------------------------------------------- value conversion
+/// v rounded to float toward zero, with the last bit set when inexact ("round to odd"): rounding
+/// that float again to float16/bfloat16 gives the correctly rounded result of v (no double rounding).
+inline float to_float_round_odd(double v) {
+  float f = static_cast<float>(v);
+  if (!(double(f) != v) || v != v) return f;  // exact, or NaN
+  if (std::fabs(double(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(f) | 1u);
+}
+
 /// Converts one value between element types (not strings): float -> integer truncates toward
 /// zero and saturates (NaN -> 0); integer -> integer wraps; -> bool is `v != 0`.
 template <class To, class From>
@@ -55,7 +64,8 @@ inline To convert(From v) {
   } else if constexpr (std::is_same_v<To, bool>) {
     return v != From(0);
   } else if constexpr (is_half_v<To>) {
-    return To(static_cast<float>(v));
+    if constexpr (sizeof(From) == 8) return To(to_float_round_odd(static_cast<double>(v)));  // double, (u)int64
+    else return To(static_cast<float>(v));
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
     if (!(v == v)) return To(0);
     if (v <= From(std::numeric_limits<To>::lowest())) return std::numeric_limits<To>::lowest();

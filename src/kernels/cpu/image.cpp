@@ -10,10 +10,12 @@
 //   DepthToSpace (DCR): Y[n, c, h*b + i, w*b + j] = X[n, (i*b + j)*C' + c, h, w]   Y: [N, C/b^2, H*b, W*b]
 //                (CRD): Y[n, c, h*b + i, w*b + j] = X[n, c*b*b + i*b + j, h, w]
 //   SpaceToDepth:       Y[n, (i*b + j)*C + c, h, w] = X[n, c, h*b + i, w*b + j]    Y: [N, C*b^2, H/b, W/b]
+//   ResizeGrad (com.onnxtrain): dX[idx_d(y_d, t_d)...] += prod_d w_d(y_d, t_d) * dY[y], axis by axis
 #include <array>
 #include <cstring>
 #include <limits>
 
+#include "kernels/cpu/backward.h"
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
 
@@ -205,100 +207,115 @@ struct ResizePlan {
   size_t cache_bytes = 0;    // scratch per thread
 };
 
+ResizeAttrs read_resize_attrs(const KernelInfo& info, int64_t opset) {
+  ResizeAttrs a;
+  if (opset < 11) {
+    a.mode = parse_enum<Mode>(info, "mode", "nearest", {{"nearest", Mode::kNearest}, {"linear", Mode::kLinear}});
+    a.coord = Coord::kAsymmetric;
+    a.rounding = Rounding::kOpset10;
+    return a;
+  }
+  a.mode = parse_enum<Mode>(info, "mode", "nearest",
+                            {{"nearest", Mode::kNearest}, {"linear", Mode::kLinear}, {"cubic", Mode::kCubic}});
+  a.coord = parse_enum<Coord>(info, "coordinate_transformation_mode", "half_pixel",
+                              {{"half_pixel", Coord::kHalfPixel},
+                               {"pytorch_half_pixel", Coord::kPytorchHalfPixel},
+                               {"align_corners", Coord::kAlignCorners},
+                               {"asymmetric", Coord::kAsymmetric},
+                               {"tf_half_pixel_for_nn", Coord::kTfHalfPixelForNN},
+                               {"tf_crop_and_resize", Coord::kTfCropAndResize}});
+  a.rounding = parse_enum<Rounding>(info, "nearest_mode", "round_prefer_floor",
+                                    {{"round_prefer_floor", Rounding::kRoundPreferFloor},
+                                     {"round_prefer_ceil", Rounding::kRoundPreferCeil},
+                                     {"floor", Rounding::kFloor},
+                                     {"ceil", Rounding::kCeil}});
+  a.cubic_a = info.attr_float("cubic_coeff_a", -0.75f);
+  a.exclude_outside = info.attr_int("exclude_outside", 0) != 0;
+  a.extrapolation = info.attr_float("extrapolation_value", 0.0f);
+  for (const char* later : {"antialias", "axes", "keep_aspect_ratio_policy"})
+    if (info.has_attr(later))
+      throw_error<NotImplemented>(info.node().describe(), ": Resize attribute '", later, "' (opset 18) is not supported");
+  return a;
+}
+
+/// Output shape and per-axis taps of Resize(X of shape xs), reading roi, scales and sizes at the
+/// forward's input positions (opset 10: scales = 1; 11+: roi = 1, scales = 2, sizes = 3). False
+/// when a value that decides them is unknown now (prepare runs again at run time).
+bool resize_tables(const PrepareContext& ctx, int64_t opset, const ResizeAttrs& a, const Shape& xs, Shape* out,
+                   std::vector<AxisTable>* tables) {
+  const size_t rank = xs.size();
+  if (rank > kMaxRank) ctx.fail("rank ", rank, " exceeds ", kMaxRank);
+  const size_t scales_in = opset < 11 ? 1 : 2;
+  const bool crop = a.coord == Coord::kTfCropAndResize;
+  for (size_t i : {scales_in, size_t(3), size_t(crop ? 1 : 0)})
+    if (i != 0 && (opset >= 11 || i == scales_in) && ctx.has_input(i) && !ctx.input_value(i)) return false;
+  auto nonempty = [&](size_t i) { return ctx.has_input(i) && ctx.input_value(i)->numel() > 0; };
+  const bool use_sizes = opset >= 11 && nonempty(3);
+  if (use_sizes && nonempty(scales_in)) ctx.fail("only one of 'scales' and 'sizes' may be given");
+  if (!use_sizes && !nonempty(scales_in)) ctx.fail("one of 'scales' and 'sizes' must be given");
+
+  std::vector<double> roi(2 * rank, 0.0);
+  for (size_t d = 0; d < rank; ++d) roi[rank + d] = 1.0;
+  if (crop) {
+    if (!nonempty(1)) ctx.fail("tf_crop_and_resize needs 'roi'");
+    const Tensor& rt = *ctx.input_value(1);
+    if (rt.numel() != int64_t(2 * rank)) ctx.fail("roi has ", rt.numel(), " values, expected ", 2 * rank);
+    dispatch<FloatTypes>(rt.dtype(), ctx.node(), [&]<class R>() {
+      for (size_t i = 0; i < 2 * rank; ++i) roi[i] = double(rt.data<R>()[i]);
+    });
+  }
+
+  Shape& ys = *out;
+  ys.assign(rank, 0);
+  std::vector<double> scale(rank), length(rank);
+  if (use_sizes) {
+    const Tensor& st = *ctx.input_value(3);
+    if (st.dtype() != DType::kInt64) ctx.fail("sizes must be int64, got ", st.describe());
+    if (st.numel() != int64_t(rank)) ctx.fail("sizes has ", st.numel(), " values for a rank-", rank, " input");
+    for (size_t d = 0; d < rank; ++d) {
+      ys[d] = st.data<int64_t>()[d];
+      if (ys[d] < 0) ctx.fail("sizes ", shape_to_string(read_int_list(st)), " has a negative size");
+      scale[d] = xs[d] ? double(ys[d]) / double(xs[d]) : 1.0;
+      length[d] = double(ys[d]);
+    }
+  } else {
+    const Tensor& st = *ctx.input_value(scales_in);
+    if (st.dtype() != DType::kFloat32) ctx.fail("scales must be float, got ", st.describe());
+    if (st.numel() != int64_t(rank)) ctx.fail("scales has ", st.numel(), " values for a rank-", rank, " input");
+    for (size_t d = 0; d < rank; ++d) {
+      const double s = st.data<float>()[d];
+      if (!(s > 0) || !std::isfinite(s)) ctx.fail("scale ", s, " on axis ", d, " must be positive");
+      length[d] = double(xs[d]) * (crop ? roi[rank + d] - roi[d] : 1.0) * s;
+      if (!(length[d] < 9.0e18) || length[d] < 0) ctx.fail("scale ", s, " on axis ", d, " is too large");
+      ys[d] = int64_t(std::floor(length[d]));
+      scale[d] = s;
+    }
+  }
+  for (size_t d = 0; d < rank; ++d)
+    if (xs[d] == 0 && ys[d] > 0) ctx.fail("cannot resize an empty axis ", d, " to ", ys[d]);
+  tables->assign(rank, {});
+  for (size_t d = 0; d < rank; ++d) (*tables)[d] = build_axis(a, xs[d], ys[d], scale[d], length[d], roi[d], roi[rank + d]);
+  return true;
+}
+
 class ResizeKernel final : public Kernel {
  public:
-  explicit ResizeKernel(const KernelInfo& info) : opset_(info.opset()) {
-    if (opset_ < 11) {
-      a_.mode = parse_enum<Mode>(info, "mode", "nearest", {{"nearest", Mode::kNearest}, {"linear", Mode::kLinear}});
-      a_.coord = Coord::kAsymmetric;
-      a_.rounding = Rounding::kOpset10;
-      return;
-    }
-    a_.mode = parse_enum<Mode>(info, "mode", "nearest",
-                               {{"nearest", Mode::kNearest}, {"linear", Mode::kLinear}, {"cubic", Mode::kCubic}});
-    a_.coord = parse_enum<Coord>(info, "coordinate_transformation_mode", "half_pixel",
-                                 {{"half_pixel", Coord::kHalfPixel},
-                                  {"pytorch_half_pixel", Coord::kPytorchHalfPixel},
-                                  {"align_corners", Coord::kAlignCorners},
-                                  {"asymmetric", Coord::kAsymmetric},
-                                  {"tf_half_pixel_for_nn", Coord::kTfHalfPixelForNN},
-                                  {"tf_crop_and_resize", Coord::kTfCropAndResize}});
-    a_.rounding = parse_enum<Rounding>(info, "nearest_mode", "round_prefer_floor",
-                                       {{"round_prefer_floor", Rounding::kRoundPreferFloor},
-                                        {"round_prefer_ceil", Rounding::kRoundPreferCeil},
-                                        {"floor", Rounding::kFloor},
-                                        {"ceil", Rounding::kCeil}});
-    a_.cubic_a = info.attr_float("cubic_coeff_a", -0.75f);
-    a_.exclude_outside = info.attr_int("exclude_outside", 0) != 0;
-    a_.extrapolation = info.attr_float("extrapolation_value", 0.0f);
-    for (const char* later : {"antialias", "axes", "keep_aspect_ratio_policy"})
-      if (info.has_attr(later))
-        throw_error<NotImplemented>(info.node().describe(), ": Resize attribute '", later, "' (opset 18) is not supported");
-  }
+  explicit ResizeKernel(const KernelInfo& info) : opset_(info.opset()), a_(read_resize_attrs(info, info.opset())) {}
 
   void prepare(PrepareContext& ctx) override {
     const Shape& xs = ctx.input_shape(0);
     const size_t rank = xs.size();
     const DType dt = ctx.input_dtype(0);
-    if (rank > kMaxRank) ctx.fail("rank ", rank, " exceeds ", kMaxRank);
     if (a_.mode != Mode::kNearest) dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
-    const size_t scales_in = opset_ < 11 ? 1 : 2;
-    const bool crop = a_.coord == Coord::kTfCropAndResize;
-    // Values that decide the output shape or the taps; unknown now -> prepare again at run time.
-    for (size_t i : {scales_in, size_t(3), size_t(crop ? 1 : 0)})
-      if (i != 0 && ctx.has_input(i) && !ctx.input_value(i)) {
-        ctx.set_output_dynamic(0, dt);
-        return;
-      }
-    auto nonempty = [&](size_t i) { return ctx.has_input(i) && ctx.input_value(i)->numel() > 0; };
-    const bool use_sizes = opset_ >= 11 && nonempty(3);
-    if (use_sizes && nonempty(scales_in)) ctx.fail("only one of 'scales' and 'sizes' may be given");
-    if (!use_sizes && !nonempty(scales_in)) ctx.fail("one of 'scales' and 'sizes' must be given");
-
-    std::vector<double> roi(2 * rank, 0.0);
-    for (size_t d = 0; d < rank; ++d) roi[rank + d] = 1.0;
-    if (crop) {
-      if (!nonempty(1)) ctx.fail("tf_crop_and_resize needs 'roi'");
-      const Tensor& rt = *ctx.input_value(1);
-      if (rt.numel() != int64_t(2 * rank)) ctx.fail("roi has ", rt.numel(), " values, expected ", 2 * rank);
-      dispatch<FloatTypes>(rt.dtype(), ctx.node(), [&]<class R>() {
-        for (size_t i = 0; i < 2 * rank; ++i) roi[i] = double(rt.data<R>()[i]);
-      });
-    }
-
-    Shape ys(rank);
-    std::vector<double> scale(rank), length(rank);
-    if (use_sizes) {
-      const Tensor& st = *ctx.input_value(3);
-      if (st.dtype() != DType::kInt64) ctx.fail("sizes must be int64, got ", st.describe());
-      if (st.numel() != int64_t(rank)) ctx.fail("sizes has ", st.numel(), " values for a rank-", rank, " input");
-      for (size_t d = 0; d < rank; ++d) {
-        ys[d] = st.data<int64_t>()[d];
-        if (ys[d] < 0) ctx.fail("sizes ", shape_to_string(read_int_list(st)), " has a negative size");
-        scale[d] = xs[d] ? double(ys[d]) / double(xs[d]) : 1.0;
-        length[d] = double(ys[d]);
-      }
-    } else {
-      const Tensor& st = *ctx.input_value(scales_in);
-      if (st.dtype() != DType::kFloat32) ctx.fail("scales must be float, got ", st.describe());
-      if (st.numel() != int64_t(rank)) ctx.fail("scales has ", st.numel(), " values for a rank-", rank, " input");
-      for (size_t d = 0; d < rank; ++d) {
-        const double s = st.data<float>()[d];
-        if (!(s > 0) || !std::isfinite(s)) ctx.fail("scale ", s, " on axis ", d, " must be positive");
-        length[d] = double(xs[d]) * (crop ? roi[rank + d] - roi[d] : 1.0) * s;
-        if (!(length[d] < 9.0e18) || length[d] < 0) ctx.fail("scale ", s, " on axis ", d, " is too large");
-        ys[d] = int64_t(std::floor(length[d]));
-        scale[d] = s;
-      }
+    Shape ys;
+    std::vector<AxisTable> tables;
+    if (!resize_tables(ctx, opset_, a_, xs, &ys, &tables)) {
+      ctx.set_output_dynamic(0, dt);
+      return;
     }
     check_output_size(ctx, ys, dt);
-    for (size_t d = 0; d < rank; ++d)
-      if (xs[d] == 0 && ys[d] > 0) ctx.fail("cannot resize an empty axis ", d, " to ", ys[d]);
 
-    // Per-axis taps; identity axes at both ends fold into outer / inner.
-    std::vector<AxisTable> tables(rank);
-    for (size_t d = 0; d < rank; ++d)
-      tables[d] = build_axis(a_, xs[d], ys[d], scale[d], length[d], roi[d], roi[rank + d]);
+    // Identity axes at both ends fold into outer / inner.
     size_t first = 0, last = rank;
     while (first < rank && tables[first].identity()) ++first;
     while (last > first && tables[last - 1].identity()) --last;
@@ -600,6 +617,45 @@ class ResizeKernel final : public Kernel {
   ResizePlan p_;
 };
 
+// ResizeGrad (com.onnxtrain): inputs dY, then the forward's roi, scales, sizes (opset 10: scales)
+// and shape(X); the forward's attributes and its opset (forward_opset). The same per-axis taps,
+// transposed: dX = fold of dY along every resized axis (backward.h); outputs outside a
+// tf_crop_and_resize crop took the extrapolation value and pass no gradient.
+class ResizeGradKernel final : public FoldKernel {
+ public:
+  explicit ResizeGradKernel(const KernelInfo& info)
+      : opset_(info.attr_int("forward_opset", 13)), a_(read_resize_attrs(info, opset_)) {}
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const size_t shape_in = opset_ < 11 ? 2 : 4;
+    if (ctx.num_inputs() != shape_in + 1) ctx.fail("expects ", shape_in + 1, " inputs for forward opset ", opset_);
+    Shape xs, ys;
+    std::vector<AxisTable> tables;
+    if (!read_shape_value(ctx, shape_in, dt, &xs) || !resize_tables(ctx, opset_, a_, xs, &ys, &tables))
+      return ctx.set_output_dynamic(0, dt);
+    if (ys != ctx.input_shape(0))
+      ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(0)), " differs from the resized shape ", shape_to_string(ys));
+    folds_.assign(tables.size(), {});
+    for (size_t d = 0; d < tables.size(); ++d) {
+      AxisTable& t = tables[d];
+      AxisFold& f = folds_[d];
+      f.n_in = t.in;
+      f.n_out = t.out;
+      f.K = t.K;
+      f.idx = std::move(t.idx);
+      f.w = std::move(t.w);
+      for (int64_t y = 0; y < t.out; ++y)
+        if (t.outside[size_t(y)]) std::fill(f.idx.begin() + y * t.K, f.idx.begin() + (y + 1) * t.K, -1);
+    }
+    plan(ctx, ys, xs);
+  }
+
+ private:
+  int64_t opset_;
+  ResizeAttrs a_;
+};
+
 // ================================================================ DepthToSpace / SpaceToDepth
 // Both are a transpose of a 6-d view of X: Y (as 6-d, row-major) walks X with `strides`.
 template <class T>
@@ -688,6 +744,9 @@ void register_image(KernelRegistry& r) {
   r.add("SpaceToDepth", 1, kMaxOpsetAll, [](const KernelInfo& i) -> std::unique_ptr<Kernel> {
     return std::make_unique<SpaceDepthKernel>(i, false);
   });
+  // Backward kernel of the Resize gradient rule (src/autodiff/rules.cpp).
+  r.add("com.onnxtrain", "ResizeGrad", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<ResizeGradKernel>(i); });
 }
 
 }  // namespace onnxtrain::kernels

@@ -7,9 +7,14 @@
 //   OneHot(axis):         Y[o, d, i] = d == idx[o, i] ? on : off     Y: I with depth inserted at axis
 // Indices are int32/int64 (OneHot: any numeric); negative indices count from the end; an index
 // outside the axis raises InvalidArgument naming the node and the index (OneHot: all off).
+// Backward kernels (com.onnxtrain, inputs shape(X), indices, dY; duplicates accumulate):
+//   GatherGrad(axis):              dX = zeros; dX[o, idx[j...], i] += dY[o, j..., i]
+//   GatherElementsGrad(axis):      ScatterElements(zeros, idx, dY, reduction add)
+//   GatherNDGrad(batch_dims):      ScatterND(zeros, idx, dY, reduction add), with batch dims
 // Pure data movement dispatches by element size, so every element type (strings too) works.
 #include <cstring>
 
+#include "kernels/cpu/backward.h"
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
 
@@ -48,9 +53,8 @@ struct ElementsAxis {
   int64_t axis = 0, n = 0, astride = 0;
   std::vector<int64_t> strides;  // of the data
 
-  void init(const PrepareContext& ctx, int64_t attr_axis) {
+  void init(const PrepareContext& ctx, const Shape& xs, int64_t attr_axis) {
     check_index_dtype(ctx, 1);
-    const Shape& xs = ctx.input_shape(0);
     const Shape& is = ctx.input_shape(1);
     if (xs.empty()) ctx.fail("data must have rank >= 1");
     if (is.size() != xs.size()) ctx.fail("indices rank ", is.size(), " differs from data rank ", xs.size());
@@ -166,6 +170,18 @@ inline void reduce_into(Reduction red, T* dst, const T* src, int64_t n) {
   }
 }
 
+/// Shape of the scatter's base (input 0; as a *Grad kernel, zeros of the shape input 0 holds);
+/// false when that shape is not known yet.
+bool scatter_base_shape(const PrepareContext& ctx, bool grad, Shape* xs) {
+  if (!grad) {
+    check_updates_dtype(ctx);
+    *xs = ctx.input_shape(0);
+    return true;
+  }
+  dispatch<FloatTypes>(ctx.input_dtype(2), ctx.node(), [&]<class T>() {});
+  return read_shape_value(ctx, 0, ctx.input_dtype(2), xs);
+}
+
 /// Scatter body shared by ScatterND and ScatterElements: plain assignment moves bytes (any
 /// type); reductions dispatch on the numeric type.
 template <class F>
@@ -239,7 +255,7 @@ class GatherElementsKernel final : public Kernel {
  public:
   explicit GatherElementsKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 0)) {}
   void prepare(PrepareContext& ctx) override {
-    e_.init(ctx, axis_);
+    e_.init(ctx, ctx.input_shape(0), axis_);
     ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(1));
   }
   void run(RunContext& ctx) override {
@@ -351,24 +367,28 @@ class GatherNDKernel final : public Kernel {
 
 // ---------------------------------------------------------------- ScatterND
 // U: I[:-1] + X[k:]. Updates apply in index order (duplicates with a reduction accumulate).
+// As GatherNDGrad (grad = true): input 0 is shape(X), the base is zeros, the reduction add, and
+// batch_dims leading dims of X and I are batch dims (as in GatherND).
 class ScatterNDKernel final : public Kernel {
  public:
-  explicit ScatterNDKernel(const KernelInfo& info) : red_(read_reduction(info)) {}
+  ScatterNDKernel(const KernelInfo& info, bool grad)
+      : grad_(grad), red_(grad ? Reduction::kAdd : read_reduction(info)),
+        batch_dims_(grad ? info.attr_int("batch_dims", 0) : 0) {}
   void prepare(PrepareContext& ctx) override {
     check_index_dtype(ctx, 1);
-    check_updates_dtype(ctx);
-    const Shape& xs = ctx.input_shape(0);
+    Shape xs;
+    if (!scatter_base_shape(ctx, grad_, &xs)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
     const Shape& is = ctx.input_shape(1);
     const Shape& us = ctx.input_shape(2);
     if (xs.empty()) ctx.fail("data must have rank >= 1");
-    a_.init(ctx, xs, is, 0);
+    a_.init(ctx, xs, is, batch_dims_);
     Shape expect(is.begin(), is.end() - 1);
-    expect.insert(expect.end(), xs.begin() + a_.k, xs.end());
+    expect.insert(expect.end(), xs.begin() + batch_dims_ + a_.k, xs.end());
     if (us != expect)
       ctx.fail("updates shape ", shape_to_string(us), " must be ", shape_to_string(expect), " for data ",
                shape_to_string(xs), " and indices ", shape_to_string(is));
     ctx.request_workspace(size_t(a_.tuples) * sizeof(int64_t));
-    ctx.set_output(0, ctx.input_dtype(0), xs);
+    ctx.set_output(0, ctx.input_dtype(2), xs);
   }
   void run(RunContext& ctx) override {
     const Tensor& ind = ctx.input(1);
@@ -378,9 +398,10 @@ class ScatterNDKernel final : public Kernel {
     int64_t* offs = static_cast<int64_t*>(ctx.workspace());
     with_index_type(ind, ctx.node(), [&]<class I>() {
       const I* idx = ind.data<I>();
-      for (int64_t t = 0; t < a_.tuples; ++t) offs[t] = a_.offset(ctx, idx, t, 0);
+      for (int64_t t = 0; t < a_.tuples; ++t) offs[t] = a_.offset(ctx, idx, t, batch_dims_);
     });
-    copy_input_to_output(ctx);
+    if (grad_) zero_fill(y);
+    else copy_input_to_output(ctx);
     const int64_t slice = a_.slice, tuples = a_.tuples;
     dispatch_scatter(red_, y.dtype(), ctx.node(), [&]<class T>() {
       const T* u = elems<T>(upd);
@@ -393,23 +414,27 @@ class ScatterNDKernel final : public Kernel {
   }
 
  private:
+  bool grad_;
   Reduction red_;
+  int64_t batch_dims_;
   NdAddressing a_;
 };
 
 // ---------------------------------------------------------------- ScatterElements
 // Y = X; Y[p with p[axis] = idx[p]] (op)= U[p] for p over I's shape (= U's shape).
+// As GatherElementsGrad (grad = true): input 0 is shape(X), the base is zeros, the reduction add.
 class ScatterElementsKernel final : public Kernel {
  public:
-  explicit ScatterElementsKernel(const KernelInfo& info)
-      : axis_(info.attr_int("axis", 0)), red_(read_reduction(info)) {}
+  ScatterElementsKernel(const KernelInfo& info, bool grad)
+      : grad_(grad), axis_(info.attr_int("axis", 0)), red_(grad ? Reduction::kAdd : read_reduction(info)) {}
   void prepare(PrepareContext& ctx) override {
-    check_updates_dtype(ctx);
-    e_.init(ctx, axis_);
+    Shape xs;
+    if (!scatter_base_shape(ctx, grad_, &xs)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
+    e_.init(ctx, xs, axis_);
     if (ctx.input_shape(2) != ctx.input_shape(1))
       ctx.fail("updates shape ", shape_to_string(ctx.input_shape(2)), " differs from indices shape ",
                shape_to_string(ctx.input_shape(1)));
-    ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+    ctx.set_output(0, ctx.input_dtype(2), xs);
   }
   void run(RunContext& ctx) override {
     const Tensor& ind = ctx.input(1);
@@ -421,7 +446,8 @@ class ScatterElementsKernel final : public Kernel {
       const I* idx = ind.data<I>();
       for (int64_t p = 0; p < ind.numel(); ++p) wrap_index(ctx, int64_t(idx[p]), int64_t(axis), n);
     });
-    copy_input_to_output(ctx);
+    if (grad_) zero_fill(y);
+    else copy_input_to_output(ctx);
     if (ind.numel() == 0) return;
     // Positions that differ before `axis` never write the same element: split those.
     const int64_t outer = dim_product(ind.shape(), 0, axis);
@@ -443,9 +469,101 @@ class ScatterElementsKernel final : public Kernel {
   }
 
  private:
+  bool grad_;
   int64_t axis_;
   Reduction red_;
   ElementsAxis e_;
+};
+
+// ---------------------------------------------------------------- GatherGrad
+// dX [outer, n, inner]: dX[o, k, :] = sum over j with idx[j] = k (in index order) of dY[o, j, :].
+// The indices are bucketed by row (a counting sort), then every dX row is written once, in
+// memory order: zeros for rows no index hits, the sum of its gradient rows otherwise. Threads own
+// disjoint row ranges: no atomics, and the result does not depend on the thread count.
+class GatherGradKernel final : public Kernel {
+ public:
+  explicit GatherGradKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 0)) {}
+  void prepare(PrepareContext& ctx) override {
+    check_index_dtype(ctx, 1);
+    const DType dt = ctx.input_dtype(2);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    Shape xs;
+    if (!read_shape_value(ctx, 0, dt, &xs)) return ctx.set_output_dynamic(0, dt);
+    if (xs.empty()) ctx.fail("data must have rank >= 1");
+    axis_n_ = normalize_axis(ctx, axis_, int64_t(xs.size()));
+    const Shape& is = ctx.input_shape(1);
+    Shape ys(xs.begin(), xs.begin() + axis_n_);
+    ys.insert(ys.end(), is.begin(), is.end());
+    ys.insert(ys.end(), xs.begin() + axis_n_ + 1, xs.end());
+    if (ctx.input_shape(2) != ys)
+      ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(2)), " must be ", shape_to_string(ys));
+    outer_ = dim_product(xs, 0, size_t(axis_n_));
+    n_ = xs[size_t(axis_n_)];
+    inner_ = dim_product(xs, size_t(axis_n_) + 1, xs.size());
+    // rows [nidx], order [nidx], bucket starts [n + 1], cursors [n]
+    ctx.request_workspace(size_t(2 * shape_numel(is) + 2 * n_ + 1) * sizeof(int64_t));
+    ctx.set_output(0, dt, xs);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& ind = ctx.input(1);
+    const Tensor& g = ctx.input(2);
+    Tensor& y = ctx.output(0);
+    const int64_t nidx = ind.numel(), n = n_, inner = inner_;
+    int64_t* rows = static_cast<int64_t*>(ctx.workspace());
+    int64_t* order = rows + nidx;
+    int64_t* start = order + nidx;
+    int64_t* cursor = start + n + 1;
+    with_index_type(ind, ctx.node(), [&]<class I>() {
+      const I* idx = ind.data<I>();
+      for (int64_t j = 0; j < nidx; ++j) rows[j] = wrap_index(ctx, int64_t(idx[j]), axis_n_, n);
+    });
+    std::fill(start, start + n + 1, int64_t(0));
+    for (int64_t j = 0; j < nidx; ++j) ++start[rows[j] + 1];
+    for (int64_t k = 0; k < n; ++k) start[k + 1] += start[k];
+    std::copy(start, start + n, cursor);
+    for (int64_t j = 0; j < nidx; ++j) order[cursor[rows[j]]++] = j;
+    dispatch<FloatTypes>(g.dtype(), ctx.node(), [&]<class T>() {
+      using C = compute_t<T>;
+      const T* G = g.data<T>();
+      T* D = y.data<T>();
+      parallel_for(outer_ * n, grain_for(inner), [&](int64_t q0, int64_t q1) {
+        thread_local std::vector<C> acc;
+        for (int64_t q = q0; q < q1;) {  // q = o * n + k: dX row q
+          const int64_t k = q % n;
+          if (start[k] == start[k + 1]) {  // a run of rows no index hits
+            int64_t e = q + 1;
+            while (e < q1 && start[e % n] == start[e % n + 1]) ++e;
+            std::memset(static_cast<void*>(D + q * inner), 0, size_t((e - q) * inner) * sizeof(T));
+            q = e;
+            continue;
+          }
+          const T* src = G + (q / n) * nidx * inner;
+          T* dst = D + q * inner;
+          const int64_t* js = order + start[k];
+          const int64_t cnt = start[k + 1] - start[k];
+          if constexpr (std::is_same_v<T, C>) {
+            std::memcpy(dst, src + js[0] * inner, size_t(inner) * sizeof(T));
+            for (int64_t c = 1; c < cnt; ++c) {
+              const T* s = src + js[c] * inner;
+              for (int64_t i = 0; i < inner; ++i) dst[i] += s[i];
+            }
+          } else {
+            acc.assign(size_t(inner), C(0));
+            for (int64_t c = 0; c < cnt; ++c) {
+              const T* s = src + js[c] * inner;
+              for (int64_t i = 0; i < inner; ++i) acc[size_t(i)] += C(s[i]);
+            }
+            for (int64_t i = 0; i < inner; ++i) dst[i] = T(acc[size_t(i)]);
+          }
+          ++q;
+        }
+      });
+    });
+  }
+
+ private:
+  int64_t axis_;
+  int64_t axis_n_ = 0, outer_ = 0, n_ = 0, inner_ = 0;
 };
 
 // ---------------------------------------------------------------- OneHot
@@ -532,8 +650,14 @@ void register_index(KernelRegistry& r) {
   r.add<GatherElementsKernel>("GatherElements", 11, kMaxOpsetAll);
   r.add<GatherNDKernel>("GatherND", 11, kMaxOpsetAll);  // batch_dims from 12
   // Scatter reductions: none (11-15); add, mul (16-17); max, min (18+). See read_reduction.
-  r.add<ScatterNDKernel>("ScatterND", 11, kMaxOpsetAll);
-  r.add<ScatterElementsKernel>("ScatterElements", 11, kMaxOpsetAll);
+  auto scatter = [](bool nd, bool grad) {
+    return [nd, grad](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+      if (nd) return std::make_unique<ScatterNDKernel>(i, grad);
+      return std::make_unique<ScatterElementsKernel>(i, grad);
+    };
+  };
+  r.add("ScatterND", 11, kMaxOpsetAll, scatter(true, false));
+  r.add("ScatterElements", 11, kMaxOpsetAll, scatter(false, false));
   // OneHot: 9 (indices outside [0, depth) give all-off rows), 11 (negative indices wrap).
   r.add("OneHot", 9, 10, [](const KernelInfo& i) -> std::unique_ptr<Kernel> {
     return std::make_unique<OneHotKernel>(i, false);
@@ -541,6 +665,11 @@ void register_index(KernelRegistry& r) {
   r.add("OneHot", 11, kMaxOpsetAll, [](const KernelInfo& i) -> std::unique_ptr<Kernel> {
     return std::make_unique<OneHotKernel>(i, true);
   });
+  // Backward kernels of the gradient rules (src/autodiff/rules.cpp): inputs shape(X), indices, dY.
+  r.add("com.onnxtrain", "GatherGrad", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GatherGradKernel>(i); });
+  r.add("com.onnxtrain", "GatherElementsGrad", 1, kMaxOpsetAll, scatter(false, true));
+  r.add("com.onnxtrain", "GatherNDGrad", 1, kMaxOpsetAll, scatter(true, true));
 }
 
 }  // namespace onnxtrain::kernels

@@ -9,6 +9,7 @@
 #include <climits>
 #include <set>
 
+#include "kernels/cpu/backward.h"
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/registry.h"
@@ -284,75 +285,106 @@ class SplitKernel final : public Kernel {
 // Opset 1-9: starts/ends/axes attributes; 10+: inputs starts, ends, axes, steps. Per axis:
 // negatives count from the back, then start is clamped to [0, d] ([0, d-1] for negative steps)
 // and end to [0, d] ([-1, d-1]); count = ceil((end - start) / step) when positive.
+// SliceGrad (com.onnxtrain): inputs dY, shape(X), starts, ends[, axes, steps]: dX = zeros with
+// the sliced positions set from dY (the same geometry, the copy reversed).
+struct SliceAttrs {
+  bool from_input = true, has_axes = false;
+  std::vector<int64_t> starts, ends, axes;
+};
+
+// Geometry of Y = X[slice] for an X of shape `in`: Y's shape, X's strides per Y axis and the X
+// offset of Y[0]. Inputs starts.. are read from `first` on; false when a value is unknown now.
+bool slice_geometry(const PrepareContext& ctx, const SliceAttrs& at, size_t first, const Shape& in, Shape* out,
+                    std::vector<int64_t>* strides, int64_t* offset) {
+  std::vector<int64_t> starts = at.starts, ends = at.ends, axes = at.axes, steps;
+  bool has_axes = at.has_axes, has_steps = false;
+  if (at.from_input) {
+    if (!read_list_input(ctx, first, "starts", &starts) || !read_list_input(ctx, first + 1, "ends", &ends) ||
+        !read_list_input(ctx, first + 2, "axes", &axes, &has_axes) ||
+        !read_list_input(ctx, first + 3, "steps", &steps, &has_steps))
+      return false;
+  }
+  const size_t r = in.size();
+  if (starts.size() != ends.size()) ctx.fail("starts ", shape_to_string(starts), " and ends ", shape_to_string(ends), " differ in length");
+  if (!has_axes) {
+    axes.clear();
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  }
+  if (!has_steps) steps.assign(starts.size(), 1);
+  if (axes.size() != starts.size() || steps.size() != starts.size())
+    ctx.fail("starts, ends, axes and steps differ in length (", starts.size(), ", ", ends.size(), ", ", axes.size(), ", ",
+             steps.size(), ")");
+  *out = in;
+  const auto st = contiguous_strides(in);
+  *strides = st;
+  int64_t base = 0;
+  std::vector<bool> seen(r, false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = normalize_axis(ctx, axes[i], int64_t(r));
+    if (seen[size_t(a)]) ctx.fail("axis ", axes[i], " is repeated");
+    seen[size_t(a)] = true;
+    const int64_t d = in[size_t(a)], step = steps[i];
+    if (step == 0) ctx.fail("step of axis ", a, " is zero");
+    int64_t s = starts[i], e = ends[i];
+    if (s < 0) s += d;
+    if (e < 0) e += d;
+    __int128 count;
+    if (d == 0) {
+      count = 0;
+    } else if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, d);
+      e = std::clamp<int64_t>(e, 0, d);
+      count = e > s ? (__int128(e) - s - 1) / step + 1 : 0;
+    } else {
+      s = std::clamp<int64_t>(s, 0, d - 1);
+      e = std::clamp<int64_t>(e, -1, d - 1);
+      count = s > e ? (__int128(s) - e - 1) / -__int128(step) + 1 : 0;
+    }
+    (*out)[size_t(a)] = int64_t(count);
+    if (count > 0) base += s * st[size_t(a)];
+    (*strides)[size_t(a)] = count > 1 ? step * st[size_t(a)] : 0;
+  }
+  *offset = base;
+  return true;
+}
+
+// Slice, or SliceGrad (grad: input 1 is shape(X); the copy runs backwards into zeros).
 class SliceKernel final : public Kernel {
  public:
-  explicit SliceKernel(const KernelInfo& info) : from_input_(info.opset() >= 10) {
-    if (!from_input_) {
-      starts_ = info.attr_ints("starts");
-      ends_ = info.attr_ints("ends");
-      has_axes_ = info.has_attr("axes");
-      axes_ = info.attr_ints("axes", {});
+  SliceKernel(const KernelInfo& info, bool grad) : grad_(grad) {
+    at_.from_input = grad || info.opset() >= 10;
+    if (!at_.from_input) {
+      at_.starts = info.attr_ints("starts");
+      at_.ends = info.attr_ints("ends");
+      at_.has_axes = info.has_attr("axes");
+      at_.axes = info.attr_ints("axes", {});
     }
   }
   void prepare(PrepareContext& ctx) override {
-    std::vector<int64_t> starts = starts_, ends = ends_, axes = axes_, steps;
-    bool has_axes = has_axes_, has_steps = false;
-    if (from_input_) {
-      if (!read_list_input(ctx, 1, "starts", &starts) || !read_list_input(ctx, 2, "ends", &ends) ||
-          !read_list_input(ctx, 3, "axes", &axes, &has_axes) || !read_list_input(ctx, 4, "steps", &steps, &has_steps))
-        return ctx.set_output_dynamic(0, ctx.input_dtype(0));
+    const DType dt = ctx.input_dtype(0);
+    Shape xs = ctx.input_shape(0), ys;
+    std::vector<int64_t> ss;
+    if (grad_) dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
+    if ((grad_ && !read_shape_value(ctx, 1, dt, &xs)) || !slice_geometry(ctx, at_, grad_ ? 2 : 1, xs, &ys, &ss, &offset_))
+      return ctx.set_output_dynamic(0, dt);
+    if (grad_) {
+      if (ys != ctx.input_shape(0))
+        ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(0)), " differs from the slice's shape ", shape_to_string(ys));
+      if (!copy_.init(ys, contiguous_strides(ys), ss)) ctx.fail("rank ", ys.size(), " is too large");
+      return ctx.set_output(0, dt, xs);
     }
-    const Shape& in = ctx.input_shape(0);
-    const size_t r = in.size();
-    if (starts.size() != ends.size()) ctx.fail("starts ", shape_to_string(starts), " and ends ", shape_to_string(ends), " differ in length");
-    if (!has_axes) {
-      axes.clear();
-      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-    }
-    if (!has_steps) steps.assign(starts.size(), 1);
-    if (axes.size() != starts.size() || steps.size() != starts.size())
-      ctx.fail("starts, ends, axes and steps differ in length (", starts.size(), ", ", ends.size(), ", ", axes.size(), ", ",
-               steps.size(), ")");
-    Shape out = in;
-    const auto st = contiguous_strides(in);
-    std::vector<int64_t> ss = st;
-    int64_t base = 0;
-    std::vector<bool> seen(r, false);
-    for (size_t i = 0; i < axes.size(); ++i) {
-      const int64_t a = normalize_axis(ctx, axes[i], int64_t(r));
-      if (seen[size_t(a)]) ctx.fail("axis ", axes[i], " is repeated");
-      seen[size_t(a)] = true;
-      const int64_t d = in[size_t(a)], step = steps[i];
-      if (step == 0) ctx.fail("step of axis ", a, " is zero");
-      int64_t s = starts[i], e = ends[i];
-      if (s < 0) s += d;
-      if (e < 0) e += d;
-      __int128 count;
-      if (d == 0) {
-        count = 0;
-      } else if (step > 0) {
-        s = std::clamp<int64_t>(s, 0, d);
-        e = std::clamp<int64_t>(e, 0, d);
-        count = e > s ? (__int128(e) - s - 1) / step + 1 : 0;
-      } else {
-        s = std::clamp<int64_t>(s, 0, d - 1);
-        e = std::clamp<int64_t>(e, -1, d - 1);
-        count = s > e ? (__int128(s) - e - 1) / -__int128(step) + 1 : 0;
-      }
-      out[size_t(a)] = int64_t(count);
-      if (count > 0) base += s * st[size_t(a)];
-      ss[size_t(a)] = count > 1 ? step * st[size_t(a)] : 0;
-    }
-    if (!copy_.init(out, ss, contiguous_strides(out))) ctx.fail("rank ", r, " is too large");
-    offset_ = base;
-    if (base == 0 && copy_.is_identity()) ctx.set_output_alias(0, 0, out);
-    else ctx.set_output(0, ctx.input_dtype(0), out);
+    if (!copy_.init(ys, ss, contiguous_strides(ys))) ctx.fail("rank ", ys.size(), " is too large");
+    if (offset_ == 0 && copy_.is_identity()) ctx.set_output_alias(0, 0, ys);
+    else ctx.set_output(0, dt, ys);
   }
-  void run(RunContext& ctx) override { run_copy(ctx, copy_, 0, 0, offset_); }
+  void run(RunContext& ctx) override {
+    if (grad_) zero_fill(ctx.output(0));
+    run_copy(ctx, copy_, 0, 0, grad_ ? 0 : offset_, grad_ ? offset_ : 0);
+  }
 
  private:
-  bool from_input_, has_axes_ = false;
-  std::vector<int64_t> starts_, ends_, axes_;
+  bool grad_;
+  SliceAttrs at_;
   StridedCopy copy_;
   int64_t offset_ = 0;
 };
@@ -399,15 +431,76 @@ class TileKernel final : public Kernel {
 // (possibly cropped, negative pads) input range [lo, lo + m), relative index i = o - max(b, 0):
 //   inside: lo + i; edge: clamp; reflect: period 2(m-1) mirror; wrap: i mod m.
 // Rows of the innermost axis are precomputed as segments (constant runs, contiguous copies).
+// PadGrad (com.onnxtrain, attribute mode): inputs dY, shape(X), pads[, axes]: dX[map(o)] += dY[o]
+// per axis (backward.h): the edge, mirrored and wrapped copies fold back onto their sources.
+enum class PadMode { kConstant, kReflect, kEdge, kWrap };
+
+PadMode read_pad_mode(const KernelInfo& info, int64_t opset) {
+  const std::string mode = info.attr_string("mode", "constant");
+  if (mode == "constant") return PadMode::kConstant;
+  if (mode == "reflect") return PadMode::kReflect;
+  if (mode == "edge") return PadMode::kEdge;
+  if (mode == "wrap" && opset >= 19) return PadMode::kWrap;
+  info.fail("unsupported mode '", mode, "'");
+}
+
+// Output shape and per-axis index maps of Pad(X of shape `in`, pads over `axes` or every axis).
+// The padded shape must fit `dt` elements in memory.
+void pad_maps(const PrepareContext& ctx, PadMode mode, const Shape& in, DType dt, const std::vector<int64_t>& pads,
+              std::vector<int64_t> axes, bool has_axes, Shape* out, std::vector<std::vector<int64_t>>* maps) {
+  const int64_t r = int64_t(in.size());
+  if (!has_axes) {
+    axes.clear();
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  }
+  if (pads.size() != 2 * axes.size())
+    ctx.fail("pads ", shape_to_string(pads), " must hold 2 values per axis (", axes.size(), " axes)");
+  std::vector<int64_t> begin(size_t(r), 0), end(size_t(r), 0);
+  std::vector<bool> seen(size_t(r), false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    const int64_t a = normalize_axis(ctx, axes[i], r);
+    if (seen[size_t(a)]) ctx.fail("axis ", axes[i], " is repeated");
+    seen[size_t(a)] = true;
+    begin[size_t(a)] = pads[i];
+    end[size_t(a)] = pads[i + axes.size()];
+  }
+  out->assign(size_t(r), 0);
+  for (size_t a = 0; a < size_t(r); ++a) {
+    int64_t& o = (*out)[a];
+    if (__builtin_add_overflow(in[a], begin[a], &o) || __builtin_add_overflow(o, end[a], &o) || o < 0)
+      ctx.fail("pads ", shape_to_string(pads), " give a negative or overflowing size on axis ", a, " of ", shape_to_string(in));
+  }
+  check_output_size(ctx, *out, dt);
+  maps->assign(size_t(r), {});
+  for (size_t a = 0; a < size_t(r); ++a) {
+    const int64_t lo = std::max<int64_t>(-begin[a], 0);
+    const int64_t m = in[a] - lo - std::max<int64_t>(-end[a], 0);  // kept input elements (>= 0 here)
+    const int64_t first = std::max<int64_t>(begin[a], 0);
+    auto& map = (*maps)[a];
+    map.resize(size_t((*out)[a]));
+    for (int64_t o = 0; o < (*out)[a]; ++o) {
+      const int64_t i = o - first;
+      int64_t src = -1;
+      if (i >= 0 && i < m) src = lo + i;
+      else if (mode != PadMode::kConstant) {
+        if (m <= 0)
+          ctx.fail("cannot pad an empty axis ", a, " in ", mode == PadMode::kEdge ? "edge" : mode == PadMode::kWrap ? "wrap" : "reflect", " mode");
+        if (mode == PadMode::kEdge) src = lo + std::clamp<int64_t>(i, 0, m - 1);
+        else if (mode == PadMode::kWrap) src = lo + ((i % m) + m) % m;
+        else if (m == 1) src = lo;
+        else {
+          const int64_t p = 2 * (m - 1), t = ((i % p) + p) % p;
+          src = lo + (t < m ? t : p - t);
+        }
+      }
+      map[size_t(o)] = src;
+    }
+  }
+}
+
 class PadKernel final : public Kernel {
  public:
-  explicit PadKernel(const KernelInfo& info) : opset_(info.opset()) {
-    const std::string mode = info.attr_string("mode", "constant");
-    if (mode == "constant") mode_ = kConstant;
-    else if (mode == "reflect") mode_ = kReflect;
-    else if (mode == "edge") mode_ = kEdge;
-    else if (mode == "wrap" && opset_ >= 19) mode_ = kWrap;
-    else info.fail("unsupported mode '", mode, "'");
+  explicit PadKernel(const KernelInfo& info) : opset_(info.opset()), mode_(read_pad_mode(info, info.opset())) {
     if (opset_ < 11) {
       pads_attr_ = info.attr_ints(opset_ < 2 ? "paddings" : "pads");
       value_attr_ = info.attr_float("value", 0.0f);
@@ -429,52 +522,10 @@ class PadKernel final : public Kernel {
         if (shape_numel(ctx.input_shape(2)) != 1) ctx.fail("constant_value must be a scalar, got ", shape_to_string(ctx.input_shape(2)));
       }
     }
-    if (!has_axes)
-      for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-    if (pads.size() != 2 * axes.size())
-      ctx.fail("pads ", shape_to_string(pads), " must hold 2 values per axis (", axes.size(), " axes)");
-    std::vector<int64_t> begin(size_t(r), 0), end(size_t(r), 0);
-    std::vector<bool> seen(size_t(r), false);
-    for (size_t i = 0; i < axes.size(); ++i) {
-      const int64_t a = normalize_axis(ctx, axes[i], r);
-      if (seen[size_t(a)]) ctx.fail("axis ", axes[i], " is repeated");
-      seen[size_t(a)] = true;
-      begin[size_t(a)] = pads[i];
-      end[size_t(a)] = pads[i + axes.size()];
-    }
-    Shape out(static_cast<size_t>(r));
-    for (size_t a = 0; a < size_t(r); ++a) {
-      if (__builtin_add_overflow(in[a], begin[a], &out[a]) || __builtin_add_overflow(out[a], end[a], &out[a]) || out[a] < 0)
-        ctx.fail("pads ", shape_to_string(pads), " give a negative or overflowing size on axis ", a, " of ", shape_to_string(in));
-    }
-    check_output_size(ctx, out, dt);
+    Shape out;
+    pad_maps(ctx, mode_, in, dt, pads, axes, has_axes, &out, &maps_);
     if (opset_ < 11)  // the float `value` attribute in the element type
       dispatch<NumericTypes>(dt, ctx.node(), [&]<class U>() { pad_value_ = Tensor::scalar<U>(static_cast<U>(value_attr_)); });
-    // Index maps.
-    maps_.assign(size_t(r), {});
-    for (size_t a = 0; a < size_t(r); ++a) {
-      const int64_t lo = std::max<int64_t>(-begin[a], 0);
-      const int64_t m = in[a] - lo - std::max<int64_t>(-end[a], 0);  // kept input elements (>= 0 here)
-      const int64_t first = std::max<int64_t>(begin[a], 0);
-      auto& map = maps_[a];
-      map.resize(size_t(out[a]));
-      for (int64_t o = 0; o < out[a]; ++o) {
-        const int64_t i = o - first;
-        int64_t src = -1;
-        if (i >= 0 && i < m) src = lo + i;
-        else if (mode_ != kConstant) {
-          if (m <= 0) ctx.fail("cannot pad an empty axis ", a, " in ", mode_ == kEdge ? "edge" : mode_ == kWrap ? "wrap" : "reflect", " mode");
-          if (mode_ == kEdge) src = lo + std::clamp<int64_t>(i, 0, m - 1);
-          else if (mode_ == kWrap) src = lo + ((i % m) + m) % m;
-          else if (m == 1) src = lo;
-          else {
-            const int64_t p = 2 * (m - 1), t = ((i % p) + p) % p;
-            src = lo + (t < m ? t : p - t);
-          }
-        }
-        map[size_t(o)] = src;
-      }
-    }
     in_strides_ = contiguous_strides(in);
     out_shape_ = out;
     segs_.clear();
@@ -535,12 +586,11 @@ class PadKernel final : public Kernel {
   }
 
  private:
-  enum Mode { kConstant, kReflect, kEdge, kWrap };
   struct Seg {
     int64_t begin, len, src;  // src < 0: the constant
   };
   int64_t opset_;
-  Mode mode_ = kConstant;
+  PadMode mode_;
   std::vector<int64_t> pads_attr_;
   float value_attr_ = 0;
   Tensor pad_value_;
@@ -548,6 +598,35 @@ class PadKernel final : public Kernel {
   std::vector<int64_t> in_strides_;
   Shape out_shape_;
   std::vector<Seg> segs_;
+};
+
+class PadGradKernel final : public FoldKernel {
+ public:
+  explicit PadGradKernel(const KernelInfo& info) : mode_(read_pad_mode(info, kMaxOpsetAll)) {}
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    Shape xs, ys;
+    std::vector<int64_t> pads, axes;
+    bool has_axes = false;
+    if (!read_shape_value(ctx, 1, dt, &xs) || !read_list_input(ctx, 2, "pads", &pads) ||
+        !read_list_input(ctx, 3, "axes", &axes, &has_axes))
+      return ctx.set_output_dynamic(0, dt);
+    std::vector<std::vector<int64_t>> maps;
+    pad_maps(ctx, mode_, xs, dt, pads, axes, has_axes, &ys, &maps);
+    if (ys != ctx.input_shape(0))
+      ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(0)), " differs from the padded shape ", shape_to_string(ys));
+    folds_.assign(maps.size(), {});
+    for (size_t a = 0; a < maps.size(); ++a) {
+      folds_[a].n_in = xs[a];
+      folds_[a].n_out = ys[a];
+      folds_[a].idx = std::move(maps[a]);
+    }
+    plan(ctx, ys, xs);
+  }
+
+ private:
+  PadMode mode_;
 };
 
 // ---------------------------------------------------------------- Trilu
@@ -639,14 +718,21 @@ void register_movement(KernelRegistry& r) {
   r.add<SplitKernel>("Split", 2, 12);              // split attribute (11: negative axis)
   r.add<SplitKernel>("Split", 13, 17);             // split input
   r.add<SplitKernel>("Split", 18, kMaxOpsetAll);   // num_outputs
-  r.add<SliceKernel>("Slice", 1, 9);               // starts/ends/axes attributes
-  r.add<SliceKernel>("Slice", 10, kMaxOpsetAll);   // inputs, steps
+  auto slice = [](bool grad) {
+    return [grad](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SliceKernel>(i, grad); };
+  };
+  r.add("Slice", 1, 9, slice(false));             // starts/ends/axes attributes
+  r.add("Slice", 10, kMaxOpsetAll, slice(false));  // inputs, steps
   r.add<TileKernel>("Tile", 6, kMaxOpsetAll);
   r.add<PadKernel>("Pad", 1, 10);                  // pads (1: paddings) and value attributes
   r.add<PadKernel>("Pad", 11, 17);                 // pads and constant_value inputs (13: bool)
   r.add<PadKernel>("Pad", 18, kMaxOpsetAll);       // axes input (19: wrap mode)
   r.add<TriluKernel>("Trilu", 14, kMaxOpsetAll);
   r.add<NonZeroKernel>("NonZero", 9, kMaxOpsetAll);
+  // Backward kernels of the gradient rules (src/autodiff/rules.cpp).
+  r.add("com.onnxtrain", "SliceGrad", 1, kMaxOpsetAll, slice(true));
+  r.add("com.onnxtrain", "PadGrad", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<PadGradKernel>(i); });
 }
 
 }  // namespace onnxtrain::kernels

@@ -94,6 +94,7 @@ class BatchNormKernel final : public Kernel {
     spatial_ = info.opset() >= 9 || info.attr_int("spatial", 1) != 0;
     new_style_ = info.opset() >= 14;
     train_attr_ = new_style_ ? info.attr_int("training_mode", 0) != 0 : info.attr_int("is_test", 0) == 0;
+    torch_var_ = info.options().torch_running_var;
   }
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
@@ -156,11 +157,15 @@ class BatchNormKernel final : public Kernel {
       });
     });
     // Optional outputs: running statistics, then (opset < 14) the batch's saved statistics.
-    if (training_)
+    if (training_) {
+      // PyTorch feeds the unbiased batch variance into the running variance.
+      const double count = double(N * S);
+      const double unbias = torch_var_ && count > 1 ? count / (count - 1) : 1.0;
       for (int64_t c = 0; c < C; ++c) {
         mean[c] = mean[c] * momentum_ + mu[c] * (1.0 - momentum_);
-        var[c] = var[c] * momentum_ + sigma2[c] * (1.0 - momentum_);
+        var[c] = var[c] * momentum_ + sigma2[c] * unbias * (1.0 - momentum_);
       }
+    }
     const double* outs[] = {nullptr, mean, var, mu, sigma2};
     for (size_t k = 1; k < 5; ++k)
       if (ctx.has_output(k)) store_as(ctx.output(k), outs[k], ctx.node());
@@ -168,6 +173,7 @@ class BatchNormKernel final : public Kernel {
 
  private:
   float eps_, momentum_;
+  bool torch_var_ = false;
   bool spatial_, new_style_, train_attr_, training_ = false;
   int64_t n_ = 0, c_ = 0, s_ = 0;
 };

@@ -1,4 +1,4 @@
-// Pooling (forward). X[N, C, D...] -> Y[N, C, O...]; a window of kernel k, stride s, dilation d
+// Pooling, forward and gradient kernels. X[N, C, D...] -> Y[N, C, O...]; a window of kernel k, stride s, dilation d
 // and pads pb/pe slides over each (n, c) plane: window(o) = { o*s - pb + k*d : 0 <= k < kernel }.
 //   MaxPool      Y = max over the window's inputs; Indices (opset 8+) = flat index of the max in X,
 //                spatial part row-major (storage_order 0) or column-major (1)
@@ -6,9 +6,15 @@
 //                the padded input [-pb, in + pe) (count_include_pad 1)
 //   LpPool       Y = (sum |x|^p)^(1/p) over the inputs inside X (pads contribute 0)
 //   Global*Pool  the window is the whole plane: Y[N, C, 1...]
-// float32 max/average pooling runs oneDNN (pooling_v2) when no Indices are asked for; everything
-// else runs the loop below (every float type, int8/uint8 for MaxPool).
+// Gradients (com.onnxtrain.<Pool>Grad, see PoolGradKernel):
+//   MaxPool      dX[first argmax of window o] += dY[o]   (ties: the first maximum, as PyTorch)
+//   AveragePool  dX[q] += dY[o] / count(o) for every q of window o
+//   LpPool       dX[q] += dY[o] sign(x_q) |x_q|^(p-1) / Y[o]^(p-1)
+// float32 max/average pooling runs oneDNN (pooling_v2) when no Indices are asked for, and so does
+// the float32 average pooling gradient; everything else runs the loops below (every float type,
+// int8/uint8 for MaxPool).
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/common.h"
@@ -30,95 +36,201 @@ T lowest() {
   else return std::numeric_limits<T>::lowest();
 }
 
-// Pooling loop for every type and geometry. Output rows (all dims but the last) are split across
-// threads; per row, the input offsets of the window's valid outer positions are listed once, and
-// per output column the valid range of the last kernel dim comes from a table, so the inner loops
-// run without bounds checks or divisions.
+// Tables of one windowed geometry, shared by the forward and backward loops: per output column
+// (last spatial dim) the valid range [lo, hi) of the last kernel dim and its count inside the pads;
+// per output row (all dims but the last) the input offsets of the window's valid outer positions,
+// listed once, so the inner loops run without bounds checks or divisions.
+struct PoolTables {
+  const WindowGeom& g;
+  size_t L;
+  int64_t pin, OW, rows, dl, KL, outer_window;
+  int64_t full_begin = 0, full_end = 0;  // columns whose last-dim window is whole
+  std::vector<int64_t> istride, lo, hi, pad_n, col0;
+
+  explicit PoolTables(const WindowGeom& geom) : g(geom), L(geom.nd - 1) {
+    pin = shape_numel(g.in), OW = g.out[L], rows = shape_numel(g.out) / std::max<int64_t>(OW, 1);
+    dl = g.dilation[L], KL = g.kernel[L], outer_window = dim_product(g.kernel, 0, L);
+    istride = contiguous_strides(g.in);
+    const size_t ow_n = size_t(OW);
+    lo.resize(ow_n), hi.resize(ow_n), pad_n.resize(ow_n), col0.resize(ow_n);
+    for (int64_t o = 0; o < OW; ++o) {
+      range(L, o, &lo[size_t(o)], &hi[size_t(o)], &pad_n[size_t(o)]);
+      col0[size_t(o)] = o * g.stride[L] - g.pad_b[L];
+    }
+    while (full_begin < OW && (lo[size_t(full_begin)] != 0 || hi[size_t(full_begin)] != KL)) ++full_begin;
+    for (full_end = full_begin; full_end < OW && lo[size_t(full_end)] == 0 && hi[size_t(full_end)] == KL;) ++full_end;
+  }
+
+  // Valid kernel range [lo, hi) along dim d for output o, and its count inside the pads.
+  void range(size_t d, int64_t o, int64_t* l, int64_t* h, int64_t* in_pad) const {
+    const int64_t st = o * g.stride[d] - g.pad_b[d], dd = g.dilation[d];
+    *l = st < 0 ? (-st + dd - 1) / dd : 0;
+    *h = std::max(*l, std::min(g.kernel[d], (g.in[d] - st + dd - 1) / dd));
+    *in_pad = std::min(g.kernel[d], (g.in[d] + g.pad_e[d] - st + dd - 1) / dd);
+  }
+
+  // Plane offsets of the valid outer window rows of output row `row` (flat over all output dims
+  // but the last) into offs; returns their count. *count_pad: the outer window positions inside
+  // the pads.
+  size_t row_offsets(int64_t row, int64_t* offs, int64_t* count_pad) const {
+    int64_t o[16], klo[16], khi[16], k[16];
+    int64_t rem = row;
+    *count_pad = 1;
+    for (size_t d = L; d-- > 0;) {
+      o[d] = rem % g.out[d];
+      rem /= g.out[d];
+    }
+    bool empty = false;
+    for (size_t d = 0; d < L; ++d) {
+      int64_t in_pad;
+      range(d, o[d], &klo[d], &khi[d], &in_pad);
+      *count_pad *= in_pad;
+      empty = empty || khi[d] <= klo[d];
+      k[d] = klo[d];
+    }
+    size_t n_offs = 0;
+    while (!empty) {  // odometer over the valid outer window positions
+      int64_t off = 0;
+      for (size_t d = 0; d < L; ++d) off += (o[d] * g.stride[d] - g.pad_b[d] + k[d] * g.dilation[d]) * istride[d];
+      offs[n_offs++] = off;
+      size_t d = L;
+      while (d-- > 0) {
+        if (++k[d] < khi[d]) break;
+        k[d] = klo[d];
+      }
+      if (d == size_t(-1)) break;
+    }
+    return n_offs;
+  }
+
+  // Divisor of AveragePool for column c.
+  int64_t count(int64_t c, size_t n_offs, int64_t count_pad, bool include_pad) const {
+    return include_pad ? count_pad * pad_n[size_t(c)] : int64_t(n_offs) * (hi[size_t(c)] - lo[size_t(c)]);
+  }
+  // f(q) for every valid input q (plane offset) in the window of column c.
+  template <class F>
+  void for_window(int64_t c, const int64_t* offs, size_t n_offs, F&& f) const {
+    const int64_t base = col0[size_t(c)];
+    for (size_t j = 0; j < n_offs; ++j)
+      for (int64_t kl = lo[size_t(c)]; kl < hi[size_t(c)]; ++kl) f(offs[j] + base + kl * dl);
+  }
+};
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));  // unaligned loads
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+// p[0], p[s], ..., p[7s]; `wide`: p[15] may be read too (stride 2 loads two vectors).
+inline v8f load_strided(const float* p, int64_t s, bool wide) {
+  if (s == 1) return *reinterpret_cast<const v8f_u*>(p);
+  if (s == 2 && wide) {
+    const v8f a = *reinterpret_cast<const v8f_u*>(p), b = *reinterpret_cast<const v8f_u*>(p + 8);
+    return __builtin_shufflevector(a, b, 0, 2, 4, 6, 8, 10, 12, 14);
+  }
+  return v8f{p[0], p[s], p[2 * s], p[3 * s], p[4 * s], p[5 * s], p[6 * s], p[7 * s]};
+}
+
+// Max and first argmax of the 8 interior columns c..c+7 of one row (float), in vector registers:
+// the comparisons are data-dependent, so branch-free lanes beat scalar code by far (2.7x).
+template <class Done>
+void max8(const PoolTables& t, const float* xp, int64_t c, const int64_t* offs, size_t n_offs, Done&& done) {
+  const int64_t sL = t.g.stride[t.L], c0 = t.col0[size_t(c)];
+  const bool wide = t.col0[size_t(c + 7)] + (t.KL - 1) * t.dl + 1 < t.g.in[t.L];  // p[15] still in the row
+  const v8i lane = v8i{0, 1, 2, 3, 4, 5, 6, 7} * int32_t(sL);
+  v8f acc = v8f{} - std::numeric_limits<float>::infinity();
+  v8i best = v8i{} - 1;
+  for (size_t j = 0; j < n_offs; ++j)
+    for (int64_t kl = 0; kl < t.KL; ++kl) {
+      const int64_t q0 = offs[j] + kl * t.dl + c0;
+      const v8f v = load_strided(xp + q0, sL, wide);
+      const v8i gt = v > acc;
+      acc = gt ? v : acc;
+      best = gt ? lane + int32_t(q0) : best;
+    }
+  for (int v = 0; v < 8; ++v) done(c + v, acc[v], int64_t(best[v]));
+}
+
+// Reduces the windows of one output row of one plane (xp): finish(c, acc, best) for every output
+// column c, with acc the max / sum / sum of |x|^p over the window and (max) best the plane offset
+// of its first maximum, -1 for an empty window. Interior columns (whole last-dim window inside
+// the input) go kLanes at a time: independent accumulator chains instead of one dependent chain.
+template <PoolKind K, class T, class Acc, class Finish>
+void reduce_row(const PoolTables& t, const T* xp, const int64_t* offs, size_t n_offs, double p, Finish&& finish) {
+  constexpr int kLanes = 8;
+  auto update = [&](Acc& acc, int64_t& best, int64_t q) {
+    const Acc v = Acc(compute_t<T>(xp[q]));
+    if constexpr (K == PoolKind::kMax) {  // branch-free: the comparison is unpredictable
+      const bool gt = v > acc;
+      acc = gt ? v : acc;
+      best = gt ? q : best;
+    } else if constexpr (K == PoolKind::kAvg) {
+      acc += v;
+    } else {
+      acc += p == 2.0 ? v * v : p == 1.0 ? std::abs(v) : std::pow(std::abs(v), p);
+    }
+  };
+  auto done = [&](int64_t c, Acc acc, int64_t best) {
+    // All values were the lowest: the first valid one is the max.
+    if (K == PoolKind::kMax && best < 0 && n_offs > 0 && t.hi[size_t(c)] > t.lo[size_t(c)])
+      best = offs[0] + t.col0[size_t(c)] + t.lo[size_t(c)] * t.dl;
+    finish(c, acc, best);
+  };
+  const Acc init = K == PoolKind::kMax ? Acc(compute_t<T>(lowest<T>())) : Acc(0);
+  auto one = [&](int64_t c) {  // any column
+    Acc acc = init;
+    int64_t best = -1;
+    t.for_window(c, offs, n_offs, [&](int64_t q) { update(acc, best, q); });
+    done(c, acc, best);
+  };
+  int64_t c = 0;
+  for (; c < t.full_begin; ++c) one(c);
+  if constexpr (K == PoolKind::kMax && std::is_same_v<T, float>) {
+    if (t.pin <= std::numeric_limits<int32_t>::max())
+      for (; c + kLanes <= t.full_end; c += kLanes) max8(t, xp, c, offs, n_offs, done);
+  }
+  for (; c + kLanes <= t.full_end; c += kLanes) {
+    Acc acc[kLanes];
+    int64_t best[kLanes];
+    for (int v = 0; v < kLanes; ++v) acc[v] = init, best[v] = -1;
+    for (size_t j = 0; j < n_offs; ++j)
+      for (int64_t kl = 0; kl < t.KL; ++kl) {
+        const int64_t q0 = offs[j] + kl * t.dl;
+        for (int v = 0; v < kLanes; ++v) update(acc[v], best[v], q0 + t.col0[size_t(c + v)]);
+      }
+    for (int v = 0; v < kLanes; ++v) done(c + v, acc[v], best[v]);
+  }
+  for (; c < t.OW; ++c) one(c);
+}
+
+// Sums accumulate in double; the max is exact in the element's own compute type.
+template <PoolKind K, class T>
+using PoolAcc = std::conditional_t<K != PoolKind::kMax && std::is_floating_point_v<compute_t<T>>, double, compute_t<T>>;
+
+// Forward pooling loop for every type and geometry; output rows are split across threads.
 //   x: [planes, in...], y: [planes, out...], ind: flat indices (MaxPool) or null.
 template <PoolKind K, class T>
 void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom& g, bool include_pad, double p,
                bool col_major) {
-  // Sums accumulate in double; the max is exact in the element's own compute type.
-  using Acc = std::conditional_t<K != PoolKind::kMax && std::is_floating_point_v<compute_t<T>>, double, compute_t<T>>;
-  const size_t nd = g.nd, L = nd - 1;
-  const int64_t pin = shape_numel(g.in), OW = g.out[L], rows = shape_numel(g.out) / std::max<int64_t>(OW, 1);
-  const std::vector<int64_t> istride = contiguous_strides(g.in);
-  // Valid kernel range [lo, hi) of the last dim per output column, and its count inside the pads.
-  auto range = [&](size_t d, int64_t o, int64_t* lo, int64_t* hi, int64_t* in_pad) {
-    const int64_t st = o * g.stride[d] - g.pad_b[d], dl = g.dilation[d];
-    *lo = st < 0 ? (-st + dl - 1) / dl : 0;
-    *hi = std::max(*lo, std::min(g.kernel[d], (g.in[d] - st + dl - 1) / dl));
-    *in_pad = std::min(g.kernel[d], (g.in[d] + g.pad_e[d] - st + dl - 1) / dl);
-  };
-  const size_t ow_n = static_cast<size_t>(OW);
-  std::vector<int64_t> lo(ow_n), hi(ow_n), pad_n(ow_n), col0(ow_n);
-  for (int64_t o = 0; o < OW; ++o) {
-    range(L, o, &lo[size_t(o)], &hi[size_t(o)], &pad_n[size_t(o)]);
-    col0[size_t(o)] = o * g.stride[L] - g.pad_b[L];
-  }
-  const int64_t dl = g.dilation[L], KL = g.kernel[L];
-  constexpr int kLanes = 8;
-  int64_t full_begin = 0, full_end = 0;  // columns whose last-dim window is whole
-  while (full_begin < OW && (lo[size_t(full_begin)] != 0 || hi[size_t(full_begin)] != KL)) ++full_begin;
-  for (full_end = full_begin; full_end < OW && lo[size_t(full_end)] == 0 && hi[size_t(full_end)] == KL;) ++full_end;
-  const int64_t outer_window = dim_product(g.kernel, 0, L);
+  using Acc = PoolAcc<K, T>;
+  const PoolTables t(g);
+  const int64_t pin = t.pin, OW = t.OW, rows = t.rows;
   parallel_for(planes * rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(OW * shape_numel(g.kernel), 1)),
                [&](int64_t r0, int64_t r1) {
-    std::vector<int64_t> offs(static_cast<size_t>(outer_window));  // input offsets of the valid outer window rows
-    int64_t o[16], klo[16], khi[16], k[16];
+    std::vector<int64_t> offs(static_cast<size_t>(t.outer_window));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t plane = r / rows;
-      const T* xp = x + plane * pin;
-      int64_t rem = r % rows, count_pad = 1;
-      for (size_t d = L; d-- > 0;) {
-        o[d] = rem % g.out[d];
-        rem /= g.out[d];
-      }
-      size_t n_offs = 0;
-      bool empty = false;
-      for (size_t d = 0; d < L; ++d) {
-        int64_t in_pad;
-        range(d, o[d], &klo[d], &khi[d], &in_pad);
-        count_pad *= in_pad;
-        empty = empty || khi[d] <= klo[d];
-        k[d] = klo[d];
-      }
-      while (!empty) {  // odometer over the valid outer window positions
-        int64_t off = 0;
-        for (size_t d = 0; d < L; ++d) off += (o[d] * g.stride[d] - g.pad_b[d] + k[d] * g.dilation[d]) * istride[d];
-        offs[n_offs++] = off;
-        size_t d = L;
-        while (d-- > 0) {
-          if (++k[d] < khi[d]) break;
-          k[d] = klo[d];
-        }
-        if (d == size_t(-1)) break;
-      }
+      int64_t count_pad;
+      const size_t n_offs = t.row_offsets(r % rows, offs.data(), &count_pad);
       T* yr = y + r * OW;
       int64_t* ir = ind ? ind + r * OW : nullptr;
-      auto update = [&](Acc& acc, int64_t& best, int64_t q) {
-        const Acc v = Acc(compute_t<T>(xp[q]));
-        if constexpr (K == PoolKind::kMax) {  // branch-free: the comparison is unpredictable
-          const bool gt = v > acc;
-          acc = gt ? v : acc;
-          best = gt ? q : best;
-        } else if constexpr (K == PoolKind::kAvg) {
-          acc += v;
-        } else {
-          acc += p == 2.0 ? v * v : p == 1.0 ? std::abs(v) : std::pow(std::abs(v), p);
-        }
-      };
-      auto finish = [&](int64_t c, Acc acc, int64_t best) {
-        const int64_t l0 = lo[size_t(c)], l1 = hi[size_t(c)];
+      reduce_row<K, T, Acc>(t, x + plane * pin, offs.data(), n_offs, p, [&](int64_t c, Acc acc, int64_t best) {
         if constexpr (K == PoolKind::kMax) {
-          // All values were the lowest: the first valid one is the max.
-          if (best < 0 && n_offs > 0 && l1 > l0) best = offs[0] + col0[size_t(c)] + l0 * dl;
           yr[c] = T(compute_t<T>(acc));
           if (ir) {
             int64_t flat = best;
             if (col_major && best >= 0) {  // spatial part column-major
               flat = 0;
-              for (size_t d = nd, rest = size_t(best), mul = size_t(pin); d-- > 0;) {
+              for (size_t d = g.nd, rest = size_t(best), mul = size_t(pin); d-- > 0;) {
                 mul /= size_t(g.in[d]);
                 flat += int64_t(rest % size_t(g.in[d])) * int64_t(mul);
                 rest /= size_t(g.in[d]);
@@ -127,37 +239,78 @@ void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom&
             ir[c] = best < 0 ? -1 : plane * pin + flat;
           }
         } else if constexpr (K == PoolKind::kAvg) {
-          const int64_t n = include_pad ? count_pad * pad_n[size_t(c)] : int64_t(n_offs) * (l1 - l0);
+          const int64_t n = t.count(c, n_offs, count_pad, include_pad);
           yr[c] = T(compute_t<T>(n > 0 ? acc / Acc(n) : Acc(0)));
         } else {
           yr[c] = T(compute_t<T>(p == 2.0 ? std::sqrt(acc) : p == 1.0 ? acc : std::pow(acc, 1.0 / p)));
         }
-      };
-      const Acc init = K == PoolKind::kMax ? Acc(compute_t<T>(lowest<T>())) : Acc(0);
-      auto one = [&](int64_t c) {  // any column
-        Acc acc = init;
-        int64_t best = -1;
-        const int64_t base = col0[size_t(c)];
-        for (size_t j = 0; j < n_offs; ++j)
-          for (int64_t kl = lo[size_t(c)]; kl < hi[size_t(c)]; ++kl) update(acc, best, offs[j] + base + kl * dl);
-        finish(c, acc, best);
-      };
-      // Interior columns (whole last-dim window inside the input) go kLanes at a time: independent
-      // accumulator chains instead of one long dependent chain.
-      int64_t c = 0;
-      for (; c < full_begin; ++c) one(c);
-      for (; c + kLanes <= full_end; c += kLanes) {
-        Acc acc[kLanes];
-        int64_t best[kLanes];
-        for (int v = 0; v < kLanes; ++v) acc[v] = init, best[v] = -1;
-        for (size_t j = 0; j < n_offs; ++j)
-          for (int64_t kl = 0; kl < KL; ++kl) {
-            const int64_t q0 = offs[j] + kl * dl;
-            for (int v = 0; v < kLanes; ++v) update(acc[v], best[v], q0 + col0[size_t(c + v)]);
+      });
+    }
+  });
+}
+
+// Backward pooling loop: dX of one plane per task (the windows of a plane overlap, planes do not),
+// accumulated in the compute type.
+//   Max  dX[first argmax of window o] += dY[o]        argmax recomputed from X (one pass over X)
+//   Avg  dX[q] += dY[o] / count(o)                    every valid q of window o
+//   Lp   dX[q] += dY[o] sign(x_q) |x_q|^(p-1) / Y[o]^(p-1)    (nothing where Y[o] = 0)
+// With `ind` (MaxPool's row-major Indices output) the max gradient is a scatter through it.
+template <PoolKind K, class T>
+void pool_grad_loop(const T* x, const T* y, const T* dy, const int64_t* ind, T* dx, int64_t planes,
+                    const WindowGeom& g, bool include_pad, double p, const RunContext* err) {
+  using C = compute_t<T>;
+  using Acc = PoolAcc<K, T>;
+  const PoolTables t(g);
+  const int64_t pin = t.pin, OW = t.OW, rows = t.rows, pout = rows * OW;
+  parallel_for(planes, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<int64_t> offs(static_cast<size_t>(t.outer_window));
+    std::vector<C> buf(std::is_same_v<T, C> ? 0 : size_t(pin));
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      const T* xp = x + plane * pin;
+      C* gx = std::is_same_v<T, C> ? reinterpret_cast<C*>(dx + plane * pin) : buf.data();
+      std::fill(gx, gx + pin, C(0));
+      const T* dyp = dy + plane * pout;
+      if (K == PoolKind::kMax && ind) {
+        const int64_t* ip = ind + plane * pout;
+        for (int64_t o = 0; o < pout; ++o) {
+          const int64_t q = ip[o] - plane * pin;
+          if (ip[o] < 0) continue;  // empty window
+          if (q < 0 || q >= pin) err->fail("index ", ip[o], " of output ", plane * pout + o, " lies outside its plane");
+          gx[q] += C(dyp[o]);
+        }
+      } else {
+        for (int64_t row = 0; row < rows; ++row) {
+          int64_t count_pad;
+          const size_t n_offs = t.row_offsets(row, offs.data(), &count_pad);
+          const T* dyr = dyp + row * OW;
+          if constexpr (K == PoolKind::kMax) {
+            reduce_row<K, T, Acc>(t, xp, offs.data(), n_offs, p, [&](int64_t c, Acc, int64_t best) {
+              if (best >= 0) gx[best] += C(dyr[c]);
+            });
+          } else if constexpr (K == PoolKind::kAvg) {
+            for (int64_t c = 0; c < OW; ++c) {
+              const int64_t n = t.count(c, n_offs, count_pad, include_pad);
+              const C w = n > 0 ? C(double(C(dyr[c])) / double(n)) : C(0);
+              t.for_window(c, offs.data(), n_offs, [&](int64_t q) { gx[q] += w; });
+            }
+          } else {
+            const T* yr = y + plane * pout + row * OW;
+            for (int64_t c = 0; c < OW; ++c) {
+              const double yv = double(C(yr[c]));
+              if (yv == 0) continue;
+              const double s = double(C(dyr[c])) / (p == 2.0 ? yv : p == 1.0 ? 1.0 : std::pow(yv, p - 1));
+              t.for_window(c, offs.data(), n_offs, [&](int64_t q) {
+                const double v = double(C(xp[q]));
+                const double d = p == 2.0 ? v : p == 1.0 ? double((v > 0) - (v < 0))
+                                                        : std::copysign(std::pow(std::abs(v), p - 1), v);
+                gx[q] += C(s * d);
+              });
+            }
           }
-        for (int v = 0; v < kLanes; ++v) finish(c + v, acc[v], best[v]);
+        }
       }
-      for (; c < OW; ++c) one(c);
+      if constexpr (!std::is_same_v<T, C>)
+        for (int64_t i = 0; i < pin; ++i) dx[plane * pin + i] = T(gx[i]);
     }
   });
 }
@@ -192,17 +345,112 @@ void global_pool(const T* x, T* y, int64_t planes, int64_t n, double p) {
   });
 }
 
+// Attributes and geometry of one pooling node, shared by the forward and gradient kernels.
+struct PoolParams {
+  PoolKind kind = PoolKind::kMax;
+  bool global = false;
+  WindowAttrs attrs;
+  bool include_pad = false, col_major = false;
+  double p = 2.0;
+  WindowGeom g;
+  int64_t planes = 0;
+  Shape y;
+
+  // grad: a gradient node (com.onnxtrain domain), whose p is always a float attribute.
+  void read(const KernelInfo& info, PoolKind k, bool glob, bool grad) {
+    kind = k, global = glob;
+    if (!global) {
+      attrs.read(info);
+      if (attrs.kernel.empty()) info.fail("kernel_shape is required");
+    }
+    include_pad = info.attr_int("count_include_pad", 0) != 0;
+    col_major = info.attr_int("storage_order", 0) != 0;
+    if (kind == PoolKind::kLp)
+      p = grad || info.opset() < 2 ? double(info.attr_float("p", 2.f)) : double(info.attr_int("p", 2));
+    if (kind == PoolKind::kLp && !(p > 0)) info.fail("p must be positive, got ", p);
+  }
+
+  // Checks X[N, C, D...] and resolves the geometry and the output shape.
+  void resolve(const PrepareContext& ctx, const Shape& x) {
+    if (x.size() < 3) ctx.fail("X must be [N, C, spatial...], got ", shape_to_string(x));
+    const size_t nd = x.size() - 2;
+    if (nd > 14) ctx.fail("too many spatial dims (", nd, ")");
+    const Shape in(x.begin() + 2, x.end());
+    if (global) {
+      WindowAttrs whole;
+      whole.kernel = in;
+      for (int64_t d : in)
+        if (d == 0) ctx.fail("global pooling over an empty spatial dim: ", shape_to_string(x));
+      g = forward_geometry(ctx, whole, in, in);
+    } else {
+      if (attrs.kernel.size() != nd)
+        ctx.fail("kernel_shape has ", attrs.kernel.size(), " values for ", nd, " spatial dims");
+      g = forward_geometry(ctx, attrs, in, attrs.kernel);
+    }
+    planes = x[0] * x[1];
+    y = {x[0], x[1]};
+    y.insert(y.end(), g.out.begin(), g.out.end());
+  }
+
+  // oneDNN pooling_v2 geometry for float32 max / average pooling over plain tensors; false when
+  // oneDNN cannot express it.
+  bool dnnl_geometry(dnnl::algorithm* alg, dnnl::memory::dims* kernel, dnnl::memory::dims* strides,
+                     dnnl::memory::dims* dil, dnnl::memory::dims* pl, dnnl::memory::dims* pr) const {
+    const size_t nd = g.nd;
+    if (global || kind == PoolKind::kLp || nd > 3) return false;
+    *kernel = dnnl_util::dims(g.kernel), *strides = dnnl_util::dims(g.stride), *pl = dnnl_util::dims(g.pad_b);
+    dil->resize(nd), pr->resize(nd);
+    for (size_t i = 0; i < nd; ++i) {
+      (*dil)[i] = g.dilation[i] - 1;
+      // Right padding that makes oneDNN's floor formula give our output size (ceil_mode included).
+      (*pr)[i] = std::max<int64_t>(0, (g.out[i] - 1) * g.stride[i] + g.extent(i) - g.in[i] - g.pad_b[i]);
+      // Padding past the declared pads would count in the divisor of count_include_pad.
+      if (kind == PoolKind::kAvg && include_pad && (*pr)[i] > g.pad_e[i]) return false;
+    }
+    *alg = kind == PoolKind::kMax ? dnnl::algorithm::pooling_max
+           : include_pad          ? dnnl::algorithm::pooling_avg_include_padding
+                                  : dnnl::algorithm::pooling_avg_exclude_padding;
+    return true;
+  }
+
+  // Creates into `op` the forward (inference) primitive, or with `backward` the backward one
+  // (hinted by a forward_training descriptor); false when oneDNN has nothing but its reference
+  // kernel (the loops here are faster) or rejects the geometry.
+  bool make_dnnl(dnnl_util::DnnlOp& op, const Shape& x, bool backward) const {
+    dnnl::algorithm alg;
+    dnnl::memory::dims kernel, strides, dil, pl, pr;
+    if (!dnnl_geometry(&alg, &kernel, &strides, &dil, &pl, &pr)) return false;
+    const dnnl::memory::desc xmd = dnnl_util::plain_md(x), ymd = dnnl_util::plain_md(y);
+    auto& eng = dnnl_util::cpu_engine();
+    try {
+      dnnl::pooling_v2_forward::desc fd(backward ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+                                        alg, xmd, ymd, strides, kernel, dil, pl, pr);
+      dnnl::pooling_v2_forward::primitive_desc fpd(fd, dnnl_util::default_attr(), eng);
+      if (!backward) {
+        if (dnnl_util::is_reference(fpd)) return false;
+        op.init(dnnl::pooling_v2_forward(fpd), fpd.scratchpad_desc());
+        op.add_arg(DNNL_ARG_SRC, xmd, fpd.src_desc(), false);
+        op.add_arg(DNNL_ARG_DST, ymd, fpd.dst_desc(), true);
+        return true;
+      }
+      dnnl::pooling_v2_backward::desc bd(alg, xmd, ymd, strides, kernel, dil, pl, pr);
+      dnnl::pooling_v2_backward::primitive_desc bpd(bd, dnnl_util::default_attr(), eng, fpd);
+      if (dnnl_util::is_reference(bpd)) return false;
+      op.init(dnnl::pooling_v2_backward(bpd), bpd.scratchpad_desc());
+      op.add_arg(DNNL_ARG_DIFF_DST, ymd, bpd.diff_dst_desc(), false);
+      op.add_arg(DNNL_ARG_DIFF_SRC, xmd, bpd.diff_src_desc(), true);
+      return true;
+    } catch (const dnnl::error&) {
+      op = dnnl_util::DnnlOp();
+      return false;
+    }
+  }
+};
+
 class PoolKernel final : public Kernel {
  public:
-  PoolKernel(const KernelInfo& info, PoolKind kind, bool global) : kind_(kind), global_(global) {
-    if (!global) {
-      attrs_.read(info);
-      if (attrs_.kernel.empty()) info.fail("kernel_shape is required");
-    }
-    include_pad_ = info.attr_int("count_include_pad", 0) != 0;
-    col_major_ = info.attr_int("storage_order", 0) != 0;
-    if (kind == PoolKind::kLp) p_ = info.opset() < 2 ? double(info.attr_float("p", 2.f)) : double(info.attr_int("p", 2));
-    if (kind == PoolKind::kLp && !(p_ > 0)) info.fail("p must be positive, got ", p_);
+  PoolKernel(const KernelInfo& info, PoolKind kind, bool global) {
+    p_.read(info, kind, global, false);
     int_types_ = kind == PoolKind::kMax && !global && info.opset() >= 12;
   }
 
@@ -211,33 +459,15 @@ class PoolKernel final : public Kernel {
     if (int_types_) dispatch<MaxPoolTypes>(dt_, ctx.node(), [&]<class T>() {});
     else dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {});
     const Shape& x = ctx.input_shape(0);
-    if (x.size() < 3) ctx.fail("X must be [N, C, spatial...], got ", shape_to_string(x));
-    const size_t nd = x.size() - 2;
-    if (nd > 14) ctx.fail("too many spatial dims (", nd, ")");
-    const Shape in(x.begin() + 2, x.end());
-    if (global_) {
-      WindowAttrs whole;
-      whole.kernel = in;
-      for (int64_t d : in)
-        if (d == 0) ctx.fail("global pooling over an empty spatial dim: ", shape_to_string(x));
-      g_ = forward_geometry(ctx, whole, in, in);
-    } else {
-      if (attrs_.kernel.size() != nd)
-        ctx.fail("kernel_shape has ", attrs_.kernel.size(), " values for ", nd, " spatial dims");
-      g_ = forward_geometry(ctx, attrs_, in, attrs_.kernel);
-    }
-    planes_ = x[0] * x[1];
-    Shape y = {x[0], x[1]};
-    y.insert(y.end(), g_.out.begin(), g_.out.end());
-    ctx.set_output(0, dt_, y);
+    p_.resolve(ctx, x);
+    ctx.set_output(0, dt_, p_.y);
     want_indices_ = ctx.num_outputs() > 1 && ctx.has_output(1);
     if (want_indices_) {
-      if (kind_ != PoolKind::kMax || ctx.opset() < 8) ctx.fail("only MaxPool (opset 8+) has an Indices output");
-      ctx.set_output(1, DType::kInt64, y);
+      if (p_.kind != PoolKind::kMax || ctx.opset() < 8) ctx.fail("only MaxPool (opset 8+) has an Indices output");
+      ctx.set_output(1, DType::kInt64, p_.y);
     }
     op_ = dnnl_util::DnnlOp();
-    if (!global_ && dt_ == DType::kFloat32 && kind_ != PoolKind::kLp && !want_indices_ && shape_numel(y) > 0 && nd <= 3 &&
-        make_dnnl(x, y))
+    if (dt_ == DType::kFloat32 && !want_indices_ && shape_numel(p_.y) > 0 && p_.make_dnnl(op_, x, false))
       ctx.request_workspace(op_.workspace_bytes());
   }
 
@@ -252,76 +482,137 @@ class PoolKernel final : public Kernel {
       return;
     }
     int64_t* ind = want_indices_ ? ctx.output(1).data<int64_t>() : nullptr;
+    const WindowGeom& g = p_.g;
+    const int64_t planes = p_.planes;
+    const bool incl = p_.include_pad, cm = p_.col_major;
+    const double p = p_.p;
     dispatch<MaxPoolTypes>(dt_, ctx.node(), [&]<class T>() {
       const T* x = X.data<T>();
       T* y = Y.data<T>();
       if constexpr (std::is_floating_point_v<compute_t<T>>) {
-        if (global_) {
-          const int64_t n = shape_numel(g_.in);
-          if (kind_ == PoolKind::kMax) global_pool<PoolKind::kMax>(x, y, planes_, n, p_);
-          else if (kind_ == PoolKind::kAvg) global_pool<PoolKind::kAvg>(x, y, planes_, n, p_);
-          else global_pool<PoolKind::kLp>(x, y, planes_, n, p_);
+        if (p_.global) {
+          const int64_t n = shape_numel(g.in);
+          if (p_.kind == PoolKind::kMax) global_pool<PoolKind::kMax>(x, y, planes, n, p);
+          else if (p_.kind == PoolKind::kAvg) global_pool<PoolKind::kAvg>(x, y, planes, n, p);
+          else global_pool<PoolKind::kLp>(x, y, planes, n, p);
           return;
         }
       }
-      switch (kind_) {
-        case PoolKind::kMax: pool_loop<PoolKind::kMax>(x, y, ind, planes_, g_, include_pad_, p_, col_major_); break;
+      switch (p_.kind) {
+        case PoolKind::kMax: pool_loop<PoolKind::kMax>(x, y, ind, planes, g, incl, p, cm); break;
         case PoolKind::kAvg:
-          if constexpr (std::is_floating_point_v<compute_t<T>>)
-            pool_loop<PoolKind::kAvg>(x, y, ind, planes_, g_, include_pad_, p_, col_major_);
+          if constexpr (std::is_floating_point_v<compute_t<T>>) pool_loop<PoolKind::kAvg>(x, y, ind, planes, g, incl, p, cm);
           break;
         case PoolKind::kLp:
-          if constexpr (std::is_floating_point_v<compute_t<T>>)
-            pool_loop<PoolKind::kLp>(x, y, ind, planes_, g_, include_pad_, p_, col_major_);
+          if constexpr (std::is_floating_point_v<compute_t<T>>) pool_loop<PoolKind::kLp>(x, y, ind, planes, g, incl, p, cm);
           break;
       }
     });
   }
 
  private:
-  bool make_dnnl(const Shape& x, const Shape& y) {
-    using dnnl::memory;
-    const size_t nd = g_.nd;
-    memory::dims kernel = dnnl_util::dims(g_.kernel), strides = dnnl_util::dims(g_.stride), dil(nd),
-                 pl = dnnl_util::dims(g_.pad_b), pr(nd);
-    for (size_t i = 0; i < nd; ++i) {
-      dil[i] = g_.dilation[i] - 1;
-      // Right padding that makes oneDNN's floor formula give our output size (ceil_mode included).
-      pr[i] = std::max<int64_t>(0, (g_.out[i] - 1) * g_.stride[i] + g_.extent(i) - g_.in[i] - g_.pad_b[i]);
-      // Padding past the declared pads would count in the divisor of count_include_pad.
-      if (kind_ == PoolKind::kAvg && include_pad_ && pr[i] > g_.pad_e[i]) return false;
-    }
-    const auto alg = kind_ == PoolKind::kMax ? dnnl::algorithm::pooling_max
-                     : include_pad_           ? dnnl::algorithm::pooling_avg_include_padding
-                                              : dnnl::algorithm::pooling_avg_exclude_padding;
-    const memory::desc xmd = dnnl_util::plain_md(x), ymd = dnnl_util::plain_md(y);
-    try {
-      dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, xmd, ymd, strides, kernel, dil, pl, pr);
-      dnnl::pooling_v2_forward::primitive_desc pd(d, dnnl_util::default_attr(), dnnl_util::cpu_engine());
-      if (dnnl_util::is_reference(pd)) return false;  // the loop below is faster
-      op_.init(dnnl::pooling_v2_forward(pd), pd.scratchpad_desc());
-      op_.add_arg(DNNL_ARG_SRC, xmd, pd.src_desc(), false);
-      op_.add_arg(DNNL_ARG_DST, ymd, pd.dst_desc(), true);
-      return true;
-    } catch (const dnnl::error&) {
-      op_ = dnnl_util::DnnlOp();
-      return false;
-    }
-  }
-
-  PoolKind kind_;
-  bool global_;
-  WindowAttrs attrs_;
-  bool include_pad_ = false, col_major_ = false, int_types_ = false, want_indices_ = false;
-  double p_ = 2.0;
+  PoolParams p_;
+  bool int_types_ = false, want_indices_ = false;
   DType dt_ = DType::kFloat32;
-  WindowGeom g_;
-  int64_t planes_ = 0;
   dnnl_util::DnnlOp op_;
 };
 
-KernelFactory pool(PoolKind kind, bool global) {
-  return [kind, global](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+// ------------------------------------------------------------ gradients
+// com.onnxtrain.<Pool>Grad(dY, X [, third]) -> dX, attributes of the forward node:
+//   MaxPoolGrad        third: MaxPool's Indices output (storage_order 0), optional: then a scatter.
+//                      Without it the first maximum of each window is found again in X (one pass
+//                      over X, 8 columns per vector for float32), so that nothing stays alive
+//                      between forward and backward and the forward keeps its fast oneDNN
+//                      inference primitive. oneDNN's forward_training (argmax workspace) + backward
+//                      measured the same CPU time (bench/bench_grad.py) in two passes, and its tie
+//                      order is the implementation's; the loop guarantees the first maximum.
+//   AveragePoolGrad    X is read for its shape only; float32 runs oneDNN pooling backward
+//   LpPoolGrad         third: the forward output Y; p is a float attribute
+//   Global{Max,Average,Lp}PoolGrad   the same over whole planes
+// GlobalAveragePool's gradient: dX[plane, :] = dY[plane] / n.
+template <class T>
+void global_avg_grad(const T* dy, T* dx, int64_t planes, int64_t n) {
+  parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t p0, int64_t p1) {
+    for (int64_t pl = p0; pl < p1; ++pl)
+      std::fill(dx + pl * n, dx + (pl + 1) * n, T(compute_t<T>(double(compute_t<T>(dy[pl])) / double(n))));
+  });
+}
+
+class PoolGradKernel final : public Kernel {
+ public:
+  PoolGradKernel(const KernelInfo& info, PoolKind kind, bool global) { p_.read(info, kind, global, true); }
+
+  void prepare(PrepareContext& ctx) override {
+    dt_ = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {});
+    if (ctx.num_inputs() < 2 || !ctx.has_input(1)) ctx.fail("expects the inputs (dY, X, ...)");
+    if (ctx.input_dtype(1) != dt_)
+      ctx.fail("X has element type ", dtype_name(ctx.input_dtype(1)), ", dY ", dtype_name(dt_));
+    const Shape& x = ctx.input_shape(1);
+    p_.resolve(ctx, x);
+    if (ctx.input_shape(0) != p_.y)
+      ctx.fail("dY ", shape_to_string(ctx.input_shape(0)), " does not match the output shape ", shape_to_string(p_.y));
+    third_ = ctx.has_input(2);
+    if (p_.kind == PoolKind::kLp && !third_) ctx.fail("LpPoolGrad needs the forward output Y as input 2");
+    if (third_) {
+      const DType want = p_.kind == PoolKind::kMax ? DType::kInt64 : dt_;
+      if (p_.kind == PoolKind::kAvg) ctx.fail("AveragePoolGrad takes 2 inputs");
+      if (p_.kind == PoolKind::kMax && p_.col_major) ctx.fail("Indices must be row-major (storage_order 0)");
+      if (ctx.input_dtype(2) != want || ctx.input_shape(2) != p_.y)
+        ctx.fail("input 2 must be ", dtype_name(want), " ", shape_to_string(p_.y), ", got ", dtype_name(ctx.input_dtype(2)),
+                 " ", shape_to_string(ctx.input_shape(2)));
+    }
+    ctx.set_output(0, dt_, x);
+    op_ = dnnl_util::DnnlOp();
+    if (dt_ == DType::kFloat32 && p_.kind == PoolKind::kAvg && shape_numel(p_.y) > 0 && p_.make_dnnl(op_, x, true))
+      ctx.request_workspace(op_.workspace_bytes());
+  }
+
+  void run(RunContext& ctx) override {
+    Tensor& dX = ctx.output(0);
+    if (dX.numel() == 0) return;
+    const Tensor& dY = ctx.input(0);
+    if (dY.numel() == 0) {
+      std::memset(dX.raw_data(), 0, dX.nbytes());
+      return;
+    }
+    if (op_.valid()) {
+      op_.bind(DNNL_ARG_DIFF_DST, dY.raw_data());
+      op_.bind(DNNL_ARG_DIFF_SRC, dX.raw_data());
+      op_.execute(ctx.workspace());
+      return;
+    }
+    const int64_t* ind = third_ && p_.kind == PoolKind::kMax ? ctx.input(2).data<int64_t>() : nullptr;
+    dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
+      const T* x = ctx.input(1).data<T>();
+      const T* y = third_ && p_.kind == PoolKind::kLp ? ctx.input(2).data<T>() : nullptr;
+      const T* dy = dY.data<T>();
+      T* dx = dX.data<T>();
+      if (p_.global && p_.kind == PoolKind::kAvg) return global_avg_grad(dy, dx, p_.planes, shape_numel(p_.g.in));
+      switch (p_.kind) {
+        case PoolKind::kMax:
+          pool_grad_loop<PoolKind::kMax>(x, y, dy, ind, dx, p_.planes, p_.g, p_.include_pad, p_.p, &ctx);
+          break;
+        case PoolKind::kAvg:
+          pool_grad_loop<PoolKind::kAvg>(x, y, dy, ind, dx, p_.planes, p_.g, p_.include_pad, p_.p, &ctx);
+          break;
+        case PoolKind::kLp:
+          pool_grad_loop<PoolKind::kLp>(x, y, dy, ind, dx, p_.planes, p_.g, p_.include_pad, p_.p, &ctx);
+          break;
+      }
+    });
+  }
+
+ private:
+  PoolParams p_;
+  bool third_ = false;
+  DType dt_ = DType::kFloat32;
+  dnnl_util::DnnlOp op_;
+};
+
+KernelFactory pool(PoolKind kind, bool global, bool grad = false) {
+  return [kind, global, grad](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+    if (grad) return std::make_unique<PoolGradKernel>(i, kind, global);
     return std::make_unique<PoolKernel>(i, kind, global);
   };
 }
@@ -335,6 +626,13 @@ void register_pool(KernelRegistry& r) {
   r.add("GlobalMaxPool", 1, kMaxOpsetAll, pool(PoolKind::kMax, true));
   r.add("GlobalAveragePool", 1, kMaxOpsetAll, pool(PoolKind::kAvg, true));
   r.add("GlobalLpPool", 1, kMaxOpsetAll, pool(PoolKind::kLp, true));
+  const char* d = "com.onnxtrain";
+  r.add(d, "MaxPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kMax, false, true));
+  r.add(d, "AveragePoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kAvg, false, true));
+  r.add(d, "LpPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kLp, false, true));
+  r.add(d, "GlobalMaxPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kMax, true, true));
+  r.add(d, "GlobalAveragePoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kAvg, true, true));
+  r.add(d, "GlobalLpPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kLp, true, true));
 }
 
 }  // namespace onnxtrain::kernels

@@ -1,0 +1,112 @@
+// Training: TrainingParameters and TrainingSession with onnxruntime-training's contract — the
+// model holds its loss; run() performs one training step (forward, backward, gradient
+// accumulation, optimizer update when due) with the learning rate fed under lr_params_feed_name.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onnxtrain/session.h"
+#include "onnxtrain/tensor.h"
+#include "onnxtrain/value.h"
+
+namespace onnxtrain {
+
+/// Training configuration (the fields of onnxruntime's TrainingParameters that apply on CPU).
+struct TrainingParameters {
+  std::string loss_output_name;                 ///< scalar loss output of the model (required)
+  std::set<std::string> weights_to_train;       ///< empty: every float initializer (see get_train_initializer)
+  std::set<std::string> weights_not_to_train;   ///< frozen: never updated
+  std::set<std::string> immutable_weights;      ///< constants: never updated, never overwritten by load_state
+  std::string training_optimizer_name = "SGDOptimizer";  ///< SGD/Momentum/Adam/AdamW/Lamb/Adagrad + "Optimizer"
+  std::string lr_params_feed_name = "Learning_Rate";     ///< float32 [1] input carrying the learning rate
+  std::map<std::string, float> optimizer_attributes;     ///< global float attributes (alpha, beta, lambda, ...)
+  std::map<std::string, int64_t> optimizer_int_attributes;
+  std::map<std::string, std::map<std::string, float>> optimizer_attributes_map;      ///< per weight
+  std::map<std::string, std::map<std::string, int64_t>> optimizer_int_attributes_map;
+  int64_t gradient_accumulation_steps = 1;  ///< gradients of this many run() calls are summed per update
+  bool enable_grad_norm_clip = false;       ///< clip the global gradient norm to max_grad_norm
+  float max_grad_norm = 1.0f;
+  bool set_gradients_as_graph_outputs = false;  ///< "<w>_grad" outputs may be requested from run()
+  std::string model_with_gradient_graph_path;   ///< when set, the gradient model is saved there
+  std::string model_with_training_graph_path;   ///< when set, the training model (with optimizer) is saved there
+  bool deterministic_compute = false;
+  /// Learning-rate schedule used when the feed omits lr_params_feed_name ("" = the feed is required).
+  std::string lr_schedule;
+  std::map<std::string, double> lr_schedule_params;  ///< eta0, power_t, alpha, warmup, total, end_lr, power
+
+  /// Throws InvalidArgument naming the first invalid field.
+  void validate() const;
+};
+
+/// Trains a model that contains its loss. Not thread-safe.
+class TrainingSession {
+ public:
+  TrainingSession(const std::string& path, const TrainingParameters& params, const SessionOptions& options = {});
+  TrainingSession(const void* data, size_t size, const TrainingParameters& params, const SessionOptions& options = {},
+                  const std::string& base_dir = "");
+  ~TrainingSession();
+  TrainingSession(TrainingSession&&) noexcept;
+  TrainingSession& operator=(TrainingSession&&) noexcept;
+
+  /// One training step. `output_names` empty: the model's outputs. Feeds: the model inputs plus
+  /// the learning rate (float32 [1]) under lr_params_feed_name.
+  std::vector<Value> run(const std::vector<std::string>& output_names,
+                         const std::vector<std::pair<std::string, Value>>& feeds);
+  /// Forward pass only: weights, optimizer state, counters and running statistics untouched.
+  std::vector<Value> eval(const std::vector<std::string>& output_names,
+                          const std::vector<std::pair<std::string, Value>>& feeds);
+
+  std::vector<NodeArg> get_inputs() const;   ///< model inputs (the learning rate included)
+  std::vector<NodeArg> get_outputs() const;  ///< outputs run() can return
+  std::vector<std::string> trained_weights() const;
+
+  /// Every initializer (weights and statistics) by name, as copies.
+  std::vector<std::pair<std::string, Tensor>> get_state() const;
+  /// Trained weights only.
+  std::vector<std::pair<std::string, Tensor>> get_model_state() const;
+  /// Optimizer state tensors plus "step" (int64 scalar).
+  std::vector<std::pair<std::string, Tensor>> get_optimizer_state() const;
+  /// Overwrites initializers by name. strict: every trainable weight must be given and no
+  /// unknown name; otherwise unknown names are an error and missing ones are kept.
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict = false);
+
+  /// Optimizer steps taken so far.
+  int64_t step() const;
+
+  /// Inference model: loss, gradients and optimizer removed, current weights in, training-only
+  /// behaviour (BatchNormalization/Dropout training mode) switched off. `outputs` empty: every
+  /// model output except the loss and outputs that depend on inputs used only by the loss.
+  std::string export_model(const std::vector<std::string>& outputs = {}) const;
+  void export_model_to(const std::string& path, const std::vector<std::string>& outputs = {}) const;
+
+  /// Exact checkpoints: weights, optimizer state, step counters, schedule position, RNG state.
+  /// Written atomically (temporary file, fsync, rename, fsync of the folder).
+  void save_checkpoint(const std::string& path) const;
+  /// Throws naming what is wrong for a truncated, corrupted, foreign or too-new file.
+  void load_checkpoint(const std::string& path);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Loss builder (onnxcustom's add_loss_output): appends a loss computed from output `score_name`
+/// (or output #output_index) and a new `label_name` input; returns the serialized model whose
+/// outputs are the loss followed by the original outputs. See docs for the loss names and kwargs.
+std::string add_loss_output(const std::string& model_bytes, const std::string& score_name = "squared_error",
+                            const std::string& loss_name = "loss", const std::string& label_name = "label",
+                            const std::string& weight_name = "",
+                            const std::map<std::string, std::map<std::string, float>>& penalty = {},
+                            const std::string& output = "", const std::map<std::string, std::string>& kwargs = {});
+
+/// Trainable float initializers (skipping shape and index constants), in file order.
+std::vector<std::string> get_train_initializer(const std::string& model_bytes);
+
+}  // namespace onnxtrain

@@ -1,0 +1,281 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::train {
+
+namespace {
+
+constexpr char kMagic[16] = {'O', 'N', 'N', 'X', 'T', 'R', 'A', 'I', 'N', '-', 'C', 'K', 'P', 'T', 0, 0};
+constexpr char kEndMagic[16] = {'O', 'N', 'N', 'X', 'T', 'R', 'A', 'I', 'N', '-', 'E', 'N', 'D', 0, 0, 0};
+constexpr uint64_t kAlign = 64;
+
+uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+uint32_t crc_of(const void* data, uint64_t n) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {
+    const uInt chunk = uInt(std::min<uint64_t>(n, 1u << 30));
+    c = crc32(c, p, chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return uint32_t(c);
+}
+
+struct Writer {
+  std::string buf;
+  void u32(uint32_t v) { buf.append(reinterpret_cast<const char*>(&v), 4); }
+  void i32(int32_t v) { buf.append(reinterpret_cast<const char*>(&v), 4); }
+  void u64(uint64_t v) { buf.append(reinterpret_cast<const char*>(&v), 8); }
+  void i64(int64_t v) { buf.append(reinterpret_cast<const char*>(&v), 8); }
+  void str(const std::string& s) {
+    u32(uint32_t(s.size()));
+    buf += s;
+  }
+};
+
+struct Reader {
+  const char* p;
+  size_t n, pos = 0;
+  std::string path;
+  void need(size_t k) {
+    if (k > n - pos) throw_error<InvalidArgument>("checkpoint '", path, "' has a corrupted header (runs past its end)");
+  }
+  uint32_t u32() {
+    need(4);
+    uint32_t v;
+    std::memcpy(&v, p + pos, 4);
+    pos += 4;
+    return v;
+  }
+  int32_t i32() { return int32_t(u32()); }
+  uint64_t u64() {
+    need(8);
+    uint64_t v;
+    std::memcpy(&v, p + pos, 8);
+    pos += 8;
+    return v;
+  }
+  int64_t i64() { return int64_t(u64()); }
+  std::string str() {
+    const uint32_t k = u32();
+    need(k);
+    std::string s(p + pos, k);
+    pos += k;
+    return s;
+  }
+};
+
+void write_all(int fd, const void* data, uint64_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, size_t(std::min<uint64_t>(n, 1u << 30)));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw_error<IOError>("cannot write checkpoint '", path, "': ", std::strerror(errno));
+    p += w;
+    n -= uint64_t(w);
+  }
+}
+
+void read_all(int fd, void* data, uint64_t n, uint64_t off, const std::string& path) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, size_t(std::min<uint64_t>(n, 1u << 30)), off_t(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw_error<InvalidArgument>("checkpoint '", path, "' is truncated");
+    p += r;
+    n -= uint64_t(r);
+    off += uint64_t(r);
+  }
+}
+
+std::string dir_of(const std::string& path) {
+  auto pos = path.find_last_of('/');
+  return pos == std::string::npos ? "." : pos == 0 ? "/" : path.substr(0, pos);
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+void write_checkpoint(const std::string& path, const Checkpoint& c) {
+  // Header with the tensor table; data offsets are relative to the start of the data section.
+  Writer h;
+  h.str(c.fingerprint);
+  h.u32(uint32_t(c.counters.size()));
+  for (const auto& [k, v] : c.counters) {
+    h.str(k);
+    h.i64(v);
+  }
+  h.u32(uint32_t(c.text.size()));
+  for (const auto& [k, v] : c.text) {
+    h.str(k);
+    h.str(v);
+  }
+  h.u32(uint32_t(c.tensors.size()));
+  uint64_t off = 0;
+  for (const auto& [name, t] : c.tensors) {
+    if (t.dtype() == DType::kString) throw_error<InvalidArgument>("checkpoint: tensor '", name, "' is a string tensor");
+    h.str(name);
+    h.i32(int32_t(t.dtype()));
+    h.u32(uint32_t(t.rank()));
+    for (int64_t d : t.shape()) h.i64(d);
+    h.u64(off);
+    h.u64(t.nbytes());
+    h.u32(crc_of(t.raw_data(), t.nbytes()));
+    off = align_up(off + t.nbytes());
+  }
+  Writer pre;
+  pre.buf.append(kMagic, 16);
+  pre.u32(kCheckpointVersion);
+  pre.u32(crc_of(h.buf.data(), h.buf.size()));
+  pre.u64(h.buf.size());
+  const uint64_t head = pre.buf.size() + h.buf.size();
+  const uint64_t data_start = align_up(head);
+  const uint64_t total = data_start + off + 16 + 8;
+
+  static std::atomic<uint64_t> seq{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq++);
+  Fd f;
+  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (f.fd < 0) throw_error<IOError>("cannot create '", tmp, "': ", std::strerror(errno));
+  try {
+    write_all(f.fd, pre.buf.data(), pre.buf.size(), path);
+    write_all(f.fd, h.buf.data(), h.buf.size(), path);
+    static const char zeros[kAlign] = {0};
+    write_all(f.fd, zeros, data_start - head, path);
+    uint64_t pos = 0;
+    for (const auto& [name, t] : c.tensors) {
+      write_all(f.fd, t.raw_data(), t.nbytes(), path);
+      pos += t.nbytes();
+      const uint64_t pad = align_up(pos) - pos;
+      write_all(f.fd, zeros, pad, path);
+      pos += pad;
+    }
+    Writer tail;
+    tail.buf.append(kEndMagic, 16);
+    tail.u64(total);
+    write_all(f.fd, tail.buf.data(), tail.buf.size(), path);
+    if (::fsync(f.fd) != 0) throw_error<IOError>("cannot flush checkpoint '", path, "': ", std::strerror(errno));
+    ::close(f.fd);
+    f.fd = -1;
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      throw_error<IOError>("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno));
+  } catch (...) {
+    if (f.fd >= 0) ::close(f.fd);
+    f.fd = -1;
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) throw_error<IOError>("cannot open checkpoint '", path, "': ", std::strerror(errno));
+  struct stat st;
+  if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) throw_error<IOError>("checkpoint '", path, "' is not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  if (size < 32 + 24) throw_error<InvalidArgument>("checkpoint '", path, "' is truncated (", size, " bytes)");
+  char pre[32];
+  read_all(f.fd, pre, 32, 0, path);
+  if (std::memcmp(pre, kMagic, 16) != 0) throw_error<InvalidArgument>("'", path, "' is not an onnxtrain checkpoint");
+  uint32_t version, hcrc;
+  uint64_t hlen;
+  std::memcpy(&version, pre + 16, 4);
+  std::memcpy(&hcrc, pre + 20, 4);
+  std::memcpy(&hlen, pre + 24, 8);
+  if (version > kCheckpointVersion)
+    throw_error<InvalidArgument>("checkpoint '", path, "' has format version ", version,
+                                 ", newer than this onnxtrain supports (", kCheckpointVersion, ")");
+  if (version == 0) throw_error<InvalidArgument>("checkpoint '", path, "' has invalid format version 0");
+  if (hlen > size - 32) throw_error<InvalidArgument>("checkpoint '", path, "' is truncated (header)");
+  // The trailer records the total size: a shorter file was cut.
+  char tail[24];
+  read_all(f.fd, tail, 24, size - 24, path);
+  uint64_t total = 0;
+  std::memcpy(&total, tail + 16, 8);
+  if (std::memcmp(tail, kEndMagic, 16) != 0 || total != size)
+    throw_error<InvalidArgument>("checkpoint '", path, "' is truncated or damaged (end marker missing)");
+  std::string header(size_t(hlen), '\0');
+  read_all(f.fd, header.data(), hlen, 32, path);
+  if (crc_of(header.data(), header.size()) != hcrc)
+    throw_error<InvalidArgument>("checkpoint '", path, "' has a corrupted header (checksum mismatch)");
+  Reader r{header.data(), header.size(), 0, path};
+  Checkpoint c;
+  c.fingerprint = r.str();
+  for (uint32_t i = 0, n = r.u32(); i < n; ++i) {
+    std::string k = r.str();
+    c.counters[k] = r.i64();
+  }
+  for (uint32_t i = 0, n = r.u32(); i < n; ++i) {
+    std::string k = r.str();
+    c.text[k] = r.str();
+  }
+  const uint64_t data_start = align_up(32 + hlen);
+  const uint64_t data_end = size - 24;
+  for (uint32_t i = 0, n = r.u32(); i < n; ++i) {
+    std::string name = r.str();
+    const int32_t dt = r.i32();
+    const uint32_t rank = r.u32();
+    if (rank > 64) throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", name, "' has rank ", rank);
+    Shape shape;
+    for (uint32_t k = 0; k < rank; ++k) shape.push_back(r.i64());
+    const uint64_t off = r.u64(), nbytes = r.u64();
+    const uint32_t crc = r.u32();
+    const DType d = static_cast<DType>(dt);
+    int64_t numel;
+    if (dt <= 0 || dt > 16 || !dtype_supported(d) || d == DType::kString || !checked_numel(shape, &numel) ||
+        uint64_t(numel) * dtype_size(d) != nbytes)
+      throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", name, "' has an invalid type or shape");
+    if (off > data_end - data_start || nbytes > data_end - data_start - off)
+      throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", name, "' runs past the end of the file");
+    Tensor t = Tensor::empty(d, shape);
+    read_all(f.fd, t.raw_data(), nbytes, data_start + off, path);
+    if (crc_of(t.raw_data(), nbytes) != crc)
+      throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", name, "' is corrupted (checksum mismatch)");
+    c.tensors.emplace_back(std::move(name), std::move(t));
+  }
+  return c;
+}
+
+std::string model_fingerprint(const ir::Model& m, const std::vector<std::string>& trained) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char ch : s) {
+      h ^= ch;
+      h *= 1099511628211ull;
+    }
+    h ^= 0xff;
+    h *= 1099511628211ull;
+  };
+  for (const auto& [n, t] : m.graph->initializers)
+    if (dtype_is_float(t.dtype())) mix(n + ":" + t.describe());
+  for (const auto& n : trained) mix("trained:" + n);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace onnxtrain::train

@@ -1,0 +1,38 @@
+// Checkpoint files: versioned, a CRC32 per tensor and for the header, 64-bit offsets (files over
+// 2 GiB work), written atomically (temporary file in the same folder, fsync, rename, fsync of the
+// folder) so a process killed mid-write leaves the previous checkpoint intact.
+//
+//   "ONNXTRAIN-CKPT\0\0" | u32 version | u32 header crc | u64 header bytes | header | pad to 64 |
+//   tensor data (each 64-aligned) | "ONNXTRAIN-END\0\0\0" | u64 total file size
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/ir.h"
+#include "onnxtrain/tensor.h"
+
+namespace onnxtrain::train {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+struct Checkpoint {
+  std::string fingerprint;                          ///< model_fingerprint of the writer
+  std::map<std::string, int64_t> counters;          ///< steps, run counters
+  std::map<std::string, std::string> text;          ///< optimizer name, ...
+  std::vector<std::pair<std::string, Tensor>> tensors;
+};
+
+/// Writes atomically; throws IOError (the previous file at `path`, if any, is untouched).
+void write_checkpoint(const std::string& path, const Checkpoint& c);
+/// Reads and verifies; throws InvalidArgument naming what is wrong (truncated, corrupted tensor,
+/// too-new version, not a checkpoint) or IOError.
+Checkpoint read_checkpoint(const std::string& path);
+
+/// Identifies a model's trainable structure: float initializers (names, types, shapes) and the
+/// trained weights.
+std::string model_fingerprint(const ir::Model& m, const std::vector<std::string>& trained);
+
+}  // namespace onnxtrain::train
