@@ -403,10 +403,11 @@ std::vector<ir::Attribute> attrs_but(Ctx& c, const std::vector<std::string>& dro
   return add;
 }
 
-// Static dim i of v, -1 when unknown.
-int64_t static_dim(Ctx& c, const std::string& v, size_t i) {
+// Dimension `axis` of v when inference knows it, else -1.
+int64_t static_dim(Ctx& c, const std::string& v, int64_t axis) {
   const ir::TypeInfo* t = c.type(v);
-  return t && t->has_shape && i < t->dims.size() && t->dims[i].fixed() ? t->dims[i].value : -1;
+  if (!t || !t->has_shape || axis < 0 || axis >= int64_t(t->dims.size()) || !t->dims[size_t(axis)].fixed()) return -1;
+  return t->dims[size_t(axis)].value;
 }
 
 // Tensor of v's float type holding `value` everywhere, or (eye) on the diagonal of a square matrix.
@@ -906,13 +907,6 @@ int64_t known_rank(Ctx& c, const std::string& v) {
 int64_t norm_axis(Ctx& c, int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank) c.fail("axis ", axis, " is out of range for rank ", rank);
   return axis < 0 ? axis + rank : axis;
-}
-
-// Dimension `axis` of v when inference knows it, else -1.
-int64_t static_dim(Ctx& c, const std::string& v, int64_t axis) {
-  const ir::TypeInfo* t = c.type(v);
-  if (!t || !t->has_shape || axis >= int64_t(t->dims.size()) || !t->dims[size_t(axis)].fixed()) return -1;
-  return t->dims[size_t(axis)].value;
 }
 
 // Dimension `axis` of v as a 1-D int64 [1] (a constant when static).
