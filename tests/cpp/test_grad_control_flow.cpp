@@ -54,6 +54,7 @@ struct Case {
   std::vector<std::string> outs;
   int64_t opset = 16;
   uint32_t seed = 0;
+  bool portable = false;  // BuildOptions::portable (If/Loop gradients are standard ONNX either way)
 };
 
 ir::Model model(const Case& c, const std::vector<Tensor>& weights) {
@@ -119,7 +120,9 @@ std::vector<Value> run(const ir::Model& m, const std::vector<Tensor>& feeds) {
     for (size_t i : group) xs.push_back(c.xs[i].first);
     ir::Model gm;
     try {
-      gm = onnxtrain::autodiff::build_gradient_model(fwd, {"loss"}, xs, "loss");
+      onnxtrain::autodiff::BuildOptions bo;
+      bo.portable = c.portable;
+      gm = onnxtrain::autodiff::build_gradient_model(fwd, {"loss"}, xs, "loss", bo);
       const std::string bytes = ir::serialize_model(gm);
       gm = ir::load_model_bytes(bytes.data(), bytes.size());
     } catch (const std::exception& e) {
@@ -218,7 +221,12 @@ Case loop_case(uint32_t seed, int64_t trips, bool cond_from_counter) {
 }  // namespace
 
 // ---------------------------------------------------------------- If
-TEST(GradControlFlow, IfThenBranch) { EXPECT_TRUE(check(if_case(true, 1))); }
+TEST(GradControlFlow, IfThenBranch) {
+  Case c = if_case(true, 1);
+  EXPECT_TRUE(check(c));
+  c.portable = true;
+  EXPECT_TRUE(check(c));
+}
 
 TEST(GradControlFlow, IfElseBranchReturnsOuterValueAndIgnoresOne) {
   EXPECT_TRUE(check(if_case(false, 2)));  // o1 = a directly; c3 unused by then, a by else's o0
@@ -246,11 +254,19 @@ TEST(GradControlFlow, IfConditionComputedFromData) {
 
 // ---------------------------------------------------------------- Loop
 TEST(GradControlFlow, LoopCarriedScanAndOuterReads) {
-  for (int64_t trips : {1, 3, 5}) EXPECT_TRUE(check(loop_case(10 + uint32_t(trips), trips, false))) << trips;
+  for (int64_t trips : {1, 3, 5}) {
+    Case c = loop_case(10 + uint32_t(trips), trips, false);
+    EXPECT_TRUE(check(c)) << trips;
+    c.portable = true;
+    EXPECT_TRUE(check(c)) << trips << " portable";
+  }
 }
 
 TEST(GradControlFlow, LoopTripCountFromCondition) {
-  EXPECT_TRUE(check(loop_case(20, 4, true)));  // no M: the body's condition stops after 4
+  Case c = loop_case(20, 4, true);  // no M: the body's condition stops after 4
+  EXPECT_TRUE(check(c));
+  c.portable = true;
+  EXPECT_TRUE(check(c));
 }
 
 TEST(GradControlFlow, LoopZeroIterations) {

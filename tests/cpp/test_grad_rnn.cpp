@@ -346,3 +346,52 @@ TEST(GradRnn, ForwardBecomesTrainingVariant) {
   EXPECT_EQ(train, 1);
   EXPECT_EQ(grad, 1);
 }
+
+TEST(GradRnn, SymbolicShapes) {
+  // Inputs declared with symbolic dimensions: nothing in the rule depends on static shapes.
+  for (const char* op : {"LSTM", "GRU"}) {
+    Rnn c;
+    c.op = op;
+    c.direction = "bidirectional";
+    c.lens = {3, 1};
+    GradCheck s = spec(c, 600);
+    s.symbolic_shapes = true;
+    EXPECT_TRUE(check_gradient(s)) << op;
+  }
+}
+
+TEST(GradRnn, PreviewGradientOperatorIsLowered) {
+  // ai.onnx.preview.training Gradient over an LSTM: lower_gradient_ops swaps the LSTM for its
+  // training variant in place and adds the backward; results equal the builder's.
+  Rnn c;
+  c.direction = "bidirectional";
+  GradCheck s = spec(c, 610);
+  std::mt19937 rng(610);
+  const auto ys = run_node(s.op, s.inputs, s.attrs, RunOptions{s.opset, "", s.num_outputs});
+  std::vector<Tensor> weights;
+  for (const auto& y : ys) weights.push_back(random_tensor(DType::kFloat64, y.shape(), rng));
+  const std::vector<size_t> wrt = {0, 1, 2};
+  ir::Model m = forward_model(s, wrt, weights);
+  ir::Node g;
+  g.op_type = "Gradient";
+  g.domain = "ai.onnx.preview.training";
+  g.name = "gradient";
+  g.inputs = {"x0", "x1", "x2"};
+  g.outputs = {"g0", "g1", "g2"};
+  ir::Attribute xs;
+  xs.name = "xs";
+  xs.type = ir::AttrType::kStrings;
+  xs.strings = g.inputs;
+  g.attrs = {xs, attr_string("y", "loss")};
+  m.graph->nodes.push_back(g);
+  for (const auto& o : g.outputs) m.graph->outputs.push_back(ir::ValueInfo{o, {}, ""});
+  m.opsets["ai.onnx.preview.training"] = 1;
+  onnxtrain::autodiff::lower_gradient_ops(m);
+  std::vector<Tensor> feeds;
+  for (size_t i : wrt) feeds.push_back(s.inputs[i]);
+  auto got = run_model(m, feeds);
+  auto want = node_gradients(s, 1, weights);
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(all_close(got[1 + i], want[i].shape(), to_double(want[i]), 1e-12, 1e-12)) << i;
+}
