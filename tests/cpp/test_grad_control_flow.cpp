@@ -17,10 +17,10 @@ using onnxtrain::Value;
 namespace {
 
 ir::Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-              std::vector<ir::Attribute> attrs = {}) {
+              std::vector<ir::Attribute> attrs = {}, const std::string& name = "") {
   ir::Node n;
   n.op_type = op;
-  n.name = op + "_" + out[0];
+  n.name = name.empty() ? op + "_" + out[0] : name;
   n.inputs = std::move(in);
   n.outputs = std::move(out);
   n.attrs = std::move(attrs);
@@ -391,4 +391,27 @@ TEST(GradControlFlow, Refusals) {
   s.consts = c.consts;
   s.outs = {"vf"};
   expect_not_implemented(s, {rnd({3}, 62)}, "only tensors are supported");
+}
+
+TEST(GradControlFlow, LoopCarriedShapeChangeFailsAtRunTime) {
+  // v changes shape ([2], then [2, 2] by broadcasting): the per-iteration record cannot be stacked;
+  // the Loop kernel says so,
+  // naming the node (a known limitation: only shape-preserving loop-carried values).
+  auto body = graph("body", {node("Add", {"v", "w"}, {"v2"}), node("Identity", {"cond_in"}, {"cond_out"})},
+                    {vi("i", i64_scalar()), vi("cond_in", bool_scalar()), vi("v", ir::TypeInfo::tensor(DType::kFloat64))},
+                    {"cond_out", "v2"});
+  Case c;
+  c.nodes = {node("Loop", {"M", "", "v0"}, {"vf"}, {g_attr("body", body)}, "growing")};
+  c.xs = {{"v0", rnd({2}, 70)}, {"w", rnd({2, 1}, 71)}};
+  c.consts = {{"M", Tensor::scalar<int64_t>(2)}};
+  c.outs = {"vf"};
+  ir::Model m = model(c, {rnd({2, 2}, 72)});
+  ir::Model gm = onnxtrain::autodiff::build_gradient_model(m, {"loss"}, {"v0", "w"}, "loss");
+  try {
+    run(gm, {c.xs[0].second, c.xs[1].second});
+    ADD_FAILURE() << "no error";
+  } catch (const onnxtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("growing"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("in iteration 1"), std::string::npos) << e.what();
+  }
 }
