@@ -368,6 +368,21 @@ std::unique_ptr<Plan> GraphExecutor::build_plan(const std::vector<const Value*>&
     if (s.graph_output) s.last_use = nsteps;
     if (s.last_use < s.producer) s.last_use = s.producer;
   }
+  // Run-time views keep what they view alive: an output of a dynamic step may view its inputs
+  // (aliasing kernels such as Reshape, or ReduceSum with no axes; graph outputs never do), and a
+  // rebound slot views its source. A view comes after what it views, so one pass from the last
+  // step back settles chains.
+  for (int si = nsteps - 1; si >= 0; --si) {
+    const Step& st = plan->steps[size_t(si)];
+    for (const auto& [o, i] : st.rebind)
+      slots[size_t(i)].last_use = std::max(slots[size_t(i)].last_use, slots[size_t(o)].last_use);
+    if (!st.dynamic) continue;
+    int end = si;
+    for (int sid : st.out)
+      if (sid >= 0 && !slots[size_t(sid)].graph_output) end = std::max(end, slots[size_t(sid)].last_use);
+    for (int sid : st.in)
+      if (sid >= 0) slots[size_t(sid)].last_use = std::max(slots[size_t(sid)].last_use, end);
+  }
   for (auto& s : slots)
     if (s.alias_root >= 0) {
       Slot& r = slots[size_t(s.alias_root)];
