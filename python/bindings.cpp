@@ -6,6 +6,7 @@
 
 #include "onnxtrain/error.h"
 #include "onnxtrain/gradient.h"
+#include "onnxtrain/training.h"
 #include "onnxtrain/session.h"
 
 namespace py = pybind11;
@@ -143,6 +144,75 @@ py::object shape_list(const NodeArg& a) {
   return l;
 }
 
+std::vector<std::pair<std::string, Value>> feeds_from_dict(py::dict feed, std::vector<py::object>& hold) {
+  std::vector<std::pair<std::string, Value>> feeds;
+  for (auto [k, v] : feed) {
+    std::string name = py::str(k);
+    feeds.emplace_back(name, value_from_python(name, v, hold));
+  }
+  return feeds;
+}
+
+std::vector<std::string> names_from(py::object output_names) {
+  std::vector<std::string> names;
+  if (!output_names.is_none())
+    for (auto n : output_names) names.push_back(py::str(n));
+  return names;
+}
+
+py::dict tensors_to_dict(std::vector<std::pair<std::string, Tensor>> ts) {
+  py::dict d;
+  for (auto& [n, t] : ts) d[py::str(n)] = array_from_tensor(std::move(t));
+  return d;
+}
+
+std::vector<std::pair<std::string, Tensor>> dict_to_tensors(py::dict d) {
+  std::vector<std::pair<std::string, Tensor>> r;
+  std::vector<py::object> hold;
+  for (auto [k, v] : d) {
+    std::string name = py::str(k);
+    r.emplace_back(name, tensor_from_array(name, v, hold).clone());
+  }
+  return r;
+}
+
+template <class T>
+T get_or(py::dict d, const char* key, T dflt) {
+  return d.contains(key) ? d[key].cast<T>() : dflt;
+}
+
+TrainingParameters params_from_dict(py::dict d) {
+  TrainingParameters p;
+  p.loss_output_name = get_or<std::string>(d, "loss_output_name", "");
+  p.weights_to_train = get_or<std::set<std::string>>(d, "weights_to_train", {});
+  p.weights_not_to_train = get_or<std::set<std::string>>(d, "weights_not_to_train", {});
+  p.immutable_weights = get_or<std::set<std::string>>(d, "immutable_weights", {});
+  p.training_optimizer_name = get_or<std::string>(d, "training_optimizer_name", p.training_optimizer_name);
+  p.lr_params_feed_name = get_or<std::string>(d, "lr_params_feed_name", p.lr_params_feed_name);
+  p.optimizer_attributes = get_or<std::map<std::string, float>>(d, "optimizer_attributes", {});
+  p.optimizer_int_attributes = get_or<std::map<std::string, int64_t>>(d, "optimizer_int_attributes", {});
+  p.optimizer_attributes_map =
+      get_or<std::map<std::string, std::map<std::string, float>>>(d, "optimizer_attributes_map", {});
+  p.optimizer_int_attributes_map =
+      get_or<std::map<std::string, std::map<std::string, int64_t>>>(d, "optimizer_int_attributes_map", {});
+  p.gradient_accumulation_steps = get_or<int64_t>(d, "gradient_accumulation_steps", 1);
+  p.enable_grad_norm_clip = get_or<bool>(d, "enable_grad_norm_clip", false);
+  p.max_grad_norm = get_or<float>(d, "max_grad_norm", 1.0f);
+  p.set_gradients_as_graph_outputs = get_or<bool>(d, "set_gradients_as_graph_outputs", false);
+  p.model_with_gradient_graph_path = get_or<std::string>(d, "model_with_gradient_graph_path", "");
+  p.model_with_training_graph_path = get_or<std::string>(d, "model_with_training_graph_path", "");
+  p.deterministic_compute = get_or<bool>(d, "deterministic_compute", false);
+  p.lr_schedule = get_or<std::string>(d, "lr_schedule", "");
+  p.lr_schedule_params = get_or<std::map<std::string, double>>(d, "lr_schedule_params", {});
+  return p;
+}
+
+py::list values_to_list(std::vector<Value> out) {
+  py::list result;
+  for (auto& v : out) result.append(value_to_python(std::move(v)));
+  return result;
+}
+
 void translate(const Error& e) {
   py::module_ errors = py::module_::import("onnxtrain._errors");
   const char* cls = "OnnxTrainError";
@@ -198,6 +268,70 @@ PYBIND11_MODULE(_C, m) {
       .def("build", &GradientGraphBuilder::build, py::call_guard<py::gil_scoped_release>())
       .def("get_model", [](const GradientGraphBuilder& b) { return py::bytes(b.get_model()); })
       .def("save", &GradientGraphBuilder::save, py::arg("path"));
+
+  py::class_<TrainingSession>(m, "TrainingSession")
+      .def(py::init([](py::object path_or_bytes, py::dict params, const SessionOptions* opts) {
+             SessionOptions o = opts ? *opts : SessionOptions{};
+             TrainingParameters p = params_from_dict(params);
+             if (py::isinstance<py::bytes>(path_or_bytes)) {
+               std::string b = path_or_bytes.cast<std::string>();
+               py::gil_scoped_release nogil;
+               return new TrainingSession(b.data(), b.size(), p, o);
+             }
+             std::string path = py::str(path_or_bytes);
+             py::gil_scoped_release nogil;
+             return new TrainingSession(path, p, o);
+           }),
+           py::arg("path_or_bytes"), py::arg("parameters"), py::arg("sess_options") = nullptr)
+      .def("run",
+           [](TrainingSession& s, py::object output_names, py::dict feed) {
+             std::vector<py::object> hold;
+             auto feeds = feeds_from_dict(feed, hold);
+             auto names = names_from(output_names);
+             std::vector<Value> out;
+             {
+               py::gil_scoped_release nogil;
+               out = s.run(names, feeds);
+             }
+             return values_to_list(std::move(out));
+           })
+      .def("eval",
+           [](TrainingSession& s, py::object output_names, py::dict feed) {
+             std::vector<py::object> hold;
+             auto feeds = feeds_from_dict(feed, hold);
+             auto names = names_from(output_names);
+             std::vector<Value> out;
+             {
+               py::gil_scoped_release nogil;
+               out = s.eval(names, feeds);
+             }
+             return values_to_list(std::move(out));
+           })
+      .def("get_inputs", &TrainingSession::get_inputs)
+      .def("get_outputs", &TrainingSession::get_outputs)
+      .def("trained_weights", &TrainingSession::trained_weights)
+      .def("get_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_state()); })
+      .def("get_model_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_model_state()); })
+      .def("get_optimizer_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_optimizer_state()); })
+      .def("load_state", [](TrainingSession& s, py::dict d, bool strict) { s.load_state(dict_to_tensors(d), strict); },
+           py::arg("state"), py::arg("strict") = false)
+      .def("step", &TrainingSession::step)
+      .def("export_model",
+           [](const TrainingSession& s, std::vector<std::string> outputs) { return py::bytes(s.export_model(outputs)); },
+           py::arg("outputs") = std::vector<std::string>{})
+      .def("export_model_to", &TrainingSession::export_model_to, py::arg("path"),
+           py::arg("outputs") = std::vector<std::string>{})
+      .def("save_checkpoint", &TrainingSession::save_checkpoint, py::call_guard<py::gil_scoped_release>())
+      .def("load_checkpoint", &TrainingSession::load_checkpoint, py::call_guard<py::gil_scoped_release>());
+
+  m.def("add_loss_output",
+        [](py::bytes model, const std::string& score_name, const std::string& loss_name, const std::string& label_name,
+           const std::string& weight_name, const std::map<std::string, std::map<std::string, float>>& penalty,
+           const std::string& output, const std::map<std::string, std::string>& kwargs) {
+          return py::bytes(add_loss_output(std::string(model), score_name, loss_name, label_name, weight_name, penalty,
+                                           output, kwargs));
+        });
+  m.def("get_train_initializer", [](py::bytes model) { return get_train_initializer(std::string(model)); });
 
   py::class_<InferenceSession>(m, "InferenceSession")
       .def(py::init([](py::object path_or_bytes, const SessionOptions* opts) {

@@ -7,6 +7,7 @@ from ._errors import (InvalidArgument, InvalidGraph, InvalidModel, ModelFileErro
 from ._C import NodeArg, SessionOptions
 from .gradient import GradientGraphBuilder
 from .session import InferenceSession, get_all_providers, get_available_providers
+from .training import TrainingParameters, TrainingSession, add_loss_output, get_train_initializer
 
 __version__ = "0.1.0"
 
@@ -17,7 +18,8 @@ def get_device():
 
 
 __all__ = [
-    "InferenceSession", "SessionOptions", "GradientGraphBuilder", "NodeArg", "get_available_providers", "get_all_providers",
+    "InferenceSession", "SessionOptions", "GradientGraphBuilder", "TrainingParameters", "TrainingSession",
+    "add_loss_output", "get_train_initializer", "NodeArg", "get_available_providers", "get_all_providers",
     "get_device", "OnnxTrainError", "InvalidArgument", "InvalidModel", "InvalidGraph",
     "UnsupportedError", "ModelFileError",
 ]

@@ -18,7 +18,27 @@ class GraphBuilderState {
  public:
   GraphBuilderState(const ir::Model& m, const BuildOptions& o) : fwd(m), opts(o) {
     opset = m.opset("");
-    const ir::Graph& g = *m.graph;
+    note_graph(*m.graph);
+    collect_names(*m.graph);
+  }
+  // A subgraph's state: its types come from inference of `g` in the parent's scope (declared
+  // inputs typed by `input_types` where known); names and emitted constants are the root's.
+  GraphBuilderState(GraphBuilderState& p, const ir::Graph& g, const std::vector<ir::TypeInfo>& input_types)
+      : fwd(p.fwd), opts(p.opts), parent(&p) {
+    opset = p.opset;
+    ir::Model m;
+    m.ir_version = std::max<int64_t>(fwd.ir_version, 7);
+    m.opsets = fwd.opsets;
+    m.graph = std::make_shared<ir::Graph>(g);
+    for (size_t k = 0; k < input_types.size() && k < g.inputs.size(); ++k)
+      if (input_types[k].kind != ir::TypeInfo::Kind::kUnknown) m.graph->inputs[k].type = input_types[k];
+    for (const auto& f : g.free_variables())
+      if (const ir::TypeInfo* t = p.type(f)) m.graph->inputs.push_back(ir::ValueInfo{f, *t, ""});
+    ir::infer_types(m);
+    note_graph(*m.graph);
+  }
+
+  void note_graph(const ir::Graph& g) {
     auto note_types = [&](const std::vector<ir::ValueInfo>& vs) {
       for (const auto& v : vs)
         if (v.type.kind != ir::TypeInfo::Kind::kUnknown) types[v.name] = v.type;
@@ -33,8 +53,8 @@ class GraphBuilderState {
     for (const auto& n : g.nodes)
       if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1)
         if (const ir::Attribute* a = n.attr("value"); a && a->type == ir::AttrType::kTensor) constants[n.outputs[0]] = a->t;
-    collect_names(g);
   }
+  GraphBuilderState& root() { return parent ? parent->root() : *this; }
 
   void collect_names(const ir::Graph& g) {
     for (const auto& v : g.inputs) names.insert(v.name);
@@ -47,6 +67,7 @@ class GraphBuilderState {
   }
 
   std::string fresh(const std::string& base) {
+    if (parent) return root().fresh(base);
     std::string b = base.empty() ? "g" : base;
     for (;;) {
       std::string n = b + "_" + std::to_string(counter++);
@@ -63,12 +84,13 @@ class GraphBuilderState {
     n.attrs = std::move(attrs);
     for (size_t i = 0; i < nout; ++i) n.outputs.push_back(fresh(hint + "_" + type));
     n.name = fresh("grad_" + type);
-    if (domain == kCustomDomain) used_custom = true;
+    if (domain == kCustomDomain) root().used_custom = true;
     // Element type of elementwise-like results: that of the first typed input.
     if (!n.inputs.empty()) {
       DType dt = dtype(n.inputs[0]);
       if (dt != DType::kUndefined && type != "Shape" && type != "Size" && type != "NonZero" && type != "Cast" &&
-          type != "Equal" && type != "Not" && type != "And" && type != "Less" && type != "Greater")
+          type != "Equal" && type != "Not" && type != "And" && type != "Less" && type != "Greater" &&
+          type != "If" && type != "Loop")
         for (const auto& o : n.outputs) types[o] = ir::TypeInfo::tensor(dt);
     }
     std::vector<std::string> outs = n.outputs;
@@ -77,17 +99,24 @@ class GraphBuilderState {
   }
 
   DType dtype(const std::string& v) const {
-    auto it = types.find(v);
-    return it == types.end() ? DType::kUndefined : it->second.elem;
+    const ir::TypeInfo* t = type(v);
+    return t ? t->elem : DType::kUndefined;
   }
+  // Types and constants of enclosing scopes are visible in subgraphs.
   const ir::TypeInfo* type(const std::string& v) const {
     auto it = types.find(v);
-    return it == types.end() ? nullptr : &it->second;
+    if (it != types.end()) return &it->second;
+    return parent ? parent->type(v) : nullptr;
+  }
+  const Tensor* constant_value(const std::string& v) const {
+    auto it = constants.find(v);
+    if (it != constants.end()) return &it->second;
+    return parent ? parent->constant_value(v) : nullptr;
   }
 
   std::string constant(const Tensor& t, const std::string& hint) {
     std::string n = fresh(hint);
-    inits.emplace_back(n, t);
+    root().inits.emplace_back(n, t);  // graph initializers are visible in every subgraph
     types[n] = ir::TypeInfo::tensor(t.dtype(), t.shape());
     return n;
   }
@@ -103,7 +132,8 @@ class GraphBuilderState {
       std::string s = emit("Sum", list, 1, {}, "", value + "_grad_acc")[0];
       list.assign(1, s);
     }
-    types.emplace(list[0], types.count(value) ? types[value] : ir::TypeInfo());
+    const ir::TypeInfo* t = type(value);
+    types.emplace(list[0], t ? *t : ir::TypeInfo());
     return list[0];
   }
 
@@ -120,6 +150,9 @@ class GraphBuilderState {
   std::unordered_map<std::string, Tensor> constants;  // forward constants by name
   uint64_t counter = 0;
   bool used_custom = false;
+  GraphBuilderState* parent = nullptr;
+  // Forward nodes replaced in the built graph by a variant with extra outputs (replace_forward).
+  std::unordered_map<const ir::Node*, ir::Node> replaced;
 };
 
 // ------------------------------------------------------------------ RuleContext
@@ -154,9 +187,23 @@ bool RuleContext::needs_GI(size_t i) const { return has_input(i) && st_.requires
 
 void RuleContext::set_GI(size_t i, const std::string& g) {
   if (!needs_GI(i) || g.empty()) return;
-  if (!st_.types.count(g) && st_.types.count(I(i))) st_.types[g] = st_.types[I(i)];
-  st_.contribute(I(i), g);
+  set_grad(I(i), g);
 }
+
+std::vector<std::string> RuleContext::implicit_inputs() const { return ir::implicit_inputs(node_); }
+
+bool RuleContext::needs_grad(const std::string& v) const { return st_.requires_grad.count(v) > 0; }
+
+void RuleContext::set_grad(const std::string& v, const std::string& g) {
+  if (!needs_grad(v) || g.empty()) return;
+  if (!st_.types.count(g))
+    if (const ir::TypeInfo* t = st_.type(v)) st_.types[g] = *t;
+  st_.contribute(v, g);
+}
+
+void RuleContext::set_type(const std::string& v, const ir::TypeInfo& t) { st_.types[v] = t; }
+
+std::string RuleContext::fresh_name(const std::string& hint) { return st_.fresh(hint); }
 
 void RuleContext::set_GI_unbroadcast(size_t i, const std::string& g, size_t out) {
   set_GI_unbroadcast_typed(i, g, st_.type(O(out)));
@@ -260,10 +307,7 @@ std::optional<Shape> RuleContext::static_shape(const std::string& v) const {
   return s;
 }
 
-const Tensor* RuleContext::constant_value(const std::string& v) const {
-  auto it = st_.constants.find(v);
-  return it == st_.constants.end() ? nullptr : &it->second;
-}
+const Tensor* RuleContext::constant_value(const std::string& v) const { return st_.constant_value(v); }
 
 std::optional<std::vector<int64_t>> RuleContext::const_ints_input(size_t i) const {
   if (!has_input(i)) return std::nullopt;
@@ -435,7 +479,155 @@ std::vector<size_t> diff_inputs(const ir::Node& n, const GradRule* rule) {
   return r;
 }
 
+// Differentiates `g` (nodes in topological `order`): `xs` require gradients, `seeds` (value,
+// gradient) start the reverse walk. Every rule on the way emits into st; the gradient of x is then
+// st.accumulate(x).
+void differentiate(GraphBuilderState& st, const ir::Graph& g, const std::vector<size_t>& order,
+                   const std::vector<std::string>& xs, const std::vector<std::pair<std::string, std::string>>& seeds) {
+  const ir::Model& fwd = st.fwd;
+  auto rule_of = [&](const ir::Node& n) {
+    auto it = fwd.opsets.find(n.domain);
+    return find_rule(n.domain, n.op_type, it == fwd.opsets.end() ? 0 : it->second);
+  };
+
+  // Forward: values that depend on an x through differentiable edges (or subgraph reads).
+  auto& R = st.requires_grad;
+  for (const auto& x : xs) R.insert(x);
+  for (size_t idx : order) {
+    const ir::Node& n = g.nodes[idx];
+    const GradRule* rule = rule_of(n);
+    if (rule && !rule->build) continue;  // zero-gradient operator
+    bool any = false;
+    for (size_t i : diff_inputs(n, rule)) any |= R.count(n.inputs[i]) > 0;
+    for (const auto& f : ir::implicit_inputs(n)) any |= R.count(f) > 0;
+    if (!any) continue;
+    for (const auto& o : n.outputs)
+      if (!o.empty() && is_float(st.dtype(o))) R.insert(o);
+  }
+
+  // Backward: values on a path to a seed.
+  std::unordered_set<std::string> L;
+  for (const auto& [v, gv] : seeds) L.insert(v);
+  std::vector<size_t> active;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const ir::Node& n = g.nodes[*it];
+    bool on_path = false;
+    for (const auto& o : n.outputs) on_path |= !o.empty() && L.count(o) && R.count(o);
+    if (!on_path) continue;
+    const GradRule* rule = rule_of(n);
+    if (!rule)
+      throw_error<NotImplemented>("no gradient rule for ", n.op_type,
+                                  n.domain.empty() ? "" : " (domain " + n.domain + ")", " (", n.describe(),
+                                  ") on the path from the loss to the requested inputs");
+    active.push_back(*it);
+    for (size_t i : diff_inputs(n, rule))
+      if (R.count(n.inputs[i])) L.insert(n.inputs[i]);
+    for (const auto& f : ir::implicit_inputs(n))
+      if (R.count(f)) L.insert(f);
+  }
+
+  for (const auto& [v, gv] : seeds) st.contribute(v, gv);
+
+  // Reverse walk over the active nodes (already in reverse topological order).
+  for (size_t idx : active) {
+    const ir::Node& n = g.nodes[idx];
+    const GradRule* rule = rule_of(n);
+    auto it = fwd.opsets.find(n.domain);
+    RuleContext c(st, n, it == fwd.opsets.end() ? 0 : it->second);
+    bool any = false;
+    c.go_.resize(n.outputs.size());
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k].empty() || !R.count(n.outputs[k])) continue;
+      c.go_[k] = st.accumulate(n.outputs[k]);
+      any |= !c.go_[k].empty();
+    }
+    if (!any) continue;
+    try {
+      rule->build(c);
+    } catch (const NotImplemented&) {
+      throw;
+    } catch (const Error& e) {
+      throw_error<NotImplemented>("gradient of ", n.describe(), ": ", e.what());
+    }
+  }
+}
+
+// The forward nodes of `g` in `order` (replaced ones swapped for their variants), then the emitted
+// nodes, keeping only what produces a value in `needed` (which grows to every value read).
+// Outputs of emitted com.onnxtrain nodes that nothing reads are left unnamed, so that their
+// kernels skip them.
+std::vector<ir::Node> assemble(const GraphBuilderState& st, const ir::Graph& g, const std::vector<size_t>& order,
+                               std::unordered_set<std::string>& needed) {
+  std::vector<const ir::Node*> all;
+  for (size_t idx : order) {
+    auto r = st.replaced.find(&g.nodes[idx]);
+    all.push_back(r == st.replaced.end() ? &g.nodes[idx] : &r->second);
+  }
+  const size_t num_forward = all.size();
+  for (const auto& n : st.nodes) all.push_back(&n);
+  std::vector<ir::Node> kept;
+  for (size_t i = all.size(); i-- > 0;) {
+    const ir::Node& n = *all[i];
+    bool k = false;
+    for (const auto& o : n.outputs) k |= !o.empty() && needed.count(o);
+    if (!k) continue;
+    kept.push_back(n);
+    if (i >= num_forward && n.domain == kCustomDomain)
+      for (auto& o : kept.back().outputs)
+        if (!needed.count(o)) o.clear();
+    for (const auto& in : n.inputs)
+      if (!in.empty()) needed.insert(in);
+    for (const auto& f : ir::implicit_inputs(n)) needed.insert(f);
+  }
+  std::reverse(kept.begin(), kept.end());
+  return kept;
+}
+
 }  // namespace
+
+std::vector<std::string> RuleContext::replace_forward(const std::string& domain, const std::string& op_type,
+                                                      std::vector<ir::Attribute> attrs, size_t first_extra,
+                                                      size_t extra) {
+  if (st_.replaced.count(&node_)) fail("its forward node was already replaced");
+  if (first_extra < node_.outputs.size()) fail("replace_forward: extra outputs would overwrite outputs");
+  ir::Node n = node_;
+  n.domain = domain;
+  n.op_type = op_type;
+  n.attrs = std::move(attrs);
+  n.outputs.resize(first_extra);
+  std::vector<std::string> names;
+  for (size_t k = 0; k < extra; ++k) names.push_back(st_.fresh(node_.outputs.empty() ? "" : node_.outputs[0] + "_saved"));
+  n.outputs.insert(n.outputs.end(), names.begin(), names.end());
+  if (domain == kCustomDomain) st_.root().used_custom = true;
+  st_.replaced.emplace(&node_, std::move(n));
+  return names;
+}
+
+RuleContext::SubgraphGradient RuleContext::subgraph_gradient(const ir::Graph& body,
+                                                             const std::vector<ir::TypeInfo>& input_types,
+                                                             const std::vector<std::string>& seeds,
+                                                             const std::vector<std::string>& wrt) {
+  GraphBuilderState sub(st_, body, input_types);
+  std::vector<std::pair<std::string, std::string>> seed_pairs;
+  for (size_t k = 0; k < seeds.size() && k < body.outputs.size(); ++k)
+    if (!seeds[k].empty()) seed_pairs.emplace_back(body.outputs[k].name, seeds[k]);
+  const std::vector<size_t> order = ir::topological_order(body);
+  differentiate(sub, body, order, wrt, seed_pairs);
+  SubgraphGradient r;
+  ir::Node owner;
+  owner.op_type = "SubgraphGradient";
+  owner.outputs = {node_.outputs.empty() ? std::string() : node_.outputs[0]};
+  RuleContext c(sub, owner, opset_);
+  std::unordered_set<std::string> needed;
+  for (const auto& x : wrt) {
+    std::string gx = sub.accumulate(x);
+    if (gx.empty()) gx = c.zeros_like(x);
+    r.grads.push_back(gx);
+    needed.insert(gx);
+  }
+  r.nodes = assemble(sub, body, order, needed);
+  return r;
+}
 
 ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<std::string>& ys,
                                const std::vector<std::string>& xs, const std::string& loss,
@@ -463,44 +655,6 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
 
   const std::vector<size_t> order = ir::topological_order(g);
   const int64_t opset = fwd.opset("");
-  auto rule_of = [&](const ir::Node& n) {
-    auto it = fwd.opsets.find(n.domain);
-    return find_rule(n.domain, n.op_type, it == fwd.opsets.end() ? 0 : it->second);
-  };
-
-  // Forward: values that depend on an x through differentiable edges.
-  auto& R = st.requires_grad;
-  for (const auto& x : xs) R.insert(x);
-  for (size_t idx : order) {
-    const ir::Node& n = g.nodes[idx];
-    const GradRule* rule = rule_of(n);
-    if (rule && !rule->build) continue;  // zero-gradient operator
-    bool any = false;
-    for (size_t i : diff_inputs(n, rule)) any |= R.count(n.inputs[i]) > 0;
-    for (const auto& f : ir::implicit_inputs(n)) any |= R.count(f) > 0;
-    if (!any) continue;
-    for (const auto& o : n.outputs)
-      if (!o.empty() && is_float(st.dtype(o))) R.insert(o);
-  }
-
-  // Backward: values on a path to the loss.
-  std::unordered_set<std::string> L{loss};
-  std::vector<size_t> active;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    const ir::Node& n = g.nodes[*it];
-    bool on_path = false;
-    for (const auto& o : n.outputs) on_path |= !o.empty() && L.count(o) && R.count(o);
-    if (!on_path) continue;
-    const GradRule* rule = rule_of(n);
-    if (!rule)
-      throw_error<NotImplemented>("no gradient rule for ", n.op_type,
-                                  n.domain.empty() ? "" : " (domain " + n.domain + ")", " (", n.describe(),
-                                  ") on the path from the loss to the requested inputs");
-    active.push_back(*it);
-    for (size_t i : diff_inputs(n, rule))
-      if (R.count(n.inputs[i])) L.insert(n.inputs[i]);
-  }
-
   // Seed dLoss/dLoss = 1.
   {
     ir::Node seed_owner;
@@ -519,30 +673,7 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
       one = c.ones_like(loss);
     }
     st.types[one] = st.types.count(loss) ? st.types[loss] : ir::TypeInfo();
-    st.contribute(loss, one);
-  }
-
-  // Reverse walk over the active nodes (already in reverse topological order).
-  for (size_t idx : active) {
-    const ir::Node& n = g.nodes[idx];
-    const GradRule* rule = rule_of(n);
-    auto it = fwd.opsets.find(n.domain);
-    RuleContext c(st, n, it == fwd.opsets.end() ? 0 : it->second);
-    bool any = false;
-    c.go_.resize(n.outputs.size());
-    for (size_t k = 0; k < n.outputs.size(); ++k) {
-      if (n.outputs[k].empty() || !R.count(n.outputs[k])) continue;
-      c.go_[k] = st.accumulate(n.outputs[k]);
-      any |= !c.go_[k].empty();
-    }
-    if (!any) continue;
-    try {
-      rule->build(c);
-    } catch (const NotImplemented&) {
-      throw;
-    } catch (const Error& e) {
-      throw_error<NotImplemented>("gradient of ", n.describe(), ": ", e.what());
-    }
+    differentiate(st, g, order, xs, {{loss, one}});
   }
 
   // Outputs "<x>_grad".
@@ -591,24 +722,9 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
   }
 
   // Assemble forward + gradient nodes and prune what no output needs.
-  std::vector<const ir::Node*> all;
-  for (size_t idx : order) all.push_back(&g.nodes[idx]);
-  for (const auto& n : st.nodes) all.push_back(&n);
   std::unordered_set<std::string> needed;
   for (const auto& o : og.outputs) needed.insert(o.name);
-  std::vector<bool> keep(all.size(), false);
-  for (size_t i = all.size(); i-- > 0;) {
-    const ir::Node& n = *all[i];
-    bool k = false;
-    for (const auto& o : n.outputs) k |= !o.empty() && needed.count(o);
-    if (!k) continue;
-    keep[i] = true;
-    for (const auto& in : n.inputs)
-      if (!in.empty()) needed.insert(in);
-    for (const auto& f : ir::implicit_inputs(n)) needed.insert(f);
-  }
-  for (size_t i = 0; i < all.size(); ++i)
-    if (keep[i]) og.nodes.push_back(*all[i]);
+  og.nodes = assemble(st, g, order, needed);
   for (const auto& [n, t] : st.inits)
     if (needed.count(n)) og.initializers.emplace_back(n, t);
   if (st.used_custom) out.opsets[kCustomDomain] = 1;
@@ -646,21 +762,20 @@ void lower_gradient_ops(ir::Model& m) {
     for (const auto& [k, t] : g.initializers) existing.insert(k);
     for (const auto& fn : g.nodes)
       for (const auto& out : fn.outputs) existing.insert(out);
-    // Forward outputs the gradient asked for (RuleContext::forward_output): name them here too.
+    // Forward nodes the gradient replaced by variants with extra outputs (same outputs first).
     std::unordered_map<std::string, size_t> producer;
-    for (size_t k = 0; k < g.nodes.size(); ++k)
-      if (!g.nodes[k].outputs.empty() && !g.nodes[k].outputs[0].empty()) producer[g.nodes[k].outputs[0]] = k;
-    for (const auto& gn : gm.graph->nodes) {
-      if (gn.outputs.empty()) continue;
-      auto p = producer.find(gn.outputs[0]);
-      if (p == producer.end() || p->second == i) continue;
-      ir::Node& fn = g.nodes[p->second];
-      if (fn.outputs.size() < gn.outputs.size()) fn.outputs.resize(gn.outputs.size());
-      for (size_t k = 0; k < gn.outputs.size(); ++k)
-        if (fn.outputs[k].empty()) fn.outputs[k] = gn.outputs[k];
-    }
+    for (size_t j = 0; j < g.nodes.size(); ++j)
+      if (j != i)
+        for (const auto& out : g.nodes[j].outputs)
+          if (!out.empty()) producer.emplace(out, j);
     std::vector<ir::Node> added;
     for (const auto& gn : gm.graph->nodes) {
+      const auto first = std::find_if(gn.outputs.begin(), gn.outputs.end(), [](const std::string& o) { return !o.empty(); });
+      if (first != gn.outputs.end() && producer.count(*first)) {
+        ir::Node& orig = g.nodes[producer[*first]];
+        if (orig.op_type != gn.op_type || orig.domain != gn.domain) orig = gn;
+        continue;
+      }
       bool is_new = true;
       for (const auto& out : gn.outputs) is_new &= !existing.count(out) || std::count(n.outputs.begin(), n.outputs.end(), out);
       if (is_new) added.push_back(gn);

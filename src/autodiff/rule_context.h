@@ -51,6 +51,13 @@ class RuleContext {
   /// Same, with the (static) type of `g` given explicitly (null: unknown, reduced at run time).
   void set_GI_unbroadcast_typed(size_t i, const std::string& g, const ir::TypeInfo* g_type);
 
+  // ---- outer-scope values read by this node's subgraphs (If, Loop)
+  std::vector<std::string> implicit_inputs() const;
+  /// Does value v (an input or an outer-scope value this node's subgraphs read) need a gradient?
+  bool needs_grad(const std::string& v) const;
+  /// Gradient contribution to value v (same shape as v).
+  void set_grad(const std::string& v, const std::string& g);
+
   // ---- types known from inference
   DType dtype(const std::string& v) const;
   /// Inferred type (null when unknown).
@@ -87,6 +94,31 @@ class RuleContext {
   /// skips computing them); the returned names of unwanted outputs are "".
   std::vector<std::string> custom_some(const std::string& type, std::vector<std::string> inputs,
                                        const std::vector<bool>& wanted, std::vector<ir::Attribute> attrs = {});
+
+  /// Records the type of an emitted value (when the emitter's guess, the first input's element
+  /// type, is wrong: If, Loop).
+  void set_type(const std::string& v, const ir::TypeInfo& t);
+
+  // ---- forward variants and subgraphs
+  /// Replaces this forward node, in the built graph, by `op_type` of `domain` with `attrs`, the
+  /// same inputs and outputs, and `extra` more outputs from index `first_extra` on (outputs
+  /// between stay unnamed). Returns the names of the extra outputs. For gradients that need what
+  /// the forward computes anyway (gate activations, per-iteration loop state).
+  std::vector<std::string> replace_forward(const std::string& domain, const std::string& op_type,
+                                           std::vector<ir::Attribute> attrs, size_t first_extra, size_t extra);
+  struct SubgraphGradient {
+    std::vector<ir::Node> nodes;     ///< the body's forward nodes (recomputed), then gradient nodes; pruned
+    std::vector<std::string> grads;  ///< per wrt value: its gradient (zeros when none flows)
+  };
+  /// Differentiates `body`, a subgraph of this node whose declared inputs have `input_types`
+  /// (unknown or missing: as declared). `seeds[k]`: gradient flowing into body output k ("" for
+  /// none), a value visible where the nodes will run. `wrt`: body inputs and outer-scope values.
+  /// The nodes read the body's input names: the caller defines them.
+  SubgraphGradient subgraph_gradient(const ir::Graph& body, const std::vector<ir::TypeInfo>& input_types,
+                                     const std::vector<std::string>& seeds, const std::vector<std::string>& wrt);
+
+  /// A value or node name unused anywhere in the model (for nodes of subgraphs a rule builds).
+  std::string fresh_name(const std::string& hint);
 
   // ---- small graph idioms (opset-aware where ONNX changed the operator)
   std::string constant(const Tensor& t);

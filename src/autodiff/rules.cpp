@@ -410,10 +410,11 @@ std::vector<ir::Attribute> attrs_but(Ctx& c, const std::vector<std::string>& dro
   return add;
 }
 
-// Static dim i of v, -1 when unknown.
-int64_t static_dim(Ctx& c, const std::string& v, size_t i) {
+// Dimension `axis` of v when inference knows it, else -1.
+int64_t static_dim(Ctx& c, const std::string& v, int64_t axis) {
   const ir::TypeInfo* t = c.type(v);
-  return t && t->has_shape && i < t->dims.size() && t->dims[i].fixed() ? t->dims[i].value : -1;
+  if (!t || !t->has_shape || axis < 0 || axis >= int64_t(t->dims.size()) || !t->dims[size_t(axis)].fixed()) return -1;
+  return t->dims[size_t(axis)].value;
 }
 
 // Tensor of v's float type holding `value` everywhere, or (eye) on the diagonal of a square matrix.
@@ -1295,13 +1296,6 @@ int64_t norm_axis(Ctx& c, int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
-// Dimension `axis` of v when inference knows it, else -1.
-int64_t static_dim(Ctx& c, const std::string& v, int64_t axis) {
-  const ir::TypeInfo* t = c.type(v);
-  if (!t || !t->has_shape || axis >= int64_t(t->dims.size()) || !t->dims[size_t(axis)].fixed()) return -1;
-  return t->dims[size_t(axis)].value;
-}
-
 // Dimension `axis` of v as a 1-D int64 [1] (a constant when static).
 std::string dim_of(Ctx& c, const std::string& v, int64_t axis) {
   const int64_t d = static_dim(c, v, axis);
@@ -1809,8 +1803,191 @@ void rules_index(Table& t) {
   }, {0}, 10);
 }
 
+// ---------------------------------------------------------------- recurrent, control flow helpers
+// RNN, GRU, LSTM: the forward becomes com.onnxtrain <Op>Train (same outputs, plus the training
+// reserve: pre-activations and states of every step), read by one <Op>Grad node that runs
+// backpropagation through time (kernels in src/kernels/cpu/rnn.cpp). Custom operators in
+// portable mode too: standard ONNX expresses BPTT only by unrolling.
+void rnn_rule(Ctx& c) {
+  const std::string& op = c.node().op_type;
+  const bool lstm = op == "LSTM";
+  const size_t num_in = lstm ? 8 : 6, num_out = lstm ? 3 : 2;
+  std::vector<ir::Attribute> attrs;
+  for (const auto& a : c.attrs())
+    if (a.name != "layout") attrs.push_back(a);
+  attrs.push_back(iattr("layout", c.opset() >= 14 ? c.attr_int("layout", 0) : 0));
+  const std::string reserve = c.replace_forward("com.onnxtrain", op + "Train", attrs, num_out, 1)[0];
+  std::vector<std::string> in;
+  for (size_t i = 0; i < num_in; ++i) in.push_back(c.has_input(i) ? c.I(i) : "");
+  in.push_back(reserve);
+  for (size_t k = 0; k < num_out; ++k) in.push_back(c.has_GO(k) ? c.GO(k) : "");
+  const std::vector<size_t> to = lstm ? std::vector<size_t>{0, 1, 2, 3, 5, 6, 7} : std::vector<size_t>{0, 1, 2, 3, 5};
+  const auto g = c.custom(op + "Grad", in, to.size(), attrs);
+  for (size_t k = 0; k < to.size(); ++k) c.set_GI(to[k], g[k]);
+}
+
+ir::Attribute graph_attr(const char* name, std::shared_ptr<ir::Graph> g) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kGraph;
+  a.g = std::move(g);
+  return a;
+}
+
+ir::Node make_node(Ctx& c, const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                   std::vector<ir::Attribute> attrs = {}) {
+  ir::Node n;
+  n.op_type = op;
+  n.name = c.fresh_name("grad_" + op);
+  n.inputs = std::move(in);
+  n.outputs = std::move(out);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+// Appends `v` to g's outputs through an Identity (outputs may be outer values, or repeat).
+void add_output(Ctx& c, ir::Graph& g, const std::string& v, const ir::TypeInfo* type) {
+  const std::string o = c.fresh_name(v + "_out");
+  g.nodes.push_back(make_node(c, "Identity", {v}, {o}));
+  g.outputs.push_back(ir::ValueInfo{o, type ? *type : ir::TypeInfo(), ""});
+}
+
+// If: an If on the same condition whose branches recompute their forward and return the
+// gradients of the outer values they read (zeros from a branch that does not use one).
+void if_rule(Ctx& c) {
+  std::vector<std::string> wrt;
+  for (const auto& u : c.implicit_inputs())
+    if (c.needs_grad(u)) wrt.push_back(u);
+  if (wrt.empty()) return;
+  std::vector<std::string> seeds;
+  for (size_t k = 0; k < c.num_outputs(); ++k) seeds.push_back(c.has_GO(k) ? c.GO(k) : "");
+  std::vector<ir::Attribute> branches;
+  for (const char* name : {"then_branch", "else_branch"}) {
+    const ir::Attribute* a = c.node().attr(name);
+    if (!a || a->type != ir::AttrType::kGraph || !a->g) c.fail("missing ", name);
+    auto sub = c.subgraph_gradient(*a->g, {}, seeds, wrt);
+    auto g = std::make_shared<ir::Graph>();
+    g->name = a->g->name + "_grad";
+    g->nodes = std::move(sub.nodes);
+    for (size_t k = 0; k < wrt.size(); ++k) add_output(c, *g, sub.grads[k], c.type(wrt[k]));
+    branches.push_back(graph_attr(name, g));
+  }
+  const auto outs = c.op_n("If", {c.I(0)}, wrt.size(), branches);
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    if (const ir::TypeInfo* t = c.type(wrt[k])) c.set_type(outs[k], *t);
+    c.set_grad(wrt[k], outs[k]);
+  }
+}
+
+// Loop: the forward Loop also stacks every iteration's loop-carried inputs and iteration number
+// (extra scan outputs); a reverse Loop over the T recorded iterations recomputes the body at
+// iteration k = T-1-j from the recorded inputs and carries the gradients of the float
+// loop-carried values and the sums of the gradients of the outer values the body reads.
+void loop_rule(Ctx& c) {
+  const ir::Attribute* body_attr = c.node().attr("body");
+  if (!body_attr || body_attr->type != ir::AttrType::kGraph || !body_attr->g) c.fail("missing body");
+  const ir::Graph& body = *body_attr->g;
+  const size_t N = c.num_inputs() - 2, K = c.num_outputs() - N;
+  if (body.inputs.size() != N + 2 || body.outputs.size() != 1 + N + K) c.fail("body and node signatures differ");
+  // Types of the body inputs; carried values keep their static shape only when the loop keeps it.
+  std::vector<ir::TypeInfo> in_types{ir::TypeInfo::tensor(DType::kInt64, Shape{}),
+                                     ir::TypeInfo::tensor(DType::kBool, Shape{})};
+  std::vector<size_t> diff;  // float loop-carried values
+  for (size_t n = 0; n < N; ++n) {
+    ir::TypeInfo t = body.inputs[2 + n].type;
+    if (const ir::TypeInfo* outer = c.type(c.I(2 + n))) {
+      t = *outer;
+      const ir::TypeInfo* fin = c.type(c.O(n));
+      if (t.has_shape && !(fin && fin->has_shape && fin->to_string() == t.to_string()))
+        for (auto& d : t.dims) d = ir::Dim{};
+    }
+    if (t.kind == ir::TypeInfo::Kind::kSequence || t.kind == ir::TypeInfo::Kind::kOptional)
+      c.fail("loop-carried value ", n, " ('", c.I(2 + n), "') is a ", t.to_string(), ": only tensors are supported");
+    in_types.push_back(t);
+    if (t.elem == DType::kUndefined || dtype_is_float(t.elem)) diff.push_back(n);
+  }
+
+  // Forward variant: record v[n] and i of every iteration.
+  auto fbody = std::make_shared<ir::Graph>(body);
+  for (size_t n = 0; n <= N; ++n) {
+    const size_t input = n < N ? 2 + n : 0;
+    const std::string rec = c.fresh_name(body.inputs[input].name + "_rec");
+    fbody->nodes.push_back(make_node(c, "Identity", {body.inputs[input].name}, {rec}));
+    fbody->outputs.push_back(ir::ValueInfo{rec, in_types[input], ""});
+  }
+  std::vector<ir::Attribute> fattrs;
+  for (const auto& a : c.attrs())
+    if (a.name != "body") fattrs.push_back(a);
+  fattrs.push_back(graph_attr("body", fbody));
+  const std::vector<std::string> rec = c.replace_forward("", "Loop", fattrs, N + K, N + 1);
+  const std::string trips = c.op("Size", {rec[N]});
+  c.set_type(trips, ir::TypeInfo::tensor(DType::kInt64, Shape{}));
+  const std::string last = c.op("Sub", {trips, c.constant(Tensor::scalar<int64_t>(1))});
+  const std::string yes = c.constant(Tensor::scalar<bool>(true));
+
+  std::vector<std::string> wrt;
+  for (size_t n : diff) wrt.push_back(body.inputs[2 + n].name);
+  std::vector<std::string> outer;
+  for (const auto& u : c.implicit_inputs())
+    if (c.needs_grad(u)) outer.push_back(u);
+  wrt.insert(wrt.end(), outer.begin(), outer.end());
+
+  // Reverse body: (j, cond, dv[diff], du[outer]) -> (true, dv', du').
+  auto g = std::make_shared<ir::Graph>();
+  g->name = body.name + "_grad";
+  const std::string j = c.fresh_name("j"), k = c.fresh_name("k");
+  g->inputs.push_back(ir::ValueInfo{j, in_types[0], ""});
+  g->inputs.push_back(ir::ValueInfo{c.fresh_name("cond"), in_types[1], ""});
+  std::vector<std::string> carried_in;
+  for (const auto& w : wrt) {
+    carried_in.push_back(c.fresh_name("d_" + w));
+    const ir::TypeInfo* t = c.type(w);
+    g->inputs.push_back(ir::ValueInfo{carried_in.back(), t ? *t : ir::TypeInfo(), ""});
+  }
+  for (size_t d = 0; d < diff.size(); ++d) g->inputs[2 + d].type = in_types[2 + diff[d]];
+  g->nodes.push_back(make_node(c, "Sub", {last, j}, {k}));
+  g->nodes.push_back(make_node(c, "Identity", {k}, {body.inputs[0].name}));
+  g->nodes.push_back(make_node(c, "Identity", {yes}, {body.inputs[1].name}));
+  for (size_t n = 0; n < N; ++n)
+    g->nodes.push_back(make_node(c, "Gather", {rec[n], k}, {body.inputs[2 + n].name}, {iattr("axis", 0)}));
+  std::vector<std::string> seeds(1 + N + K);
+  for (size_t d = 0; d < diff.size(); ++d) seeds[1 + diff[d]] = carried_in[d];
+  for (size_t s = 0; s < K; ++s)
+    if (c.has_GO(N + s)) {
+      seeds[1 + N + s] = c.fresh_name("dscan");
+      g->nodes.push_back(make_node(c, "Gather", {c.GO(N + s), k}, {seeds[1 + N + s]}, {iattr("axis", 0)}));
+    }
+  auto sub = c.subgraph_gradient(body, in_types, seeds, wrt);
+  g->nodes.insert(g->nodes.end(), sub.nodes.begin(), sub.nodes.end());
+  add_output(c, *g, yes, &in_types[1]);
+  for (size_t w = 0; w < wrt.size(); ++w) {
+    std::string v = sub.grads[w];
+    if (w >= diff.size()) {  // outer value: sum over iterations
+      v = c.fresh_name("acc_" + wrt[w]);
+      g->nodes.push_back(make_node(c, "Add", {carried_in[w], sub.grads[w]}, {v}));
+    }
+    add_output(c, *g, v, &g->inputs[2 + w].type);
+  }
+
+  std::vector<std::string> init{trips, ""};
+  for (size_t d = 0; d < diff.size(); ++d) init.push_back(c.has_GO(diff[d]) ? c.GO(diff[d]) : c.zeros_like(c.O(diff[d])));
+  for (const auto& u : outer) init.push_back(c.zeros_like(u));
+  const auto outs = c.op_n("Loop", init, wrt.size(), {graph_attr("body", g)});
+  for (size_t w = 0; w < wrt.size(); ++w) {
+    c.set_type(outs[w], g->inputs[2 + w].type);
+    if (w < diff.size()) c.set_GI(2 + diff[w], outs[w]);
+    else c.set_grad(wrt[w], outs[w]);
+  }
+}
+
 // ================================================================ recurrent, control flow
-void rules_rnn_control(Table& t) { (void)t; }
+void rules_rnn_control(Table& t) {
+  t.add("LSTM", rnn_rule, {0, 1, 2, 3, 5, 6, 7});
+  t.add("GRU", rnn_rule, {0, 1, 2, 3, 5});
+  t.add("RNN", rnn_rule, {0, 1, 2, 3, 5});
+  t.add("If", if_rule);      // cond is boolean: gradients reach the outer values the branches read
+  t.add("Loop", loop_rule);  // M and cond are integer/boolean
+}
 
 std::vector<Entry> build_table() {
   Table t;

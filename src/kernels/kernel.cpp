@@ -184,6 +184,7 @@ const KernelRegistry& KernelRegistry::global() {
     kernels::register_loss(r);
     kernels::register_rnn(r);
     kernels::register_control_flow(r);
+    kernels::register_training(r);
     return r;
   }();
   return reg;

@@ -168,6 +168,7 @@ std::unique_ptr<Plan> GraphExecutor::build_plan(const std::vector<const Value*>&
   for (size_t o : outputs) slots[size_t(ids.at(output_names_[o]))].graph_output = true;
 
   // Inputs and initializers.
+  std::unordered_set<std::string> missing;
   plan->input_slots.resize(input_names_.size());
   for (size_t i = 0; i < input_names_.size(); ++i) {
     const int sid = ids.at(input_names_[i]);
@@ -187,9 +188,13 @@ std::unique_ptr<Plan> GraphExecutor::build_plan(const std::vector<const Value*>&
       s.value = Value::of(*init);
       plan->input_slots[i] = -1;  // nothing to bind per run
     } else {
-      throw_error<InvalidArgument>("missing input '", input_names_[i], "'");
+      // Not fed: an error only if a needed node (or a requested output) reads it.
+      plan->input_slots[i] = -1;
+      missing.insert(input_names_[i]);
     }
   }
+  for (size_t o : outputs)
+    if (missing.count(output_names_[o])) throw_error<InvalidArgument>("missing input '", output_names_[o], "'");
   for (const auto& [n, t] : g.initializers) {
     Slot& s = slots[size_t(ids.at(n))];
     if (s.state != Slot::State::kUnset) continue;  // also a (fed or defaulted) graph input
@@ -230,6 +235,7 @@ std::unique_ptr<Plan> GraphExecutor::build_plan(const std::vector<const Value*>&
         st.in.push_back(sid);
         if (sid < 0) continue;
         const Slot& s = slots[size_t(sid)];
+        if (missing.count(n)) throw_error<InvalidArgument>("missing input '", n, "'");
         if (s.state == Slot::State::kUnset)
           throw_error<InvalidGraph>("input '", n, "' is read before it is produced");
         known = known && s.shape_known;
@@ -238,6 +244,7 @@ std::unique_ptr<Plan> GraphExecutor::build_plan(const std::vector<const Value*>&
       for (const auto& n : implicit_[idx]) {
         auto it = ids.find(n);
         if (it == ids.end()) throw_error<InvalidGraph>("subgraph reads '", n, "', which is not defined");
+        if (missing.count(n)) throw_error<InvalidArgument>("missing input '", n, "'");
         st.imp.push_back(it->second);
         known = known && slots[size_t(it->second)].shape_known;
         all_const = false;
@@ -367,6 +374,21 @@ std::unique_ptr<Plan> GraphExecutor::build_plan(const std::vector<const Value*>&
   for (auto& s : slots) {
     if (s.graph_output) s.last_use = nsteps;
     if (s.last_use < s.producer) s.last_use = s.producer;
+  }
+  // Run-time views keep what they view alive: an output of a dynamic step may view its inputs
+  // (aliasing kernels such as Reshape, or ReduceSum with no axes; graph outputs never do), and a
+  // rebound slot views its source. A view comes after what it views, so one pass from the last
+  // step back settles chains.
+  for (int si = nsteps - 1; si >= 0; --si) {
+    const Step& st = plan->steps[size_t(si)];
+    for (const auto& [o, i] : st.rebind)
+      slots[size_t(i)].last_use = std::max(slots[size_t(i)].last_use, slots[size_t(o)].last_use);
+    if (!st.dynamic) continue;
+    int end = si;
+    for (int sid : st.out)
+      if (sid >= 0 && !slots[size_t(sid)].graph_output) end = std::max(end, slots[size_t(sid)].last_use);
+    for (int sid : st.in)
+      if (sid >= 0) slots[size_t(sid)].last_use = std::max(slots[size_t(sid)].last_use, end);
   }
   for (auto& s : slots)
     if (s.alias_root >= 0) {
@@ -567,8 +589,7 @@ std::vector<Value> GraphExecutor::run(const std::vector<const Value*>& inputs, c
   key_.clear();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value* v = inputs[i];
-    if (!v) {
-      if (!input_default_[i]) throw_error<InvalidArgument>("missing input '", input_names_[i], "'");
+    if (!v) {  // unfed: allowed when no requested output needs it (checked when planning)
       key_.push_back(-1);
       continue;
     }

@@ -17,9 +17,6 @@ namespace {
 
 constexpr char kMagic[16] = {'O', 'N', 'N', 'X', 'T', 'R', 'A', 'I', 'N', '-', 'C', 'K', 'P', 'T', 0, 0};
 constexpr char kEndMagic[16] = {'O', 'N', 'N', 'X', 'T', 'R', 'A', 'I', 'N', '-', 'E', 'N', 'D', 0, 0, 0};
-constexpr uint64_t kAlign = 64;
-
-uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 uint32_t crc_of(const void* data, uint64_t n) {
   uLong c = crc32(0L, Z_NULL, 0);
@@ -139,7 +136,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
     h.u64(off);
     h.u64(t.nbytes());
     h.u32(crc_of(t.raw_data(), t.nbytes()));
-    off = align_up(off + t.nbytes());
+    off += t.nbytes();
   }
   Writer pre;
   pre.buf.append(kMagic, 16);
@@ -147,7 +144,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   pre.u32(crc_of(h.buf.data(), h.buf.size()));
   pre.u64(h.buf.size());
   const uint64_t head = pre.buf.size() + h.buf.size();
-  const uint64_t data_start = align_up(head);
+  const uint64_t data_start = head;  // no padding: every byte is checked
   const uint64_t total = data_start + off + 16 + 8;
 
   static std::atomic<uint64_t> seq{0};
@@ -158,16 +155,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   try {
     write_all(f.fd, pre.buf.data(), pre.buf.size(), path);
     write_all(f.fd, h.buf.data(), h.buf.size(), path);
-    static const char zeros[kAlign] = {0};
-    write_all(f.fd, zeros, data_start - head, path);
-    uint64_t pos = 0;
-    for (const auto& [name, t] : c.tensors) {
-      write_all(f.fd, t.raw_data(), t.nbytes(), path);
-      pos += t.nbytes();
-      const uint64_t pad = align_up(pos) - pos;
-      write_all(f.fd, zeros, pad, path);
-      pos += pad;
-    }
+    for (const auto& [name, t] : c.tensors) write_all(f.fd, t.raw_data(), t.nbytes(), path);
     Writer tail;
     tail.buf.append(kEndMagic, 16);
     tail.u64(total);
@@ -233,7 +221,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     std::string k = r.str();
     c.text[k] = r.str();
   }
-  const uint64_t data_start = align_up(32 + hlen);
+  const uint64_t data_start = 32 + hlen;
   const uint64_t data_end = size - 24;
   for (uint32_t i = 0, n = r.u32(); i < n; ++i) {
     std::string name = r.str();

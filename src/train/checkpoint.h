@@ -2,8 +2,9 @@
 // 2 GiB work), written atomically (temporary file in the same folder, fsync, rename, fsync of the
 // folder) so a process killed mid-write leaves the previous checkpoint intact.
 //
-//   "ONNXTRAIN-CKPT\0\0" | u32 version | u32 header crc | u64 header bytes | header | pad to 64 |
-//   tensor data (each 64-aligned) | "ONNXTRAIN-END\0\0\0" | u64 total file size
+//   "ONNXTRAIN-CKPT\0\0" | u32 version | u32 header crc | u64 header bytes | header |
+//   tensor data (back to back) | "ONNXTRAIN-END\0\0\0" | u64 total file size
+// No padding: every byte is covered by the magic, the header CRC, a tensor CRC or the trailer.
 #pragma once
 
 #include <map>

@@ -52,7 +52,11 @@ void TrainingParameters::validate() const {
       else if (k == "power") s.power = v;
       else throw_error<InvalidArgument>("TrainingParameters.lr_schedule_params: unknown key '", k, "'");
     }
-    s.validate();
+    try {
+      s.validate();
+    } catch (const InvalidArgument& e) {
+      throw_error<InvalidArgument>("TrainingParameters.lr_schedule: ", e.what());
+    }
   }
 }
 
@@ -187,7 +191,8 @@ namespace {
 // Feeds in executor order; validates names and types against the graph's declared inputs.
 std::vector<const Value*> order_feeds(const runtime::GraphExecutor& ex, const ir::Graph& g,
                                       const std::unordered_map<std::string, size_t>& index,
-                                      const std::vector<std::pair<std::string, Value>>& feeds, const std::string& skip) {
+                                      const std::vector<std::pair<std::string, Value>>& feeds, const std::string& skip,
+                                      bool require_all = true) {
   std::vector<const Value*> ins(ex.input_names().size(), nullptr);
   for (const auto& [name, v] : feeds) {
     if (name == skip) continue;
@@ -204,7 +209,7 @@ std::vector<const Value*> order_feeds(const runtime::GraphExecutor& ex, const ir
       if (vi.name == name) check_feed(vi, v);
     ins[it->second] = &v;
   }
-  for (size_t i = 0; i < ins.size(); ++i)
+  for (size_t i = 0; require_all && i < ins.size(); ++i)
     if (!ins[i] && !ex.input_has_default(i)) throw_error<InvalidArgument>("missing input '", ex.input_names()[i], "'");
   return ins;
 }
@@ -287,7 +292,8 @@ std::vector<Value> TrainingSession::Impl::run_train(const std::vector<std::strin
 
 std::vector<Value> TrainingSession::Impl::run_eval(const std::vector<std::string>& outs,
                                                    const std::vector<std::pair<std::string, Value>>& feeds) {
-  auto ins = order_feeds(*eval_exec, *model.graph, eval_inputs, feeds, params.lr_params_feed_name);
+  // Inputs the requested outputs do not need (labels for predictions) may be left out.
+  auto ins = order_feeds(*eval_exec, *model.graph, eval_inputs, feeds, params.lr_params_feed_name, false);
   std::vector<size_t> idx;
   for (const auto& n : outs) {
     auto it = eval_outputs.find(n);

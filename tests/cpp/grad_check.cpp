@@ -12,8 +12,6 @@ namespace ot_test {
 
 using namespace onnxtrain;
 
-namespace {
-
 ir::Model forward_model(const GradCheck& s, const std::vector<size_t>& wrt, const std::vector<Tensor>& weights) {
   ir::Model m;
   m.ir_version = 8;
@@ -78,6 +76,8 @@ ir::Model forward_model(const GradCheck& s, const std::vector<size_t>& wrt, cons
   g.outputs.push_back(ir::ValueInfo{"loss", {}, ""});
   return m;
 }
+
+namespace {
 
 double run_loss(runtime::GraphExecutor& ex, const std::vector<Tensor>& feeds) {
   std::vector<Value> vals;

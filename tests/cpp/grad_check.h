@@ -27,6 +27,10 @@ struct GradCheck {
   bool symbolic_shapes = false;       ///< declare inputs with symbolic dims (exercises run-time unbroadcasting)
 };
 
+/// The model check_gradient differentiates: the node, inputs `wrt` as graph inputs (the others as
+/// initializers), loss = sum_k sum(y_k * weights_k) over spec.outputs_in_loss.
+ir::Model forward_model(const GradCheck& spec, const std::vector<size_t>& wrt, const std::vector<Tensor>& weights);
+
 /// Checks d loss / d input against central differences, once with all `wrt` inputs requiring
 /// gradients together and once for each alone. loss = sum_k sum(y_k * r_k), r_k random.
 ::testing::AssertionResult check_gradient(const GradCheck& spec);

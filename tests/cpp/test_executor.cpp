@@ -229,3 +229,32 @@ TEST(Executor, ThreadCountsGiveSameResults) {
   auto y2 = ot_test::run_node("Add", {a, b}, {}, two);
   EXPECT_TRUE(ot_test::all_close(y2[0], y1[0].shape(), ot_test::to_double(y1[0]), 0, 0));
 }
+
+TEST(Executor, ViewsOfDynamicAliasesKeepTheirMemoryAlive) {
+  // d = ReduceSum(m, axes from NonZero: empty, noop) is a run-time view of m; r = Reshape(d) a view
+  // of d. m's arena block must outlive r's last use, though m's last direct reader is the
+  // ReduceSum (n, computed later, would otherwise take m's place).
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs = {vi("x"), vi("big", DType::kInt64)};  // an input: nothing below folds at plan time
+  auto i64 = [](std::vector<int64_t> v) { return Tensor::from_vector<int64_t>({int64_t(v.size())}, v); };
+  g->initializers = {{"flat", i64({-1})}, {"shape", i64({64})}};
+  g->nodes = {node("Mul", {"x", "x"}, {"m"}),
+              node("Shape", {"x"}, {"sx"}),
+              node("Equal", {"sx", "big"}, {"eq"}),
+              node("NonZero", {"eq"}, {"nz"}),
+              node("Reshape", {"nz", "flat"}, {"axes"}),
+              node("ReduceSum", {"m", "axes"}, {"d"}, {ot_test::attr_int("noop_with_empty_axes", 1)}),
+              node("Reshape", {"d", "shape"}, {"r"}),
+              node("Add", {"x", "x"}, {"n"}),
+              node("Add", {"r", "n"}, {"y"})};
+  g->outputs = {vi("y")};
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{});
+  std::vector<float> xv(64);
+  std::vector<double> want(64);
+  for (size_t i = 0; i < 64; ++i) {
+    xv[i] = float(i) * 0.5f;
+    want[i] = double(xv[i]) * xv[i] + 2.0 * xv[i];
+  }
+  auto y = run(ex, {Tensor::from_vector<float>({64}, xv), i64({1000})});
+  EXPECT_TRUE(ot_test::all_close(y[0].tensor, {64}, want));
+}

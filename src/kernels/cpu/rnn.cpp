@@ -152,6 +152,95 @@ struct Activation {
         return;
     }
   }
+
+  /// Training: y[i] = act(clip(x[i])) and d[i] = act'(clip(x[i])), zero where the clip (0: none)
+  /// cut x[i]. Sigmoid and tanh go through apply() (the forward's own approximations).
+  template <class T>
+  void grad(const T* x, T* y, T* d, int64_t n, T clip) const {
+    if (clip > T(0)) clip_copy(x, y, n, clip);
+    else std::memcpy(y, x, size_t(n) * sizeof(T));
+    const T a = T(alpha), b = T(beta), one(1), zero(0);
+    switch (kind) {
+      case Kind::kSigmoid:
+        apply(y, n);
+        for (int64_t i = 0; i < n; ++i) d[i] = y[i] * (one - y[i]);
+        break;
+      case Kind::kTanh:
+        apply(y, n);
+        for (int64_t i = 0; i < n; ++i) d[i] = one - y[i] * y[i];
+        break;
+      case Kind::kRelu:
+        for (int64_t i = 0; i < n; ++i) {
+          d[i] = y[i] > zero ? one : zero;
+          y[i] = y[i] > zero ? y[i] : zero;
+        }
+        break;
+      case Kind::kAffine:
+        for (int64_t i = 0; i < n; ++i) {
+          d[i] = a;
+          y[i] = a * y[i] + b;
+        }
+        break;
+      case Kind::kLeakyRelu:
+        for (int64_t i = 0; i < n; ++i) {
+          d[i] = y[i] >= zero ? one : a;
+          y[i] = y[i] >= zero ? y[i] : a * y[i];
+        }
+        break;
+      case Kind::kThresholdedRelu:
+        for (int64_t i = 0; i < n; ++i) {
+          d[i] = y[i] > a ? one : zero;
+          y[i] = y[i] > a ? y[i] : zero;
+        }
+        break;
+      case Kind::kScaledTanh:
+        for (int64_t i = 0; i < n; ++i) {
+          const T t = std::tanh(b * y[i]);
+          y[i] = a * t;
+          d[i] = a * b * (one - t * t);
+        }
+        break;
+      case Kind::kHardSigmoid:
+        for (int64_t i = 0; i < n; ++i) {
+          const T z = a * y[i] + b;
+          d[i] = z > zero && z < one ? a : zero;
+          y[i] = std::min(one, std::max(zero, z));
+        }
+        break;
+      case Kind::kElu:
+        for (int64_t i = 0; i < n; ++i) {
+          if (y[i] >= zero) {
+            d[i] = one;
+          } else {
+            const T e = std::exp(y[i]);
+            y[i] = a * (e - one);
+            d[i] = a * e;
+          }
+        }
+        break;
+      case Kind::kSoftsign:
+        for (int64_t i = 0; i < n; ++i) {
+          const T s = one + std::abs(y[i]);
+          d[i] = one / (s * s);
+          y[i] = y[i] / s;
+        }
+        break;
+      case Kind::kSoftplus:
+        for (int64_t i = 0; i < n; ++i) {
+          d[i] = sigmoid(y[i]);
+          y[i] = y[i] > T(30) ? y[i] : std::log1p(std::exp(y[i]));
+        }
+        break;
+    }
+    if (clip > T(0))
+      for (int64_t i = 0; i < n; ++i)
+        if (std::abs(x[i]) > clip) d[i] = zero;
+  }
+
+  template <class T>
+  static void clip_copy(const T* x, T* y, int64_t n, T c) {
+    for (int64_t i = 0; i < n; ++i) y[i] = std::min(c, std::max(-c, x[i]));
+  }
 };
 
 // Parses `activations` (count per direction, or per direction times dirs), consuming
@@ -282,17 +371,55 @@ class PackedGemm {
   size_t scratch_bytes_ = 0;
 };
 
-// ---------------------------------------------------------------- the recurrent kernel
+// Workspace layout in 64-byte aligned blocks.
+struct WorkspaceLayout {
+  size_t elem_size, bytes = 0;
+  size_t block(size_t n) {
+    const size_t at = bytes;
+    bytes += (std::max<size_t>(n, 1) + 63) / 64 * 64;
+    return at;
+  }
+  size_t elems(int64_t n) { return block(size_t(std::max<int64_t>(n, 0)) * elem_size); }
+};
+
+// Per chunk of hidden units: the float32 recurrence weights packed for oneDNN (main, and h: GRU's
+// second gemm without linear_before_reset) and where they and the scratchpad sit.
+struct ChunkGemm {
+  PackedGemm main, h;
+  size_t ws_main = 0, ws_h = 0, ws_scratch = 0;
+};
+
+// One ChunkGemm per chunk [bounds[c], bounds[c+1]): init(cg, n) sets its primitives up; none at
+// all when one fails (the kernel then uses gemm()). Their buffers are placed in `ws`.
+template <class Init>
+void make_chunk_gemms(std::vector<ChunkGemm>& gemms, const std::vector<int64_t>& bounds, Init&& init) {
+  gemms.clear();
+  for (size_t c = 0; c + 1 < bounds.size(); ++c) {
+    ChunkGemm cg;
+    if (!init(cg, bounds[c + 1] - bounds[c])) {
+      gemms.clear();
+      return;
+    }
+    gemms.push_back(std::move(cg));
+  }
+}
+void place_chunk_gemms(std::vector<ChunkGemm>& gemms, WorkspaceLayout& ws) {
+  for (ChunkGemm& cg : gemms) {
+    cg.ws_main = ws.block(cg.main.packed_bytes());
+    cg.ws_h = ws.block(cg.h.packed_bytes());
+    cg.ws_scratch = ws.block(std::max(cg.main.scratch_bytes(), cg.h.scratch_bytes()));
+  }
+}
+
+// ---------------------------------------------------------------- shared configuration
 enum class Cell { kRnn, kGru, kLstm };
 enum RnnInput { kX, kW, kR, kB, kSeqLens, kInitH, kInitC, kP };
 enum RnnOutput { kY, kYh, kYc };
 
-template <Cell C>
-class RecurrentKernel final : public Kernel {
-  static constexpr int64_t kGates = C == Cell::kLstm ? 4 : C == Cell::kGru ? 3 : 1;
-
- public:
-  explicit RecurrentKernel(const KernelInfo& info) {
+// Attributes and input shapes, shared by the forward kernels (plain and training variant) and the
+// backward kernel. `custom`: a com.onnxtrain variant, whose `layout` attribute holds at any opset.
+struct RnnConfig {
+  RnnConfig(const KernelInfo& info, Cell cell, bool custom) : cell_(cell) {
     const std::string dir = info.attr_string("direction", "forward");
     if (dir == "forward" || dir == "reverse") {
       dirs_ = 1;
@@ -308,12 +435,12 @@ class RecurrentKernel final : public Kernel {
       clip_ = info.attr_float("clip");
       if (!(clip_ > 0.f)) info.fail("clip must be positive, got ", clip_);
     }
-    layout_ = info.opset() >= 14 ? info.attr_int("layout", 0) : 0;
+    layout_ = custom || info.opset() >= 14 ? info.attr_int("layout", 0) : 0;
     if (layout_ != 0 && layout_ != 1) info.fail("layout must be 0 or 1, got ", layout_);
-    if constexpr (C == Cell::kLstm) {
+    if (cell == Cell::kLstm) {
       input_forget_ = info.attr_int("input_forget", 0) != 0;
       acts_ = parse_activations(info, {"Sigmoid", "Tanh", "Tanh"}, dirs_);
-    } else if constexpr (C == Cell::kGru) {
+    } else if (cell == Cell::kGru) {
       linear_before_reset_ = info.attr_int("linear_before_reset", 0) != 0;
       acts_ = parse_activations(info, {"Sigmoid", "Tanh"}, dirs_);
     } else {
@@ -321,16 +448,19 @@ class RecurrentKernel final : public Kernel {
     }
   }
 
-  void prepare(PrepareContext& ctx) override {
+  int64_t gates() const { return cell_ == Cell::kLstm ? 4 : cell_ == Cell::kGru ? 3 : 1; }
+
+  // Validates X, W, R, B, sequence_lens, initial_h (and for LSTM initial_c, P) at the forward
+  // operator's input positions; sets the sizes. Returns X's element type.
+  DType read_shapes(PrepareContext& ctx) {
     for (int i : {kX, kW, kR})
       if (!ctx.has_input(size_t(i))) ctx.fail("input ", i, " (X, W and R are required) is missing");
     const DType dt = ctx.input_dtype(kX);
     dispatch<TypeList<float, double>>(dt, ctx.node(), [&]<class T>() {});
+    const bool lstm = cell_ == Cell::kLstm;
     for (int i : {kW, kR, kB, kInitH, kInitC, kP})
-      if (ctx.has_input(size_t(i)) && ctx.input_dtype(size_t(i)) != dt)
+      if ((lstm || i < kInitC) && ctx.has_input(size_t(i)) && ctx.input_dtype(size_t(i)) != dt)
         ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(size_t(i))), ", X has ", dtype_name(dt));
-    if constexpr (C != Cell::kLstm)
-      if (ctx.has_input(kInitC) || ctx.has_input(kP)) ctx.fail("has more inputs than the operator takes");
     const Shape& x = ctx.input_shape(kX);
     const Shape& r = ctx.input_shape(kR);
     if (x.size() != 3) ctx.fail("X must have rank 3, got ", shape_to_string(x));
@@ -340,31 +470,106 @@ class RecurrentKernel final : public Kernel {
     if (r.size() != 3) ctx.fail("R must have rank 3, got ", shape_to_string(r));
     H_ = r[2];
     if (hidden_ >= 0 && hidden_ != H_) ctx.fail("hidden_size is ", hidden_, " but R has shape ", shape_to_string(r));
-    const int64_t gh = kGates * H_;
-    auto expect = [&](int i, const char* name, const Shape& want) {
-      if (ctx.has_input(size_t(i)) && ctx.input_shape(size_t(i)) != want)
-        ctx.fail(name, " has shape ", shape_to_string(ctx.input_shape(size_t(i))), ", expected ", shape_to_string(want));
-    };
-    const Shape state = layout_ ? Shape{batch_, dirs_, H_} : Shape{dirs_, batch_, H_};
-    expect(kW, "W", {dirs_, gh, input_});
-    expect(kR, "R", {dirs_, gh, H_});
-    expect(kB, "B", {dirs_, 2 * gh});
-    expect(kInitH, "initial_h", state);
-    expect(kInitC, "initial_c", state);
-    expect(kP, "P", {dirs_, 3 * H_});
+    const int64_t gh = gates() * H_;
+    expect(ctx, kW, "W", {dirs_, gh, input_});
+    expect(ctx, kR, "R", {dirs_, gh, H_});
+    expect(ctx, kB, "B", {dirs_, 2 * gh});
+    expect(ctx, kInitH, "initial_h", state_shape());
+    if (lstm) {
+      expect(ctx, kInitC, "initial_c", state_shape());
+      expect(ctx, kP, "P", {dirs_, 3 * H_});
+    }
     if (ctx.has_input(kSeqLens)) {
       const DType lt = ctx.input_dtype(kSeqLens);
       if (lt != DType::kInt32 && lt != DType::kInt64)
         ctx.fail("sequence_lens must be int32, got ", dtype_name(lt));
-      expect(kSeqLens, "sequence_lens", {batch_});
+      expect(ctx, kSeqLens, "sequence_lens", {batch_});
     }
+    return dt;
+  }
+  void expect(PrepareContext& ctx, int i, const char* name, const Shape& want) const {
+    if (ctx.has_input(size_t(i)) && ctx.input_shape(size_t(i)) != want)
+      ctx.fail(name, " has shape ", shape_to_string(ctx.input_shape(size_t(i))), ", expected ", shape_to_string(want));
+  }
+  Shape state_shape() const { return layout_ ? Shape{batch_, dirs_, H_} : Shape{dirs_, batch_, H_}; }
+  Shape y_shape() const { return layout_ ? Shape{batch_, seq_, dirs_, H_} : Shape{seq_, dirs_, batch_, H_}; }
+  // Row of (step t, batch entry b) in X's layout: the projected gates, the training reserve and
+  // the gate gradients follow it, so that one gemm covers every step.
+  int64_t row(int64_t t, int64_t b) const { return layout_ ? b * seq_ + t : t * batch_ + b; }
+  // Distance between the rows of consecutive batch entries of one step.
+  int64_t row_stride() const { return layout_ ? seq_ : 1; }
+  int64_t state_at(int64_t d, int64_t b) const { return layout_ ? (b * dirs_ + d) * H_ : (d * batch_ + b) * H_; }
+  int64_t y_at(int64_t t, int64_t d, int64_t b) const {
+    return layout_ ? ((b * seq_ + t) * dirs_ + d) * H_ : ((t * dirs_ + d) * batch_ + b) * H_;
+  }
+  // Reads sequence_lens (validated) into lens_; returns the longest.
+  int64_t read_lens(const RunContext& ctx) {
+    lens_.assign(size_t(batch_), seq_);
+    if (ctx.has_input(kSeqLens)) {
+      const Tensor& l = ctx.input(kSeqLens);
+      for (int64_t b = 0; b < batch_; ++b) {
+        const int64_t v = l.dtype() == DType::kInt32 ? l.data<int32_t>()[b] : l.data<int64_t>()[b];
+        if (v < 0 || v > seq_) ctx.fail("sequence_lens[", b, "] = ", v, " is outside [0, ", seq_, "]");
+        lens_[size_t(b)] = v;
+      }
+    }
+    int64_t max_len = 0;
+    for (int64_t v : lens_) max_len = std::max(max_len, v);
+    return max_len;
+  }
+
+  // Training reserve of one direction (written by the *Train forward, read by *Grad), rows in X's
+  // layout: pre-activations [rows, G*H] (biases and peepholes added, before clip; gate order of W),
+  // the hidden state before each step [rows, H] (zero for steps past every length), then LSTM's
+  // cell state before each step [rows, H] or GRU's H·Rh^T + Rbh under linear_before_reset.
+  int64_t reserve_per_dir() const {
+    const bool extra = cell_ == Cell::kLstm || (cell_ == Cell::kGru && linear_before_reset_);
+    return seq_ * batch_ * (gates() * H_ + H_ + (extra ? H_ : 0));
+  }
+
+  // Chunk boundaries over the hidden units: multiples of 8 but the last.
+  void chunk_bounds(int64_t chunks, std::vector<int64_t>& b) const {
+    b.assign(size_t(chunks + 1), H_);
+    for (int64_t c = 0; c < chunks; ++c) b[size_t(c)] = H_ * c / chunks / 8 * 8;
+  }
+
+  Cell cell_;
+  int64_t dirs_ = 1;
+  bool reverse_only_ = false;
+  int64_t hidden_ = -1;
+  float clip_ = 0.f;  // 0: no clipping
+  int64_t layout_ = 0;
+  bool input_forget_ = false;
+  bool linear_before_reset_ = false;
+  std::vector<Activation> acts_;  // per direction: LSTM f g h, GRU f g, RNN f
+  // From prepare / run.
+  int64_t seq_ = 0, batch_ = 0, input_ = 0, H_ = 0;
+  std::vector<int64_t> lens_;
+};
+
+// ---------------------------------------------------------------- the recurrent kernel
+// `train` (com.onnxtrain LSTMTrain, GRUTrain, RNNTrain): one more output, the training reserve.
+template <Cell C>
+class RecurrentKernel final : public Kernel, RnnConfig {
+  static constexpr int64_t kGates = C == Cell::kLstm ? 4 : C == Cell::kGru ? 3 : 1;
+  static constexpr size_t kReserveOut = C == Cell::kLstm ? 3 : 2;
+
+ public:
+  RecurrentKernel(const KernelInfo& info, bool train = false) : RnnConfig(info, C, train), train_(train) {}
+
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = read_shapes(ctx);
+    if constexpr (C != Cell::kLstm)
+      if (ctx.has_input(kInitC) || ctx.has_input(kP)) ctx.fail("has more inputs than the operator takes");
+    const int64_t gh = kGates * H_;
     auto out = [&](int i, Shape s) {
       if (size_t(i) < ctx.num_outputs() && ctx.has_output(size_t(i))) ctx.set_output(size_t(i), dt, std::move(s));
     };
-    out(kY, layout_ ? Shape{batch_, seq_, dirs_, H_} : Shape{seq_, dirs_, batch_, H_});
-    out(kYh, state);
-    if constexpr (C == Cell::kLstm) out(kYc, state);
-    else if (ctx.num_outputs() > 2) ctx.fail("has more outputs than the operator produces");
+    out(kY, y_shape());
+    out(kYh, state_shape());
+    if constexpr (C == Cell::kLstm) out(kYc, state_shape());
+    if (train_) out(kReserveOut, {dirs_ * reserve_per_dir()});
+    else if (ctx.num_outputs() > kReserveOut) ctx.fail("has more outputs than the operator produces");
 
     // Hidden units are split into chunks, one per thread: a step's gemm and gate math for a chunk
     // touch only its units, so a step is one parallel region. W, R and the biases are permuted so
@@ -373,14 +578,8 @@ class RecurrentKernel final : public Kernel {
     // Workspace (64-byte aligned blocks): projected gates for every step, two hidden states (read
     // one, write the other), the cell state, GRU scratch, biases, permuted weights; for float32,
     // per chunk the packed recurrence weights and oneDNN's scratchpad.
-    const size_t es = dtype_size(dt);
-    size_t off = 0;
-    auto block = [&](size_t bytes) {
-      const size_t at = off;
-      off += (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-      return at;
-    };
-    auto elems = [&](int64_t n) { return block(size_t(std::max<int64_t>(n, 0)) * es); };
+    WorkspaceLayout ws{dtype_size(dt)};
+    auto elems = [&](int64_t n) { return ws.elems(n); };
     ws_gx_ = elems(seq_ * batch_ * gh);
     ws_h_[0] = elems(batch_ * H_);
     ws_h_[1] = elems(batch_ * H_);
@@ -396,30 +595,16 @@ class RecurrentKernel final : public Kernel {
     if (key != packed_key_) packed_.clear();
     packed_key_ = key;
     if (dt == DType::kFloat32 && seq_ > 0 && batch_ > 0 && packed_.empty()) {
-      const int64_t ldg = layout_ ? seq_ * gh : gh;
-      for (int64_t c = 0; c < max_chunks_; ++c) {
-        const int64_t n = bounds_[size_t(c) + 1] - bounds_[size_t(c)];
-        ChunkGemm cg;
-        bool ok;
+      const int64_t ldg = row_stride() * gh;
+      make_chunk_gemms(packed_, bounds_, [&](ChunkGemm& cg, int64_t n) {
         if (C == Cell::kGru && !linear_before_reset_)
-          ok = cg.main.init(batch_, 2 * n, H_, H_, ldg, true) && cg.h.init(batch_, n, H_, H_, ldg, true);
-        else if (C == Cell::kGru)
-          ok = cg.main.init(batch_, 3 * n, H_, H_, gh, false);
-        else
-          ok = cg.main.init(batch_, kGates * n, H_, H_, ldg, true);
-        if (!ok) {
-          packed_.clear();
-          break;
-        }
-        packed_.push_back(std::move(cg));
-      }
+          return cg.main.init(batch_, 2 * n, H_, H_, ldg, true) && cg.h.init(batch_, n, H_, H_, ldg, true);
+        if (C == Cell::kGru) return cg.main.init(batch_, 3 * n, H_, H_, gh, false);
+        return cg.main.init(batch_, kGates * n, H_, H_, ldg, true);
+      });
     }
-    for (ChunkGemm& cg : packed_) {
-      cg.ws_main = block(cg.main.packed_bytes());
-      cg.ws_h = block(cg.h.packed_bytes());
-      cg.ws_scratch = block(std::max(cg.main.scratch_bytes(), cg.h.scratch_bytes()));
-    }
-    ctx.request_workspace(off);
+    place_chunk_gemms(packed_, ws);
+    ctx.request_workspace(ws.bytes);
   }
 
   void run(RunContext& ctx) override {
@@ -429,27 +614,10 @@ class RecurrentKernel final : public Kernel {
  private:
   static constexpr int64_t kMinChunkUnits = 32;
 
-  // Chunk boundaries over the hidden units: multiples of 8 but the last.
-  void chunk_bounds(int64_t chunks, std::vector<int64_t>& b) const {
-    b.assign(size_t(chunks + 1), H_);
-    for (int64_t c = 0; c < chunks; ++c) b[size_t(c)] = H_ * c / chunks / 8 * 8;
-  }
-
   template <class T>
   void run_typed(RunContext& ctx) {
     const int64_t seq = seq_, batch = batch_, H = H_, gh = kGates * H_, dirs = dirs_;
-    // Sequence lengths, validated before any arithmetic.
-    lens_.assign(size_t(batch), seq);
-    if (ctx.has_input(kSeqLens)) {
-      const Tensor& l = ctx.input(kSeqLens);
-      for (int64_t b = 0; b < batch; ++b) {
-        const int64_t v = l.dtype() == DType::kInt32 ? l.data<int32_t>()[b] : l.data<int64_t>()[b];
-        if (v < 0 || v > seq) ctx.fail("sequence_lens[", b, "] = ", v, " is outside [0, ", seq, "]");
-        lens_[size_t(b)] = v;
-      }
-    }
-    int64_t max_len = 0;
-    for (int64_t v : lens_) max_len = std::max(max_len, v);
+    const int64_t max_len = read_lens(ctx);  // validated before any arithmetic
     // Fewer threads than at prepare time: fewer chunks, plain gemm.
     const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(max_chunks_, ctx.num_threads()));
     if (chunks != int64_t(bounds_.size()) - 1) {
@@ -471,6 +639,7 @@ class RecurrentKernel final : public Kernel {
     T* Y = out_ptr(kY);
     T* Yh = out_ptr(kYh);
     T* Yc = C == Cell::kLstm ? out_ptr(kYc) : nullptr;
+    T* reserve = train_ ? out_ptr(int(kReserveOut)) : nullptr;
 
     char* ws = static_cast<char*>(ctx.workspace());
     auto at = [&](size_t offset) { return reinterpret_cast<T*>(ws + offset); };
@@ -486,6 +655,14 @@ class RecurrentKernel final : public Kernel {
       const bool reverse = reverse_only_ || d == 1;
       const Activation* act = &acts_[size_t(d) * acts_.size() / size_t(dirs)];
       const T* Pd = P ? P + d * 3 * H : nullptr;
+      // Training reserve of this direction (see RnnConfig::reserve_per_dir).
+      T* sv_pre = reserve ? reserve + d * reserve_per_dir() : nullptr;
+      T* sv_h = sv_pre ? sv_pre + seq * batch * gh : nullptr;
+      T* sv_x = sv_h ? sv_h + seq * batch * H : nullptr;  // LSTM: cell state; GRU: H·Rh^T + Rbh
+      // Reserve pointers of row (t, b) at unit u0 (null when not training).
+      auto sv_at = [&](T* base, int64_t t, int64_t b, int64_t width, int64_t u0) -> T* {
+        return base ? base + row(t, b) * width + u0 : nullptr;
+      };
       // Biases: Wb + Rb, except GRU's Rbh under linear_before_reset (it is multiplied by r).
       const bool split_rbh = C == Cell::kGru && linear_before_reset_;
       const T* Wb = B ? B + d * 2 * gh : nullptr;
@@ -523,8 +700,7 @@ class RecurrentKernel final : public Kernel {
           }
       // Input projection of every step at once; rows follow X's layout.
       gemm(false, true, seq * batch, gh, input_, T(1), X, input_, Wd, input_, T(0), gx, gh);
-      // State index: (d, b) or (b, d).
-      auto state_at = [&](int64_t b) { return layout_ ? (b * dirs + d) * H : (d * batch + b) * H; };
+      auto state_at = [&](int64_t b) { return RnnConfig::state_at(d, b); };
       T* hp = at(ws_h_[0]);  // state read by this step
       T* hn = at(ws_h_[1]);  // state written by this step
       for (int64_t b = 0; b < batch; ++b) {
@@ -541,12 +717,12 @@ class RecurrentKernel final : public Kernel {
       for (int64_t s = 0; s < seq; ++s) {
         const int64_t t = reverse ? seq - 1 - s : s;
         T* gt = gx + (layout_ ? t * gh : t * batch * gh);
-        auto y_row = [&](int64_t b) -> T* {
-          return layout_ ? Y + ((b * seq + t) * dirs + d) * H : Y + ((t * dirs + d) * batch + b) * H;
-        };
+        auto y_row = [&](int64_t b) -> T* { return Y + y_at(t, d, b); };
         if (t >= max_len) {  // every entry has ended: Y is zero here
-          if (Y)
-            for (int64_t b = 0; b < batch; ++b) std::fill(y_row(b), y_row(b) + H, T(0));
+          for (int64_t b = 0; b < batch; ++b) {
+            if (Y) std::fill(y_row(b), y_row(b) + H, T(0));
+            if (sv_h) std::fill(sv_at(sv_h, t, b, H, 0), sv_at(sv_h, t, b, H, H), T(0));
+          }
           continue;
         }
         auto active = [&](int64_t b) { return t < lens_[size_t(b)]; };
@@ -569,6 +745,14 @@ class RecurrentKernel final : public Kernel {
             }
           });
         };
+        // Training: the states this step starts from, units [u0, u0+n) of every row.
+        auto save_states = [&](int64_t u0, int64_t n) {
+          if (!sv_h) return;
+          for (int64_t b = 0; b < batch; ++b) {
+            std::memcpy(sv_at(sv_h, t, b, H, u0), hp + b * H + u0, size_t(n) * sizeof(T));
+            if (C == Cell::kLstm) std::memcpy(sv_at(sv_x, t, b, H, u0), cs + b * H + u0, size_t(n) * sizeof(T));
+          }
+        };
         // out[:, col0 : col0+width] (+)= A·Rd[col0 : col0+width]^T for chunk c (h_gate: GRU's
         // second gemm).
         auto recur = [&](int64_t c, bool h_gate, const T* A, int64_t col0, int64_t width, T* out, int64_t ldo, T beta) {
@@ -585,19 +769,22 @@ class RecurrentKernel final : public Kernel {
           if (linear_before_reset_) {
             // aux = H·R^T (all three gates); r multiplies the h part, so it stays apart from gx.
             for_chunks([&](int64_t c, int64_t u0, int64_t n, int64_t col0) {
+              save_states(u0, n);
               if (h_zero)
                 for (int64_t b = 0; b < batch; ++b) std::fill(aux + b * gh + col0, aux + b * gh + col0 + 3 * n, T(0));
               else recur(c, false, hp, col0, 3 * n, aux, gh, T(0));
               for (int64_t b = 0; b < batch; ++b) {
                 if (active(b))
                   gru_lbr_cell<T>(gt + b * ldg + col0, aux + b * gh + col0, n, hp + b * H + u0, hn + b * H + u0,
-                                  biasp + col0, rbh + u0, act, clip);
+                                  biasp + col0, rbh + u0, act, clip, sv_at(sv_pre, t, b, gh, u0),
+                                  sv_at(sv_x, t, b, H, u0));
                 finish(b, u0, n);
               }
             });
           } else {
             // z and r first; aux = r⊙H (every unit) feeds the h gate's gemm.
             for_chunks([&](int64_t c, int64_t u0, int64_t n, int64_t col0) {
+              save_states(u0, n);
               if (!h_zero) recur(c, false, hp, col0, 2 * n, gt, ldg, T(1));
               for (int64_t b = 0; b < batch; ++b) {
                 T* rh = aux + b * H + u0;
@@ -608,6 +795,7 @@ class RecurrentKernel final : public Kernel {
                 T* g = gt + b * ldg + col0;
                 const T* h = hp + b * H + u0;
                 for (int64_t j = 0; j < 2 * n; ++j) g[j] += biasp[col0 + j];
+                save_gates(sv_at(sv_pre, t, b, gh, u0), g, n, 2);
                 if (clip_ > 0.f) clip_inplace(g, 2 * n, clip);
                 act[0].apply(g, 2 * n);
                 for (int64_t j = 0; j < n; ++j) rh[j] = g[n + j] * h[j];
@@ -622,6 +810,7 @@ class RecurrentKernel final : public Kernel {
                   T* hh = gt + b * ldg + col0 + 2 * n;
                   T* out = hn + b * H + u0;
                   for (int64_t j = 0; j < n; ++j) hh[j] += biasp[col0 + 2 * n + j];
+                  if (sv_pre) std::memcpy(sv_at(sv_pre, t, b, gh, u0 + 2 * H), hh, size_t(n) * sizeof(T));
                   if (clip_ > 0.f) clip_inplace(hh, n, clip);
                   act[1].apply(hh, n);
                   for (int64_t j = 0; j < n; ++j) out[j] = (T(1) - g[j]) * hh[j] + g[j] * h[j];
@@ -632,14 +821,17 @@ class RecurrentKernel final : public Kernel {
           }
         } else {
           for_chunks([&](int64_t c, int64_t u0, int64_t n, int64_t col0) {
+            save_states(u0, n);
             if (!h_zero) recur(c, false, hp, col0, kGates * n, gt, ldg, T(1));
             for (int64_t b = 0; b < batch; ++b) {
               if (active(b)) {
                 T* g = gt + b * ldg + col0;
+                T* sv = sv_at(sv_pre, t, b, gh, u0);
                 if constexpr (C == Cell::kLstm)
-                  lstm_cell<T>(g, n, cs + b * H + u0, hn + b * H + u0, biasp + col0, Pd ? Pd + u0 : nullptr, act, clip);
+                  lstm_cell<T>(g, n, cs + b * H + u0, hn + b * H + u0, biasp + col0, Pd ? Pd + u0 : nullptr, act, clip,
+                               sv);
                 else
-                  rnn_cell<T>(g, n, hn + b * H + u0, biasp + col0, act, clip);
+                  rnn_cell<T>(g, n, hn + b * H + u0, biasp + col0, act, clip, sv);
               }
               finish(b, u0, n);
             }
@@ -657,23 +849,37 @@ class RecurrentKernel final : public Kernel {
 
   // One batch row, n units of one step. g: their gates, [gate][n], holding X·W^T + H·R^T
   // (bias not yet added); overwritten.
+  // Training: copies `gates` gates of n units (g: [gate][n]) to the reserve row sv (gate stride H).
   template <class T>
-  void rnn_cell(T* g, int64_t n, T* h_out, const T* bias, const Activation* act, T clip) const {
+  void save_gates(T* sv, const T* g, int64_t n, int64_t gates) const {
+    if (sv)
+      for (int64_t k = 0; k < gates; ++k) std::memcpy(sv + k * H_, g + k * n, size_t(n) * sizeof(T));
+  }
+
+  // sv: the reserve row of these units (pre-activations saved there), or null.
+  template <class T>
+  void rnn_cell(T* g, int64_t n, T* h_out, const T* bias, const Activation* act, T clip, T* sv) const {
     for (int64_t j = 0; j < n; ++j) g[j] += bias[j];
+    save_gates(sv, g, n, 1);
     if (clip_ > 0.f) clip_inplace(g, n, clip);
     act[0].apply(g, n);
     std::memcpy(h_out, g, size_t(n) * sizeof(T));
   }
 
   // g: [z r h] = X·W^T (the h part without any R term); hr: H·R^T for [z r h].
+  // sv_hr: the reserve's H·Rh^T + Rbh of these units, or null.
   template <class T>
   void gru_lbr_cell(T* g, const T* hr, int64_t n, const T* h, T* h_out, const T* bias, const T* rbh,
-                    const Activation* act, T clip) const {
+                    const Activation* act, T clip, T* sv, T* sv_hr) const {
     for (int64_t j = 0; j < 2 * n; ++j) g[j] += hr[j] + bias[j];
+    save_gates(sv, g, n, 2);
+    if (sv_hr)
+      for (int64_t j = 0; j < n; ++j) sv_hr[j] = hr[2 * n + j] + rbh[j];
     if (clip_ > 0.f) clip_inplace(g, 2 * n, clip);
     act[0].apply(g, 2 * n);
     T* hh = g + 2 * n;
     for (int64_t j = 0; j < n; ++j) hh[j] += bias[2 * n + j] + g[n + j] * (hr[2 * n + j] + rbh[j]);
+    if (sv) std::memcpy(sv + 2 * H_, hh, size_t(n) * sizeof(T));
     if (clip_ > 0.f) clip_inplace(hh, n, clip);
     act[1].apply(hh, n);
     for (int64_t j = 0; j < n; ++j) h_out[j] = (T(1) - g[j]) * hh[j] + g[j] * h[j];
@@ -682,7 +888,8 @@ class RecurrentKernel final : public Kernel {
   // g: [i o f c]; c: the cell state, updated in place; peep: Pi of the first unit (Po, Pf follow
   // H_ apart), or null.
   template <class T>
-  void lstm_cell(T* g, int64_t n, T* c, T* h_out, const T* bias, const T* peep, const Activation* act, T clip) const {
+  void lstm_cell(T* g, int64_t n, T* c, T* h_out, const T* bias, const T* peep, const Activation* act, T clip,
+                 T* sv) const {
     T* gi = g;
     T* go = g + n;
     T* gf = g + 2 * n;
@@ -692,6 +899,11 @@ class RecurrentKernel final : public Kernel {
       for (int64_t j = 0; j < n; ++j) gi[j] += peep[j] * c[j];
       if (!input_forget_)
         for (int64_t j = 0; j < n; ++j) gf[j] += peep[2 * H_ + j] * c[j];
+    }
+    if (sv) {  // i, f, c now; o once its peephole term is known
+      std::memcpy(sv, gi, size_t(n) * sizeof(T));
+      std::memcpy(sv + 2 * H_, gf, size_t(n) * sizeof(T));
+      std::memcpy(sv + 3 * H_, gc, size_t(n) * sizeof(T));
     }
     if (clip_ > 0.f) {
       clip_inplace(gi, n, clip);
@@ -707,6 +919,7 @@ class RecurrentKernel final : public Kernel {
     for (int64_t j = 0; j < n; ++j) c[j] = gf[j] * c[j] + gi[j] * gc[j];
     if (peep)
       for (int64_t j = 0; j < n; ++j) go[j] += peep[H_ + j] * c[j];
+    if (sv) std::memcpy(sv + H_, go, size_t(n) * sizeof(T));
     if (clip_ > 0.f) clip_inplace(go, n, clip);
     act[0].apply(go, n);
     std::memcpy(gc, c, size_t(n) * sizeof(T));
@@ -714,25 +927,396 @@ class RecurrentKernel final : public Kernel {
     for (int64_t j = 0; j < n; ++j) h_out[j] = go[j] * gc[j];
   }
 
-  int64_t dirs_ = 1;
-  bool reverse_only_ = false;
-  int64_t hidden_ = -1;
-  float clip_ = 0.f;  // 0: no clipping
-  int64_t layout_ = 0;
-  bool input_forget_ = false;
-  bool linear_before_reset_ = false;
-  std::vector<Activation> acts_;  // per direction: LSTM f g h, GRU f g, RNN f
-  // From prepare.
-  int64_t seq_ = 0, batch_ = 0, input_ = 0, H_ = 0;
+  bool train_ = false;
   int64_t max_chunks_ = 1;
-  struct ChunkGemm {
-    PackedGemm main, h;  // h: GRU's (r⊙H)·Rh^T without linear_before_reset
-    size_t ws_main = 0, ws_h = 0, ws_scratch = 0;
-  };
   std::vector<ChunkGemm> packed_;  // float32; empty: gemm()
   std::vector<int64_t> packed_key_;  // shapes packed_ was made for
   size_t ws_gx_ = 0, ws_h_[2] = {0, 0}, ws_c_ = 0, ws_aux_ = 0, ws_bias_ = 0, ws_w_ = 0, ws_r_ = 0;
-  std::vector<int64_t> lens_, bounds_;
+  std::vector<int64_t> bounds_;
+};
+
+// ---------------------------------------------------------------- backward
+// com.onnxtrain LSTMGrad, GRUGrad, RNNGrad: attributes of the forward node (layout at any opset).
+// Inputs: the forward's (X, W, R, B, sequence_lens, initial_h[, initial_c, P]), the training
+// reserve written by the *Train forward, then dY, dY_h[, dY_c] (absent: zero).
+// Outputs: dX, dW, dR, dB, dinitial_h[, dinitial_c, dP]; unnamed ones are not computed.
+// Backpropagation through time, per direction, steps in the reverse of the forward's order:
+//   dh = dY_t + carry + dG'·R      dG': the previous backward step's pre-activation gradients
+//   dG from the cell's derivative, activations recomputed from the saved pre-activations;
+//   carry: what reaches the previous state elementwise (GRU: dh⊙z + d(r⊙h)⊙r; an entry past its
+//   length passes dh on unchanged). Then one gemm each over every step: dX += dG·W, dW = dG^T·X,
+//   dR = dG_R^T·H_prev; dB and dP are column sums.
+//   LSTM: C = f⊙Cp + i⊙g, h = o⊙h(C): do = dh⊙h(C), dC = dc + dh⊙o⊙h'(C) + do⊙Po,
+//         di = dC⊙g, df = dC⊙Cp, dg = dC⊙i (input_forget: f = 1 - i, di -= dC⊙Cp),
+//         dc_prev = dC⊙f + di⊙Pi + df⊙Pf   (d: pre-activation gradients)
+//   GRU : h = (1-z)⊙h~ + z⊙hp: dz = dh⊙(hp - h~), dh~ = dh⊙(1-z), carry dh⊙z; r: d(r⊙hp) =
+//         dh~·Rh, dr = d(r⊙hp)⊙hp, carry += d(r⊙hp)⊙r (second gemm per step); linear_before_reset:
+//         dr = dh~⊙(hp·Rh^T + Rbh) and the h rows of dG_R are dh~⊙r
+//   RNN : d = dh⊙f'
+// Threads: as in the forward, hidden units are split into chunks, one parallel region per step
+// (GRU without linear_before_reset: two); the recurrence weights are transposed and, in float32,
+// packed once per direction.
+template <Cell C>
+class RecurrentGradKernel final : public Kernel, RnnConfig {
+  static constexpr int64_t kGates = C == Cell::kLstm ? 4 : C == Cell::kGru ? 3 : 1;
+  static constexpr size_t kFwdInputs = C == Cell::kLstm ? 8 : 6;
+  static constexpr size_t kReserve = kFwdInputs, kDY = kFwdInputs + 1, kDYh = kFwdInputs + 2, kDYc = kFwdInputs + 3;
+  enum Out { kDX, kDW, kDR, kDB, kDH0, kDC0, kDP };
+  static constexpr int64_t kMinChunkUnits = 32;
+  static constexpr int64_t kScratch = C == Cell::kLstm ? 11 : C == Cell::kGru ? 6 : 2;  // per unit
+
+ public:
+  explicit RecurrentGradKernel(const KernelInfo& info) : RnnConfig(info, C, true) {}
+
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = read_shapes(ctx);
+    if (!ctx.has_input(kReserve)) ctx.fail("the training reserve (input ", kReserve, ") is missing");
+    for (size_t i = kReserve; i < ctx.num_inputs(); ++i)
+      if (ctx.has_input(i) && ctx.input_dtype(i) != dt)
+        ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", X has ", dtype_name(dt));
+    expect(ctx, int(kReserve), "the training reserve", {dirs_ * reserve_per_dir()});
+    expect(ctx, int(kDY), "dY", y_shape());
+    expect(ctx, int(kDYh), "dY_h", state_shape());
+    if (C == Cell::kLstm) expect(ctx, int(kDYc), "dY_c", state_shape());
+    const int64_t gh = kGates * H_;
+    auto out = [&](int i, Shape s) {
+      if (size_t(i) < ctx.num_outputs() && ctx.has_output(size_t(i))) ctx.set_output(size_t(i), dt, std::move(s));
+    };
+    out(kDX, ctx.input_shape(kX));
+    out(kDW, ctx.input_shape(kW));
+    out(kDR, ctx.input_shape(kR));
+    out(kDB, {dirs_, 2 * gh});
+    out(kDH0, state_shape());
+    if (C == Cell::kLstm) {
+      out(kDC0, state_shape());
+      out(kDP, {dirs_, 3 * H_});
+    }
+
+    const bool lbr = C == Cell::kGru && linear_before_reset_, gru2 = C == Cell::kGru && !linear_before_reset_;
+    const int64_t rows = seq_ * batch_, krec = gru2 ? 2 * H_ : gh;
+    max_chunks_ = std::max<int64_t>(1, std::min<int64_t>(current_threads(), H_ / kMinChunkUnits));
+    WorkspaceLayout ws{dtype_size(dt)};
+    auto elems = [&](int64_t n) { return ws.elems(n); };
+    ws_dg_ = elems(rows * gh);
+    ws_dgr_ = elems(lbr ? rows * gh : 0);
+    ws_rh_ = elems(gru2 ? rows * H_ : 0);
+    ws_dh_ = elems(batch_ * H_);
+    ws_carry_ = elems(batch_ * H_);
+    ws_dc_ = elems(C == Cell::kLstm ? batch_ * H_ : 0);
+    ws_drh_ = elems(gru2 ? batch_ * H_ : 0);
+    ws_rt_ = elems(H_ * krec);
+    ws_rt2_ = elems(gru2 ? H_ * H_ : 0);
+    ws_dp_ = elems(C == Cell::kLstm ? 3 * H_ : 0);
+    ws_wt_ = elems(std::max(input_, H_) * gh);
+    ws_scratch_ = elems(kScratch * H_);  // chunk of units [u0, u0+n) uses [kScratch*u0, kScratch*(u0+n))
+    chunk_bounds(max_chunks_, bounds_);
+    packed_.clear();
+    if (dt == DType::kFloat32 && batch_ > 0 && H_ > 0) {
+      const int64_t ldg = row_stride() * gh;
+      make_chunk_gemms(packed_, bounds_, [&](ChunkGemm& cg, int64_t n) {
+        return cg.main.init(batch_, n, krec, ldg, H_, true) && (!gru2 || cg.h.init(batch_, n, H_, ldg, H_, false));
+      });
+    }
+    place_chunk_gemms(packed_, ws);
+    ctx.request_workspace(ws.bytes);
+  }
+
+  void run(RunContext& ctx) override {
+    dispatch<TypeList<float, double>>(ctx.input(kX).dtype(), ctx.node(), [&]<class T>() { run_typed<T>(ctx); });
+  }
+
+ private:
+  template <class T>
+  void run_typed(RunContext& ctx) {
+    const int64_t seq = seq_, batch = batch_, H = H_, gh = kGates * H_, dirs = dirs_, I = input_;
+    const int64_t rows = seq * batch, ldg = row_stride() * gh;
+    const bool lbr = C == Cell::kGru && linear_before_reset_, gru2 = C == Cell::kGru && !linear_before_reset_;
+    const int64_t krec = gru2 ? 2 * H : gh;
+    const int64_t max_len = read_lens(ctx);
+    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(max_chunks_, ctx.num_threads()));
+    if (chunks != int64_t(bounds_.size()) - 1) {
+      chunk_bounds(chunks, bounds_);
+      packed_.clear();
+    }
+    const bool packed = std::is_same_v<T, float> && !packed_.empty();
+
+    auto in_ptr = [&](size_t i) -> const T* { return ctx.has_input(i) ? ctx.input(i).data<T>() : nullptr; };
+    auto out_ptr = [&](int i) -> T* {
+      return size_t(i) < ctx.num_outputs() && ctx.has_output(size_t(i)) ? ctx.output(size_t(i)).data<T>() : nullptr;
+    };
+    const T *X = in_ptr(kX), *W = in_ptr(kW), *R = in_ptr(kR), *P = C == Cell::kLstm ? in_ptr(kP) : nullptr;
+    const T *reserve = in_ptr(kReserve), *dY = in_ptr(kDY), *dYh = in_ptr(kDYh);
+    const T* dYc = C == Cell::kLstm ? in_ptr(kDYc) : nullptr;
+    T *dX = out_ptr(kDX), *dW = out_ptr(kDW), *dR = out_ptr(kDR), *dB = out_ptr(kDB), *dH0 = out_ptr(kDH0);
+    T* dC0 = C == Cell::kLstm ? out_ptr(kDC0) : nullptr;
+    T* dP = C == Cell::kLstm ? out_ptr(kDP) : nullptr;
+
+    char* ws = static_cast<char*>(ctx.workspace());
+    auto at = [&](size_t offset) { return reinterpret_cast<T*>(ws + offset); };
+    T *dg = at(ws_dg_), *dgr = lbr ? at(ws_dgr_) : dg, *rh = at(ws_rh_), *dh = at(ws_dh_), *carry = at(ws_carry_);
+    T *dc = at(ws_dc_), *drh = at(ws_drh_), *rt = at(ws_rt_), *rt2 = at(ws_rt2_), *dp = at(ws_dp_);
+    T* scratch = at(ws_scratch_);
+    T* wt = at(ws_wt_);
+    const T clip = T(clip_);
+
+    for (int64_t d = 0; d < dirs; ++d) {
+      const bool reverse = reverse_only_ || d == 1;
+      const Activation* act = &acts_[size_t(d) * acts_.size() / size_t(dirs)];
+      const T* Pd = P ? P + d * 3 * H : nullptr;
+      const T* pre = reserve + d * reserve_per_dir();
+      const T* hprev = pre + rows * gh;
+      const T* extra = hprev + rows * H;  // LSTM: cell state before the step; GRU lbr: H·Rh^T + Rbh
+      const T* Wd = W + d * gh * I;
+      const T* Rd = R + d * gh * H;
+      // Recurrence weights, transposed: rt[u][k] = R[k][u] (k < krec); GRU: rt2[u][k] = Rh[k][u].
+      parallel_for(H, 16, [&](int64_t u0, int64_t u1) {
+        for (int64_t u = u0; u < u1; ++u) {
+          for (int64_t k = 0; k < krec; ++k) rt[u * krec + k] = Rd[k * H + u];
+          if (gru2)
+            for (int64_t k = 0; k < H; ++k) rt2[u * H + k] = Rd[(2 * H + k) * H + u];
+        }
+      });
+      if constexpr (std::is_same_v<T, float>)
+        if (packed)
+          for (int64_t c = 0; c < chunks; ++c) {
+            const ChunkGemm& cg = packed_[size_t(c)];
+            const int64_t u0 = bounds_[size_t(c)];
+            cg.main.pack(rt + u0 * krec, ws + cg.ws_main, ws + cg.ws_scratch);
+            if (gru2) cg.h.pack(rt2 + u0 * H, ws + cg.ws_h, ws + cg.ws_scratch);
+          }
+      for (int64_t b = 0; b < batch; ++b) {
+        if (dYh) std::memcpy(carry + b * H, dYh + state_at(d, b), size_t(H) * sizeof(T));
+        else std::fill(carry + b * H, carry + (b + 1) * H, T(0));
+        if (C == Cell::kLstm) {
+          if (dYc) std::memcpy(dc + b * H, dYc + state_at(d, b), size_t(H) * sizeof(T));
+          else std::fill(dc + b * H, dc + (b + 1) * H, T(0));
+        }
+      }
+      if (C == Cell::kLstm) std::fill(dp, dp + 3 * H, T(0));
+
+      auto for_chunks = [&](auto&& f) {
+        parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+          for (int64_t c = c0; c < c1; ++c) f(c, bounds_[size_t(c)], bounds_[size_t(c + 1)] - bounds_[size_t(c)]);
+        });
+      };
+      // out[:, u0 : u0+n] (+)= A·R_rec[:, u0 : u0+n] for chunk c (h_gate: GRU's A·Rh, overwriting).
+      auto recur = [&](int64_t c, bool h_gate, const T* A, int64_t u0, int64_t n, T* out) {
+        if constexpr (std::is_same_v<T, float>)
+          if (packed) {
+            const ChunkGemm& cg = packed_[size_t(c)];
+            (h_gate ? cg.h : cg.main).run(A, ws + (h_gate ? cg.ws_h : cg.ws_main), out, ws + cg.ws_scratch);
+            return;
+          }
+        if (h_gate) gemm(false, true, batch, n, H, T(1), A, ldg, rt2 + u0 * H, H, T(0), out, H);
+        else gemm(false, true, batch, n, krec, T(1), A, ldg, rt + u0 * krec, krec, T(1), out, H);
+      };
+      // dh[:, chunk] = carry + dG_prev·R (prev_t: the previous backward step, -1 for none).
+      auto incoming = [&](int64_t c, int64_t u0, int64_t n, int64_t prev_t) {
+        for (int64_t b = 0; b < batch; ++b) std::memcpy(dh + b * H + u0, carry + b * H + u0, size_t(n) * sizeof(T));
+        if (prev_t >= 0) recur(c, false, dgr + row(prev_t, 0) * gh, u0, n, dh + u0);
+      };
+
+      int64_t prev_t = -1;
+      for (int64_t s = seq - 1; s >= 0; --s) {
+        const int64_t t = reverse ? seq - 1 - s : s;
+        // Zero gate gradients of inactive rows (they enter the weight gemms).
+        auto clear_row = [&](int64_t b, int64_t u0, int64_t n) {
+          for (int64_t k = 0; k < kGates; ++k) {
+            std::fill_n(dg + row(t, b) * gh + k * H + u0, n, T(0));
+            if (lbr) std::fill_n(dgr + row(t, b) * gh + k * H + u0, n, T(0));
+          }
+          if (gru2) std::fill_n(rh + row(t, b) * H + u0, n, T(0));
+        };
+        if (t >= max_len) {  // no entry is active: nothing flows, the states pass through
+          for (int64_t b = 0; b < batch; ++b) clear_row(b, 0, H);
+          continue;
+        }
+        for_chunks([&](int64_t c, int64_t u0, int64_t n) {
+          incoming(c, u0, n, prev_t);
+          T* scr = scratch + kScratch * u0;
+          for (int64_t b = 0; b < batch; ++b) {
+            T* dhb = dh + b * H + u0;
+            T* cb = carry + b * H + u0;
+            if (t >= lens_[size_t(b)]) {
+              clear_row(b, u0, n);
+              std::memcpy(cb, dhb, size_t(n) * sizeof(T));
+              continue;
+            }
+            if (dY) {
+              const T* y = dY + y_at(t, d, b) + u0;
+              for (int64_t j = 0; j < n; ++j) dhb[j] += y[j];
+            }
+            const int64_t r = row(t, b);
+            const T* p = pre + r * gh + u0;
+            T* g = dg + r * gh + u0;
+            if constexpr (C == Cell::kLstm) {
+              lstm_cell_backward<T>(p, extra + r * H + u0, dhb, dc + b * H + u0, g, Pd ? Pd + u0 : nullptr,
+                                    Pd ? dp + u0 : nullptr, act, clip, scr, n);
+              std::fill_n(cb, n, T(0));
+            } else if constexpr (C == Cell::kGru) {
+              gru_cell_backward<T>(p, hprev + r * H + u0, lbr ? extra + r * H + u0 : nullptr, dhb, cb, g,
+                                   lbr ? dgr + r * gh + u0 : nullptr, act, clip, scr, n);
+            } else {
+              T* y = scr;
+              T* dy = scr + n;
+              act[0].grad(p, y, dy, n, clip);
+              for (int64_t j = 0; j < n; ++j) g[j] = dhb[j] * dy[j];
+              std::fill_n(cb, n, T(0));
+            }
+          }
+        });
+        if (gru2)  // r: d(r⊙hp) = dh~·Rh
+          for_chunks([&](int64_t c, int64_t u0, int64_t n) {
+            recur(c, true, dg + row(t, 0) * gh + 2 * H, u0, n, drh + u0);
+            T* yr = scratch + kScratch * u0;
+            T* dr = yr + n;
+            for (int64_t b = 0; b < batch; ++b) {
+              if (t >= lens_[size_t(b)]) continue;
+              const int64_t r = row(t, b);
+              const T* hp = hprev + r * H + u0;
+              const T* dx = drh + b * H + u0;
+              T* cb = carry + b * H + u0;
+              T* g = dg + r * gh + H + u0;
+              T* rhr = rh + r * H + u0;
+              act[0].grad(pre + r * gh + H + u0, yr, dr, n, clip);
+              for (int64_t j = 0; j < n; ++j) {
+                g[j] = dx[j] * hp[j] * dr[j];
+                cb[j] += dx[j] * yr[j];
+                rhr[j] = yr[j] * hp[j];
+              }
+            }
+          });
+        prev_t = t;
+      }
+      // Gradients of the initial states: what flows out of the first forward step.
+      if (dH0) {
+        for_chunks([&](int64_t c, int64_t u0, int64_t n) { incoming(c, u0, n, prev_t); });
+        for (int64_t b = 0; b < batch; ++b) std::memcpy(dH0 + state_at(d, b), dh + b * H, size_t(H) * sizeof(T));
+      }
+      if (dC0)
+        for (int64_t b = 0; b < batch; ++b) std::memcpy(dC0 + state_at(d, b), dc + b * H, size_t(H) * sizeof(T));
+      if (dP) std::memcpy(dP + d * 3 * H, dp, size_t(3 * H) * sizeof(T));
+
+      // Weights, biases and X: one gemm each over every step.
+      if (dX) gemm(false, false, rows, I, gh, T(1), dg, gh, Wd, I, T(d > 0 ? 1 : 0), dX, I);
+      using Part = WeightPart<T>;
+      if (dW) weight_grad<T>(I, {Part{dg, X, gh}}, rows, wt, dW + d * gh * I);
+      if (dR) {  // GRU without linear_before_reset: the h rows pair with r⊙H_prev
+        if (gru2) weight_grad<T>(H, {Part{dg, hprev, 2 * H}, Part{dg + 2 * H, rh, H}}, rows, wt, dR + d * gh * H);
+        else weight_grad<T>(H, {Part{dgr, hprev, gh}}, rows, wt, dR + d * gh * H);
+      }
+      if (dB) {
+        column_sums(dg, rows, gh, dB + d * 2 * gh);
+        column_sums(dgr, rows, gh, dB + d * 2 * gh + gh);
+      }
+    }
+  }
+
+  // Rows [g0, g0 + width) of a weight gradient out[gh][k]: sum over rows r of dg[r][g]·a[r][k]
+  // (dg: gate columns, ld gh; a: [rows, k]).
+  template <class T>
+  struct WeightPart {
+    const T* dg;
+    const T* a;
+    int64_t width;
+  };
+  // out[gh][k] from its parts in order. Computed transposed, tmp[k][g] = a^T·dg (the wide output
+  // runs ~25% faster in sgemm than out = dg^T·a), then transposed into place.
+  template <class T>
+  void weight_grad(int64_t k, std::initializer_list<WeightPart<T>> parts, int64_t rows, T* tmp, T* out) const {
+    const int64_t gh = kGates * H_;
+    int64_t g0 = 0;
+    for (const auto& p : parts) {
+      gemm(true, false, k, p.width, rows, T(1), p.a, k, p.dg, gh, T(0), tmp + g0, gh);
+      g0 += p.width;
+    }
+    parallel_for(gh, 64, [&](int64_t g1, int64_t g2) {
+      for (int64_t g = g1; g < g2; ++g)
+        for (int64_t j = 0; j < k; ++j) out[g * k + j] = tmp[j * gh + g];
+    });
+  }
+
+  // out[j] = sum over rows of m[r][j] (m: [rows, cols]).
+  template <class T>
+  static void column_sums(const T* m, int64_t rows, int64_t cols, T* out) {
+    parallel_for(cols, 256, [&](int64_t j0, int64_t j1) {
+      std::fill(out + j0, out + j1, T(0));
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* src = m + r * cols;
+        for (int64_t j = j0; j < j1; ++j) out[j] += src[j];
+      }
+    });
+  }
+
+  // One batch row, n units. p: saved pre-activations (gate stride H_), cp: cell state before the
+  // step, dh: gradient of the new hidden state, dc: of the new cell state (becomes that of the
+  // previous one), g: pre-activation gradients out (gate stride H_), dpeep: dP accumulators.
+  template <class T>
+  void lstm_cell_backward(const T* p, const T* cp, const T* dh, T* dc, T* g, const T* peep, T* dpeep,
+                          const Activation* act, T clip, T* scr, int64_t n) const {
+    T *yi = scr, *di = yi + n, *yo = di + n, *dO = yo + n, *yf = dO + n, *df = yf + n, *yg = df + n, *dgg = yg + n;
+    T *cn = dgg + n, *hc = cn + n, *dhc = hc + n;
+    const int64_t H = H_;
+    act[0].grad(p, yi, di, n, clip);
+    act[0].grad(p + H, yo, dO, n, clip);
+    if (input_forget_) {
+      for (int64_t j = 0; j < n; ++j) {
+        yf[j] = T(1) - yi[j];
+        df[j] = T(0);
+      }
+    } else {
+      act[0].grad(p + 2 * H, yf, df, n, clip);
+    }
+    act[1].grad(p + 3 * H, yg, dgg, n, clip);
+    for (int64_t j = 0; j < n; ++j) cn[j] = yf[j] * cp[j] + yi[j] * yg[j];
+    act[2].grad(cn, hc, dhc, n, T(0));
+    for (int64_t j = 0; j < n; ++j) {
+      const T dpo = dh[j] * hc[j] * dO[j];
+      const T dC = dc[j] + dh[j] * yo[j] * dhc[j] + (peep ? dpo * peep[H + j] : T(0));
+      const T dpi = (dC * yg[j] - (input_forget_ ? dC * cp[j] : T(0))) * di[j];
+      const T dpf = dC * cp[j] * df[j];
+      g[j] = dpi;
+      g[H + j] = dpo;
+      g[2 * H + j] = dpf;
+      g[3 * H + j] = dC * yi[j] * dgg[j];
+      dc[j] = dC * yf[j] + (peep ? dpi * peep[j] + dpf * peep[2 * H + j] : T(0));
+      if (dpeep) {
+        dpeep[j] += dpi * cp[j];
+        dpeep[H + j] += dpo * cn[j];
+        dpeep[2 * H + j] += dpf * cp[j];
+      }
+    }
+  }
+
+  // hp: state before the step; hr: (linear_before_reset) the saved H·Rh^T + Rbh, else null (r's
+  // gradient then comes in the second pass); carry: dh⊙z out; gr: (lbr) the dG_R row.
+  template <class T>
+  void gru_cell_backward(const T* p, const T* hp, const T* hr, const T* dh, T* carry, T* g, T* gr,
+                         const Activation* act, T clip, T* scr, int64_t n) const {
+    T *yz = scr, *dz = yz + n, *yh = dz + n, *dhh = yh + n, *yr = dhh + n, *dr = yr + n;
+    const int64_t H = H_;
+    act[0].grad(p, yz, dz, n, clip);
+    act[1].grad(p + 2 * H, yh, dhh, n, clip);
+    if (hr) act[0].grad(p + H, yr, dr, n, clip);
+    for (int64_t j = 0; j < n; ++j) {
+      const T dph = dh[j] * (T(1) - yz[j]) * dhh[j];
+      g[j] = dh[j] * (hp[j] - yh[j]) * dz[j];
+      g[2 * H + j] = dph;
+      carry[j] = dh[j] * yz[j];
+      if (hr) {
+        g[H + j] = dph * hr[j] * dr[j];
+        gr[j] = g[j];
+        gr[H + j] = g[H + j];
+        gr[2 * H + j] = dph * yr[j];
+      }
+    }
+  }
+
+  int64_t max_chunks_ = 1;
+  std::vector<ChunkGemm> packed_;
+  size_t ws_dg_ = 0, ws_dgr_ = 0, ws_rh_ = 0, ws_dh_ = 0, ws_carry_ = 0, ws_dc_ = 0, ws_drh_ = 0, ws_rt_ = 0,
+         ws_rt2_ = 0, ws_dp_ = 0, ws_wt_ = 0, ws_scratch_ = 0;
+  std::vector<int64_t> bounds_;
 };
 
 }  // namespace
@@ -745,6 +1329,17 @@ void register_rnn(KernelRegistry& r) {
     r.add<RecurrentKernel<Cell::kGru>>("GRU", since, until);
     r.add<RecurrentKernel<Cell::kLstm>>("LSTM", since, until);
   }
+  // Training: the forward with its reserve (pre-activations, states) and the backward.
+  auto train = [&]<Cell C>(const char* op) {
+    const std::string name = op;
+    r.add("com.onnxtrain", name + "Train", 1, kMaxOpsetAll,
+          [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<RecurrentKernel<C>>(info, true); });
+    r.add("com.onnxtrain", name + "Grad", 1, kMaxOpsetAll,
+          [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<RecurrentGradKernel<C>>(info); });
+  };
+  train.operator()<Cell::kRnn>("RNN");
+  train.operator()<Cell::kGru>("GRU");
+  train.operator()<Cell::kLstm>("LSTM");
 }
 
 }  // namespace onnxtrain::kernels

@@ -1,0 +1,298 @@
+"""TrainingParameters, TrainingSession and the loss builder, with onnxruntime-training's and
+onnxcustom's call shapes."""
+import collections
+import os
+
+import numpy as np
+
+from . import _C
+from .session import _check_providers
+
+_OPTIMIZERS = ("SGDOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdamWOptimizer", "LambOptimizer",
+               "AdagradOptimizer")
+
+# Fields of onnxruntime's TrainingParameters that onnxtrain implements, with their defaults.
+_FIELDS = {
+    "loss_output_name": "",
+    "weights_to_train": set(),
+    "weights_not_to_train": set(),
+    "immutable_weights": set(),
+    "training_optimizer_name": "SGDOptimizer",
+    "lr_params_feed_name": "Learning_Rate",
+    "optimizer_attributes": {},
+    "optimizer_int_attributes": {},
+    "optimizer_attributes_map": {},
+    "optimizer_int_attributes_map": {},
+    "gradient_accumulation_steps": 1,
+    "enable_grad_norm_clip": False,
+    "max_grad_norm": 1.0,
+    "set_gradients_as_graph_outputs": False,
+    "model_with_gradient_graph_path": "",
+    "model_with_training_graph_path": "",
+    "deterministic_compute": False,
+    "lr_schedule": "",
+    "lr_schedule_params": {},
+}
+
+# onnxruntime fields for features onnxtrain does not have: accepted at their default value only.
+_UNSUPPORTED = {
+    "use_mixed_precision": False, "allreduce_post_accumulation": False, "deepspeed_zero_stage": 0,
+    "world_rank": 0, "world_size": 1, "data_parallel_size": 1, "horizontal_parallel_size": 1,
+    "pipeline_parallel_size": 1, "num_pipeline_micro_batches": 1, "pipeline_cut_info_string": "",
+    "sliced_schema": {}, "sliced_axes": {}, "sliced_tensor_names": [], "enable_adasum": False,
+    "use_fp16_moments": False, "loss_scale": 0.0, "use_memory_efficient_gradient": False,
+    "attn_dropout_recompute": False, "gelu_recompute": False, "transformer_layer_recompute": False,
+    "number_recompute_layers": 0, "propagate_cast_ops_level": -1, "propagate_cast_ops_allow": [],
+    "model_after_graph_transforms_path": "",
+}
+
+
+def _check(name, value):
+    if name in ("weights_to_train", "weights_not_to_train", "immutable_weights"):
+        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"TrainingParameters.{name} must be a set of initializer names")
+        return set(value)
+    if name == "training_optimizer_name":
+        if value not in _OPTIMIZERS:
+            raise ValueError(f"TrainingParameters.training_optimizer_name: unknown optimizer {value!r} "
+                             f"(known: {', '.join(_OPTIMIZERS)})")
+        return value
+    if name in ("loss_output_name", "lr_params_feed_name", "model_with_gradient_graph_path",
+                "model_with_training_graph_path", "lr_schedule"):
+        if not isinstance(value, str):
+            raise ValueError(f"TrainingParameters.{name} must be a string, got {type(value).__name__}")
+        return value
+    if name == "gradient_accumulation_steps":
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"TrainingParameters.gradient_accumulation_steps must be an integer >= 1, got {value!r}")
+        return int(value)
+    if name == "max_grad_norm":
+        if not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"TrainingParameters.max_grad_norm must be > 0, got {value!r}")
+        return float(value)
+    if name in ("enable_grad_norm_clip", "set_gradients_as_graph_outputs", "deterministic_compute"):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"TrainingParameters.{name} must be a bool, got {value!r}")
+        return bool(value)
+    if name in ("optimizer_attributes", "optimizer_int_attributes", "lr_schedule_params"):
+        if not isinstance(value, dict):
+            raise ValueError(f"TrainingParameters.{name} must be a dict")
+        cast = int if name == "optimizer_int_attributes" else float
+        try:
+            return {str(k): cast(v) for k, v in value.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"TrainingParameters.{name} must map names to numbers") from None
+    if name in ("optimizer_attributes_map", "optimizer_int_attributes_map"):
+        if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+            raise ValueError(f"TrainingParameters.{name} must map weight names to dicts of attributes")
+        cast = int if name == "optimizer_int_attributes_map" else float
+        try:
+            return {str(w): {str(k): cast(v) for k, v in d.items()} for w, d in value.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"TrainingParameters.{name} must map attributes to numbers") from None
+    return value
+
+
+class TrainingParameters:
+    """Configuration of a TrainingSession (onnxruntime's TrainingParameters).
+
+    Assigning a wrong type or an unknown optimizer raises ValueError naming the field. Fields of
+    onnxruntime features onnxtrain does not implement (mixed precision, distributed, pipeline
+    parallelism, recomputation) exist, and a TrainingSession refuses non-default values for them.
+    """
+
+    def __init__(self):
+        for k, v in _FIELDS.items():
+            object.__setattr__(self, k, v.copy() if isinstance(v, (set, dict, list)) else v)
+        for k, v in _UNSUPPORTED.items():
+            object.__setattr__(self, k, v.copy() if isinstance(v, (set, dict, list)) else v)
+
+    def __setattr__(self, name, value):
+        if name in _FIELDS:
+            object.__setattr__(self, name, _check(name, value))
+        elif name in _UNSUPPORTED:
+            object.__setattr__(self, name, value)
+        else:
+            raise AttributeError(f"TrainingParameters has no field {name!r}")
+
+    def set_optimizer_initial_state(self, state):
+        """onnxruntime's initial optimizer state; not supported (use load_checkpoint)."""
+        raise NotImplementedError("TrainingParameters.set_optimizer_initial_state is not supported by onnxtrain; "
+                                  "restore optimizer state with TrainingSession.load_checkpoint")
+
+    def _to_dict(self):
+        for k, default in _UNSUPPORTED.items():
+            if getattr(self, k) != default:
+                raise ValueError(f"TrainingParameters.{k}={getattr(self, k)!r} is not supported by onnxtrain "
+                                 f"(only the default {default!r})")
+        if not self.loss_output_name:
+            raise ValueError("TrainingParameters.loss_output_name must be set")
+        return {k: getattr(self, k) for k in _FIELDS}
+
+
+class TrainingSession:
+    """Trains a model that contains its loss (onnxruntime-training's TrainingSession).
+
+    ``run(output_names, input_feed)`` performs one training step: the feed holds the model's
+    inputs and the learning rate (float32 array of shape [1]) under
+    ``parameters.lr_params_feed_name``.
+    """
+
+    def __init__(self, path_or_bytes, parameters, sess_options=None, providers=None, provider_options=None):
+        if isinstance(path_or_bytes, os.PathLike):
+            path_or_bytes = os.fspath(path_or_bytes)
+        if hasattr(path_or_bytes, "SerializeToString"):
+            path_or_bytes = path_or_bytes.SerializeToString()
+        if not isinstance(path_or_bytes, (str, bytes)):
+            raise TypeError("path_or_bytes must be a file path or the serialized model bytes")
+        if not isinstance(parameters, TrainingParameters):
+            raise TypeError("parameters must be an onnxtrain.TrainingParameters")
+        self._providers = _check_providers(providers, provider_options)
+        self.parameters = parameters
+        self._sess = _C.TrainingSession(path_or_bytes, parameters._to_dict(), sess_options)
+
+    def run(self, output_names, input_feed, run_options=None):
+        """One training step; returns the requested outputs (loss, gradients when enabled)."""
+        if not isinstance(input_feed, dict):
+            raise TypeError("input_feed must be a dict mapping input names to numpy arrays")
+        if isinstance(output_names, str):
+            output_names = [output_names]
+        return self._sess.run(output_names, input_feed)
+
+    def eval(self, output_names, input_feed):
+        """Forward pass only: weights, optimizer state and running statistics are untouched.
+        The learning rate may be omitted."""
+        if isinstance(output_names, str):
+            output_names = [output_names]
+        if output_names is None:
+            output_names = [o.name for o in self._sess.get_outputs() if not o.name.endswith("_grad")]
+        return self._sess.eval(output_names, input_feed)
+
+    eval_step = eval
+
+    def get_inputs(self):
+        return self._sess.get_inputs()
+
+    def get_outputs(self):
+        return self._sess.get_outputs()
+
+    def get_providers(self):
+        return list(self._providers)
+
+    def get_state(self):
+        """Every initializer by name (numpy copies)."""
+        return self._sess.get_state()
+
+    def get_model_state(self, include_mixed_precision_weights=False):
+        """``{'full_precision': {weight: array}}`` for the trained weights."""
+        if include_mixed_precision_weights:
+            raise ValueError("get_model_state: onnxtrain keeps no mixed-precision weights")
+        return {"full_precision": self._sess.get_model_state()}
+
+    def get_optimizer_state(self):
+        """``{weight: {state: array}, 'shared_optimizer_state': {'Step': array}}``."""
+        flat = self._sess.get_optimizer_state()
+        out = {"shared_optimizer_state": {"Step": flat.pop("step")}}
+        weights = sorted(self._sess.trained_weights(), key=len, reverse=True)
+        for key, value in flat.items():
+            for w in weights:
+                if key.endswith("_" + w):
+                    out.setdefault(w, {})[key[: -len(w) - 1]] = value
+                    break
+        return out
+
+    def load_state(self, state, strict=False):
+        """Overwrites initializers from ``{name: array}`` (onnxruntime's load_state)."""
+        if "full_precision" in state and isinstance(state["full_precision"], dict):
+            state = state["full_precision"]
+        self._sess.load_state({k: np.asarray(v) for k, v in state.items()}, bool(strict))
+
+    @property
+    def step(self):
+        """Optimizer updates done so far."""
+        return self._sess.step()
+
+    def trained_weights(self):
+        return self._sess.trained_weights()
+
+    def export_model(self, path=None, outputs=None):
+        """Inference model with the trained weights: loss, gradients and optimizer removed.
+        Returns the serialized model, or writes it to ``path``."""
+        outputs = list(outputs or [])
+        if path is not None:
+            self._sess.export_model_to(os.fspath(path), outputs)
+            return None
+        return self._sess.export_model(outputs)
+
+    def save_checkpoint(self, path):
+        """Writes weights, optimizer state, counters and RNG position atomically."""
+        self._sess.save_checkpoint(os.fspath(path))
+
+    def load_checkpoint(self, path):
+        """Restores a checkpoint written by save_checkpoint; resuming is exact."""
+        self._sess.load_checkpoint(os.fspath(path))
+
+
+def _model_bytes(onx):
+    if isinstance(onx, bytes):
+        return onx, False
+    if hasattr(onx, "SerializeToString"):
+        return onx.SerializeToString(), True
+    if isinstance(onx, (str, os.PathLike)):
+        with open(onx, "rb") as f:
+            return f.read(), False
+    raise TypeError("expected an onnx.ModelProto, serialized bytes or a path")
+
+
+def add_loss_output(onx, score_name="squared_error", loss_name="loss", label_name="label", weight_name=None,
+                    penalty=None, output_index=None, **kwargs):
+    """Adds a loss to a model (onnxcustom's add_loss_output).
+
+    ``score_name``: squared_error/l2, absolute_error/l1, elastic (l1_weight, l2_weight), huber
+    (delta), log (binary log loss; from_logits), cross_entropy (class_weights, ignore_index,
+    label_smoothing), nll, bce_with_logits (pos_weight). kwargs ``reduction`` is 'mean' or 'sum'.
+    ``penalty``: ``{name: {'l1': a, 'l2': b}}`` or ``{name: b}`` (L2). ``output_index``: index
+    or name of the scored output. Returns the model in the type it was given (ModelProto or
+    bytes); the loss is its first output.
+    """
+    data, proto = _model_bytes(onx)
+    pen = {}
+    for name, v in (penalty or {}).items():
+        if isinstance(v, dict):
+            pen[name] = {str(k): float(x) for k, x in v.items()}
+        else:
+            pen[name] = {"l2": float(v)}
+    kw = {}
+    for k, v in kwargs.items():
+        if k == "class_weights":
+            v = ",".join(str(float(x)) for x in np.asarray(v).ravel())
+        elif isinstance(v, bool):
+            v = int(v)
+        kw[k] = str(v)
+    out = _C.add_loss_output(data, score_name, loss_name, label_name, weight_name or "", pen,
+                             "" if output_index is None else str(output_index), kw)
+    if proto:
+        import onnx
+        return onnx.load_from_string(out)
+    return out
+
+
+def get_train_initializer(onx):
+    """Trainable float initializers: ``OrderedDict(name -> (numpy value, TensorProto))`` for a
+    ModelProto (onnxcustom's shape), ``OrderedDict(name -> numpy value)`` for bytes."""
+    data, proto = _model_bytes(onx)
+    names = _C.get_train_initializer(data)
+    res = collections.OrderedDict()
+    if proto:
+        from onnx import numpy_helper
+        inits = {i.name: i for i in onx.graph.initializer}
+        for n in names:
+            res[n] = (numpy_helper.to_array(inits[n]), inits[n])
+        return res
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load_from_string(data)
+    inits = {i.name: i for i in m.graph.initializer}
+    for n in names:
+        res[n] = numpy_helper.to_array(inits[n])
+    return res
