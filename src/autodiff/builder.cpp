@@ -172,12 +172,15 @@ const std::string& RuleContext::O(size_t i) const {
 
 std::string RuleContext::forward_output(size_t i, DType dtype) {
   if (i < node_.outputs.size() && !node_.outputs[i].empty()) return node_.outputs[i];
-  // node_ lives in the builder's private copy of the forward graph (build_gradient_model): naming
-  // an output there changes neither the caller's model nor the values other nodes see.
-  ir::Node& n = const_cast<ir::Node&>(node_);
+  // The built graph gets a variant of the forward node that names output i (replace_forward's
+  // mechanism; the caller's model is untouched).
+  auto it = st_.replaced.find(&node_);
+  ir::Node& n = it != st_.replaced.end() ? it->second : st_.replaced.emplace(&node_, node_).first->second;
   if (n.outputs.size() <= i) n.outputs.resize(i + 1);
-  n.outputs[i] = st_.fresh((n.outputs[0].empty() ? n.op_type : n.outputs[0]) + "_saved" + std::to_string(i));
-  if (dtype != DType::kUndefined) st_.types[n.outputs[i]] = ir::TypeInfo::tensor(dtype);
+  if (n.outputs[i].empty()) {
+    n.outputs[i] = st_.fresh((n.outputs[0].empty() ? n.op_type : n.outputs[0]) + "_saved" + std::to_string(i));
+    if (dtype != DType::kUndefined) st_.types[n.outputs[i]] = ir::TypeInfo::tensor(dtype);
+  }
   return n.outputs[i];
 }
 
@@ -773,7 +776,7 @@ void lower_gradient_ops(ir::Model& m) {
       const auto first = std::find_if(gn.outputs.begin(), gn.outputs.end(), [](const std::string& o) { return !o.empty(); });
       if (first != gn.outputs.end() && producer.count(*first)) {
         ir::Node& orig = g.nodes[producer[*first]];
-        if (orig.op_type != gn.op_type || orig.domain != gn.domain) orig = gn;
+        if (orig.op_type != gn.op_type || orig.domain != gn.domain || orig.outputs != gn.outputs) orig = gn;
         continue;
       }
       bool is_new = true;

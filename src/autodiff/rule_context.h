@@ -31,8 +31,8 @@ class RuleContext {
   const std::string& I(size_t i) const;
   const std::string& O(size_t i) const;
   /// Forward output i for the gradient to read (a dropout mask, saved statistics, log_prob).
-  /// When the model leaves it unnamed, the builder names it on its own copy of the forward node
-  /// (the forward node then computes it); `dtype` records its element type when known.
+  /// When the model leaves it unnamed, the built graph gets a variant of the forward node that
+  /// names it (as replace_forward; the caller's model is untouched); `dtype` records its type.
   std::string forward_output(size_t i, DType dtype = DType::kUndefined);
 
   // ---- gradients
