@@ -537,7 +537,7 @@ class BatchNormGradKernel final : public Kernel {
       check_param(ctx, 3, "mean", c_);
       check_param(ctx, 4, "var", c_);
     }
-    ctx.set_output(0, dt, s);
+    if (ctx.has_output(0)) ctx.set_output(0, dt, s);
     for (size_t k = 1; k < ctx.num_outputs(); ++k) {
       const size_t src = k <= 2 ? 2 : k;  // dscale, dB like scale; dmean, dvar like mean, var
       if (ctx.has_output(k) && k <= 4 && (k <= 2 || !training_)) ctx.set_output(k, ctx.input_dtype(src), ctx.input_shape(src));
@@ -578,7 +578,7 @@ class BatchNormGradKernel final : public Kernel {
       using Cm = compute_t<T>;
       const T* X = x.data<T>();
       const T* dY = ctx.input(0).data<T>();
-      T* dX = ctx.output(0).data<T>();
+      T* dX = ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr;  // unnamed: parameter gradients only
       if (N * S == 0) {
         for (int64_t c = 0; c < C; ++c) finish(c, 0, 0, 0, 0, 0);
         return;
@@ -605,7 +605,7 @@ class BatchNormGradKernel final : public Kernel {
               }
             }
             for (int64_t j = 0; j < m; ++j) finish(c0 + j, k[j], sx[j], sxx[j], sg[j], sgx[j]);
-            for (int64_t n = 0; n < N; ++n) {
+            for (int64_t n = 0; dX && n < N; ++n) {
               const T *p = X + n * C + c0, *q = dY + n * C + c0;
               T* o = dX + n * C + c0;
 #pragma omp simd
@@ -636,7 +636,7 @@ class BatchNormGradKernel final : public Kernel {
           }
           finish(c, k, l.sum(0), l.sum(1), l.sum(2), l.sum(3));
           const Cm ca = Cm(a[c]), cb = Cm(b[c]), cd = Cm(d[c]);
-          for (int64_t n = 0; n < N; ++n) {
+          for (int64_t n = 0; dX && n < N; ++n) {
             const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
             T* o = dX + (n * C + c) * S;
 #pragma omp simd
@@ -683,7 +683,7 @@ class LayerNormGradKernel final : public Kernel {
       ctx.fail("Scale must be a ", dtype_name(dt), " tensor broadcasting to ", shape_to_string(norm_shape_));
     check_param(ctx, 3, "Mean", rows_);
     check_param(ctx, 4, "InvStdDev", rows_);
-    ctx.set_output(0, dt, s);
+    if (ctx.has_output(0)) ctx.set_output(0, dt, s);
     for (size_t k = 1; k <= 2; ++k)
       if (ctx.has_output(k)) ctx.set_output(k, dt, norm_shape_);
     groups_ = std::max<int64_t>(1, std::min(rows_, kGroups));
@@ -702,7 +702,7 @@ class LayerNormGradKernel final : public Kernel {
       load_as(ctx.input(4), iv, ctx.node());
       const T* X = ctx.input(1).data<T>();
       const T* dY = ctx.input(0).data<T>();
-      T* dX = ctx.output(0).data<T>();
+      T* dX = ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr;  // unnamed: parameter gradients only
       const A invD = D ? A(1) / A(D) : A(0);
       parallel_for(G, 1, [&](int64_t g0, int64_t g1) {
         for (int64_t g = g0; g < g1; ++g) {
@@ -711,8 +711,17 @@ class LayerNormGradKernel final : public Kernel {
           std::fill(pw, pw + 2 * D, A(0));
           for (int64_t r = R * g / G; r < R * (g + 1) / G; ++r) {
             const T *x = X + r * D, *dy = dY + r * D;
-            T* dx = dX + r * D;
             const A m = mu[r], inv = iv[r];
+            if (!dX) {
+#pragma omp simd
+              for (int64_t j = 0; j < D; ++j) {
+                const A dyj = A(compute_t<T>(dy[j]));
+                pw[j] += dyj * (A(compute_t<T>(x[j])) - m) * inv;
+                pb[j] += dyj;
+              }
+              continue;
+            }
+            T* dx = dX + r * D;
             Lanes<A, 2> l;  // sum(g), sum(g (x - m))
             int64_t j = 0;
             for (; j + l.W <= D; j += l.W)
