@@ -321,7 +321,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("outputs") = std::vector<std::string>{})
       .def("export_model_to", &TrainingSession::export_model_to, py::arg("path"),
            py::arg("outputs") = std::vector<std::string>{})
-      .def("save_checkpoint", &TrainingSession::save_checkpoint, py::call_guard<py::gil_scoped_release>())
+      .def("save_checkpoint", &TrainingSession::save_checkpoint, py::arg("path"),
+           py::arg("metadata") = std::map<std::string, std::string>{}, py::call_guard<py::gil_scoped_release>())
       .def("load_checkpoint", &TrainingSession::load_checkpoint, py::call_guard<py::gil_scoped_release>());
 
   m.def("add_loss_output",

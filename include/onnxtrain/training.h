@@ -87,9 +87,11 @@ class TrainingSession {
 
   /// Exact checkpoints: weights, optimizer state, step counters, schedule position, RNG state.
   /// Written atomically (temporary file, fsync, rename, fsync of the folder).
-  void save_checkpoint(const std::string& path) const;
-  /// Throws naming what is wrong for a truncated, corrupted, foreign or too-new file.
-  void load_checkpoint(const std::string& path);
+  /// `metadata` (e.g. a trainer's epoch and data position) is stored with it.
+  void save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
+  /// Throws naming what is wrong for a truncated, corrupted, foreign or too-new file (nothing is
+  /// modified then). Returns the metadata saved with the checkpoint.
+  std::map<std::string, std::string> load_checkpoint(const std::string& path);
 
   struct Impl;
 

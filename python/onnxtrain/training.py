@@ -224,13 +224,15 @@ class TrainingSession:
             return None
         return self._sess.export_model(outputs)
 
-    def save_checkpoint(self, path):
-        """Writes weights, optimizer state, counters and RNG position atomically."""
-        self._sess.save_checkpoint(os.fspath(path))
+    def save_checkpoint(self, path, metadata=None):
+        """Writes weights, optimizer state, counters and RNG position atomically, with optional
+        ``metadata`` (a dict of strings)."""
+        self._sess.save_checkpoint(os.fspath(path), {str(k): str(v) for k, v in (metadata or {}).items()})
 
     def load_checkpoint(self, path):
-        """Restores a checkpoint written by save_checkpoint; resuming is exact."""
-        self._sess.load_checkpoint(os.fspath(path))
+        """Restores a checkpoint written by save_checkpoint (resuming is exact); returns its
+        metadata dict."""
+        return self._sess.load_checkpoint(os.fspath(path))
 
 
 def _model_bytes(onx):

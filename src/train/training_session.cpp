@@ -410,8 +410,9 @@ void TrainingSession::export_model_to(const std::string& path, const std::vector
   ir::write_file_atomic(path, export_model(outputs));
 }
 
-void TrainingSession::save_checkpoint(const std::string& path) const {
+void TrainingSession::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {
   train::Checkpoint c;
+  for (const auto& [k, v] : metadata) c.text["user/" + k] = v;
   c.fingerprint = train::model_fingerprint(impl_->model, impl_->trained);
   for (const auto& [n, t] : impl_->model.graph->initializers)
     if (dtype_is_float(t.dtype())) c.tensors.emplace_back("model/" + n, t);
@@ -424,7 +425,7 @@ void TrainingSession::save_checkpoint(const std::string& path) const {
   train::write_checkpoint(path, c);
 }
 
-void TrainingSession::load_checkpoint(const std::string& path) {
+std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::string& path) {
   train::Checkpoint c = train::read_checkpoint(path);
   const std::string fp = train::model_fingerprint(impl_->model, impl_->trained);
   if (c.fingerprint != fp)
@@ -455,6 +456,10 @@ void TrainingSession::load_checkpoint(const std::string& path) {
   impl_->micro = c.counters["micro_step"];
   impl_->accum = accum;
   impl_->train_exec->set_run_counter(uint64_t(c.counters["train_runs"]));
+  std::map<std::string, std::string> meta;
+  for (const auto& [k, v] : c.text)
+    if (k.rfind("user/", 0) == 0) meta[k.substr(5)] = v;
+  return meta;
 }
 
 }  // namespace onnxtrain
