@@ -812,7 +812,9 @@ void infer_types(Model& m) {
   onnx::ModelProto p;
   model_to_proto(lite, &p);
   try {
-    onnx::shape_inference::InferShapes(p);
+    // Data propagation follows Shape -> Gather -> Concat -> Reshape chains (exported attention).
+    onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
   } catch (const std::exception&) {
     return;
   }

@@ -24,9 +24,9 @@ class MLP(torch.nn.Module):
 class CNN(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)  # BN follows: a bias would get only round-off gradient
         self.bn1 = torch.nn.BatchNorm2d(8)
-        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=4)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, groups=4, bias=False)
         self.bn2 = torch.nn.BatchNorm2d(8)
         self.fc = torch.nn.Linear(8 * 4 * 4, 5)
 
