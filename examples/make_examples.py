@@ -1,4 +1,11 @@
-"""Generates the bundled example: a small MLP (ONNX) and an input batch (.npz).
+"""Generates the bundled examples:
+
+- mlp.onnx + mlp_input.npz: a small MLP and an input batch (for `onnxtrain run`);
+- digits_mlp.onnx: an untrained MLP for the 8x8 handwritten digits (64 -> 128 -> 10: outputs
+  `logits` and `probabilities`), initialized as torch.nn.Linear does, with a fixed seed;
+- digits.npz (all 1,797 samples), digits_train.npz / digits_test.npz (a stratified 80/20 split):
+  arrays X (float32 [N, 64], pixel values / 16) and label (int64 [N]), from scikit-learn's bundled
+  copy of the UCI digits (sklearn.datasets.load_digits: no download).
 
 Usage: /usr/bin/python3 examples/make_examples.py OUT_DIR
 """
@@ -36,6 +43,49 @@ def make_mlp(rng, n_in=8, hidden=16, n_out=3):
     return model
 
 
+def make_digits_mlp(rng, n_in=64, hidden=128, n_out=10):
+    def linear(fan_in, fan_out):
+        # torch.nn.Linear's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases.
+        bound = 1.0 / np.sqrt(fan_in)
+        return (rng.uniform(-bound, bound, (fan_in, fan_out)).astype(np.float32),
+                rng.uniform(-bound, bound, fan_out).astype(np.float32))
+    w1, b1 = linear(n_in, hidden)
+    w2, b2 = linear(hidden, n_out)
+    nodes = [
+        helper.make_node("MatMul", ["X", "W1"], ["h0"], name="fc1"),
+        helper.make_node("Add", ["h0", "B1"], ["h1"], name="fc1_bias"),
+        helper.make_node("Relu", ["h1"], ["h2"], name="relu"),
+        helper.make_node("MatMul", ["h2", "W2"], ["h3"], name="fc2"),
+        helper.make_node("Add", ["h3", "B2"], ["logits"], name="fc2_bias"),
+        helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax", axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes, "digits_mlp",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", n_in])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", n_out]),
+         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", n_out])],
+        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(b1, "B1"),
+         numpy_helper.from_array(w2, "W2"), numpy_helper.from_array(b2, "B2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onnxtrain-examples")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def write_digits(out):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    X = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    np.savez(os.path.join(out, "digits.npz"), X=X, label=y)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
+    np.savez(os.path.join(out, "digits_train.npz"), X=Xtr, label=ytr)
+    np.savez(os.path.join(out, "digits_test.npz"), X=Xte, label=yte)
+    return len(y), len(ytr), len(yte)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "examples/generated"
     os.makedirs(out, exist_ok=True)
@@ -43,6 +93,10 @@ def main():
     onnx.save(make_mlp(rng), os.path.join(out, "mlp.onnx"))
     np.savez(os.path.join(out, "mlp_input.npz"), X=rng.standard_normal((4, 8)).astype(np.float32))
     print(f"[onnxtrain] wrote {out}/mlp.onnx and {out}/mlp_input.npz")
+    onnx.save(make_digits_mlp(np.random.default_rng(0)), os.path.join(out, "digits_mlp.onnx"))
+    n, ntr, nte = write_digits(out)
+    print(f"[onnxtrain] wrote {out}/digits_mlp.onnx and the digits data ({n} samples: "
+          f"digits_train.npz {ntr}, digits_test.npz {nte}, digits.npz all)")
 
 
 if __name__ == "__main__":

@@ -1,144 +1,93 @@
-// onnxtrain command line. Thin: parses arguments and calls the public API.
+// onnxtrain command line. Thin: parses arguments and calls the public API (include/onnxtrain/).
+// Exit status: 0 success, 1 error (bad model, data or file), 2 bad command line, 130 interrupted
+// (Ctrl-C during train, after saving a checkpoint).
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <map>
+#include <new>
 #include <string>
 #include <vector>
 
-#include "io/npy.h"
+#include "args.h"
+#include "commands.h"
 #include "onnxtrain/error.h"
-#include "onnxtrain/session.h"
-
-using namespace onnxtrain;
 
 namespace {
 
-const char* kUsage =
-    "usage: onnxtrain <command> [options]\n"
-    "\n"
-    "commands:\n"
-    "  run MODEL --data FILE.npz   run a model on the arrays of an .npz (named after the model inputs)\n"
-    "\n"
-    "onnxtrain <command> --help describes a command.\n";
+struct Entry {
+  const cli::Command& (*command)();
+  int (*run)(const cli::Args&);
+};
 
-const char* kRunUsage =
-    "usage: onnxtrain run MODEL --data FILE.npz [--out OUT.npz] [--threads N] [--print N] [--stats]\n"
-    "\n"
-    "Runs MODEL on the arrays of FILE.npz (or --input NAME=FILE.npy, repeatable) and prints\n"
-    "every output (the first N values of each, default 8). --out writes the outputs to an .npz.\n"
-    "--stats prints the execution plan's figures (steps, folded nodes, arena size).\n";
-
-std::string format_values(const Tensor& t, int64_t max_values) {
-  std::string s = "[";
-  const int64_t n = std::min<int64_t>(t.numel(), max_values);
-  char buf[64];
-  for (int64_t i = 0; i < n; ++i) {
-    if (i) s += ", ";
-    switch (t.dtype()) {
-      case DType::kFloat32: std::snprintf(buf, sizeof buf, "%.6g", double(t.data<float>()[i])); break;
-      case DType::kFloat64: std::snprintf(buf, sizeof buf, "%.6g", t.data<double>()[i]); break;
-      case DType::kFloat16: std::snprintf(buf, sizeof buf, "%.4g", double(float(t.data<float16>()[i]))); break;
-      case DType::kInt64: std::snprintf(buf, sizeof buf, "%lld", (long long)t.data<int64_t>()[i]); break;
-      case DType::kInt32: std::snprintf(buf, sizeof buf, "%d", t.data<int32_t>()[i]); break;
-      case DType::kBool: std::snprintf(buf, sizeof buf, "%s", t.data<bool>()[i] ? "true" : "false"); break;
-      case DType::kUInt8: std::snprintf(buf, sizeof buf, "%u", unsigned(t.data<uint8_t>()[i])); break;
-      case DType::kInt8: std::snprintf(buf, sizeof buf, "%d", int(t.data<int8_t>()[i])); break;
-      default: std::snprintf(buf, sizeof buf, "?");
-    }
-    s += buf;
-  }
-  if (t.numel() > n) s += ", ...";
-  return s + "]";
+const std::vector<Entry>& commands() {
+  static const std::vector<Entry> c = {
+      {cli::train_command, cli::cmd_train},   {cli::eval_command, cli::cmd_eval},
+      {cli::run_command, cli::cmd_run},       {cli::export_command, cli::cmd_export},
+      {cli::grad_command, cli::cmd_grad},     {cli::inspect_command, cli::cmd_inspect},
+  };
+  return c;
 }
 
-int cmd_run(int argc, char** argv) {
-  std::string model, data, out;
-  std::vector<std::pair<std::string, std::string>> inputs;
-  int threads = 0;
-  int64_t print_n = 8;
-  bool stats = false;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&](const char* opt) -> std::string {
-      if (i + 1 >= argc) throw_error<InvalidArgument>("option ", opt, " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::cout << kRunUsage;
-      return 0;
-    } else if (a == "--data") {
-      data = value("--data");
-    } else if (a == "--out") {
-      out = value("--out");
-    } else if (a == "--threads") {
-      threads = std::stoi(value("--threads"));
-    } else if (a == "--stats") {
-      stats = true;
-    } else if (a == "--print") {
-      print_n = std::stoll(value("--print"));
-    } else if (a == "--input") {
-      std::string v = value("--input");
-      auto eq = v.find('=');
-      if (eq == std::string::npos) throw_error<InvalidArgument>("--input expects NAME=FILE.npy, got '", v, "'");
-      inputs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-    } else if (!a.empty() && a[0] == '-') {
-      throw_error<InvalidArgument>("unknown option '", a, "' for 'run' (see onnxtrain run --help)");
-    } else if (model.empty()) {
-      model = a;
-    } else {
-      throw_error<InvalidArgument>("unexpected argument '", a, "'");
-    }
+std::string usage() {
+  std::string s = "usage: onnxtrain <command> [options]\n\ncommands:\n";
+  for (const auto& e : commands()) {
+    const auto& c = e.command();
+    std::string head = "  " + c.name + " " + c.synopsis;
+    s += head + "\n      " + c.summary + "\n";
   }
-  if (model.empty()) throw_error<InvalidArgument>("run: missing MODEL (see onnxtrain run --help)");
-  if (data.empty() && inputs.empty()) throw_error<InvalidArgument>("run: missing --data FILE.npz");
-  SessionOptions so;
-  so.intra_op_num_threads = threads;
-  InferenceSession sess(model, so);
-  std::vector<std::pair<std::string, Tensor>> feeds;
-  if (!data.empty()) feeds = io::read_npz(data);
-  for (const auto& [n, f] : inputs) feeds.emplace_back(n, io::read_npy(f));
-  auto outs = sess.run({}, feeds);
-  auto decl = sess.get_outputs();
-  std::vector<std::pair<std::string, Tensor>> named;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    std::cout << decl[i].name << ": " << outs[i].describe() << " " << format_values(outs[i], print_n) << "\n";
-    named.emplace_back(decl[i].name, outs[i]);
-  }
-  if (stats) {
-    RunStats st = sess.last_run_stats();
-    std::cout << "plan: " << st.steps << " kernel steps (" << st.dynamic_steps << " prepared at run time), "
-              << st.folded_nodes << " nodes folded at plan time; arena " << st.arena_bytes << " bytes (without reuse "
-              << st.naive_bytes << "), folded constants " << st.constant_bytes << " bytes\n";
-  }
-  if (!out.empty()) {
-    io::write_npz(out, named);
-    std::cout << "wrote " << out << "\n";
-  }
-  return 0;
+  s += "\nonnxtrain <command> --help describes a command; onnxtrain --version prints the version.\n";
+  return s;
+}
+
+// One line: messages from parsers may hold newlines.
+std::string one_line(std::string s) {
+  for (auto& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::cout << kUsage;
-    return argc < 2 ? 2 : 0;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    if (argc >= 3 && !std::strcmp(argv[1], "help"))
+      for (const auto& e : commands())
+        if (e.command().name == argv[2]) {
+          std::cout << e.command().help_text();
+          return 0;
+        }
+    (argc < 2 ? std::cerr : std::cout) << usage();
+    return argc < 2 ? cli::kExitUsage : cli::kExitOk;
   }
   if (!std::strcmp(argv[1], "--version")) {
     std::cout << "onnxtrain 0.1.0\n";
     return 0;
   }
   const std::string cmd = argv[1];
+  const Entry* entry = nullptr;
+  for (const auto& e : commands())
+    if (e.command().name == cmd) entry = &e;
+  if (!entry) {
+    std::cerr << "onnxtrain: error: unknown command '" << cmd << "' (commands: train, eval, run, export, grad, inspect; "
+              << "see onnxtrain --help)\n";
+    return cli::kExitUsage;
+  }
   try {
-    if (cmd == "run") return cmd_run(argc - 2, argv + 2);
-    std::cerr << "onnxtrain: unknown command '" << cmd << "' (see onnxtrain --help)\n";
-    return 2;
-  } catch (const Error& e) {
-    std::cerr << "onnxtrain " << cmd << ": error: " << e.what() << "\n";
-    return 1;
+    const cli::Args args(entry->command(), std::vector<std::string>(argv + 2, argv + argc));
+    if (args.help()) {
+      std::cout << entry->command().help_text();
+      return cli::kExitOk;
+    }
+    return entry->run(args);
+  } catch (const cli::UsageError& e) {
+    std::cerr << "onnxtrain " << cmd << ": error: " << one_line(e.what()) << "\n";
+    return cli::kExitUsage;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "onnxtrain " << cmd << ": error: out of memory\n";
+    return cli::kExitError;
   } catch (const std::exception& e) {
-    std::cerr << "onnxtrain " << cmd << ": error: " << e.what() << "\n";
-    return 1;
+    std::cerr << "onnxtrain " << cmd << ": error: " << one_line(e.what()) << "\n";
+    return cli::kExitError;
   }
 }

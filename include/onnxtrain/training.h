@@ -108,6 +108,11 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
                             const std::map<std::string, std::map<std::string, float>>& penalty = {},
                             const std::string& output = "", const std::map<std::string, std::string>& kwargs = {});
 
+/// Learning rate the schedule of `params` (lr_schedule, lr_schedule_params) gives optimizer step
+/// `step` (1-based) — the rate a TrainingSession uses when the feed omits it. Throws
+/// InvalidArgument when no schedule is set or the parameters are invalid.
+double scheduled_learning_rate(const TrainingParameters& params, int64_t step);
+
 /// Trainable float initializers (skipping shape and index constants), in file order.
 std::vector<std::string> get_train_initializer(const std::string& model_bytes);
 

@@ -20,6 +20,26 @@
 
 namespace onnxtrain {
 
+namespace {
+
+train::LrSchedule make_schedule(const TrainingParameters& p) {
+  train::LrSchedule s;
+  s.kind = p.lr_schedule;
+  for (const auto& [k, v] : p.lr_schedule_params) {
+    if (k == "eta0") s.eta0 = v;
+    else if (k == "power_t") s.power_t = v;
+    else if (k == "alpha") s.alpha = v;
+    else if (k == "warmup") s.warmup = int64_t(v);
+    else if (k == "total") s.total = int64_t(v);
+    else if (k == "end_lr") s.end_lr = v;
+    else if (k == "power") s.power = v;
+    else throw_error<InvalidArgument>("TrainingParameters.lr_schedule_params: unknown key '", k, "'");
+  }
+  return s;
+}
+
+}  // namespace
+
 void TrainingParameters::validate() const {
   if (loss_output_name.empty()) throw_error<InvalidArgument>("TrainingParameters.loss_output_name is empty");
   const auto& names = train::optimizer_names();
@@ -40,18 +60,7 @@ void TrainingParameters::validate() const {
       throw_error<InvalidArgument>("TrainingParameters: '", w, "' is both in weights_to_train and ",
                                    weights_not_to_train.count(w) ? "weights_not_to_train" : "immutable_weights");
   if (!lr_schedule.empty()) {
-    train::LrSchedule s;
-    s.kind = lr_schedule;
-    for (const auto& [k, v] : lr_schedule_params) {
-      if (k == "eta0") s.eta0 = v;
-      else if (k == "power_t") s.power_t = v;
-      else if (k == "alpha") s.alpha = v;
-      else if (k == "warmup") s.warmup = int64_t(v);
-      else if (k == "total") s.total = int64_t(v);
-      else if (k == "end_lr") s.end_lr = v;
-      else if (k == "power") s.power = v;
-      else throw_error<InvalidArgument>("TrainingParameters.lr_schedule_params: unknown key '", k, "'");
-    }
+    train::LrSchedule s = make_schedule(*this);
     try {
       s.validate();
     } catch (const InvalidArgument& e) {
@@ -60,24 +69,12 @@ void TrainingParameters::validate() const {
   }
 }
 
-namespace {
-
-train::LrSchedule make_schedule(const TrainingParameters& p) {
-  train::LrSchedule s;
-  s.kind = p.lr_schedule;
-  for (const auto& [k, v] : p.lr_schedule_params) {
-    if (k == "eta0") s.eta0 = v;
-    else if (k == "power_t") s.power_t = v;
-    else if (k == "alpha") s.alpha = v;
-    else if (k == "warmup") s.warmup = int64_t(v);
-    else if (k == "total") s.total = int64_t(v);
-    else if (k == "end_lr") s.end_lr = v;
-    else if (k == "power") s.power = v;
-  }
-  return s;
+double scheduled_learning_rate(const TrainingParameters& params, int64_t step) {
+  if (params.lr_schedule.empty())
+    throw_error<InvalidArgument>("scheduled_learning_rate: TrainingParameters.lr_schedule is empty");
+  params.validate();
+  return make_schedule(params).value(step);
 }
-
-}  // namespace
 
 struct TrainingSession::Impl {
   ir::Model model;  // forward model (holds the weights)

@@ -1,0 +1,44 @@
+// Files around a model: numpy arrays (.npy, .npz), numeric CSV tables, and atomic writes.
+// Every reader validates what it reads and throws InvalidArgument (malformed content) or IOError
+// (missing or unreadable file) naming the file; nothing is checked by an assert alone.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onnxtrain/tensor.h"
+
+namespace onnxtrain {
+
+/// Reads a .npy array (little-endian numeric or bool; C or Fortran order).
+Tensor read_npy(const std::string& path);
+/// Writes a .npy array (version 1.0, C order) atomically.
+void write_npy(const std::string& path, const Tensor& t);
+
+/// Arrays of an .npz archive (stored or deflated, zip64 included), in archive order, named
+/// without the ".npy" suffix.
+std::vector<std::pair<std::string, Tensor>> read_npz(const std::string& path);
+/// Writes an uncompressed .npz atomically (np.load reads it).
+void write_npz(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& arrays);
+
+/// A numeric table read from CSV.
+struct CsvTable {
+  std::vector<std::string> columns;  ///< header names; "0", "1", ... when the file has no header
+  bool has_header = false;
+  Tensor values;                     ///< float64 [rows, columns]
+};
+
+/// Reads a comma-separated table of numbers. The first line is a header when any of its fields
+/// is not a number. Blank lines are skipped; fields may be quoted; "nan"/"inf" are numbers.
+/// Throws InvalidArgument naming the line and column of a ragged row or a non-numeric field.
+CsvTable read_csv(const std::string& path);
+
+/// Reads a whole regular file (IOError when missing, not a regular file or unreadable; `what`
+/// names it in messages, e.g. "model file").
+std::string read_file(const std::string& path, const std::string& what = "file");
+/// Writes `bytes` to `path` atomically: temporary file beside it, fsync, rename, fsync of the
+/// folder. A failure leaves any previous file at `path` untouched.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace onnxtrain

@@ -1,0 +1,57 @@
+// What training shows and writes: the progress display (a bar on a terminal, plain periodic lines
+// otherwise), metrics records (JSON lines) and the loss/accuracy curve (SVG, written here).
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cli {
+
+/// One metrics record. NaN marks a value that does not apply.
+struct Record {
+  int64_t step = 0;
+  double epoch = 0;  ///< fractional epochs completed
+  double loss = NAN, metric = NAN, lr = NAN, val_loss = NAN, val_metric = NAN, samples_per_s = NAN;
+};
+
+/// JSON line of a record; `metric` is "accuracy" or "r2" (empty: no metric).
+std::string record_json(const Record& r, const std::string& metric);
+/// Compact round-trippable text of records (for checkpoint metadata) and back.
+std::string records_to_text(const std::vector<Record>& rs);
+std::vector<Record> records_from_text(const std::string& s);
+
+/// The curve: loss (train and validation) and, when there is a metric, accuracy or R², against
+/// the optimizer step. Returns the SVG document.
+std::string curve_svg(const std::vector<Record>& rs, const std::string& metric, const std::string& title);
+
+/// "1:05", "12s"
+std::string format_duration(double seconds);
+/// "0.1234", "1.2e-05"
+std::string format_number(double v);
+
+class Progress {
+ public:
+  enum Mode { kNone, kPlain, kBar };
+  /// `mode_name`: auto (bar when stderr is a terminal, else plain), bar, plain, none.
+  Progress(const std::string& mode_name, int64_t total_steps, int64_t epochs, const std::string& metric);
+  /// After a training batch: current counters and running means.
+  void update(int64_t step, int64_t epoch, double loss, double metric, double samples_per_s, double eta_s);
+  /// A line that stays (epoch summaries, notes); clears the bar first.
+  void line(const std::string& s);
+  /// Clears the bar for good.
+  void finish();
+  Mode mode() const { return mode_; }
+
+ private:
+  Mode mode_;
+  int64_t total_, epochs_;
+  std::string metric_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_draw_, last_plain_;
+  int width_ = 0;
+};
+
+}  // namespace cli
