@@ -74,6 +74,13 @@ std::vector<std::pair<std::string, Value>> feeds_of(const Dataset& batch) {
   return f;
 }
 
+// Exact decimal-free text of a double (hexadecimal float), read back with strtod.
+std::string exact(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+
 std::string percent_or_number(const std::string& metric, double v) {
   if (metric == "accuracy") {
     char buf[32];
@@ -242,6 +249,7 @@ int cmd_train(const Args& a) {
   int64_t epoch = 0, position = 0, samples_done = 0;
   double elapsed_before = 0;
   std::vector<Record> history;
+  std::map<std::string, std::string> resume_meta;
   auto start_epoch = [&] {
     epoch_rng = rng_text(rng);
     std::iota(perm.begin(), perm.end(), 0);
@@ -249,7 +257,13 @@ int cmd_train(const Args& a) {
       for (size_t i = perm.size() - 1; i > 0; --i) std::swap(perm[i], perm[size_t(rng() % (i + 1))]);
   };
   if (a.flag("--resume")) {
-    const auto meta = sess.load_checkpoint(ckpt_path);
+    resume_meta = sess.load_checkpoint(ckpt_path);
+    const auto& meta = resume_meta;
+    for (const char* k : {"trainer.data", "trainer.rng", "trainer.epoch", "trainer.position", "trainer.samples",
+                          "trainer.elapsed", "trainer.history", "trainer.epoch_stats", "trainer.epoch_score"})
+      if (!meta.count(k))
+        throw_error<InvalidArgument>("--resume: '", ckpt_path, "' lacks the trainer state '", k,
+                                     "' (written by another version of onnxtrain train?)");
     if (meta.at("trainer.data") != data_fp)
       throw_error<InvalidArgument>("--resume: the data differs from the data of the run that wrote '", ckpt_path, "'");
     std::istringstream(meta.at("trainer.rng")) >> rng;
@@ -260,6 +274,22 @@ int cmd_train(const Args& a) {
     history = records_from_text(meta.at("trainer.history"));
   }
   start_epoch();
+
+  // Running statistics of the current interval (between records) and epoch.
+  double iv_loss = 0, ep_loss = 0, last_epoch_loss = NAN;
+  int64_t iv_batches = 0, iv_samples = 0, ep_batches = 0;
+  const int64_t samples_start = samples_done;
+  ScoreAccumulator iv_acc(lm.scoring), ep_acc(lm.scoring);
+  if (a.flag("--resume")) {  // the epoch in progress keeps its running loss and score
+    const auto& meta = resume_meta;
+    std::istringstream st(meta.at("trainer.epoch_stats"));
+    std::string l, b, last;
+    st >> l >> b >> last;
+    ep_loss = std::strtod(l.c_str(), nullptr);
+    ep_batches = std::stoll(b);
+    last_epoch_loss = std::strtod(last.c_str(), nullptr);
+    ep_acc.from_text(meta.at("trainer.epoch_score"));
+  }
 
   // Output (stdout): what is about to happen.
   std::printf("training %s: %lld samples", model_path.c_str(), (long long)n);
@@ -286,6 +316,8 @@ int cmd_train(const Args& a) {
     m["trainer.samples"] = std::to_string(samples_done);
     m["trainer.history"] = records_to_text(history);
     m["trainer.total_steps"] = std::to_string(total_steps);
+    m["trainer.epoch_stats"] = exact(ep_loss) + " " + std::to_string(ep_batches) + " " + exact(last_epoch_loss);
+    m["trainer.epoch_score"] = ep_acc.to_text();
     return m;
   };
   auto write_metrics = [&] {
@@ -315,11 +347,6 @@ int cmd_train(const Args& a) {
   };
 
   Progress progress(progress_mode, total_steps, epochs_total, metric);
-  // Running statistics of the current interval (between records) and epoch.
-  double iv_loss = 0, ep_loss = 0;
-  int64_t iv_batches = 0, iv_samples = 0, ep_batches = 0;
-  const int64_t samples_start = samples_done;
-  ScoreAccumulator iv_acc(lm.scoring), ep_acc(lm.scoring);
   double iv_start = 0;
   const int64_t start_step = sess.step();
 
@@ -356,6 +383,7 @@ int cmd_train(const Args& a) {
     }
     flush_record(r);
     progress.line(line);
+    last_epoch_loss = ep_batches ? ep_loss / double(ep_batches) : NAN;
     ep_loss = 0;
     ep_batches = 0;
     ep_acc = ScoreAccumulator(lm.scoring);
@@ -402,7 +430,7 @@ int cmd_train(const Args& a) {
       }
       const double t = seconds();
       const double done = double(sess.step() - start_step);
-      progress.update(sess.step(), epoch, ep_batches ? ep_loss / double(ep_batches) : loss,
+      progress.update(sess.step(), epoch, ep_batches ? ep_loss / double(ep_batches) : last_epoch_loss,
                       ep_acc.defined() ? ep_acc.value() : NAN, double(samples_done - samples_start) / std::max(1e-9, t),
                       done > 0 ? t / done * double(total_steps - sess.step()) : NAN);
       if (stepped && ckpt_every && sess.step() % ckpt_every == 0) save_checkpoint();

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <sstream>
 
 #include "onnxtrain/error.h"
 #include "onnxtrain/inspect.h"
@@ -190,6 +192,36 @@ EvalResult evaluate(const Dataset& d, int64_t batch_size, const LossModel& lm,
   r.correct = acc.correct();
   r.total = acc.total();
   return r;
+}
+
+}  // namespace cli
+
+namespace cli {
+
+std::string ScoreAccumulator::to_text() const {
+  std::string t = std::to_string(correct_) + " " + std::to_string(total_) + " " + std::to_string(sum_y_.size());
+  char buf[40];
+  for (const auto* v : {&sum_y_, &sum_y2_, &ss_res_})
+    for (double x : *v) {
+      std::snprintf(buf, sizeof buf, " %a", x);  // hexadecimal: exact
+      t += buf;
+    }
+  return t;
+}
+
+void ScoreAccumulator::from_text(const std::string& t) {
+  std::istringstream in(t);
+  size_t k = 0;
+  if (!(in >> correct_ >> total_ >> k) || k > (size_t(1) << 20))
+    onnxtrain::throw_error<onnxtrain::InvalidArgument>("damaged score state in checkpoint metadata");
+  for (auto* v : {&sum_y_, &sum_y2_, &ss_res_}) {
+    v->assign(k, 0.0);
+    for (auto& x : *v) {
+      std::string w;
+      if (!(in >> w)) onnxtrain::throw_error<onnxtrain::InvalidArgument>("damaged score state in checkpoint metadata");
+      x = std::strtod(w.c_str(), nullptr);
+    }
+  }
 }
 
 }  // namespace cli

@@ -55,6 +55,10 @@ class ScoreAccumulator {
   double value() const;  ///< accuracy in [0, 1] or R² (sklearn's r2_score, outputs averaged)
   int64_t correct() const { return correct_; }
   int64_t total() const { return total_; }
+  /// Exact text of the running sums (checkpoint metadata) and back; from_text throws
+  /// InvalidArgument on damaged text.
+  std::string to_text() const;
+  void from_text(const std::string& t);
 
  private:
   Scoring s_;
