@@ -2,6 +2,13 @@
 
 Drop-in names from onnxruntime / onnxruntime-training: ``InferenceSession``, ``SessionOptions``.
 """
+import os as _os
+
+# Sleeping rather than spinning OpenMP waits (see tools/main.cpp): libgomp reads this when it is
+# loaded, so it applies when onnxtrain is imported before anything else that loads libgomp.
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
 from ._errors import (InvalidArgument, InvalidGraph, InvalidModel, ModelFileError, OnnxTrainError,
                       UnsupportedError)
 from ._C import NodeArg, SessionOptions
