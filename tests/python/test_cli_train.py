@@ -104,6 +104,31 @@ def test_train_matches_numpy_gradient_descent(linear, tmp_path, fmt, opt):
     assert ET.parse(tmp_path / "lin.trained.metrics.svg").getroot().tag.endswith("svg")
 
 
+def test_freeze_and_grad_accum(linear, tmp_path):
+    d, W, B, X, t = linear
+    # --freeze B: B stays bit-identical; W follows gradient descent with B fixed.
+    ok(cli("train", d / "lin.onnx", "--data", d / "d.npz", "--loss", "squared_error", "--lr", 0.1, "--batch-size", N,
+           "--steps", 10, "--no-shuffle", "--freeze", "B", "--out", tmp_path / "f.onnx", "--progress", "none"))
+    w = weights(tmp_path / "f.onnx")
+    np.testing.assert_array_equal(w["B"], B)
+    Wd = W.astype(np.float64)
+    for _ in range(10):
+        r = X @ Wd + B - t
+        Wd = Wd - 0.1 * 2 * X.T @ r / r.size
+    np.testing.assert_allclose(w["W"], Wd, rtol=1e-4, atol=1e-6)
+    # --grad-accum 2 over micro-batches of 20 with a summed loss == steps on the whole batch of 40.
+    ok(cli("train", d / "lin.onnx", "--data", d / "d.npz", "--loss", "squared_error", "--reduction", "sum",
+           "--lr", 0.002, "--batch-size", N // 2, "--grad-accum", 2, "--steps", 10, "--no-shuffle",
+           "--out", tmp_path / "a.onnx", "--progress", "none"))
+    w = weights(tmp_path / "a.onnx")
+    Wd, Bd = W.astype(np.float64), B.astype(np.float64)
+    for _ in range(10):
+        r = X @ Wd + Bd - t
+        Wd, Bd = Wd - 0.002 * 2 * X.T @ r, Bd - 0.002 * 2 * r.sum(0)
+    np.testing.assert_allclose(w["W"], Wd, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(w["B"], Bd, rtol=1e-4, atol=1e-6)
+
+
 def test_eval_reports_loss_and_r2(linear):
     from sklearn.metrics import r2_score
     d, W, B, X, t = linear
