@@ -349,14 +349,19 @@ void rules_elementwise(Table& t) {
       if (c.has_input(1)) lo = c.I(1);
       if (c.has_input(2)) hi = c.I(2);
     }
-    std::string mask;
-    if (!lo.empty()) mask = c.op("GreaterOrEqual", {x, lo});
-    if (!hi.empty()) {
-      std::string m2 = c.op("LessOrEqual", {x, hi});
-      mask = mask.empty() ? m2 : c.op("And", {mask, m2});
-    }
-    c.set_GI(0, mask.empty() ? c.GO(0) : where_else_zero(c, mask, c.GO(0)));
-  }, {0});
+    // x < lo, x > hi with Less and Greater (GreaterOrEqual and LessOrEqual only exist from opset 12).
+    const std::string below = lo.empty() ? "" : c.op("Less", {x, lo}), above = hi.empty() ? "" : c.op("Greater", {x, hi});
+    std::string inside;
+    if (!below.empty()) inside = c.op("Not", {below});
+    if (!above.empty()) inside = inside.empty() ? c.op("Not", {above}) : c.op("And", {inside, c.op("Not", {above})});
+    c.set_GI(0, inside.empty() ? c.GO(0) : where_else_zero(c, inside, c.GO(0)));
+    // y = min(max(x, lo), hi) is lo where x < lo <= hi, hi where max(x, lo) > hi (min > max: all of it).
+    if (c.needs_GI(1))
+      c.set_GI_unbroadcast(1, where_else_zero(c, hi.empty() ? below : c.op("And", {below, c.op("Not", {c.op("Greater", {lo, hi})})}),
+                                              c.GO(0)));
+    if (c.needs_GI(2))
+      c.set_GI_unbroadcast(2, where_else_zero(c, lo.empty() ? above : c.op("Greater", {c.op("Max", {x, lo}), hi}), c.GO(0)));
+  });
   t.add("Mod", [](Ctx& c) {  // y = a - b q, q = floor(a/b) (fmod: trunc(a/b))
     const std::string &a = c.I(0), &b = c.I(1);
     c.set_GI_unbroadcast(0, c.GO(0));
@@ -389,7 +394,7 @@ void rules_elementwise(Table& t) {
   // ---- zero gradient almost everywhere (declared explicitly)
   for (const char* op : {"Round", "Floor", "Ceil", "Sign", "ArgMax", "ArgMin", "Equal", "Less", "Greater",
                          "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "Shape",
-                         "Size", "NonZero", "ConstantOfShape", "Constant", "Range", "EyeLike", "RandomNormal",
+                         "Size", "NonZero", "ConstantOfShape", "Constant", "EyeLike", "RandomNormal",
                          "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
                          "BitShift"})
     t.zero(op);
@@ -1614,6 +1619,17 @@ void rules_shape(Table& t) {
   // ---- broadcasting copies: the copies sum back
   t.add("Expand", [](Ctx& c) { c.set_GI_unbroadcast(0, c.GO(0)); }, {0});
   t.add("Tile", tile_rule, {0}, 6);
+
+  // ---- Range: y_i = start + i delta (the limit only sets the length: zero gradient a.e.)
+  t.add("Range", [](Ctx& c) {
+    const std::string& g = c.GO(0);
+    c.set_GI_unbroadcast(0, g);
+    if (c.needs_GI(2)) {
+      const std::string n = c.op("Size", {g});
+      const std::string i = c.op("Range", {c.constant(Tensor::scalar<int64_t>(0)), n, c.constant(Tensor::scalar<int64_t>(1))});
+      c.set_GI_unbroadcast(2, c.mul(g, c.cast_like(i, g)));
+    }
+  }, {0, 2});
 
   // ---- joining and cutting
   t.add("Concat", concat_rule);

@@ -796,6 +796,70 @@ std::string serialize_tensor(const Tensor& t, const std::string& name) {
   return p.SerializeAsString();
 }
 
+namespace {
+
+// ONNX 1.12 types the outputs of Slice and Reshape without a shape when the starts, ends or target
+// shape are computed at run time (exported attention slices a fused projection at a computed
+// offset, then reshapes to a Concat of Shape gathers), and with them everything downstream. Their
+// ranks are known all the same: Slice keeps its data's rank, Reshape takes the length of its shape
+// input. Records those ranks (dimensions unknown) so that a next round of inference carries on
+// from there; returns whether it recorded any.
+bool add_missing_ranks(onnx::ModelProto& p) {
+  onnx::GraphProto& g = *p.mutable_graph();
+  struct Known {
+    int32_t elem = 0;
+    int rank = -1;        // -1: no shape
+    int64_t length = -1;  // rank 1: the dimension when known
+  };
+  std::unordered_map<std::string, Known> known;
+  auto note = [&](const onnx::ValueInfoProto& v) {
+    if (!v.type().has_tensor_type()) return;
+    const auto& t = v.type().tensor_type();
+    Known k{t.elem_type(), t.has_shape() ? t.shape().dim_size() : -1, -1};
+    if (k.rank == 1 && t.shape().dim(0).has_dim_value()) k.length = t.shape().dim(0).dim_value();
+    known[v.name()] = k;
+  };
+  for (const auto& v : g.input()) note(v);
+  for (const auto& v : g.value_info()) note(v);
+  for (const auto& t : g.initializer())
+    known[t.name()] = Known{t.data_type(), t.dims_size(), t.dims_size() == 1 ? t.dims(0) : -1};
+  std::unordered_map<std::string, int> slot;  // value_info index by name
+  for (int i = 0; i < g.value_info_size(); ++i) slot[g.value_info(i).name()] = i;
+  for (const auto& v : g.output()) slot[v.name()] = -1;  // typed where declared: left alone
+  bool added = false;
+  for (const auto& n : g.node()) {
+    if ((!n.domain().empty() && n.domain() != "ai.onnx") || n.output_size() < 1 || n.output(0).empty()) continue;
+    const bool slice = n.op_type() == "Slice", reshape = n.op_type() == "Reshape";
+    if (!(slice || (reshape && n.input_size() >= 2))) continue;
+    auto in = known.find(n.input(0));
+    if (in == known.end() || in->second.elem == 0) continue;
+    if (auto out = known.find(n.output(0)); out != known.end() && out->second.rank >= 0) continue;
+    int64_t rank = -1;
+    if (slice) rank = in->second.rank;
+    else if (auto s = known.find(n.input(1)); s != known.end()) rank = s->second.length;
+    if (rank < 0) continue;
+    onnx::ValueInfoProto* v;
+    if (auto s = slot.find(n.output(0)); s != slot.end()) {
+      if (s->second < 0) continue;
+      v = g.mutable_value_info(s->second);
+    } else {
+      v = g.add_value_info();
+      v->set_name(n.output(0));
+      slot[n.output(0)] = g.value_info_size() - 1;
+    }
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    if (t->elem_type() == 0) t->set_elem_type(in->second.elem);
+    auto* shape = t->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d = 0; d < rank; ++d) shape->add_dim();
+    known[n.output(0)] = Known{t->elem_type(), int(rank), -1};
+    added = true;
+  }
+  return added;
+}
+
+}  // namespace
+
 void infer_types(Model& m) {
   // Large initializers only contribute their type and shape: pass them as typed graph inputs so
   // the proto copy stays small (small ones keep their values for ONNX's data propagation).
@@ -815,6 +879,8 @@ void infer_types(Model& m) {
     // Data propagation follows Shape -> Gather -> Concat -> Reshape chains (exported attention).
     onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/true);
     onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
+    for (int round = 0; round < 8 && add_missing_ranks(p); ++round)
+      onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
   } catch (const std::exception&) {
     return;
   }

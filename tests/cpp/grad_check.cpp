@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "autodiff/builder.h"
+#include "autodiff/rule_context.h"
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
 
@@ -173,6 +174,65 @@ double run_loss(runtime::GraphExecutor& ex, const std::vector<Tensor>& feeds) {
       }
     }
   }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult check_zero_gradient(const ZeroGradCheck& s) {
+  auto fail = [&]() {
+    return ::testing::AssertionFailure() << s.op << " (opset " << s.opset << ", seed " << s.seed << "): ";
+  };
+  const autodiff::GradRule* rule = autodiff::find_rule("", s.op, s.opset);
+  if (!rule) return fail() << "no entry in the rule table";
+  if (rule->build) return fail() << "has a gradient rule, not a zero-gradient declaration";
+
+  ir::Model m;
+  m.ir_version = 8;
+  m.opsets[""] = s.opset;
+  m.graph = std::make_shared<ir::Graph>();
+  ir::Graph& g = *m.graph;
+  g.name = "zerograd_" + s.op;
+  g.inputs.push_back(ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kFloat64, s.x_shape), ""});
+  for (const auto& [name, t] : s.consts) g.initializers.emplace_back(name, t);
+  for (const auto& n : s.pre) g.nodes.push_back(n);
+  ir::Node n;
+  n.op_type = s.op;
+  n.name = "node_" + s.op;
+  n.inputs = s.inputs;
+  n.attrs = s.attrs;
+  for (size_t k = 0; k < s.num_outputs; ++k) n.outputs.push_back("y" + std::to_string(k));
+  g.nodes.push_back(n);
+  g.nodes.push_back(make_node("Cast", {"y0"}, {"yd"}, {attr_int("to", int64_t(DType::kFloat64))}));
+  g.nodes.push_back(make_node("ReduceSum", {"yd"}, {"sy"}, {attr_int("keepdims", 0)}));
+  g.nodes.push_back(make_node("ReduceSum", {"x"}, {"sx"}, {attr_int("keepdims", 0)}));
+  g.nodes.push_back(make_node("Add", {"sx", "sy"}, {"loss"}));
+  g.outputs.push_back(ir::ValueInfo{"loss", {}, ""});
+
+  if (auto missing = autodiff::missing_rules(m); !missing.empty()) return fail() << "missing_rules lists " << missing[0];
+  std::mt19937 rng(s.seed);
+  const Tensor x = random_tensor(DType::kFloat64, s.x_shape, rng, 0.1, 0.9);
+  ir::Model gm;
+  try {
+    // Without a kernel the gradient graph must not need the forward node: ask for no forward output.
+    gm = autodiff::build_gradient_model(m, s.has_kernel ? std::vector<std::string>{"loss"} : std::vector<std::string>{},
+                                        {"x"}, "loss");
+    std::string bytes = ir::serialize_model(gm);
+    gm = ir::load_model_bytes(bytes.data(), bytes.size());
+  } catch (const std::exception& e) {
+    return fail() << "building the gradient failed: " << e.what();
+  }
+  for (const auto& node : gm.graph->nodes)
+    if (!s.has_kernel && node.op_type == s.op) return fail() << "the gradient graph runs the forward node";
+  std::vector<Tensor> out;
+  try {
+    out = run_model(gm, {x});
+  } catch (const std::exception& e) {
+    return fail() << "running the gradient graph failed: " << e.what();
+  }
+  const Tensor& gx = out.back();
+  if (gx.shape() != x.shape()) return fail() << "gradient shape " << shape_to_string(gx.shape());
+  const std::vector<double> v = to_double(gx);
+  for (size_t j = 0; j < v.size(); ++j)
+    if (v[j] != 1.0) return fail() << "d loss / dx [" << j << "] = " << v[j] << ", expected 1 (sum(x) alone)";
   return ::testing::AssertionSuccess();
 }
 

@@ -35,4 +35,36 @@ ir::Model forward_model(const GradCheck& spec, const std::vector<size_t>& wrt, c
 /// gradients together and once for each alone. loss = sum_k sum(y_k * r_k), r_k random.
 ::testing::AssertionResult check_gradient(const GradCheck& spec);
 
+/// A node named after its first output.
+inline ir::Node make_node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
+                          std::vector<ir::Attribute> attrs = {}) {
+  ir::Node n;
+  n.op_type = op;
+  n.name = "node_" + outputs.at(0);
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+/// An operator declared zero-gradient (the rule table's t.zero): a float64 graph input "x" reaches
+/// the loss through the node and directly, loss = sum(x) + sum(Cast<double>(y0)).
+struct ZeroGradCheck {
+  std::string op;
+  std::vector<std::string> inputs;                   ///< "x", a name from `consts` or `pre`, "" (omitted)
+  std::vector<std::pair<std::string, Tensor>> consts;  ///< initializers
+  std::vector<ir::Node> pre;                          ///< nodes deriving inputs from x (a mask, a cast, a shape)
+  std::vector<ir::Attribute> attrs;
+  int64_t opset = 17;
+  size_t num_outputs = 1;
+  Shape x_shape{3, 4};
+  bool has_kernel = true;  ///< also run the forward node (false: the gradient graph alone, pruned of it)
+  uint32_t seed = 0;       ///< data seed, printed on failure
+};
+
+/// Checks that the rule table declares `op` zero-gradient, that missing_rules() does not list it,
+/// that the gradient graph builds, survives serialization and runs, and that x's gradient is
+/// exactly ones: nothing flows back through the node.
+::testing::AssertionResult check_zero_gradient(const ZeroGradCheck& spec);
+
 }  // namespace ot_test

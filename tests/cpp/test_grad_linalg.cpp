@@ -119,3 +119,44 @@ TEST(GradLinalg, EinsumEllipsisNeedsRank) {
     EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
   }
 }
+
+// Exported attention: a fused projection sliced at a computed offset, reshaped to a shape
+// assembled at run time, then multiplied. ONNX 1.12 leaves the Slice and Reshape outputs without a
+// rank; type inference supplies their ranks so that the MatMul rule knows them. The gradient
+// equals the one built when the offset and the shape are constants (everything inferred).
+TEST(GradLinalg, MatMulAfterRunTimeSliceAndReshape) {
+  auto model = [](bool runtime) {
+    ir::Model m;
+    m.ir_version = 8;
+    m.opsets[""] = 17;
+    m.graph = std::make_shared<ir::Graph>();
+    ir::Graph& g = *m.graph;
+    ir::TypeInfo xt = ir::TypeInfo::tensor(DType::kFloat64, {2, 3, 12});
+    xt.dims[0] = ir::Dim{-1, "batch"};
+    xt.dims[1] = ir::Dim{-1, "seq"};
+    g.inputs.push_back(ir::ValueInfo{"x", xt, ""});
+    const Tensor end = Tensor::from_vector<int64_t>({1}, {8}), shape = Tensor::from_vector<int64_t>({4}, {0, 0, 2, 4});
+    if (runtime) {
+      g.inputs.push_back(ir::ValueInfo{"end", ir::TypeInfo::tensor(DType::kInt64, {1}), ""});
+      g.inputs.push_back(ir::ValueInfo{"shape", ir::TypeInfo::tensor(DType::kInt64, {4}), ""});
+    } else {
+      g.initializers.emplace_back("end", end);
+      g.initializers.emplace_back("shape", shape);
+    }
+    g.initializers.emplace_back("start", Tensor::from_vector<int64_t>({1}, {0}));
+    g.initializers.emplace_back("axis", Tensor::from_vector<int64_t>({1}, {-1}));
+    g.nodes = {make_node("Slice", {"x", "start", "end", "axis"}, {"q"}), make_node("Reshape", {"q", "shape"}, {"q4"}),
+               make_node("Transpose", {"q4"}, {"k"}, {attr_ints("perm", {0, 1, 3, 2})}), make_node("MatMul", {"q4", "k"}, {"s"}),
+               make_node("Sin", {"s"}, {"t"}), make_node("ReduceSum", {"t"}, {"loss"}, {attr_int("keepdims", 0)})};
+    g.outputs.push_back(ir::ValueInfo{"loss", {}, ""});
+    return m;
+  };
+  std::mt19937 rng(500);
+  const Tensor x = random_tensor(DType::kFloat64, {2, 3, 12}, rng);
+  const ir::Model dynamic = onnxtrain::autodiff::build_gradient_model(model(true), {"loss"}, {"x"}, "loss");
+  const ir::Model fixed = onnxtrain::autodiff::build_gradient_model(model(false), {"loss"}, {"x"}, "loss");
+  const auto a = run_model(dynamic, {x, Tensor::from_vector<int64_t>({1}, {8}), Tensor::from_vector<int64_t>({4}, {0, 0, 2, 4})});
+  const auto b = run_model(fixed, {x});
+  ASSERT_EQ(a.back().shape(), x.shape());
+  EXPECT_TRUE(all_close(a.back(), x.shape(), to_double(b.back()), 1e-12, 1e-12));
+}

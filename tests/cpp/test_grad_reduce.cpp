@@ -309,8 +309,20 @@ TEST(GradReduce, ZeroGradientOperators) {
     GradCheck g;
     g.op = op;
     g.inputs = {distinct({3, 4}, rng)};
+    g.seed = 600;
     EXPECT_TRUE(check_gradient(g)) << op;
   }
+  // Declared zero-gradient: the gradient is exactly zero (ArgMax/ArgMin give indices).
+  uint32_t seed = 601;
+  for (const char* op : {"Hardmax", "ArgMax", "ArgMin"})
+    for (int64_t keepdims : {0, 1}) {
+      ZeroGradCheck z;
+      z.op = op;
+      z.inputs = {"x"};
+      if (std::string(op) != "Hardmax") z.attrs = {attr_int("axis", 1), attr_int("keepdims", keepdims)};
+      z.seed = seed++;
+      EXPECT_TRUE(check_zero_gradient(z)) << op;
+    }
 }
 
 // ---------------------------------------------------------------- SoftmaxGrad kernels vs reference

@@ -1,7 +1,7 @@
 // Finite-difference tests of the gradient rules of the shape and data-movement operators
 // (Reshape family, Transpose, Identity, Expand, Tile, Concat, Split, Slice, Pad, Trilu,
-// DepthToSpace, SpaceToDepth) in every opset form, and of the SliceGrad / PadGrad kernels
-// against a naive reference.
+// DepthToSpace, SpaceToDepth, Range) in every opset form, zero-gradient declarations of the shape
+// queries and generators, and the SliceGrad / PadGrad kernels against a naive reference.
 #include "grad_test_util.h"
 
 using namespace ot_test;
@@ -202,6 +202,56 @@ TEST(GradMovement, DepthSpace) {
   for (const char* mode : {"DCR", "CRD"})
     expect_gradient_both(spec("DepthToSpace", {f64({2, 8, 2, 3}, rng)}, {attr_int("blocksize", 2), attr_string("mode", mode)}, 13, 13),
                          true);
+}
+
+// ---------------------------------------------------------------- generators
+// Range: y_i = start + i delta. The limit only sets the length (zero gradient almost everywhere):
+// (limit - start) / delta stays away from an integer so that the length does not change.
+TEST(GradShape, Range) {
+  auto d = [](double v) { return Tensor::scalar<double>(v); };
+  for (const auto& [start, limit, delta] : {std::tuple{0.3, 2.55, 0.4}, std::tuple{1.0, -1.3, -0.45}, std::tuple{-2.0, 0.5, 3.0}})
+    for (int64_t opset : {11, 17}) {
+      GradCheck s = spec("Range", {d(start), d(limit), d(delta)}, {}, opset, 15);
+      s.rtol = 1e-7;
+      s.atol = 1e-9;
+      if (opset >= 13) expect_gradient_both(s);  // the harness's portable loss needs opset 13 here
+      else expect_gradient(s);
+    }
+}
+
+// Generators and shape queries are declared zero-gradient: their outputs do not depend on the
+// values of their inputs (Shape, Size, NonZero's indices, ConstantOfShape, EyeLike, the random
+// generators), or sample from them (Bernoulli, Multinomial). Operators without a CPU kernel are
+// checked on the gradient graph alone.
+TEST(GradShape, ZeroGradientOperators) {
+  uint32_t seed = 16;
+  auto check = [&](ZeroGradCheck z) {
+    z.seed = seed++;
+    EXPECT_TRUE(check_zero_gradient(z)) << z.op;
+  };
+  for (const char* op : {"Shape", "Size", "NonZero"}) check({op, {"x"}});
+  ZeroGradCheck c{"ConstantOfShape", {"s"}, {}, {make_node("Shape", {"x"}, {"s"})}};
+  c.attrs = {attr_tensor("value", Tensor::from_vector<double>({1}, {2.5}))};
+  check(c);
+  check({"Constant", {}, {}, {}, {attr_tensor("value", Tensor::from_vector<double>({2}, {1.0, -1.0}))}});
+  ZeroGradCheck eye{"EyeLike", {"x"}};
+  eye.has_kernel = false;
+  check(eye);
+  for (const char* op : {"RandomNormalLike", "RandomUniformLike", "Bernoulli"}) {
+    ZeroGradCheck z{op, {"x"}};
+    z.has_kernel = false;
+    check(z);
+  }
+  for (const char* op : {"RandomNormal", "RandomUniform"}) {
+    ZeroGradCheck z{op, {}};
+    z.attrs = {attr_ints("shape", {3, 4}), attr_int("dtype", int64_t(DType::kFloat64))};
+    z.has_kernel = false;
+    check(z);
+  }
+  ZeroGradCheck multi{"Multinomial", {"x"}};  // x: unnormalized log-probabilities [batch, classes]
+  multi.attrs = {attr_int("sample_size", 5)};
+  multi.has_kernel = false;
+  check(multi);
 }
 
 // ---------------------------------------------------------------- backward kernels

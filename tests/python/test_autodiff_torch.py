@@ -1,8 +1,9 @@
 """Golden gradients against PyTorch autograd.
 
 Each model is exported with torch.onnx.export (opset 17, no constant folding, loss inside the
-graph, same initial weights); onnxtrain builds the gradient graph and runs it; every parameter
-gradient must match torch's within 1e-4 relative, 1e-5 absolute.
+graph, same initial weights; "transformer_dynamic" with symbolic batch and sequence axes);
+onnxtrain builds the gradient graph and runs it; every parameter gradient must match torch's
+within 1e-4 relative, 1e-5 absolute.
 """
 import numpy as np
 import onnx
@@ -12,7 +13,7 @@ import torch
 import onnxtrain as ot
 import torch_models as tm
 
-MODELS = ["mlp", "cnn", "transformer", "lstm"]
+MODELS = ["mlp", "cnn", "transformer", "transformer_dynamic", "lstm"]
 
 
 def torch_gradients(module, args):
@@ -28,7 +29,7 @@ def feeds_for(args, names):
 
 def build(name, portable=False):
     module, args, names = tm.make(name)
-    data = tm.export(module, args, names)
+    data = tm.export(module, args, names, tm.dynamic_axes(name, names))
     params = [n for n, _ in module.named_parameters()]
     model = onnx.load_from_string(data)
     inits = {i.name for i in model.graph.initializer}

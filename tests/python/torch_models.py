@@ -67,7 +67,7 @@ def make(name, seed=0):
         return MLP(), (torch.randn(8, 10, generator=g), torch.randint(0, 4, (8,), generator=g)), ["x", "y"]
     if name == "cnn":
         return CNN(), (torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 5, (4,), generator=g)), ["x", "y"]
-    if name == "transformer":
+    if name in ("transformer", "transformer_dynamic"):
         return (Transformer(), (torch.randint(0, 50, (4, 7), generator=g), torch.randint(0, 3, (4,), generator=g)),
                 ["tokens", "y"])
     if name == "lstm":
@@ -75,10 +75,17 @@ def make(name, seed=0):
     raise KeyError(name)
 
 
-def export(module, args, input_names):
+def dynamic_axes(name, input_names):
+    """Batch and sequence axes of the first input left symbolic for the "*_dynamic" variants (the
+    exported attention then slices and reshapes by shapes computed at run time)."""
+    return {input_names[0]: {0: "batch", 1: "seq"}} if name.endswith("_dynamic") else None
+
+
+def export(module, args, input_names, dynamic_axes=None):
     """Exports with the loss inside the graph: opset 17, no constant folding, training mode."""
     f = io.BytesIO()
     module.train()
     torch.onnx.export(module, args, f, opset_version=17, do_constant_folding=False, input_names=input_names,
-                      output_names=["loss"], training=torch.onnx.TrainingMode.TRAINING, export_params=True)
+                      output_names=["loss"], training=torch.onnx.TrainingMode.TRAINING, export_params=True,
+                      dynamic_axes=dynamic_axes)
     return f.getvalue()
