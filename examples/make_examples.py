@@ -17,11 +17,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
-def make_mlp(rng, n_in=8, hidden=16, n_out=3):
-    w1 = (rng.standard_normal((n_in, hidden)) / np.sqrt(n_in)).astype(np.float32)
-    b1 = np.zeros(hidden, np.float32)
-    w2 = (rng.standard_normal((hidden, n_out)) / np.sqrt(hidden)).astype(np.float32)
-    b2 = np.zeros(n_out, np.float32)
+def mlp_model(name, w1, b1, w2, b2):
+    """X [N, in] -> MatMul/Add -> Relu -> MatMul/Add -> logits [N, out] -> Softmax -> probabilities."""
     nodes = [
         helper.make_node("MatMul", ["X", "W1"], ["h0"], name="fc1"),
         helper.make_node("Add", ["h0", "B1"], ["h1"], name="fc1_bias"),
@@ -30,8 +27,9 @@ def make_mlp(rng, n_in=8, hidden=16, n_out=3):
         helper.make_node("Add", ["h3", "B2"], ["logits"], name="fc2_bias"),
         helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax", axis=-1),
     ]
+    n_in, n_out = w1.shape[0], w2.shape[1]
     graph = helper.make_graph(
-        nodes, "mlp",
+        nodes, name,
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", n_in])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", n_out]),
          helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", n_out])],
@@ -41,6 +39,14 @@ def make_mlp(rng, n_in=8, hidden=16, n_out=3):
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+def make_mlp(rng, n_in=8, hidden=16, n_out=3):
+    w1 = (rng.standard_normal((n_in, hidden)) / np.sqrt(n_in)).astype(np.float32)
+    b1 = np.zeros(hidden, np.float32)
+    w2 = (rng.standard_normal((hidden, n_out)) / np.sqrt(hidden)).astype(np.float32)
+    b2 = np.zeros(n_out, np.float32)
+    return mlp_model("mlp", w1, b1, w2, b2)
 
 
 def make_digits_mlp(rng, n_in=64, hidden=128, n_out=10):
@@ -51,25 +57,7 @@ def make_digits_mlp(rng, n_in=64, hidden=128, n_out=10):
                 rng.uniform(-bound, bound, fan_out).astype(np.float32))
     w1, b1 = linear(n_in, hidden)
     w2, b2 = linear(hidden, n_out)
-    nodes = [
-        helper.make_node("MatMul", ["X", "W1"], ["h0"], name="fc1"),
-        helper.make_node("Add", ["h0", "B1"], ["h1"], name="fc1_bias"),
-        helper.make_node("Relu", ["h1"], ["h2"], name="relu"),
-        helper.make_node("MatMul", ["h2", "W2"], ["h3"], name="fc2"),
-        helper.make_node("Add", ["h3", "B2"], ["logits"], name="fc2_bias"),
-        helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax", axis=-1),
-    ]
-    graph = helper.make_graph(
-        nodes, "digits_mlp",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", n_in])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", n_out]),
-         helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", n_out])],
-        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(b1, "B1"),
-         numpy_helper.from_array(w2, "W2"), numpy_helper.from_array(b2, "B2")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="onnxtrain-examples")
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
+    return mlp_model("digits_mlp", w1, b1, w2, b2)
 
 
 def write_digits(out):

@@ -78,6 +78,18 @@ class Momentum final : public Optimizer {
   }
 };
 
+// Hyper-parameters shared by Adam, AdamW and LAMB (attribute names of onnxruntime-training),
+// with the bias corrections of step t (1 when do_bias_correction is 0).
+struct MomentHyper {
+  double b1, b2, wd, eps, bc1, bc2;
+  static MomentHyper of(const std::map<std::string, float>& f, const std::map<std::string, int64_t>& i, int64_t t) {
+    const double b1 = f.at("alpha"), b2 = f.at("beta");
+    const bool bias = i.at("do_bias_correction") != 0;
+    return {b1, b2, f.at("lambda"), f.at("epsilon"), bias ? 1.0 - std::pow(b1, double(t)) : 1.0,
+            bias ? 1.0 - std::pow(b2, double(t)) : 1.0};
+  }
+};
+
 class Adam final : public Optimizer {
  public:
   explicit Adam(bool decoupled)
@@ -91,10 +103,7 @@ class Adam final : public Optimizer {
       const T* G = g.data<T>();
       T* M = buf<T>(s.buffers, 0);
       T* V = buf<T>(s.buffers, 1);
-      const double b1 = s.f["alpha"], b2 = s.f["beta"], wd = s.f["lambda"], eps = s.f["epsilon"];
-      const bool bias = s.i["do_bias_correction"] != 0;
-      const double bc1 = bias ? 1.0 - std::pow(b1, double(t)) : 1.0;
-      const double bc2 = bias ? 1.0 - std::pow(b2, double(t)) : 1.0;
+      const auto [b1, b2, wd, eps, bc1, bc2] = MomentHyper::of(s.f, s.i, t);
       const T step_size = T(-(double(lr) / bc1)), bc2_sqrt = T(std::sqrt(bc2));
       const T tb1 = T(b1), tb2 = T(b2), one_b1 = T(1.0 - b1), one_b2 = T(1.0 - b2), teps = T(eps);
       const T decay = T(1.0 - double(lr) * wd), l2 = T(wd);
@@ -131,10 +140,7 @@ class Lamb final : public Optimizer {
       const T* G = g.data<T>();
       T* M = buf<T>(s.buffers, 0);
       T* V = buf<T>(s.buffers, 1);
-      const double b1 = s.f["alpha"], b2 = s.f["beta"], wd = s.f["lambda"], eps = s.f["epsilon"];
-      const bool bias = s.i["do_bias_correction"] != 0;
-      const double bc1 = bias ? 1.0 - std::pow(b1, double(t)) : 1.0;
-      const double bc2 = bias ? 1.0 - std::pow(b2, double(t)) : 1.0;
+      const auto [b1, b2, wd, eps, bc1, bc2] = MomentHyper::of(s.f, s.i, t);
       const int64_t n = w.numel();
       std::vector<T> r(static_cast<size_t>(n));
       double wn = 0, rn = 0;
