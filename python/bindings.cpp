@@ -213,6 +213,21 @@ py::list values_to_list(std::vector<Value> out) {
   return result;
 }
 
+// Converts the output names (None: all) and the feed, runs `fn(names, feeds)` without the GIL and
+// returns its outputs as numpy arrays.
+template <class F>
+py::list run_without_gil(const py::object& output_names, const py::dict& feed, F&& fn) {
+  std::vector<py::object> hold;
+  auto feeds = feeds_from_dict(feed, hold);
+  auto names = names_from(output_names);
+  std::vector<Value> out;
+  {
+    py::gil_scoped_release nogil;
+    out = fn(names, feeds);
+  }
+  return values_to_list(std::move(out));
+}
+
 void translate(const Error& e) {
   py::module_ errors = py::module_::import("onnxtrain._errors");
   const char* cls = "OnnxTrainError";
@@ -285,27 +300,11 @@ PYBIND11_MODULE(_C, m) {
            py::arg("path_or_bytes"), py::arg("parameters"), py::arg("sess_options") = nullptr)
       .def("run",
            [](TrainingSession& s, py::object output_names, py::dict feed) {
-             std::vector<py::object> hold;
-             auto feeds = feeds_from_dict(feed, hold);
-             auto names = names_from(output_names);
-             std::vector<Value> out;
-             {
-               py::gil_scoped_release nogil;
-               out = s.run(names, feeds);
-             }
-             return values_to_list(std::move(out));
+             return run_without_gil(output_names, feed, [&](const auto& n, const auto& f) { return s.run(n, f); });
            })
       .def("eval",
            [](TrainingSession& s, py::object output_names, py::dict feed) {
-             std::vector<py::object> hold;
-             auto feeds = feeds_from_dict(feed, hold);
-             auto names = names_from(output_names);
-             std::vector<Value> out;
-             {
-               py::gil_scoped_release nogil;
-               out = s.eval(names, feeds);
-             }
-             return values_to_list(std::move(out));
+             return run_without_gil(output_names, feed, [&](const auto& n, const auto& f) { return s.eval(n, f); });
            })
       .def("get_inputs", &TrainingSession::get_inputs)
       .def("get_outputs", &TrainingSession::get_outputs)
@@ -352,23 +351,8 @@ PYBIND11_MODULE(_C, m) {
       .def("get_overridable_initializers", &InferenceSession::get_overridable_initializers)
       .def("run",
            [](InferenceSession& s, py::object output_names, py::dict feed) {
-             std::vector<std::string> names;
-             if (!output_names.is_none())
-               for (auto n : output_names) names.push_back(py::str(n));
-             std::vector<py::object> hold;
-             std::vector<std::pair<std::string, Value>> feeds;
-             for (auto [k, v] : feed) {
-               std::string name = py::str(k);
-               feeds.emplace_back(name, value_from_python(name, v, hold));
-             }
-             std::vector<Value> out;
-             {
-               py::gil_scoped_release nogil;
-               out = s.run_values(names, feeds);
-             }
-             py::list result;
-             for (auto& v : out) result.append(value_to_python(std::move(v)));
-             return result;
+             return run_without_gil(output_names, feed,
+                                    [&](const auto& n, const auto& f) { return s.run_values(n, f); });
            },
            py::arg("output_names"), py::arg("input_feed"))
       .def("last_run_stats", [](const InferenceSession& s) {

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "autodiff/rule_context.h"
+#include "ir/graph_writer.h"
 #include "ir/onnx_io.h"
 
 namespace onnxtrain::autodiff {
@@ -425,20 +426,8 @@ std::string RuleContext::cast_like(const std::string& v, const std::string& like
 }
 
 namespace {
-ir::Attribute ints_attr(const char* name, const std::vector<int64_t>& v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kInts;
-  a.ints = v;
-  return a;
-}
-ir::Attribute int_attr(const char* name, int64_t v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kInt;
-  a.i = v;
-  return a;
-}
+constexpr auto int_attr = &ir::GraphWriter::int_attr;
+constexpr auto ints_attr = &ir::GraphWriter::ints_attr;
 }  // namespace
 
 std::string RuleContext::reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims) {

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "autodiff/rule_context.h"
+#include "ir/graph_writer.h"
 
 namespace onnxtrain::autodiff {
 
@@ -17,27 +18,12 @@ namespace {
 
 using Ctx = RuleContext;
 
-ir::Attribute iattr(const char* name, int64_t v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kInt;
-  a.i = v;
-  return a;
-}
-ir::Attribute fattr(const char* name, float v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kFloat;
-  a.f = v;
-  return a;
-}
-ir::Attribute intsattr(const char* name, std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kInts;
-  a.ints = std::move(v);
-  return a;
-}
+// Attribute factories: the graph writer's.
+constexpr auto iattr = &ir::GraphWriter::int_attr;
+constexpr auto fattr = &ir::GraphWriter::float_attr;
+constexpr auto intsattr = &ir::GraphWriter::ints_attr;
+constexpr auto sattr = &ir::GraphWriter::string_attr;
+
 
 // g * f'(x) for unary elementwise ops.
 void unary(Ctx& c, const std::string& dydx) { c.set_GI(0, c.mul(c.GO(0), dydx)); }
@@ -400,13 +386,6 @@ void rules_elementwise(Table& t) {
     t.zero(op);
 }
 
-ir::Attribute sattr(const char* name, const std::string& v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kString;
-  a.s = v;
-  return a;
-}
 
 // The forward node's attributes without `drop`, plus `add`.
 std::vector<ir::Attribute> attrs_but(Ctx& c, const std::vector<std::string>& drop, std::vector<ir::Attribute> add = {}) {
@@ -1282,13 +1261,6 @@ void rules_norm_loss(Table& t) {
 }
 
 // ---------------------------------------------------------------- shape, movement and index helpers
-ir::Attribute strattr(const char* name, std::string v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kString;
-  a.s = std::move(v);
-  return a;
-}
 
 int64_t known_rank(Ctx& c, const std::string& v) {
   const int64_t r = c.rank(v);
@@ -1593,7 +1565,7 @@ void pad_rule(Ctx& c) {
     if (std::string gx = pad_grad_portable(c, mode, *pads.value); !gx.empty()) return c.set_GI(0, gx);
   std::vector<std::string> in{g, c.shape_of(c.I(0)), pads.name};
   if (!axes.empty()) in.push_back(axes);
-  c.set_GI(0, c.custom("PadGrad", in, 1, {strattr("mode", mode)})[0]);
+  c.set_GI(0, c.custom("PadGrad", in, 1, {sattr("mode", mode)})[0]);
 }
 
 // ================================================================ shape and data movement
@@ -1649,7 +1621,7 @@ void rules_shape(Table& t) {
   }, {0});
   t.add("SpaceToDepth", [](Ctx& c) {  // inverse: DepthToSpace in DCR mode (the only mode before 11)
     std::vector<ir::Attribute> at{iattr("blocksize", c.attr_int("blocksize", 1))};
-    if (c.opset() >= 11) at.push_back(strattr("mode", "DCR"));
+    if (c.opset() >= 11) at.push_back(sattr("mode", "DCR"));
     c.set_GI(0, c.op("DepthToSpace", {c.GO(0)}, at));
   });
   t.add("DepthToSpace", [](Ctx& c) {
@@ -1667,7 +1639,7 @@ void rules_shape(Table& t) {
 // opset 16 (when `standard`), else the com.onnxtrain kernel (inputs shape(X), indices, g).
 void scatter_add_rule(Ctx& c, const char* scatter, const char* grad_op, std::vector<ir::Attribute> attrs, bool standard) {
   if (standard && c.opset() >= 16) {
-    attrs.push_back(strattr("reduction", "add"));
+    attrs.push_back(sattr("reduction", "add"));
     return c.set_GI(0, c.op(scatter, {c.zeros_like(c.I(0)), c.I(1), c.GO(0)}, attrs));
   }
   c.set_GI(0, c.custom(grad_op, {c.shape_of(c.I(0)), c.I(1), c.GO(0)}, 1, attrs)[0]);
@@ -1690,7 +1662,7 @@ void gather_rule(Ctx& c) {
   std::vector<int64_t> view(size_t(r), 1);
   view[size_t(a)] = -1;
   const std::string iv = c.expand(c.reshape(idx, c.ints(view)), c.shape_of(gv));
-  c.set_GI(0, c.op("ScatterElements", {c.zeros_like(x), iv, gv}, {iattr("axis", a), strattr("reduction", "add")}));
+  c.set_GI(0, c.op("ScatterElements", {c.zeros_like(x), iv, gv}, {iattr("axis", a), sattr("reduction", "add")}));
 }
 
 // ScatterND / ScatterElements: Y = X with U written (none), added or multiplied at the indexed
@@ -1709,7 +1681,7 @@ void scatter_rule(Ctx& c, const char* scatter, const char* gather) {
   } else if (red == "mul") {  // Y = X * P, P = U scatter-multiplied into ones: dX = g P, dU = gather(g Y) / U
     if (c.needs_GI(0)) {
       std::vector<ir::Attribute> mul = at;
-      mul.push_back(strattr("reduction", "mul"));
+      mul.push_back(sattr("reduction", "mul"));
       c.set_GI(0, c.mul(g, c.op(scatter, {c.ones_like(x), idx, u}, mul)));
     }
     if (c.needs_GI(2)) c.set_GI(2, c.div(c.op(gather, {c.mul(g, c.O(0)), idx}, at), u));
