@@ -74,6 +74,13 @@ std::vector<std::pair<std::string, Value>> feeds_of(const Dataset& batch) {
   return f;
 }
 
+// "0.2 s"
+std::string fmt_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
 // Exact decimal-free text of a double (hexadecimal float), read back with strtod.
 std::string exact(double v) {
   char buf[40];
@@ -496,8 +503,11 @@ int cmd_train(const Args& a) {
               double(samples_done) / double(n), (long long)batch_size,
               accum > 1 ? (" x " + std::to_string(accum) + " accumulated").c_str() : "", setup.optimizer.c_str(),
               format_number(setup.lr).c_str(), setup.schedule == "constant" ? "" : (" " + setup.schedule).c_str());
-  std::printf("time         %s wall (%.1f s), %.0f samples/s\n", format_duration(wall + elapsed_before).c_str(),
-              wall + elapsed_before, double(samples_done) / std::max(1e-9, wall + elapsed_before));
+  const double total_wall = wall + elapsed_before;
+  const std::string wall_text = total_wall < 60 ? fmt_seconds(total_wall)
+                                                : format_duration(total_wall) + " (" + fmt_seconds(total_wall) + ")";
+  std::printf("time         %s wall, %.0f samples/s\n", wall_text.c_str(),
+              double(samples_done) / std::max(1e-9, total_wall));
   std::printf("final        train loss %s", format_number(final_loss).c_str());
   if (!std::isnan(final_metric)) std::printf(", train %s %s", metric.c_str(), percent_or_number(metric, final_metric).c_str());
   std::printf("\n");
