@@ -74,27 +74,8 @@ std::vector<std::pair<std::string, Value>> feeds_of(const Dataset& batch) {
   return f;
 }
 
-// "0.2 s"
-std::string fmt_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", s);
-  return buf;
-}
-
-// Exact decimal-free text of a double (hexadecimal float), read back with strtod.
-std::string exact(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%a", v);
-  return buf;
-}
-
 std::string percent_or_number(const std::string& metric, double v) {
-  if (metric == "accuracy") {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2f%%", 100 * v);
-    return buf;
-  }
-  return format_number(v);
+  return metric == "accuracy" ? fmt("%.2f%%", 100 * v) : format_number(v);
 }
 
 }  // namespace
@@ -323,7 +304,7 @@ int cmd_train(const Args& a) {
     m["trainer.samples"] = std::to_string(samples_done);
     m["trainer.history"] = records_to_text(history);
     m["trainer.total_steps"] = std::to_string(total_steps);
-    m["trainer.epoch_stats"] = exact(ep_loss) + " " + std::to_string(ep_batches) + " " + exact(last_epoch_loss);
+    m["trainer.epoch_stats"] = fmt("%a", ep_loss) + " " + std::to_string(ep_batches) + " " + fmt("%a", last_epoch_loss);
     m["trainer.epoch_score"] = ep_acc.to_text();
     return m;
   };
@@ -504,8 +485,8 @@ int cmd_train(const Args& a) {
               accum > 1 ? (" x " + std::to_string(accum) + " accumulated").c_str() : "", setup.optimizer.c_str(),
               format_number(setup.lr).c_str(), setup.schedule == "constant" ? "" : (" " + setup.schedule).c_str());
   const double total_wall = wall + elapsed_before;
-  const std::string wall_text = total_wall < 60 ? fmt_seconds(total_wall)
-                                                : format_duration(total_wall) + " (" + fmt_seconds(total_wall) + ")";
+  const std::string wall_text = total_wall < 60 ? fmt("%.1f s", total_wall)
+                                                : format_duration(total_wall) + " (" + fmt("%.1f s", total_wall) + ")";
   std::printf("time         %s wall, %.0f samples/s\n", wall_text.c_str(),
               double(samples_done) / std::max(1e-9, total_wall));
   std::printf("final        train loss %s", format_number(final_loss).c_str());

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <sstream>
 
 #include "onnxtrain/error.h"
 #include "onnxtrain/inspect.h"
 #include "onnxtrain/training.h"
+#include "report.h"
 
 namespace cli {
 
@@ -118,7 +118,7 @@ void ScoreAccumulator::add(const Tensor& score, const Tensor& label) {
   const int64_t n = score.rank() ? score.dim(0) : 1;
   if (s_.kind == Scoring::kArgmax) {
     const int64_t c = score.rank() >= 2 ? score.dim(1) : 1;
-    const int64_t inner = n * c ? score.numel() / (n * c) : 0;
+    const int64_t inner = n * c != 0 ? score.numel() / (n * c) : 0;
     if (int64_t(y.size()) != n * inner)
       throw_error<InvalidArgument>("labels ", label.describe(), " do not match the scores ", score.describe());
     for (int64_t i = 0; i < n; ++i)
@@ -200,12 +200,8 @@ namespace cli {
 
 std::string ScoreAccumulator::to_text() const {
   std::string t = std::to_string(correct_) + " " + std::to_string(total_) + " " + std::to_string(sum_y_.size());
-  char buf[40];
   for (const auto* v : {&sum_y_, &sum_y2_, &ss_res_})
-    for (double x : *v) {
-      std::snprintf(buf, sizeof buf, " %a", x);  // hexadecimal: exact
-      t += buf;
-    }
+    for (double x : *v) t += fmt(" %a", x);  // hexadecimal: exact
   return t;
 }
 

@@ -10,13 +10,13 @@
 
 namespace cli {
 
-namespace {
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
+
+namespace {
 
 std::string xml_escape(const std::string& s) {
   std::string r;

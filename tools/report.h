@@ -27,6 +27,8 @@ std::vector<Record> records_from_text(const std::string& s);
 /// the optimizer step. Returns the SVG document.
 std::string curve_svg(const std::vector<Record>& rs, const std::string& metric, const std::string& title);
 
+/// printf of one double with format `f` ("%.1f s", "%a": hexadecimal, exact).
+std::string fmt(const char* f, double v);
 /// "1:05", "12s"
 std::string format_duration(double seconds);
 /// "0.1234", "1.2e-05"

@@ -49,22 +49,18 @@ struct Reader {
   void need(size_t k) {
     if (k > n - pos) throw_error<InvalidArgument>("checkpoint '", path, "' has a corrupted header (runs past its end)");
   }
-  uint32_t u32() {
-    need(4);
-    uint32_t v;
-    std::memcpy(&v, p + pos, 4);
-    pos += 4;
+  template <class T>
+  T pod() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, p + pos, sizeof(T));
+    pos += sizeof(T);
     return v;
   }
-  int32_t i32() { return int32_t(u32()); }
-  uint64_t u64() {
-    need(8);
-    uint64_t v;
-    std::memcpy(&v, p + pos, 8);
-    pos += 8;
-    return v;
-  }
-  int64_t i64() { return int64_t(u64()); }
+  uint32_t u32() { return pod<uint32_t>(); }
+  int32_t i32() { return pod<int32_t>(); }
+  uint64_t u64() { return pod<uint64_t>(); }
+  int64_t i64() { return pod<int64_t>(); }
   std::string str() {
     const uint32_t k = u32();
     need(k);
