@@ -28,34 +28,16 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels {
 
 // ---------------------------------------------------------------- float32 vector math (AVX2)
-// exp: Cephes range reduction (x = n·ln2 + r, |r| <= ln2/2) and a degree-6 polynomial; ~1 ulp.
-static inline __m256 exp_avx2(__m256 x) {
-  // Clamped so that 2^n stays a normal float; NaN passes through (min/max return the 2nd operand).
-  x = _mm256_min_ps(_mm256_set1_ps(88.3f), x);
-  x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
+// sigmoid through vec_math's exp8 (x below -88.7 gives exactly 0 rather than a denormal).
 static inline __m256 sigmoid_avx2(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
 // tanh: odd rational minimax approximation of degree 13/6 on [-7.9053, 7.9053] (where float tanh
