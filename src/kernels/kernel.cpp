@@ -102,6 +102,7 @@ void PrepareContext::set_output(size_t i, DType dtype, Shape shape) {
   o.set = true;
   o.dynamic = false;
   o.alias_of = -1;
+  o.inplace_of = -1;
 }
 
 void PrepareContext::set_output_dynamic(size_t i, DType dtype) {
@@ -113,6 +114,7 @@ void PrepareContext::set_output_dynamic(size_t i, DType dtype) {
   o.set = true;
   o.dynamic = true;
   o.alias_of = -1;
+  o.inplace_of = -1;
 }
 
 void PrepareContext::set_output_alias(size_t i, size_t input, Shape shape) {
@@ -120,6 +122,13 @@ void PrepareContext::set_output_alias(size_t i, size_t input, Shape shape) {
   if (shape_numel(outputs_[i].shape) == shape_numel(input_shape(input)) &&
       inputs_[input].kind == Value::Kind::kTensor)
     outputs_[i].alias_of = int(input);
+}
+
+void PrepareContext::set_output_inplace(size_t i, size_t input) {
+  if (!has_input(input) || inputs_[input].kind != Value::Kind::kTensor)
+    fail("internal: output ", i, " overwrites input ", input, ", which is not a tensor");
+  set_output(i, input_dtype(input), input_shape(input));
+  outputs_[i].inplace_of = int(input);
 }
 
 void PrepareContext::set_output_sequence(size_t i, DType elem) {
@@ -131,6 +140,7 @@ void PrepareContext::set_output_sequence(size_t i, DType elem) {
   o.set = true;
   o.dynamic = true;
   o.alias_of = -1;
+  o.inplace_of = -1;
 }
 
 Tensor& RunContext::allocate_output(size_t i, DType dtype, Shape shape) {

@@ -98,6 +98,7 @@ class PrepareContext {
     bool set = false;
     bool dynamic = false;  ///< shape known only in run(): allocate with RunContext::allocate_output
     int alias_of = -1;     ///< input index this output may view (same element count)
+    int inplace_of = -1;   ///< input index this output overwrites in place (set_output_inplace)
   };
 
   PrepareContext(const ir::Node& node, int64_t opset, const ExecOptions& options, std::vector<In> inputs,
@@ -126,6 +127,11 @@ class PrepareContext {
   /// Output that is `input` reshaped: the executor makes it a view when it can; otherwise run()
   /// must copy (see RunContext::output_aliases_input).
   void set_output_alias(size_t i, size_t input, Shape shape);
+  /// Output i overwrites input `input` in place (an optimizer's weight or moment, an accumulator,
+  /// a running statistic): same dtype and shape, and at run time the same memory. The planner
+  /// guarantees it: it aliases the two when nothing reads the input afterwards, and otherwise
+  /// copies the input into the output's buffer before run() and passes that buffer as the input.
+  void set_output_inplace(size_t i, size_t input);
   /// Sequence output (always dynamic).
   void set_output_sequence(size_t i, DType elem);
   /// Scratch memory for run(), carved from the plan's arena.
