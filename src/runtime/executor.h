@@ -1,6 +1,12 @@
-// GraphExecutor: runs one graph. For every input-shape signature it builds a Plan once: kernels
-// instantiated and prepared with concrete shapes, constant subgraphs folded, intermediate
-// buffers laid out in one arena by liveness. A steady-state run then only calls kernels.
+// GraphExecutor: runs one graph. For every (input-shape signature, request) it builds a Plan once
+// (src/runtime/plan.h: kernels prepared with concrete shapes, constants folded, values laid out
+// in one arena by liveness, in-place updates decided); a steady-state run then only calls kernels.
+//
+// A request names the results, the state updates (values written into mutable initializers after
+// the run: optimizer updates, accumulators, running statistics) and, for partial execution, a cut:
+// run_forward() runs the forward part and keeps what the backward part needs in a PartialRun;
+// run_backward() later finishes it with the gradients flowing into the forward outputs. Several
+// PartialRuns may be in flight, each with its own memory.
 #pragma once
 
 #include <memory>
@@ -12,20 +18,37 @@
 
 #include "ir/ir.h"
 #include "kernels/kernel.h"
+#include "runtime/plan.h"
 
 namespace onnxtrain::runtime {
 
-/// Figures about one plan.
-struct PlanStats {
-  size_t arena_bytes = 0;     ///< intermediate values and workspaces, reused by liveness
-  size_t naive_bytes = 0;     ///< what the same buffers would take without reuse
-  size_t constant_bytes = 0;  ///< folded constants created at plan time
-  size_t steps = 0;           ///< kernels called per run
-  size_t dynamic_steps = 0;   ///< steps whose shapes are only known while running
-  size_t folded_nodes = 0;    ///< nodes evaluated once at plan time
-};
+class GraphExecutor;
 
-struct Plan;
+/// The state of a partial run between its forward and backward parts (onnxruntime-training's
+/// PartialGraphExecutionState). Movable, not copyable. Destroying one whose backward part never ran
+/// releases its memory.
+class PartialRun {
+ public:
+  PartialRun();
+  ~PartialRun();
+  PartialRun(PartialRun&&) noexcept;
+  PartialRun& operator=(PartialRun&&) noexcept;
+  PartialRun(const PartialRun&) = delete;
+  PartialRun& operator=(const PartialRun&) = delete;
+
+  /// True between run_forward() and run_backward().
+  bool pending() const { return phase_ == Phase::kForwardDone; }
+
+ private:
+  friend class GraphExecutor;
+  enum class Phase { kFresh, kForwardDone, kFinished };
+  void release();
+  const GraphExecutor* owner_ = nullptr;
+  size_t request_ = 0;
+  std::shared_ptr<Plan> plan_;
+  std::unique_ptr<Frame> frame_;
+  Phase phase_ = Phase::kFresh;
+};
 
 class GraphExecutor {
  public:
@@ -37,8 +60,8 @@ class GraphExecutor {
                 std::unordered_set<std::string> mutable_initializers = {});
   ~GraphExecutor();
 
-  const std::vector<std::string>& input_names() const { return input_names_; }
-  const std::vector<std::string>& output_names() const { return output_names_; }
+  const std::vector<std::string>& input_names() const { return index_.input_names; }
+  const std::vector<std::string>& output_names() const { return index_.output_names; }
   const ir::Graph& graph() const { return *graph_; }
   const ExecOptions& options() const { return options_; }
 
@@ -49,6 +72,26 @@ class GraphExecutor {
   /// with a default). `outputs` lists indices into output_names() (empty: all). Returns the
   /// requested outputs in order.
   std::vector<Value> run(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs = {});
+
+  /// Registers a request (results, state updates, a cut); throws InvalidArgument for names that
+  /// are not values of the graph, states that are not mutable initializers, or a forward output
+  /// that depends on a backward input. Returns its id.
+  size_t add_request(PlanRequest request);
+  /// Runs request `id` (which must not be partial). `results` receives its outputs in order;
+  /// tensors `results` already holds with the right type and shape, referenced nowhere else, are
+  /// written in place — a steady-state run then performs no heap allocation.
+  void run(const std::vector<const Value*>& inputs, size_t request, std::vector<Value>& results);
+
+  /// Partial execution of request `id` (with backward inputs or outputs): runs the forward part
+  /// and returns its outputs; `state` keeps what the backward part needs. Backward inputs must be
+  /// left unfed here. Throws InvalidArgument when `state` is pending.
+  void run_forward(const std::vector<const Value*>& inputs, size_t request, PartialRun& state,
+                   std::vector<Value>& results);
+  /// Runs the backward part of `state` with `grads` (one per PlanRequest::backward_inputs entry,
+  /// typed and shaped like its forward output) and returns the backward outputs. Throws
+  /// InvalidArgument when `state` did not run a forward part of this executor, or already ran its
+  /// backward part.
+  void run_backward(PartialRun& state, const std::vector<const Value*>& grads, std::vector<Value>& results);
 
   /// Runs done so far (RunContext::run_index of the next run). Settable to resume exactly.
   uint64_t run_counter() const { return run_counter_; }
@@ -62,24 +105,25 @@ class GraphExecutor {
   struct KeyHash {
     size_t operator()(const std::vector<int64_t>& k) const noexcept;
   };
-  std::unique_ptr<Plan> build_plan(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs);
-  void execute(Plan& plan, const std::vector<const Value*>& inputs, std::vector<Value>& results);
+  void check_inputs(const std::vector<const Value*>& inputs) const;
+  std::shared_ptr<Plan> find_plan(const std::vector<const Value*>& inputs, int64_t request_tag,
+                                  const std::vector<size_t>& outputs);
+  void run_whole(const std::vector<const Value*>& inputs, int64_t request_tag, const std::vector<size_t>& outputs,
+                 std::vector<Value>& results);
+  void execute(Plan& plan, Frame& f, int phase, bool bind, bool finish, const std::vector<const Value*>& inputs,
+               std::vector<Value>& results);
 
   std::shared_ptr<const ir::Graph> graph_;
   OpsetMap opsets_;
   ExecOptions options_;
-  std::vector<std::string> input_names_;
+  GraphIndex index_;
   std::vector<bool> input_default_;
-  std::vector<std::string> output_names_;
-  std::unordered_set<std::string> mutable_;
-  std::vector<size_t> order_;                          // topological node order
-  std::vector<std::vector<std::string>> implicit_;     // per node: outer values its subgraphs read
-  std::unordered_map<std::string, size_t> producer_;   // value -> node index
+  std::vector<PlanRequest> requests_;
 
   std::mutex mu_;
   std::vector<int64_t> key_;
-  std::unordered_map<std::vector<int64_t>, std::unique_ptr<Plan>, KeyHash> plans_;
-  Plan* last_plan_ = nullptr;
+  std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash> plans_;
+  std::shared_ptr<Plan> last_plan_;
   uint64_t run_counter_ = 0;
 };
 

@@ -35,18 +35,6 @@ ir::Model forward_model(const GradCheck& spec, const std::vector<size_t>& wrt, c
 /// gradients together and once for each alone. loss = sum_k sum(y_k * r_k), r_k random.
 ::testing::AssertionResult check_gradient(const GradCheck& spec);
 
-/// A node named after its first output.
-inline ir::Node make_node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
-                          std::vector<ir::Attribute> attrs = {}) {
-  ir::Node n;
-  n.op_type = op;
-  n.name = "node_" + outputs.at(0);
-  n.inputs = std::move(inputs);
-  n.outputs = std::move(outputs);
-  n.attrs = std::move(attrs);
-  return n;
-}
-
 /// An operator declared zero-gradient (the rule table's t.zero): a float64 graph input "x" reaches
 /// the loss through the node and directly, loss = sum(x) + sum(Cast<double>(y0)).
 struct ZeroGradCheck {

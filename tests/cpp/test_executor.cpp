@@ -24,20 +24,12 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace {
 
+using ot_test::make_node;
 ir::Node node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
               std::vector<ir::Attribute> attrs = {}) {
-  ir::Node n;
-  n.op_type = op;
-  n.name = op + "_" + out[0];
-  n.inputs = std::move(in);
-  n.outputs = std::move(out);
-  n.attrs = std::move(attrs);
-  return n;
+  return make_node(op, std::move(in), std::move(out), std::move(attrs));
 }
-
-ir::ValueInfo vi(const std::string& name, DType dt = DType::kFloat32) {
-  return ir::ValueInfo{name, ir::TypeInfo::tensor(dt), ""};
-}
+ir::ValueInfo vi(const std::string& name, DType dt = DType::kFloat32) { return ot_test::value_info(name, dt); }
 
 // x -> Relu -> Relu -> ... (n times) -> y
 std::shared_ptr<ir::Graph> relu_chain(int n) {

@@ -106,6 +106,22 @@ std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& i
   return r;
 }
 
+ir::Node make_node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
+                   std::vector<ir::Attribute> attrs, const std::string& domain) {
+  ir::Node n;
+  n.op_type = op;
+  n.domain = domain;
+  n.name = op + "_" + (outputs.empty() ? std::string() : outputs[0]);
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.attrs = std::move(attrs);
+  return n;
+}
+
+ir::ValueInfo value_info(const std::string& name, DType dt, const Shape& shape) {
+  return ir::ValueInfo{name, shape.empty() ? ir::TypeInfo::tensor(dt) : ir::TypeInfo::tensor(dt, shape), ""};
+}
+
 std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads) {
   ExecOptions eo;
   eo.num_threads = threads;

@@ -27,6 +27,12 @@ ir::Attribute attr_floats(const std::string& name, const std::vector<float>& v);
 ir::Attribute attr_tensor(const std::string& name, const Tensor& v);
 ir::Attribute attr_graph(const std::string& name, std::shared_ptr<ir::Graph> g);
 
+/// A node named after its op and first output.
+ir::Node make_node(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
+                   std::vector<ir::Attribute> attrs = {}, const std::string& domain = "");
+/// A tensor value declaration (shape unknown when `shape` is empty and `rank0` false).
+ir::ValueInfo value_info(const std::string& name, DType dt = DType::kFloat32, const Shape& shape = {});
+
 struct RunOptions {
   int64_t opset = 17;
   std::string domain;          ///< node domain ("" = ai.onnx)
