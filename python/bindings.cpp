@@ -202,6 +202,7 @@ TrainingParameters params_from_dict(py::dict d) {
   p.model_with_gradient_graph_path = get_or<std::string>(d, "model_with_gradient_graph_path", "");
   p.model_with_training_graph_path = get_or<std::string>(d, "model_with_training_graph_path", "");
   p.deterministic_compute = get_or<bool>(d, "deterministic_compute", false);
+  p.portable_training_graph = get_or<bool>(d, "portable_training_graph", false);
   p.lr_schedule = get_or<std::string>(d, "lr_schedule", "");
   p.lr_schedule_params = get_or<std::map<std::string, double>>(d, "lr_schedule_params", {});
   return p;

@@ -36,6 +36,10 @@ struct TrainingParameters {
   std::string model_with_gradient_graph_path;   ///< when set, the gradient model is saved there
   std::string model_with_training_graph_path;   ///< when set, the training model (with optimizer) is saved there
   bool deterministic_compute = false;
+  /// Train with (and save under model_with_training_graph_path) a training graph of standard ONNX
+  /// operators plus the ai.onnx.preview.training ones whose arithmetic matches, instead of
+  /// onnxtrain's fused com.onnxtrain operators: it runs in other ONNX runtimes (onnxtrain extension).
+  bool portable_training_graph = false;
   /// Learning-rate schedule used when the feed omits lr_params_feed_name ("" = the feed is required).
   std::string lr_schedule;
   std::map<std::string, double> lr_schedule_params;  ///< eta0, power_t, alpha, warmup, total, end_lr, power
@@ -58,6 +62,11 @@ class TrainingSession {
   /// the learning rate (float32 [1]) under lr_params_feed_name.
   std::vector<Value> run(const std::vector<std::string>& output_names,
                          const std::vector<std::pair<std::string, Value>>& feeds);
+  /// Same, writing into `outputs`: tensors it already holds with the right type and shape (those of
+  /// the previous call), referenced nowhere else, are overwritten — a steady-state step then
+  /// performs no heap allocation.
+  void run(const std::vector<std::string>& output_names, const std::vector<std::pair<std::string, Value>>& feeds,
+           std::vector<Value>& outputs);
   /// Forward pass only: weights, optimizer state, counters and running statistics untouched.
   std::vector<Value> eval(const std::vector<std::string>& output_names,
                           const std::vector<std::pair<std::string, Value>>& feeds);

@@ -30,6 +30,7 @@ _FIELDS = {
     "model_with_gradient_graph_path": "",
     "model_with_training_graph_path": "",
     "deterministic_compute": False,
+    "portable_training_graph": False,
     "lr_schedule": "",
     "lr_schedule_params": {},
 }
@@ -70,7 +71,8 @@ def _check(name, value):
         if not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"TrainingParameters.max_grad_norm must be > 0, got {value!r}")
         return float(value)
-    if name in ("enable_grad_norm_clip", "set_gradients_as_graph_outputs", "deterministic_compute"):
+    if name in ("enable_grad_norm_clip", "set_gradients_as_graph_outputs", "deterministic_compute",
+                "portable_training_graph"):
         if not isinstance(value, (bool, np.bool_)):
             raise ValueError(f"TrainingParameters.{name} must be a bool, got {value!r}")
         return bool(value)

@@ -208,6 +208,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     throw_error<InvalidArgument>("checkpoint '", path, "' has a corrupted header (checksum mismatch)");
   Reader r{header.data(), header.size(), 0, path};
   Checkpoint c;
+  c.version = version;
   c.fingerprint = r.str();
   for (uint32_t i = 0, n = r.u32(); i < n; ++i) {
     std::string k = r.str();

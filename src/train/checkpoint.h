@@ -17,9 +17,13 @@
 
 namespace onnxtrain::train {
 
-inline constexpr uint32_t kCheckpointVersion = 1;
+// Format versions: 1 — optimizer state as a host-side optimizer held it (Adagrad's initial
+// accumulator value applied at the first update); 2 — optimizer state as the training graph holds it
+// (initial values included from the start). Both are read.
+inline constexpr uint32_t kCheckpointVersion = 2;
 
 struct Checkpoint {
+  uint32_t version = kCheckpointVersion;            ///< format version (set when read)
   std::string fingerprint;                          ///< model_fingerprint of the writer
   std::map<std::string, int64_t> counters;          ///< steps, run counters
   std::map<std::string, std::string> text;          ///< optimizer name, ...

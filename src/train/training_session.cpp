@@ -15,7 +15,7 @@
 #include "runtime/executor.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
-#include "train/optimizer.h"
+#include "train/attach_optimizer.h"
 #include "train/training_graph.h"
 
 namespace onnxtrain {
@@ -42,7 +42,7 @@ train::LrSchedule make_schedule(const TrainingParameters& p) {
 
 void TrainingParameters::validate() const {
   if (loss_output_name.empty()) throw_error<InvalidArgument>("TrainingParameters.loss_output_name is empty");
-  const auto& names = train::optimizer_names();
+  const auto names = train::optimizer_names();
   if (std::find(names.begin(), names.end(), training_optimizer_name) == names.end()) {
     std::string all;
     for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
@@ -78,30 +78,48 @@ double scheduled_learning_rate(const TrainingParameters& params, int64_t step) {
 
 struct TrainingSession::Impl {
   ir::Model model;  // forward model (holds the weights)
-  ir::Model grad_model;
+  train::TrainingGraph tg;  // forward + backward + accumulation + clipping + optimizer
   TrainingParameters params;
   SessionOptions options;
   std::vector<std::string> trained;           // weights the optimizer updates
   std::vector<Tensor*> weights;               // into model.graph->initializers
-  std::vector<train::RunningStat> running;    // BatchNormalization running statistics to write back
   std::unique_ptr<runtime::GraphExecutor> train_exec, eval_exec;
   std::unordered_map<std::string, size_t> train_inputs, eval_inputs;  // name -> executor input
-  std::unordered_map<std::string, size_t> train_outputs, eval_outputs;
-  std::vector<size_t> grad_index;             // train executor output index of each trained weight's gradient
-  std::vector<size_t> running_index;          // train executor output index of each running statistic
-  std::unique_ptr<train::Optimizer> optimizer;
+  std::unordered_map<std::string, size_t> eval_outputs;
+  std::vector<std::string> user_outputs;      // names run() may return
+  std::vector<std::string> model_outputs;     // what run() returns by default
+  std::string optimizer_name;
   bool has_schedule = false;
   train::LrSchedule schedule;
-  std::vector<Tensor> accum;                  // summed gradients while accumulating
+  int64_t step = 0;                           // optimizer steps taken
   int64_t micro = 0;                          // run() calls since the last update
-  std::vector<std::string> user_outputs;      // names run() may return
+  // What a step feeds besides the data: owned here, updated in place every step.
+  Value lr, step_count, reset;
+  size_t lr_slot = 0, step_slot = 0, reset_slot = 0;
+  std::vector<const Value*> ins;              // executor inputs, reused
+  // Executor requests per list of requested outputs: (update step, accumulation-only step).
+  struct Requests {
+    std::vector<std::string> outputs;
+    size_t update = 0, accumulate = 0;
+  };
+  std::vector<Requests> requests;
 
   void init();
-  std::vector<Value> run_train(const std::vector<std::string>& outs,
-                               const std::vector<std::pair<std::string, Value>>& feeds);
+  const Requests& requests_for(const std::vector<std::string>& outputs);
+  void run_train(const std::vector<std::string>& outs, const std::vector<std::pair<std::string, Value>>& feeds,
+                 std::vector<Value>& results);
   std::vector<Value> run_eval(const std::vector<std::string>& outs,
                               const std::vector<std::pair<std::string, Value>>& feeds);
   Tensor* initializer(const std::string& n) { return model.graph->initializer(n); }
+  Tensor* state(const std::string& n) { return tg.model.graph->initializer(n); }
+  /// Optimizer state by trained weight (in trained order), then by the optimizer's state order.
+  std::vector<const train::StateUpdate*> optimizer_states() const {
+    std::vector<const train::StateUpdate*> r;
+    for (const auto& w : trained)
+      for (const auto& u : tg.updates)
+        if (u.kind == train::StateUpdate::Kind::kOptimizerState && u.weight == w) r.push_back(&u);
+    return r;
+  }
 };
 
 void TrainingSession::Impl::init() {
@@ -117,7 +135,7 @@ void TrainingSession::Impl::init() {
       if (!g.initializer(w))
         throw_error<InvalidArgument>("TrainingParameters: '", w, "' is not an initializer of the model");
 
-  running = train::batchnorm_running_stats(model);
+  const std::vector<train::RunningStat> running = train::batchnorm_running_stats(model);
   std::set<std::string> stats;
   for (const auto& r : running) stats.insert(r.initializer);
   if (params.weights_to_train.empty()) {
@@ -136,15 +154,32 @@ void TrainingSession::Impl::init() {
   if (trained.empty()) throw_error<InvalidArgument>("TrainingParameters: no weight to train");
   for (const auto& n : trained) weights.push_back(initializer(n));
 
-  std::vector<std::string> ys;
-  for (const auto& o : g.outputs) ys.push_back(o.name);
-  for (const auto& r : running) ys.push_back(r.output);
-  grad_model = autodiff::build_gradient_model(model, ys, trained, params.loss_output_name);
-  // The gradient model must share the forward model's weight storage.
-  for (auto& [n, t] : grad_model.graph->initializers)
+  train::StepConfig sc;
+  sc.optimizer.name = params.training_optimizer_name;
+  sc.optimizer.attrs = params.optimizer_attributes;
+  sc.optimizer.int_attrs = params.optimizer_int_attributes;
+  sc.optimizer.weight_attrs = params.optimizer_attributes_map;
+  sc.optimizer.weight_int_attrs = params.optimizer_int_attributes_map;
+  sc.accumulation_steps = params.gradient_accumulation_steps;
+  sc.clip_grad_norm = params.enable_grad_norm_clip;
+  sc.max_grad_norm = params.max_grad_norm;
+  sc.portable = params.portable_training_graph;
+  sc.lr_input = params.lr_params_feed_name;
+  tg = train::build_training_graph(model, params.loss_output_name, trained, running, params.immutable_weights, sc);
+  optimizer_name = params.training_optimizer_name;
+  // The training model shares the forward model's weight storage.
+  for (auto& [n, t] : tg.model.graph->initializers)
     if (Tensor* w = initializer(n)) t = *w;
-  if (!params.model_with_gradient_graph_path.empty()) ir::save_model(grad_model, params.model_with_gradient_graph_path);
-  if (!params.model_with_training_graph_path.empty()) ir::save_model(grad_model, params.model_with_training_graph_path);
+  if (!params.model_with_gradient_graph_path.empty()) {
+    autodiff::BuildOptions bo;
+    bo.portable = params.portable_training_graph;
+    std::vector<std::string> ys;
+    for (const auto& o : g.outputs) ys.push_back(o.name);
+    for (const auto& r : running) ys.push_back(r.output);
+    ir::save_model(autodiff::build_gradient_model(model, ys, trained, params.loss_output_name, bo),
+                   params.model_with_gradient_graph_path);
+  }
+  if (!params.model_with_training_graph_path.empty()) ir::save_model(tg.model, params.model_with_training_graph_path);
 
   ExecOptions eo;
   eo.num_threads = options.intra_op_num_threads;
@@ -153,48 +188,48 @@ void TrainingSession::Impl::init() {
   eo.torch_running_var = true;
   if (options.seed) eo.seed = options.seed;
   std::unordered_set<std::string> mutable_inits;
-  for (const auto& [n, t] : g.initializers)
+  for (const auto& [n, t] : tg.model.graph->initializers)
     if (dtype_is_float(t.dtype())) mutable_inits.insert(n);
-  train_exec = std::make_unique<runtime::GraphExecutor>(grad_model.graph, grad_model.opsets, eo,
+  train_exec = std::make_unique<runtime::GraphExecutor>(tg.model.graph, tg.model.opsets, eo,
                                                         std::vector<std::string>{}, mutable_inits);
   ExecOptions ev = eo;
   ev.training = false;
   eval_exec = std::make_unique<runtime::GraphExecutor>(train::inference_graph(model, {}, false).graph, model.opsets, ev,
                                                        std::vector<std::string>{}, mutable_inits);
   for (size_t i = 0; i < train_exec->input_names().size(); ++i) train_inputs[train_exec->input_names()[i]] = i;
-  for (size_t i = 0; i < train_exec->output_names().size(); ++i) train_outputs[train_exec->output_names()[i]] = i;
   for (size_t i = 0; i < eval_exec->input_names().size(); ++i) eval_inputs[eval_exec->input_names()[i]] = i;
   for (size_t i = 0; i < eval_exec->output_names().size(); ++i) eval_outputs[eval_exec->output_names()[i]] = i;
-  for (const auto& n : trained) grad_index.push_back(train_outputs.at(n + "_grad"));
-  for (const auto& r : running) running_index.push_back(train_outputs.at(r.output));
   for (const auto& o : g.outputs) user_outputs.push_back(o.name);
+  model_outputs = user_outputs;
   if (params.set_gradients_as_graph_outputs)
-    for (const auto& n : trained) user_outputs.push_back(n + "_grad");
-
-  train::OptimizerConfig oc;
-  oc.name = params.training_optimizer_name;
-  oc.attrs = params.optimizer_attributes;
-  oc.int_attrs = params.optimizer_int_attributes;
-  oc.weight_attrs = params.optimizer_attributes_map;
-  oc.weight_int_attrs = params.optimizer_int_attributes_map;
-  std::vector<const Tensor*> cw(weights.begin(), weights.end());
-  optimizer = train::make_optimizer(oc, trained, cw);
+    for (const auto& gr : tg.gradients) user_outputs.push_back(gr);
+  lr = Value::of(Tensor::zeros(DType::kFloat32, {1}));
+  step_count = Value::of(Tensor::zeros(DType::kInt64, {1}));
+  reset = Value::of(Tensor::zeros(DType::kBool, {1}));
+  lr_slot = train_inputs.at(tg.lr_input);
+  step_slot = train_inputs.at(tg.step_input);
+  if (!tg.reset_input.empty()) reset_slot = train_inputs.at(tg.reset_input);
+  ins.assign(train_exec->input_names().size(), nullptr);
   has_schedule = !params.lr_schedule.empty();
   if (has_schedule) schedule = make_schedule(params);
 }
 
 namespace {
 
-// Feeds in executor order; validates names and types against the graph's declared inputs.
-std::vector<const Value*> order_feeds(const runtime::GraphExecutor& ex, const ir::Graph& g,
-                                      const std::unordered_map<std::string, size_t>& index,
-                                      const std::vector<std::pair<std::string, Value>>& feeds, const std::string& skip,
-                                      bool require_all = true) {
-  std::vector<const Value*> ins(ex.input_names().size(), nullptr);
+// Feeds in executor order into `ins` (cleared first); validates names and types against the
+// graph's declared inputs. Inputs named in `skip` are the session's own (the learning rate).
+void order_feeds(const runtime::GraphExecutor& ex, const ir::Graph& g,
+                 const std::unordered_map<std::string, size_t>& index,
+                 const std::vector<std::pair<std::string, Value>>& feeds, const std::string& skip,
+                 std::vector<const Value*>& ins, bool require_all) {
+  ins.assign(ex.input_names().size(), nullptr);
   for (const auto& [name, v] : feeds) {
     if (name == skip) continue;
     auto it = index.find(name);
-    if (it == index.end()) {
+    const ir::ValueInfo* decl = nullptr;
+    for (const auto& vi : g.inputs)
+      if (vi.name == name) decl = &vi;
+    if (it == index.end() || !decl) {
       std::string names;
       for (const auto& vi : g.inputs)
         if (!g.initializer(vi.name)) names += (names.empty() ? "" : ", ") + vi.name;
@@ -202,95 +237,83 @@ std::vector<const Value*> order_feeds(const runtime::GraphExecutor& ex, const ir
                                    skip.empty() ? "" : ", and the learning rate '" + skip + "'", ")");
     }
     if (ins[it->second]) throw_error<InvalidArgument>("input '", name, "' is fed twice");
-    for (const auto& vi : g.inputs)
-      if (vi.name == name) check_feed(vi, v);
+    check_feed(*decl, v);
     ins[it->second] = &v;
   }
   for (size_t i = 0; require_all && i < ins.size(); ++i)
     if (!ins[i] && !ex.input_has_default(i)) throw_error<InvalidArgument>("missing input '", ex.input_names()[i], "'");
-  return ins;
 }
 
 }  // namespace
 
-std::vector<Value> TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
-                                                    const std::vector<std::pair<std::string, Value>>& feeds) {
+const TrainingSession::Impl::Requests& TrainingSession::Impl::requests_for(const std::vector<std::string>& outputs) {
+  for (const auto& r : requests)
+    if (r.outputs == outputs) return r;
+  runtime::PlanRequest update, accumulate;
+  update.outputs = accumulate.outputs = outputs;
+  update.updates = tg.update_step();
+  accumulate.updates = tg.accumulate_step();
+  Requests r;
+  r.outputs = outputs;
+  r.update = train_exec->add_request(std::move(update));
+  r.accumulate = params.gradient_accumulation_steps > 1 ? train_exec->add_request(std::move(accumulate)) : r.update;
+  requests.push_back(std::move(r));
+  return requests.back();
+}
+
+void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
+                                      const std::vector<std::pair<std::string, Value>>& feeds,
+                                      std::vector<Value>& results) {
   // Learning rate.
-  float lr = 0;
+  float rate = 0;
   bool lr_fed = false;
   for (const auto& [name, v] : feeds)
     if (name == params.lr_params_feed_name) {
       if (v.kind != Value::Kind::kTensor || v.tensor.dtype() != DType::kFloat32 || v.tensor.numel() != 1)
         throw_error<InvalidArgument>("input '", name, "' (the learning rate) must be a float32 array of shape [1]");
-      lr = v.tensor.data<float>()[0];
+      rate = v.tensor.data<float>()[0];
       lr_fed = true;
     }
   if (!lr_fed) {
     if (!has_schedule)
       throw_error<InvalidArgument>("missing input '", params.lr_params_feed_name,
                                    "': feed the learning rate as a float32 array of shape [1]");
-    lr = float(schedule.value(optimizer->step_count() + 1));
+    rate = float(schedule.value(step + 1));
   }
-  if (!std::isfinite(lr) || lr < 0) throw_error<InvalidArgument>("learning rate ", lr, " must be finite and >= 0");
+  if (!std::isfinite(rate) || rate < 0) throw_error<InvalidArgument>("learning rate ", rate, " must be finite and >= 0");
 
-  const std::vector<std::string> outs = outs_in.empty() ? std::vector<std::string>(model.graph->outputs.size()) : outs_in;
-  std::vector<std::string> names = outs;
-  if (outs_in.empty())
-    for (size_t i = 0; i < names.size(); ++i) names[i] = model.graph->outputs[i].name;
-  for (const auto& n : names)
+  const std::vector<std::string>& outs = outs_in.empty() ? model_outputs : outs_in;
+  for (const auto& n : outs)
     if (std::find(user_outputs.begin(), user_outputs.end(), n) == user_outputs.end())
       throw_error<InvalidArgument>("unknown output '", n, "'",
                                    n.size() > 5 && n.compare(n.size() - 5, 5, "_grad") == 0
                                        ? " (set TrainingParameters.set_gradients_as_graph_outputs to request gradients)"
                                        : "");
-  auto ins = order_feeds(*train_exec, *grad_model.graph, train_inputs, feeds, params.lr_params_feed_name);
-  std::vector<Value> all = train_exec->run(ins);
-
-  // Running statistics of BatchNormalization, as PyTorch updates them.
-  for (size_t k = 0; k < running.size(); ++k)
-    if (!params.immutable_weights.count(running[k].initializer))
-      initializer(running[k].initializer)->copy_from(all[running_index[k]].tensor);
-
-  // Gradients: accumulate, clip, update.
-  std::vector<Tensor*> grads;
-  for (size_t i = 0; i < trained.size(); ++i) grads.push_back(&all[grad_index[i]].tensor);
-  const int64_t k = params.gradient_accumulation_steps;
-  if (k > 1) {
-    if (accum.empty())
-      for (Tensor* gt : grads) accum.push_back(Tensor::zeros(gt->dtype(), gt->shape()));
-    for (size_t i = 0; i < grads.size(); ++i) {
-      Tensor& a = accum[i];
-      if (a.dtype() == DType::kFloat32) {
-        float* pa = a.data<float>();
-        const float* pg = grads[i]->data<float>();
-        for (int64_t j = 0; j < a.numel(); ++j) pa[j] += pg[j];
-      } else {
-        double* pa = a.data<double>();
-        const double* pg = grads[i]->data<double>();
-        for (int64_t j = 0; j < a.numel(); ++j) pa[j] += pg[j];
-      }
-    }
-  }
-  if (++micro >= k) {
-    std::vector<Tensor*> g = grads;
-    if (k > 1)
-      for (size_t i = 0; i < g.size(); ++i) g[i] = &accum[i];
-    if (params.enable_grad_norm_clip) train::clip_grad_norm(g, params.max_grad_norm);
-    std::vector<const Tensor*> cg(g.begin(), g.end());
-    optimizer->step(lr, weights, cg);
+  order_feeds(*train_exec, *model.graph, train_inputs, feeds, params.lr_params_feed_name, ins, false);
+  lr.tensor.data<float>()[0] = rate;
+  step_count.tensor.data<int64_t>()[0] = step + 1;
+  reset.tensor.data<bool>()[0] = micro == 0;
+  ins[lr_slot] = &lr;
+  ins[step_slot] = &step_count;
+  if (!tg.reset_input.empty()) ins[reset_slot] = &reset;
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (!ins[i] && !train_exec->input_has_default(i))
+      throw_error<InvalidArgument>("missing input '", train_exec->input_names()[i], "'");
+  const Requests& req = requests_for(outs);
+  const bool update = micro + 1 >= params.gradient_accumulation_steps;
+  train_exec->run(ins, update ? req.update : req.accumulate, results);
+  if (update) {
+    ++step;
     micro = 0;
-    for (auto& a : accum) std::fill_n(static_cast<char*>(a.raw_data()), a.nbytes(), 0);
+  } else {
+    ++micro;
   }
-
-  std::vector<Value> result;
-  for (const auto& n : names) result.push_back(all[train_outputs.at(n)]);
-  return result;
 }
-
 std::vector<Value> TrainingSession::Impl::run_eval(const std::vector<std::string>& outs,
                                                    const std::vector<std::pair<std::string, Value>>& feeds) {
   // Inputs the requested outputs do not need (labels for predictions) may be left out.
-  auto ins = order_feeds(*eval_exec, *model.graph, eval_inputs, feeds, params.lr_params_feed_name, false);
+  std::vector<const Value*> eval_ins;
+  order_feeds(*eval_exec, *model.graph, eval_inputs, feeds, params.lr_params_feed_name, eval_ins, false);
   std::vector<size_t> idx;
   for (const auto& n : outs) {
     auto it = eval_outputs.find(n);
@@ -299,7 +322,7 @@ std::vector<Value> TrainingSession::Impl::run_eval(const std::vector<std::string
   }
   // Evaluation must not advance the random streams of a later training step.
   const uint64_t rc = eval_exec->run_counter();
-  auto r = eval_exec->run(ins, idx);
+  auto r = eval_exec->run(eval_ins, idx);
   eval_exec->set_run_counter(rc);
   return r;
 }
@@ -327,7 +350,14 @@ TrainingSession& TrainingSession::operator=(TrainingSession&&) noexcept = defaul
 
 std::vector<Value> TrainingSession::run(const std::vector<std::string>& output_names,
                                         const std::vector<std::pair<std::string, Value>>& feeds) {
-  return impl_->run_train(output_names, feeds);
+  std::vector<Value> results;
+  impl_->run_train(output_names, feeds, results);
+  return results;
+}
+
+void TrainingSession::run(const std::vector<std::string>& output_names,
+                          const std::vector<std::pair<std::string, Value>>& feeds, std::vector<Value>& outputs) {
+  impl_->run_train(output_names, feeds, outputs);
 }
 
 std::vector<Value> TrainingSession::eval(const std::vector<std::string>& output_names,
@@ -352,7 +382,7 @@ std::vector<NodeArg> TrainingSession::get_inputs() const {
 std::vector<NodeArg> TrainingSession::get_outputs() const {
   std::vector<NodeArg> r;
   for (const auto& n : impl_->user_outputs) {
-    for (const auto& v : impl_->grad_model.graph->outputs)
+    for (const auto& v : impl_->tg.model.graph->outputs)
       if (v.name == n) r.push_back(node_arg_of(v));
   }
   return r;
@@ -373,9 +403,9 @@ std::vector<std::pair<std::string, Tensor>> TrainingSession::get_model_state() c
 }
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::get_optimizer_state() const {
-  auto r = impl_->optimizer->state();
-  for (auto& [n, t] : r) t = t.clone();
-  r.emplace_back("step", Tensor::scalar<int64_t>(impl_->optimizer->step_count()));
+  std::vector<std::pair<std::string, Tensor>> r;
+  for (const auto& u : impl_->optimizer_states()) r.emplace_back(u->key, impl_->state(u->state)->clone());
+  r.emplace_back("step", Tensor::scalar<int64_t>(impl_->step));
   return r;
 }
 
@@ -396,7 +426,7 @@ void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor
   for (const auto& [n, t] : state) impl_->initializer(n)->copy_from(t);
 }
 
-int64_t TrainingSession::step() const { return impl_->optimizer->step_count(); }
+int64_t TrainingSession::step() const { return impl_->step; }
 
 std::string TrainingSession::export_model(const std::vector<std::string>& outputs) const {
   ir::Model m = train::inference_graph(impl_->model, outputs, true, impl_->params.loss_output_name);
@@ -413,46 +443,68 @@ void TrainingSession::save_checkpoint(const std::string& path, const std::map<st
   c.fingerprint = train::model_fingerprint(impl_->model, impl_->trained);
   for (const auto& [n, t] : impl_->model.graph->initializers)
     if (dtype_is_float(t.dtype())) c.tensors.emplace_back("model/" + n, t);
-  for (const auto& [n, t] : impl_->optimizer->state()) c.tensors.emplace_back("optimizer/" + n, t);
-  for (size_t i = 0; i < impl_->accum.size(); ++i) c.tensors.emplace_back("accumulator/" + impl_->trained[i], impl_->accum[i]);
-  c.counters["optimizer_step"] = impl_->optimizer->step_count();
+  for (const auto* u : impl_->optimizer_states()) c.tensors.emplace_back("optimizer/" + u->key, *impl_->state(u->state));
+  for (const auto& u : impl_->tg.updates)
+    if (u.kind == train::StateUpdate::Kind::kAccumulator)
+      c.tensors.emplace_back("accumulator/" + u.weight, *impl_->state(u.state));
+  c.counters["optimizer_step"] = impl_->step;
   c.counters["micro_step"] = impl_->micro;
   c.counters["train_runs"] = int64_t(impl_->train_exec->run_counter());
-  c.text["optimizer"] = impl_->optimizer->name();
+  c.text["optimizer"] = impl_->optimizer_name;
   train::write_checkpoint(path, c);
 }
 
 std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::string& path) {
+  Impl& s = *impl_;
   train::Checkpoint c = train::read_checkpoint(path);
-  const std::string fp = train::model_fingerprint(impl_->model, impl_->trained);
+  const std::string fp = train::model_fingerprint(s.model, s.trained);
   if (c.fingerprint != fp)
     throw_error<InvalidArgument>("checkpoint '", path, "' was written for a different model or set of trained weights");
   auto opt = c.text.find("optimizer");
-  if (opt == c.text.end() || opt->second != impl_->optimizer->name())
+  if (opt == c.text.end() || opt->second != s.optimizer_name)
     throw_error<InvalidArgument>("checkpoint '", path, "' holds the state of optimizer '",
-                                 opt == c.text.end() ? "?" : opt->second, "', this session uses '",
-                                 impl_->optimizer->name(), "'");
-  std::vector<std::pair<std::string, Tensor>> weights, opt_state;
-  std::vector<Tensor> accum;
-  for (auto& [n, t] : c.tensors) {
+                                 opt == c.text.end() ? "?" : opt->second, "', this session uses '", s.optimizer_name,
+                                 "'");
+  const int64_t step = c.counters["optimizer_step"], micro = c.counters["micro_step"];
+  // Everything is validated before anything is overwritten.
+  std::vector<std::pair<Tensor*, const Tensor*>> copies;
+  std::map<std::string, const Tensor*> opt_state, accum;
+  for (const auto& [n, t] : c.tensors) {
     if (n.rfind("model/", 0) == 0) {
       const std::string w = n.substr(6);
-      Tensor* dst = impl_->initializer(w);
+      Tensor* dst = s.initializer(w);
       if (!dst || dst->shape() != t.shape() || dst->dtype() != t.dtype())
         throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", w, "' does not match the model");
-      weights.emplace_back(w, t);
+      copies.emplace_back(dst, &t);
     } else if (n.rfind("optimizer/", 0) == 0) {
-      opt_state.emplace_back(n.substr(10), t);
+      opt_state[n.substr(10)] = &t;
     } else if (n.rfind("accumulator/", 0) == 0) {
-      accum.push_back(t);
+      accum[n.substr(12)] = &t;
     }
   }
-  impl_->optimizer->load_state(opt_state);  // validates before anything is overwritten below
-  for (const auto& [w, t] : weights) impl_->initializer(w)->copy_from(t);
-  impl_->optimizer->set_step_count(c.counters["optimizer_step"]);
-  impl_->micro = c.counters["micro_step"];
-  impl_->accum = accum;
-  impl_->train_exec->set_run_counter(uint64_t(c.counters["train_runs"]));
+  auto restore = [&](const std::map<std::string, const Tensor*>& from, const std::string& key, const std::string& state,
+                     const char* what) {
+    auto it = from.find(key);
+    Tensor* dst = s.state(state);
+    if (it == from.end()) throw_error<InvalidArgument>(what, " '", key, "' is missing");
+    if (it->second->shape() != dst->shape() || it->second->dtype() != dst->dtype())
+      throw_error<InvalidArgument>(what, " '", key, "' is ", it->second->describe(), ", expected ", dst->describe());
+    copies.emplace_back(dst, it->second);
+  };
+  // Format 1 kept optimizer state at zero before the first update (its optimizer applied Adagrad's
+  // initial_accumulator_value then); the training graph's state starts from its initial value.
+  if (c.version >= 2 || step > 0)
+    for (const auto* u : s.optimizer_states()) restore(opt_state, u->key, u->state, "optimizer state");
+  if (micro > 0)
+    for (const auto& u : s.tg.updates)
+      if (u.kind == train::StateUpdate::Kind::kAccumulator) restore(accum, u.weight, u.state, "accumulator");
+  if (micro < 0 || micro >= s.params.gradient_accumulation_steps || step < 0)
+    throw_error<InvalidArgument>("checkpoint '", path, "' holds step ", step, " and micro-step ", micro,
+                                 ", impossible with gradient_accumulation_steps ", s.params.gradient_accumulation_steps);
+  for (auto& [dst, src] : copies) dst->copy_from(*src);
+  s.step = step;
+  s.micro = micro;
+  s.train_exec->set_run_counter(uint64_t(c.counters["train_runs"]));
   std::map<std::string, std::string> meta;
   for (const auto& [k, v] : c.text)
     if (k.rfind("user/", 0) == 0) meta[k.substr(5)] = v;

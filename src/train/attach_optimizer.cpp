@@ -1,0 +1,384 @@
+#include "train/attach_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "autodiff/builder.h"
+#include "ir/emitter.h"
+#include "kernels/optimizer_spec.h"
+
+namespace onnxtrain::train {
+
+namespace {
+
+using ir::Emitter;
+using kernels::OptimizerSpec;
+
+// Effective hyper-parameters of one weight.
+struct Hyper {
+  std::map<std::string, float> f;
+  std::map<std::string, int64_t> i;
+  bool operator==(const Hyper& o) const { return f == o.f && i == o.i; }
+};
+
+const OptimizerSpec& spec_of(const std::string& name) {
+  const OptimizerSpec* s = kernels::find_optimizer_spec(name);
+  if (!s) {
+    std::string all;
+    for (const auto& n : optimizer_names()) all += (all.empty() ? "" : ", ") + n;
+    throw_error<InvalidArgument>("training_optimizer_name: unknown optimizer '", name, "' (known: ", all, ")");
+  }
+  return *s;
+}
+
+bool is_state_init(const OptimizerSpec& s, const std::string& k) {
+  return std::any_of(s.state_init_attrs.begin(), s.state_init_attrs.end(), [&](const auto& a) { return a.name == k; });
+}
+
+// Validates the attributes of `cfg` against the optimizer; returns each trained weight's values.
+std::vector<Hyper> hyper_parameters(const OptimizerSpec& s, const OptimizerConfig& cfg,
+                                    const std::vector<std::string>& trained) {
+  auto check = [&](const std::string& key, bool is_int, const std::string& where) {
+    const bool known = is_int ? s.has_int(key) : (s.has_float(key) || is_state_init(s, key));
+    if (!known)
+      throw_error<InvalidArgument>(where, ": ", s.name, " has no ", is_int ? "integer" : "float", " attribute '", key,
+                                   "' (it has: ", s.attr_list(), ")");
+  };
+  for (const auto& [k, v] : cfg.attrs) check(k, false, "optimizer_attributes");
+  for (const auto& [k, v] : cfg.int_attrs) check(k, true, "optimizer_int_attributes");
+  const std::set<std::string> known(trained.begin(), trained.end());
+  for (const auto& [w, m] : cfg.weight_attrs) {
+    if (!known.count(w)) throw_error<InvalidArgument>("optimizer_attributes_map: '", w, "' is not a trained weight");
+    for (const auto& [k, v] : m) check(k, false, "optimizer_attributes_map['" + w + "']");
+  }
+  for (const auto& [w, m] : cfg.weight_int_attrs) {
+    if (!known.count(w)) throw_error<InvalidArgument>("optimizer_int_attributes_map: '", w, "' is not a trained weight");
+    for (const auto& [k, v] : m) check(k, true, "optimizer_int_attributes_map['" + w + "']");
+  }
+  std::vector<Hyper> r;
+  for (const auto& w : trained) {
+    Hyper h;
+    for (const auto& a : s.float_attrs) h.f[a.name] = a.dflt;
+    for (const auto& a : s.state_init_attrs) h.f[a.name] = a.dflt;
+    for (const auto& a : s.int_attrs) h.i[a.name] = a.dflt;
+    for (const auto& [k, v] : cfg.attrs) h.f[k] = v;
+    for (const auto& [k, v] : cfg.int_attrs) h.i[k] = v;
+    if (auto it = cfg.weight_attrs.find(w); it != cfg.weight_attrs.end())
+      for (const auto& [k, v] : it->second) h.f[k] = v;
+    if (auto it = cfg.weight_int_attrs.find(w); it != cfg.weight_int_attrs.end())
+      for (const auto& [k, v] : it->second) h.i[k] = v;
+    r.push_back(std::move(h));
+  }
+  return r;
+}
+
+// Emits one group's update. Inputs: the weights W, their gradients G (already accumulated), the
+// optimizer states S[k][i] (state k of weight i); returns the updated values in the same layout:
+// out[0] = W', out[1 + k] = S[k]'.
+class GroupEmitter {
+ public:
+  GroupEmitter(Emitter& e, const OptimizerSpec& spec, const Hyper& h, const TrainingGraph& tg, std::string scale)
+      : e_(e), spec_(spec), h_(h), tg_(tg), scale_(std::move(scale)) {}
+
+  std::vector<std::vector<std::string>> fused(const std::vector<std::string>& W, const std::vector<std::string>& G,
+                                              const std::vector<std::vector<std::string>>& S) {
+    std::vector<std::string> ins = {tg_.lr_input, tg_.step_input, scale_};
+    ins.insert(ins.end(), W.begin(), W.end());
+    ins.insert(ins.end(), G.begin(), G.end());
+    for (const auto& s : S) ins.insert(ins.end(), s.begin(), s.end());
+    std::vector<ir::Attribute> attrs;
+    for (const auto& a : spec_.float_attrs) attrs.push_back(Emitter::float_attr(a.name, h_.f.at(a.name)));
+    for (const auto& a : spec_.int_attrs) attrs.push_back(Emitter::int_attr(a.name, h_.i.at(a.name)));
+    const size_t n = W.size();
+    auto outs = e_.add_n(spec_.name, std::move(ins), n * (1 + S.size()), std::move(attrs), kernels::kTrainingDomain,
+                         "updated");
+    std::vector<std::vector<std::string>> r(1 + S.size());
+    for (size_t k = 0; k < r.size(); ++k) r[k].assign(outs.begin() + long(k * n), outs.begin() + long((k + 1) * n));
+    return r;
+  }
+
+  // Standard ONNX (and preview-training Momentum / Adagrad): the arithmetic of the fused kernels.
+  std::vector<std::vector<std::string>> portable(const std::vector<std::string>& W, const std::vector<std::string>& G_in,
+                                                 const std::vector<std::vector<std::string>>& S) {
+    std::vector<std::string> G;
+    for (const auto& g : G_in) G.push_back(scale_.empty() ? g : mul(g, e_.cast_like(scale_, g)));
+    const std::string& name = spec_.name;
+    if (name == "MomentumOptimizer" || name == "AdagradOptimizer") return preview(W, G, S);
+    std::vector<std::vector<std::string>> r(1 + S.size());
+    for (size_t i = 0; i < W.size(); ++i) {
+      std::vector<std::string> st;
+      for (const auto& s : S) st.push_back(s[i]);
+      std::vector<std::string> o = name == "SGDOptimizer" ? sgd(W[i], G[i])
+                                   : name == "LambOptimizer" ? lamb(W[i], G[i], st)
+                                                             : adam(W[i], G[i], st, name == "AdamWOptimizer");
+      for (size_t k = 0; k < o.size(); ++k) r[k].push_back(o[k]);
+    }
+    return r;
+  }
+
+ private:
+  std::string mul(const std::string& a, const std::string& b) { return e_.add("Mul", {a, b}); }
+  std::string add(const std::string& a, const std::string& b) { return e_.add("Add", {a, b}); }
+  std::string sub(const std::string& a, const std::string& b) { return e_.add("Sub", {a, b}); }
+  std::string div(const std::string& a, const std::string& b) { return e_.add("Div", {a, b}); }
+  std::string c(DType dt, double v) { return e_.scalar(dt, v); }
+  // Scalars computed in double, as the fused kernels do, then rounded to the weight's type.
+  std::string lr_d() { return e_.cast(e_.reshape(tg_.lr_input, e_.ints({})), DType::kFloat64); }
+  std::string step_d() { return e_.cast(e_.reshape(tg_.step_input, e_.ints({})), DType::kFloat64); }
+  std::string to(const std::string& d, const std::string& like) { return e_.cast_like(d, like); }
+  // 1 - b^t (1 without bias correction).
+  std::string bias_correction(double b) {
+    return sub(c(DType::kFloat64, 1.0), e_.add("Pow", {c(DType::kFloat64, b), step_d()}));
+  }
+
+  std::vector<std::string> sgd(const std::string& w, const std::string& g) {
+    const DType dt = e_.dtype(w);
+    std::string d = g;
+    const float wd = h_.f.at("lambda");
+    if (wd != 0.f) d = add(d, mul(c(dt, wd), w));
+    return {add(w, mul(to(e_.add("Neg", {lr_d()}), w), d))};
+  }
+
+  std::vector<std::string> adam(const std::string& w_in, const std::string& g_in, const std::vector<std::string>& st,
+                                bool decoupled) {
+    const DType dt = e_.dtype(w_in);
+    const double b1 = h_.f.at("alpha"), b2 = h_.f.at("beta"), wd = h_.f.at("lambda"), eps = h_.f.at("epsilon");
+    const bool bias = h_.i.at("do_bias_correction") != 0;
+    std::string w = w_in, g = g_in;
+    if (decoupled && wd != 0.0) w = mul(w, to(sub(c(DType::kFloat64, 1.0), mul(lr_d(), c(DType::kFloat64, wd))), w));
+    if (!decoupled && wd != 0.0) g = add(g, mul(c(dt, wd), w));
+    const std::string m = add(mul(st[0], c(dt, b1)), mul(c(dt, 1.0 - b1), g));
+    const std::string v = add(mul(st[1], c(dt, b2)), mul(mul(c(dt, 1.0 - b2), g), g));
+    const std::string bc1 = bias ? bias_correction(b1) : c(DType::kFloat64, 1.0);
+    const std::string bc2 = bias ? bias_correction(b2) : c(DType::kFloat64, 1.0);
+    const std::string step_size = to(e_.add("Neg", {div(lr_d(), bc1)}), w);
+    const std::string denom = add(div(e_.add("Sqrt", {v}), to(e_.add("Sqrt", {bc2}), w)), c(dt, eps));
+    return {add(w, div(mul(step_size, m), denom)), m, v};
+  }
+
+  std::vector<std::string> lamb(const std::string& w, const std::string& g, const std::vector<std::string>& st) {
+    const DType dt = e_.dtype(w);
+    const double b1 = h_.f.at("alpha"), b2 = h_.f.at("beta"), wd = h_.f.at("lambda"), eps = h_.f.at("epsilon");
+    const bool bias = h_.i.at("do_bias_correction") != 0;
+    const std::string m = add(mul(st[0], c(dt, b1)), mul(c(dt, 1.0 - b1), g));
+    const std::string v = add(mul(st[1], c(dt, b2)), mul(mul(c(dt, 1.0 - b2), g), g));
+    // r = m^ / (sqrt(v^) + eps) + lambda w, in double as the fused kernel.
+    const std::string md = e_.cast(m, DType::kFloat64), vd = e_.cast(v, DType::kFloat64), wdd = e_.cast(w, DType::kFloat64);
+    const std::string bc1 = bias ? bias_correction(b1) : c(DType::kFloat64, 1.0);
+    const std::string bc2 = bias ? bias_correction(b2) : c(DType::kFloat64, 1.0);
+    const std::string rd = add(div(div(md, bc1), add(e_.add("Sqrt", {div(vd, bc2)}), c(DType::kFloat64, eps))),
+                               mul(c(DType::kFloat64, wd), wdd));
+    const std::string r = to(rd, w);
+    const std::string rr = e_.cast(r, DType::kFloat64);
+    const std::string wn = e_.add("Sqrt", {e_.reduce_all("ReduceSumSquare", wdd)});
+    const std::string rn = e_.add("Sqrt", {e_.reduce_all("ReduceSumSquare", rr)});
+    const std::string zero = c(DType::kFloat64, 0.0);
+    const std::string both = e_.add("And", {e_.add("Greater", {wn, zero}), e_.add("Greater", {rn, zero})});
+    std::string ratio = e_.add("Where", {both, div(wn, rn), c(DType::kFloat64, 1.0)});
+    ratio = e_.add("Min", {e_.add("Max", {ratio, c(DType::kFloat64, h_.f.at("ratio_min"))}),
+                           c(DType::kFloat64, h_.f.at("ratio_max"))});
+    const std::string a = to(mul(e_.add("Neg", {lr_d()}), ratio), w);
+    return {add(w, mul(a, r)), m, v};
+  }
+
+  // Momentum and Adagrad as the preview-training operators (one node for the group).
+  std::vector<std::vector<std::string>> preview(const std::vector<std::string>& W, const std::vector<std::string>& G,
+                                                const std::vector<std::vector<std::string>>& S) {
+    const bool momentum = spec_.name == "MomentumOptimizer";
+    const std::string R = e_.reshape(tg_.lr_input, e_.ints({}));
+    // Adagrad's T counts the updates before this one (r = R / (1 + T decay)); Momentum ignores it
+    // here (beta = 1).
+    std::string T = e_.reshape(tg_.step_input, e_.ints({}));
+    if (!momentum) T = sub(T, e_.constant(Tensor::scalar<int64_t>(1), "one"));
+    std::vector<std::string> ins = {R, T};
+    ins.insert(ins.end(), W.begin(), W.end());
+    ins.insert(ins.end(), G.begin(), G.end());
+    ins.insert(ins.end(), S[0].begin(), S[0].end());
+    std::vector<ir::Attribute> attrs;
+    if (momentum) {
+      attrs = {Emitter::float_attr("alpha", h_.f.at("momentum")), Emitter::float_attr("beta", 1.f),
+               Emitter::string_attr("mode", h_.i.at("nesterov") ? "nesterov" : "standard"),
+               Emitter::float_attr("norm_coefficient", h_.f.at("lambda"))};
+    } else {
+      attrs = {Emitter::float_attr("decay_factor", h_.f.at("lr_decay")),
+               Emitter::float_attr("epsilon", h_.f.at("epsilon")),
+               Emitter::float_attr("norm_coefficient", h_.f.at("lambda"))};
+    }
+    const size_t n = W.size();
+    auto outs = e_.add_n(momentum ? "Momentum" : "Adagrad", std::move(ins), 2 * n, std::move(attrs),
+                         ir::kPreviewTrainingDomain, "updated");
+    return {std::vector<std::string>(outs.begin(), outs.begin() + long(n)),
+            std::vector<std::string>(outs.begin() + long(n), outs.end())};
+  }
+
+  Emitter& e_;
+  const OptimizerSpec& spec_;
+  const Hyper& h_;
+  const TrainingGraph& tg_;
+  std::string scale_;
+};
+
+std::string join_updates(const std::vector<StateUpdate>& u) {
+  std::string s;
+  for (const auto& x : u) s += (s.empty() ? "" : ",") + x.value + ":" + x.state;
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> r;
+  for (const auto& s : kernels::optimizer_specs()) r.push_back(s.name);
+  return r;
+}
+
+std::vector<std::pair<std::string, std::string>> TrainingGraph::update_step() const {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const auto& u : updates) r.emplace_back(u.value, u.state);
+  return r;
+}
+
+std::vector<std::pair<std::string, std::string>> TrainingGraph::accumulate_step() const {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (const auto& u : updates)
+    if (u.kind == StateUpdate::Kind::kAccumulator || u.kind == StateUpdate::Kind::kRunningStat)
+      r.emplace_back(u.value, u.state);
+  return r;
+}
+
+void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
+  const OptimizerSpec& spec = spec_of(cfg.optimizer.name);
+  if (cfg.accumulation_steps < 1)
+    throw_error<InvalidArgument>("gradient_accumulation_steps must be >= 1, got ", cfg.accumulation_steps);
+  if (tg.gradients.size() != tg.trained.size())
+    throw_error<InvalidArgument>("attach_optimizer: ", tg.gradients.size(), " gradients for ", tg.trained.size(), " weights");
+  const std::vector<Hyper> hyper = hyper_parameters(spec, cfg.optimizer, tg.trained);
+  ir::Graph& g = *tg.model.graph;
+  for (const auto& w : tg.trained) {
+    const Tensor* t = g.initializer(w);
+    if (!t) throw_error<InvalidArgument>("'", w, "' is not an initializer of the model");
+    if (t->dtype() != DType::kFloat32 && t->dtype() != DType::kFloat64)
+      throw_error<NotImplemented>("weight '", w, "' has element type ", dtype_name(t->dtype()),
+                                  "; optimizers update float32 or float64 master weights");
+  }
+  Emitter e(tg.model, g);
+  e.set_node_prefix("optimizer_");
+  auto input = [&](const std::string& want, DType dt, bool exact) {
+    std::string n = exact ? want : e.fresh(want);
+    if (exact && !e.reserve(n)) throw_error<InvalidArgument>("the model already has a value named '", n, "'");
+    e.add_input(ir::ValueInfo{n, ir::TypeInfo::tensor(dt, {1}), ""});
+    return n;
+  };
+  tg.lr_input = input(cfg.lr_input, DType::kFloat32, true);
+  tg.step_input = input("Step", DType::kInt64, false);
+  auto state_of = [&](const std::string& w, const std::string& base, float init) {
+    const Tensor& t = *g.initializer(w);
+    Tensor s = Tensor::zeros(t.dtype(), t.shape());
+    if (init != 0.f) {
+      if (t.dtype() == DType::kFloat32) std::fill_n(s.data<float>(), s.numel(), init);
+      else std::fill_n(s.data<double>(), s.numel(), double(init));
+    }
+    return e.constant(s, base);
+  };
+
+  // Accumulation: A' = reset ? G : A + G, in place over the accumulators.
+  std::vector<std::string> grads = tg.gradients;
+  if (cfg.accumulation_steps > 1) {
+    tg.reset_input = input("AccumulationReset", DType::kBool, false);
+    std::vector<std::string> acc;
+    for (const auto& w : tg.trained) acc.push_back(state_of(w, w + "_grad_accumulation_buffer", 0.f));
+    std::vector<std::string> upd;
+    if (cfg.portable) {
+      for (size_t i = 0; i < acc.size(); ++i)
+        upd.push_back(e.add("Where", {tg.reset_input, grads[i], e.add("Add", {acc[i], grads[i]})}));
+    } else {
+      std::vector<std::string> ins = {tg.reset_input};
+      ins.insert(ins.end(), acc.begin(), acc.end());
+      ins.insert(ins.end(), grads.begin(), grads.end());
+      upd = e.add_n(kernels::kAccumulateGradients, std::move(ins), acc.size(), {}, kernels::kTrainingDomain, "accumulated");
+    }
+    for (size_t i = 0; i < acc.size(); ++i)
+      tg.updates.push_back({StateUpdate::Kind::kAccumulator, upd[i], acc[i], tg.trained[i], tg.trained[i]});
+    grads = upd;
+  }
+
+  // Global-norm clipping: a scale (float64 [1]) every gradient is multiplied by.
+  std::string scale;
+  if (cfg.clip_grad_norm) {
+    if (!(cfg.max_grad_norm > 0) || !std::isfinite(cfg.max_grad_norm))
+      throw_error<InvalidArgument>("max_grad_norm must be > 0, got ", cfg.max_grad_norm);
+    if (cfg.portable) {
+      // norm = sqrt(sum of squares in double); scale = min(max_norm / (norm + 1e-6), 1)
+      std::vector<std::string> sq;
+      for (const auto& gr : grads) sq.push_back(e.reduce_all("ReduceSumSquare", e.cast(gr, DType::kFloat64)));
+      const std::string norm = e.add("Sqrt", {sq.size() == 1 ? sq[0] : e.add("Sum", sq)});
+      const std::string coef = e.add("Div", {e.scalar(DType::kFloat64, cfg.max_grad_norm),
+                                             e.add("Add", {norm, e.scalar(DType::kFloat64, 1e-6)})});
+      scale = e.add("Min", {coef, e.scalar(DType::kFloat64, 1.0)});
+    } else {
+      scale = e.add_n(kernels::kGlobalNormClip, grads, 1, {Emitter::float_attr("max_norm", cfg.max_grad_norm)},
+                      kernels::kTrainingDomain, "grad_scale")[0];
+    }
+  }
+
+  // One optimizer node per group of weights with the same hyper-parameters (file order kept).
+  std::vector<bool> done(tg.trained.size(), false);
+  for (size_t first = 0; first < tg.trained.size(); ++first) {
+    if (done[first]) continue;
+    std::vector<size_t> members;
+    for (size_t i = first; i < tg.trained.size(); ++i)
+      if (!done[i] && hyper[i] == hyper[first]) members.push_back(i), done[i] = true;
+    std::vector<std::string> W, G;
+    std::vector<std::vector<std::string>> S(spec.states.size());
+    float init = 0.f;
+    for (const auto& a : spec.state_init_attrs) init = hyper[first].f.at(a.name);
+    for (size_t i : members) {
+      W.push_back(tg.trained[i]);
+      G.push_back(grads[i]);
+      for (size_t k = 0; k < spec.states.size(); ++k)
+        S[k].push_back(state_of(tg.trained[i], spec.states[k] + "_" + tg.trained[i], init));
+    }
+    GroupEmitter ge(e, spec, hyper[first], tg, scale);
+    const auto out = cfg.portable ? ge.portable(W, G, S) : ge.fused(W, G, S);
+    for (size_t m = 0; m < members.size(); ++m) {
+      const std::string& w = tg.trained[members[m]];
+      tg.updates.push_back({StateUpdate::Kind::kWeight, out[0][m], w, w, w});
+      for (size_t k = 0; k < spec.states.size(); ++k)
+        tg.updates.push_back(
+            {StateUpdate::Kind::kOptimizerState, out[1 + k][m], S[k][m], w, spec.states[k] + "_" + w});
+    }
+  }
+
+  // The updated states are graph outputs: the saved training model runs by itself.
+  for (const auto& u : tg.updates) {
+    if (u.kind == StateUpdate::Kind::kRunningStat) continue;  // already outputs of the gradient model
+    ir::ValueInfo vi{u.value, e.type(u.value) ? *e.type(u.value) : ir::TypeInfo(), ""};
+    g.outputs.push_back(vi);
+  }
+  tg.model.metadata.emplace_back("onnxtrain.state_updates", join_updates(tg.updates));
+  tg.model.metadata.emplace_back("onnxtrain.training_inputs",
+                                 "lr=" + tg.lr_input + ",step=" + tg.step_input +
+                                     (tg.reset_input.empty() ? "" : ",reset=" + tg.reset_input));
+  ir::validate_graph(g);
+}
+
+TrainingGraph build_training_graph(const ir::Model& forward, const std::string& loss,
+                                   const std::vector<std::string>& trained, const std::vector<RunningStat>& running,
+                                   const std::set<std::string>& frozen_stats, const StepConfig& cfg) {
+  std::vector<std::string> ys;
+  for (const auto& o : forward.graph->outputs) ys.push_back(o.name);
+  for (const auto& r : running) ys.push_back(r.output);
+  autodiff::BuildOptions bo;
+  bo.portable = cfg.portable;
+  TrainingGraph tg;
+  tg.model = autodiff::build_gradient_model(forward, ys, trained, loss, bo);
+  tg.trained = trained;
+  for (const auto& w : trained) tg.gradients.push_back(w + bo.grad_suffix);
+  for (const auto& r : running)
+    if (!frozen_stats.count(r.initializer))
+      tg.updates.push_back({StateUpdate::Kind::kRunningStat, r.output, r.initializer, "", r.initializer});
+  attach_optimizer(tg, cfg);
+  return tg;
+}
+
+}  // namespace onnxtrain::train

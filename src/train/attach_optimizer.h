@@ -1,0 +1,88 @@
+// The training step as one graph: attach_optimizer appends to a gradient model the gradient
+// accumulation, the global-norm clipping and one optimizer node per group of weights that share
+// hyper-parameters, so that forward, backward and update run as one plan. Weights, optimizer state
+// and accumulators are initializers that the step updates in place (StateUpdate); the learning
+// rate, the step count and (when accumulating) the accumulation reset flag are graph inputs.
+//
+//   fused (default)  com.onnxtrain operators (src/kernels/optimizer_spec.h): AccumulateGradients,
+//                    GlobalNormClip, SGDOptimizer, MomentumOptimizer, AdamOptimizer, ...
+//   portable         standard ONNX operators, plus the ai.onnx.preview.training Momentum and
+//                    Adagrad operators whose arithmetic matches torch.optim's: the saved training
+//                    model runs in any runtime that has them.
+//
+// The saved training model runs by itself: feed the data, the learning rate and the step count;
+// the updated weights and optimizer state come out as graph outputs (the metadata entry
+// "onnxtrain.state_updates" pairs each with the initializer it replaces).
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "train/training_graph.h"
+
+namespace onnxtrain::train {
+
+/// Hyper-parameters with onnxruntime-training's names: global values plus per-weight overrides.
+struct OptimizerConfig {
+  std::string name = "SGDOptimizer";
+  std::map<std::string, float> attrs;
+  std::map<std::string, int64_t> int_attrs;
+  std::map<std::string, std::map<std::string, float>> weight_attrs;
+  std::map<std::string, std::map<std::string, int64_t>> weight_int_attrs;
+};
+
+/// Names accepted as OptimizerConfig::name (onnxruntime-training's training_optimizer_name values).
+std::vector<std::string> optimizer_names();
+
+/// What a training step does besides forward and backward.
+struct StepConfig {
+  OptimizerConfig optimizer;
+  int64_t accumulation_steps = 1;  ///< gradients of this many runs are summed per update
+  bool clip_grad_norm = false;     ///< scale gradients so that their global L2 norm is <= max_grad_norm
+  float max_grad_norm = 1.0f;
+  bool portable = false;           ///< standard ONNX (+ preview-training ops where they fit) only
+  std::string lr_input = "Learning_Rate";
+};
+
+/// A tensor a training step updates: after the step, initializer `state` holds value `value`.
+struct StateUpdate {
+  enum class Kind { kWeight, kOptimizerState, kAccumulator, kRunningStat };
+  Kind kind;
+  std::string value, state;
+  std::string weight;  ///< the trained weight it belongs to ("" for running statistics)
+  std::string key;     ///< checkpoint name: "Moment_1_<w>", the weight for accumulators and weights
+};
+
+/// The training model and how to drive it.
+struct TrainingGraph {
+  ir::Model model;
+  std::string lr_input;     ///< float32 [1]
+  std::string step_input;   ///< int64 [1]: the 1-based count of the update this step performs
+  std::string reset_input;  ///< bool [1]: start a new accumulation (only when accumulating)
+  std::vector<std::string> trained;    ///< weights the optimizer updates
+  std::vector<std::string> gradients;  ///< per trained weight: its gradient ("<w>_grad")
+  std::vector<StateUpdate> updates;
+
+  /// (value, state) pairs applied by a step that updates the weights.
+  std::vector<std::pair<std::string, std::string>> update_step() const;
+  /// (value, state) pairs applied by a step that only accumulates gradients.
+  std::vector<std::pair<std::string, std::string>> accumulate_step() const;
+};
+
+/// Appends accumulation, clipping and the optimizer to tg.model, a gradient model with a
+/// gradient output tg.gradients[i] for each weight tg.trained[i]. Throws InvalidArgument naming an
+/// unknown optimizer, an unknown attribute or a per-weight entry for a weight that is not
+/// trained; NotImplemented for weights that are not float32 or float64.
+void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg);
+
+/// The whole training model of `forward` (which outputs `loss`): gradient graph of `trained`,
+/// BatchNormalization running statistics written back (except those in `frozen_stats`), then
+/// attach_optimizer.
+TrainingGraph build_training_graph(const ir::Model& forward, const std::string& loss,
+                                   const std::vector<std::string>& trained, const std::vector<RunningStat>& running,
+                                   const std::set<std::string>& frozen_stats, const StepConfig& cfg);
+
+}  // namespace onnxtrain::train

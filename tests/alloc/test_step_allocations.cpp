@@ -1,0 +1,198 @@
+// Heap allocations of a steady-state training step, counted by interposing the C allocator
+// (malloc, calloc, realloc, aligned_alloc, posix_memalign, memalign: operator new, oneDNN and the
+// OpenMP runtime all come through them) on every thread. A separate executable: the hook must not
+// be in the main test binary.
+#include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "ir/ir.h"
+#include "ir/onnx_io.h"
+#include "onnxtrain/training.h"
+
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+void __libc_free(void*);
+}
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocs{0};
+std::atomic<long> g_bytes{0};
+void note(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocs.fetch_add(1, std::memory_order_relaxed);
+    g_bytes.fetch_add(long(n), std::memory_order_relaxed);
+  }
+}
+}  // namespace
+
+extern "C" {
+void* malloc(size_t n) {
+  note(n);
+  return __libc_malloc(n);
+}
+void* calloc(size_t a, size_t b) {
+  note(a * b);
+  return __libc_calloc(a, b);
+}
+void* realloc(void* p, size_t n) {
+  note(n);
+  return __libc_realloc(p, n);
+}
+void free(void* p) { __libc_free(p); }
+void* memalign(size_t align, size_t n) {
+  note(n);
+  return __libc_memalign(align, n);
+}
+void* aligned_alloc(size_t align, size_t n) {
+  note(n);
+  return __libc_memalign(align, n);
+}
+int posix_memalign(void** out, size_t align, size_t n) {
+  note(n);
+  void* p = __libc_memalign(align, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+}
+
+using namespace onnxtrain;
+
+namespace {
+
+ir::Attribute int_attr(const char* name, int64_t v) {
+  ir::Attribute a;
+  a.name = name;
+  a.type = ir::AttrType::kInt;
+  a.i = v;
+  return a;
+}
+
+// x[B, 64] -> MatMul 64x128 -> Add -> Relu -> MatMul 128x10 -> Add -> logits; cross-entropy with
+// 'label'; optionally a BatchNormalization in training mode after the first layer.
+std::string mlp(bool batchnorm) {
+  ir::Model m;
+  m.opsets = {{"", 15}};
+  m.graph = std::make_shared<ir::Graph>();
+  auto& g = *m.graph;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 0.1f);
+  auto weight = [&](const std::string& n, Shape s) {
+    Tensor t = Tensor::empty(DType::kFloat32, s);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = nd(rng);
+    g.initializers.emplace_back(n, t);
+  };
+  weight("W1", {64, 128});
+  weight("b1", {128});
+  weight("W2", {128, 10});
+  weight("b2", {10});
+  g.inputs = {ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kFloat32), ""},
+              ir::ValueInfo{"label", ir::TypeInfo::tensor(DType::kInt64), ""}};
+  auto node = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+                  std::vector<ir::Attribute> attrs = {}) {
+    ir::Node n;
+    n.op_type = op;
+    n.name = op + "_" + out[0];
+    n.inputs = std::move(in);
+    n.outputs = std::move(out);
+    n.attrs = std::move(attrs);
+    g.nodes.push_back(std::move(n));
+  };
+  node("MatMul", {"x", "W1"}, {"h1"});
+  node("Add", {"h1", "b1"}, {"a1"});
+  std::string act_in = "a1";
+  if (batchnorm) {
+    g.initializers.emplace_back("gamma", Tensor::from_vector<float>({128}, std::vector<float>(128, 1.f)));
+    g.initializers.emplace_back("beta", Tensor::zeros(DType::kFloat32, {128}));
+    g.initializers.emplace_back("mean", Tensor::zeros(DType::kFloat32, {128}));
+    g.initializers.emplace_back("var", Tensor::from_vector<float>({128}, std::vector<float>(128, 1.f)));
+    node("BatchNormalization", {"a1", "gamma", "beta", "mean", "var"}, {"bn", "mean_out", "var_out"},
+         {int_attr("training_mode", 1)});
+    act_in = "bn";
+  }
+  node("Relu", {act_in}, {"r1"});
+  node("MatMul", {"r1", "W2"}, {"h2"});
+  node("Add", {"h2", "b2"}, {"logits"});
+  node("SoftmaxCrossEntropyLoss", {"logits", "label"}, {"loss"});
+  g.outputs = {ir::ValueInfo{"loss", ir::TypeInfo::tensor(DType::kFloat32), ""},
+               ir::ValueInfo{"logits", ir::TypeInfo::tensor(DType::kFloat32), ""}};
+  return ir::serialize_model(m);
+}
+
+struct Counted {
+  long allocs, bytes;
+};
+
+// Allocations per step over `steps` steps after `warmup` steps, for the bound-output run().
+Counted count_steps(const std::string& optimizer, int64_t accumulation, bool clip, bool batchnorm, bool bound,
+                    int threads) {
+  const std::string bytes = mlp(batchnorm);
+  TrainingParameters p;
+  p.loss_output_name = "loss";
+  p.training_optimizer_name = optimizer;
+  p.gradient_accumulation_steps = accumulation;
+  p.enable_grad_norm_clip = clip;
+  SessionOptions so;
+  so.intra_op_num_threads = threads;
+  TrainingSession sess(bytes.data(), bytes.size(), p, so);
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> ud(-1.f, 1.f);
+  Tensor x = Tensor::empty(DType::kFloat32, {32, 64});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = ud(rng);
+  Tensor label = Tensor::empty(DType::kInt64, {32});
+  for (int64_t i = 0; i < 32; ++i) label.data<int64_t>()[i] = int64_t(rng() % 10);
+  const std::vector<std::pair<std::string, Value>> feeds = {
+      {"x", Value::of(x)}, {"label", Value::of(label)}, {"Learning_Rate", Value::of(Tensor::from_vector<float>({1}, {0.01f}))}};
+  const std::vector<std::string> names = {"loss"};
+  std::vector<Value> out;
+  for (int i = 0; i < 6; ++i) sess.run(names, feeds, out);
+  const int steps = 12;
+  g_allocs = 0;
+  g_bytes = 0;
+  g_counting = true;
+  for (int i = 0; i < steps; ++i) {
+    if (bound) {
+      sess.run(names, feeds, out);
+    } else {
+      auto r = sess.run(names, feeds);
+      (void)r;
+    }
+  }
+  g_counting = false;
+  EXPECT_TRUE(std::isfinite(out[0].tensor.data<float>()[0]));
+  return {g_allocs.load() / steps, g_bytes.load() / steps};
+}
+
+}  // namespace
+
+TEST(StepAllocations, SteadyStateTrainingStepAllocatesNothing) {
+  for (int threads : {1, 2})
+    for (const char* opt : {"SGDOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdamWOptimizer", "LambOptimizer",
+                            "AdagradOptimizer"}) {
+      const Counted c = count_steps(opt, 1, false, false, true, threads);
+      EXPECT_EQ(c.allocs, 0) << opt << ", " << threads << " threads: " << c.bytes << " bytes per step";
+    }
+}
+
+TEST(StepAllocations, AccumulationClippingAndBatchNormAllocateNothing) {
+  const Counted c = count_steps("AdamOptimizer", 3, true, true, true, 2);
+  EXPECT_EQ(c.allocs, 0) << c.bytes << " bytes per step";
+}
+
+TEST(StepAllocations, ConvenienceRunAllocatesOnlyItsResults) {
+  // run() returning a fresh vector: the vector and the loss tensor (its buffer and its shared
+  // control block), nothing of the size of the model.
+  const Counted c = count_steps("AdamOptimizer", 1, false, false, false, 2);
+  EXPECT_LE(c.allocs, 4);
+  EXPECT_LT(c.bytes, 1024);
+}
