@@ -19,6 +19,6 @@ void register_norm(KernelRegistry& r);          // cpu/norm.cpp: BatchNormalizat
 void register_loss(KernelRegistry& r);          // cpu/loss.cpp: SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
 void register_rnn(KernelRegistry& r);           // cpu/rnn.cpp: LSTM, GRU, RNN
 void register_control_flow(KernelRegistry& r);  // cpu/control_flow.cpp: If, Loop
-void register_training(KernelRegistry& r);      // cpu/optimizer_ops.cpp: preview-training Adagrad, Momentum, Adam
+void register_training(KernelRegistry& r);      // cpu/optimizer_ops.cpp: optimizers, AccumulateGradients, GlobalNormClip, preview-training Adagrad/Momentum/Adam
 
 }  // namespace onnxtrain::kernels

@@ -91,6 +91,49 @@ TEST(Norm, BatchNormInferenceAndTraining) {
   }
 }
 
+// Training: the running statistics overwrite input_mean / input_var in place; the kernel is right
+// whether the planner gives them the inputs' memory or buffers of their own.
+TEST(Norm, BatchNormTrainingRunningStatisticsInPlace) {
+  std::mt19937 rng(1101);
+  for (int trial = 0; trial < 8; ++trial) {
+    const Shape s = random_shape(rng, 2, 4);
+    const int64_t opset = trial % 2 ? 15 : 9, C = s[1], S = shape_numel(s) / s[0] / C;
+    const DType dt = trial % 4 < 2 ? DType::kFloat32 : DType::kFloat64;
+    Tensor x = random_tensor(dt, s, rng, -3, 3), scale = random_tensor(dt, {C}, rng), bias = random_tensor(dt, {C}, rng);
+    Tensor mean = random_tensor(dt, {C}, rng), var = random_tensor(dt, {C}, rng, 0.1, 2);
+    const float momentum = 0.75f, eps = 1e-3f;
+    const auto xv = to_double(x), sv = to_double(scale), bv = to_double(bias), mv = to_double(mean), vv = to_double(var);
+    std::vector<double> y(xv.size()), rm(static_cast<size_t>(C)), rv(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) {
+      const auto [mu, s2] = moments(xv, [&](size_t i) { return int64_t(i) / S % C == c; });
+      rm[size_t(c)] = mv[size_t(c)] * momentum + mu * (1 - momentum);
+      rv[size_t(c)] = vv[size_t(c)] * momentum + s2 * (1 - momentum);
+      for (size_t i = 0; i < xv.size(); ++i)
+        if (int64_t(i) / S % C == c) y[i] = (xv[i] - mu) / std::sqrt(s2 + double(eps)) * sv[size_t(c)] + bv[size_t(c)];
+    }
+    RunOptions o;
+    o.opset = opset;
+    o.num_outputs = 3;
+    o.threads = 1 + trial % 2;
+    std::vector<ir::Attribute> attrs{attr_float("epsilon", eps), attr_float("momentum", momentum)};
+    if (opset >= 14) attrs.push_back(attr_int("training_mode", 1));
+    const std::string what = "opset " + std::to_string(opset) + " x" + shape_to_string(s) + " seed 1101 trial " + std::to_string(trial);
+    for (InPlace mode : {InPlace::kAliased, InPlace::kSeparate}) {
+      const auto r = run_kernel("BatchNormalization", {x, scale, bias, mean, var}, attrs, o, mode);
+      EXPECT_EQ(r.inplace_of, (std::vector<int>{-1, 3, 4})) << what;
+      const double tol = dt == DType::kFloat32 ? 1e-5 : 1e-12;
+      EXPECT_TRUE(all_close(r.outputs[0], s, y, tol, tol)) << what;
+      EXPECT_TRUE(all_close(r.outputs[1], {C}, rm, tol, tol)) << what;
+      EXPECT_TRUE(all_close(r.outputs[2], {C}, rv, tol, tol)) << what;
+    }
+    // Inference declares nothing in place.
+    std::vector<ir::Attribute> infer{attr_float("epsilon", eps)};
+    o.num_outputs = 1;
+    EXPECT_EQ(run_kernel("BatchNormalization", {x, scale, bias, mean, var}, infer, o, InPlace::kAliased).inplace_of,
+              (std::vector<int>{-1}));
+  }
+}
+
 TEST(Norm, BatchNormBadParamsNameNode) {
   Tensor x = Tensor::zeros(DType::kFloat32, {2, 3, 4}), p3 = Tensor::zeros(DType::kFloat32, {3});
   const std::string e = thrown_by([&] { run_node("BatchNormalization", {x, p3, Tensor::zeros(DType::kFloat32, {4}), p3, p3}); });

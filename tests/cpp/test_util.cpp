@@ -1,7 +1,11 @@
 #include "test_util.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "core/parallel.h"
+#include "kernels/kernel.h"
 #include "runtime/executor.h"
 
 namespace ot_test {
@@ -120,6 +124,72 @@ ir::Node make_node(const std::string& op, std::vector<std::string> inputs, std::
 
 ir::ValueInfo value_info(const std::string& name, DType dt, const Shape& shape) {
   return ir::ValueInfo{name, shape.empty() ? ir::TypeInfo::tensor(dt) : ir::TypeInfo::tensor(dt, shape), ""};
+KernelRun run_kernel(const std::string& op, const std::vector<Tensor>& inputs, const std::vector<ir::Attribute>& attrs,
+                     const RunOptions& opts, InPlace mode, const std::vector<size_t>& unnamed) {
+  ir::Node n;
+  n.op_type = op;
+  n.domain = opts.domain;
+  n.name = "node_" + op;
+  n.attrs = attrs;
+  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].defined() ? "x" + std::to_string(i) : "");
+  for (size_t k = 0; k < opts.num_outputs; ++k) {
+    const bool named = std::find(unnamed.begin(), unnamed.end(), k) == unnamed.end();
+    n.outputs.push_back(named ? "y" + std::to_string(k) : "");
+  }
+  const int64_t opset = opts.domain.empty() ? opts.opset : 1;
+  OpsetMap opsets{{"", opts.opset}};
+  if (!opts.domain.empty()) opsets[opts.domain] = opset;
+  ExecOptions eo;
+  eo.num_threads = opts.threads;
+  auto kernel = create_kernel(n, opsets, eo);
+  std::vector<PrepareContext::In> ins(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined()) ins[i] = {Value::Kind::kTensor, inputs[i].dtype(), inputs[i].shape(), nullptr};
+  PrepareContext ctx(n, opset, eo, ins, opts.num_outputs);
+  kernel->prepare(ctx);
+
+  std::vector<Value> in_vals(inputs.size()), out_vals(opts.num_outputs);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].defined()) in_vals[i] = Value::of(inputs[i]);
+  KernelRun r;
+  std::vector<Value*> out_p(opts.num_outputs, nullptr);
+  std::vector<bool> overwritten(inputs.size(), false);
+  for (size_t k = 0; k < opts.num_outputs; ++k) {
+    const auto& o = ctx.outputs()[k];
+    r.inplace_of.push_back(o.inplace_of);
+    if (!o.requested) continue;
+    EXPECT_TRUE(o.set && !o.dynamic) << op << ": output " << k << " not prepared with a static shape";
+    if (o.inplace_of >= 0) {
+      const size_t j = size_t(o.inplace_of);
+      EXPECT_FALSE(overwritten[j]) << op << ": two outputs overwrite input " << j;
+      overwritten[j] = true;
+      EXPECT_EQ(o.dtype, inputs[j].dtype()) << op << ": output " << k;
+      EXPECT_EQ(o.shape, inputs[j].shape()) << op << ": output " << k;
+      if (mode == InPlace::kAliased) {
+        in_vals[j] = Value::of(inputs[j].clone());
+        out_p[k] = &in_vals[j];
+        continue;
+      }
+    }
+    Tensor t = Tensor::empty(o.dtype, o.shape);
+    std::memset(t.raw_data(), 0xff, t.nbytes());  // NaN in every float type: unwritten elements show
+    out_vals[k] = Value::of(t);
+    out_p[k] = &out_vals[k];
+  }
+  std::vector<Value*> in_p;
+  for (size_t i = 0; i < inputs.size(); ++i) in_p.push_back(inputs[i].defined() ? &in_vals[i] : nullptr);
+  std::vector<char> ws(ctx.workspace() + 64, char(0xff));
+  void* wsp = ws.data() + (64 - reinterpret_cast<uintptr_t>(ws.data()) % 64) % 64;
+  ThreadScope scope(opts.threads);
+  RunContext rc(n, in_p.data(), in_p.size(), out_p.data(), out_p.size(), nullptr, 0, wsp, ctx.workspace(), eo,
+                current_threads());
+  kernel->run(rc);
+  for (size_t k = 0; k < opts.num_outputs; ++k) r.outputs.push_back(out_p[k] ? out_p[k]->tensor : Tensor());
+  return r;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
 std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads) {

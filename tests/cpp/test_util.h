@@ -46,6 +46,28 @@ struct RunOptions {
 std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& inputs,
                              const std::vector<ir::Attribute>& attrs = {}, const RunOptions& opts = {});
 
+/// Where run_kernel puts an output the kernel declares in place (PrepareContext::set_output_inplace).
+enum class InPlace {
+  kAliased,   ///< the input's memory (a copy of the caller's tensor): what the planner does when it can
+  kSeparate,  ///< a buffer of its own, filled with NaN bytes first (today's executor)
+};
+
+/// Outputs of run_kernel, and for each output the input it overwrites in place (-1: none).
+struct KernelRun {
+  std::vector<Tensor> outputs;  ///< undefined for outputs left unnamed
+  std::vector<int> inplace_of;
+};
+
+/// Runs one `op` node's kernel directly, without the executor: prepare from the inputs' dtypes and
+/// shapes, then run once with opts.threads threads. Inputs not overwritten in place are passed as
+/// they are (compare them afterwards to catch a kernel writing into them). Outputs whose index is in
+/// `unnamed` are not named by the node.
+KernelRun run_kernel(const std::string& op, const std::vector<Tensor>& inputs, const std::vector<ir::Attribute>& attrs,
+                     const RunOptions& opts, InPlace mode, const std::vector<size_t>& unnamed = {});
+
+/// True when both tensors have the same dtype, shape and bytes.
+bool same_bits(const Tensor& a, const Tensor& b);
+
 /// Runs a model (graph inputs fed in order) and returns its outputs.
 std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads = 1);
 

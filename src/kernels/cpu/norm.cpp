@@ -2,7 +2,8 @@
 //   BatchNormalization(X[N,C,S..], scale[C], B[C], mean[C], var[C])
 //       Y = (X - mu[c]) / sqrt(sigma2[c] + eps) * scale[c] + B[c]
 //       inference: mu, sigma2 = mean, var; training: the batch's mean and population variance
-//       over N and S, running_mean = mean * momentum + mu * (1 - momentum) (same for var)
+//       over N and S, running_mean = mean * momentum + mu * (1 - momentum) (same for var);
+//       in training the running mean/var outputs overwrite inputs mean/var in place
 //   InstanceNormalization(X[N,C,S..], scale[C], B[C])
 //       Y = (X - mu[n,c]) / sqrt(sigma2[n,c] + eps) * scale[c] + B[c], moments over S
 //   LayerNormalization(X[R.., D..], Scale, B) (axis splits R from D)
@@ -112,7 +113,11 @@ class BatchNormKernel final : public Kernel {
     ctx.set_output(0, dt, s);
     for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), new_style_ ? 3 : 5); ++k) {
       const size_t src = k % 2 ? 3 : 4;  // mean-like outputs follow input_mean, var-like input_var
-      if (ctx.has_output(k)) ctx.set_output(k, k <= 2 ? ctx.input_dtype(src) : dt, ctx.input_shape(src));
+      if (!ctx.has_output(k)) continue;
+      // Training: the running statistics overwrite input_mean / input_var in place (run() reads
+      // both into the workspace before writing either).
+      if (k <= 2 && training_) ctx.set_output_inplace(k, src);
+      else ctx.set_output(k, k <= 2 ? ctx.input_dtype(src) : dt, ctx.input_shape(src));
     }
     ctx.request_workspace(size_t(c_) * 6 * sizeof(double));
   }

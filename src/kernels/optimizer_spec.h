@@ -1,0 +1,65 @@
+// The optimizers of a training step, as com.onnxtrain operators: one table of their names,
+// state buffers and attributes with defaults. The kernels (cpu/optimizer_ops.cpp) take their
+// defaults from it; the pass that appends the update nodes to the training graph (src/train/)
+// reads it to name state initializers and validate user attributes. Names are
+// onnxruntime-training's `training_optimizer_name` values and attribute names.
+//
+// Node layout shared by every optimizer (n trained tensors, S = states.size()):
+//   inputs:  lr (float32, one element), step (int64, one element, 1-based),
+//            grad_scale (optional float64, one element: g = G * grad_scale first),
+//            W1..Wn, G1..Gn, then S groups of n state tensors (same dtype and shape as W)
+//   outputs: W1'..Wn', then the S groups' n outputs; every output overwrites its input in place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace onnxtrain::kernels {
+
+/// Domain of the training operators (and of the gradient kernels).
+inline constexpr const char* kTrainingDomain = "com.onnxtrain";
+/// Operator opset of the optimizer, AccumulateGradients and GlobalNormClip kernels.
+inline constexpr int64_t kTrainingOpset = 1;
+/// AccumulateGradients(reset, A1..An, G1..Gn) -> A1'..An' in place: A' = reset ? G : A + G.
+inline constexpr const char* kAccumulateGradients = "AccumulateGradients";
+/// GlobalNormClip(G1..Gn) -> scale[1] (, norm[1]), float64; attribute max_norm.
+inline constexpr const char* kGlobalNormClip = "GlobalNormClip";
+
+/// Input positions of an optimizer node.
+inline constexpr size_t kOptimizerLrInput = 0, kOptimizerStepInput = 1, kOptimizerGradScaleInput = 2,
+                        kOptimizerFirstWeightInput = 3;
+
+struct OptimizerFloatAttr {
+  std::string name;
+  float dflt;
+};
+struct OptimizerIntAttr {
+  std::string name;
+  int64_t dflt;
+};
+
+struct OptimizerSpec {
+  std::string name;                          ///< op type, e.g. "AdamOptimizer"
+  std::vector<std::string> states;           ///< state buffer names, e.g. {"Moment_1", "Moment_2"}
+  std::vector<OptimizerFloatAttr> float_attrs;  ///< node attributes
+  std::vector<OptimizerIntAttr> int_attrs;      ///< node attributes
+  /// Attributes the pass applies when it creates the state initializers (the value every state
+  /// element starts from); never node attributes. Adagrad: initial_accumulator_value.
+  std::vector<OptimizerFloatAttr> state_init_attrs;
+
+  /// Default of a float / int node attribute; throws InvalidArgument when the optimizer has none.
+  float float_default(const std::string& attr) const;
+  int64_t int_default(const std::string& attr) const;
+  bool has_float(const std::string& attr) const;
+  bool has_int(const std::string& attr) const;
+  /// "alpha, beta, ..." (the node attributes: float, then int) for error messages.
+  std::string attr_list() const;
+};
+
+/// Every optimizer, in a fixed order (SGD, Momentum, Adam, AdamW, LAMB, Adagrad).
+const std::vector<OptimizerSpec>& optimizer_specs();
+/// The spec named `name`, or null.
+const OptimizerSpec* find_optimizer_spec(const std::string& name);
+
+}  // namespace onnxtrain::kernels
