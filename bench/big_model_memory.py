@@ -10,14 +10,15 @@ Another subprocess then checks the export: onnx.checker on the path, one weight 
 file at its recorded offset against the session's weight (bit for bit), and the model loaded back
 with onnxtrain.InferenceSession against the session's own forward pass. A last run per build sets
 model_with_training_graph_path and checks the saved training model the same way (its weights are
-the untrained ones, compared with the generated file).
+the untrained ones, compared with the generated file), and another saves the gradient model built
+by GradientGraphBuilder from the model's path (GradientGraphBuilder.save).
 
 Usage (one build: the onnxtrain on PYTHONPATH; several: NAME=PYTHONPATH each):
   PYTHONPATH=build/python /usr/bin/python3 bench/big_model_memory.py
   /usr/bin/python3 bench/big_model_memory.py --build before=/work/base/python --build after=build/python
 Options: --dir DIR (model and outputs; default a folder under /tmp, removed unless --keep),
 --optimizer sgd --optimizer adam, --steps 3, --batch 4, --dim 8192 --layers 9 (smaller for a quick
-run), --threads 2, --no-training-graph. Needs about 5x the weights in free memory per run with
+run), --threads 2, --no-training-graph, --no-gradient. Needs about 5x the weights in free memory per run with
 Adam on a build that keeps gradients beside the weights; runs one measurement at a time.
 """
 import argparse
@@ -117,44 +118,47 @@ def generate(folder, dim, layers, batch):
 
 
 # ---------------------------------------------------------------------------------------------
-# Subprocess: one training measurement.
+# Subprocesses: one measurement each. Peaks per phase: VmHWM reset before the phase.
 
-def child_train(args):
-    out = {"phases": {}}
-    t0 = time.perf_counter()
-    import onnxtrain as ot
-    out["phases"]["import"] = {"rss": status_kib("VmRSS") * 1024}
-    X = np.load(os.path.join(args.dir, "X.npy"))
-    label = np.load(os.path.join(args.dir, "label.npy"))
-    p = ot.TrainingParameters()
-    p.loss_output_name = "loss"
-    p.training_optimizer_name = OPTIMIZERS[args.optimizer[-1]]
-    if args.training_graph:
-        p.model_with_training_graph_path = os.path.join(args.out, "training.onnx")
-    so = ot.SessionOptions()
-    so.intra_op_num_threads = args.threads
+class Phases:
+    def __init__(self):
+        self.out = {"phases": {"import": {"rss": status_kib("VmRSS") * 1024}}}
 
-    def phase(name, fn):
+    def run(self, name, fn):
         reset_peak()
         t = time.perf_counter()
         try:
-            r = fn()
-            err = None
+            r, err = fn(), None
         except Exception as e:  # noqa: BLE001 - the error is the measurement
             r, err = None, f"{type(e).__name__}: {e}"
-        out["phases"][name] = {"peak": status_kib("VmHWM") * 1024, "rss": status_kib("VmRSS") * 1024,
-                               "seconds": time.perf_counter() - t, "error": err}
+        self.out["phases"][name] = {"peak": status_kib("VmHWM") * 1024, "rss": status_kib("VmRSS") * 1024,
+                                    "seconds": time.perf_counter() - t, "error": err}
         return r, err
 
-    sess, err = phase("session", lambda: ot.TrainingSession(os.path.join(args.dir, "model.onnx"), p, so))
-    if err:
-        out["error"] = err
-        print(json.dumps(out))
-        return
-    if args.training_graph:  # the saved training model is the measurement: no steps
-        print(json.dumps(out))
-        return
-    feed = {"X": X, "label": label, "Learning_Rate": np.array([LEARNING_RATES[args.optimizer[-1]]], np.float32)}
+    def done(self, **fields):
+        self.out.update(fields)
+        print(json.dumps(self.out))
+
+
+def child_train(args):
+    """TrainingSession from the path, steps, export_model(path); or, with --training-graph, only
+    the session with model_with_training_graph_path set."""
+    import onnxtrain as ot
+    ph = Phases()
+    opt = args.optimizer[-1]
+    p = ot.TrainingParameters()
+    p.loss_output_name = "loss"
+    p.training_optimizer_name = OPTIMIZERS[opt]
+    if args.training_graph:
+        p.model_with_training_graph_path = os.path.join(args.out, "written.onnx")
+    so = ot.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    sess, err = ph.run("create", lambda: ot.TrainingSession(os.path.join(args.dir, "model.onnx"), p, so))
+    if err or args.training_graph:
+        return ph.done(error=err, write_error=err)
+    X = np.load(os.path.join(args.dir, "X.npy"))
+    label = np.load(os.path.join(args.dir, "label.npy"))
+    feed = {"X": X, "label": label, "Learning_Rate": np.array([LEARNING_RATES[opt]], np.float32)}
     losses, times = [], []
 
     def steps(n):
@@ -163,28 +167,40 @@ def child_train(args):
             losses.append(float(sess.run(["loss"], feed)[0]))
             times.append(time.perf_counter() - t)
 
-    phase("step1", lambda: steps(1))
+    ph.run("step1", lambda: steps(1))
     if args.steps > 1:
-        phase("steps", lambda: steps(args.steps - 1))
-    out["losses"], out["step_times"] = losses, times
-    export_path = os.path.join(args.out, "trained.onnx")
-    _, err = phase("export", lambda: sess.export_model(export_path))
-    out["export_error"] = err
-    # For the check (after every measurement): one trained weight and the session's forward pass.
+        ph.run("steps", lambda: steps(args.steps - 1))
+    _, err = ph.run("write", lambda: sess.export_model(os.path.join(args.out, "written.onnx")))
+    # For the check, after every measurement: one trained weight and the session's forward pass.
     if not err:
         state = sess.get_state()
         np.save(os.path.join(args.out, "weight.npy"), state[weight_name(args.check_layer)])
         del state
         np.save(os.path.join(args.out, "Y.npy"), sess.eval(["Y"], {"X": X})[0])
-    out["wall"] = time.perf_counter() - t0
-    print(json.dumps(out))
+    ph.done(losses=losses, step_times=times, write_error=err)
+
+
+def child_grad(args):
+    """GradientGraphBuilder from the path (weights in external data), build, save(path)."""
+    import onnxtrain as ot
+    ph = Phases()
+    names = {weight_name(k) for k in range(args.layers)}
+    b, err = ph.run("create", lambda: ot.GradientGraphBuilder(os.path.join(args.dir, "model.onnx"), {"loss"}, names,
+                                                              "loss"))
+    if not err:
+        _, err = ph.run("build", b.build)
+    if err:
+        return ph.done(error=err)
+    _, err = ph.run("write", lambda: b.save(os.path.join(args.out, "written.onnx")))
+    ph.done(write_error=err)
 
 
 # ---------------------------------------------------------------------------------------------
 # Subprocess: checks a written model (path form of onnx.checker, a weight at its recorded offset,
 # onnxtrain's loader).
 
-def read_external(model_path, name):
+def read_weight(model_path, name):
+    """The weight as stored: read from the data file at its recorded offset (or inline)."""
     import onnx
     m = onnx.load(model_path, load_external_data=False)
     for t in m.graph.initializer:
@@ -210,7 +226,7 @@ def child_check(args):
     except Exception as e:  # noqa: BLE001
         res["checker"] = f"{type(e).__name__}: {e}"[:200]
     name = weight_name(args.check_layer)
-    arr, where = read_external(args.model, name)
+    arr, where = read_weight(args.model, name)
     if arr is None:
         res["weight"] = f"{name} {where}"
     else:
@@ -218,21 +234,21 @@ def child_check(args):
             ref = np.concatenate([rows for _, rows in weight_rows(args.check_layer, arr.shape[0], 512)])
         else:
             ref = np.load(args.expect)
-        res["weight"] = "bit-identical" if arr.tobytes() == ref.tobytes() else "DIFFERS"
-        res["data_file"] = where
+        res["weight"] = ("bit-identical" if arr.tobytes() == ref.tobytes() else "DIFFERS") + f" ({where})"
         del arr, ref
-    if args.run:
-        import onnxtrain as ot
-        reset_peak()
-        try:
-            sess = ot.InferenceSession(args.model)
+    import onnxtrain as ot
+    reset_peak()
+    try:
+        sess = ot.InferenceSession(args.model)
+        res["load"] = "ok"
+        if args.run:
             y = sess.run(["Y"], {"X": np.load(os.path.join(args.dir, "X.npy"))})[0]
             ref = np.load(args.run)
             err = float(np.max(np.abs(y - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
-            res["reload"] = "ok" if err <= 1e-5 else f"outputs differ (max rel {err:.2g})"
-        except Exception as e:  # noqa: BLE001
-            res["reload"] = f"{type(e).__name__}: {e}"[:200]
-        res["reload_peak"] = status_kib("VmHWM") * 1024
+            res["load"] = "ok, runs as trained" if err <= 1e-5 else f"outputs differ (max rel {err:.2g})"
+    except Exception as e:  # noqa: BLE001
+        res["load"] = f"{type(e).__name__}: {e}"[:200]
+    res["load_peak"] = status_kib("VmHWM") * 1024
     print(json.dumps(res))
 
 
@@ -255,9 +271,39 @@ def gib(x):
     return f"{x / 2**30:.2f}" if x >= 2**28 else f"{x / 2**30:.4f}"
 
 
+def short(err, n=70):
+    return err if len(err) <= n else err[: n - 3] + "..."
+
+
+def table_row(row, wbytes):
+    """build, run, create, step 1, later steps, train peak, step s, write, write peak, check."""
+    r, c = row["r"], row.get("check")
+    if "crash" in r:
+        return [row["build"], row["run"], short(r["crash"], 90)] + [""] * 7
+    ph = r["phases"]
+
+    def peak(name):
+        return f"{gib(ph[name]['peak'])} ({ph[name]['peak'] / wbytes:.2f}x)" if name in ph else "-"
+
+    times = r.get("step_times") or []
+    step = f"{float(np.median(times[1:] or times)):.2f}" if times else "-"
+    train = [ph[n]["peak"] for n in ("create", "build", "step1", "steps") if n in ph]
+    if r.get("write_error") or r.get("error"):
+        write = short(r.get("write_error") or r["error"])
+    else:
+        write = "ok" if "write" in ph or row["run"].startswith("training graph") else "-"
+    check = "-"
+    if c:
+        check = "; ".join(f"{k} {v}" for k, v in c.items() if k in ("checker", "weight", "load")) if "crash" not in c \
+            else short(c["crash"], 90)
+    create = peak("create") if "build" not in ph else f"{peak('create')} / build {peak('build')}"
+    return [row["build"], row["run"], create, peak("step1"), peak("steps"), f"{max(train) / wbytes:.2f}x", step,
+            write, peak("write"), check]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--child", choices=["train", "check"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["train", "grad", "check"], help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--expect", help=argparse.SUPPRESS)
@@ -274,11 +320,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--check-layer", type=int, default=4, help="index of the weight compared after export")
     ap.add_argument("--no-training-graph", action="store_true", help="skip the model_with_training_graph_path run")
+    ap.add_argument("--no-gradient", action="store_true", help="skip the GradientGraphBuilder save run")
     args = ap.parse_args()
-    if args.child == "train":
-        return child_train(args)
-    if args.child == "check":
-        return child_check(args)
+    if args.child:
+        return {"train": child_train, "grad": child_grad, "check": child_check}[args.child](args)
 
     builds = []
     for b in args.build:
@@ -299,69 +344,44 @@ def main():
           f"{args.threads} threads; folder {folder}", flush=True)
 
     common = ["--dir", folder, "--steps", str(args.steps), "--threads", str(args.threads),
-              "--check-layer", str(args.check_layer)]
+              "--check-layer", str(args.check_layer), "--layers", str(args.layers)]
+    # (label, child arguments, check: "trained" | "generated")
+    runs = [(opt, ["--child", "train", "--optimizer", opt], "trained") for opt in optimizers]
+    if not args.no_training_graph:
+        runs.append(("training graph (sgd)", ["--child", "train", "--optimizer", "sgd", "--training-graph"],
+                     "generated"))
+    if not args.no_gradient:
+        runs.append(("gradient model", ["--child", "grad"], "generated"))
     rows = []
     for bname, pypath in builds:
-        runs = [(o, False) for o in optimizers] + ([] if args.no_training_graph else [("sgd", True)])
-        for opt, tg in runs:
-            out = os.path.join(folder, f"{bname}-{opt}{'-tg' if tg else ''}")
+        for label, argv, expect in runs:
+            out = os.path.join(folder, f"{bname}-{label.split()[0]}")
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out)
             if mem_available() < 5 * wbytes:
                 print(f"warning: {gib(mem_available())} GiB available, the run may need up to {gib(5 * wbytes)}",
                       flush=True)
-            r = run_child(pypath, ["--child", "train", "--optimizer", opt, "--out", out] + common +
-                          (["--training-graph"] if tg else []))
-            row = {"build": bname, "run": opt + (" +training graph" if tg else ""), "r": r}
-            if "crash" not in r and "error" not in r:
-                if tg:
-                    path = os.path.join(out, "training.onnx")
-                    if os.path.exists(path):
-                        row["check"] = run_child(pypath, ["--child", "check", "--model", path, "--expect",
-                                                          "generated"] + common)
-                elif not r.get("export_error"):
-                    row["check"] = run_child(pypath, ["--child", "check", "--model", os.path.join(out, "trained.onnx"),
-                                                      "--expect", os.path.join(out, "weight.npy"),
-                                                      "--run", os.path.join(out, "Y.npy")] + common)
+            r = run_child(pypath, argv + ["--out", out] + common)
+            row = {"build": bname, "run": label, "r": r}
+            written = os.path.join(out, "written.onnx")
+            if "crash" not in r and not r.get("write_error") and os.path.exists(written):
+                check = ["--child", "check", "--model", written] + common
+                if expect == "trained":
+                    check += ["--expect", os.path.join(out, "weight.npy"), "--run", os.path.join(out, "Y.npy")]
+                else:
+                    check += ["--expect", "generated"]
+                row["check"] = run_child(pypath, check)
             rows.append(row)
-            print(f"  done: {bname} {row['run']}", flush=True)
-            for f in ("trained.onnx", "trained.onnx.data", "training.onnx", "training.onnx.data", "weight.npy", "Y.npy"):
-                if os.path.exists(os.path.join(out, f)) and not args.keep:
-                    os.remove(os.path.join(out, f))
+            print(f"  done: {bname} {label}", flush=True)
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
 
     print()
-    print(f"weights W = {gib(wbytes)} GiB; peaks are VmHWM per phase (GiB, and x W); step = median seconds "
-          "of the steps after the first")
-    hdr = ["build", "run", "session", "step 1", "later steps", "x W", "step s", "export", "export peak", "check"]
-    table = [hdr]
-    for row in rows:
-        r, c = row["r"], row.get("check", {})
-        if "crash" in r:
-            table.append([row["build"], row["run"], r["crash"]] + [""] * (len(hdr) - 3))
-            continue
-        ph = r["phases"]
-
-        def peak(name):
-            return f"{gib(ph[name]['peak'])} ({ph[name]['peak'] / wbytes:.2f}x)" if name in ph else "-"
-
-        train_peak = max([ph[n]["peak"] for n in ("session", "step1", "steps") if n in ph])
-        times = r.get("step_times", [])
-        step = f"{float(np.median(times[1:] or times)):.2f}" if times else "-"
-        if row["run"].endswith("training graph"):
-            export = "saved" if not ph["session"]["error"] and c else (ph["session"]["error"] or "not written")
-            check = ", ".join(f"{k} {v}" for k, v in c.items() if k in ("checker", "weight")) if c else "-"
-            table.append([row["build"], row["run"], peak("session"), "-", "-", f"{train_peak / wbytes:.2f}",
-                          "-", export[:90], "-", check])
-            continue
-        if r.get("error"):
-            table.append([row["build"], row["run"], r["error"][:90]] + [""] * (len(hdr) - 3))
-            continue
-        export = "ok" if not r.get("export_error") else r["export_error"][:90]
-        check = "-"
-        if c:
-            check = "; ".join(f"{k} {v}" for k, v in c.items() if k in ("checker", "weight", "reload"))
-        table.append([row["build"], row["run"], peak("session"), peak("step1"), peak("steps"),
-                      f"{train_peak / wbytes:.2f}", step, export, peak("export") if "export" in ph else "-", check])
+    print(f"weights W = {gib(wbytes)} GiB. Peaks: VmHWM of the phase in GiB (x W); create = session or builder "
+          "creation (load included); write = export_model(path), or the save (training graph: during create); "
+          "step = median seconds of the steps after the first")
+    hdr = ["build", "run", "create", "step 1", "later steps", "peak", "step s", "write", "write peak", "check"]
+    table = [hdr] + [table_row(row, wbytes) for row in rows]
     widths = [max(len(str(t[i])) for t in table) for i in range(len(hdr))]
     for i, t in enumerate(table):
         print(" | ".join(str(v).ljust(w) for v, w in zip(t, widths)).rstrip())
@@ -373,7 +393,7 @@ def main():
         if "phases" in r:
             rss = ", ".join(f"{k} {gib(v['rss'])}" for k, v in r["phases"].items())
             print(f"{row['build']} {row['run']}: resident after each phase (GiB): {rss}"
-                  + (f"; losses {', '.join(f'{x:.4g}' for x in r.get('losses', []))}" if r.get("losses") else ""))
+                  + (f"; losses {', '.join(f'{x:.4g}' for x in r['losses'])}" if r.get("losses") else ""))
     if not args.keep and not args.dir:
         shutil.rmtree(folder, ignore_errors=True)
 
