@@ -276,14 +276,26 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<GradientGraphBuilder>(m, "GradientGraphBuilder")
       .def(py::init([](py::bytes model, const std::set<std::string>& ys, const std::set<std::string>& xs,
-                       const std::string& loss, bool portable) {
-             return new GradientGraphBuilder(std::string(model), ys, xs, loss, portable);
+                       const std::string& loss, bool portable, const std::string& base_dir) {
+             return new GradientGraphBuilder(std::string(model), ys, xs, loss, portable, base_dir);
            }),
            py::arg("model_bytes"), py::arg("y_node_arg_names"), py::arg("x_node_arg_names"),
-           py::arg("loss_node_arg_name"), py::arg("portable") = false)
+           py::arg("loss_node_arg_name"), py::arg("portable") = false, py::arg("base_dir") = "")
       .def("build", &GradientGraphBuilder::build, py::call_guard<py::gil_scoped_release>())
       .def("get_model", [](const GradientGraphBuilder& b) { return py::bytes(b.get_model()); })
-      .def("save", &GradientGraphBuilder::save, py::arg("path"));
+      .def(
+          "save",
+          [](const GradientGraphBuilder& b, const std::string& path, const std::string& external_data,
+             uint64_t size_threshold, const std::string& location) {
+            ModelSaveOptions o;
+            o.external_data = parse_external_data(external_data);
+            o.threshold = size_threshold;
+            o.location = location;
+            py::gil_scoped_release nogil;
+            b.save(path, o);
+          },
+          py::arg("path"), py::arg("external_data") = "auto", py::arg("size_threshold") = 1024,
+          py::arg("location") = "");
 
   py::class_<TrainingSession>(m, "TrainingSession")
       .def(py::init([](py::object path_or_bytes, py::dict params, const SessionOptions* opts) {

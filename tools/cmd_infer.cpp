@@ -73,7 +73,7 @@ int cmd_eval(const Args& a) {
   if (!a.has("--data")) throw UsageError("missing --data FILE (see onnxtrain eval --help)");
   const int64_t batch = a.integer("--batch-size", 1024, 1, int64_t(1) << 40);
   const bool json = a.flag("--json");
-  const LossModel lm = build_loss_model(read_file(model_path, "model file"), loss_config(a));
+  const LossModel lm = build_loss_model(read_file(model_path, "model file"), loss_config(a), dir_of(model_path));
   InferenceSession sess(lm.bytes.data(), lm.bytes.size(), session_options(a), dir_of(model_path));
   std::vector<NodeArg> features;
   const NodeArg* label = nullptr;

@@ -79,7 +79,7 @@ int cmd_export(const Args& a) {
     std::vector<std::string> argv{model_path};
     for (const auto& s : options_argv(train_command(), info.metadata.at("trainer.options"))) argv.push_back(s);
     const Args ta(train_command(), argv);
-    const LossModel lm = build_loss_model(model_bytes, loss_config(ta));
+    const LossModel lm = build_loss_model(model_bytes, loss_config(ta), dir_of(model_path));
     const int64_t total = std::stoll(info.metadata.count("trainer.total_steps") ? info.metadata.at("trainer.total_steps") : "1");
     const TrainSetup setup = make_train_setup(ta, model_bytes, lm, total);
     sess = std::make_unique<TrainingSession>(lm.bytes.data(), lm.bytes.size(), setup.params, SessionOptions{},
@@ -88,7 +88,7 @@ int cmd_export(const Args& a) {
     TrainingParameters p;
     p.loss_output_name = a.str("--loss-output", "loss");
     const LossConfig lc{"", p.loss_output_name};
-    build_loss_model(model_bytes, lc);  // names a missing loss output
+    build_loss_model(model_bytes, lc, dir_of(model_path));  // names a missing loss output
     if (!info.optimizer.empty()) p.training_optimizer_name = info.optimizer;
     sess = std::make_unique<TrainingSession>(model_bytes.data(), model_bytes.size(), p, SessionOptions{}, dir_of(model_path));
   }
@@ -117,6 +117,9 @@ const Command& grad_command() {
              {"--wrt", "NAMES", "initializers or inputs to differentiate (default: every trainable weight)", false, true},
              {"--freeze", "NAMES", "weights left out of the default --wrt", false, true},
              {"--portable", "", "standard ONNX operators only wherever possible (runs in any ONNX runtime)"},
+             {"--external-data", "auto|always|never",
+              "weights in a data file beside --out (FILE.data): auto (default) when the model would pass protobuf's "
+              "2 GiB limit, always (initializers of 1 KiB or more), never"},
          })
       c.options.push_back(o);
     c.epilog = "example:\n  onnxtrain grad mlp.onnx --loss cross_entropy --out mlp.grad.onnx";
@@ -129,7 +132,9 @@ int cmd_grad(const Args& a) {
   const std::string model_path = a.positional(0);
   const std::string out = a.str("--out", model_stem(model_path) + ".grad.onnx");
   if (a.has("--wrt") && a.has("--freeze")) throw UsageError("give --wrt or --freeze, not both");
-  const LossModel lm = build_loss_model(read_file(model_path, "model file"), loss_config(a));
+  ModelSaveOptions save;
+  save.external_data = parse_external_data(a.choice("--external-data", "auto", {"auto", "always", "never"}));
+  const LossModel lm = build_loss_model(read_file(model_path, "model file"), loss_config(a), dir_of(model_path));
   const ModelSummary s = summarize_model_bytes(lm.bytes, dir_of(model_path));
   std::set<std::string> xs, known;
   for (const auto& i : s.initializers) known.insert(i.name);
@@ -150,10 +155,10 @@ int cmd_grad(const Args& a) {
   if (xs.empty()) throw_error<InvalidArgument>("nothing to differentiate: the model has no trainable weight (use --wrt)");
   std::set<std::string> ys;
   for (const auto& o : s.outputs) ys.insert(o.name);
-  GradientGraphBuilder b(lm.bytes, ys, xs, lm.cfg.loss_output, a.flag("--portable"));
+  GradientGraphBuilder b(lm.bytes, ys, xs, lm.cfg.loss_output, a.flag("--portable"), lm.base_dir);
   b.build();
   make_dirs_for(out);
-  b.save(out);
+  b.save(out, save);
   std::vector<std::string> grads;
   for (const auto& x : xs) grads.push_back(x + "_grad");
   std::printf("wrote %s: gradient of '%s' with respect to %zu values (outputs %s)\n", out.c_str(),

@@ -169,7 +169,7 @@ int cmd_train(const Args& a) {
 
   // Model, loss and session. The data is checked against the session's inputs.
   const std::string model_bytes = read_file(model_path, "model file");
-  const LossModel lm = build_loss_model(model_bytes, loss_config(a));
+  const LossModel lm = build_loss_model(model_bytes, loss_config(a), dir_of(model_path));
   const int64_t accum = make_train_setup(a, model_bytes, lm, 1 << 30).params.gradient_accumulation_steps;  // checks options
   SessionOptions so;
   so.intra_op_num_threads = int(threads);

@@ -59,8 +59,8 @@ LossConfig loss_config(const Args& a) {
   return c;
 }
 
-LossModel build_loss_model(const std::string& model_bytes, const LossConfig& cfg) {
-  const ModelSummary s = summarize_model_bytes(model_bytes);
+LossModel build_loss_model(const std::string& model_bytes, const LossConfig& cfg, const std::string& base_dir) {
+  const ModelSummary s = summarize_model_bytes(model_bytes, base_dir);
   std::vector<std::string> outs;
   for (const auto& o : s.outputs) outs.push_back(o.name);
   auto find_output = [&](const std::string& n) -> const NodeArg* {
@@ -70,6 +70,7 @@ LossModel build_loss_model(const std::string& model_bytes, const LossConfig& cfg
   };
   LossModel lm;
   lm.cfg = cfg;
+  lm.base_dir = base_dir;
   if (!cfg.score_output.empty() && !find_output(cfg.score_output))
     throw_error<InvalidArgument>("the model has no output '", cfg.score_output, "' (--score-output; outputs: ", join(outs), ")");
   if (cfg.kind.empty()) {

@@ -42,9 +42,11 @@ struct LossModel {
   LossConfig cfg;
   std::string score_output;  ///< resolved ("" when the model carries its own loss and none was named)
   Scoring scoring;
+  std::string base_dir;      ///< folder of the model's external data ("" = none)
 };
 /// Throws InvalidArgument naming a missing loss output, an unknown score output or loss argument.
-LossModel build_loss_model(const std::string& model_bytes, const LossConfig& cfg);
+/// `base_dir`: the model file's folder, where its external data (if any) lies.
+LossModel build_loss_model(const std::string& model_bytes, const LossConfig& cfg, const std::string& base_dir);
 
 /// Accumulates a metric over batches.
 class ScoreAccumulator {

@@ -121,7 +121,7 @@ TrainSetup make_train_setup(const Args& a, const std::string& model_bytes, const
     p.max_grad_norm = float(a.number("--clip-norm", 1, 1e-12, 1e30));
   }
   if (a.has("--freeze")) {
-    const ModelSummary sum = summarize_model_bytes(model_bytes);
+    const ModelSummary sum = summarize_model_bytes(model_bytes, lm.base_dir);
     std::vector<std::string> names;
     for (const auto& i : sum.initializers) names.push_back(i.name);
     for (const auto& f : a.list("--freeze")) {

@@ -3,6 +3,7 @@
 // (missing or unreadable file) naming the file; nothing is checked by an assert alone.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,25 @@ struct CsvTable {
 /// is not a number. Blank lines are skipped; fields may be quoted; "nan"/"inf" are numbers.
 /// Throws InvalidArgument naming the line and column of a ragged row or a non-numeric field.
 CsvTable read_csv(const std::string& path);
+
+/// Where a model written to a file keeps its tensors.
+enum class ExternalData {
+  kAuto,    ///< inline while the model fits protobuf's 2 GiB limit, in external data beyond it
+  kAlways,  ///< initializers of at least `threshold` bytes go to the data file
+  kNever,   ///< everything inline: a model over 2 GiB is refused
+};
+
+/// How a model is written to a file (GradientGraphBuilder::save, the CLI's --external-data).
+struct ModelSaveOptions {
+  ExternalData external_data = ExternalData::kAuto;
+  /// Smallest initializer, in bytes, written to the data file (string and empty tensors stay inline).
+  uint64_t threshold = 1024;
+  /// Data file name, in the model's folder (no '/'); empty: "<model file name>.data".
+  std::string location;
+};
+
+/// "auto", "always" or "never" (InvalidArgument naming the choices otherwise).
+ExternalData parse_external_data(const std::string& name);
 
 /// Reads a whole regular file (IOError when missing, not a regular file or unreadable; `what`
 /// names it in messages, e.g. "model file").

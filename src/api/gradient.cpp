@@ -15,9 +15,10 @@ struct GradientGraphBuilder::Impl {
 };
 
 GradientGraphBuilder::GradientGraphBuilder(const std::string& model_bytes, const std::set<std::string>& ys,
-                                           const std::set<std::string>& xs, const std::string& loss, bool portable)
+                                           const std::set<std::string>& xs, const std::string& loss, bool portable,
+                                           const std::string& base_dir)
     : impl_(std::make_unique<Impl>()) {
-  impl_->model = ir::load_model_bytes(model_bytes.data(), model_bytes.size());
+  impl_->model = ir::load_model_bytes(model_bytes.data(), model_bytes.size(), base_dir);
   impl_->ys.assign(ys.begin(), ys.end());
   impl_->xs.assign(xs.begin(), xs.end());
   impl_->loss = loss;
@@ -41,9 +42,9 @@ std::string GradientGraphBuilder::get_model() const {
   return ir::serialize_model(impl_->result);
 }
 
-void GradientGraphBuilder::save(const std::string& path) const {
+void GradientGraphBuilder::save(const std::string& path, const ModelSaveOptions& options) const {
   if (!impl_->built) throw_error<InvalidArgument>("GradientGraphBuilder: call build() before save()");
-  ir::save_model(impl_->result, path);
+  ir::save_model(impl_->result, path, options);
 }
 
 }  // namespace onnxtrain

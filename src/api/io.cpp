@@ -72,6 +72,13 @@ std::string read_file(const std::string& path, const std::string& what) {
 
 void write_file_atomic(const std::string& path, const std::string& bytes) { ir::write_file_atomic(path, bytes); }
 
+ExternalData parse_external_data(const std::string& name) {
+  if (name == "auto") return ExternalData::kAuto;
+  if (name == "always") return ExternalData::kAlways;
+  if (name == "never") return ExternalData::kNever;
+  throw_error<InvalidArgument>("external data mode '", name, "' is not one of auto, always, never");
+}
+
 CsvTable read_csv(const std::string& path) {
   const std::string text = read_file(path, "CSV file");
   const std::string what = "'" + path + "'";

@@ -4,10 +4,12 @@
 
 #include <fcntl.h>
 #include <onnx/defs/schema.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/shape_inference/implementation.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <climits>
@@ -593,9 +595,60 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
 
 namespace {
 
-void graph_to_proto(const Graph& g, onnx::GraphProto* p);
+// Tensors headed for the external data file while a model is converted to its proto: initializers
+// of at least `threshold` bytes (strings and empty tensors stay inline), laid out in order.
+struct ExternalPlan {
+  std::string location;
+  uint64_t threshold = 1;
+  std::vector<std::pair<const Tensor*, uint64_t>> tensors;  // tensor, offset in the data file
+  uint64_t end = 0;                                         // size of the data file
+  int64_t inline_growth = 0;  // how much larger the proto is with these tensors inline (see add)
 
-void attribute_to_proto(const Attribute& a, onnx::AttributeProto* p) {
+  bool takes(const Tensor& t) const {
+    return t.dtype() != DType::kString && t.nbytes() > 0 && t.nbytes() >= threshold;
+  }
+  // Writes `t` as a reference into the data file.
+  void add(const Tensor& t, const std::string& name, onnx::TensorProto* p);
+};
+
+size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+void ExternalPlan::add(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
+  p->Clear();
+  p->set_name(name);
+  p->set_data_type(static_cast<int>(t.dtype()));
+  for (int64_t d : t.shape()) p->add_dims(d);
+  const uint64_t head = p->ByteSizeLong(), n = t.nbytes();
+  // Page-aligned for tensors of a page or more (mappable), 64-byte aligned (SIMD) below.
+  const uint64_t align = n >= 4096 ? 4096 : 64;
+  const uint64_t offset = (end + align - 1) / align * align;
+  p->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto entry = [&](const char* key, const std::string& value) {
+    auto* e = p->add_external_data();
+    e->set_key(key);
+    e->set_value(value);
+  };
+  entry("location", location);
+  entry("offset", std::to_string(offset));
+  entry("length", std::to_string(n));
+  tensors.emplace_back(&t, offset);
+  end = offset + n;
+  // The same tensor inline: its header plus a raw_data field, each length-prefixed in its parent
+  // (the parents' own prefixes may grow a few bytes more: this is a lower bound).
+  const uint64_t external = p->ByteSizeLong(), inlined = head + 1 + varint_size(n) + n;
+  inline_growth += int64_t(inlined + varint_size(inlined)) - int64_t(external + varint_size(external));
+}
+
+void graph_to_proto(const Graph& g, onnx::GraphProto* p, ExternalPlan* ext);
+
+void attribute_to_proto(const Attribute& a, onnx::AttributeProto* p, ExternalPlan* ext) {
   p->set_name(a.name);
   if (!a.doc.empty()) p->set_doc_string(a.doc);
   if (!a.ref_attr_name.empty()) p->set_ref_attr_name(a.ref_attr_name);
@@ -605,12 +658,12 @@ void attribute_to_proto(const Attribute& a, onnx::AttributeProto* p) {
     case AttrType::kInt: p->set_i(a.i); break;
     case AttrType::kString: p->set_s(a.s); break;
     case AttrType::kTensor: tensor_to_proto(a.t, "", p->mutable_t()); break;
-    case AttrType::kGraph: graph_to_proto(*a.g, p->mutable_g()); break;
+    case AttrType::kGraph: graph_to_proto(*a.g, p->mutable_g(), ext); break;
     case AttrType::kFloats: for (float f : a.floats) p->add_floats(f); break;
     case AttrType::kInts: for (int64_t i : a.ints) p->add_ints(i); break;
     case AttrType::kStrings: for (const auto& s : a.strings) p->add_strings(s); break;
     case AttrType::kTensors: for (const auto& t : a.tensors) tensor_to_proto(t, "", p->add_tensors()); break;
-    case AttrType::kGraphs: for (const auto& g : a.graphs) graph_to_proto(*g, p->add_graphs()); break;
+    case AttrType::kGraphs: for (const auto& g : a.graphs) graph_to_proto(*g, p->add_graphs(), ext); break;
     case AttrType::kTypeProto: type_to_proto(a.tp, p->mutable_tp()); break;
     case AttrType::kTypeProtos: for (const auto& t : a.tps) type_to_proto(t, p->add_type_protos()); break;
     default: break;
@@ -623,29 +676,32 @@ void value_info_to_proto(const ValueInfo& v, onnx::ValueInfoProto* p) {
   if (v.type.kind != TypeInfo::Kind::kUnknown) type_to_proto(v.type, p->mutable_type());
 }
 
-void node_to_proto(const Node& n, onnx::NodeProto* p) {
+void node_to_proto(const Node& n, onnx::NodeProto* p, ExternalPlan* ext) {
   if (!n.name.empty()) p->set_name(n.name);
   p->set_op_type(n.op_type);
   if (!n.domain.empty()) p->set_domain(n.domain);
   if (!n.doc.empty()) p->set_doc_string(n.doc);
   for (const auto& i : n.inputs) p->add_input(i);
   for (const auto& o : n.outputs) p->add_output(o);
-  for (const auto& a : n.attrs) attribute_to_proto(a, p->add_attribute());
+  for (const auto& a : n.attrs) attribute_to_proto(a, p->add_attribute(), ext);
 }
 
-void graph_to_proto(const Graph& g, onnx::GraphProto* p) {
+// Initializers (of this graph and of subgraphs) that `ext` takes become references into its data
+// file; attribute tensors stay inline, as onnx.save_model(save_as_external_data=True) leaves them.
+void graph_to_proto(const Graph& g, onnx::GraphProto* p, ExternalPlan* ext) {
   p->set_name(g.name);
   if (!g.doc.empty()) p->set_doc_string(g.doc);
-  for (const auto& n : g.nodes) node_to_proto(n, p->add_node());
+  for (const auto& n : g.nodes) node_to_proto(n, p->add_node(), ext);
   for (const auto& v : g.inputs) value_info_to_proto(v, p->add_input());
   for (const auto& v : g.outputs) value_info_to_proto(v, p->add_output());
   for (const auto& v : g.value_info) value_info_to_proto(v, p->add_value_info());
-  for (const auto& [k, t] : g.initializers) tensor_to_proto(t, k, p->add_initializer());
+  for (const auto& [k, t] : g.initializers) {
+    if (ext && ext->takes(t)) ext->add(t, k, p->add_initializer());
+    else tensor_to_proto(t, k, p->add_initializer());
+  }
 }
 
-}  // namespace
-
-void model_to_proto(const Model& m, onnx::ModelProto* p) {
+void model_to_proto(const Model& m, onnx::ModelProto* p, ExternalPlan* ext) {
   p->Clear();
   p->set_ir_version(m.ir_version);
   for (const auto& [d, v] : m.opsets) {
@@ -664,8 +720,12 @@ void model_to_proto(const Model& m, onnx::ModelProto* p) {
     kv->set_value(v);
   }
   // Functions were inlined at load time, so none are written back.
-  graph_to_proto(*m.graph, p->mutable_graph());
+  graph_to_proto(*m.graph, p->mutable_graph(), ext);
 }
+
+}  // namespace
+
+void model_to_proto(const Model& m, onnx::ModelProto* p) { model_to_proto(m, p, nullptr); }
 
 std::string read_file(const std::string& path, const char* what, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -735,44 +795,31 @@ Model load_model_bytes(const void* data, size_t size, const std::string& base_di
   return parse_model(data, size, base_dir, "model bytes");
 }
 
-std::string serialize_model(const Model& m) {
+namespace {
+
+// Size of `m` serialized with its tensors inline, without copying them: the proto with every
+// initializer of 4 KiB or more as an external reference, plus what inlining them adds. A lower
+// bound, short of the exact size by a few bytes per nested graph at most.
+uint64_t inline_size_estimate(const Model& m) {
+  ExternalPlan plan;
+  plan.location = "estimate";
+  plan.threshold = 4096;
   onnx::ModelProto p;
-  model_to_proto(m, &p);
-  std::string out;
-  if (p.ByteSizeLong() >= kProtobufLimit)
-    throw_error<InvalidArgument>("model serializes to ", p.ByteSizeLong(), " bytes, over protobuf's 2 GiB limit");
-  if (!p.SerializeToString(&out)) throw_error<RuntimeError>("failed to serialize the model");
-  return out;
+  model_to_proto(m, &p, &plan);
+  return uint64_t(int64_t(p.ByteSizeLong()) + plan.inline_growth);
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
+[[noreturn]] void throw_over_limit(uint64_t bytes) {
+  throw_error<InvalidArgument>("model serializes to ", bytes, " bytes, over protobuf's 2 GiB limit: save it to a "
+                               "file instead, where its weights go to external data beside it");
+}
+
+std::string temp_name(const std::string& path, const char* kind) {
   static std::atomic<uint64_t> seq{0};
-  const std::string dir = dirname_of(path);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) throw_error<IOError>("cannot create '", tmp, "': ", errno_text());
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      std::string err = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw_error<IOError>("cannot write '", path, "': ", err);
-    }
-    done += size_t(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::string err = errno_text();
-    ::unlink(tmp.c_str());
-    throw_error<IOError>("cannot flush '", path, "': ", err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string err = errno_text();
-    ::unlink(tmp.c_str());
-    throw_error<IOError>("cannot rename '", tmp, "' to '", path, "': ", err);
-  }
+  return path + "." + kind + "." + std::to_string(::getpid()) + "." + std::to_string(seq++);
+}
+
+void fsync_dir(const std::string& dir) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
@@ -780,7 +827,199 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   }
 }
 
-void save_model(const Model& m, const std::string& path) { write_file_atomic(path, serialize_model(m)); }
+// A new file written under a temporary name beside `target`; commit() renames it over the target.
+// Until then (and when anything fails) the temporary file is removed, the target untouched.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& target) : target_(target), tmp_(temp_name(target, "tmp")) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw_error<IOError>("cannot create '", tmp_, "': ", errno_text());
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  ~TempFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  }
+
+  void write(const void* data, uint64_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      ssize_t w = ::write(fd_, p, size_t(std::min<uint64_t>(n, uint64_t(1) << 30)));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw_error<IOError>("cannot write '", target_, "': ", w < 0 ? errno_text() : "no space written");
+      p += w;
+      n -= uint64_t(w);
+    }
+  }
+  // Serializes `msg` straight into the file (no copy of it in memory).
+  void write_message(const google::protobuf::MessageLite& msg) {
+    google::protobuf::io::FileOutputStream out(fd_);
+    if (!msg.SerializeToZeroCopyStream(&out) || !out.Flush())
+      throw_error<IOError>("cannot write '", target_, "': ",
+                           out.GetErrno() ? std::strerror(out.GetErrno()) : "serialization failed");
+  }
+  void write_zeros(uint64_t n) {
+    static const char zeros[4096] = {};
+    while (n > 0) {
+      const uint64_t k = std::min<uint64_t>(n, sizeof(zeros));
+      write(zeros, k);
+      n -= k;
+    }
+  }
+  // fsync and close; the file is complete on disk.
+  void finish() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::fsync(fd) != 0) {
+      std::string err = errno_text();
+      ::close(fd);
+      throw_error<IOError>("cannot flush '", target_, "': ", err);
+    }
+    if (::close(fd) != 0) throw_error<IOError>("cannot flush '", target_, "': ", errno_text());
+  }
+  void commit() {
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0)
+      throw_error<IOError>("cannot rename '", tmp_, "' to '", target_, "': ", errno_text());
+    tmp_.clear();
+  }
+
+ private:
+  std::string target_, tmp_;
+  int fd_ = -1;
+};
+
+// Keeps the file at `path` (if any) under a temporary hard link while a new one replaces it, so
+// that a failure later in the same save can put the previous one back; forgotten on success.
+class Keeper {
+ public:
+  explicit Keeper(const std::string& path) : path_(path) {
+    struct stat st;
+    if (::lstat(path.c_str(), &st) != 0) return;
+    existed_ = true;
+    if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) return;  // a folder: replacing it fails anyway
+    kept_ = temp_name(path, "keep");
+    if (::link(path.c_str(), kept_.c_str()) != 0 && ::rename(path.c_str(), kept_.c_str()) != 0) kept_.clear();
+  }
+  Keeper(const Keeper&) = delete;
+  Keeper& operator=(const Keeper&) = delete;
+  ~Keeper() {
+    if (!kept_.empty()) ::unlink(kept_.c_str());
+  }
+  // Puts the previous file back (or removes the new one where there was none).
+  void restore() {
+    if (!kept_.empty()) {
+      if (::rename(kept_.c_str(), path_.c_str()) == 0) kept_.clear();
+    } else if (!existed_) {
+      ::unlink(path_.c_str());
+    }
+  }
+
+ private:
+  std::string path_, kept_;
+  bool existed_ = false;
+};
+
+std::string basename_of(const std::string& path) {
+  auto pos = path.find_last_of('/');
+  return pos == std::string::npos ? path : path.substr(pos + 1);
+}
+
+}  // namespace
+
+namespace {
+
+// The model's proto with every tensor inline; refused before anything is copied when it would
+// pass protobuf's limit.
+void inline_proto(const Model& m, onnx::ModelProto* p) {
+  if (const uint64_t estimate = inline_size_estimate(m); estimate >= kProtobufLimit) throw_over_limit(estimate);
+  model_to_proto(m, p);
+  if (p->ByteSizeLong() >= kProtobufLimit) throw_over_limit(p->ByteSizeLong());
+}
+
+void write_proto_atomic(const std::string& path, const onnx::ModelProto& p) {
+  TempFile f(path);
+  f.write_message(p);
+  f.finish();
+  f.commit();
+  fsync_dir(dirname_of(path));
+}
+
+}  // namespace
+
+std::string serialize_model(const Model& m) {
+  onnx::ModelProto p;
+  inline_proto(m, &p);
+  std::string out;
+  if (!p.SerializeToString(&out)) throw_error<RuntimeError>("failed to serialize the model");
+  return out;
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  TempFile f(path);
+  f.write(bytes.data(), bytes.size());
+  f.finish();
+  f.commit();
+  fsync_dir(dirname_of(path));
+}
+
+void save_model(const Model& m, const std::string& path, const ModelSaveOptions& options) {
+  onnx::ModelProto p;
+  if (options.external_data == ExternalData::kNever) {
+    inline_proto(m, &p);
+    return write_proto_atomic(path, p);
+  }
+  const std::string file = basename_of(path);
+  if (file.empty() || file == "." || file == "..")
+    throw_error<InvalidArgument>("save_model: '", path, "' does not name a file");
+  const std::string location = options.location.empty() ? file + ".data" : options.location;
+  if (location.find('/') != std::string::npos || location.find('\0') != std::string::npos || location == "." ||
+      location == ".." || location == file)
+    throw_error<InvalidArgument>("save_model: external data location '", location,
+                                 "' must be a file name beside the model (no '/'), other than the model's own");
+  ExternalPlan plan;
+  plan.location = location;
+  plan.threshold = std::max<uint64_t>(options.threshold, 1);
+  model_to_proto(m, &p, &plan);
+  const uint64_t skeleton = p.ByteSizeLong();
+  // Auto: inline unless the inline model would come near the limit (the estimate is a lower
+  // bound short by a few bytes per nested graph; the margin covers them).
+  const uint64_t margin = uint64_t(1) << 20;
+  if (plan.tensors.empty() ||
+      (options.external_data == ExternalData::kAuto &&
+       uint64_t(int64_t(skeleton) + plan.inline_growth) + margin < kProtobufLimit)) {
+    inline_proto(m, &p);  // written straight to the file: one copy of the tensors, in the proto
+    return write_proto_atomic(path, p);
+  }
+  if (skeleton >= kProtobufLimit)
+    throw_error<InvalidArgument>("save_model: '", path, "' serializes to ", skeleton, " bytes even with its ",
+                                 plan.tensors.size(), " initializers of ", plan.threshold,
+                                 " bytes or more in external data, over protobuf's 2 GiB limit");
+  const std::string dir = dirname_of(path);
+  const std::string data_path = dir + "/" + location;
+  TempFile data(data_path);
+  uint64_t pos = 0;
+  for (const auto& [t, offset] : plan.tensors) {
+    data.write_zeros(offset - pos);
+    data.write(t->raw_data(), t->nbytes());
+    pos = offset + t->nbytes();
+  }
+  data.finish();
+  TempFile model(path);
+  model.write_message(p);
+  model.finish();
+  // The data file goes in place first, the model (which points to it) last; a failure in between
+  // puts the previous data file back.
+  Keeper previous(data_path);
+  try {
+    data.commit();
+    model.commit();
+  } catch (...) {
+    previous.restore();
+    throw;
+  }
+  fsync_dir(dir);
+}
 
 Tensor load_tensor_bytes(const void* data, size_t size, const std::string& what, const std::string& base_dir) {
   if (size >= kProtobufLimit) throw_error<InvalidModel>("tensor '", what, "' is over protobuf's 2 GiB limit");

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ir/ir.h"
+#include "onnxtrain/io.h"
 
 namespace onnxtrain::ir {
 
@@ -18,10 +19,18 @@ Model load_model_file(const std::string& path);
 /// `base_dir`; with an empty base_dir a model that references external data is refused.
 Model load_model_bytes(const void* data, size_t size, const std::string& base_dir = "");
 
-/// Serializes to ModelProto bytes (tensor data inline).
+/// Serializes to ModelProto bytes (tensor data inline). A model over protobuf's 2 GiB limit is
+/// refused with InvalidArgument before anything is copied: save it to a file (save_model), where
+/// its tensors go to external data.
 std::string serialize_model(const Model& m);
-/// Writes the serialized model atomically (temporary file in the same folder, fsync, rename).
-void save_model(const Model& m, const std::string& path);
+
+/// Writes `m` to `path` atomically. With external data the tensors are streamed from memory to
+/// the data file (offsets of tensors of 4 KiB or more aligned to 4 KiB, others to 64 bytes) and
+/// the model records them with a relative `location`. Both files are written as temporaries,
+/// fsynced, then renamed; on failure neither is left half-written and previous files at both
+/// paths are kept. Throws IOError naming the file, InvalidArgument for a bad location or a model
+/// too large for its mode.
+void save_model(const Model& m, const std::string& path, const ModelSaveOptions& options = {});
 
 /// Decodes a serialized TensorProto (such as the conformance suite's input_0.pb).
 Tensor load_tensor_bytes(const void* data, size_t size, const std::string& what,

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,16 @@
 #include "onnxtrain/value.h"
 
 namespace ot_test {
+
+/// A temporary folder, removed with its contents at scope exit.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/onnxtrain_test_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
 
 using onnxtrain::DType;
 using onnxtrain::Shape;
