@@ -434,7 +434,8 @@ std::string TrainingSession::export_model(const std::vector<std::string>& output
 }
 
 void TrainingSession::export_model_to(const std::string& path, const std::vector<std::string>& outputs) const {
-  ir::write_file_atomic(path, export_model(outputs));
+  // Written beside its weights (external data) when over protobuf's 2 GiB limit.
+  ir::save_model(train::inference_graph(impl_->model, outputs, true, impl_->params.loss_output_name), path);
 }
 
 void TrainingSession::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {

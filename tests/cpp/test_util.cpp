@@ -124,6 +124,8 @@ ir::Node make_node(const std::string& op, std::vector<std::string> inputs, std::
 
 ir::ValueInfo value_info(const std::string& name, DType dt, const Shape& shape) {
   return ir::ValueInfo{name, shape.empty() ? ir::TypeInfo::tensor(dt) : ir::TypeInfo::tensor(dt, shape), ""};
+}
+
 KernelRun run_kernel(const std::string& op, const std::vector<Tensor>& inputs, const std::vector<ir::Attribute>& attrs,
                      const RunOptions& opts, InPlace mode, const std::vector<size_t>& unnamed) {
   ir::Node n;
