@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "autodiff/rule_context.h"
-#include "ir/graph_writer.h"
+#include "ir/emitter.h"
 
 namespace onnxtrain::autodiff {
 
@@ -18,11 +18,12 @@ namespace {
 
 using Ctx = RuleContext;
 
-// Attribute factories: the graph writer's.
-constexpr auto iattr = &ir::GraphWriter::int_attr;
-constexpr auto fattr = &ir::GraphWriter::float_attr;
-constexpr auto intsattr = &ir::GraphWriter::ints_attr;
-constexpr auto sattr = &ir::GraphWriter::string_attr;
+// Attribute factories: the emitter's.
+constexpr auto iattr = &ir::Emitter::int_attr;
+constexpr auto fattr = &ir::Emitter::float_attr;
+constexpr auto intsattr = &ir::Emitter::ints_attr;
+constexpr auto sattr = &ir::Emitter::string_attr;
+constexpr auto graph_attr = &ir::Emitter::graph_attr;
 
 
 // g * f'(x) for unary elementwise ops.
@@ -998,7 +999,7 @@ void rules_reduce(Table& t) {
   }, {0});
   t.add("TopK", [](Ctx& c) {  // scatter the values' gradient to the selected indices
     if (c.opset() < 11) c.fail("the gradient needs ScatterElements (opset >= 11)");
-    const std::string idx = c.forward_output(1, DType::kInt64);
+    const std::string idx = c.forward_output(1);
     c.set_GI(0, c.op("ScatterElements", {c.zeros_like(c.I(0)), idx, c.GO(0)}, {iattr("axis", c.attr_int("axis", -1))}));
   }, {0});
 
@@ -1102,8 +1103,7 @@ void layernorm_rule(Ctx& c) {
   if (r < 0) c.fail("input rank unknown (ONNX type inference failed)");
   int64_t axis = c.attr_int("axis", -1);
   if (axis < 0) axis += r;
-  const DType stash = DType(c.attr_int("stash_type", 1));
-  const std::string mean = c.forward_output(1, stash), inv = c.forward_output(2, stash);
+  const std::string mean = c.forward_output(1), inv = c.forward_output(2);
   if (!c.portable()) {  // dScale, dB come in the normalized shape dims[axis:]
     const auto d = c.custom("LayerNormalizationGrad", {g, x, c.I(1), mean, inv}, 3, {iattr("axis", axis)});
     c.set_GI(0, d[0]);
@@ -1187,7 +1187,7 @@ void dropout_rule(Ctx& c) {
     if (!tm) mode = c.I(2);
   }
   const std::string ratio = c.opset() >= 12 && c.has_input(1) ? c.I(1) : "";
-  const std::string mask = c.forward_output(1, c.opset() >= 10 ? DType::kBool : c.dtype(c.I(0)));
+  const std::string mask = c.forward_output(1);
   if (!c.portable()) {
     c.set_GI(0, c.custom("DropoutGrad", trim_inputs({g, mask, ratio, mode}), 1,
                          {fattr("ratio", c.opset() < 12 ? c.attr_float("ratio", 0.5f) : 0.5f),
@@ -1211,7 +1211,7 @@ void loss_rule(Ctx& c, bool softmax) {
   const std::string reduction = c.attr_string("reduction", "mean");
   const bool has_ignore = c.has_attr("ignore_index");
   if (c.has_GO(0)) {
-    const std::string lp = softmax ? c.forward_output(1, c.dtype(x)) : x;  // NLL: x only gives the shape
+    const std::string lp = softmax ? c.forward_output(1) : x;  // NLL: x only gives the shape
     if (!c.portable()) {
       c.set_GI(0, c.custom(softmax ? "SoftmaxCrossEntropyLossGrad" : "NegativeLogLikelihoodLossGrad",
                            trim_inputs({c.GO(0), lp, labels, w}), 1, c.attrs())[0]);  // reduction, ignore_index
@@ -1385,8 +1385,7 @@ void concat_rule(Ctx& c) {
   if (used.size() == 1) {
     parts = {g};
   } else if (known) {
-    if (c.opset() >= 13) parts = c.op_n("Split", {g, c.ints(sizes)}, sizes.size(), {iattr("axis", axis)});
-    else parts = c.op_n("Split", {g}, sizes.size(), {iattr("axis", axis), intsattr("split", sizes)});
+    parts = c.split(g, axis, sizes);
   } else {
     if (c.opset() < 10) c.fail("inputs of unknown size along the axis need opset >= 10 (Slice with inputs)");
     std::string begin = c.ints({0});
@@ -1814,14 +1813,6 @@ void rnn_rule(Ctx& c) {
   for (size_t k = 0; k < to.size(); ++k) c.set_GI(to[k], g[k]);
 }
 
-ir::Attribute graph_attr(const char* name, std::shared_ptr<ir::Graph> g) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kGraph;
-  a.g = std::move(g);
-  return a;
-}
-
 ir::Node make_node(Ctx& c, const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
                    std::vector<ir::Attribute> attrs = {}) {
   ir::Node n;
@@ -1861,10 +1852,7 @@ void if_rule(Ctx& c) {
     branches.push_back(graph_attr(name, g));
   }
   const auto outs = c.op_n("If", {c.I(0)}, wrt.size(), branches);
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    if (const ir::TypeInfo* t = c.type(wrt[k])) c.set_type(outs[k], *t);
-    c.set_grad(wrt[k], outs[k]);
-  }
+  for (size_t k = 0; k < wrt.size(); ++k) c.set_grad(wrt[k], outs[k]);
 }
 
 // Loop: the forward Loop also stacks every iteration's loop-carried inputs and iteration number
@@ -1909,7 +1897,6 @@ void loop_rule(Ctx& c) {
   fattrs.push_back(graph_attr("body", fbody));
   const std::vector<std::string> rec = c.replace_forward("", "Loop", fattrs, N + K, N + 1);
   const std::string trips = c.op("Size", {rec[N]});
-  c.set_type(trips, ir::TypeInfo::tensor(DType::kInt64, Shape{}));
   const std::string last = c.op("Sub", {trips, c.constant(Tensor::scalar<int64_t>(1))});
   const std::string yes = c.constant(Tensor::scalar<bool>(true));
 
@@ -1962,7 +1949,6 @@ void loop_rule(Ctx& c) {
   for (const auto& u : outer) init.push_back(c.zeros_like(u));
   const auto outs = c.op_n("Loop", init, wrt.size(), {graph_attr("body", g)});
   for (size_t w = 0; w < wrt.size(); ++w) {
-    c.set_type(outs[w], g->inputs[2 + w].type);
     if (w < diff.size()) c.set_GI(2 + diff[w], outs[w]);
     else c.set_grad(wrt[w], outs[w]);
   }
