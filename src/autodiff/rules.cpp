@@ -71,14 +71,15 @@ void matmul_rule(Ctx& c) {
     c.set_GI(1, c.mul(g, A));
     return;
   }
+  // Axes counted from the front (ONNX has negative axes only from opset 11).
   if (ra == 1) {  // A[K], B[..., K, N], Y[..., N]
     if (c.needs_GI(0)) {
-      auto ga = c.squeeze(c.op("MatMul", {c.unsqueeze(g, {-2}), swap_last2(c, B, rb)}), {-2});  // [..., K]
+      auto ga = c.squeeze(c.op("MatMul", {c.unsqueeze(g, {rb - 2}), swap_last2(c, B, rb)}), {rb - 2});  // [..., K]
       auto t = with_tail(c.type(c.O(0)), 1, last_dims(c.type(A), 1), dt);
       c.set_GI_unbroadcast_typed(0, ga, &t);
     }
     if (c.needs_GI(1)) {  // dB[..., K, N] = A[K,1] * g[..., 1, N]
-      auto gb = c.op("MatMul", {c.unsqueeze(A, {1}), c.unsqueeze(g, {-2})});
+      auto gb = c.op("MatMul", {c.unsqueeze(A, {1}), c.unsqueeze(g, {rb - 2})});
       auto t = with_tail(c.type(c.O(0)), 1, last_dims(c.type(B), 2), dt);
       c.set_GI_unbroadcast_typed(1, gb, &t);
     }
@@ -86,12 +87,12 @@ void matmul_rule(Ctx& c) {
   }
   if (rb == 1) {  // A[..., M, K], B[K], Y[..., M]
     if (c.needs_GI(0)) {  // dA = g[..., M, 1] * B[1, K]
-      auto ga = c.op("MatMul", {c.unsqueeze(g, {-1}), c.unsqueeze(B, {0})});
+      auto ga = c.op("MatMul", {c.unsqueeze(g, {ra - 1}), c.unsqueeze(B, {0})});
       auto t = with_tail(c.type(c.O(0)), 1, last_dims(c.type(A), 2), dt);
       c.set_GI_unbroadcast_typed(0, ga, &t);
     }
     if (c.needs_GI(1)) {  // dB = sum over batch and M of A^T g
-      auto gb = c.squeeze(c.op("MatMul", {swap_last2(c, A, ra), c.unsqueeze(g, {-1})}), {-1});  // [..., K]
+      auto gb = c.squeeze(c.op("MatMul", {swap_last2(c, A, ra), c.unsqueeze(g, {ra - 1})}), {ra - 1});  // [..., K]
       auto t = with_tail(c.type(c.O(0)), 1, last_dims(c.type(B), 1), dt);
       c.set_GI_unbroadcast_typed(1, gb, &t);
     }

@@ -518,9 +518,22 @@ std::string Emitter::ints(const std::vector<int64_t>& values, const std::string&
   return constant(Tensor::from_vector<int64_t>({int64_t(values.size())}, values), hint);
 }
 
+std::vector<int64_t> Emitter::attribute_axes(const std::string& op, const std::string& v, std::vector<int64_t> axes,
+                                             size_t added) {
+  if (opset() >= 11 || std::all_of(axes.begin(), axes.end(), [](int64_t a) { return a >= 0; })) return axes;
+  // Negative axes exist from opset 11 on: count them from the rank.
+  const TypeInfo* t = type(v);
+  if (!t || !t->has_shape)
+    fail<NotImplemented>(op, " of '", v, "' with negative axes at opset ", opset(), " needs its rank (unknown)");
+  const int64_t rank = int64_t(t->dims.size() + added);
+  for (auto& a : axes)
+    if (a < 0) a += rank;
+  return axes;
+}
+
 std::string Emitter::reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims) {
   if (opset() >= 13) return add("ReduceSum", {v, ints(axes)}, {int_attr("keepdims", keepdims)});
-  return add("ReduceSum", {v}, {ints_attr("axes", axes), int_attr("keepdims", keepdims)});
+  return add("ReduceSum", {v}, {ints_attr("axes", attribute_axes("ReduceSum", v, axes, 0)), int_attr("keepdims", keepdims)});
 }
 
 std::string Emitter::reduce_all(const std::string& op, const std::string& v) {
@@ -529,12 +542,12 @@ std::string Emitter::reduce_all(const std::string& op, const std::string& v) {
 
 std::string Emitter::unsqueeze(const std::string& v, const std::vector<int64_t>& axes) {
   if (opset() >= 13) return add("Unsqueeze", {v, ints(axes)});
-  return add("Unsqueeze", {v}, {ints_attr("axes", axes)});
+  return add("Unsqueeze", {v}, {ints_attr("axes", attribute_axes("Unsqueeze", v, axes, axes.size()))});
 }
 
 std::string Emitter::squeeze(const std::string& v, const std::vector<int64_t>& axes) {
   if (opset() >= 13) return add("Squeeze", {v, ints(axes)});
-  return add("Squeeze", {v}, {ints_attr("axes", axes)});
+  return add("Squeeze", {v}, {ints_attr("axes", attribute_axes("Squeeze", v, axes, 0))});
 }
 
 std::vector<std::string> Emitter::split(const std::string& v, int64_t axis, const std::vector<int64_t>& sizes) {

@@ -126,7 +126,8 @@ class Emitter {
   /// 1-D int64 constant.
   std::string ints(const std::vector<int64_t>& values, const std::string& hint = "ints");
 
-  // ---- idioms (opset-aware where ONNX changed the operator)
+  // ---- idioms (opset-aware where ONNX changed the operator; axes attributes before opset 11 get
+  //      negative axes counted from the rank, as ONNX allows negative axes only from 11 on)
   std::string reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims);
   /// `op` (ReduceSum, ReduceMean, ...) over every axis, keepdims 0.
   std::string reduce_all(const std::string& op, const std::string& v);
@@ -157,6 +158,10 @@ class Emitter {
 
  private:
   Emitter& root() { return parent_ ? parent_->root() : *this; }
+  // `axes` of `op` on v (rank + `added` axes) as an attribute: before opset 11, negative axes
+  // are counted from the rank (which must be known).
+  std::vector<int64_t> attribute_axes(const std::string& op, const std::string& v, std::vector<int64_t> axes,
+                                      size_t added);
   template <class E, class... Args>
   [[noreturn]] void fail(Args&&... args) const;
 

@@ -244,6 +244,26 @@ TEST(Emitter, OpsetAwareIdioms) {
   }
 }
 
+// Before opset 11 ONNX has no negative axes: attribute axes are counted from the known rank.
+TEST(Emitter, NegativeAxesBeforeOpset11) {
+  for (int64_t opset : {9, 11}) {
+    Fixture f(opset);
+    Emitter e(f.m, *f.m.graph);
+    const ir::Graph& g = *f.m.graph;
+    e.unsqueeze("a", {-1});     // rank 2 -> 3
+    e.squeeze("a", {-2});       // rank 2
+    e.reduce_sum("h", {-1}, false);  // rank 1
+    ASSERT_EQ(g.nodes.size(), 3u);
+    const bool old = opset < 11;
+    EXPECT_EQ(g.nodes[0].attr("axes")->ints, std::vector<int64_t>{old ? 2 : -1}) << opset;
+    EXPECT_EQ(g.nodes[1].attr("axes")->ints, std::vector<int64_t>{old ? 0 : -2}) << opset;
+    EXPECT_EQ(g.nodes[2].attr("axes")->ints, std::vector<int64_t>{old ? 0 : -1}) << opset;
+    const std::string m = message_of<onnxtrain::NotImplemented>([&] { e.squeeze("u", {-1}); });
+    EXPECT_EQ(m.empty(), !old) << m;
+    if (old) EXPECT_NE(m.find("Squeeze of 'u' with negative axes at opset 9"), std::string::npos) << m;
+  }
+}
+
 // A nested scope sees the enclosing types, puts constants in the root graph and draws names from
 // one pool.
 TEST(Emitter, NestedScope) {
