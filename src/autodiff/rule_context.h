@@ -147,6 +147,11 @@ class RuleContext {
   std::vector<std::string> split(const std::string& v, int64_t axis, const std::vector<int64_t>& sizes) {
     return emit().split(v, axis, sizes);
   }
+  std::string slice(const std::string& v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                    const std::vector<int64_t>& axes, const std::vector<int64_t>& steps = {}) {
+    return emit().slice(v, starts, ends, axes, steps);
+  }
+  std::string pad(const std::string& v, const std::vector<int64_t>& pads) { return emit().pad(v, pads); }
   std::string transpose(const std::string& v, const std::vector<int64_t>& perm) { return emit().transpose(v, perm); }
   std::string reshape(const std::string& v, const std::string& shape) { return emit().reshape(v, shape); }
   std::string expand(const std::string& v, const std::string& shape) { return emit().expand(v, shape); }

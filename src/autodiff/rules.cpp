@@ -420,20 +420,13 @@ Tensor filled(Ctx& c, const std::string& v, const Shape& shape, double value, bo
 
 bool is_letter(char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'); }
 
-// Slice of v along `axes` with constant bounds (attributes before opset 10, inputs after).
-std::string slice(Ctx& c, const std::string& v, const std::vector<int64_t>& axes, const std::vector<int64_t>& starts,
-                  const std::vector<int64_t>& ends) {
-  if (c.opset() >= 10) return c.op("Slice", {v, c.ints(starts), c.ints(ends), c.ints(axes)});
-  return c.op("Slice", {v}, {intsattr("axes", axes), intsattr("starts", starts), intsattr("ends", ends)});
-}
-
 // Shape tensor [head..., dims from.. of v]: a constant when v's shape is static.
 std::string shape_with_tail(Ctx& c, std::vector<int64_t> head, const std::string& v, int64_t from) {
   if (auto s = c.static_shape(v)) {
     head.insert(head.end(), s->begin() + from, s->end());
     return c.ints(head);
   }
-  const std::string tail = slice(c, c.shape_of(v), {0}, {from}, {std::numeric_limits<int64_t>::max()});
+  const std::string tail = c.slice(c.shape_of(v), {from}, {std::numeric_limits<int64_t>::max()}, {0});
   return c.op("Concat", {c.ints(head), tail}, {iattr("axis", 0)});
 }
 
@@ -567,7 +560,7 @@ std::string conv_weight_grad(Ctx& c, const std::string& x, const std::string& dy
   for (size_t i = 0; i < nd; ++i)
     exact = exact && w.in[i] >= 0 && w.out[i] >= 0 &&
             (w.in[i] + w.pb[i] + w.pe[i] - (w.out[i] - 1) * w.s[i] - 1) / w.d[i] + 1 == w.k[i];
-  if (!exact) r = slice(c, r, axes, zeros, w.k);
+  if (!exact) r = c.slice(r, zeros, w.k, axes);
   return c.transpose(r, swap01);
 }
 
@@ -1140,13 +1133,11 @@ std::string channel_window_sum(Ctx& c, const std::string& v, int64_t r, int64_t 
   std::vector<int64_t> pads(size_t(2 * r), 0);
   pads[1] = lo;
   pads[size_t(r) + 1] = hi;
-  const std::string padded = c.opset() >= 11 ? c.op("Pad", {v, c.ints(pads)}) : c.op("Pad", {v}, {intsattr("pads", pads)});
+  const std::string padded = c.pad(v, pads);
   std::vector<std::string> terms;
   for (int64_t k = 0; k <= lo + hi; ++k) {  // channels [k, k + C) of the padded tensor
     const int64_t end = k == lo + hi ? std::numeric_limits<int64_t>::max() : k - lo - hi;
-    terms.push_back(c.opset() >= 10 ? c.op("Slice", {padded, c.ints({k}), c.ints({end}), c.ints({1})})
-                                    : c.op("Slice", {padded}, {intsattr("starts", {k}), intsattr("ends", {end}),
-                                                               intsattr("axes", {1})}));
+    terms.push_back(c.slice(padded, {k}, {end}, {1}));
   }
   return terms.size() == 1 ? terms[0] : c.op("Sum", terms);
 }
@@ -1301,25 +1292,6 @@ std::string reshape_like(Ctx& c, const std::string& g, const std::string& v) {
   return c.op("Reshape", {g}, {intsattr("shape", *s)});
 }
 
-// v[starts:ends:steps] along axes (Slice-1..9: attributes and unit steps).
-std::string slice_of(Ctx& c, const std::string& v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
-                     const std::vector<int64_t>& axes, const std::vector<int64_t>& steps = {}) {
-  if (c.opset() >= 10) {
-    std::vector<std::string> in{v, c.ints(starts), c.ints(ends), c.ints(axes)};
-    if (!steps.empty()) in.push_back(c.ints(steps));
-    return c.op("Slice", in);
-  }
-  for (int64_t s : steps)
-    if (s != 1) c.fail("Slice-", c.opset(), " has no steps (opset >= 10 needed)");
-  return c.op("Slice", {v}, {intsattr("starts", starts), intsattr("ends", ends), intsattr("axes", axes)});
-}
-
-// Pad with zeros; negative pads crop (Pad-1: `paddings`, 2..10: `pads` attributes, 11+: input).
-std::string pad_zeros(Ctx& c, const std::string& v, const std::vector<int64_t>& pads) {
-  if (c.opset() >= 11) return c.op("Pad", {v, c.ints(pads)});
-  return c.op("Pad", {v}, {intsattr(c.opset() < 2 ? "paddings" : "pads", pads)});
-}
-
 std::string concat(Ctx& c, const std::vector<std::string>& parts, int64_t axis) {
   return parts.size() == 1 ? parts[0] : c.op("Concat", parts, {iattr("axis", axis)});
 }
@@ -1456,7 +1428,7 @@ std::string slice_grad_portable(Ctx& c, const IntList& starts, const IntList& en
       pads[size_t(a)] = s;
       pads[size_t(a + r)] = d - s - std::max<int64_t>(e - s, 0);
     }
-    return pad_zeros(c, c.GO(0), pads);
+    return c.pad(c.GO(0), pads);
   }
   return c.opset() >= 11 ? slice_grad_scatter(c, starts, ends, ax, steps) : "";
 }
@@ -1518,18 +1490,18 @@ std::string pad_grad_portable(Ctx& c, const std::string& mode, const std::vector
       std::string piece;
       int64_t at = src(o0), len = o1 - o0;
       if (step == 1) {
-        piece = slice_of(c, cur, {o0}, {o1}, {a});
+        piece = c.slice(cur, {o0}, {o1}, {a});
       } else if (step == -1) {
-        piece = slice_of(c, cur, {o1 - 1}, {o0 == 0 ? INT64_MIN : o0 - 1}, {a}, {-1});
+        piece = c.slice(cur, {o1 - 1}, {o0 == 0 ? INT64_MIN : o0 - 1}, {a}, {-1});
         at -= len - 1;
       } else {
-        piece = c.reduce_sum(slice_of(c, cur, {o0}, {o1}, {a}), {a}, true);
+        piece = c.reduce_sum(c.slice(cur, {o0}, {o1}, {a}), {a}, true);
         len = 1;
       }
       std::vector<int64_t> place(size_t(2 * r), 0);
       place[size_t(a)] = at;
       place[size_t(a + r)] = d - at - len;
-      const std::string placed = pad_zeros(c, piece, place);
+      const std::string placed = c.pad(piece, place);
       acc = acc.empty() ? placed : c.add(acc, placed);
       o0 = o1;
     }
@@ -1551,7 +1523,7 @@ void pad_rule(Ctx& c) {
     if (pads.value) {
       std::vector<int64_t> neg;
       for (int64_t p : *pads.value) neg.push_back(-p);
-      gx = axes.empty() ? pad_zeros(c, g, neg) : c.op("Pad", {g, c.ints(neg), "", axes});
+      gx = axes.empty() ? c.pad(g, neg) : c.op("Pad", {g, c.ints(neg), "", axes});
     } else {
       std::vector<std::string> in{g, c.mul(pads.name, c.ints({-1}))};
       if (!axes.empty()) in.insert(in.end(), {"", axes});
@@ -1655,9 +1627,9 @@ void gather_rule(Ctx& c) {
   const int64_t r = known_rank(c, x), a = norm_axis(c, axis, r);
   const std::string sx = c.shape_of(x);
   std::vector<std::string> dims;
-  if (a > 0) dims.push_back(slice_of(c, sx, {0}, {a}, {0}));
+  if (a > 0) dims.push_back(c.slice(sx, {0}, {a}, {0}));
   dims.push_back(c.ints({-1}));
-  if (a + 1 < r) dims.push_back(slice_of(c, sx, {a + 1}, {r}, {0}));
+  if (a + 1 < r) dims.push_back(c.slice(sx, {a + 1}, {r}, {0}));
   const std::string gv = c.reshape(g, concat(c, dims, 0));
   std::vector<int64_t> view(size_t(r), 1);
   view[size_t(a)] = -1;

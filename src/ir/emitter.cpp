@@ -81,6 +81,7 @@ class OutputTyper {
     if (it == opsets_.end()) fail("domain '", domain, "' is not imported");
     schema_ = onnx::OpSchemaRegistry::Schema(n_.op_type, int(it->second), domain);
     if (!schema_) fail("no ONNX schema for ", n_.op_type, " at opset ", it->second);
+    check_arity();
     if (domain.empty() && explicit_default()) return r_;
     if (domain == kPreviewTrainingDomain && explicit_training()) return r_;
     for (size_t k = 0; k < r_.size(); ++k) r_[k] = from_schema(k);
@@ -232,6 +233,20 @@ class OutputTyper {
       return true;
     }
     return false;
+  }
+
+  // Inputs and outputs the schema declares: no more than it allows, required inputs present.
+  void check_arity() const {
+    size_t nin = n_.inputs.size();
+    while (nin > 0 && n_.inputs[nin - 1].empty()) --nin;
+    if (nin > size_t(schema_->max_input()))
+      fail("it has ", nin, " inputs, opset ", schema_->since_version(), " allows ", schema_->max_input());
+    if (n_.outputs.size() > size_t(schema_->max_output()))
+      fail("it has ", n_.outputs.size(), " outputs, opset ", schema_->since_version(), " allows ", schema_->max_output());
+    const auto& ins = schema_->inputs();
+    for (size_t j = 0; j < ins.size(); ++j)
+      if (ins[j].GetOption() == onnx::OpSchema::Single && (j >= n_.inputs.size() || n_.inputs[j].empty()))
+        fail("required input ", j, " ('", ins[j].GetName(), "') is missing");
   }
 
   static const onnx::OpSchema::FormalParameter* formal(const std::vector<onnx::OpSchema::FormalParameter>& ps, size_t j) {
@@ -555,11 +570,32 @@ std::vector<std::string> Emitter::split(const std::string& v, int64_t axis, cons
   return add_n("Split", {v}, sizes.size(), {int_attr("axis", axis), ints_attr("split", sizes)});
 }
 
+std::string Emitter::slice(const std::string& v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                           const std::vector<int64_t>& axes, const std::vector<int64_t>& steps) {
+  if (opset() >= 10) {
+    std::vector<std::string> in{v, ints(starts), ints(ends), ints(axes)};
+    if (!steps.empty()) in.push_back(ints(steps));
+    return add("Slice", in);
+  }
+  for (int64_t s : steps)
+    if (s != 1) fail<NotImplemented>("Slice-", opset(), " has no steps (opset >= 10 needed)");
+  return add("Slice", {v}, {ints_attr("starts", starts), ints_attr("ends", ends),
+                            ints_attr("axes", attribute_axes("Slice", v, axes, 0))});
+}
+
+std::string Emitter::pad(const std::string& v, const std::vector<int64_t>& pads) {
+  if (opset() >= 11) return add("Pad", {v, ints(pads)});
+  return add("Pad", {v}, {ints_attr(opset() < 2 ? "paddings" : "pads", pads)});
+}
+
 std::string Emitter::transpose(const std::string& v, const std::vector<int64_t>& perm) {
   return add("Transpose", {v}, {ints_attr("perm", perm)});
 }
 
-std::string Emitter::reshape(const std::string& v, const std::string& shape) { return add("Reshape", {v, shape}); }
+std::string Emitter::reshape(const std::string& v, const std::string& shape) {
+  if (opset() < 5) fail<NotImplemented>("Reshape-", opset(), " of '", v, "' takes its shape as an attribute (opset >= 5 needed)");
+  return add("Reshape", {v, shape});
+}
 
 std::string Emitter::expand(const std::string& v, const std::string& shape) { return add("Expand", {v, shape}); }
 

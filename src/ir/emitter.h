@@ -135,7 +135,14 @@ class Emitter {
   std::string squeeze(const std::string& v, const std::vector<int64_t>& axes);
   /// Split along `axis` into parts of `sizes`.
   std::vector<std::string> split(const std::string& v, int64_t axis, const std::vector<int64_t>& sizes);
+  /// v[starts:ends:steps] along `axes` (Slice-1..9: attributes, unit steps only).
+  std::string slice(const std::string& v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                    const std::vector<int64_t>& axes, const std::vector<int64_t>& steps = {});
+  /// Zero padding, `pads` = [begins..., ends...]; negative pads crop (Pad-1: `paddings`, 2..10:
+  /// `pads` attributes, 11+: input).
+  std::string pad(const std::string& v, const std::vector<int64_t>& pads);
   std::string transpose(const std::string& v, const std::vector<int64_t>& perm);
+  /// Reshape with a shape input (opset >= 5).
   std::string reshape(const std::string& v, const std::string& shape);
   std::string expand(const std::string& v, const std::string& shape);
   std::string cast(const std::string& v, DType to);

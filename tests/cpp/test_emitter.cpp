@@ -170,8 +170,11 @@ TEST(Emitter, UndeterminedTypesAreErrorsNamingTheNode) {
   };
   using onnxtrain::InvalidGraph;
   using onnxtrain::NotImplemented;
-  // No input binds Add's T: several types possible.
-  expect_error(message_of<NotImplemented>([&] { e.add("Add", {}, {}, "lonely"); }), "Add node 'Add");
+  // Arity against the schema: a missing required input, one input too many.
+  expect_error(message_of<NotImplemented>([&] { e.add("Add", {"a"}, {}, "lonely"); }), "required input 1 ('B') is missing");
+  expect_error(message_of<NotImplemented>([&] { e.add("Relu", {"a", "b"}); }), "it has 2 inputs, opset 14 allows 1");
+  // An operator that does not exist at the model's opset.
+  expect_error(message_of<NotImplemented>([&] { e.add("Gelu", {"a"}); }), "no ONNX schema for Gelu at opset 17");
   // Unknown operator (no schema) and unknown com.onnxtrain operator.
   expect_error(message_of<NotImplemented>([&] { e.add("NoSuchOp", {"a"}); }), "no ONNX schema for NoSuchOp");
   expect_error(message_of<NotImplemented>([&] { e.add_n("Mystery", {"a"}, 1, {}, ir::kOnnxtrainDomain); }),
@@ -258,10 +261,18 @@ TEST(Emitter, NegativeAxesBeforeOpset11) {
     EXPECT_EQ(g.nodes[0].attr("axes")->ints, std::vector<int64_t>{old ? 2 : -1}) << opset;
     EXPECT_EQ(g.nodes[1].attr("axes")->ints, std::vector<int64_t>{old ? 0 : -2}) << opset;
     EXPECT_EQ(g.nodes[2].attr("axes")->ints, std::vector<int64_t>{old ? 0 : -1}) << opset;
+    EXPECT_EQ(message_of<onnxtrain::NotImplemented>([&] { e.reshape("a", "i"); }).empty(), true);
     const std::string m = message_of<onnxtrain::NotImplemented>([&] { e.squeeze("u", {-1}); });
     EXPECT_EQ(m.empty(), !old) << m;
     if (old) EXPECT_NE(m.find("Squeeze of 'u' with negative axes at opset 9"), std::string::npos) << m;
   }
+}
+
+TEST(Emitter, ReshapeNeedsOpset5) {
+  Fixture f(4);
+  Emitter e(f.m, *f.m.graph);
+  const std::string m = message_of<onnxtrain::NotImplemented>([&] { e.reshape("a", "i"); });
+  EXPECT_NE(m.find("Reshape-4 of 'a' takes its shape as an attribute"), std::string::npos) << m;
 }
 
 // A nested scope sees the enclosing types, puts constants in the root graph and draws names from
