@@ -1,5 +1,6 @@
 // The central chain-rule machinery: which values need gradients, the reverse walk, accumulation
-// of fan-out, reduction of broadcast dimensions, pruning. Rules live in rules.cpp.
+// of fan-out, reduction of broadcast dimensions, pruning. Rules live in rules.cpp; every node they
+// emit goes through ir::Emitter, which types it from its operator's schema.
 #include "autodiff/builder.h"
 
 #include <algorithm>
@@ -7,25 +8,26 @@
 #include <unordered_set>
 
 #include "autodiff/rule_context.h"
-#include "ir/graph_writer.h"
+#include "ir/emitter.h"
 #include "ir/onnx_io.h"
 
 namespace onnxtrain::autodiff {
 
-inline constexpr const char* kCustomDomain = "com.onnxtrain";
+using ir::kOnnxtrainDomain;
 
 // Everything the walk accumulates; RuleContext forwards to it.
 class GraphBuilderState {
  public:
-  GraphBuilderState(const ir::Model& m, const BuildOptions& o) : fwd(m), opts(o) {
+  GraphBuilderState(const ir::Model& m, const BuildOptions& o) : fwd(m), opts(o), opsets(m.opsets), em(opsets, emitted) {
     opset = m.opset("");
+    em.set_node_prefix("grad_");
+    em.reserve_names_of(*m.graph);
     note_graph(*m.graph);
-    collect_names(*m.graph);
   }
   // A subgraph's state: its types come from inference of `g` in the parent's scope (declared
   // inputs typed by `input_types` where known); names and emitted constants are the root's.
   GraphBuilderState(GraphBuilderState& p, const ir::Graph& g, const std::vector<ir::TypeInfo>& input_types)
-      : fwd(p.fwd), opts(p.opts), parent(&p) {
+      : fwd(p.fwd), opts(p.opts), parent(&p), em(p.em, emitted) {
     opset = p.opset;
     ir::Model m;
     m.ir_version = std::max<int64_t>(fwd.ir_version, 7);
@@ -40,86 +42,29 @@ class GraphBuilderState {
   }
 
   void note_graph(const ir::Graph& g) {
-    auto note_types = [&](const std::vector<ir::ValueInfo>& vs) {
-      for (const auto& v : vs)
-        if (v.type.kind != ir::TypeInfo::Kind::kUnknown) types[v.name] = v.type;
-    };
-    note_types(g.value_info);
-    note_types(g.inputs);
-    note_types(g.outputs);
-    for (const auto& [n, t] : g.initializers) {
-      types[n] = ir::TypeInfo::tensor(t.dtype(), t.shape());
+    em.note_types(g);
+    for (const auto& [n, t] : g.initializers)
       if (!g.is_input(n)) constants[n] = t;
-    }
     for (const auto& n : g.nodes)
       if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1)
         if (const ir::Attribute* a = n.attr("value"); a && a->type == ir::AttrType::kTensor) constants[n.outputs[0]] = a->t;
   }
   GraphBuilderState& root() { return parent ? parent->root() : *this; }
 
-  void collect_names(const ir::Graph& g) {
-    for (const auto& v : g.inputs) names.insert(v.name);
-    for (const auto& [n, t] : g.initializers) names.insert(n);
-    for (const auto& n : g.nodes) {
-      for (const auto& o : n.outputs) names.insert(o);
-      if (!n.name.empty()) names.insert(n.name);
-      for (const ir::Graph* sg : n.subgraphs()) collect_names(*sg);
-    }
+  /// The emitter, naming values after `hint` and prefixing its errors with `origin`.
+  ir::Emitter& emitter(const std::string& hint, const std::string& origin) {
+    em.set_hint(hint);
+    em.set_origin(origin);
+    return em;
   }
 
-  std::string fresh(const std::string& base) {
-    if (parent) return root().fresh(base);
-    std::string b = base.empty() ? "g" : base;
-    for (;;) {
-      std::string n = b + "_" + std::to_string(counter++);
-      if (names.insert(n).second) return n;
-    }
-  }
-
-  std::vector<std::string> emit(const std::string& type, std::vector<std::string> inputs, size_t nout,
-                                std::vector<ir::Attribute> attrs, const std::string& domain, const std::string& hint) {
-    ir::Node n;
-    n.op_type = type;
-    n.domain = domain;
-    n.inputs = std::move(inputs);
-    n.attrs = std::move(attrs);
-    for (size_t i = 0; i < nout; ++i) n.outputs.push_back(fresh(hint + "_" + type));
-    n.name = fresh("grad_" + type);
-    if (domain == kCustomDomain) root().used_custom = true;
-    // Element type of elementwise-like results: that of the first typed input.
-    if (!n.inputs.empty()) {
-      DType dt = dtype(n.inputs[0]);
-      if (dt != DType::kUndefined && type != "Shape" && type != "Size" && type != "NonZero" && type != "Cast" &&
-          type != "Equal" && type != "Not" && type != "And" && type != "Less" && type != "Greater" &&
-          type != "If" && type != "Loop")
-        for (const auto& o : n.outputs) types[o] = ir::TypeInfo::tensor(dt);
-    }
-    std::vector<std::string> outs = n.outputs;
-    nodes.push_back(std::move(n));
-    return outs;
-  }
-
-  DType dtype(const std::string& v) const {
-    const ir::TypeInfo* t = type(v);
-    return t ? t->elem : DType::kUndefined;
-  }
+  DType dtype(const std::string& v) const { return em.dtype(v); }
   // Types and constants of enclosing scopes are visible in subgraphs.
-  const ir::TypeInfo* type(const std::string& v) const {
-    auto it = types.find(v);
-    if (it != types.end()) return &it->second;
-    return parent ? parent->type(v) : nullptr;
-  }
+  const ir::TypeInfo* type(const std::string& v) const { return em.type(v); }
   const Tensor* constant_value(const std::string& v) const {
     auto it = constants.find(v);
     if (it != constants.end()) return &it->second;
     return parent ? parent->constant_value(v) : nullptr;
-  }
-
-  std::string constant(const Tensor& t, const std::string& hint) {
-    std::string n = fresh(hint);
-    root().inits.emplace_back(n, t);  // graph initializers are visible in every subgraph
-    types[n] = ir::TypeInfo::tensor(t.dtype(), t.shape());
-    return n;
   }
 
   void contribute(const std::string& value, const std::string& g) { contrib[value].push_back(g); }
@@ -130,28 +75,23 @@ class GraphBuilderState {
     if (it == contrib.end() || it->second.empty()) return "";
     auto& list = it->second;
     if (list.size() > 1) {
-      std::string s = emit("Sum", list, 1, {}, "", value + "_grad_acc")[0];
+      std::string s = emitter("", "accumulating the gradient of '" + value + "'").add_n("Sum", list, 1, {}, "", value + "_grad_sum")[0];
       list.assign(1, s);
     }
-    const ir::TypeInfo* t = type(value);
-    types.emplace(list[0], t ? *t : ir::TypeInfo());
+    if (const ir::TypeInfo* t = type(value)) em.refine_type(list[0], *t);
     return list[0];
   }
 
   const ir::Model& fwd;
   BuildOptions opts;
   int64_t opset = 0;
-  std::unordered_map<std::string, ir::TypeInfo> types;
-  std::unordered_set<std::string> names;
-  std::vector<ir::Node> nodes;                                 // emitted gradient nodes, in order
-  std::vector<std::pair<std::string, Tensor>> inits;           // emitted constants
+  GraphBuilderState* parent = nullptr;
+  std::map<std::string, int64_t> opsets;  // root: the built model's imports (the emitter adds com.onnxtrain)
+  ir::Graph emitted;                      // emitted gradient nodes in order (and, at the root, constants)
+  ir::Emitter em;
   std::unordered_map<std::string, std::vector<std::string>> contrib;
   std::unordered_set<std::string> requires_grad;
-  std::unordered_map<std::string, std::string> shape_cache;
   std::unordered_map<std::string, Tensor> constants;  // forward constants by name
-  uint64_t counter = 0;
-  bool used_custom = false;
-  GraphBuilderState* parent = nullptr;
   // Forward nodes replaced in the built graph by a variant with extra outputs (replace_forward).
   std::unordered_map<const ir::Node*, ir::Node> replaced;
 };
@@ -162,6 +102,10 @@ RuleContext::RuleContext(GraphBuilderState& st, const ir::Node& node, int64_t op
 
 bool RuleContext::portable() const { return st_.opts.portable; }
 
+ir::Emitter& RuleContext::emit() {
+  return st_.emitter(node_.outputs.empty() ? "" : node_.outputs[0], "gradient of " + node_.describe());
+}
+
 const std::string& RuleContext::I(size_t i) const {
   static const std::string empty;
   return i < node_.inputs.size() ? node_.inputs[i] : empty;
@@ -171,18 +115,24 @@ const std::string& RuleContext::O(size_t i) const {
   return i < node_.outputs.size() ? node_.outputs[i] : empty;
 }
 
-std::string RuleContext::forward_output(size_t i, DType dtype) {
+std::string RuleContext::forward_output(size_t i) {
   if (i < node_.outputs.size() && !node_.outputs[i].empty()) return node_.outputs[i];
   // The built graph gets a variant of the forward node that names output i (replace_forward's
-  // mechanism; the caller's model is untouched).
+  // mechanism; the caller's model is untouched); its type comes from the operator's schema.
   auto it = st_.replaced.find(&node_);
   ir::Node& n = it != st_.replaced.end() ? it->second : st_.replaced.emplace(&node_, node_).first->second;
   if (n.outputs.size() <= i) n.outputs.resize(i + 1);
   if (n.outputs[i].empty()) {
-    n.outputs[i] = st_.fresh((n.outputs[0].empty() ? n.op_type : n.outputs[0]) + "_saved" + std::to_string(i));
-    if (dtype != DType::kUndefined) st_.types[n.outputs[i]] = ir::TypeInfo::tensor(dtype);
+    n.outputs[i] = st_.em.fresh((n.outputs[0].empty() ? n.op_type : n.outputs[0]) + "_saved" + std::to_string(i));
+    record_forward_types(n, i, i + 1);
   }
   return n.outputs[i];
+}
+
+void RuleContext::record_forward_types(const ir::Node& n, size_t from, size_t to) {
+  const auto types = ir::output_types(n, st_.em.opsets(), [this](const std::string& v) { return st_.type(v); });
+  for (size_t k = from; k < to && k < n.outputs.size(); ++k)
+    if (!n.outputs[k].empty() && types[k].kind != ir::TypeInfo::Kind::kUnknown) st_.em.set_type(n.outputs[k], types[k]);
 }
 
 std::string RuleContext::GO_or_zeros(size_t i) { return has_GO(i) ? GO(i) : zeros_like(O(i)); }
@@ -200,14 +150,11 @@ bool RuleContext::needs_grad(const std::string& v) const { return st_.requires_g
 
 void RuleContext::set_grad(const std::string& v, const std::string& g) {
   if (!needs_grad(v) || g.empty()) return;
-  if (!st_.types.count(g))
-    if (const ir::TypeInfo* t = st_.type(v)) st_.types[g] = *t;
+  if (const ir::TypeInfo* t = st_.type(v)) emit().refine_type(g, *t);  // g has v's type and shape
   st_.contribute(v, g);
 }
 
-void RuleContext::set_type(const std::string& v, const ir::TypeInfo& t) { st_.types[v] = t; }
-
-std::string RuleContext::fresh_name(const std::string& hint) { return st_.fresh(hint); }
+std::string RuleContext::fresh_name(const std::string& hint) { return st_.em.fresh(hint); }
 
 void RuleContext::set_GI_unbroadcast(size_t i, const std::string& g, size_t out) {
   set_GI_unbroadcast_typed(i, g, st_.type(O(out)));
@@ -252,7 +199,7 @@ void RuleContext::set_GI_unbroadcast_typed(size_t i, const std::string& g, const
           r = squeeze(r, lead_axes);
         }
       }
-      st_.types[r] = *ti;
+      emit().refine_type(r, *ti);
       st_.contribute(I(i), r);
       return;
     }
@@ -263,31 +210,19 @@ void RuleContext::set_GI_unbroadcast_typed(size_t i, const std::string& g, const
     r = custom("SumToShape", {g, shape_of(I(i))}, 1)[0];
   } else {
     if (opset_ < 13) fail("portable gradients of dynamically broadcast operands need opset >= 13");
+    using E = ir::Emitter;
     const std::string sg = shape_of(g), si = shape_of(I(i));
     const std::string diff = op("Sub", {op("Size", {sg}), op("Size", {si})});
-    ir::Attribute one;
-    one.name = "value";
-    one.type = ir::AttrType::kTensor;
-    one.t = Tensor::from_vector<int64_t>({1}, {1});
-    const std::string pad = op("ConstantOfShape", {reshape(diff, ints({1}))}, {one});
-    ir::Attribute axis;
-    axis.name = "axis";
-    axis.type = ir::AttrType::kInt;
-    axis.i = 0;
-    const std::string padded = op("Concat", {pad, si}, {axis});
+    const std::string pad = op("ConstantOfShape", {reshape(diff, ints({1}))},
+                               {E::tensor_attr("value", Tensor::from_vector<int64_t>({1}, {1}))});
+    const std::string padded = op("Concat", {pad, si}, {E::int_attr("axis", 0)});
     const std::string one_c = ints({1});
     const std::string mask = op("And", {op("Equal", {padded, one_c}), op("Not", {op("Equal", {sg, one_c})})});
     const std::string axes = reshape(op("NonZero", {mask}), ints({-1}));
-    ir::Attribute keep;
-    keep.name = "keepdims";
-    keep.type = ir::AttrType::kInt;
-    keep.i = 1;
-    ir::Attribute noop = keep;
-    noop.name = "noop_with_empty_axes";
-    const std::string red = op("ReduceSum", {g, axes}, {keep, noop});
+    const std::string red = op("ReduceSum", {g, axes}, {E::int_attr("keepdims", 1), E::int_attr("noop_with_empty_axes", 1)});
     r = reshape(red, si);
   }
-  if (ti) st_.types[r] = *ti;
+  if (ti) emit().refine_type(r, *ti);
   st_.contribute(I(i), r);
 }
 
@@ -300,16 +235,7 @@ int64_t RuleContext::rank(const std::string& v) const {
   return t && t->has_shape ? int64_t(t->dims.size()) : -1;
 }
 
-std::optional<Shape> RuleContext::static_shape(const std::string& v) const {
-  const ir::TypeInfo* t = st_.type(v);
-  if (!t || !t->has_shape) return std::nullopt;
-  Shape s;
-  for (const auto& d : t->dims) {
-    if (!d.fixed()) return std::nullopt;
-    s.push_back(d.value);
-  }
-  return s;
-}
+std::optional<Shape> RuleContext::static_shape(const std::string& v) const { return ir::static_shape(st_.type(v)); }
 
 const Tensor* RuleContext::constant_value(const std::string& v) const { return st_.constant_value(v); }
 
@@ -347,111 +273,17 @@ std::vector<float> RuleContext::attr_floats(const std::string& name, const std::
   return a && a->type == ir::AttrType::kFloats ? a->floats : dflt;
 }
 
-std::string RuleContext::op(const std::string& type, std::vector<std::string> inputs, std::vector<ir::Attribute> attrs) {
-  return st_.emit(type, std::move(inputs), 1, std::move(attrs), "", node_.outputs.empty() ? "" : node_.outputs[0])[0];
-}
-
-std::vector<std::string> RuleContext::op_n(const std::string& type, std::vector<std::string> inputs, size_t n,
-                                           std::vector<ir::Attribute> attrs, const std::string& domain) {
-  return st_.emit(type, std::move(inputs), n, std::move(attrs), domain, node_.outputs.empty() ? "" : node_.outputs[0]);
-}
-
 std::vector<std::string> RuleContext::custom(const std::string& type, std::vector<std::string> inputs, size_t n,
                                              std::vector<ir::Attribute> attrs) {
-  return op_n(type, std::move(inputs), n, std::move(attrs), kCustomDomain);
+  return op_n(type, std::move(inputs), n, std::move(attrs), kOnnxtrainDomain);
 }
 
 std::vector<std::string> RuleContext::custom_some(const std::string& type, std::vector<std::string> inputs,
                                                   const std::vector<bool>& wanted, std::vector<ir::Attribute> attrs) {
-  std::vector<std::string> outs = custom(type, std::move(inputs), wanted.size(), std::move(attrs));
-  std::vector<std::string>& named = st_.nodes.back().outputs;
-  for (size_t i = 0; i < wanted.size(); ++i)
-    if (!wanted[i]) outs[i].clear(), named[i].clear();
-  while (!named.empty() && named.back().empty()) named.pop_back();
-  return outs;
+  return emit().add_some(type, std::move(inputs), wanted, std::move(attrs), kOnnxtrainDomain);
 }
 
-std::string RuleContext::constant(const Tensor& t) { return st_.constant(t, "grad_const"); }
-
-std::string RuleContext::scalar_like(double value, const std::string& v) {
-  const DType dt = dtype(v);
-  switch (dt) {
-    case DType::kFloat64: return constant(Tensor::scalar<double>(value));
-    case DType::kFloat16: return constant(Tensor::scalar<float16>(float16(float(value))));
-    case DType::kBFloat16: return constant(Tensor::scalar<bfloat16>(bfloat16(float(value))));
-    case DType::kFloat32: return constant(Tensor::scalar<float>(float(value)));
-    default: break;
-  }
-  if (dt == DType::kUndefined) fail("the element type of '", v, "' is unknown (ONNX type inference failed)");
-  fail("'", v, "' has non-float element type ", dtype_name(dt));
-}
-
-std::string RuleContext::ints(const std::vector<int64_t>& values) {
-  return constant(Tensor::from_vector<int64_t>({int64_t(values.size())}, values));
-}
-
-std::string RuleContext::shape_of(const std::string& v) {
-  auto it = st_.shape_cache.find(v);
-  if (it != st_.shape_cache.end()) return it->second;
-  std::string s = op("Shape", {v});
-  st_.types[s] = ir::TypeInfo::tensor(DType::kInt64);
-  st_.shape_cache[v] = s;
-  return s;
-}
-
-std::string RuleContext::zeros_like(const std::string& v) {
-  if (auto s = static_shape(v); s && shape_numel(*s) <= 16) {
-    Tensor t = Tensor::zeros(dtype(v), *s);
-    return constant(t);
-  }
-  return expand(scalar_like(0.0, v), shape_of(v));
-}
-
-std::string RuleContext::ones_like(const std::string& v) { return expand(scalar_like(1.0, v), shape_of(v)); }
-
-std::string RuleContext::cast(const std::string& v, DType to) {
-  ir::Attribute a;
-  a.name = "to";
-  a.type = ir::AttrType::kInt;
-  a.i = int64_t(to);
-  std::string r = op("Cast", {v}, {a});
-  st_.types[r] = ir::TypeInfo::tensor(to);
-  return r;
-}
-
-std::string RuleContext::cast_like(const std::string& v, const std::string& like) {
-  const DType dt = dtype(like);
-  if (dt == DType::kUndefined) fail("the element type of '", like, "' is unknown");
-  return cast(v, dt);
-}
-
-namespace {
-constexpr auto int_attr = &ir::GraphWriter::int_attr;
-constexpr auto ints_attr = &ir::GraphWriter::ints_attr;
-}  // namespace
-
-std::string RuleContext::reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims) {
-  if (opset_ >= 13) return op("ReduceSum", {v, ints(axes)}, {int_attr("keepdims", keepdims)});
-  return op("ReduceSum", {v}, {ints_attr("axes", axes), int_attr("keepdims", keepdims)});
-}
-
-std::string RuleContext::unsqueeze(const std::string& v, const std::vector<int64_t>& axes) {
-  if (opset_ >= 13) return op("Unsqueeze", {v, ints(axes)});
-  return op("Unsqueeze", {v}, {ints_attr("axes", axes)});
-}
-
-std::string RuleContext::squeeze(const std::string& v, const std::vector<int64_t>& axes) {
-  if (opset_ >= 13) return op("Squeeze", {v, ints(axes)});
-  return op("Squeeze", {v}, {ints_attr("axes", axes)});
-}
-
-std::string RuleContext::transpose(const std::string& v, const std::vector<int64_t>& perm) {
-  return op("Transpose", {v}, {ints_attr("perm", perm)});
-}
-
-std::string RuleContext::reshape(const std::string& v, const std::string& shape) { return op("Reshape", {v, shape}); }
-
-std::string RuleContext::expand(const std::string& v, const std::string& shape) { return op("Expand", {v, shape}); }
+std::string RuleContext::constant(const Tensor& t) { return emit().constant(t, "grad_const"); }
 
 // ------------------------------------------------------------------ the walk
 namespace {
@@ -539,6 +371,7 @@ void differentiate(GraphBuilderState& st, const ir::Graph& g, const std::vector<
     } catch (const NotImplemented&) {
       throw;
     } catch (const Error& e) {
+      if (std::string(e.what()).rfind("gradient of ", 0) == 0) throw;  // the emitter named the rule's node
       throw_error<NotImplemented>("gradient of ", n.describe(), ": ", e.what());
     }
   }
@@ -556,7 +389,7 @@ std::vector<ir::Node> assemble(const GraphBuilderState& st, const ir::Graph& g, 
     all.push_back(r == st.replaced.end() ? &g.nodes[idx] : &r->second);
   }
   const size_t num_forward = all.size();
-  for (const auto& n : st.nodes) all.push_back(&n);
+  for (const auto& n : st.emitted.nodes) all.push_back(&n);
   std::vector<ir::Node> kept;
   for (size_t i = all.size(); i-- > 0;) {
     const ir::Node& n = *all[i];
@@ -564,7 +397,7 @@ std::vector<ir::Node> assemble(const GraphBuilderState& st, const ir::Graph& g, 
     for (const auto& o : n.outputs) k |= !o.empty() && needed.count(o);
     if (!k) continue;
     kept.push_back(n);
-    if (i >= num_forward && n.domain == kCustomDomain)
+    if (i >= num_forward && n.domain == kOnnxtrainDomain)
       for (auto& o : kept.back().outputs)
         if (!needed.count(o)) o.clear();
     for (const auto& in : n.inputs)
@@ -588,9 +421,10 @@ std::vector<std::string> RuleContext::replace_forward(const std::string& domain,
   n.attrs = std::move(attrs);
   n.outputs.resize(first_extra);
   std::vector<std::string> names;
-  for (size_t k = 0; k < extra; ++k) names.push_back(st_.fresh(node_.outputs.empty() ? "" : node_.outputs[0] + "_saved"));
+  for (size_t k = 0; k < extra; ++k) names.push_back(st_.em.fresh(node_.outputs.empty() ? "" : node_.outputs[0] + "_saved"));
   n.outputs.insert(n.outputs.end(), names.begin(), names.end());
-  if (domain == kCustomDomain) st_.root().used_custom = true;
+  st_.em.import_domain(domain);
+  record_forward_types(n, first_extra, first_extra + extra);
   st_.replaced.emplace(&node_, std::move(n));
   return names;
 }
@@ -645,6 +479,18 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
   if (!is_float(st.dtype(loss)))
     throw_error<InvalidArgument>("loss '", loss, "' has non-float element type ", dtype_name(st.dtype(loss)));
 
+  // Gradient outputs: the gradients of `want`, named `names` (reserved before anything is emitted).
+  std::vector<std::string> want = xs, names;
+  for (const auto& e : options.extra_grad_outputs) want.push_back(e);
+  for (size_t wi = 0; wi < want.size(); ++wi) {
+    const std::string& x = want[wi];
+    names.push_back(wi < options.grad_names.size() ? options.grad_names[wi] : x + options.grad_suffix);
+    if (defined.count(names.back()) && !std::count(xs.begin(), xs.end(), names.back()))
+      throw_error<InvalidArgument>("cannot name the gradient of '", x, "' '", names.back(),
+                                   "': the graph already has that value");
+    st.em.reserve(names.back());
+  }
+
   const std::vector<size_t> order = ir::topological_order(g);
   const int64_t opset = fwd.opset("");
   // Seed dLoss/dLoss = 1.
@@ -654,24 +500,15 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     seed_owner.outputs = {loss};
     RuleContext c(st, seed_owner, opset);
     std::string one;
-    if (auto s = c.static_shape(loss); s && shape_numel(*s) == 1) {
-      Tensor t = Tensor::empty(st.dtype(loss) == DType::kUndefined ? DType::kFloat32 : st.dtype(loss), *s);
-      if (t.dtype() == DType::kFloat64) t.data<double>()[0] = 1.0;
-      else if (t.dtype() == DType::kFloat16) t.data<float16>()[0] = float16(1.f);
-      else if (t.dtype() == DType::kBFloat16) t.data<bfloat16>()[0] = bfloat16(1.f);
-      else t.data<float>()[0] = 1.f;
-      one = c.constant(t);
-    } else {
-      one = c.ones_like(loss);
-    }
-    st.types[one] = st.types.count(loss) ? st.types[loss] : ir::TypeInfo();
+    if (auto s = c.static_shape(loss); s && shape_numel(*s) == 1) one = c.constant(ir::float_tensor(st.dtype(loss), 1.0, *s));
+    else one = c.ones_like(loss);
+    if (const ir::TypeInfo* t = st.type(loss)) st.em.refine_type(one, *t);
     differentiate(st, g, order, xs, {{loss, one}});
   }
 
   // Outputs "<x>_grad".
   ir::Model out;
   out.ir_version = std::max<int64_t>(fwd.ir_version, 7);
-  out.opsets = fwd.opsets;
   out.producer_name = "onnxtrain";
   out.producer_version = "0.1.0";
   out.graph = std::make_shared<ir::Graph>();
@@ -682,7 +519,7 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
   for (const auto& y : ys) {
     ir::ValueInfo vi;
     vi.name = y;
-    if (st.types.count(y)) vi.type = st.types[y];
+    if (const ir::TypeInfo* t = st.type(y)) vi.type = *t;
     og.outputs.push_back(vi);
   }
   std::vector<std::string> grad_outputs;
@@ -690,24 +527,19 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     ir::Node owner;
     owner.op_type = "GradientOutputs";
     RuleContext c(st, owner, opset);
-    std::vector<std::string> want = xs;
-    for (const auto& e : options.extra_grad_outputs) want.push_back(e);
     for (size_t wi = 0; wi < want.size(); ++wi) {
-      const std::string& x = want[wi];
+      const std::string &x = want[wi], &name = names[wi];
       std::string gx = st.accumulate(x);
       if (gx.empty()) gx = c.zeros_like(x);
-      const std::string name = wi < options.grad_names.size() ? options.grad_names[wi] : x + options.grad_suffix;
-      if (defined.count(name) && !std::count(xs.begin(), xs.end(), name))
-        throw_error<InvalidArgument>("cannot name the gradient of '", x, "' '", name, "': the graph already has that value");
       ir::Node id;
       id.op_type = "Identity";
-      id.name = st.fresh("grad_output_" + x);
+      id.name = st.em.fresh("grad_output_" + x);
       id.inputs = {gx};
       id.outputs = {name};
-      st.nodes.push_back(std::move(id));
+      st.emitter("", "").append(std::move(id));
       ir::ValueInfo vi;
       vi.name = name;
-      if (st.types.count(x)) vi.type = st.types[x];
+      if (const ir::TypeInfo* t = st.type(x)) vi.type = *t;
       og.outputs.push_back(vi);
       grad_outputs.push_back(name);
     }
@@ -717,9 +549,9 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
   std::unordered_set<std::string> needed;
   for (const auto& o : og.outputs) needed.insert(o.name);
   og.nodes = assemble(st, g, order, needed);
-  for (const auto& [n, t] : st.inits)
+  for (const auto& [n, t] : st.emitted.initializers)
     if (needed.count(n)) og.initializers.emplace_back(n, t);
-  if (st.used_custom) out.opsets[kCustomDomain] = 1;
+  out.opsets = st.opsets;  // the forward's imports and the domains emitted
   // Keep the forward graph's known value types for inspection.
   for (const auto& v : g.value_info)
     if (needed.count(v.name)) og.value_info.push_back(v);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/emitter.h"
 #include "ir/ir.h"
 #include "onnxtrain/error.h"
 
@@ -32,8 +33,8 @@ class RuleContext {
   const std::string& O(size_t i) const;
   /// Forward output i for the gradient to read (a dropout mask, saved statistics, log_prob).
   /// When the model leaves it unnamed, the built graph gets a variant of the forward node that
-  /// names it (as replace_forward; the caller's model is untouched); `dtype` records its type.
-  std::string forward_output(size_t i, DType dtype = DType::kUndefined);
+  /// names it (as replace_forward; the caller's model is untouched), typed from its schema.
+  std::string forward_output(size_t i);
 
   // ---- gradients
   /// Gradient flowing into output i, or "" when none does (a zero gradient).
@@ -84,9 +85,16 @@ class RuleContext {
   const std::vector<ir::Attribute>& attrs() const { return node_.attrs; }
 
   // ---- emitters; each returns the output name(s) of the emitted node
-  std::string op(const std::string& type, std::vector<std::string> inputs, std::vector<ir::Attribute> attrs = {});
+  /// The graph emitter (output types from the operators' schemas), naming values after this
+  /// node's output and its errors after this node.
+  ir::Emitter& emit();
+  std::string op(const std::string& type, std::vector<std::string> inputs, std::vector<ir::Attribute> attrs = {}) {
+    return emit().add(type, std::move(inputs), std::move(attrs));
+  }
   std::vector<std::string> op_n(const std::string& type, std::vector<std::string> inputs, size_t num_outputs,
-                                std::vector<ir::Attribute> attrs = {}, const std::string& domain = "");
+                                std::vector<ir::Attribute> attrs = {}, const std::string& domain = "") {
+    return emit().add_n(type, std::move(inputs), num_outputs, std::move(attrs), domain);
+  }
   /// Operator of the com.onnxtrain domain (the builder records the import).
   std::vector<std::string> custom(const std::string& type, std::vector<std::string> inputs, size_t num_outputs,
                                   std::vector<ir::Attribute> attrs = {});
@@ -94,10 +102,6 @@ class RuleContext {
   /// skips computing them); the returned names of unwanted outputs are "".
   std::vector<std::string> custom_some(const std::string& type, std::vector<std::string> inputs,
                                        const std::vector<bool>& wanted, std::vector<ir::Attribute> attrs = {});
-
-  /// Records the type of an emitted value (when the emitter's guess, the first input's element
-  /// type, is wrong: If, Loop).
-  void set_type(const std::string& v, const ir::TypeInfo& t);
 
   // ---- forward variants and subgraphs
   /// Replaces this forward node, in the built graph, by `op_type` of `domain` with `attrs`, the
@@ -120,27 +124,37 @@ class RuleContext {
   /// A value or node name unused anywhere in the model (for nodes of subgraphs a rule builds).
   std::string fresh_name(const std::string& hint);
 
-  // ---- small graph idioms (opset-aware where ONNX changed the operator)
+  // ---- small graph idioms: the emitter's (opset-aware where ONNX changed the operator)
   std::string constant(const Tensor& t);
-  /// Scalar constant of v's element type.
-  std::string scalar_like(double value, const std::string& v);
-  std::string ints(const std::vector<int64_t>& values);  ///< 1-D int64 constant
-  std::string shape_of(const std::string& v);
-  std::string zeros_like(const std::string& v);
-  std::string ones_like(const std::string& v);
+  /// Scalar constant of v's (float) element type.
+  std::string scalar_like(double value, const std::string& v) { return emit().scalar_like(value, v); }
+  std::string ints(const std::vector<int64_t>& values) { return emit().ints(values); }  ///< 1-D int64 constant
+  std::string shape_of(const std::string& v) { return emit().shape_of(v); }
+  std::string zeros_like(const std::string& v) { return emit().zeros_like(v); }
+  std::string ones_like(const std::string& v) { return emit().ones_like(v); }
   std::string add(const std::string& a, const std::string& b) { return op("Add", {a, b}); }
   std::string sub(const std::string& a, const std::string& b) { return op("Sub", {a, b}); }
   std::string mul(const std::string& a, const std::string& b) { return op("Mul", {a, b}); }
   std::string div(const std::string& a, const std::string& b) { return op("Div", {a, b}); }
   std::string neg(const std::string& a) { return op("Neg", {a}); }
-  std::string cast(const std::string& v, DType to);
-  std::string cast_like(const std::string& v, const std::string& like);
-  std::string reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims);
-  std::string unsqueeze(const std::string& v, const std::vector<int64_t>& axes);
-  std::string squeeze(const std::string& v, const std::vector<int64_t>& axes);
-  std::string transpose(const std::string& v, const std::vector<int64_t>& perm);
-  std::string reshape(const std::string& v, const std::string& shape);
-  std::string expand(const std::string& v, const std::string& shape);
+  std::string cast(const std::string& v, DType to) { return emit().cast(v, to); }
+  std::string cast_like(const std::string& v, const std::string& like) { return emit().cast_like(v, like); }
+  std::string reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims) {
+    return emit().reduce_sum(v, axes, keepdims);
+  }
+  std::string unsqueeze(const std::string& v, const std::vector<int64_t>& axes) { return emit().unsqueeze(v, axes); }
+  std::string squeeze(const std::string& v, const std::vector<int64_t>& axes) { return emit().squeeze(v, axes); }
+  std::vector<std::string> split(const std::string& v, int64_t axis, const std::vector<int64_t>& sizes) {
+    return emit().split(v, axis, sizes);
+  }
+  std::string slice(const std::string& v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                    const std::vector<int64_t>& axes, const std::vector<int64_t>& steps = {}) {
+    return emit().slice(v, starts, ends, axes, steps);
+  }
+  std::string pad(const std::string& v, const std::vector<int64_t>& pads) { return emit().pad(v, pads); }
+  std::string transpose(const std::string& v, const std::vector<int64_t>& perm) { return emit().transpose(v, perm); }
+  std::string reshape(const std::string& v, const std::string& shape) { return emit().reshape(v, shape); }
+  std::string expand(const std::string& v, const std::string& shape) { return emit().expand(v, shape); }
 
   /// Throws NotImplemented naming the node.
   template <class... Args>
@@ -152,6 +166,9 @@ class RuleContext {
   std::vector<std::string> go_;
 
  private:
+  // Records the schema types of outputs [from, to) of `n`, a variant of the forward node.
+  void record_forward_types(const ir::Node& n, size_t from, size_t to);
+
   GraphBuilderState& st_;
   const ir::Node& node_;
   int64_t opset_;

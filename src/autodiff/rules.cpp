@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "autodiff/rule_context.h"
-#include "ir/graph_writer.h"
+#include "ir/emitter.h"
 
 namespace onnxtrain::autodiff {
 
@@ -18,11 +18,12 @@ namespace {
 
 using Ctx = RuleContext;
 
-// Attribute factories: the graph writer's.
-constexpr auto iattr = &ir::GraphWriter::int_attr;
-constexpr auto fattr = &ir::GraphWriter::float_attr;
-constexpr auto intsattr = &ir::GraphWriter::ints_attr;
-constexpr auto sattr = &ir::GraphWriter::string_attr;
+// Attribute factories: the emitter's.
+constexpr auto iattr = &ir::Emitter::int_attr;
+constexpr auto fattr = &ir::Emitter::float_attr;
+constexpr auto intsattr = &ir::Emitter::ints_attr;
+constexpr auto sattr = &ir::Emitter::string_attr;
+constexpr auto graph_attr = &ir::Emitter::graph_attr;
 
 
 // g * f'(x) for unary elementwise ops.
@@ -70,14 +71,15 @@ void matmul_rule(Ctx& c) {
     c.set_GI(1, c.mul(g, A));
     return;
   }
+  // Axes counted from the front (ONNX has negative axes only from opset 11).
   if (ra == 1) {  // A[K], B[..., K, N], Y[..., N]
     if (c.needs_GI(0)) {
-      auto ga = c.squeeze(c.op("MatMul", {c.unsqueeze(g, {-2}), swap_last2(c, B, rb)}), {-2});  // [..., K]
+      auto ga = c.squeeze(c.op("MatMul", {c.unsqueeze(g, {rb - 2}), swap_last2(c, B, rb)}), {rb - 2});  // [..., K]
       auto t = with_tail(c.type(c.O(0)), 1, last_dims(c.type(A), 1), dt);
       c.set_GI_unbroadcast_typed(0, ga, &t);
     }
     if (c.needs_GI(1)) {  // dB[..., K, N] = A[K,1] * g[..., 1, N]
-      auto gb = c.op("MatMul", {c.unsqueeze(A, {1}), c.unsqueeze(g, {-2})});
+      auto gb = c.op("MatMul", {c.unsqueeze(A, {1}), c.unsqueeze(g, {rb - 2})});
       auto t = with_tail(c.type(c.O(0)), 1, last_dims(c.type(B), 2), dt);
       c.set_GI_unbroadcast_typed(1, gb, &t);
     }
@@ -85,12 +87,12 @@ void matmul_rule(Ctx& c) {
   }
   if (rb == 1) {  // A[..., M, K], B[K], Y[..., M]
     if (c.needs_GI(0)) {  // dA = g[..., M, 1] * B[1, K]
-      auto ga = c.op("MatMul", {c.unsqueeze(g, {-1}), c.unsqueeze(B, {0})});
+      auto ga = c.op("MatMul", {c.unsqueeze(g, {ra - 1}), c.unsqueeze(B, {0})});
       auto t = with_tail(c.type(c.O(0)), 1, last_dims(c.type(A), 2), dt);
       c.set_GI_unbroadcast_typed(0, ga, &t);
     }
     if (c.needs_GI(1)) {  // dB = sum over batch and M of A^T g
-      auto gb = c.squeeze(c.op("MatMul", {swap_last2(c, A, ra), c.unsqueeze(g, {-1})}), {-1});  // [..., K]
+      auto gb = c.squeeze(c.op("MatMul", {swap_last2(c, A, ra), c.unsqueeze(g, {ra - 1})}), {ra - 1});  // [..., K]
       auto t = with_tail(c.type(c.O(0)), 1, last_dims(c.type(B), 1), dt);
       c.set_GI_unbroadcast_typed(1, gb, &t);
     }
@@ -418,20 +420,13 @@ Tensor filled(Ctx& c, const std::string& v, const Shape& shape, double value, bo
 
 bool is_letter(char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'); }
 
-// Slice of v along `axes` with constant bounds (attributes before opset 10, inputs after).
-std::string slice(Ctx& c, const std::string& v, const std::vector<int64_t>& axes, const std::vector<int64_t>& starts,
-                  const std::vector<int64_t>& ends) {
-  if (c.opset() >= 10) return c.op("Slice", {v, c.ints(starts), c.ints(ends), c.ints(axes)});
-  return c.op("Slice", {v}, {intsattr("axes", axes), intsattr("starts", starts), intsattr("ends", ends)});
-}
-
 // Shape tensor [head..., dims from.. of v]: a constant when v's shape is static.
 std::string shape_with_tail(Ctx& c, std::vector<int64_t> head, const std::string& v, int64_t from) {
   if (auto s = c.static_shape(v)) {
     head.insert(head.end(), s->begin() + from, s->end());
     return c.ints(head);
   }
-  const std::string tail = slice(c, c.shape_of(v), {0}, {from}, {std::numeric_limits<int64_t>::max()});
+  const std::string tail = c.slice(c.shape_of(v), {from}, {std::numeric_limits<int64_t>::max()}, {0});
   return c.op("Concat", {c.ints(head), tail}, {iattr("axis", 0)});
 }
 
@@ -565,7 +560,7 @@ std::string conv_weight_grad(Ctx& c, const std::string& x, const std::string& dy
   for (size_t i = 0; i < nd; ++i)
     exact = exact && w.in[i] >= 0 && w.out[i] >= 0 &&
             (w.in[i] + w.pb[i] + w.pe[i] - (w.out[i] - 1) * w.s[i] - 1) / w.d[i] + 1 == w.k[i];
-  if (!exact) r = slice(c, r, axes, zeros, w.k);
+  if (!exact) r = c.slice(r, zeros, w.k, axes);
   return c.transpose(r, swap01);
 }
 
@@ -998,7 +993,7 @@ void rules_reduce(Table& t) {
   }, {0});
   t.add("TopK", [](Ctx& c) {  // scatter the values' gradient to the selected indices
     if (c.opset() < 11) c.fail("the gradient needs ScatterElements (opset >= 11)");
-    const std::string idx = c.forward_output(1, DType::kInt64);
+    const std::string idx = c.forward_output(1);
     c.set_GI(0, c.op("ScatterElements", {c.zeros_like(c.I(0)), idx, c.GO(0)}, {iattr("axis", c.attr_int("axis", -1))}));
   }, {0});
 
@@ -1102,8 +1097,7 @@ void layernorm_rule(Ctx& c) {
   if (r < 0) c.fail("input rank unknown (ONNX type inference failed)");
   int64_t axis = c.attr_int("axis", -1);
   if (axis < 0) axis += r;
-  const DType stash = DType(c.attr_int("stash_type", 1));
-  const std::string mean = c.forward_output(1, stash), inv = c.forward_output(2, stash);
+  const std::string mean = c.forward_output(1), inv = c.forward_output(2);
   if (!c.portable()) {  // dScale, dB come in the normalized shape dims[axis:]
     const auto d = c.custom("LayerNormalizationGrad", {g, x, c.I(1), mean, inv}, 3, {iattr("axis", axis)});
     c.set_GI(0, d[0]);
@@ -1139,13 +1133,11 @@ std::string channel_window_sum(Ctx& c, const std::string& v, int64_t r, int64_t 
   std::vector<int64_t> pads(size_t(2 * r), 0);
   pads[1] = lo;
   pads[size_t(r) + 1] = hi;
-  const std::string padded = c.opset() >= 11 ? c.op("Pad", {v, c.ints(pads)}) : c.op("Pad", {v}, {intsattr("pads", pads)});
+  const std::string padded = c.pad(v, pads);
   std::vector<std::string> terms;
   for (int64_t k = 0; k <= lo + hi; ++k) {  // channels [k, k + C) of the padded tensor
     const int64_t end = k == lo + hi ? std::numeric_limits<int64_t>::max() : k - lo - hi;
-    terms.push_back(c.opset() >= 10 ? c.op("Slice", {padded, c.ints({k}), c.ints({end}), c.ints({1})})
-                                    : c.op("Slice", {padded}, {intsattr("starts", {k}), intsattr("ends", {end}),
-                                                               intsattr("axes", {1})}));
+    terms.push_back(c.slice(padded, {k}, {end}, {1}));
   }
   return terms.size() == 1 ? terms[0] : c.op("Sum", terms);
 }
@@ -1187,7 +1179,7 @@ void dropout_rule(Ctx& c) {
     if (!tm) mode = c.I(2);
   }
   const std::string ratio = c.opset() >= 12 && c.has_input(1) ? c.I(1) : "";
-  const std::string mask = c.forward_output(1, c.opset() >= 10 ? DType::kBool : c.dtype(c.I(0)));
+  const std::string mask = c.forward_output(1);
   if (!c.portable()) {
     c.set_GI(0, c.custom("DropoutGrad", trim_inputs({g, mask, ratio, mode}), 1,
                          {fattr("ratio", c.opset() < 12 ? c.attr_float("ratio", 0.5f) : 0.5f),
@@ -1211,7 +1203,7 @@ void loss_rule(Ctx& c, bool softmax) {
   const std::string reduction = c.attr_string("reduction", "mean");
   const bool has_ignore = c.has_attr("ignore_index");
   if (c.has_GO(0)) {
-    const std::string lp = softmax ? c.forward_output(1, c.dtype(x)) : x;  // NLL: x only gives the shape
+    const std::string lp = softmax ? c.forward_output(1) : x;  // NLL: x only gives the shape
     if (!c.portable()) {
       c.set_GI(0, c.custom(softmax ? "SoftmaxCrossEntropyLossGrad" : "NegativeLogLikelihoodLossGrad",
                            trim_inputs({c.GO(0), lp, labels, w}), 1, c.attrs())[0]);  // reduction, ignore_index
@@ -1300,25 +1292,6 @@ std::string reshape_like(Ctx& c, const std::string& g, const std::string& v) {
   return c.op("Reshape", {g}, {intsattr("shape", *s)});
 }
 
-// v[starts:ends:steps] along axes (Slice-1..9: attributes and unit steps).
-std::string slice_of(Ctx& c, const std::string& v, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
-                     const std::vector<int64_t>& axes, const std::vector<int64_t>& steps = {}) {
-  if (c.opset() >= 10) {
-    std::vector<std::string> in{v, c.ints(starts), c.ints(ends), c.ints(axes)};
-    if (!steps.empty()) in.push_back(c.ints(steps));
-    return c.op("Slice", in);
-  }
-  for (int64_t s : steps)
-    if (s != 1) c.fail("Slice-", c.opset(), " has no steps (opset >= 10 needed)");
-  return c.op("Slice", {v}, {intsattr("starts", starts), intsattr("ends", ends), intsattr("axes", axes)});
-}
-
-// Pad with zeros; negative pads crop (Pad-1: `paddings`, 2..10: `pads` attributes, 11+: input).
-std::string pad_zeros(Ctx& c, const std::string& v, const std::vector<int64_t>& pads) {
-  if (c.opset() >= 11) return c.op("Pad", {v, c.ints(pads)});
-  return c.op("Pad", {v}, {intsattr(c.opset() < 2 ? "paddings" : "pads", pads)});
-}
-
 std::string concat(Ctx& c, const std::vector<std::string>& parts, int64_t axis) {
   return parts.size() == 1 ? parts[0] : c.op("Concat", parts, {iattr("axis", axis)});
 }
@@ -1385,8 +1358,7 @@ void concat_rule(Ctx& c) {
   if (used.size() == 1) {
     parts = {g};
   } else if (known) {
-    if (c.opset() >= 13) parts = c.op_n("Split", {g, c.ints(sizes)}, sizes.size(), {iattr("axis", axis)});
-    else parts = c.op_n("Split", {g}, sizes.size(), {iattr("axis", axis), intsattr("split", sizes)});
+    parts = c.split(g, axis, sizes);
   } else {
     if (c.opset() < 10) c.fail("inputs of unknown size along the axis need opset >= 10 (Slice with inputs)");
     std::string begin = c.ints({0});
@@ -1456,7 +1428,7 @@ std::string slice_grad_portable(Ctx& c, const IntList& starts, const IntList& en
       pads[size_t(a)] = s;
       pads[size_t(a + r)] = d - s - std::max<int64_t>(e - s, 0);
     }
-    return pad_zeros(c, c.GO(0), pads);
+    return c.pad(c.GO(0), pads);
   }
   return c.opset() >= 11 ? slice_grad_scatter(c, starts, ends, ax, steps) : "";
 }
@@ -1518,18 +1490,18 @@ std::string pad_grad_portable(Ctx& c, const std::string& mode, const std::vector
       std::string piece;
       int64_t at = src(o0), len = o1 - o0;
       if (step == 1) {
-        piece = slice_of(c, cur, {o0}, {o1}, {a});
+        piece = c.slice(cur, {o0}, {o1}, {a});
       } else if (step == -1) {
-        piece = slice_of(c, cur, {o1 - 1}, {o0 == 0 ? INT64_MIN : o0 - 1}, {a}, {-1});
+        piece = c.slice(cur, {o1 - 1}, {o0 == 0 ? INT64_MIN : o0 - 1}, {a}, {-1});
         at -= len - 1;
       } else {
-        piece = c.reduce_sum(slice_of(c, cur, {o0}, {o1}, {a}), {a}, true);
+        piece = c.reduce_sum(c.slice(cur, {o0}, {o1}, {a}), {a}, true);
         len = 1;
       }
       std::vector<int64_t> place(size_t(2 * r), 0);
       place[size_t(a)] = at;
       place[size_t(a + r)] = d - at - len;
-      const std::string placed = pad_zeros(c, piece, place);
+      const std::string placed = c.pad(piece, place);
       acc = acc.empty() ? placed : c.add(acc, placed);
       o0 = o1;
     }
@@ -1551,7 +1523,7 @@ void pad_rule(Ctx& c) {
     if (pads.value) {
       std::vector<int64_t> neg;
       for (int64_t p : *pads.value) neg.push_back(-p);
-      gx = axes.empty() ? pad_zeros(c, g, neg) : c.op("Pad", {g, c.ints(neg), "", axes});
+      gx = axes.empty() ? c.pad(g, neg) : c.op("Pad", {g, c.ints(neg), "", axes});
     } else {
       std::vector<std::string> in{g, c.mul(pads.name, c.ints({-1}))};
       if (!axes.empty()) in.insert(in.end(), {"", axes});
@@ -1655,9 +1627,9 @@ void gather_rule(Ctx& c) {
   const int64_t r = known_rank(c, x), a = norm_axis(c, axis, r);
   const std::string sx = c.shape_of(x);
   std::vector<std::string> dims;
-  if (a > 0) dims.push_back(slice_of(c, sx, {0}, {a}, {0}));
+  if (a > 0) dims.push_back(c.slice(sx, {0}, {a}, {0}));
   dims.push_back(c.ints({-1}));
-  if (a + 1 < r) dims.push_back(slice_of(c, sx, {a + 1}, {r}, {0}));
+  if (a + 1 < r) dims.push_back(c.slice(sx, {a + 1}, {r}, {0}));
   const std::string gv = c.reshape(g, concat(c, dims, 0));
   std::vector<int64_t> view(size_t(r), 1);
   view[size_t(a)] = -1;
@@ -1814,14 +1786,6 @@ void rnn_rule(Ctx& c) {
   for (size_t k = 0; k < to.size(); ++k) c.set_GI(to[k], g[k]);
 }
 
-ir::Attribute graph_attr(const char* name, std::shared_ptr<ir::Graph> g) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kGraph;
-  a.g = std::move(g);
-  return a;
-}
-
 ir::Node make_node(Ctx& c, const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
                    std::vector<ir::Attribute> attrs = {}) {
   ir::Node n;
@@ -1861,10 +1825,7 @@ void if_rule(Ctx& c) {
     branches.push_back(graph_attr(name, g));
   }
   const auto outs = c.op_n("If", {c.I(0)}, wrt.size(), branches);
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    if (const ir::TypeInfo* t = c.type(wrt[k])) c.set_type(outs[k], *t);
-    c.set_grad(wrt[k], outs[k]);
-  }
+  for (size_t k = 0; k < wrt.size(); ++k) c.set_grad(wrt[k], outs[k]);
 }
 
 // Loop: the forward Loop also stacks every iteration's loop-carried inputs and iteration number
@@ -1909,7 +1870,6 @@ void loop_rule(Ctx& c) {
   fattrs.push_back(graph_attr("body", fbody));
   const std::vector<std::string> rec = c.replace_forward("", "Loop", fattrs, N + K, N + 1);
   const std::string trips = c.op("Size", {rec[N]});
-  c.set_type(trips, ir::TypeInfo::tensor(DType::kInt64, Shape{}));
   const std::string last = c.op("Sub", {trips, c.constant(Tensor::scalar<int64_t>(1))});
   const std::string yes = c.constant(Tensor::scalar<bool>(true));
 
@@ -1962,7 +1922,6 @@ void loop_rule(Ctx& c) {
   for (const auto& u : outer) init.push_back(c.zeros_like(u));
   const auto outs = c.op_n("Loop", init, wrt.size(), {graph_attr("body", g)});
   for (size_t w = 0; w < wrt.size(); ++w) {
-    c.set_type(outs[w], g->inputs[2 + w].type);
     if (w < diff.size()) c.set_GI(2 + diff[w], outs[w]);
     else c.set_grad(wrt[w], outs[w]);
   }

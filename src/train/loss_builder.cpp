@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "ir/graph_writer.h"
+#include "ir/emitter.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/training.h"
 #include "train/training_graph.h"
@@ -27,7 +27,7 @@ namespace onnxtrain {
 
 namespace {
 
-using ir::GraphWriter;
+using E = ir::Emitter;
 
 struct Kwargs {
   std::map<std::string, std::string> kv;
@@ -114,10 +114,12 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
   if (!dtype_is_float(dt))
     throw_error<InvalidArgument>("add_loss_output: output '", score.name, "' has element type ", dtype_name(dt),
                                  "; a loss needs float scores");
-  GraphWriter w(m, g);
+  ir::Emitter w(m, g);
+  w.set_node_prefix("loss_");
+  w.set_origin("add_loss_output");
   for (const std::string& n : {loss_name, label_name})
-    if (w.fresh(n) != n) throw_error<InvalidArgument>("add_loss_output: the model already has a value named '", n, "'");
-  if (!weight_name.empty() && w.fresh(weight_name) != weight_name)
+    if (!w.reserve(n)) throw_error<InvalidArgument>("add_loss_output: the model already has a value named '", n, "'");
+  if (!weight_name.empty() && !w.reserve(weight_name))
     throw_error<InvalidArgument>("add_loss_output: the model already has a value named '", weight_name, "'");
   Kwargs kw{kwargs_in, {}};
   const std::string kind = score_name;
@@ -155,6 +157,7 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
     label.type.dims = st.dims;
   }
   g.inputs.push_back(label);
+  w.set_type(label_name, label.type);
   const std::string S = score.name, y = label_name;
 
   // Per-element (or per-sample) loss, before reduction.
@@ -182,16 +185,12 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
   } else if (kind == "log") {
     const double eps = kw.num("eps", 1e-6);
     const bool logits = kw.num("from_logits", 0) != 0;
-    const std::string yf = w.add("Cast", {y}, {GraphWriter::int_attr("to", int64_t(dt))});
+    const std::string yf = w.cast(y, dt);
     std::string p1, p0;
     if (st.has_shape && st.dims.size() == 2 && st.dims[1].fixed() && st.dims[1].value == 2 && !logits) {
       const std::string clipped = w.add("Clip", {S, w.scalar(dt, eps), w.scalar(dt, 1 - eps)});
       const std::string norm = w.add("Div", {clipped, w.reduce_sum(clipped, {1}, true)});
-      auto parts = w.add_n("Split", m.opset("") >= 13 ? std::vector<std::string>{norm, w.ints({1, 1})}
-                                                          : std::vector<std::string>{norm},
-                           2, m.opset("") >= 13 ? std::vector<ir::Attribute>{GraphWriter::int_attr("axis", 1)}
-                                                : std::vector<ir::Attribute>{GraphWriter::int_attr("axis", 1),
-                                                                             GraphWriter::ints_attr("split", {1, 1})});
+      const auto parts = w.split(norm, 1, {1, 1});
       p0 = w.add("Reshape", {parts[0], w.ints({-1})});
       p1 = w.add("Reshape", {parts[1], w.ints({-1})});
     } else {
@@ -222,8 +221,8 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
                                   "' are not supported (use class_weights)");
     std::vector<std::string> ins{S, y};
     if (!cw.empty()) ins.push_back(w.constant(floats_tensor(dt, parse_floats(cw, "class_weights")), "class_weights"));
-    std::vector<ir::Attribute> attrs{GraphWriter::string_attr("reduction", reduction)};
-    if (!ignore.empty()) attrs.push_back(GraphWriter::int_attr("ignore_index", std::stoll(ignore)));
+    std::vector<ir::Attribute> attrs{E::string_attr("reduction", reduction)};
+    if (!ignore.empty()) attrs.push_back(E::int_attr("ignore_index", std::stoll(ignore)));
     if (smoothing > 0 && !cw.empty())
       throw_error<NotImplemented>("add_loss_output: label_smoothing together with class_weights is not supported");
     if (smoothing > 0 && !ignore.empty())
@@ -231,8 +230,8 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
     total = w.add(kind == "nll" ? "NegativeLogLikelihoodLoss" : "SoftmaxCrossEntropyLoss", ins, attrs, "loss_ce");
     if (smoothing > 0) {
       // (1 - e) CE + e * mean over samples of (-mean over classes of log_softmax)
-      const std::string logp = w.add("LogSoftmax", {S}, {GraphWriter::int_attr("axis", 1)});
-      const std::string uniform = w.add("Neg", {w.add("ReduceMean", {logp}, {GraphWriter::ints_attr("axes", {1}), GraphWriter::int_attr("keepdims", 0)})});
+      const std::string logp = w.add("LogSoftmax", {S}, {E::int_attr("axis", 1)});
+      const std::string uniform = w.add("Neg", {w.add("ReduceMean", {logp}, {E::ints_attr("axes", {1}), E::int_attr("keepdims", 0)})});
       const std::string smooth = reduce(uniform);
       total = w.add("Add", {w.add("Mul", {total, w.scalar(dt, 1.0 - smoothing)}), w.add("Mul", {smooth, w.scalar(dt, smoothing)})});
     }
@@ -249,6 +248,7 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
         wv.type.dims = {st.dims[0]};
       }
       g.inputs.push_back(wv);
+      w.set_type(weight_name, wv.type);
       // Per-sample loss: sum over every axis but the first, then weight.
       std::string sample = per;
       if (kind != "log" && st.has_shape && st.dims.size() > 1) {
@@ -280,7 +280,7 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
   id.name = w.fresh("loss_output");
   id.inputs = {total};
   id.outputs = {loss_name};
-  g.nodes.push_back(id);
+  w.append(std::move(id));
   ir::ValueInfo lv;
   lv.name = loss_name;
   lv.type = ir::TypeInfo::tensor(dt, {});

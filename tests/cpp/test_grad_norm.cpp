@@ -2,9 +2,14 @@
 // Dropout: finite-difference checks (float64), the com.onnxtrain.BatchNormalizationGrad and
 // LayerNormalizationGrad kernels against naive double-precision references, and Dropout's
 // training-mode gradient against the mask of the same run.
+#include <onnx/checker.h>
+#include <onnx/shape_inference/implementation.h>
+
 #include <cmath>
 
 #include "autodiff/builder.h"
+#include "ir/onnx_io.h"
+#include "ir/proto.h"
 #include "grad_check.h"
 #include "runtime/executor.h"
 #include "test_grad_util.h"
@@ -408,4 +413,72 @@ TEST(GradNorm, BatchNormRunningStatisticsGradientIsRefused) {
   const std::string m = r.message();
   EXPECT_NE(m.find("node_BatchNormalization"), std::string::npos) << m;
   EXPECT_NE(m.find("running or saved statistics"), std::string::npos) << m;
+}
+
+// Relu -> Dropout whose training_mode is a graph input (known only at run time) -> ReduceSum.
+// The portable gradient selects with Where(training_mode, dx, dy): its output has the type of
+// dx and dy, not of the boolean condition (the emitter used to type it bool and the Relu rule
+// then refused it). dx/dx: ReLU' when training_mode is false, mask * scale * ReLU' when true,
+// with the mask of the same run (an output of the model).
+TEST(GradNorm, DropoutRuntimeModeAfterRelu) {
+  using namespace onnxtrain;
+  const Shape s{6, 7};
+  const double ratio = 0.3;
+  std::mt19937 rng(2000);
+  auto v = to_double(random_tensor(kF64, s, rng, 0.2, 2));
+  for (size_t i = 0; i < v.size(); i += 3) v[i] = -v[i];  // Relu: away from 0 on both sides
+  const Tensor x = from_double(kF64, s, v);
+  ir::Model m;
+  m.ir_version = 8;
+  m.opsets = {{"", 13}};
+  m.graph = std::make_shared<ir::Graph>();
+  ir::Graph& g = *m.graph;
+  g.name = "relu_dropout";
+  g.inputs = {ir::ValueInfo{"x", ir::TypeInfo::tensor(kF64, s), ""},
+              ir::ValueInfo{"train", ir::TypeInfo::tensor(DType::kBool, Shape{}), ""}};
+  g.initializers = {{"ratio", Tensor::scalar<double>(ratio)}};
+  g.nodes.push_back(make_node("Relu", {"x"}, {"h"}));
+  g.nodes.push_back(make_node("Dropout", {"h", "ratio", "train"}, {"y", "mask"}));
+  g.nodes.push_back(make_node("ReduceSum", {"y"}, {"loss"}, {attr_int("keepdims", 0)}));
+  g.outputs = {ir::ValueInfo{"loss", {}, ""}};
+  for (bool portable : {false, true}) {
+    autodiff::BuildOptions bo;
+    bo.portable = portable;
+    ir::Model gm;
+    try {
+      gm = autodiff::build_gradient_model(m, {"loss", "mask"}, {"x"}, "loss", bo);
+    } catch (const std::exception& e) {
+      FAIL() << (portable ? "portable: " : "default: ") << e.what();
+    }
+    ir::validate_graph(*gm.graph);
+    const std::string bytes = ir::serialize_model(gm);
+    if (portable) {  // standard ONNX only: ONNX's checker and its type-checking inference accept it
+      onnx::ModelProto p;
+      ASSERT_TRUE(p.ParseFromString(bytes));
+      EXPECT_NO_THROW(onnx::checker::check_model(p));
+      onnx::ShapeInferenceOptions strict(/*check_type=*/true, /*error_mode=*/1, /*data_prop=*/false);
+      EXPECT_NO_THROW(onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), strict));
+    }
+    gm = ir::load_model_bytes(bytes.data(), bytes.size());
+    for (bool train : {false, true}) {
+      ExecOptions eo;
+      eo.num_threads = 1;
+      runtime::GraphExecutor ex(gm.graph, gm.opsets, eo);
+      const Value xv = Value::of(x), tv = Value::of(Tensor::scalar<bool>(train));
+      const std::vector<Value> out = ex.run({&xv, &tv});
+      ASSERT_EQ(out.size(), 3u);
+      const auto mask = to_double(out[1].tensor), dx = to_double(out[2].tensor);
+      ASSERT_EQ(out[2].tensor.shape(), s);
+      size_t dropped = 0;
+      for (size_t k = 0; k < v.size(); ++k) {
+        const double relu_d = v[k] > 0 ? 1.0 : 0.0;
+        const double expect = train ? mask[k] * (1.0 / (1.0 - ratio)) * relu_d : relu_d;
+        dropped += mask[k] == 0;
+        ASSERT_NEAR(dx[k], expect, 1e-12) << (portable ? "portable" : "default") << ", training_mode " << train
+                                          << ", element " << k;
+      }
+      if (train) EXPECT_GT(dropped, 0u) << "the forward did not drop anything in training mode";
+      else EXPECT_EQ(dropped, 0u) << "inference mode: the mask is all true";
+    }
+  }
 }
