@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "ir/proto.h"
 #include "onnxtrain/error.h"
@@ -115,7 +116,35 @@ class OutputTyper {
     for (auto& o : r_) o = t;
   }
 
+  // Training-step operators (src/kernels/optimizer_spec.h), updating n tensors at once, each
+  // output in place over (and typed like) an input: optimizers (lr, step, grad_scale, W[n], G[n],
+  // states[n]...) -> W'[n], states'[n]...; AccumulateGradients (reset, A[n], G[n]) -> A'[n];
+  // GlobalNormClip (G[n]) -> scale, norm (float64).
+  bool training_step() {
+    static const std::set<std::string> optimizers = {"SGDOptimizer",  "MomentumOptimizer", "AdamOptimizer",
+                                                     "AdamWOptimizer", "LambOptimizer",     "AdagradOptimizer"};
+    const std::string& op = n_.op_type;
+    const size_t I = n_.inputs.size(), O = r_.size();
+    if (op == "GlobalNormClip") {
+      all_outputs(TypeInfo::tensor(DType::kFloat64, {1}));
+      return true;
+    }
+    size_t lead;
+    if (optimizers.count(op)) lead = 3;
+    else if (op == "AccumulateGradients") lead = 1;
+    else return false;
+    if (I < lead + O || O == 0 || I - lead - O == 0) fail(I, " inputs and ", O, " outputs do not form groups of tensors");
+    const size_t n = I - lead - O;
+    for (size_t k = 0; k < O; ++k) {
+      const size_t q = k / n, i = k % n;
+      const size_t from = lead + (q == 0 ? i : (q + 1) * n + i);
+      r_[k] = from < I ? in_or_unknown(from) : TypeInfo();
+    }
+    return true;
+  }
+
   void custom() {
+    if (training_step()) return;
     const auto& table = custom_op_types();
     auto it = table.find(n_.op_type);
     if (it == table.end()) fail("com.onnxtrain operator ", n_.op_type, " is not in the emitter's table");

@@ -264,9 +264,15 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
   Emitter e(tg.model, g);
   e.set_node_prefix("optimizer_");
   auto input = [&](const std::string& want, DType dt, bool exact) {
-    std::string n = exact ? want : e.fresh(want);
-    if (exact && !e.reserve(n)) throw_error<InvalidArgument>("the model already has a value named '", n, "'");
-    e.add_input(ir::ValueInfo{n, ir::TypeInfo::tensor(dt, {1}), ""});
+    const ir::TypeInfo type = ir::TypeInfo::tensor(dt, {1});
+    if (exact) {
+      if (!e.reserve(want))
+        throw_error<InvalidArgument>("the model already has a value named '", want,
+                                     "': choose another lr_params_feed_name");
+    }
+    const std::string n = exact ? want : e.fresh(want);  // reserved either way
+    g.inputs.push_back(ir::ValueInfo{n, type, ""});
+    e.set_type(n, type);
     return n;
   };
   tg.lr_input = input(cfg.lr_input, DType::kFloat32, true);

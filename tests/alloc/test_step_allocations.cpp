@@ -96,8 +96,15 @@ std::string mlp(bool batchnorm) {
   weight("b1", {128});
   weight("W2", {128, 10});
   weight("b2", {10});
-  g.inputs = {ir::ValueInfo{"x", ir::TypeInfo::tensor(DType::kFloat32), ""},
-              ir::ValueInfo{"label", ir::TypeInfo::tensor(DType::kInt64), ""}};
+  auto batch_typed = [](DType dt, std::vector<int64_t> rest) {
+    ir::TypeInfo t = ir::TypeInfo::tensor(dt);
+    t.has_shape = true;
+    t.dims.push_back(ir::Dim{-1, "N"});
+    for (int64_t d : rest) t.dims.push_back(ir::Dim{d, ""});
+    return t;
+  };
+  g.inputs = {ir::ValueInfo{"x", batch_typed(DType::kFloat32, {64}), ""},
+              ir::ValueInfo{"label", batch_typed(DType::kInt64, {}), ""}};
   auto node = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
                   std::vector<ir::Attribute> attrs = {}) {
     ir::Node n;
