@@ -375,7 +375,12 @@ Emitter::Emitter(Model& m, Graph& g) : opsets_(&m.opsets), target_(g) {
 Emitter::Emitter(std::map<std::string, int64_t>& opsets, Graph& target) : opsets_(&opsets), target_(target) {}
 
 Emitter::Emitter(Emitter& parent, Graph& target)
-    : parent_(&parent), opsets_(parent.opsets_), target_(target), node_prefix_(parent.node_prefix_) {}
+    : parent_(&parent),
+      opsets_(parent.opsets_),
+      target_(target),
+      hint_(parent.hint_),
+      node_prefix_(parent.node_prefix_),
+      origin_(parent.origin_) {}
 
 template <class E, class... Args>
 void Emitter::fail(Args&&... args) const {

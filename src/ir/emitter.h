@@ -61,7 +61,7 @@ class Emitter {
   Emitter(std::map<std::string, int64_t>& opsets, Graph& target);
   /// A nested scope (a subgraph under construction): nodes go to `target`, initializers to the
   /// root's target (visible in every subgraph), names are unique across the root, and the types
-  /// known in enclosing scopes are visible.
+  /// known in enclosing scopes are visible. Hint, node prefix and origin start as the parent's.
   Emitter(Emitter& parent, Graph& target);
   Emitter(const Emitter&) = delete;
   Emitter& operator=(const Emitter&) = delete;
