@@ -52,7 +52,7 @@ Tensor float_tensor(DType dt, double value, const Shape& shape = {});
 class Emitter {
  public:
   /// Emits into graph `g` of model `m` (typically *m.graph): nodes and initializers are appended to
-  /// g, fresh names avoid every name of g (subgraphs included), the types of g's inputs,
+  /// g, fresh names avoid every name of m's graph and g (subgraphs included), the types of g's inputs,
   /// initializers, value_info and outputs are known (run infer_types first for intermediate
   /// values), and imports of domains used (com.onnxtrain, ai.onnx.preview.training) go to m.opsets.
   Emitter(Model& m, Graph& g);
