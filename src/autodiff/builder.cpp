@@ -18,7 +18,8 @@ using ir::kOnnxtrainDomain;
 // Everything the walk accumulates; RuleContext forwards to it.
 class GraphBuilderState {
  public:
-  GraphBuilderState(const ir::Model& m, const BuildOptions& o) : fwd(m), opts(o), opsets(m.opsets), em(opsets, emitted) {
+  GraphBuilderState(const ir::Model& m, const BuildOptions& o)
+      : fwd(m), opts(o), opsets(m.opsets), em(opsets, emitted) {
     opset = m.opset("");
     em.set_node_prefix("grad_");
     em.reserve_names_of(*m.graph);
@@ -75,7 +76,8 @@ class GraphBuilderState {
     if (it == contrib.end() || it->second.empty()) return "";
     auto& list = it->second;
     if (list.size() > 1) {
-      std::string s = emitter("", "accumulating the gradient of '" + value + "'").add_n("Sum", list, 1, {}, "", value + "_grad_sum")[0];
+      ir::Emitter& e = emitter("", "accumulating the gradient of '" + value + "'");
+      const std::string s = e.add_n("Sum", list, 1, {}, "", value + "_grad_sum")[0];
       list.assign(1, s);
     }
     if (const ir::TypeInfo* t = type(value)) em.refine_type(list[0], *t);
@@ -219,7 +221,8 @@ void RuleContext::set_GI_unbroadcast_typed(size_t i, const std::string& g, const
     const std::string one_c = ints({1});
     const std::string mask = op("And", {op("Equal", {padded, one_c}), op("Not", {op("Equal", {sg, one_c})})});
     const std::string axes = reshape(op("NonZero", {mask}), ints({-1}));
-    const std::string red = op("ReduceSum", {g, axes}, {E::int_attr("keepdims", 1), E::int_attr("noop_with_empty_axes", 1)});
+    const std::string red =
+        op("ReduceSum", {g, axes}, {E::int_attr("keepdims", 1), E::int_attr("noop_with_empty_axes", 1)});
     r = reshape(red, si);
   }
   if (ti) emit().refine_type(r, *ti);
@@ -421,7 +424,8 @@ std::vector<std::string> RuleContext::replace_forward(const std::string& domain,
   n.attrs = std::move(attrs);
   n.outputs.resize(first_extra);
   std::vector<std::string> names;
-  for (size_t k = 0; k < extra; ++k) names.push_back(st_.em.fresh(node_.outputs.empty() ? "" : node_.outputs[0] + "_saved"));
+  for (size_t k = 0; k < extra; ++k)
+    names.push_back(st_.em.fresh(node_.outputs.empty() ? "" : node_.outputs[0] + "_saved"));
   n.outputs.insert(n.outputs.end(), names.begin(), names.end());
   st_.em.import_domain(domain);
   record_forward_types(n, first_extra, first_extra + extra);
@@ -500,8 +504,10 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     seed_owner.outputs = {loss};
     RuleContext c(st, seed_owner, opset);
     std::string one;
-    if (auto s = c.static_shape(loss); s && shape_numel(*s) == 1) one = c.constant(ir::float_tensor(st.dtype(loss), 1.0, *s));
-    else one = c.ones_like(loss);
+    if (auto s = c.static_shape(loss); s && shape_numel(*s) == 1)
+      one = c.constant(ir::float_tensor(st.dtype(loss), 1.0, *s));
+    else
+      one = c.ones_like(loss);
     if (const ir::TypeInfo* t = st.type(loss)) st.em.refine_type(one, *t);
     differentiate(st, g, order, xs, {{loss, one}});
   }

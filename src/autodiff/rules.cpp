@@ -1786,21 +1786,21 @@ void rnn_rule(Ctx& c) {
   for (size_t k = 0; k < to.size(); ++k) c.set_GI(to[k], g[k]);
 }
 
-ir::Node make_node(Ctx& c, const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-                   std::vector<ir::Attribute> attrs = {}) {
+// Appends op(in) -> out (names given: a subgraph's own values) through the subgraph's emitter.
+void put(ir::Emitter& e, const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+         std::vector<ir::Attribute> attrs = {}) {
   ir::Node n;
   n.op_type = op;
-  n.name = c.fresh_name("grad_" + op);
   n.inputs = std::move(in);
   n.outputs = std::move(out);
   n.attrs = std::move(attrs);
-  return n;
+  e.append(std::move(n));
 }
 
-// Appends `v` to g's outputs through an Identity (outputs may be outer values, or repeat).
-void add_output(Ctx& c, ir::Graph& g, const std::string& v, const ir::TypeInfo* type) {
-  const std::string o = c.fresh_name(v + "_out");
-  g.nodes.push_back(make_node(c, "Identity", {v}, {o}));
+// Appends `v` to g's outputs through an Identity (outputs may be outer values, or repeat); `e`
+// emits into g.
+void add_output(ir::Emitter& e, ir::Graph& g, const std::string& v, const ir::TypeInfo* type) {
+  const std::string o = e.add("Identity", {v}, {}, v + "_out");
   g.outputs.push_back(ir::ValueInfo{o, type ? *type : ir::TypeInfo(), ""});
 }
 
@@ -1821,7 +1821,8 @@ void if_rule(Ctx& c) {
     auto g = std::make_shared<ir::Graph>();
     g->name = a->g->name + "_grad";
     g->nodes = std::move(sub.nodes);
-    for (size_t k = 0; k < wrt.size(); ++k) add_output(c, *g, sub.grads[k], c.type(wrt[k]));
+    ir::Emitter branch(c.emit(), *g);
+    for (size_t k = 0; k < wrt.size(); ++k) add_output(branch, *g, sub.grads[k], c.type(wrt[k]));
     branches.push_back(graph_attr(name, g));
   }
   const auto outs = c.op_n("If", {c.I(0)}, wrt.size(), branches);
@@ -1858,10 +1859,11 @@ void loop_rule(Ctx& c) {
 
   // Forward variant: record v[n] and i of every iteration.
   auto fbody = std::make_shared<ir::Graph>(body);
+  ir::Emitter fe(c.emit(), *fbody);
   for (size_t n = 0; n <= N; ++n) {
     const size_t input = n < N ? 2 + n : 0;
-    const std::string rec = c.fresh_name(body.inputs[input].name + "_rec");
-    fbody->nodes.push_back(make_node(c, "Identity", {body.inputs[input].name}, {rec}));
+    fe.set_type(body.inputs[input].name, in_types[input]);
+    const std::string rec = fe.add("Identity", {body.inputs[input].name}, {}, body.inputs[input].name + "_rec");
     fbody->outputs.push_back(ir::ValueInfo{rec, in_types[input], ""});
   }
   std::vector<ir::Attribute> fattrs;
@@ -1893,28 +1895,23 @@ void loop_rule(Ctx& c) {
     g->inputs.push_back(ir::ValueInfo{carried_in.back(), t ? *t : ir::TypeInfo(), ""});
   }
   for (size_t d = 0; d < diff.size(); ++d) g->inputs[2 + d].type = in_types[2 + diff[d]];
-  g->nodes.push_back(make_node(c, "Sub", {last, j}, {k}));
-  g->nodes.push_back(make_node(c, "Identity", {k}, {body.inputs[0].name}));
-  g->nodes.push_back(make_node(c, "Identity", {yes}, {body.inputs[1].name}));
-  for (size_t n = 0; n < N; ++n)
-    g->nodes.push_back(make_node(c, "Gather", {rec[n], k}, {body.inputs[2 + n].name}, {iattr("axis", 0)}));
+  ir::Emitter be(c.emit(), *g);
+  be.note_types(*g);
+  put(be, "Sub", {last, j}, {k});
+  put(be, "Identity", {k}, {body.inputs[0].name});
+  put(be, "Identity", {yes}, {body.inputs[1].name});
+  for (size_t n = 0; n < N; ++n) put(be, "Gather", {rec[n], k}, {body.inputs[2 + n].name}, {iattr("axis", 0)});
   std::vector<std::string> seeds(1 + N + K);
   for (size_t d = 0; d < diff.size(); ++d) seeds[1 + diff[d]] = carried_in[d];
   for (size_t s = 0; s < K; ++s)
-    if (c.has_GO(N + s)) {
-      seeds[1 + N + s] = c.fresh_name("dscan");
-      g->nodes.push_back(make_node(c, "Gather", {c.GO(N + s), k}, {seeds[1 + N + s]}, {iattr("axis", 0)}));
-    }
+    if (c.has_GO(N + s)) seeds[1 + N + s] = be.add("Gather", {c.GO(N + s), k}, {iattr("axis", 0)}, "dscan");
   auto sub = c.subgraph_gradient(body, in_types, seeds, wrt);
   g->nodes.insert(g->nodes.end(), sub.nodes.begin(), sub.nodes.end());
-  add_output(c, *g, yes, &in_types[1]);
+  add_output(be, *g, yes, &in_types[1]);
   for (size_t w = 0; w < wrt.size(); ++w) {
     std::string v = sub.grads[w];
-    if (w >= diff.size()) {  // outer value: sum over iterations
-      v = c.fresh_name("acc_" + wrt[w]);
-      g->nodes.push_back(make_node(c, "Add", {carried_in[w], sub.grads[w]}, {v}));
-    }
-    add_output(c, *g, v, &g->inputs[2 + w].type);
+    if (w >= diff.size()) v = be.add("Add", {carried_in[w], sub.grads[w]}, {}, "acc_" + wrt[w]);  // outer value: sum over iterations
+    add_output(be, *g, v, &g->inputs[2 + w].type);
   }
 
   std::vector<std::string> init{trips, ""};

@@ -18,31 +18,35 @@ namespace {
 // the element type of input from[k] (the last entry repeats for further outputs).
 const std::map<std::string, std::vector<size_t>>& custom_op_types() {
   static const std::map<std::string, std::vector<size_t>> table = {
-      {"SumToShape", {0}},                              // (G, shape) -> Y
-      {"ConvGrad", {1, 2, 2}},                          // (dY, X, W) -> dX, dW, dB
-      {"ConvTransposeGrad", {1, 2, 2}},                 // (dY, X, W) -> dX, dW, dB
-      {"MaxPoolGrad", {1}},                             // (dY, X[, indices]) -> dX
-      {"AveragePoolGrad", {1}},                         // (dY, X) -> dX
-      {"LpPoolGrad", {1}},                              // (dY, X, Y) -> dX
-      {"GlobalMaxPoolGrad", {1}},                       // (dY, X) -> dX
-      {"GlobalAveragePoolGrad", {1}},                   // (dY, X) -> dX
-      {"GlobalLpPoolGrad", {1}},                        // (dY, X, Y) -> dX
-      {"SoftmaxGrad", {0}},                             // (dY, Y) -> dX
-      {"LogSoftmaxGrad", {0}},                          // (dY, Y) -> dX
-      {"BatchNormalizationGrad", {1, 2, 2, 3, 4}},      // (dY, X, scale, mean, var) -> dX, dscale, dB, dmean, dvar
-      {"LayerNormalizationGrad", {1}},                  // (dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB
-      {"LRNGrad", {1}},                                 // (dY, X) -> dX
-      {"DropoutGrad", {0}},                             // (dY, mask, ratio?, training_mode?) -> dX
-      {"SoftmaxCrossEntropyLossGrad", {1}},             // (dloss, log_prob, labels, weights?) -> dscores
-      {"NegativeLogLikelihoodLossGrad", {1}},           // (dloss, input, labels, weights?) -> dinput
-      {"SliceGrad", {0}},                               // (dY, shape(X), starts, ends[, axes, steps]) -> dX
-      {"PadGrad", {0}},                                 // (dY, shape(X), pads[, axes]) -> dX
-      {"GatherGrad", {2}},                              // (shape(X), indices, dY) -> dX
-      {"GatherElementsGrad", {2}},                      // (shape(X), indices, dY) -> dX
-      {"GatherNDGrad", {2}},                            // (shape(X), indices, dY) -> dX
-      {"ResizeGrad", {0}},                              // (dY, roi, scales, sizes) -> dX
-      {"LSTMTrain", {0}}, {"GRUTrain", {0}}, {"RNNTrain", {0}},  // the forward's outputs, then the reserve
-      {"LSTMGrad", {0}}, {"GRUGrad", {0}}, {"RNNGrad", {0}},     // (X, W, R, ...) -> dX, dW, dR, dB, ...
+      {"SumToShape", {0}},                          // (G, shape) -> Y
+      {"ConvGrad", {1, 2, 2}},                      // (dY, X, W) -> dX, dW, dB
+      {"ConvTransposeGrad", {1, 2, 2}},             // (dY, X, W) -> dX, dW, dB
+      {"MaxPoolGrad", {1}},                         // (dY, X[, indices]) -> dX
+      {"AveragePoolGrad", {1}},                     // (dY, X) -> dX
+      {"LpPoolGrad", {1}},                          // (dY, X, Y) -> dX
+      {"GlobalMaxPoolGrad", {1}},                   // (dY, X) -> dX
+      {"GlobalAveragePoolGrad", {1}},               // (dY, X) -> dX
+      {"GlobalLpPoolGrad", {1}},                    // (dY, X, Y) -> dX
+      {"SoftmaxGrad", {0}},                         // (dY, Y) -> dX
+      {"LogSoftmaxGrad", {0}},                      // (dY, Y) -> dX
+      {"BatchNormalizationGrad", {1, 2, 2, 3, 4}},  // (dY, X, scale, mean, var) -> dX, dscale, dB, dmean, dvar
+      {"LayerNormalizationGrad", {1}},              // (dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB
+      {"LRNGrad", {1}},                             // (dY, X) -> dX
+      {"DropoutGrad", {0}},                         // (dY, mask, ratio?, training_mode?) -> dX
+      {"SoftmaxCrossEntropyLossGrad", {1}},         // (dloss, log_prob, labels, weights?) -> dscores
+      {"NegativeLogLikelihoodLossGrad", {1}},       // (dloss, input, labels, weights?) -> dinput
+      {"SliceGrad", {0}},                           // (dY, shape(X), starts, ends[, axes, steps]) -> dX
+      {"PadGrad", {0}},                             // (dY, shape(X), pads[, axes]) -> dX
+      {"GatherGrad", {2}},                          // (shape(X), indices, dY) -> dX
+      {"GatherElementsGrad", {2}},                  // (shape(X), indices, dY) -> dX
+      {"GatherNDGrad", {2}},                        // (shape(X), indices, dY) -> dX
+      {"ResizeGrad", {0}},                          // (dY, roi, scales, sizes) -> dX
+      {"LSTMTrain", {0}},                           // the forward's outputs, then the reserve
+      {"GRUTrain", {0}},                            // same
+      {"RNNTrain", {0}},                            // same
+      {"LSTMGrad", {0}},                            // (X, W, R, ...) -> dX, dW, dR, dB, ...
+      {"GRUGrad", {0}},                             // same
+      {"RNNGrad", {0}},                             // same
   };
   return table;
 }
@@ -56,7 +60,8 @@ TypeInfo without_shape(const TypeInfo& t) {
 }
 
 bool known(const TypeInfo* t) {
-  return t && t->kind != TypeInfo::Kind::kUnknown && !(t->kind == TypeInfo::Kind::kTensor && t->elem == DType::kUndefined);
+  return t && t->kind != TypeInfo::Kind::kUnknown &&
+         !(t->kind == TypeInfo::Kind::kTensor && t->elem == DType::kUndefined);
 }
 
 TypeInfo wrap(TypeInfo::Kind kind, const TypeInfo& inner) {
@@ -207,12 +212,16 @@ class OutputTyper {
       // The element type of the container (OptionalGetElement of a tensor: the tensor's type).
       const TypeInfo* s = in(0);
       const bool container = s && (s->kind == TypeInfo::Kind::kSequence || s->kind == TypeInfo::Kind::kOptional);
-      if (container && s->inner) all_outputs(without_shape(*s->inner));
-      else if (op == "OptionalGetElement") all_outputs(in_or_unknown(0));
+      if (container && s->inner)
+        all_outputs(without_shape(*s->inner));
+      else if (op == "OptionalGetElement")
+        all_outputs(in_or_unknown(0));
     } else if (op == "Optional") {
       const Attribute* tp = n_.attr("type");
-      if (tp && tp->type == AttrType::kTypeProto) all_outputs(wrap(TypeInfo::Kind::kOptional, tp->tp));
-      else all_outputs(known(in(0)) ? wrap(TypeInfo::Kind::kOptional, in_or_unknown(0)) : TypeInfo());
+      if (tp && tp->type == AttrType::kTypeProto)
+        all_outputs(wrap(TypeInfo::Kind::kOptional, tp->tp));
+      else
+        all_outputs(known(in(0)) ? wrap(TypeInfo::Kind::kOptional, in_or_unknown(0)) : TypeInfo());
     } else if (op == "SequenceMap") {
       const Graph* body = graph_attr("body");
       if (body->outputs.size() < r_.size()) fail("the body has ", body->outputs.size(), " outputs");
@@ -227,13 +236,20 @@ class OutputTyper {
   void constant() {
     TypeInfo t;
     for (const auto& a : n_.attrs) {
-      if (a.name == "value" && a.type == AttrType::kTensor) t = TypeInfo::tensor(a.t.dtype(), a.t.shape());
-      else if (a.name == "value_float") t = TypeInfo::tensor(DType::kFloat32, Shape{});
-      else if (a.name == "value_floats") t = TypeInfo::tensor(DType::kFloat32, {int64_t(a.floats.size())});
-      else if (a.name == "value_int") t = TypeInfo::tensor(DType::kInt64, Shape{});
-      else if (a.name == "value_ints") t = TypeInfo::tensor(DType::kInt64, {int64_t(a.ints.size())});
-      else if (a.name == "value_string") t = TypeInfo::tensor(DType::kString, Shape{});
-      else if (a.name == "value_strings") t = TypeInfo::tensor(DType::kString, {int64_t(a.strings.size())});
+      if (a.name == "value" && a.type == AttrType::kTensor)
+        t = TypeInfo::tensor(a.t.dtype(), a.t.shape());
+      else if (a.name == "value_float")
+        t = TypeInfo::tensor(DType::kFloat32, Shape{});
+      else if (a.name == "value_floats")
+        t = TypeInfo::tensor(DType::kFloat32, {int64_t(a.floats.size())});
+      else if (a.name == "value_int")
+        t = TypeInfo::tensor(DType::kInt64, Shape{});
+      else if (a.name == "value_ints")
+        t = TypeInfo::tensor(DType::kInt64, {int64_t(a.ints.size())});
+      else if (a.name == "value_string")
+        t = TypeInfo::tensor(DType::kString, Shape{});
+      else if (a.name == "value_strings")
+        t = TypeInfo::tensor(DType::kString, {int64_t(a.strings.size())});
     }
     if (t.kind == TypeInfo::Kind::kUnknown) fail("Constant without a value attribute onnxtrain reads");
     all_outputs(t);
@@ -271,14 +287,16 @@ class OutputTyper {
     if (nin > size_t(schema_->max_input()))
       fail("it has ", nin, " inputs, opset ", schema_->since_version(), " allows ", schema_->max_input());
     if (n_.outputs.size() > size_t(schema_->max_output()))
-      fail("it has ", n_.outputs.size(), " outputs, opset ", schema_->since_version(), " allows ", schema_->max_output());
+      fail("it has ", n_.outputs.size(), " outputs, opset ", schema_->since_version(), " allows ",
+           schema_->max_output());
     const auto& ins = schema_->inputs();
     for (size_t j = 0; j < ins.size(); ++j)
       if (ins[j].GetOption() == onnx::OpSchema::Single && (j >= n_.inputs.size() || n_.inputs[j].empty()))
         fail("required input ", j, " ('", ins[j].GetName(), "') is missing");
   }
 
-  static const onnx::OpSchema::FormalParameter* formal(const std::vector<onnx::OpSchema::FormalParameter>& ps, size_t j) {
+  static const onnx::OpSchema::FormalParameter* formal(const std::vector<onnx::OpSchema::FormalParameter>& ps,
+                                                       size_t j) {
     if (j < ps.size()) return &ps[j];
     if (!ps.empty() && ps.back().GetOption() == onnx::OpSchema::Variadic) return &ps.back();
     return nullptr;
@@ -378,8 +396,12 @@ Tensor float_tensor(DType dt, double value, const Shape& shape) {
   if (!dtype_is_float(dt)) throw_error<NotImplemented>("a float constant of element type ", dtype_name(dt));
   Tensor t = Tensor::empty(dt, shape);
   switch (dt) {
-    case DType::kFloat32: fill<float>(t, value); break;
-    case DType::kFloat64: fill<double>(t, value); break;
+    case DType::kFloat32:
+      fill<float>(t, value);
+      break;
+    case DType::kFloat64:
+      fill<double>(t, value);
+      break;
     case DType::kFloat16: {
       float16* p = t.data<float16>();
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = float16(float(value));
@@ -390,13 +412,15 @@ Tensor float_tensor(DType dt, double value, const Shape& shape) {
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = bfloat16(float(value));
       break;
     }
-    default: break;
+    default:
+      break;
   }
   return t;
 }
 
 // ------------------------------------------------------------------ Emitter
 Emitter::Emitter(Model& m, Graph& g) : opsets_(&m.opsets), target_(g) {
+  if (m.graph && m.graph.get() != &g) reserve_names_of(*m.graph);
   reserve_names_of(g);
   note_types(g);
 }
@@ -404,7 +428,12 @@ Emitter::Emitter(Model& m, Graph& g) : opsets_(&m.opsets), target_(g) {
 Emitter::Emitter(std::map<std::string, int64_t>& opsets, Graph& target) : opsets_(&opsets), target_(target) {}
 
 Emitter::Emitter(Emitter& parent, Graph& target)
-    : parent_(&parent), opsets_(parent.opsets_), target_(target), node_prefix_(parent.node_prefix_) {}
+    : parent_(&parent),
+      opsets_(parent.opsets_),
+      target_(target),
+      hint_(parent.hint_),
+      node_prefix_(parent.node_prefix_),
+      origin_(parent.origin_) {}
 
 template <class E, class... Args>
 void Emitter::fail(Args&&... args) const {
@@ -553,7 +582,8 @@ std::string Emitter::scalar(DType dt, double value, const std::string& hint) {
 
 std::string Emitter::scalar_like(double value, const std::string& v) {
   const DType dt = dtype(v);
-  if (dt == DType::kUndefined) fail<NotImplemented>("the element type of '", v, "' is unknown (ONNX type inference failed)");
+  if (dt == DType::kUndefined)
+    fail<NotImplemented>("the element type of '", v, "' is unknown (ONNX type inference failed)");
   if (!dtype_is_float(dt)) fail<NotImplemented>("'", v, "' has non-float element type ", dtype_name(dt));
   return scalar(dt, value);
 }
@@ -577,7 +607,8 @@ std::vector<int64_t> Emitter::attribute_axes(const std::string& op, const std::s
 
 std::string Emitter::reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims) {
   if (opset() >= 13) return add("ReduceSum", {v, ints(axes)}, {int_attr("keepdims", keepdims)});
-  return add("ReduceSum", {v}, {ints_attr("axes", attribute_axes("ReduceSum", v, axes, 0)), int_attr("keepdims", keepdims)});
+  return add("ReduceSum", {v},
+             {ints_attr("axes", attribute_axes("ReduceSum", v, axes, 0)), int_attr("keepdims", keepdims)});
 }
 
 std::string Emitter::reduce_all(const std::string& op, const std::string& v) {
@@ -608,8 +639,9 @@ std::string Emitter::slice(const std::string& v, const std::vector<int64_t>& sta
   }
   for (int64_t s : steps)
     if (s != 1) fail<NotImplemented>("Slice-", opset(), " has no steps (opset >= 10 needed)");
-  return add("Slice", {v}, {ints_attr("starts", starts), ints_attr("ends", ends),
-                            ints_attr("axes", attribute_axes("Slice", v, axes, 0))});
+  return add(
+      "Slice", {v},
+      {ints_attr("starts", starts), ints_attr("ends", ends), ints_attr("axes", attribute_axes("Slice", v, axes, 0))});
 }
 
 std::string Emitter::pad(const std::string& v, const std::vector<int64_t>& pads) {
@@ -622,7 +654,8 @@ std::string Emitter::transpose(const std::string& v, const std::vector<int64_t>&
 }
 
 std::string Emitter::reshape(const std::string& v, const std::string& shape) {
-  if (opset() < 5) fail<NotImplemented>("Reshape-", opset(), " of '", v, "' takes its shape as an attribute (opset >= 5 needed)");
+  if (opset() < 5)
+    fail<NotImplemented>("Reshape-", opset(), " of '", v, "' takes its shape as an attribute (opset >= 5 needed)");
   return add("Reshape", {v, shape});
 }
 
@@ -664,7 +697,9 @@ Attribute attribute(const std::string& name, AttrType type, T Attribute::*field,
 }
 }  // namespace
 
-Attribute Emitter::int_attr(const std::string& name, int64_t v) { return attribute(name, AttrType::kInt, &Attribute::i, v); }
+Attribute Emitter::int_attr(const std::string& name, int64_t v) {
+  return attribute(name, AttrType::kInt, &Attribute::i, v);
+}
 Attribute Emitter::float_attr(const std::string& name, float v) {
   return attribute(name, AttrType::kFloat, &Attribute::f, v);
 }

@@ -52,7 +52,7 @@ Tensor float_tensor(DType dt, double value, const Shape& shape = {});
 class Emitter {
  public:
   /// Emits into graph `g` of model `m` (typically *m.graph): nodes and initializers are appended to
-  /// g, fresh names avoid every name of g (subgraphs included), the types of g's inputs,
+  /// g, fresh names avoid every name of m's graph and g (subgraphs included), the types of g's inputs,
   /// initializers, value_info and outputs are known (run infer_types first for intermediate
   /// values), and imports of domains used (com.onnxtrain, ai.onnx.preview.training) go to m.opsets.
   Emitter(Model& m, Graph& g);
@@ -61,7 +61,7 @@ class Emitter {
   Emitter(std::map<std::string, int64_t>& opsets, Graph& target);
   /// A nested scope (a subgraph under construction): nodes go to `target`, initializers to the
   /// root's target (visible in every subgraph), names are unique across the root, and the types
-  /// known in enclosing scopes are visible.
+  /// known in enclosing scopes are visible. Hint, node prefix and origin start as the parent's.
   Emitter(Emitter& parent, Graph& target);
   Emitter(const Emitter&) = delete;
   Emitter& operator=(const Emitter&) = delete;

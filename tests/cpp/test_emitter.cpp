@@ -29,7 +29,9 @@ struct Fixture {
     m.opsets = {{"", opset}};
     m.graph = std::make_shared<ir::Graph>();
     m.graph->name = "emitter_test";
-    auto in = [&](const char* n, DType dt, Shape s) { m.graph->inputs.push_back({n, ir::TypeInfo::tensor(dt, s), ""}); };
+    auto in = [&](const char* n, DType dt, Shape s) {
+      m.graph->inputs.push_back({n, ir::TypeInfo::tensor(dt, s), ""});
+    };
     in("a", kF32, {2, 3});
     in("b", kF32, {2, 3});
     in("c", DType::kBool, {2, 3});
@@ -77,8 +79,13 @@ TEST(Emitter, OutputTypesFromOnnxSchemas) {
   EXPECT_EQ(type_str(e, e.add("ConstantOfShape", {"i"}, {Emitter::tensor_attr("value", Tensor::scalar<int32_t>(7))})),
             "tensor(int32)");
   EXPECT_EQ(type_str(e, e.add("ConstantOfShape", {"i"})), "tensor(float)");
+  // Constant: its value attribute.
+  EXPECT_EQ(type_str(e, e.add("Constant", {}, {Emitter::ints_attr("value_ints", {1, 2, 3})})), "tensor(int64)[3]");
+  EXPECT_EQ(type_str(e, e.add("Constant", {}, {Emitter::tensor_attr("value", Tensor::scalar<double>(1))})),
+            "tensor(double)[]");
   // EyeLike / RandomNormalLike: dtype when given, else the input's type.
-  EXPECT_EQ(type_str(e, e.add("EyeLike", {"a"}, {Emitter::int_attr("dtype", int64_t(DType::kInt32))})), "tensor(int32)");
+  EXPECT_EQ(type_str(e, e.add("EyeLike", {"a"}, {Emitter::int_attr("dtype", int64_t(DType::kInt32))})),
+            "tensor(int32)");
   EXPECT_EQ(type_str(e, e.add("RandomNormalLike", {"d"})), "tensor(double)");
   // Multiple outputs with different parameters: TopK values (T) and indices (int64).
   const auto topk = e.add_n("TopK", {"a", e.ints({2})}, 2);
@@ -107,8 +114,9 @@ TEST(Emitter, ControlFlowAndTrainingOps) {
     g->outputs.push_back({"o", ir::TypeInfo::tensor(dt, {2, 3}), ""});
     return g;
   };
-  const auto out = e.add_n("If", {"c"}, 1, {Emitter::graph_attr("then_branch", branch(kF32)),
-                                            Emitter::graph_attr("else_branch", branch(kF32))});
+  const auto out =
+      e.add_n("If", {"c"}, 1,
+              {Emitter::graph_attr("then_branch", branch(kF32)), Emitter::graph_attr("else_branch", branch(kF32))});
   EXPECT_EQ(type_str(e, out[0]), "tensor(float)[2, 3]");
   // ai.onnx.preview.training Adagrad(R, T, X.., G.., H..) -> X_new.., H_new..: outputs follow
   // their own inputs (here X float, H double), and the domain gets imported.
@@ -172,7 +180,8 @@ TEST(Emitter, UndeterminedTypesAreErrorsNamingTheNode) {
   using onnxtrain::InvalidGraph;
   using onnxtrain::NotImplemented;
   // Arity against the schema: a missing required input, one input too many.
-  expect_error(message_of<NotImplemented>([&] { e.add("Add", {"a"}, {}, "lonely"); }), "required input 1 ('B') is missing");
+  expect_error(message_of<NotImplemented>([&] { e.add("Add", {"a"}, {}, "lonely"); }),
+               "required input 1 ('B') is missing");
   expect_error(message_of<NotImplemented>([&] { e.add("Relu", {"a", "b"}); }), "it has 2 inputs, opset 14 allows 1");
   // An operator that does not exist at the model's opset.
   expect_error(message_of<NotImplemented>([&] { e.add("Gelu", {"a"}); }), "no ONNX schema for Gelu at opset 17");
@@ -186,7 +195,8 @@ TEST(Emitter, UndeterminedTypesAreErrorsNamingTheNode) {
   expect_error(message_of<InvalidGraph>([&] { e.add("Mul", {"a", "d"}); }), "bind type parameter T to different types");
   // A gradient recorded with a type that contradicts the emitted one.
   const std::string s = e.add("Sub", {"a", "b"});
-  expect_error(message_of<InvalidGraph>([&] { e.refine_type(s, ir::TypeInfo::tensor(kF64)); }), "has element type float");
+  expect_error(message_of<InvalidGraph>([&] { e.refine_type(s, ir::TypeInfo::tensor(kF64)); }),
+               "has element type float");
   e.refine_type(s, ir::TypeInfo::tensor(kF32, {2, 3}));  // adds the shape
   EXPECT_EQ(type_str(e, s), "tensor(float)[2, 3]");
 }
@@ -254,8 +264,8 @@ TEST(Emitter, NegativeAxesBeforeOpset11) {
     Fixture f(opset);
     Emitter e(f.m, *f.m.graph);
     const ir::Graph& g = *f.m.graph;
-    e.unsqueeze("a", {-1});     // rank 2 -> 3
-    e.squeeze("a", {-2});       // rank 2
+    e.unsqueeze("a", {-1});          // rank 2 -> 3
+    e.squeeze("a", {-2});            // rank 2
     e.reduce_sum("h", {-1}, false);  // rank 1
     ASSERT_EQ(g.nodes.size(), 3u);
     const bool old = opset < 11;
