@@ -43,6 +43,7 @@ void DnnlOp::init(dnnl::primitive prim, const dnnl::memory::desc& scratchpad_md)
   prim_ = std::move(prim);
   args_.clear();
   exec_.clear();
+  c_args_.clear();
   ws_bytes_ = 0;
   scratch_ = dnnl::memory();
   if (scratchpad_md.get_size() > 0) {
@@ -77,13 +78,27 @@ void DnnlOp::execute(void* workspace) {
   for (auto& a : args_) {
     if (a.reorder) {
       a.prim.set_data_handle(ws + a.offset);
-      if (!a.output) a.re.execute(s, a.user, a.prim);
+      if (!a.output) run_reorder(a, s, a.user, a.prim);
     }
   }
-  prim_.execute(s, exec_);
+  // Through the C API with argument arrays built once: the C++ execute() builds a vector per call.
+  if (c_args_.size() != exec_.size()) {
+    c_args_.clear();
+    for (const auto& [id, m] : exec_) c_args_.push_back(dnnl_exec_arg_t{id, m.get()});
+  }
+  check(dnnl_primitive_execute(prim_.get(), s.get(), int(c_args_.size()), c_args_.data()));
   for (auto& a : args_)
-    if (a.reorder && a.output) a.re.execute(s, a.prim, a.user);
+    if (a.reorder && a.output) run_reorder(a, s, a.prim, a.user);
   s.wait();
+}
+
+void DnnlOp::run_reorder(Arg& a, dnnl::stream& s, const dnnl::memory& from, const dnnl::memory& to) {
+  const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
+  check(dnnl_primitive_execute(a.re.get(), s.get(), 2, args));
+}
+
+void DnnlOp::check(dnnl_status_t st) {
+  if (st != dnnl_success) throw_error<RuntimeError>("oneDNN primitive failed with status ", int(st));
 }
 
 }  // namespace onnxtrain::kernels::dnnl_util

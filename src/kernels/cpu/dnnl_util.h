@@ -64,11 +64,14 @@ class DnnlOp {
     dnnl::reorder re;
   };
   size_t carve(size_t bytes);
+  static void run_reorder(Arg& a, dnnl::stream& s, const dnnl::memory& from, const dnnl::memory& to);
+  static void check(dnnl_status_t st);
   dnnl::primitive prim_;
   dnnl::memory scratch_;
   size_t scratch_offset_ = 0;
   std::vector<Arg> args_;
   std::unordered_map<int, dnnl::memory> exec_;
+  std::vector<dnnl_exec_arg_t> c_args_;
   size_t ws_bytes_ = 0;
 };
 

@@ -427,6 +427,7 @@ class SumToShapeKernel final : public Kernel {
     // Walk G in runs; Y advances by 0 or 1 per element (the BroadcastPlan of Y -> G, input 0 = Y).
     if (!plan_.init({target_, g})) ctx.fail("internal: broadcast plan failed");
     ctx.set_output(0, dt, target_);
+    ctx.request_workspace(size_t(shape_numel(target_)) * sizeof(double));  // the sums
   }
   void run(RunContext& ctx) override {
     const Tensor& g = ctx.input(0);
@@ -436,11 +437,12 @@ class SumToShapeKernel final : public Kernel {
       const T* G = g.data<T>();
       T* Y = y.data<T>();
       const int64_t n = y.numel();
-      std::vector<C> acc(static_cast<size_t>(n), C(0));
+      C* acc = static_cast<C*>(ctx.workspace());
+      std::fill_n(acc, n, C(0));
       const int64_t step = plan_.inner_step[0];
       plan_.for_runs(0, plan_.runs, [&](int64_t o, const int64_t* off, int64_t len) {
         const T* src = G + o;
-        C* dst = acc.data() + off[0];
+        C* dst = acc + off[0];
         if (step) {
           for (int64_t k = 0; k < len; ++k) dst[k] += C(src[k]);
         } else {
@@ -449,7 +451,7 @@ class SumToShapeKernel final : public Kernel {
           dst[0] += s;
         }
       });
-      for (int64_t i = 0; i < n; ++i) Y[i] = T(acc[static_cast<size_t>(i)]);
+      for (int64_t i = 0; i < n; ++i) Y[i] = T(acc[i]);
     });
   }
 
