@@ -255,19 +255,27 @@ void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom&
 //   Avg  dX[q] += dY[o] / count(o)                    every valid q of window o
 //   Lp   dX[q] += dY[o] sign(x_q) |x_q|^(p-1) / Y[o]^(p-1)    (nothing where Y[o] = 0)
 // With `ind` (MaxPool's row-major Indices output) the max gradient is a scatter through it.
+// Per-thread scratch of pool_grad_loop: window offsets, then (for 16-bit types) a plane of sums.
+inline size_t pool_grad_scratch(const PoolTables& t, DType dt) {
+  const size_t sums = dt == DType::kFloat16 || dt == DType::kBFloat16 ? size_t(t.pin) * sizeof(float) : 0;
+  return (size_t(t.outer_window) * sizeof(int64_t) + 63) / 64 * 64 + sums;
+}
+
+// `scratch`: pool_grad_scratch bytes for each thread of the budget (the plan's workspace).
 template <PoolKind K, class T>
 void pool_grad_loop(const T* x, const T* y, const T* dy, const int64_t* ind, T* dx, int64_t planes,
-                    const WindowGeom& g, bool include_pad, double p, const RunContext* err) {
+                    const PoolTables& t, bool include_pad, double p, char* scratch, const RunContext* err) {
   using C = compute_t<T>;
   using Acc = PoolAcc<K, T>;
-  const PoolTables t(g);
   const int64_t pin = t.pin, OW = t.OW, rows = t.rows, pout = rows * OW;
+  const size_t per_thread = pool_grad_scratch(t, dtype_v<T>);
   parallel_for(planes, 1, [&](int64_t p0, int64_t p1) {
-    std::vector<int64_t> offs(static_cast<size_t>(t.outer_window));
-    std::vector<C> buf(std::is_same_v<T, C> ? 0 : size_t(pin));
+    char* mine = scratch + size_t(omp_get_thread_num()) * per_thread;
+    int64_t* offs = reinterpret_cast<int64_t*>(mine);
+    C* buf = reinterpret_cast<C*>(mine + (size_t(t.outer_window) * sizeof(int64_t) + 63) / 64 * 64);
     for (int64_t plane = p0; plane < p1; ++plane) {
       const T* xp = x + plane * pin;
-      C* gx = std::is_same_v<T, C> ? reinterpret_cast<C*>(dx + plane * pin) : buf.data();
+      C* gx = std::is_same_v<T, C> ? reinterpret_cast<C*>(dx + plane * pin) : buf;
       std::fill(gx, gx + pin, C(0));
       const T* dyp = dy + plane * pout;
       if (K == PoolKind::kMax && ind) {
@@ -281,17 +289,17 @@ void pool_grad_loop(const T* x, const T* y, const T* dy, const int64_t* ind, T* 
       } else {
         for (int64_t row = 0; row < rows; ++row) {
           int64_t count_pad;
-          const size_t n_offs = t.row_offsets(row, offs.data(), &count_pad);
+          const size_t n_offs = t.row_offsets(row, offs, &count_pad);
           const T* dyr = dyp + row * OW;
           if constexpr (K == PoolKind::kMax) {
-            reduce_row<K, T, Acc>(t, xp, offs.data(), n_offs, p, [&](int64_t c, Acc, int64_t best) {
+            reduce_row<K, T, Acc>(t, xp, offs, n_offs, p, [&](int64_t c, Acc, int64_t best) {
               if (best >= 0) gx[best] += C(dyr[c]);
             });
           } else if constexpr (K == PoolKind::kAvg) {
             for (int64_t c = 0; c < OW; ++c) {
               const int64_t n = t.count(c, n_offs, count_pad, include_pad);
               const C w = n > 0 ? C(double(C(dyr[c])) / double(n)) : C(0);
-              t.for_window(c, offs.data(), n_offs, [&](int64_t q) { gx[q] += w; });
+              t.for_window(c, offs, n_offs, [&](int64_t q) { gx[q] += w; });
             }
           } else {
             const T* yr = y + plane * pout + row * OW;
@@ -299,7 +307,7 @@ void pool_grad_loop(const T* x, const T* y, const T* dy, const int64_t* ind, T* 
               const double yv = double(C(yr[c]));
               if (yv == 0) continue;
               const double s = double(C(dyr[c])) / (p == 2.0 ? yv : p == 1.0 ? 1.0 : std::pow(yv, p - 1));
-              t.for_window(c, offs.data(), n_offs, [&](int64_t q) {
+              t.for_window(c, offs, n_offs, [&](int64_t q) {
                 const double v = double(C(xp[q]));
                 const double d = p == 2.0 ? v : p == 1.0 ? double((v > 0) - (v < 0))
                                                         : std::copysign(std::pow(std::abs(v), p - 1), v);
@@ -564,8 +572,14 @@ class PoolGradKernel final : public Kernel {
     }
     ctx.set_output(0, dt_, x);
     op_ = dnnl_util::DnnlOp();
-    if (dt_ == DType::kFloat32 && p_.kind == PoolKind::kAvg && shape_numel(p_.y) > 0 && p_.make_dnnl(op_, x, true))
+    tables_.reset();
+    if (dt_ == DType::kFloat32 && p_.kind == PoolKind::kAvg && shape_numel(p_.y) > 0 && p_.make_dnnl(op_, x, true)) {
       ctx.request_workspace(op_.workspace_bytes());
+    } else if (!(p_.global && p_.kind == PoolKind::kAvg) && shape_numel(p_.y) > 0) {
+      tables_ = std::make_unique<PoolTables>(p_.g);
+      const int threads = ctx.options().num_threads > 0 ? ctx.options().num_threads : hardware_threads();
+      ctx.request_workspace(size_t(std::max(threads, 1)) * pool_grad_scratch(*tables_, dt_));
+    }
   }
 
   void run(RunContext& ctx) override {
@@ -589,15 +603,18 @@ class PoolGradKernel final : public Kernel {
       const T* dy = dY.data<T>();
       T* dx = dX.data<T>();
       if (p_.global && p_.kind == PoolKind::kAvg) return global_avg_grad(dy, dx, p_.planes, shape_numel(p_.g.in));
+      if (ctx.num_threads() > 0 && size_t(ctx.num_threads()) * pool_grad_scratch(*tables_, dt_) > ctx.workspace_bytes())
+        ctx.fail("internal: pool gradient scratch for ", ctx.num_threads(), " threads exceeds the workspace");
+      char* ws = static_cast<char*>(ctx.workspace());
       switch (p_.kind) {
         case PoolKind::kMax:
-          pool_grad_loop<PoolKind::kMax>(x, y, dy, ind, dx, p_.planes, p_.g, p_.include_pad, p_.p, &ctx);
+          pool_grad_loop<PoolKind::kMax>(x, y, dy, ind, dx, p_.planes, *tables_, p_.include_pad, p_.p, ws, &ctx);
           break;
         case PoolKind::kAvg:
-          pool_grad_loop<PoolKind::kAvg>(x, y, dy, ind, dx, p_.planes, p_.g, p_.include_pad, p_.p, &ctx);
+          pool_grad_loop<PoolKind::kAvg>(x, y, dy, ind, dx, p_.planes, *tables_, p_.include_pad, p_.p, ws, &ctx);
           break;
         case PoolKind::kLp:
-          pool_grad_loop<PoolKind::kLp>(x, y, dy, ind, dx, p_.planes, p_.g, p_.include_pad, p_.p, &ctx);
+          pool_grad_loop<PoolKind::kLp>(x, y, dy, ind, dx, p_.planes, *tables_, p_.include_pad, p_.p, ws, &ctx);
           break;
       }
     });
@@ -608,6 +625,7 @@ class PoolGradKernel final : public Kernel {
   bool third_ = false;
   DType dt_ = DType::kFloat32;
   dnnl_util::DnnlOp op_;
+  std::unique_ptr<PoolTables> tables_;  // window tables, built for the prepared shapes
 };
 
 KernelFactory pool(PoolKind kind, bool global, bool grad = false) {
