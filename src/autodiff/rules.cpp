@@ -1059,7 +1059,10 @@ void batchnorm_rule(Ctx& c) {
     if (c.has_GO(k)) c.fail("gradients flowing into the running or saved statistics (output ", k, ") are not supported");
   const float eps = c.attr_float("epsilon", 1e-5f);
   if (!c.portable()) {
-    const auto d = c.custom("BatchNormalizationGrad", {g, x, c.I(1), c.I(3), c.I(4)}, training ? 3 : 5,
+    // Training mode recomputes the batch's moments: the running statistics are not read (so that
+    // the forward node may update them in place).
+    const auto d = c.custom("BatchNormalizationGrad", {g, x, c.I(1), training ? "" : c.I(3), training ? "" : c.I(4)},
+                            training ? 3 : 5,
                             {fattr("epsilon", eps), iattr("training_mode", training), iattr("spatial", spatial)});
     for (size_t i = 0; i < d.size(); ++i) c.set_GI(i, d[i]);  // dX, dscale, dB (, dmean, dvar)
     return;

@@ -355,11 +355,20 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     }
   }
 
-  // The updated states are graph outputs: the saved training model runs by itself.
-  for (const auto& u : tg.updates) {
+  // The updated states are graph outputs named after their state ("<state>_updated"): the saved
+  // training model runs by itself.
+  for (auto& u : tg.updates) {
     if (u.kind == StateUpdate::Kind::kRunningStat) continue;  // already outputs of the gradient model
-    ir::ValueInfo vi{u.value, e.type(u.value) ? *e.type(u.value) : ir::TypeInfo(), ""};
-    g.outputs.push_back(vi);
+    const std::string name = e.fresh(u.state + "_updated");
+    for (auto& n : g.nodes) {
+      for (auto& i : n.inputs)
+        if (i == u.value) i = name;
+      for (auto& o : n.outputs)
+        if (o == u.value) o = name;
+    }
+    u.value = name;
+    const Tensor& t = *g.initializer(u.state);
+    g.outputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(t.dtype(), t.shape()), ""});
   }
   tg.model.metadata.emplace_back("onnxtrain.state_updates", join_updates(tg.updates));
   tg.model.metadata.emplace_back("onnxtrain.training_inputs",

@@ -17,6 +17,7 @@
 #include "ir/ir.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/training.h"
+#include "test_util.h"
 
 extern "C" {
 void* __libc_malloc(size_t);
@@ -102,80 +103,54 @@ using namespace onnxtrain;
 
 namespace {
 
-ir::Attribute int_attr(const char* name, int64_t v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kInt;
-  a.i = v;
-  return a;
-}
+using ot_test::attr_int;
+using ot_test::attr_ints;
 
-ir::Attribute ints_attr(const char* name, std::vector<int64_t> v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kInts;
-  a.ints = std::move(v);
-  return a;
-}
+// A model under construction: random weights, nodes named after their first output.
+struct Builder {
+  ir::Model m;
+  std::mt19937 rng;
+  explicit Builder(uint32_t seed) : rng(seed) {
+    m.opsets = {{"", 15}};
+    m.graph = std::make_shared<ir::Graph>();
+  }
+  void weight(const std::string& n, Shape s) {
+    m.graph->initializers.emplace_back(n, ot_test::random_tensor(DType::kFloat32, s, rng, -0.2, 0.2));
+  }
+  void node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+            std::vector<ir::Attribute> attrs = {}) {
+    m.graph->nodes.push_back(ot_test::make_node(op, std::move(in), std::move(out), std::move(attrs)));
+  }
+};
 
 // x[B, 1, 12, 12] -> Conv 8x3x3 -> Relu -> MaxPool 2x2 -> Flatten -> Gemm (transB) -> logits;
 // cross-entropy with 'label'.
 std::string cnn() {
-  ir::Model m;
-  m.opsets = {{"", 15}};
-  m.graph = std::make_shared<ir::Graph>();
-  auto& g = *m.graph;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.f, 0.1f);
-  auto weight = [&](const std::string& n, Shape s) {
-    Tensor t = Tensor::empty(DType::kFloat32, s);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = nd(rng);
-    g.initializers.emplace_back(n, t);
-  };
-  weight("cw", {8, 1, 3, 3});
-  weight("cb", {8});
-  weight("fw", {10, 8 * 5 * 5});
-  weight("fb", {10});
-  ir::TypeInfo xt = ir::TypeInfo::tensor(DType::kFloat32, {16, 1, 12, 12});
-  g.inputs = {ir::ValueInfo{"x", xt, ""}, ir::ValueInfo{"label", ir::TypeInfo::tensor(DType::kInt64, {16}), ""}};
-  auto node = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-                  std::vector<ir::Attribute> attrs = {}) {
-    ir::Node n;
-    n.op_type = op;
-    n.name = op + "_" + out[0];
-    n.inputs = std::move(in);
-    n.outputs = std::move(out);
-    n.attrs = std::move(attrs);
-    g.nodes.push_back(std::move(n));
-  };
-  node("Conv", {"x", "cw", "cb"}, {"c"}, {ints_attr("kernel_shape", {3, 3})});
-  node("Relu", {"c"}, {"r"});
-  node("MaxPool", {"r"}, {"p"}, {ints_attr("kernel_shape", {2, 2}), ints_attr("strides", {2, 2})});
-  node("Flatten", {"p"}, {"f"});
-  node("Gemm", {"f", "fw", "fb"}, {"logits"}, {int_attr("transB", 1)});
-  node("SoftmaxCrossEntropyLoss", {"logits", "label"}, {"loss"});
-  g.outputs = {ir::ValueInfo{"loss", ir::TypeInfo::tensor(DType::kFloat32), ""}};
-  return ir::serialize_model(m);
+  Builder b(3);
+  b.weight("cw", {8, 1, 3, 3});
+  b.weight("cb", {8});
+  b.weight("fw", {10, 8 * 5 * 5});
+  b.weight("fb", {10});
+  b.m.graph->inputs = {ot_test::value_info("x", DType::kFloat32, {16, 1, 12, 12}),
+                       ot_test::value_info("label", DType::kInt64, {16})};
+  b.node("Conv", {"x", "cw", "cb"}, {"c"}, {attr_ints("kernel_shape", {3, 3})});
+  b.node("Relu", {"c"}, {"r"});
+  b.node("MaxPool", {"r"}, {"p"}, {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2})});
+  b.node("Flatten", {"p"}, {"f"});
+  b.node("Gemm", {"f", "fw", "fb"}, {"logits"}, {attr_int("transB", 1)});
+  b.node("SoftmaxCrossEntropyLoss", {"logits", "label"}, {"loss"});
+  b.m.graph->outputs = {ot_test::value_info("loss")};
+  return ir::serialize_model(b.m);
 }
 
-// x[B, 64] -> MatMul 64x128 -> Add -> Relu -> MatMul 128x10 -> Add -> logits; cross-entropy with
-// 'label'; optionally a BatchNormalization in training mode after the first layer.
+// x[N, 64] -> MatMul 64x128 -> Add -> Relu -> MatMul 128x10 -> Add -> logits; cross-entropy with
+// 'label'; optionally a BatchNormalization in training mode after the first layer. N is symbolic.
 std::string mlp(bool batchnorm) {
-  ir::Model m;
-  m.opsets = {{"", 15}};
-  m.graph = std::make_shared<ir::Graph>();
-  auto& g = *m.graph;
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd(0.f, 0.1f);
-  auto weight = [&](const std::string& n, Shape s) {
-    Tensor t = Tensor::empty(DType::kFloat32, s);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = nd(rng);
-    g.initializers.emplace_back(n, t);
-  };
-  weight("W1", {64, 128});
-  weight("b1", {128});
-  weight("W2", {128, 10});
-  weight("b2", {10});
+  Builder b(1);
+  b.weight("W1", {64, 128});
+  b.weight("b1", {128});
+  b.weight("W2", {128, 10});
+  b.weight("b2", {10});
   auto batch_typed = [](DType dt, std::vector<int64_t> rest) {
     ir::TypeInfo t = ir::TypeInfo::tensor(dt);
     t.has_shape = true;
@@ -183,37 +158,27 @@ std::string mlp(bool batchnorm) {
     for (int64_t d : rest) t.dims.push_back(ir::Dim{d, ""});
     return t;
   };
-  g.inputs = {ir::ValueInfo{"x", batch_typed(DType::kFloat32, {64}), ""},
-              ir::ValueInfo{"label", batch_typed(DType::kInt64, {}), ""}};
-  auto node = [&](const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
-                  std::vector<ir::Attribute> attrs = {}) {
-    ir::Node n;
-    n.op_type = op;
-    n.name = op + "_" + out[0];
-    n.inputs = std::move(in);
-    n.outputs = std::move(out);
-    n.attrs = std::move(attrs);
-    g.nodes.push_back(std::move(n));
-  };
-  node("MatMul", {"x", "W1"}, {"h1"});
-  node("Add", {"h1", "b1"}, {"a1"});
+  b.m.graph->inputs = {ir::ValueInfo{"x", batch_typed(DType::kFloat32, {64}), ""},
+                       ir::ValueInfo{"label", batch_typed(DType::kInt64, {}), ""}};
+  b.node("MatMul", {"x", "W1"}, {"h1"});
+  b.node("Add", {"h1", "b1"}, {"a1"});
   std::string act_in = "a1";
   if (batchnorm) {
-    g.initializers.emplace_back("gamma", Tensor::from_vector<float>({128}, std::vector<float>(128, 1.f)));
-    g.initializers.emplace_back("beta", Tensor::zeros(DType::kFloat32, {128}));
-    g.initializers.emplace_back("mean", Tensor::zeros(DType::kFloat32, {128}));
-    g.initializers.emplace_back("var", Tensor::from_vector<float>({128}, std::vector<float>(128, 1.f)));
-    node("BatchNormalization", {"a1", "gamma", "beta", "mean", "var"}, {"bn", "mean_out", "var_out"},
-         {int_attr("training_mode", 1)});
+    auto& inits = b.m.graph->initializers;
+    inits.emplace_back("gamma", Tensor::from_vector<float>({128}, std::vector<float>(128, 1.f)));
+    inits.emplace_back("beta", Tensor::zeros(DType::kFloat32, {128}));
+    inits.emplace_back("mean", Tensor::zeros(DType::kFloat32, {128}));
+    inits.emplace_back("var", Tensor::from_vector<float>({128}, std::vector<float>(128, 1.f)));
+    b.node("BatchNormalization", {"a1", "gamma", "beta", "mean", "var"}, {"bn", "mean_out", "var_out"},
+           {attr_int("training_mode", 1)});
     act_in = "bn";
   }
-  node("Relu", {act_in}, {"r1"});
-  node("MatMul", {"r1", "W2"}, {"h2"});
-  node("Add", {"h2", "b2"}, {"logits"});
-  node("SoftmaxCrossEntropyLoss", {"logits", "label"}, {"loss"});
-  g.outputs = {ir::ValueInfo{"loss", ir::TypeInfo::tensor(DType::kFloat32), ""},
-               ir::ValueInfo{"logits", ir::TypeInfo::tensor(DType::kFloat32), ""}};
-  return ir::serialize_model(m);
+  b.node("Relu", {act_in}, {"r1"});
+  b.node("MatMul", {"r1", "W2"}, {"h2"});
+  b.node("Add", {"h2", "b2"}, {"logits"});
+  b.node("SoftmaxCrossEntropyLoss", {"logits", "label"}, {"loss"});
+  b.m.graph->outputs = {ot_test::value_info("loss"), ot_test::value_info("logits")};
+  return ir::serialize_model(b.m);
 }
 
 struct Counted {
