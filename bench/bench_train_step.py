@@ -80,8 +80,23 @@ WORKER = textwrap.dedent(r"""
             x = torch.relu(self.f1(x.flatten(1)))
             return F.cross_entropy(self.f2(x), y)
 
+    class Small(torch.nn.Module):  # bench_train_mlp.py's digits MLP
+        def __init__(self, sizes):
+            super().__init__()
+            self.l = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
+        def forward(self, x, y):
+            for i, l in enumerate(self.l):
+                x = l(x)
+                if i + 1 < len(self.l):
+                    x = torch.relu(x)
+            return F.cross_entropy(x, y)
+
     if workload == "mlp":
         module, batch, shape, opt_name, attrs = MLP(), 128, (784,), "MomentumOptimizer", {"momentum": 0.9}
+    elif workload == "digits":
+        module, batch, shape, opt_name, attrs = Small([64, 128, 10]), 32, (64,), "AdamOptimizer", {}
+    elif workload == "wide":
+        module, batch, shape, opt_name, attrs = Small([784, 512, 512, 10]), 64, (784,), "AdamOptimizer", {}
     else:
         module, batch, shape, opt_name, attrs = CNN(), 64, (1, 28, 28), "AdamOptimizer", {}
     x = torch.randn(batch, *shape)
@@ -125,7 +140,7 @@ WORKER = textwrap.dedent(r"""
     r = {"step_s": t_ours, "allocs": allocs, "big_allocs": big,
          "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if with_torch:
-        opt = (torch.optim.SGD(module.parameters(), lr=1e-3, momentum=0.9) if workload == "mlp"
+        opt = (torch.optim.SGD(module.parameters(), lr=1e-3, momentum=0.9) if opt_name == "MomentumOptimizer"
                else torch.optim.Adam(module.parameters(), lr=1e-3))
         def torch_step():
             opt.zero_grad(set_to_none=True)
@@ -172,7 +187,7 @@ def main():
         with open(worker, "w") as f:
             f.write(WORKER)
         rows = []
-        for workload, steps in (("mlp", 30), ("cnn", 20)):
+        for workload, steps in (("digits", 200), ("wide", 40), ("mlp", 30), ("cnn", 20)):
             for threads in [int(t) for t in a.threads.split(",")]:
                 res = {"baseline": [], "candidate": []}
                 torch_t = []
@@ -195,8 +210,9 @@ def main():
         print(f"| {w} | {t} | {b * 1e3:.3f} | {c * 1e3:.3f} | {c / b:.2f} | {tt * 1e3:.3f} "
               f"| {rb['allocs']:.0f} ({rb['big_allocs']:.0f}) | {rc['allocs']:.0f} ({rc['big_allocs']:.0f}) "
               f"| {rb['peak_mb']:.0f} | {rc['peak_mb']:.0f} |")
-    print("\nmlp: 784-512-256-10, batch 128, SGD momentum 0.9; cnn: 2x(conv3x3+relu+maxpool), fc 800-128-10, "
-          "batch 64, Adam; both cross-entropy.")
+    print("\ndigits: 64-128-10, batch 32, Adam; wide: 784-512-512-10, batch 64, Adam (bench_train_mlp.py's); "
+          "mlp: 784-512-256-10, batch 128, SGD momentum 0.9; cnn: 2x(conv3x3+relu+maxpool), fc 800-128-10, "
+          "batch 64, Adam; all cross-entropy.")
 
 
 if __name__ == "__main__":
