@@ -1,5 +1,9 @@
 #include "kernels/cpu/dnnl_util.h"
 
+#include <optional>
+
+#include "core/parallel.h"
+
 namespace onnxtrain::kernels::dnnl_util {
 
 namespace {
@@ -72,6 +76,8 @@ void DnnlOp::bind(int arg, const void* data) {
 }
 
 void DnnlOp::execute(void* workspace) {
+  std::optional<ThreadScope> one;
+  if (single_threaded_ && current_threads() > 1) one.emplace(1);
   auto* ws = static_cast<char*>(workspace);
   dnnl::stream& s = cpu_stream();
   if (scratch_) scratch_.set_data_handle(ws + scratch_offset_);

@@ -53,6 +53,8 @@ class DnnlOp {
   void bind(int arg, const void* data);
   /// Runs the reorders and the primitive on the calling thread's stream.
   void execute(void* workspace);
+  /// Runs on the calling thread only: for primitives too small to repay waking other threads.
+  void set_single_threaded(bool s) { single_threaded_ = s; }
 
  private:
   struct Arg {
@@ -73,6 +75,7 @@ class DnnlOp {
   std::unordered_map<int, dnnl::memory> exec_;
   std::vector<dnnl_exec_arg_t> c_args_;
   size_t ws_bytes_ = 0;
+  bool single_threaded_ = false;
 };
 
 }  // namespace onnxtrain::kernels::dnnl_util
