@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "onnxtrain/device.h"
 #include "onnxtrain/dtype.h"
 #include "onnxtrain/error.h"
 
@@ -26,19 +27,24 @@ std::string shape_to_string(const Shape& shape);
 void set_allocation_limit(uint64_t bytes);
 uint64_t allocation_limit();
 
-/// Dense row-major tensor. Copies share storage (like torch.Tensor); use clone() for a deep copy.
-/// String tensors hold std::string elements; every other dtype is plain bytes, 64-byte aligned
-/// when onnxtrain allocates them.
+/// Dense row-major tensor on a device. Copies share storage (like torch.Tensor); use clone() for a
+/// deep copy. String tensors hold std::string elements (host only); every other dtype is plain
+/// bytes, 64-byte aligned when onnxtrain allocates them. Element access (data<T>(), clone,
+/// copy_from) needs host-accessible memory; other devices' tensors move through their provider.
 class Tensor {
  public:
   Tensor() = default;
 
-  /// Uninitialized tensor (strings are empty). Throws RuntimeError past the allocation limit.
+  /// Uninitialized host tensor (strings are empty). Throws RuntimeError past the allocation limit.
   static Tensor empty(DType dtype, Shape shape);
+  /// Uninitialized tensor on `allocator`'s device (not for strings).
+  static Tensor empty(DType dtype, Shape shape, Allocator& allocator);
   /// Zero-filled tensor.
   static Tensor zeros(DType dtype, Shape shape);
-  /// View of memory owned elsewhere; `keepalive` (may be null) is held while the view lives.
-  static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> keepalive = nullptr);
+  /// View of memory owned elsewhere (on `device`); `keepalive` (may be null) is held while the view
+  /// lives.
+  static Tensor wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> keepalive = nullptr,
+                     Device device = Device::cpu());
   /// Tensor holding a copy of `values`; numel(shape) must equal values.size().
   template <class T>
   static Tensor from_vector(Shape shape, const std::vector<T>& values);
@@ -49,6 +55,7 @@ class Tensor {
   }
 
   bool defined() const { return dtype_ != DType::kUndefined; }
+  const Device& device() const { return device_; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   size_t rank() const { return shape_.size(); }
@@ -84,6 +91,7 @@ class Tensor {
   void rebind(const Tensor& src) {
     data_ = src.data_;
     storage_ = src.storage_;
+    device_ = src.device_;
   }
   /// Drops the memory reference (keeps dtype and shape).
   void unbind() {
@@ -94,6 +102,7 @@ class Tensor {
  private:
   void check_type(DType t) const;
   DType dtype_ = DType::kUndefined;
+  Device device_;
   Shape shape_;
   int64_t numel_ = 0;
   void* data_ = nullptr;

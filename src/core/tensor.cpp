@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -87,13 +88,35 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   return t;
 }
 
+Tensor Tensor::empty(DType dtype, Shape shape, Allocator& allocator) {
+  if (allocator.device().is_host()) return empty(dtype, std::move(shape));
+  if (dtype == DType::kString)
+    throw_error<NotImplemented>("string tensors live in host memory, not on ", allocator.device().name());
+  if (!dtype_supported(dtype))
+    throw_error<NotImplemented>("tensors of element type ", dtype_name(dtype), " are not supported");
+  int64_t n;
+  uint64_t bytes;
+  if (!checked_numel(shape, &n) || __builtin_mul_overflow(uint64_t(n), uint64_t(dtype_size(dtype)), &bytes))
+    throw_error<InvalidArgument>("invalid tensor shape ", shape_to_string(shape));
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.numel_ = n;
+  t.device_ = allocator.device();
+  void* p = allocator.allocate(std::max<uint64_t>(bytes, 1), 64);
+  Allocator* a = &allocator;
+  t.storage_ = std::shared_ptr<void>(p, [a](void* q) { a->deallocate(q); });
+  t.data_ = p;
+  return t;
+}
+
 Tensor Tensor::zeros(DType dtype, Shape shape) {
   Tensor t = empty(dtype, std::move(shape));
   if (dtype != DType::kString) std::memset(t.data_, 0, t.nbytes());
   return t;
 }
 
-Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> keepalive) {
+Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> keepalive, Device device) {
   int64_t n;
   if (!checked_numel(shape, &n))
     throw_error<InvalidArgument>("invalid tensor shape ", shape_to_string(shape));
@@ -103,6 +126,7 @@ Tensor Tensor::wrap(DType dtype, Shape shape, void* data, std::shared_ptr<void> 
   t.numel_ = n;
   t.data_ = data;
   t.storage_ = std::move(keepalive);
+  t.device_ = device;
   return t;
 }
 
@@ -117,6 +141,8 @@ Tensor Tensor::reshaped(Shape shape) const {
 
 Tensor Tensor::clone() const {
   if (!defined()) return Tensor();
+  if (!device_.host_accessible())
+    throw_error<InvalidArgument>("clone of a tensor on ", device_.name(), ": copy it through its execution provider");
   Tensor t = empty(dtype_, shape_);
   t.copy_from(*this);
   return t;
@@ -125,6 +151,9 @@ Tensor Tensor::clone() const {
 void Tensor::copy_from(const Tensor& src) {
   if (src.dtype_ != dtype_ || src.numel_ != numel_)
     throw_error<InvalidArgument>("copy_from: ", src.describe(), " into ", describe());
+  if (!src.device_.host_accessible() || !device_.host_accessible())
+    throw_error<InvalidArgument>("copy_from: ", src.device_.name(), " to ", device_.name(),
+                                 " is a device copy: it goes through an execution provider");
   if (dtype_ == DType::kString) {
     auto* d = static_cast<std::string*>(data_);
     auto* s = static_cast<const std::string*>(src.data_);
@@ -134,9 +163,39 @@ void Tensor::copy_from(const Tensor& src) {
   }
 }
 
-std::string Tensor::describe() const { return std::string(dtype_name(dtype_)) + shape_to_string(shape_); }
+std::string Tensor::describe() const {
+  return std::string(dtype_name(dtype_)) + shape_to_string(shape_) + (device_.is_host() ? "" : " on " + device_.name());
+}
+
+std::string Device::name() const {
+  std::string base = type == Type::kCPU ? "cpu" : "cuda";
+  return type == Type::kCPU && index == 0 ? base : base + ":" + std::to_string(index);
+}
+
+namespace {
+class CpuAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::cpu(); }
+  void* allocate(size_t bytes, size_t alignment) override {
+    if (bytes > allocation_limit())
+      throw_error<RuntimeError>("cannot allocate ", bytes, " bytes: over the allocation limit of ", allocation_limit());
+    alignment = std::max<size_t>(alignment, 64);
+    void* p = std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+    if (!p) throw_error<RuntimeError>("out of memory allocating ", bytes, " bytes");
+    return p;
+  }
+  void deallocate(void* p) override { std::free(p); }
+};
+}  // namespace
+
+Allocator& cpu_allocator() {
+  static CpuAllocator a;
+  return a;
+}
 
 void Tensor::check_type(DType t) const {
+  if (!device_.host_accessible())
+    throw_error<InvalidArgument>("tensor on ", device_.name(), " read from the host: copy it to host memory first");
   if (t != dtype_)
     throw_error<InvalidArgument>("tensor of type ", dtype_name(dtype_), " accessed as ", dtype_name(t));
 }

@@ -155,8 +155,13 @@ Tensor& RunContext::allocate_output(size_t i, DType dtype, Shape shape) {
 }
 
 void KernelRegistry::add(const std::string& domain, const std::string& op, int64_t since, int64_t until,
-                         KernelFactory f) {
-  entries_[{domain, op}].push_back(Entry{domain, op, since, until, std::move(f)});
+                         KernelFactory f, std::vector<size_t> host_inputs) {
+  add(Entry{domain, op, since, until, std::move(f), std::move(host_inputs)});
+}
+
+void KernelRegistry::add(Entry e) {
+  auto key = std::make_pair(e.domain, e.op);
+  entries_[key].push_back(std::move(e));
 }
 
 const KernelRegistry::Entry* KernelRegistry::find(const std::string& domain, const std::string& op,
@@ -178,32 +183,12 @@ std::vector<std::pair<std::string, std::string>> KernelRegistry::ops() const {
   return r;
 }
 
-const KernelRegistry& KernelRegistry::global() {
-  static const KernelRegistry reg = [] {
-    KernelRegistry r;
-    kernels::register_elementwise(r);
-    kernels::register_linalg(r);
-    kernels::register_reduce(r);
-    kernels::register_shape(r);
-    kernels::register_movement(r);
-    kernels::register_index(r);
-    kernels::register_image(r);
-    kernels::register_conv(r);
-    kernels::register_pool(r);
-    kernels::register_norm(r);
-    kernels::register_loss(r);
-    kernels::register_rnn(r);
-    kernels::register_control_flow(r);
-    kernels::register_training(r);
-    return r;
-  }();
-  return reg;
-}
+const KernelRegistry& KernelRegistry::global() { return cpu_provider().registry(); }
 
-std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opsets, const ExecOptions& options) {
+std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opsets, const ExecOptions& options,
+                                      const KernelRegistry& reg) {
   auto it = opsets.find(node.domain);
   const int64_t opset = it == opsets.end() ? 0 : it->second;
-  const auto& reg = KernelRegistry::global();
   const auto* e = reg.find(node.domain, node.op_type, opset);
   if (!e) {
     const std::string dom = node.domain.empty() ? "ai.onnx" : node.domain;

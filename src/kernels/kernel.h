@@ -19,12 +19,37 @@
 
 #include "ir/ir.h"
 #include "onnxtrain/error.h"
+#include "onnxtrain/device.h"
 #include "onnxtrain/tensor.h"
 #include "onnxtrain/value.h"
 
 namespace onnxtrain {
 
 using OpsetMap = std::map<std::string, int64_t>;
+
+class ExecutionProvider;
+struct ExecOptions;
+
+/// Per-run state of one device that kernels read through RunContext::device() (the CPU provider's
+/// holds the thread budget and the oneDNN stream). Providers define it.
+class DeviceContext {
+ public:
+  virtual ~DeviceContext() = default;
+};
+
+/// Runs a subgraph (If and Loop bodies). The runtime implements it and hands it to kernels through
+/// ExecOptions::subgraphs, so that kernels never include the runtime.
+class SubgraphRunner {
+ public:
+  virtual ~SubgraphRunner() = default;
+  /// Runs with inputs[i] for the declared inputs, then the outer-scope values in the order given at
+  /// creation; `outputs` are indices of the subgraph's outputs (empty: all).
+  virtual std::vector<Value> run(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs) = 0;
+};
+/// Creates a SubgraphRunner for `graph` reading `outer_names` from enclosing scopes.
+using SubgraphFactory = std::function<std::unique_ptr<SubgraphRunner>(
+    std::shared_ptr<const ir::Graph> graph, const OpsetMap& opsets, const ExecOptions& options,
+    std::vector<std::string> outer_names)>;
 
 /// Upper end of an opset range that is still current ("since N, unchanged").
 inline constexpr int64_t kMaxOpsetAll = 1000;
@@ -38,6 +63,11 @@ struct ExecOptions {
   /// BatchNormalization running variance from the unbiased batch variance, as PyTorch updates it
   /// (ONNX's reference uses the biased one). Training sessions set it.
   bool torch_running_var = false;
+  /// Execution providers in preference order (empty: the CPU provider only). Each node runs on the
+  /// first that has a kernel for it; the CPU provider is always the last resort.
+  std::vector<ExecutionProvider*> providers;
+  /// How control-flow kernels run their subgraphs (set by the runtime).
+  SubgraphFactory subgraphs;
 };
 
 /// What a kernel factory sees: the node, its opset and attribute accessors that name the node in
@@ -172,14 +202,16 @@ class RunContext {
  public:
   RunContext(const ir::Node& node, Value* const* inputs, size_t num_inputs, Value* const* outputs,
              size_t num_outputs, Value* const* implicit, size_t num_implicit, void* workspace,
-             size_t workspace_bytes, const ExecOptions& options, int num_threads)
+             size_t workspace_bytes, const ExecOptions& options, int num_threads, DeviceContext* device = nullptr)
       : node_(node), in_(inputs), nin_(num_inputs), out_(outputs), nout_(num_outputs), imp_(implicit),
         nimp_(num_implicit), ws_(workspace), ws_bytes_(workspace_bytes), options_(options),
-        num_threads_(num_threads) {}
+        num_threads_(num_threads), device_(device) {}
 
   const ir::Node& node() const { return node_; }
   const ExecOptions& options() const { return options_; }
   int num_threads() const { return num_threads_; }
+  /// The device context of the provider running this node (null only in hand-made contexts).
+  DeviceContext* device() const { return device_; }
 
   size_t num_inputs() const { return nin_; }
   size_t num_outputs() const { return nout_; }
@@ -223,6 +255,7 @@ class RunContext {
   size_t ws_bytes_;
   const ExecOptions& options_;
   int num_threads_;
+  DeviceContext* device_;
   uint64_t run_index_ = 0;
 };
 
@@ -236,18 +269,24 @@ class Kernel {
 
 using KernelFactory = std::function<std::unique_ptr<Kernel>(const KernelInfo&)>;
 
-/// Kernels keyed by (domain, op type, opset range).
+/// The kernels of one execution provider, keyed by (domain, op type, opset range); with the
+/// provider that owns it, lookups are keyed by (execution provider, domain, op, opset range).
 class KernelRegistry {
  public:
   struct Entry {
     std::string domain, op;
     int64_t since, until;  ///< inclusive opset range of the node's domain
     KernelFactory make;
+    /// Inputs the kernel reads in host memory whatever its provider's device (shapes, axes, a
+    /// trip count, the learning rate): the planner copies them there.
+    std::vector<size_t> host_inputs;
   };
-  /// The registry with every built-in kernel.
+  /// The CPU provider's registry: every built-in kernel.
   static const KernelRegistry& global();
 
-  void add(const std::string& domain, const std::string& op, int64_t since, int64_t until, KernelFactory f);
+  void add(const std::string& domain, const std::string& op, int64_t since, int64_t until, KernelFactory f,
+           std::vector<size_t> host_inputs = {});
+  void add(Entry e);
   /// Adds for the default domain.
   void add(const std::string& op, int64_t since, int64_t until, KernelFactory f) {
     add("", op, since, until, std::move(f));
@@ -265,7 +304,29 @@ class KernelRegistry {
   std::map<std::pair<std::string, std::string>, std::vector<Entry>> entries_;
 };
 
-/// Creates the kernel for `node`, or throws NotImplemented naming the node, op, domain and opset.
-std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opsets, const ExecOptions& options);
+/// Creates the kernel for `node` from `registry` (default: the CPU provider's), or throws
+/// NotImplemented naming the node, op, domain and opset.
+std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opsets, const ExecOptions& options,
+                                      const KernelRegistry& registry = KernelRegistry::global());
+
+/// An execution provider: a device, its allocator, its kernels, its per-run device context and
+/// copies between its device and the host.
+class ExecutionProvider {
+ public:
+  virtual ~ExecutionProvider() = default;
+  /// onnxruntime's provider name, e.g. "CPUExecutionProvider".
+  virtual const std::string& name() const = 0;
+  virtual Device device() const = 0;
+  virtual Allocator& allocator() = 0;
+  virtual const KernelRegistry& registry() const = 0;
+  /// A context for runs with `options` (one per executor; a run uses it on one thread at a time).
+  virtual std::unique_ptr<DeviceContext> make_context(const ExecOptions& options) = 0;
+  /// Copies `src` into `dst` (same dtype and element count), one of them on this provider's device
+  /// and the other in host memory (or both on this device).
+  virtual void copy(const Tensor& src, Tensor& dst, DeviceContext& ctx) = 0;
+};
+
+/// The CPU provider: every built-in kernel, host memory.
+ExecutionProvider& cpu_provider();
 
 }  // namespace onnxtrain

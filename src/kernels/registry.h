@@ -4,7 +4,7 @@
 
 #include "kernels/kernel.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 void register_elementwise(KernelRegistry& r);   // cpu/elementwise.cpp: math, activations, logic, Cast
 void register_linalg(KernelRegistry& r);        // cpu/linalg.cpp: MatMul, Gemm, Einsum
@@ -21,4 +21,4 @@ void register_rnn(KernelRegistry& r);           // cpu/rnn.cpp: LSTM, GRU, RNN
 void register_control_flow(KernelRegistry& r);  // cpu/control_flow.cpp: If, Loop
 void register_training(KernelRegistry& r);      // cpu/optimizer_ops.cpp: optimizers, AccumulateGradients, GlobalNormClip, preview-training Adagrad/Momentum/Adam
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

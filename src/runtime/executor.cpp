@@ -75,7 +75,9 @@ PrepareContext::In value_info(const Value* v) {
 }
 
 // A step whose shapes are known only now: prepared, given fresh outputs and scratch, run.
-void run_dynamic(const Plan& plan, const Step& st, Frame& f, const ExecOptions& options, int threads) {
+void run_dynamic(const Plan& plan, const Step& st, Frame& f, const ExecOptions& options, int threads,
+                 const ProviderSet& ps) {
+  ExecutionProvider& provider = *ps.providers[st.provider];
   Value* const* p = f.ptrs.data() + st.ptr_offset;
   std::vector<Value*> in_p(p, p + st.in.size());
   Value* const* out_p = p + st.in.size();
@@ -96,10 +98,13 @@ void run_dynamic(const Plan& plan, const Step& st, Frame& f, const ExecOptions& 
       // In place: the output starts as a copy of the input, which the kernel reads through it.
       v = Value::of(in_p[size_t(o.inplace_of)]->tensor.clone());
       in_p[size_t(o.inplace_of)] = &v;
-    } else if (o.alias_of >= 0 && !plan.slots[size_t(st.out[k])].graph_output) {
+    } else if (o.alias_of >= 0 && !plan.slots[size_t(st.out[k])].graph_output &&
+               in_p[size_t(o.alias_of)]->tensor.device() == provider.device()) {
       v = Value::of(in_p[size_t(o.alias_of)]->tensor.reshaped(o.shape));
-    } else {
+    } else if (provider.device().is_host() || plan.slots[size_t(st.out[k])].graph_output) {
       v = Value::of(Tensor::empty(o.dtype, o.shape));
+    } else {
+      v = Value::of(Tensor::empty(o.dtype, o.shape, provider.allocator()));
     }
   }
   void* ws = nullptr;
@@ -108,12 +113,18 @@ void run_dynamic(const Plan& plan, const Step& st, Frame& f, const ExecOptions& 
     ws = reinterpret_cast<void*>(arena_align(reinterpret_cast<uintptr_t>(f.scratch.data())));
   }
   RunContext rc(*st.node, in_p.data(), in_p.size(), out_p, st.out.size(), imp_p, st.imp.size(), ws, ctx.workspace(),
-                options, threads);
+                options, threads, ps.contexts[st.provider].get());
   rc.set_run_index(f.run_index);
   st.kernel->run(rc);
   for (size_t k = 0; k < st.out.size(); ++k)
     if (st.out[k] >= 0 && out_p[k]->kind == Value::Kind::kNone && !ctx.outputs()[k].dynamic)
       throw_error<RuntimeError>("internal error: no value produced for output ", k);
+}
+
+// Control-flow kernels run their subgraphs in nested executors unless told otherwise.
+ExecOptions with_subgraphs(ExecOptions o) {
+  if (!o.subgraphs) o.subgraphs = executor_subgraphs();
+  return o;
 }
 
 // Returns a frame to its plan's pool.
@@ -163,8 +174,9 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const ir::Graph> graph, OpsetMap op
                              std::unordered_set<std::string> mutable_initializers)
     : graph_(std::move(graph)),
       opsets_(std::move(opsets)),
-      options_(options),
-      index_(*graph_, std::move(outer_names), std::move(mutable_initializers)) {
+      options_(with_subgraphs(std::move(options))),
+      index_(*graph_, std::move(outer_names), std::move(mutable_initializers)),
+      providers_(options_) {
   for (size_t i = 0; i < index_.input_names.size(); ++i)
     input_default_.push_back(i < graph_->inputs.size() && graph_->initializer(index_.input_names[i]) != nullptr);
 }
@@ -172,6 +184,36 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const ir::Graph> graph, OpsetMap op
 GraphExecutor::~GraphExecutor() = default;
 
 PlanStats GraphExecutor::last_stats() const { return last_plan_ ? last_plan_->stats : PlanStats{}; }
+
+std::vector<std::string> GraphExecutor::last_assignment() const {
+  std::vector<std::string> r;
+  if (last_plan_)
+    for (const Step& st : last_plan_->steps)
+      r.push_back(st.node->describe() + " on " + providers_.providers[st.provider]->name());
+  return r;
+}
+
+namespace {
+class ExecutorSubgraph final : public SubgraphRunner {
+ public:
+  ExecutorSubgraph(std::shared_ptr<const ir::Graph> g, const OpsetMap& opsets, const ExecOptions& options,
+                   std::vector<std::string> outer)
+      : ex_(std::move(g), opsets, options, std::move(outer)) {}
+  std::vector<Value> run(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs) override {
+    return ex_.run(inputs, outputs);
+  }
+
+ private:
+  GraphExecutor ex_;
+};
+}  // namespace
+
+SubgraphFactory executor_subgraphs() {
+  return [](std::shared_ptr<const ir::Graph> g, const OpsetMap& opsets, const ExecOptions& options,
+            std::vector<std::string> outer) -> std::unique_ptr<SubgraphRunner> {
+    return std::make_unique<ExecutorSubgraph>(std::move(g), opsets, options, std::move(outer));
+  };
+}
 
 size_t GraphExecutor::add_request(PlanRequest request) {
   auto check = [&](const std::string& n, const char* what) {
@@ -217,6 +259,7 @@ std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& 
     key_.push_back(int64_t(v->kind));
     if (v->kind == Value::Kind::kTensor) {
       key_.push_back(int64_t(v->tensor.dtype()));
+      key_.push_back(int64_t(v->tensor.device().type) * 1024 + v->tensor.device().index);
       key_.push_back(int64_t(v->tensor.rank()));
       for (int64_t d : v->tensor.shape()) key_.push_back(d);
     } else {
@@ -239,7 +282,7 @@ std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& 
   } else {
     for (size_t o : outputs) built.outputs.push_back(index_.output_names[o]);
   }
-  auto plan = build_plan(index_, opsets_, options_, inputs, *req);
+  auto plan = build_plan(index_, opsets_, options_, inputs, *req, providers_);
   plans_.emplace(key_, plan);
   return plan;
 }
@@ -268,13 +311,16 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
     if (!reused) v = Value::of(Tensor::empty(tmpl.dtype(), tmpl.shape()));
   }
   const int threads = current_threads();
-  char* base = static_cast<char*>(f.arena.get());
+  auto base = [&](const Device& d) -> char* {
+    auto it = f.arenas.find(d);
+    return it == f.arenas.end() ? nullptr : static_cast<char*>(it->second.get());
+  };
   const size_t begin = phase == 0 ? 0 : plan.cut, end = phase == 0 ? plan.cut : plan.steps.size();
   for (size_t si = begin; si < end; ++si) {
     const Step& st = plan.steps[si];
     with_node_context(*st.node, [&] {
       if (st.dynamic) {
-        run_dynamic(plan, st, f, options_, threads);
+        run_dynamic(plan, st, f, options_, threads, providers_);
         return;
       }
       for (const auto& [o, i] : st.rebind) vals[size_t(o)].tensor.rebind(vals[size_t(i)].tensor);
@@ -282,14 +328,23 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
         vals[size_t(st.out[size_t(k)])].tensor.copy_from(vals[size_t(st.in[size_t(j)])].tensor);
       Value* const* p = f.ptrs.data() + st.ptr_offset;
       RunContext rc(*st.node, p, st.in.size(), p + st.in.size(), st.out.size(), p + st.in.size() + st.out.size(),
-                    st.imp.size(), st.ws_offset >= 0 ? base + st.ws_offset : nullptr, st.ws_bytes, options_, threads);
+                    st.imp.size(), st.ws_offset >= 0 ? base(st.ws_device) + st.ws_offset : nullptr, st.ws_bytes,
+                    options_, threads, providers_.contexts[st.provider].get());
       rc.set_run_index(f.run_index);
       st.kernel->run(rc);
     });
     for (int sid : st.release) vals[size_t(sid)] = Value();
   }
   if (finish)
-    for (const auto& [v, s] : plan.state_copies) vals[size_t(s)].tensor.copy_from(vals[size_t(v)].tensor);
+    for (const auto& [v, s] : plan.state_copies) {
+      const Tensor& src = vals[size_t(v)].tensor;
+      if (src.device().host_accessible()) {
+        vals[size_t(s)].tensor.copy_from(src);
+      } else {
+        const size_t p = providers_.of_device(src.device());
+        providers_.providers[p]->copy(src, vals[size_t(s)].tensor, *providers_.contexts[p]);
+      }
+    }
   // Results: buffers produced for this run are handed over; anything else is copied.
   for (size_t r = 0; r < rs.size(); ++r) {
     const int sid = rs[r];
@@ -371,7 +426,7 @@ void GraphExecutor::run_forward(const std::vector<const Value*>& inputs, size_t 
       plan->pool.pop_back();
     }
   }
-  if (!f) f = make_frame(*plan);
+  if (!f) f = make_frame(*plan, providers_);
   f->run_index = run_counter_;
   try {
     execute(*plan, *f, 0, true, false, inputs, results);

@@ -24,6 +24,10 @@ namespace onnxtrain::runtime {
 
 class GraphExecutor;
 
+/// The SubgraphFactory the runtime hands to control-flow kernels (ExecOptions::subgraphs): each
+/// subgraph runs in its own GraphExecutor.
+SubgraphFactory executor_subgraphs();
+
 /// The state of a partial run between its forward and backward parts (onnxruntime-training's
 /// PartialGraphExecutionState). Movable, not copyable. Destroying one whose backward part never ran
 /// releases its memory.
@@ -41,6 +45,10 @@ class PartialRun {
 
  private:
   friend class GraphExecutor;
+
+/// The SubgraphFactory the runtime hands to control-flow kernels (ExecOptions::subgraphs): each
+/// subgraph runs in its own GraphExecutor.
+SubgraphFactory executor_subgraphs();
   enum class Phase { kFresh, kForwardDone, kFinished };
   void release();
   const GraphExecutor* owner_ = nullptr;
@@ -99,6 +107,8 @@ class GraphExecutor {
 
   /// Stats of the plan used by the last run.
   PlanStats last_stats() const;
+  /// Per step of the last run's plan: "<node> on <provider>" (copies included), in run order.
+  std::vector<std::string> last_assignment() const;
   size_t num_plans() const { return plans_.size(); }
 
  private:
@@ -117,6 +127,7 @@ class GraphExecutor {
   OpsetMap opsets_;
   ExecOptions options_;
   GraphIndex index_;
+  ProviderSet providers_;
   std::vector<bool> input_default_;
   std::vector<PlanRequest> requests_;
 

@@ -10,18 +10,25 @@
 // The passes, in order (build_plan runs them):
 //   needed_nodes      nodes the requested values depend on
 //   node_phases       partial execution: which needed nodes belong to the forward part
+//   assign_providers  each node's execution provider: the first in preference order with a kernel
 //   make_slots        one slot per value; results and state updates marked
 //   bind_inputs       graph inputs and initializers: fed per run, bound once, or constant
 //   prepare_and_fold  kernels created and prepared in topological order; constant nodes evaluated
+//                     (always by the CPU provider's kernel)
+//   insert_copies     copies between devices where a step reads a value from another device (or
+//                     needs an input in host memory), and results brought to the host
 //   schedule_steps    final step order: forward part first, readers of an in-place input before
 //                     the node that overwrites it
 //   compute_liveness  producer and last reader of each value (views keep what they view alive)
 //   assign_inplace    declared in-place outputs: alias the input (or the state's storage) when
 //                     nothing reads it later, else copy the input into the output before the step
-//   layout_arena      offsets of the arena values and workspaces (best fit, largest first)
+//   layout_arena      offsets of the arena values and workspaces, one arena per device (best fit,
+//                     largest first)
 //   wire              per-run allocations, releases, results, state copies
 #pragma once
 
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -50,6 +57,20 @@ struct PlanStats {
   size_t inplace_copied = 0;  ///< in-place outputs whose input had to be copied first
   size_t state_in_place = 0;  ///< state updates written directly into the state's storage
   size_t state_copies = 0;    ///< state updates copied into the state after the last step
+  size_t device_copies = 0;   ///< copy steps inserted between devices
+  size_t fallback_steps = 0;  ///< steps on a provider after the first in preference order
+};
+
+/// The execution providers of an executor, in preference order (the CPU provider last), with a
+/// device context each.
+struct ProviderSet {
+  std::vector<ExecutionProvider*> providers;
+  std::vector<std::unique_ptr<DeviceContext>> contexts;
+  /// From options.providers (empty: CPU only); the CPU provider is appended when missing.
+  explicit ProviderSet(const ExecOptions& options);
+  size_t cpu() const { return providers.size() - 1; }
+  /// Index of the provider whose device is `d` (the CPU provider for host memory).
+  size_t of_device(const Device& d) const;
 };
 
 /// What the planner knows about a graph independently of input shapes.
@@ -97,6 +118,7 @@ struct Slot {
   int64_t offset = -1;        ///< arena offset
   int state_target = -1;      ///< state update: slot of the state that receives this value
   bool in_state = false;      ///< state update written directly into the state's storage
+  Device device;              ///< where the value lives
 };
 
 struct Step {
@@ -105,6 +127,7 @@ struct Step {
   size_t node_index = 0;
   int64_t opset = 0;
   int phase = 0;  ///< 0: forward (or the whole run), 1: backward part of a partial plan
+  size_t provider = 0;  ///< index into the ProviderSet
   std::vector<int> in, out, imp;
   bool dynamic = false;
   int64_t ws_offset = -1;
@@ -114,6 +137,8 @@ struct Step {
   std::vector<std::pair<int, int>> pre_copy;  ///< (output index, input index): copy before running
   std::vector<int> release;                   ///< dynamic slots freed after this step
   size_t ptr_offset = 0;                      ///< of its pointers in Frame::ptrs (in, out, imp)
+  std::vector<size_t> host_inputs;            ///< inputs its kernel reads in host memory
+  Device ws_device;                           ///< where its workspace lives
 };
 
 struct Frame;
@@ -130,7 +155,11 @@ struct Plan {
   std::vector<std::pair<int, int>> state_copies;  ///< (value slot, state slot) after the last step
   std::vector<int> backward_input_slots;        ///< partial plans: in PlanRequest::backward_inputs order
   size_t cut = 0;                               ///< steps [0, cut) are the forward part
-  size_t arena_bytes = 0;
+  std::vector<int> node_provider;               ///< per graph node: its provider (assign_providers)
+  std::deque<ir::Node> synthetic;               ///< nodes the planner made (copies)
+  std::unordered_map<int, int> result_alias;    ///< result slot on a device -> its host copy
+  std::map<Device, size_t> arenas;              ///< bytes of each device's arena
+  size_t arena_bytes = 0;                       ///< all devices together
   size_t num_ptrs = 0;
   PlanStats stats;
 
@@ -148,13 +177,13 @@ struct Plan {
 struct Frame {
   std::vector<Value> values;  ///< one per slot
   std::vector<Value*> ptrs;   ///< kernel argument tables, Step::ptr_offset
-  std::shared_ptr<void> arena;
+  std::map<Device, std::shared_ptr<void>> arenas;
   std::vector<char> scratch;  ///< workspaces of dynamic steps (grows, never shrinks)
   uint64_t run_index = 0;
 };
 
-/// Creates a frame for `plan`: values from the slot templates, a fresh arena, pointer tables.
-std::unique_ptr<Frame> make_frame(const Plan& plan);
+/// Creates a frame for `plan`: values from the slot templates, fresh arenas, pointer tables.
+std::unique_ptr<Frame> make_frame(const Plan& plan, const ProviderSet& providers);
 
 namespace planner {
 
@@ -165,6 +194,11 @@ std::vector<bool> needed_nodes(const GraphIndex& gi, const std::vector<std::stri
 /// independent of its backward inputs), 1 otherwise. Throws InvalidArgument when a forward
 /// output depends on a backward input.
 std::vector<int> node_phases(const GraphIndex& gi, const std::vector<bool>& needed, const PlanRequest& req);
+
+/// Per node: the index of the first provider of `ps` whose registry has a kernel for it; throws
+/// NotImplemented naming the node when none has.
+std::vector<int> assign_providers(const GraphIndex& gi, const std::vector<bool>& needed, const OpsetMap& opsets,
+                                  const ProviderSet& ps);
 
 /// Slots for graph inputs, initializers and the outputs of needed nodes; results and state
 /// updates marked. Throws InvalidArgument for unknown names.
@@ -178,7 +212,12 @@ void bind_inputs(Plan& plan, const GraphIndex& gi, const std::vector<const Value
 /// whose inputs are all constant; one Step per remaining node.
 void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>& needed,
                       const std::vector<int>& phases, const OpsetMap& opsets, const ExecOptions& options,
-                      const PlanRequest& req);
+                      const PlanRequest& req, const ProviderSet& ps);
+
+/// Copy steps where a step reads a value on another device than it needs (its provider's device,
+/// or the host for the inputs its kernel declares host_inputs), and for results not in host
+/// memory; every consumer on a device shares one copy.
+void insert_copies(Plan& plan, const ProviderSet& ps);
 
 /// Final order of the steps: a topological order that keeps the forward part first and, where the
 /// data allow, runs every other reader of an input before the step that overwrites it in place.
@@ -213,6 +252,7 @@ void wire(Plan& plan, const PlanRequest& req);
 
 /// Runs every pass; throws errors naming the node or value.
 std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, const ExecOptions& options,
-                                 const std::vector<const Value*>& inputs, const PlanRequest& req);
+                                 const std::vector<const Value*>& inputs, const PlanRequest& req,
+                                 const ProviderSet& providers);
 
 }  // namespace onnxtrain::runtime

@@ -31,6 +31,42 @@ GraphIndex::GraphIndex(const ir::Graph& g, std::vector<std::string> outer_names,
 Plan::Plan() = default;
 Plan::~Plan() = default;
 
+ProviderSet::ProviderSet(const ExecOptions& options) {
+  for (ExecutionProvider* p : options.providers)
+    if (p && p != &cpu_provider() && std::find(providers.begin(), providers.end(), p) == providers.end())
+      providers.push_back(p);
+  providers.push_back(&cpu_provider());
+  for (ExecutionProvider* p : providers) contexts.push_back(p->make_context(options));
+}
+
+size_t ProviderSet::of_device(const Device& d) const {
+  for (size_t i = 0; i < providers.size(); ++i)
+    if (providers[i]->device() == d) return i;
+  if (d.is_host()) return cpu();
+  throw_error<InvalidArgument>("no execution provider of this session owns device ", d.name());
+}
+
+namespace {
+
+// A copy between devices, inserted by the planner (insert_copies): runs on the provider that owns
+// the device that is not the host.
+class CopyKernel final : public Kernel {
+ public:
+  CopyKernel(ExecutionProvider& provider, Device to) : provider_(provider), to_(to) {}
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.input_kind(0) != Value::Kind::kTensor) ctx.fail("only tensors move between devices");
+    ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+  }
+  void run(RunContext& ctx) override { provider_.copy(ctx.input(0), ctx.output(0), *ctx.device()); }
+  Device to() const { return to_; }
+
+ private:
+  ExecutionProvider& provider_;
+  Device to_;
+};
+
+}  // namespace
+
 namespace planner {
 
 namespace {
@@ -84,6 +120,24 @@ std::vector<int> node_phases(const GraphIndex& gi, const std::vector<bool>& need
   const std::vector<bool> fwd = needed_nodes(gi, req.outputs);
   for (size_t i = 0; i < phase.size(); ++i) phase[i] = (needed[i] && fwd[i] && !depends[i]) ? 0 : 1;
   return phase;
+}
+
+std::vector<int> assign_providers(const GraphIndex& gi, const std::vector<bool>& needed, const OpsetMap& opsets,
+                                  const ProviderSet& ps) {
+  const ir::Graph& g = *gi.graph;
+  std::vector<int> r(g.nodes.size(), int(ps.cpu()));
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!needed[i]) continue;
+    const ir::Node& n = g.nodes[i];
+    auto it = opsets.find(n.domain);
+    const int64_t v = it == opsets.end() ? 0 : it->second;
+    int chosen = -1;
+    for (size_t p = 0; p < ps.providers.size() && chosen < 0; ++p)
+      if (ps.providers[p]->registry().find(n.domain, n.op_type, v)) chosen = int(p);
+    if (chosen < 0) create_kernel(n, opsets, ExecOptions{});  // throws NotImplemented naming the node
+    r[i] = chosen;
+  }
+  return r;
 }
 
 void make_slots(Plan& plan, const GraphIndex& gi, const std::vector<bool>& needed, const PlanRequest& req) {
@@ -147,7 +201,10 @@ void bind_inputs(Plan& plan, const GraphIndex& gi, const std::vector<const Value
       s.shape_known = true;
       s.value.kind = v->kind;
       s.value.elem = v->elem;
-      if (v->kind == Value::Kind::kTensor) s.value.tensor = Tensor::wrap(v->tensor.dtype(), v->tensor.shape(), nullptr);
+      if (v->kind == Value::Kind::kTensor) {
+        s.device = v->tensor.device();
+        s.value.tensor = Tensor::wrap(v->tensor.dtype(), v->tensor.shape(), nullptr, nullptr, s.device);
+      }
     } else if (const Tensor* init = g.initializer(gi.input_names[i])) {
       s.state = gi.mutable_inits.count(gi.input_names[i]) ? Slot::State::kInput : Slot::State::kConstant;
       s.bound = true;
@@ -195,7 +252,8 @@ PrepareContext::In in_info(const Slot* s) {
 
 // Evaluates a prepared node now (its inputs are constants, or it reads only shapes); its outputs
 // become constants.
-void fold(Plan& plan, Step& st, Kernel& kernel, const PrepareContext& ctx, const ExecOptions& options) {
+void fold(Plan& plan, Step& st, Kernel& kernel, const PrepareContext& ctx, const ExecOptions& options,
+          DeviceContext* cpu) {
   auto& slots = plan.slots;
   std::vector<Value> outs(st.out.size());
   std::vector<Value*> in_p, out_p;
@@ -229,7 +287,7 @@ void fold(Plan& plan, Step& st, Kernel& kernel, const PrepareContext& ctx, const
   std::vector<char> ws(ctx.workspace() + kArenaAlign);
   void* wsp = reinterpret_cast<void*>(arena_align(reinterpret_cast<uintptr_t>(ws.data())));
   RunContext rc(*st.node, in_p.data(), in_p.size(), out_p.data(), out_p.size(), nullptr, 0, wsp, ctx.workspace(),
-                options, current_threads());
+                options, current_threads(), cpu);
   kernel.run(rc);
   for (size_t k = 0; k < st.out.size(); ++k) {
     if (st.out[k] < 0) continue;
@@ -245,20 +303,21 @@ void fold(Plan& plan, Step& st, Kernel& kernel, const PrepareContext& ctx, const
 }
 
 // Records the prepared outputs of a step that runs every time (static or dynamic).
-void record_outputs(Plan& plan, Step& st, const PrepareContext& ctx) {
+void record_outputs(Plan& plan, Step& st, const PrepareContext& ctx, Device device) {
   auto& slots = plan.slots;
   for (size_t k = 0; k < st.out.size(); ++k) {
     if (st.out[k] < 0) continue;
     Slot& s = slots[size_t(st.out[k])];
     const auto& o = ctx.outputs()[k];
+    s.device = device;
     if (o.inplace_of >= 0) st.inplace.emplace_back(int(k), o.inplace_of);
     if (st.dynamic) {
       s.state = Slot::State::kDynamic;
       continue;
     }
     s.shape_known = true;
-    s.value = Value::of(Tensor::wrap(o.dtype, o.shape, nullptr));
-    if (s.graph_output) {
+    s.value = Value::of(Tensor::wrap(o.dtype, o.shape, nullptr, nullptr, device));
+    if (s.graph_output && device.is_host()) {  // elsewhere: a device value, copied to the host after
       s.state = Slot::State::kOutput;
       continue;
     }
@@ -266,6 +325,7 @@ void record_outputs(Plan& plan, Step& st, const PrepareContext& ctx) {
     if (o.alias_of < 0) continue;
     const int src = st.in[size_t(o.alias_of)];
     const Slot& in = slots[size_t(src)];
+    if (in.device != device) continue;  // its own buffer: the kernel copies (output_aliases_input is false)
     if (in.state == Slot::State::kConstant || (in.state == Slot::State::kStatic && in.const_view) || in.bound) {
       // A constant, or a mutable initializer: memory fixed for the plan's lifetime.
       s.value.tensor = in.value.tensor.reshaped(o.shape);
@@ -283,19 +343,28 @@ void record_outputs(Plan& plan, Step& st, const PrepareContext& ctx) {
 
 void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>& needed,
                       const std::vector<int>& phases, const OpsetMap& opsets, const ExecOptions& options,
-                      const PlanRequest& req) {
+                      const PlanRequest& req, const ProviderSet& ps) {
   const ir::Graph& g = *gi.graph;
   auto& slots = plan.slots;
+  DeviceContext* cpu_ctx = ps.contexts[ps.cpu()].get();
   auto prepare_node = [&](size_t idx, int phase) {
     const ir::Node& node = g.nodes[idx];
     Step st;
     st.node = &node;
     st.node_index = idx;
     st.phase = phase;
+    st.provider = size_t(plan.node_provider[idx]);
     with_node_context(node, [&] {
-      auto kernel = create_kernel(node, opsets, options);
       auto oit = opsets.find(node.domain);
       st.opset = oit == opsets.end() ? 0 : oit->second;
+      bool all_inputs_const = node.subgraphs().empty();
+      for (const auto& n : node.inputs)
+        all_inputs_const = all_inputs_const && (n.empty() || slots[size_t(plan.id(n))].state == Slot::State::kConstant);
+      // Nodes evaluated now (constant inputs) always run on the CPU provider.
+      if (all_inputs_const) st.provider = ps.cpu();
+      const KernelRegistry& reg = ps.providers[st.provider]->registry();
+      auto kernel = create_kernel(node, opsets, options, reg);
+      if (const auto* e = reg.find(node.domain, node.op_type, st.opset)) st.host_inputs = e->host_inputs;
       bool known = true, all_const = node.subgraphs().empty();
       for (const auto& n : node.inputs) {
         const int sid = n.empty() ? -1 : plan.id(n);
@@ -320,7 +389,10 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
       if (!known) {
         st.dynamic = true;
         for (int sid : st.out)
-          if (sid >= 0) slots[size_t(sid)].state = Slot::State::kDynamic;
+          if (sid >= 0) {
+            slots[size_t(sid)].state = Slot::State::kDynamic;
+            slots[size_t(sid)].device = ps.providers[st.provider]->device();
+          }
         plan.kernels.push_back(std::move(kernel));
         st.kernel = plan.kernels.back().get();
         return;
@@ -341,12 +413,18 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
       bool updates_state = false;
       for (int sid : st.out) updates_state = updates_state || (sid >= 0 && slots[size_t(sid)].state_target >= 0);
       if ((all_const || shapes_only) && ctx.deterministic() && !updates_state) {
-        fold(plan, st, *kernel, ctx, options);
+        if (st.provider != ps.cpu()) {  // fold with the CPU provider's kernel
+          st.provider = ps.cpu();
+          kernel = create_kernel(node, opsets, options);
+          kernel->prepare(ctx);
+        }
+        fold(plan, st, *kernel, ctx, options, cpu_ctx);
         return;
       }
       st.dynamic = any_dynamic;
-      record_outputs(plan, st, ctx);
+      record_outputs(plan, st, ctx, ps.providers[st.provider]->device());
       st.ws_bytes = ctx.workspace();
+      st.ws_device = ps.providers[st.provider]->device();
       plan.kernels.push_back(std::move(kernel));
       st.kernel = plan.kernels.back().get();
     });
@@ -368,6 +446,77 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
   }
   for (size_t idx : gi.order)
     if (needed[idx] && phases[idx] == 1) prepare_node(idx, 1);
+}
+
+void insert_copies(Plan& plan, const ProviderSet& ps) {
+  auto& slots = plan.slots;
+  std::map<std::pair<int, Device>, int> copies;  // (value slot, device) -> slot of its copy there
+  std::vector<int> producer(slots.size(), -1);
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    for (int sid : plan.steps[s].out)
+      if (sid >= 0) producer[size_t(sid)] = int(s);
+  auto copy_of = [&](int sid, Device to) {
+    auto key = std::make_pair(sid, to);
+    if (auto it = copies.find(key); it != copies.end()) return it->second;
+    const Slot src = slots[size_t(sid)];
+    Slot c;
+    c.name = src.name + "@" + to.name();
+    c.device = to;
+    c.shape_known = src.shape_known;
+    c.state = src.state == Slot::State::kDynamic || !src.shape_known ? Slot::State::kDynamic : Slot::State::kStatic;
+    if (src.value.kind == Value::Kind::kTensor)
+      c.value = Value::of(Tensor::wrap(src.value.tensor.dtype(), src.value.tensor.shape(), nullptr, nullptr, to));
+    const int cid = int(slots.size());
+    slots.push_back(std::move(c));
+    plan.ids[slots.back().name] = cid;
+    ir::Node n;
+    n.op_type = to.is_host() ? "MemcpyToHost" : "MemcpyFromHost";
+    n.domain = "onnxtrain.runtime";
+    n.name = "copy of '" + src.name + "' to " + to.name();
+    n.inputs = {src.name};
+    n.outputs = {slots.back().name};
+    plan.synthetic.push_back(std::move(n));
+    Step st;
+    st.node = &plan.synthetic.back();
+    st.provider = ps.of_device(to.is_host() ? src.device : to);
+    const int p = producer[size_t(sid)];
+    st.phase = src.backward_input ? 1 : p >= 0 ? plan.steps[size_t(p)].phase : 0;
+    st.in = {sid};
+    st.out = {cid};
+    st.dynamic = slots[size_t(cid)].state == Slot::State::kDynamic;
+    plan.kernels.push_back(std::make_unique<CopyKernel>(*ps.providers[st.provider], to));
+    st.kernel = plan.kernels.back().get();
+    plan.steps.push_back(std::move(st));
+    ++plan.stats.device_copies;
+    copies[key] = cid;
+    return cid;
+  };
+  const size_t n = plan.steps.size();
+  for (size_t s = 0; s < n; ++s) {
+    Device dev = ps.providers[plan.steps[s].provider]->device();
+    if (plan.steps[s].provider != 0 && ps.providers.size() > 1) ++plan.stats.fallback_steps;
+    for (size_t j = 0; j < plan.steps[s].in.size(); ++j) {
+      const int sid = plan.steps[s].in[j];
+      if (sid < 0) continue;
+      const bool host = std::find(plan.steps[s].host_inputs.begin(), plan.steps[s].host_inputs.end(), j) !=
+                        plan.steps[s].host_inputs.end();
+      const Device need = host ? Device::cpu() : dev;
+      if (slots[size_t(sid)].device != need && slots[size_t(sid)].value.kind == Value::Kind::kTensor)
+        plan.steps[s].in[j] = copy_of(sid, need);
+    }
+    for (auto& sid : plan.steps[s].imp)  // subgraphs read outer values in host memory
+      if (!slots[size_t(sid)].device.is_host() && slots[size_t(sid)].value.kind == Value::Kind::kTensor)
+        sid = copy_of(sid, Device::cpu());
+  }
+  // Results come back to the host.
+  for (size_t i = 0, m = slots.size(); i < m; ++i)
+    if (slots[i].graph_output && !slots[i].device.is_host()) {
+      const int cid = copy_of(int(i), Device::cpu());
+      slots[i].graph_output = false;
+      slots[size_t(cid)].graph_output = true;
+      if (slots[size_t(cid)].state == Slot::State::kStatic) slots[size_t(cid)].state = Slot::State::kOutput;
+      plan.result_alias[int(i)] = cid;
+    }
 }
 
 void schedule_steps(Plan& plan) {
@@ -569,27 +718,33 @@ size_t place_blocks(std::vector<Block>& blocks) {
 
 void layout_arena(Plan& plan) {
   auto& slots = plan.slots;
-  std::vector<Block> blocks;
+  std::map<Device, std::vector<Block>> by_device;
   for (size_t i = 0; i < slots.size(); ++i)
     if (is_arena(slots[i]))
-      blocks.push_back(Block{arena_align(std::max<size_t>(slots[i].value.tensor.nbytes(), 1)), slots[i].producer,
-                             slots[i].last_use, int(i)});
+      by_device[slots[i].device].push_back(Block{arena_align(std::max<size_t>(slots[i].value.tensor.nbytes(), 1)),
+                                                 slots[i].producer, slots[i].last_use, int(i)});
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const Step& st = plan.steps[si];
-    if (st.ws_bytes > 0 && !st.dynamic) blocks.push_back(Block{arena_align(st.ws_bytes), int(si), int(si), -1 - int(si)});
+    if (st.ws_bytes > 0 && !st.dynamic)
+      by_device[st.ws_device].push_back(Block{arena_align(st.ws_bytes), int(si), int(si), -1 - int(si)});
   }
+  plan.arena_bytes = 0;
   size_t naive = 0;
-  for (const auto& b : blocks) naive += b.bytes;
-  plan.arena_bytes = place_blocks(blocks);
+  for (auto& [dev, blocks] : by_device) {
+    for (const auto& b : blocks) naive += b.bytes;
+    const size_t bytes = place_blocks(blocks);
+    plan.arenas[dev] = bytes;
+    plan.arena_bytes += bytes;
+    if (bytes > allocation_limit())
+      throw_error<RuntimeError>("the execution plan needs an arena of ", bytes, " bytes on ", dev.name(),
+                                ", over the allocation limit of ", allocation_limit());
+    for (const Block& b : blocks) {
+      if (b.owner >= 0) slots[size_t(b.owner)].offset = b.offset;
+      else plan.steps[size_t(-1 - b.owner)].ws_offset = b.offset;
+    }
+  }
   plan.stats.arena_bytes = plan.arena_bytes;
   plan.stats.naive_bytes = naive;
-  if (plan.arena_bytes > allocation_limit())
-    throw_error<RuntimeError>("the execution plan needs an arena of ", plan.arena_bytes,
-                              " bytes, over the allocation limit of ", allocation_limit());
-  for (const Block& b : blocks) {
-    if (b.owner >= 0) slots[size_t(b.owner)].offset = b.offset;
-    else plan.steps[size_t(-1 - b.owner)].ws_offset = b.offset;
-  }
 }
 
 void wire(Plan& plan, const PlanRequest& req) {
@@ -609,8 +764,13 @@ void wire(Plan& plan, const PlanRequest& req) {
       ++plan.stats.state_copies;
     }
   }
-  for (const auto& o : req.outputs) plan.result_slots[0].push_back(plan.id(o));
-  for (const auto& o : req.backward_outputs) plan.result_slots[1].push_back(plan.id(o));
+  auto result = [&](const std::string& name) {
+    const int sid = plan.id(name);
+    auto it = plan.result_alias.find(sid);
+    return it == plan.result_alias.end() ? sid : it->second;
+  };
+  for (const auto& o : req.outputs) plan.result_slots[0].push_back(result(o));
+  for (const auto& o : req.backward_outputs) plan.result_slots[1].push_back(result(o));
   size_t off = 0;
   for (auto& st : plan.steps) {
     st.ptr_offset = off;
@@ -623,27 +783,29 @@ void wire(Plan& plan, const PlanRequest& req) {
 
 }  // namespace planner
 
-std::unique_ptr<Frame> make_frame(const Plan& plan) {
+std::unique_ptr<Frame> make_frame(const Plan& plan, const ProviderSet& ps) {
   auto f = std::make_unique<Frame>();
   const auto& slots = plan.slots;
   f->values.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) f->values[i] = slots[i].value;
-  if (plan.arena_bytes > 0) {
-    void* p = std::aligned_alloc(kArenaAlign, arena_align(plan.arena_bytes));
-    if (!p) throw_error<RuntimeError>("out of memory allocating a ", plan.arena_bytes, "-byte arena");
-    f->arena = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  for (const auto& [dev, bytes] : plan.arenas) {
+    if (bytes == 0) continue;
+    Allocator& a = ps.providers[ps.of_device(dev)]->allocator();
+    void* p = a.allocate(arena_align(bytes), kArenaAlign);
+    f->arenas[dev] = std::shared_ptr<void>(p, [&a](void* q) { a.deallocate(q); });
   }
-  char* base = static_cast<char*>(f->arena.get());
+  auto base = [&](const Device& d) { return static_cast<char*>(f->arenas.count(d) ? f->arenas.at(d).get() : nullptr); };
   for (size_t i = 0; i < slots.size(); ++i)
     if (slots[i].offset >= 0)
-      f->values[i].tensor = Tensor::wrap(slots[i].value.tensor.dtype(), slots[i].value.tensor.shape(), base + slots[i].offset);
+      f->values[i].tensor = Tensor::wrap(slots[i].value.tensor.dtype(), slots[i].value.tensor.shape(),
+                                         base(slots[i].device) + slots[i].offset, nullptr, slots[i].device);
   // Views of arena memory (chains end at an arena slot or at a state's storage).
   for (size_t i = 0; i < slots.size(); ++i) {
     if (slots[i].alias_root < 0) continue;
     int root = slots[i].alias_root;
     while (slots[size_t(root)].alias_root >= 0) root = slots[size_t(root)].alias_root;
     f->values[i].tensor = Tensor::wrap(slots[i].value.tensor.dtype(), slots[i].value.tensor.shape(),
-                                       f->values[size_t(root)].tensor.raw_data());
+                                       f->values[size_t(root)].tensor.raw_data(), nullptr, slots[size_t(root)].device);
   }
   f->ptrs.assign(plan.num_ptrs, nullptr);
   for (const auto& st : plan.steps) {
@@ -659,23 +821,26 @@ std::unique_ptr<Frame> make_frame(const Plan& plan) {
 }
 
 std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, const ExecOptions& options,
-                                 const std::vector<const Value*>& inputs, const PlanRequest& req) {
+                                 const std::vector<const Value*>& inputs, const PlanRequest& req,
+                                 const ProviderSet& providers) {
   auto plan = std::make_shared<Plan>();
   std::vector<std::string> roots = req.outputs;
   for (const auto& [v, s] : req.updates) roots.push_back(v);
   roots.insert(roots.end(), req.backward_outputs.begin(), req.backward_outputs.end());
   const std::vector<bool> needed = planner::needed_nodes(gi, roots);
   const std::vector<int> phases = planner::node_phases(gi, needed, req);
+  plan->node_provider = planner::assign_providers(gi, needed, opsets, providers);
   planner::make_slots(*plan, gi, needed, req);
   planner::bind_inputs(*plan, gi, inputs, req);
-  planner::prepare_and_fold(*plan, gi, needed, phases, opsets, options, req);
+  planner::prepare_and_fold(*plan, gi, needed, phases, opsets, options, req, providers);
+  planner::insert_copies(*plan, providers);
   planner::schedule_steps(*plan);
   planner::compute_liveness(*plan);
   planner::assign_inplace(*plan);
   planner::layout_arena(*plan);
   planner::wire(*plan, req);
   // Static workspaces' pointers are per frame: make_frame resolves ws_offset against its arena.
-  plan->main = make_frame(*plan);
+  plan->main = make_frame(*plan, providers);
   return plan;
 }
 

@@ -126,7 +126,9 @@ TEST(Planner, PrepareFoldsConstantNodes) {
   planner::make_slots(p, gi, needed, req);
   Value x = Value::of(Tensor::zeros(DType::kFloat32, {2}));
   planner::bind_inputs(p, gi, {&x}, req);
-  planner::prepare_and_fold(p, gi, needed, planner::node_phases(gi, needed, req), kOpsets, ExecOptions{}, req);
+  const ProviderSet ps{ExecOptions{}};
+  p.node_provider = planner::assign_providers(gi, needed, kOpsets, ps);
+  planner::prepare_and_fold(p, gi, needed, planner::node_phases(gi, needed, req), kOpsets, ExecOptions{}, req, ps);
   // Relu, Neg, Add, Add run; Mul(k, k) was evaluated now.
   EXPECT_EQ(p.steps.size(), 4u);
   EXPECT_EQ(p.stats.folded_nodes, 1u);

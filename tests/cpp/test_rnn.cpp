@@ -9,7 +9,7 @@
 
 using namespace ot_test;
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 void rnn_test_sigmoid_f32(float* x, int64_t n);
 void rnn_test_tanh_f32(float* x, int64_t n);
 }  // namespace onnxtrain::kernels
@@ -429,8 +429,8 @@ TEST(Rnn, VectorSigmoidTanhMatchLibm) {
   for (double v = -100; v <= 100; v += 0.01) xs.push_back(float(v));
   for (float v : {0.f, -0.f, 1e-8f, -1e-8f, 1e-4f, 7.9f, -7.9f, 88.f, -88.f, 1e30f, -1e30f}) xs.push_back(v);
   std::vector<float> s = xs, t = xs;
-  onnxtrain::kernels::rnn_test_sigmoid_f32(s.data(), int64_t(s.size()));
-  onnxtrain::kernels::rnn_test_tanh_f32(t.data(), int64_t(t.size()));
+  onnxtrain::kernels::cpu::rnn_test_sigmoid_f32(s.data(), int64_t(s.size()));
+  onnxtrain::kernels::cpu::rnn_test_tanh_f32(t.data(), int64_t(t.size()));
   double worst_s = 0, worst_t = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
     const double x = xs[i];
@@ -441,7 +441,7 @@ TEST(Rnn, VectorSigmoidTanhMatchLibm) {
   EXPECT_LT(worst_s, 5e-7) << "sigmoid relative error";
   EXPECT_LT(worst_t, 5e-7) << "tanh relative error";
   float nan = std::nanf("");
-  onnxtrain::kernels::rnn_test_tanh_f32(&nan, 1);
+  onnxtrain::kernels::cpu::rnn_test_tanh_f32(&nan, 1);
   EXPECT_TRUE(std::isnan(nan));
 }
 

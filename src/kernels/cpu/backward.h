@@ -15,7 +15,7 @@
 
 #include "kernels/cpu/common.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 /// Reads input i, the 1-D int64 shape of the tensor a backward kernel produces (shape(X)); false
 /// when its value is unknown now (prepare runs again at run time).
@@ -174,4 +174,4 @@ class FoldKernel : public Kernel {
   FoldPlan plan_;
 };
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

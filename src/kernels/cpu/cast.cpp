@@ -13,7 +13,7 @@
 
 #include "kernels/cpu/elementwise_internal.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -202,4 +202,4 @@ void register_cast(KernelRegistry& r) {
   });
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -1,6 +1,6 @@
 #include "kernels/cpu/common.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 std::vector<int64_t> read_int_list(const Tensor& t) {
   std::vector<int64_t> r(size_t(t.numel()));
@@ -138,4 +138,4 @@ bool BroadcastPlan::init(const std::vector<Shape>& inputs) {
   return true;
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -10,7 +10,7 @@
 #include "core/parallel.h"
 #include "kernels/kernel.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 // ---------------------------------------------------------------- dtype dispatch
 template <class... Ts>
@@ -164,4 +164,4 @@ inline int64_t grain_for(int64_t inner, int64_t target = 32768) {
   return std::max<int64_t>(1, target / std::max<int64_t>(inner, 1));
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -1,5 +1,6 @@
-// Control flow: If and Loop. Their bodies run in nested GraphExecutors created once per kernel
-// instance (each caches a plan per shape signature). A subgraph's free variables (outer-scope
+// Control flow: If and Loop. Their bodies run in SubgraphRunners the runtime hands over
+// (ExecOptions::subgraphs: nested executors, each caching a plan per shape signature), created once
+// per kernel instance. A subgraph's free variables (outer-scope
 // values) are fed after its declared inputs, taken from the node's implicit inputs
 // (ir::implicit_inputs order). Outputs are dynamic: branches and iterations may change shapes.
 //   If   (cond: bool[1])                          -> outputs of then_branch or else_branch
@@ -11,17 +12,16 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
-#include "runtime/executor.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
-// A subgraph with its executor and where each of its free variables sits among the node's
+// A subgraph with its runner and where each of its free variables sits among the node's
 // implicit inputs.
 struct Subgraph {
   std::shared_ptr<const ir::Graph> graph;
-  std::unique_ptr<runtime::GraphExecutor> exec;
+  std::unique_ptr<SubgraphRunner> exec;
   std::vector<size_t> outer;  // free variable k -> index into RunContext::implicit
   std::vector<const Value*> feeds;
 
@@ -32,7 +32,8 @@ struct Subgraph {
     for (size_t i = 0; i < implicit.size(); ++i) index.emplace(implicit[i], i);
     std::vector<std::string> free = graph->free_variables();
     for (const auto& f : free) outer.push_back(index.at(f));
-    exec = std::make_unique<runtime::GraphExecutor>(graph, info.opsets(), info.options(), std::move(free));
+    if (!info.options().subgraphs) info.fail("no subgraph runner: control flow runs inside an executor");
+    exec = info.options().subgraphs(graph, info.opsets(), info.options(), std::move(free));
   }
   size_t num_inputs() const { return graph->inputs.size(); }
   size_t num_outputs() const { return graph->outputs.size(); }
@@ -236,4 +237,4 @@ void register_control_flow(KernelRegistry& r) {
   r.add<LoopKernel>("Loop", 1, kMaxOpsetAll);
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -18,12 +18,13 @@
 #include <cstring>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_provider.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/window.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -409,7 +410,7 @@ class ConvKernel final : public Kernel {
       op_.bind(DNNL_ARG_WEIGHTS, ctx.input(1).raw_data());
       if (bias) op_.bind(DNNL_ARG_BIAS, bias);
       op_.bind(DNNL_ARG_DST, ctx.output(0).raw_data());
-      op_.execute(ctx.workspace());
+      op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
       return;
     }
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
@@ -627,7 +628,7 @@ class ConvGradKernel final : public Kernel {
       data_op_.bind(DNNL_ARG_DIFF_DST, dY.raw_data());
       data_op_.bind(DNNL_ARG_WEIGHTS, W.raw_data());
       data_op_.bind(DNNL_ARG_DIFF_SRC, out[0]->raw_data());
-      data_op_.execute(ctx.workspace());
+      data_op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
       out[0] = nullptr;
     }
     if (out[1] && weights_op_.valid()) {
@@ -635,7 +636,7 @@ class ConvGradKernel final : public Kernel {
       weights_op_.bind(DNNL_ARG_DIFF_DST, dY.raw_data());
       weights_op_.bind(DNNL_ARG_DIFF_WEIGHTS, out[1]->raw_data());
       if (out[2]) weights_op_.bind(DNNL_ARG_DIFF_BIAS, out[2]->raw_data());
-      weights_op_.execute(ctx.workspace());
+      weights_op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
       out[1] = out[2] = nullptr;
     }
     if (!out[0] && !out[1] && !out[2]) return;
@@ -756,4 +757,4 @@ void register_conv(KernelRegistry& r) {
   r.add("com.onnxtrain", "ConvTransposeGrad", 1, kMaxOpsetAll, conv_factory(true, true));
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

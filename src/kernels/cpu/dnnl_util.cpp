@@ -4,7 +4,7 @@
 
 #include "core/parallel.h"
 
-namespace onnxtrain::kernels::dnnl_util {
+namespace onnxtrain::kernels::cpu::dnnl_util {
 
 namespace {
 constexpr size_t kAlign = 64;
@@ -14,11 +14,6 @@ size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 dnnl::engine& cpu_engine() {
   static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   return eng;
-}
-
-dnnl::stream& cpu_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
 }
 
 dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt) {
@@ -75,11 +70,10 @@ void DnnlOp::bind(int arg, const void* data) {
     if (a.id == arg) a.user.set_data_handle(const_cast<void*>(data));
 }
 
-void DnnlOp::execute(void* workspace) {
+void DnnlOp::execute(void* workspace, dnnl::stream& s) {
   std::optional<ThreadScope> one;
   if (single_threaded_ && current_threads() > 1) one.emplace(1);
   auto* ws = static_cast<char*>(workspace);
-  dnnl::stream& s = cpu_stream();
   if (scratch_) scratch_.set_data_handle(ws + scratch_offset_);
   for (auto& a : args_) {
     if (a.reorder) {
@@ -107,4 +101,4 @@ void DnnlOp::check(dnnl_status_t st) {
   if (st != dnnl_success) throw_error<RuntimeError>("oneDNN primitive failed with status ", int(st));
 }
 
-}  // namespace onnxtrain::kernels::dnnl_util
+}  // namespace onnxtrain::kernels::cpu::dnnl_util

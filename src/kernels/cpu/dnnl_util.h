@@ -4,7 +4,7 @@
 //
 //   prepare:  op.init(primitive_desc, ...) ; op.add_arg(DNNL_ARG_SRC, plain_md, pd.src_desc(), false) ...
 //             ctx.request_workspace(op.workspace_bytes())
-//   run:      op.bind(DNNL_ARG_SRC, x.raw_data()) ... ; op.execute(ctx.workspace())
+//   run:      op.bind(DNNL_ARG_SRC, x.raw_data()) ... ; op.execute(ctx.workspace(), CpuContext::of(ctx).stream())
 //
 // Arguments whose layout the primitive chose differently from the plain one (format_tag::any) get a
 // reorder into / out of the workspace; the primitive's scratchpad also lives in the workspace
@@ -20,11 +20,9 @@
 
 #include "onnxtrain/tensor.h"
 
-namespace onnxtrain::kernels::dnnl_util {
+namespace onnxtrain::kernels::cpu::dnnl_util {
 
 dnnl::engine& cpu_engine();
-/// A stream of the calling thread on cpu_engine().
-dnnl::stream& cpu_stream();
 
 /// oneDNN dims of a shape.
 inline dnnl::memory::dims dims(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
@@ -51,8 +49,8 @@ class DnnlOp {
   size_t workspace_bytes() const { return ws_bytes_; }
   /// Points argument `arg` at tensor memory (call for every argument before execute()).
   void bind(int arg, const void* data);
-  /// Runs the reorders and the primitive on the calling thread's stream.
-  void execute(void* workspace);
+  /// Runs the reorders and the primitive on `stream` (the run's CpuContext::stream()).
+  void execute(void* workspace, dnnl::stream& stream);
   /// Runs on the calling thread only: for primitives too small to repay waking other threads.
   void set_single_threaded(bool s) { single_threaded_ = s; }
 
@@ -78,4 +76,4 @@ class DnnlOp {
   bool single_threaded_ = false;
 };
 
-}  // namespace onnxtrain::kernels::dnnl_util
+}  // namespace onnxtrain::kernels::cpu::dnnl_util

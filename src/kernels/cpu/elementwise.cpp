@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/elementwise_internal.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace ew {
 
@@ -428,4 +428,4 @@ void register_elementwise(KernelRegistry& r) {
   register_cast(r);
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

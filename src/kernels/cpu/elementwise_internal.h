@@ -17,7 +17,7 @@
 #include "kernels/cpu/elementwise_simd.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 // Family registration helpers (each defined in its own file, called by register_elementwise).
 void register_elementwise_unary(KernelRegistry& r);  // elementwise_unary.cpp: math, activations, Clip
@@ -282,4 +282,4 @@ KernelFactory binary(Op op, Bcast mode = Bcast::kNumpy) {
 }
 
 }  // namespace ew
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

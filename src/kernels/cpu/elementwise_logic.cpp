@@ -5,7 +5,7 @@
 //   Where: Y = C ? X : Z    Y: broadcast(C, X, Z), X's dtype (any, strings included)
 #include "kernels/cpu/elementwise_internal.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -98,4 +98,4 @@ void register_elementwise_logic(KernelRegistry& r) {
   r.add<WhereKernel>("Where", 9, M);
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -25,7 +25,7 @@
 
 #include <cstdint>
 
-namespace onnxtrain::kernels::vmath {
+namespace onnxtrain::kernels::cpu::vmath {
 
 #if OT_EW_SIMD
 using V = __m256;
@@ -165,4 +165,4 @@ inline void apply(const float* x, float* y, int64_t n, F&& f) {
 }
 #endif
 
-}  // namespace onnxtrain::kernels::vmath
+}  // namespace onnxtrain::kernels::cpu::vmath

@@ -6,7 +6,7 @@
 // elementwise_simd.h (max error 1-2 ulp, documented there).
 #include "kernels/cpu/elementwise_internal.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -290,4 +290,4 @@ void register_elementwise_unary(KernelRegistry& r) {
   r.add<ClipKernel>("Clip", 1, M);
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

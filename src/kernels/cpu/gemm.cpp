@@ -8,7 +8,7 @@
 #include "core/parallel.h"
 #include "onnxtrain/error.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -49,4 +49,4 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double al
   });
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

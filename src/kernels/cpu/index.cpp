@@ -18,7 +18,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -672,4 +672,4 @@ void register_index(KernelRegistry& r) {
   r.add("com.onnxtrain", "GatherNDGrad", 1, kMaxOpsetAll, scatter(true, true));
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -10,11 +10,12 @@
 #include <numeric>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_provider.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -129,13 +130,13 @@ class BatchedMatMul {
   const Shape& batch() const { return batch_; }
   size_t workspace_bytes() const { return op_.valid() ? op_.workspace_bytes() : 0; }
 
-  void run(const void* a, const void* b, void* c, void* ws, const ir::Node& node) {
+  void run(const void* a, const void* b, void* c, void* ws, const ir::Node& node, dnnl::stream& stream) {
     if (nbatch_ == 0 || M_ == 0 || N_ == 0) return;
     if (op_.valid()) {
       op_.bind(DNNL_ARG_SRC, a);
       op_.bind(DNNL_ARG_WEIGHTS, b);
       op_.bind(DNNL_ARG_DST, c);
-      op_.execute(ws);
+      op_.execute(ws, stream);
       return;
     }
     dispatch<NumericTypes>(dt_, node, [&]<class T>() {
@@ -229,7 +230,8 @@ class MatMulKernel final : public Kernel {
     ctx.request_workspace(mm_.workspace_bytes());
   }
   void run(RunContext& ctx) override {
-    mm_.run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node());
+    mm_.run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node(),
+            CpuContext::of(ctx).stream());
   }
 
  private:
@@ -287,7 +289,7 @@ class GemmKernel final : public Kernel {
       op_.bind(DNNL_ARG_SRC, A.raw_data());
       op_.bind(DNNL_ARG_WEIGHTS, ctx.input(1).raw_data());
       op_.bind(DNNL_ARG_DST, y);
-      op_.execute(ctx.workspace());
+      op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
       return;
     }
     dispatch<MatMulTypes>(A.dtype(), ctx.node(), [&]<class T>() {
@@ -570,7 +572,7 @@ class EinsumKernel final : public Kernel {
           s.gather.run(static_cast<const T*>(ptr(s.a)), static_cast<T*>(ptr(s.dst)));
         });
       } else {
-        s.mm.run(ptr(s.a), ptr(s.b), ptr(s.dst), ws + mm_ws_offset_, ctx.node());
+        s.mm.run(ptr(s.a), ptr(s.b), ptr(s.dst), ws + mm_ws_offset_, ctx.node(), CpuContext::of(ctx).stream());
       }
     }
   }
@@ -701,4 +703,4 @@ void register_linalg(KernelRegistry& r) {
   r.add<EinsumKernel>("Einsum", 12, kMaxOpsetAll);
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

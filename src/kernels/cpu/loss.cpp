@@ -12,7 +12,7 @@
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -237,4 +237,4 @@ void register_loss(KernelRegistry& r) {
           [softmax](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossGradKernel>(i, softmax); });
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

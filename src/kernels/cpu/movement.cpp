@@ -14,7 +14,7 @@
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 bool StridedCopy::init(const Shape& dims, const std::vector<int64_t>& ss, const std::vector<int64_t>& ds) {
   dims_.clear();
@@ -735,4 +735,4 @@ void register_movement(KernelRegistry& r) {
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<PadGradKernel>(i); });
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

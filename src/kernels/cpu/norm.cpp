@@ -24,7 +24,7 @@
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -899,4 +899,4 @@ void register_norm(KernelRegistry& r) {
   custom.operator()<DropoutGradKernel>("DropoutGrad");
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

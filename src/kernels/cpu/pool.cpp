@@ -18,11 +18,12 @@
 #include <limits>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/cpu_provider.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/window.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -486,7 +487,7 @@ class PoolKernel final : public Kernel {
     if (op_.valid()) {
       op_.bind(DNNL_ARG_SRC, X.raw_data());
       op_.bind(DNNL_ARG_DST, Y.raw_data());
-      op_.execute(ctx.workspace());
+      op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
       return;
     }
     int64_t* ind = want_indices_ ? ctx.output(1).data<int64_t>() : nullptr;
@@ -593,7 +594,7 @@ class PoolGradKernel final : public Kernel {
     if (op_.valid()) {
       op_.bind(DNNL_ARG_DIFF_DST, dY.raw_data());
       op_.bind(DNNL_ARG_DIFF_SRC, dX.raw_data());
-      op_.execute(ctx.workspace());
+      op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
       return;
     }
     const int64_t* ind = third_ && p_.kind == PoolKind::kMax ? ctx.input(2).data<int64_t>() : nullptr;
@@ -653,4 +654,4 @@ void register_pool(KernelRegistry& r) {
   r.add(d, "GlobalLpPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kLp, true, true));
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

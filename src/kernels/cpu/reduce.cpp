@@ -21,7 +21,7 @@
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -981,4 +981,4 @@ void register_reduce(KernelRegistry& r) {
   r.add<TopKKernel>("TopK", 1, kMaxOpsetAll);
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

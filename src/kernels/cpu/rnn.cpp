@@ -31,7 +31,7 @@
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 // ---------------------------------------------------------------- float32 vector math (AVX2)
 // sigmoid through vec_math's exp8 (x below -88.7 gives exactly 0 rather than a denormal).
@@ -1324,4 +1324,4 @@ void register_rnn(KernelRegistry& r) {
   train.operator()<Cell::kLstm>("LSTM");
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

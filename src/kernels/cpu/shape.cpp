@@ -14,7 +14,7 @@
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/registry.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 namespace {
 
@@ -481,4 +481,4 @@ void register_shape(KernelRegistry& r) {
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SumToShapeKernel>(i); });
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

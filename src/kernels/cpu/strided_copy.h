@@ -14,7 +14,7 @@
 
 #include "kernels/cpu/common.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 class StridedCopy {
  public:
@@ -243,4 +243,4 @@ void check_output_size(const Ctx& ctx, const Shape& shape, DType dt) {
     ctx.fail("output shape ", shape_to_string(shape), " is invalid or too large (", dtype_name(dt), ")");
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

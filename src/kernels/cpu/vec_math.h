@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <limits>
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 // exp of 8 floats: Cody-Waite range reduction and Cephes' degree-5 polynomial (about 2 ulp).
 // NaN propagates; results below FLT_MIN flush to 0, above FLT_MAX give +inf.
@@ -55,4 +55,4 @@ struct Lanes {
   }
 };
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 void WindowAttrs::read(const KernelInfo& info) {
   auto_pad = info.attr_string("auto_pad", "NOTSET");
@@ -110,4 +110,4 @@ WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, 
   return g;
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu

@@ -11,7 +11,7 @@
 
 #include "kernels/kernel.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::kernels::cpu {
 
 struct WindowAttrs {
   std::string auto_pad = "NOTSET";
@@ -38,4 +38,4 @@ WindowGeom forward_geometry(const PrepareContext& ctx, const WindowAttrs& a, con
 WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, const Shape& in, const Shape& kernel,
                                const std::vector<int64_t>& output_padding, std::vector<int64_t> output_shape);
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::kernels::cpu
