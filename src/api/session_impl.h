@@ -6,12 +6,12 @@
 #include "ir/ir.h"
 #include "onnxtrain/session.h"
 #include "runtime/executor.h"
+#include "runtime/feeds.h"
 
 namespace onnxtrain {
 
-NodeArg node_arg_of(const ir::ValueInfo& v);
-/// Checks a feed against its declared type; throws InvalidArgument naming the input.
-void check_feed(const ir::ValueInfo& decl, const Value& v);
+using runtime::check_feed;
+using runtime::node_arg_of;
 
 struct InferenceSession::Impl {
   ir::Model model;

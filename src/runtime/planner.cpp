@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <queue>
 
 #include "core/parallel.h"
@@ -400,8 +401,26 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
       std::vector<PrepareContext::In> ins, imps;
       for (int sid : st.in) ins.push_back(in_info(sid < 0 ? nullptr : &slots[size_t(sid)]));
       for (int sid : st.imp) imps.push_back(in_info(&slots[size_t(sid)]));
-      PrepareContext ctx(node, st.opset, options, std::move(ins), node.outputs.size(), std::move(imps));
-      kernel->prepare(ctx);
+      std::optional<PrepareContext> pc;
+      for (;;) {
+        pc.emplace(node, st.opset, options, ins, node.outputs.size(), imps);
+        try {
+          kernel->prepare(*pc);
+          break;
+        } catch (const NotImplemented&) {
+          // A provider may decline a node it cannot run (an element type, an attribute): the next
+          // provider with a kernel for it takes the node; the CPU provider's refusal stands.
+          size_t next = st.provider + 1;
+          while (next < ps.providers.size() && !ps.providers[next]->registry().find(node.domain, node.op_type, st.opset))
+            ++next;
+          if (st.provider == ps.cpu() || next >= ps.providers.size()) throw;
+          st.provider = next;
+          const KernelRegistry& reg2 = ps.providers[next]->registry();
+          kernel = create_kernel(node, opsets, options, reg2);
+          st.host_inputs = reg2.find(node.domain, node.op_type, st.opset)->host_inputs;
+        }
+      }
+      PrepareContext& ctx = *pc;
       bool any_dynamic = false;
       for (size_t k = 0; k < st.out.size(); ++k) {
         if (st.out[k] < 0) continue;

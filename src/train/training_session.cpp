@@ -9,16 +9,19 @@
 #include <cmath>
 #include <set>
 
-#include "api/session_impl.h"
 #include "autodiff/builder.h"
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
+#include "runtime/feeds.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/attach_optimizer.h"
 #include "train/training_graph.h"
 
 namespace onnxtrain {
+
+using runtime::check_feed;
+using runtime::node_arg_of;
 
 namespace {
 

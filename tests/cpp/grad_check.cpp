@@ -1,5 +1,7 @@
 #include "grad_check.h"
 
+#include "test_provider.h"
+
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -144,6 +146,8 @@ double run_loss(runtime::GraphExecutor& ex, const std::vector<Tensor>& feeds) {
     } catch (const std::exception& e) {
       return ::testing::AssertionFailure() << spec.op << ": running the gradient graph failed: " << e.what();
     }
+    if (const std::string d = check_providers_agree(gm.graph, gm.opsets, eo, ptrs, grads); !d.empty())
+      return ::testing::AssertionFailure() << spec.op << ": gradient graph: " << d;
     runtime::GraphExecutor fex(fwd.graph, fwd.opsets, eo);
     for (size_t w = 0; w < wrt.size(); ++w) {
       const Tensor& analytic = grads[1 + w].tensor;

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "test_provider.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -100,6 +102,9 @@ std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& i
   std::vector<const Value*> ptrs;
   for (auto& v : feeds) ptrs.push_back(&v);
   auto outs = ex.run(ptrs);
+  // Every provider agrees with the CPU provider (the test provider: assignment, fallback, copies).
+  const std::string differ = check_providers_agree(g, opsets, eo, ptrs, outs);
+  EXPECT_EQ(differ, "") << op;
   // Run twice: the second run exercises the cached plan.
   auto outs2 = ex.run(ptrs);
   std::vector<Tensor> r;
@@ -203,6 +208,7 @@ std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inp
   std::vector<const Value*> ptrs;
   for (size_t i = 0; i < ex.input_names().size(); ++i) ptrs.push_back(i < feeds.size() ? &feeds[i] : nullptr);
   auto outs = ex.run(ptrs);
+  EXPECT_EQ(check_providers_agree(m.graph, m.opsets, eo, ptrs, outs), "");
   std::vector<Tensor> r;
   for (auto& v : outs) r.push_back(v.tensor);
   return r;

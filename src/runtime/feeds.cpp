@@ -1,0 +1,48 @@
+#include "runtime/feeds.h"
+
+namespace onnxtrain::runtime {
+
+NodeArg node_arg_of(const ir::ValueInfo& v) {
+  NodeArg a;
+  a.name = v.name;
+  a.type = v.type.to_string();
+  if (v.type.kind == ir::TypeInfo::Kind::kTensor) {
+    a.type = dtype_tensor_string(v.type.elem);
+    a.elem = v.type.elem;
+    a.has_shape = v.type.has_shape;
+    for (const auto& d : v.type.dims) a.shape.push_back(DimInfo{d.value, d.param});
+  } else if (v.type.inner) {
+    const auto& in = *v.type.inner;
+    std::string inner = in.kind == ir::TypeInfo::Kind::kTensor ? dtype_tensor_string(in.elem) : in.to_string();
+    a.type = (v.type.kind == ir::TypeInfo::Kind::kSequence ? "seq(" : "optional(") + inner + ")";
+    a.elem = in.elem;
+  }
+  return a;
+}
+
+void check_feed(const ir::ValueInfo& decl, const Value& v) {
+  const auto& t = decl.type;
+  if (t.kind == ir::TypeInfo::Kind::kTensor) {
+    if (v.kind != Value::Kind::kTensor)
+      throw_error<InvalidArgument>("input '", decl.name, "' must be a tensor");
+    const Tensor& x = v.tensor;
+    if (t.elem != DType::kUndefined && x.dtype() != t.elem)
+      throw_error<InvalidArgument>("input '", decl.name, "' has element type ", dtype_name(x.dtype()),
+                                   ", the model expects ", dtype_name(t.elem));
+    if (t.has_shape) {
+      if (x.rank() != t.dims.size())
+        throw_error<InvalidArgument>("input '", decl.name, "' has rank ", x.rank(), " (shape ",
+                                     shape_to_string(x.shape()), "), the model expects rank ", t.dims.size(), " (",
+                                     t.to_string(), ")");
+      for (size_t i = 0; i < t.dims.size(); ++i)
+        if (t.dims[i].fixed() && t.dims[i].value != x.dim(i))
+          throw_error<InvalidArgument>("input '", decl.name, "' has dimension ", x.dim(i), " at axis ", i,
+                                       ", the model expects ", t.dims[i].value, " (", t.to_string(), ")");
+    }
+  } else if (t.kind == ir::TypeInfo::Kind::kSequence) {
+    if (v.kind != Value::Kind::kSequence)
+      throw_error<InvalidArgument>("input '", decl.name, "' must be a sequence of tensors");
+  }
+}
+
+}  // namespace onnxtrain::runtime

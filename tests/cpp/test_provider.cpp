@@ -1,0 +1,157 @@
+#include "test_provider.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/cpu/cpu_provider.h"
+#include "runtime/executor.h"
+
+namespace ot_test {
+
+using namespace onnxtrain;
+
+namespace {
+
+class CountingAllocator final : public Allocator {
+ public:
+  Device device() const override { return {Device::Type::kCPU, 1}; }
+  void* allocate(size_t bytes, size_t alignment) override {
+    alignment = std::max<size_t>(alignment, 64);
+    void* p = std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+    if (!p) throw_error<RuntimeError>("cpu:1: out of memory");
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[p] = long(bytes);
+    live_ += long(bytes);
+    return p;
+  }
+  void deallocate(void* p) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_ -= sizes_[p];
+      sizes_.erase(p);
+    }
+    std::free(p);
+  }
+  long live() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<void*, long> sizes_;
+  long live_ = 0;
+};
+
+CountingAllocator& counting() {
+  static CountingAllocator a;
+  return a;
+}
+
+// A CPU kernel that declines (NotImplemented at prepare) what a device provider would not run:
+// string tensors.
+class NoStrings final : public Kernel {
+ public:
+  explicit NoStrings(std::unique_ptr<Kernel> k) : k_(std::move(k)) {}
+  void prepare(PrepareContext& ctx) override {
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      if (ctx.has_input(i) && ctx.input_dtype(i) == DType::kString) throw_error<NotImplemented>("strings on cpu:1");
+    k_->prepare(ctx);
+    for (const auto& o : ctx.outputs())
+      if (o.set && o.dtype == DType::kString) throw_error<NotImplemented>("strings on cpu:1");
+  }
+  void run(RunContext& ctx) override { k_->run(ctx); }
+
+ private:
+  std::unique_ptr<Kernel> k_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& TestProvider::ops() {
+  static const std::vector<std::string> o = {
+      "Add", "Sub", "Mul", "Div", "Relu", "Neg", "Exp", "Log", "Tanh", "Sigmoid", "Sqrt", "Abs", "Where", "Greater",
+      "MatMul", "Gemm", "Reshape", "Expand", "Transpose", "Identity", "Sum", "ReduceSum", "ReduceMean", "Softmax",
+      "Concat", "Cast", "Conv", "MaxPool"};
+  return o;
+}
+
+TestProvider::TestProvider() {
+  const KernelRegistry& cpu = cpu_provider().registry();
+  for (const auto& [domain, op] : cpu.ops()) {
+    const bool listed = std::find(ops().begin(), ops().end(), op) != ops().end();
+    if (!(domain.empty() && listed) && !(domain == "com.onnxtrain" && op == "AccumulateGradients")) continue;
+    for (int64_t v = 1; v <= 18; ++v)  // each opset range once
+      if (const auto* e = cpu.find(domain, op, v)) {
+        KernelRegistry::Entry copy = *e;
+        copy.make = [f = e->make](const KernelInfo& info) -> std::unique_ptr<Kernel> {
+          return std::make_unique<NoStrings>(f(info));
+        };
+        if (op == "Reshape" || op == "Expand") copy.host_inputs = {1};  // the shape, as a GPU kernel would
+        registry_.add(copy);
+        v = e->until;  // next range
+      }
+  }
+}
+
+Allocator& TestProvider::allocator() { return counting(); }
+
+std::unique_ptr<DeviceContext> TestProvider::make_context(const ExecOptions& options) {
+  // Its kernels are the CPU's: they read a CpuContext.
+  return std::make_unique<kernels::cpu::CpuContext>(options.num_threads);
+}
+
+void TestProvider::copy(const Tensor& src, Tensor& dst, DeviceContext&) {
+  if (src.dtype() != dst.dtype() || src.numel() != dst.numel())
+    throw_error<InvalidArgument>("TestProvider::copy: ", src.describe(), " into ", dst.describe());
+  ++copies;
+  if (src.nbytes() > 0) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+}
+
+TestProvider& test_provider() {
+  static TestProvider p;
+  return p;
+}
+
+long test_provider_live_bytes() { return counting().live(); }
+
+std::string check_providers_agree(std::shared_ptr<const ir::Graph> graph, const OpsetMap& opsets, ExecOptions options,
+                                  const std::vector<const Value*>& inputs, const std::vector<Value>& reference,
+                                  const std::vector<size_t>& outputs) {
+  options.providers = {&test_provider()};
+  std::vector<Value> got;
+  try {
+    runtime::GraphExecutor ex(std::move(graph), opsets, options);
+    got = ex.run(inputs, outputs);
+  } catch (const std::exception& e) {
+    return std::string("with the test provider: ") + e.what();
+  }
+  if (got.size() != reference.size()) return "with the test provider: a different number of outputs";
+  for (size_t i = 0; i < got.size(); ++i) {
+    const Value& a = got[i];
+    const Value& b = reference[i];
+    if (a.kind != b.kind) return "output " + std::to_string(i) + ": a different kind of value";
+    auto same = [](const Tensor& x, const Tensor& y) {
+      if (x.dtype() != y.dtype() || x.shape() != y.shape() || !x.device().is_host()) return false;
+      if (x.dtype() == DType::kString) {
+        for (int64_t k = 0; k < x.numel(); ++k)
+          if (x.data<std::string>()[k] != y.data<std::string>()[k]) return false;
+        return true;
+      }
+      return x.nbytes() == 0 || std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) == 0;
+    };
+    if (a.kind == Value::Kind::kTensor && !same(a.tensor, b.tensor))
+      return "output " + std::to_string(i) + " differs with the test provider: " + a.tensor.describe() + " vs " +
+             b.tensor.describe();
+    if (a.kind == Value::Kind::kSequence) {
+      if (a.sequence.size() != b.sequence.size()) return "output " + std::to_string(i) + ": sequence lengths differ";
+      for (size_t k = 0; k < a.sequence.size(); ++k)
+        if (!same(a.sequence[k], b.sequence[k])) return "output " + std::to_string(i) + ": sequence element differs";
+    }
+  }
+  return "";
+}
+
+}  // namespace ot_test
