@@ -240,4 +240,19 @@ double run_loss(runtime::GraphExecutor& ex, const std::vector<Tensor>& feeds) {
   return ::testing::AssertionSuccess();
 }
 
+namespace {
+std::map<std::string, std::vector<std::string>>& coverage_table() {
+  static std::map<std::string, std::vector<std::string>> m;
+  return m;
+}
+}  // namespace
+
+bool declare_coverage(const std::string& test, std::vector<std::string> ops) {
+  auto& v = coverage_table()[test];
+  v.insert(v.end(), ops.begin(), ops.end());
+  return true;
+}
+
+const std::map<std::string, std::vector<std::string>>& declared_coverage() { return coverage_table(); }
+
 }  // namespace ot_test

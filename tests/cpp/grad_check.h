@@ -2,6 +2,8 @@
 // is compared with central differences of the forward graph, in float64 where the operator allows.
 #pragma once
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -34,6 +36,14 @@ ir::Model forward_model(const GradCheck& spec, const std::vector<size_t>& wrt, c
 /// Checks d loss / d input against central differences, once with all `wrt` inputs requiring
 /// gradients together and once for each alone. loss = sum_k sum(y_k * r_k), r_k random.
 ::testing::AssertionResult check_gradient(const GradCheck& spec);
+
+/// Declares, beside a test, that Suite.Name checks the gradients of `ops` ("Op", or "domain.Op"
+/// outside the default domain). GradCoverage fails for a rule no declared test covers.
+#define GRAD_COVERS(suite, name, ...) \
+  [[maybe_unused]] static const bool grad_covers_##suite##_##name = ::ot_test::declare_coverage(#suite "." #name, {__VA_ARGS__})
+bool declare_coverage(const std::string& test, std::vector<std::string> ops);
+/// Every declaration: test -> the operators it covers.
+const std::map<std::string, std::vector<std::string>>& declared_coverage();
 
 /// An operator declared zero-gradient (the rule table's t.zero): a float64 graph input "x" reaches
 /// the loss through the node and directly, loss = sum(x) + sum(Cast<double>(y0)).

@@ -9,6 +9,7 @@
 #include "ir/onnx_io.h"
 #include "onnxtrain/error.h"
 #include "runtime/executor.h"
+#include "grad_check.h"
 #include "test_util.h"
 
 using namespace ot_test;
@@ -221,6 +222,7 @@ Case loop_case(uint32_t seed, int64_t trips, bool cond_from_counter) {
 }  // namespace
 
 // ---------------------------------------------------------------- If
+GRAD_COVERS(GradControlFlow, IfThenBranch, "If");
 TEST(GradControlFlow, IfThenBranch) {
   Case c = if_case(true, 1);
   EXPECT_TRUE(check(c));
@@ -253,6 +255,7 @@ TEST(GradControlFlow, IfConditionComputedFromData) {
 }
 
 // ---------------------------------------------------------------- Loop
+GRAD_COVERS(GradControlFlow, LoopCarriedScanAndOuterReads, "Loop");
 TEST(GradControlFlow, LoopCarriedScanAndOuterReads) {
   for (int64_t trips : {1, 3, 5}) {
     Case c = loop_case(10 + uint32_t(trips), trips, false);

@@ -200,6 +200,7 @@ Geo conv(size_t nd, int64_t C, int64_t M, int64_t G, Shape in, Shape k, Shape s,
 
 }  // namespace
 
+GRAD_COVERS(GradConv, Conv2D, "Conv");
 TEST(GradConv, Conv2D) {
   fd(conv(2, 3, 4, 1, {5, 6}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}), 1);                // same-size, bias
   fd(conv(2, 2, 3, 1, {7, 6}, {3, 2}, {2, 2}, {1, 1}, {0, 1}, {1, 0}), 2);                // strides, asymmetric pads, leftover input
@@ -248,6 +249,7 @@ TEST(GradConv, ConvSymbolicShapes) {
   }
 }
 
+GRAD_COVERS(GradConv, ConvTranspose, "ConvTranspose");
 TEST(GradConv, ConvTranspose) {
   auto convt = [](size_t nd, int64_t C, int64_t M, int64_t G, Shape in, Shape k, Shape s, Shape d, Shape pb, Shape pe,
                   Shape op) {

@@ -65,6 +65,7 @@ void check_unary(const std::vector<UnaryCase>& cases, uint32_t seed) {
 }  // namespace
 
 // ---------------------------------------------------------------- arithmetic (broadcasting)
+GRAD_COVERS(GradElementwise, Add, "Add");
 TEST(GradElementwise, Add) {
   EXPECT_TRUE(check_gradient(nary("Add", {{2, 3, 4}, {3, 1}}, -1, 1, 1)));
   auto sym = nary("Add", {{2, 3, 4}, {3, 1}}, -1, 1, 2);
@@ -73,16 +74,20 @@ TEST(GradElementwise, Add) {
   sym.portable = true;  // standard-ONNX reduction
   EXPECT_TRUE(check_gradient(sym));
 }
+GRAD_COVERS(GradElementwise, Sub, "Sub");
 TEST(GradElementwise, Sub) { EXPECT_TRUE(check_gradient(nary("Sub", {{4, 1}, {3}}, -1, 1, 3))); }
+GRAD_COVERS(GradElementwise, Mul, "Mul");
 TEST(GradElementwise, Mul) {
   EXPECT_TRUE(check_gradient(nary("Mul", {{2, 3}, {2, 3}}, -1, 1, 4)));
   EXPECT_TRUE(check_gradient(nary("Mul", {{2, 3, 4}, {3, 1}}, -1, 1, 4)));
   EXPECT_TRUE(check_gradient(nary("Mul", {{}, {2, 3}}, -1, 1, 4)));  // scalar operand
 }
+GRAD_COVERS(GradElementwise, Div, "Div");
 TEST(GradElementwise, Div) {
   EXPECT_TRUE(check_gradient(nary("Div", {{2, 3}, {3}}, 0.5, 2, 5)));
   EXPECT_TRUE(check_gradient(nary("Div", {{3, 1}, {2, 1, 4}}, 0.5, 2, 5)));  // both operands broadcast
 }
+GRAD_COVERS(GradElementwise, Pow, "Pow");
 TEST(GradElementwise, Pow) {
   EXPECT_TRUE(check_gradient(nary("Pow", {{2, 3}, {1, 3}}, 0.5, 2, 6)));
   // An integer exponent is not differentiated (only the float base requires a gradient).
@@ -91,10 +96,12 @@ TEST(GradElementwise, Pow) {
                      6, 1e-6, 1e-8);
   EXPECT_TRUE(check_gradient(p));
 }
+GRAD_COVERS(GradElementwise, Neg, "Neg");
 TEST(GradElementwise, Neg) { EXPECT_TRUE(check_gradient(nary("Neg", {{3, 4}}, -2, 2, 10))); }
 
 // Mod: y = a - b q with q = floor(a / b) (fmod 0) or trunc(a / b) (fmod 1); q jumps where a / b is
 // an integer, which random points miss by far more than the step.
+GRAD_COVERS(GradElementwise, Mod, "Mod");
 TEST(GradElementwise, Mod) {
   for (int64_t fmod : {0, 1}) {
     std::mt19937 rng(11);
@@ -105,6 +112,7 @@ TEST(GradElementwise, Mod) {
 }
 
 // ---------------------------------------------------------------- unary math
+GRAD_COVERS(GradElementwise, UnaryMath, "Abs", "Sqrt", "Reciprocal", "Exp", "Log", "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Sigmoid");
 TEST(GradElementwise, UnaryMath) {
   check_unary({{"Abs", -2, 2, {0}},
                {"Sqrt", 0.3, 3, {}},
@@ -132,6 +140,7 @@ TEST(GradElementwise, UnaryMath) {
 }
 
 // ---------------------------------------------------------------- activations (points away from kinks)
+GRAD_COVERS(GradElementwise, Activations, "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "HardSigmoid", "HardSwish");
 TEST(GradElementwise, Activations) {
   check_unary({{"Relu", -1, 1, {0}},
                {"LeakyRelu", -2, 2, {0}, {attr_float("alpha", 0.1f)}},
@@ -151,6 +160,7 @@ TEST(GradElementwise, Activations) {
 }
 
 // PRelu: the slope broadcasts to x (unidirectionally); its gradient sums over the broadcast dims.
+GRAD_COVERS(GradElementwise, PRelu, "PRelu");
 TEST(GradElementwise, PRelu) {
   std::mt19937 rng(300);
   const Tensor x = away_from(random_tensor(kF64, {2, 3, 4}, rng, -2, 2), {0});
@@ -162,6 +172,7 @@ TEST(GradElementwise, PRelu) {
 
 // Clip: the gradient passes where min <= x <= max; min receives it where x < min, max where
 // x > max (or everywhere when min > max: the output is max).
+GRAD_COVERS(GradElementwise, Clip, "Clip");
 TEST(GradElementwise, Clip) {
   std::mt19937 rng(310);
   const Tensor x = away_from(random_tensor(kF64, {3, 4}, rng, -2, 2), {-0.7, 0.6});
@@ -181,6 +192,7 @@ TEST(GradElementwise, Clip) {
 }
 
 // ---------------------------------------------------------------- variadic (broadcasting)
+GRAD_COVERS(GradElementwise, SumMean, "Sum", "Mean");
 TEST(GradElementwise, SumMean) {
   for (const char* op : {"Sum", "Mean"}) {
     EXPECT_TRUE(check_gradient(nary(op, {{2, 3}, {3}, {2, 1}}, -1, 1, 400))) << op;
@@ -191,6 +203,7 @@ TEST(GradElementwise, SumMean) {
 
 // Max/Min: the gradient goes to the operand that is the extremum. A two-way tie splits it evenly,
 // which is what the central difference measures there.
+GRAD_COVERS(GradElementwise, MaxMin, "Max", "Min");
 TEST(GradElementwise, MaxMin) {
   for (const char* op : {"Max", "Min"}) {
     EXPECT_TRUE(check_gradient(nary(op, {{2, 3}, {3}, {2, 1}}, -1, 1, 410))) << op;
@@ -202,6 +215,7 @@ TEST(GradElementwise, MaxMin) {
 }
 
 // ---------------------------------------------------------------- casts
+GRAD_COVERS(GradElementwise, CastCastLike, "Cast", "CastLike");
 TEST(GradElementwise, CastCastLike) {
   std::mt19937 rng(500);
   const Tensor x64 = random_tensor(kF64, {2, 3}, rng, -2, 2), x32 = random_tensor(DType::kFloat32, {2, 3}, rng, -2, 2);
@@ -221,6 +235,7 @@ TEST(GradElementwise, CastCastLike) {
 }
 
 // ---------------------------------------------------------------- zero gradient almost everywhere
+GRAD_COVERS(GradElementwise, ZeroGradientOperators, "Round", "Floor", "Ceil", "Sign", "IsNaN", "IsInf", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "BitShift");
 TEST(GradElementwise, ZeroGradientOperators) {
   uint32_t seed = 600;
   auto check = [&](ZeroGradCheck z) {

@@ -12,6 +12,7 @@ Tensor f32s(const Shape& s, const std::vector<float>& v) { return Tensor::from_v
 }  // namespace
 
 // ---------------------------------------------------------------- gathers
+GRAD_COVERS(GradIndex, Gather, "Gather");
 TEST(GradIndex, Gather) {
   std::mt19937 rng(21);
   const Tensor x = f64({5, 3, 4}, rng);
@@ -32,6 +33,7 @@ TEST(GradIndex, Gather) {
   EXPECT_EQ(custom_ops(old), std::vector<std::string>{"GatherGrad"});
 }
 
+GRAD_COVERS(GradIndex, GatherElements, "GatherElements");
 TEST(GradIndex, GatherElements) {
   std::mt19937 rng(22);
   const Tensor x = f64({3, 4}, rng);
@@ -43,6 +45,7 @@ TEST(GradIndex, GatherElements) {
   expect_gradient_both(p, true);
 }
 
+GRAD_COVERS(GradIndex, GatherND, "GatherND");
 TEST(GradIndex, GatherND) {
   std::mt19937 rng(23);
   const Tensor x = f64({3, 4, 2}, rng);
@@ -57,6 +60,7 @@ TEST(GradIndex, GatherND) {
 }
 
 // ---------------------------------------------------------------- scatters
+GRAD_COVERS(GradIndex, ScatterND, "ScatterND");
 TEST(GradIndex, ScatterND) {
   std::mt19937 rng(24);
   const Tensor x = f64({4, 3}, rng);
@@ -71,6 +75,7 @@ TEST(GradIndex, ScatterND) {
   expect_gradient_both(spec("ScatterND", {x, dup, u}, {attr_string("reduction", "mul")}, 16, 24), true);
 }
 
+GRAD_COVERS(GradIndex, ScatterElements, "ScatterElements");
 TEST(GradIndex, ScatterElements) {
   std::mt19937 rng(25);
   const Tensor x = f64({3, 4}, rng);
@@ -93,6 +98,7 @@ TEST(GradIndex, ScatterReductionWithoutRule) {
 }
 
 // ---------------------------------------------------------------- OneHot, Where
+GRAD_COVERS(GradIndex, OneHot, "OneHot");
 TEST(GradIndex, OneHot) {
   std::mt19937 rng(27);
   const Tensor values = Tensor::from_vector<double>({2}, {-0.5, 2.0});
@@ -108,6 +114,7 @@ TEST(GradIndex, OneHot) {
   }
 }
 
+GRAD_COVERS(GradIndex, Where, "Where");
 TEST(GradIndex, Where) {
   std::mt19937 rng(28);
   const Tensor cond = Tensor::from_vector<bool>({2, 1, 3}, {true, false, true, false, false, true});
@@ -159,6 +166,7 @@ void expect_resize_gradient(GradCheck s) {
 }
 }  // namespace
 
+GRAD_COVERS(GradIndex, Resize, "Resize");
 TEST(GradIndex, Resize) {
   std::mt19937 rng(29);
   for (int64_t opset : {11, 13}) {

@@ -22,6 +22,7 @@ std::string str(const Shape& s) { return onnxtrain::shape_to_string(s); }
 
 }  // namespace
 
+GRAD_COVERS(GradLinalg, MatMulShapes, "MatMul");
 TEST(GradLinalg, MatMulShapes) {
   // 2-D, batched with broadcast batch dims, 1-D on either side, dot product.
   const std::vector<std::pair<Shape, Shape>> cases = {
@@ -43,6 +44,7 @@ TEST(GradLinalg, MatMulShapes) {
   }
 }
 
+GRAD_COVERS(GradLinalg, GemmTransposesAlphaBetaC, "Gemm");
 TEST(GradLinalg, GemmTransposesAlphaBetaC) {
   uint32_t seed = 100;
   const int64_t M = 3, K = 4, N = 5;
@@ -65,6 +67,7 @@ TEST(GradLinalg, GemmTransposesAlphaBetaC) {
   expect_gradient(spec("Gemm", {rnd({M, K}, rng), rnd({K, N}, rng)}, {}, 7), "Gemm without C");
 }
 
+GRAD_COVERS(GradLinalg, Einsum, "Einsum");
 TEST(GradLinalg, Einsum) {
   struct Case {
     std::string eq;

@@ -75,6 +75,7 @@ void check_loss(const std::string& op, uint32_t seed, Extra extra) {
 
 }  // namespace
 
+GRAD_COVERS(GradLoss, SoftmaxCrossEntropy, "SoftmaxCrossEntropyLoss");
 TEST(GradLoss, SoftmaxCrossEntropy) {
   check_loss("SoftmaxCrossEntropyLoss", 2000, [](GradCheck g, const std::string& what) {
     g.num_outputs = 2;  // log_prob named by the model, and in the loss too
@@ -90,6 +91,7 @@ TEST(GradLoss, SoftmaxCrossEntropy) {
   EXPECT_TRUE(check_gradient(g)) << "log_prob only";
 }
 
+GRAD_COVERS(GradLoss, NegativeLogLikelihood, "NegativeLogLikelihoodLoss");
 TEST(GradLoss, NegativeLogLikelihood) {
   check_loss("NegativeLogLikelihoodLoss", 2200, [](GradCheck, const std::string&) {});
 }

@@ -56,6 +56,7 @@ const std::vector<BnCase> kBnCases = {
 
 }  // namespace
 
+GRAD_COVERS(GradNorm, BatchNormalization, "BatchNormalization");
 TEST(GradNorm, BatchNormalization) {
   uint32_t seed = 1000;
   for (const auto& bc : kBnCases) {
@@ -144,6 +145,7 @@ TEST(GradNorm, BatchNormGradKernel) {
 }
 
 // ---------------------------------------------------------------- InstanceNormalization
+GRAD_COVERS(GradNorm, InstanceNormalization, "InstanceNormalization");
 TEST(GradNorm, InstanceNormalization) {
   uint32_t seed = 1300;
   for (const Shape& s : {Shape{2, 3, 4}, Shape{2, 2, 2, 3}, Shape{3, 2}, Shape{1, 3, 5}}) {
@@ -162,6 +164,7 @@ TEST(GradNorm, InstanceNormalization) {
 }
 
 // ---------------------------------------------------------------- LayerNormalization
+GRAD_COVERS(GradNorm, LayerNormalization, "LayerNormalization");
 TEST(GradNorm, LayerNormalization) {
   struct Case {
     Shape x;
@@ -249,6 +252,7 @@ TEST(GradNorm, LayerNormGradKernel) {
 }
 
 // ---------------------------------------------------------------- LRN
+GRAD_COVERS(GradNorm, LRN, "LRN");
 TEST(GradNorm, LRN) {
   uint32_t seed = 1600;
   for (int64_t size : {1, 2, 3, 5})
@@ -303,6 +307,7 @@ TEST(GradNorm, DropoutInferenceIsIdentity) {
 
 // Training mode: the mask is random per run, so the gradient is checked against the run's own
 // output: dx = r * mask / (1 - ratio) = r * y / x.
+GRAD_COVERS(GradNorm, DropoutTrainingUsesTheForwardMask, "Dropout");
 TEST(GradNorm, DropoutTrainingUsesTheForwardMask) {
   std::mt19937 rng(1800);
   auto v = to_double(random_tensor(kF64, {40, 50}, rng, 0.5, 2));

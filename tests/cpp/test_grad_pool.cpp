@@ -136,6 +136,7 @@ PGeo geo(size_t nd, Shape in, Shape k, Shape s, Shape pb, Shape pe) {
 
 }  // namespace
 
+GRAD_COVERS(GradPool, MaxPool, "MaxPool");
 TEST(GradPool, MaxPool) {
   fd(geo(2, {5, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1}), Kind::kMax, 1);  // overlapping windows: ScatterElements add
   PGeo g = geo(2, {7, 6}, {2, 3}, {2, 1}, {1, 0}, {0, 1});
@@ -165,6 +166,7 @@ TEST(GradPool, MaxPoolOpsets) {
   fd(geo(2, {6, 6}, {2, 2}, {2, 2}, {0, 0}, {0, 0}), Kind::kMax, 13, 9, true);
 }
 
+GRAD_COVERS(GradPool, AveragePool, "AveragePool");
 TEST(GradPool, AveragePool) {
   for (bool incl : {false, true}) {
     PGeo g = geo(2, {5, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1});
@@ -188,6 +190,7 @@ TEST(GradPool, AveragePool) {
   fd(geo(2, {5, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1}), Kind::kAvg, 25, 8);  // no ceil_mode yet
 }
 
+GRAD_COVERS(GradPool, LpPool, "LpPool");
 TEST(GradPool, LpPool) {
   for (double p : {1.0, 2.0, 3.0}) {
     PGeo g = geo(2, {5, 6}, {3, 2}, {2, 1}, {1, 0}, {1, 1});
@@ -199,6 +202,7 @@ TEST(GradPool, LpPool) {
   }
 }
 
+GRAD_COVERS(GradPool, GlobalPools, "GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool");
 TEST(GradPool, GlobalPools) {
   PGeo g = geo(2, {4, 5}, {}, {}, {}, {});
   g.global = true;

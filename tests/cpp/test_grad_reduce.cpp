@@ -164,6 +164,7 @@ Tensor away_from_zero(const Shape& s, std::mt19937& rng) {
 }  // namespace
 
 // ---------------------------------------------------------------- ReduceSum, ReduceMean
+GRAD_COVERS(GradReduce, SumAndMean, "ReduceSum", "ReduceMean");
 TEST(GradReduce, SumAndMean) {
   for (int64_t opset : {11, 13, 17}) {
     check_reduce("ReduceSum", opset, uniform);
@@ -183,6 +184,7 @@ TEST(GradReduce, SumNoopWithEmptyAxes) {
 }
 
 // ---------------------------------------------------------------- ReduceMax, ReduceMin
+GRAD_COVERS(GradReduce, MaxMin, "ReduceMax", "ReduceMin");
 TEST(GradReduce, MaxMin) {
   for (const char* op : {"ReduceMax", "ReduceMin"})
     for (int64_t opset : {11, 13}) check_reduce(op, opset, distinct);
@@ -201,6 +203,7 @@ TEST(GradReduce, MaxMinTiesSplitEvenly) {
 }
 
 // ---------------------------------------------------------------- ReduceProd (zeros included)
+GRAD_COVERS(GradReduce, Prod, "ReduceProd");
 TEST(GradReduce, Prod) {
   check_reduce("ReduceProd", 13, uniform);
   // One zero, two zeros, none, per group: the product is multilinear, so central differences are
@@ -223,6 +226,7 @@ TEST(GradReduce, Prod) {
 }
 
 // ---------------------------------------------------------------- norms and log-sums
+GRAD_COVERS(GradReduce, NormsAndLogSums, "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp");
 TEST(GradReduce, NormsAndLogSums) {
   for (int64_t opset : {11, 13}) {
     check_reduce("ReduceL1", opset, away_from_zero);
@@ -234,6 +238,7 @@ TEST(GradReduce, NormsAndLogSums) {
 }
 
 // ---------------------------------------------------------------- CumSum
+GRAD_COVERS(GradReduce, CumSum, "CumSum");
 TEST(GradReduce, CumSum) {
   uint32_t seed = 300;
   for (int exclusive : {0, 1})
@@ -255,6 +260,7 @@ TEST(GradReduce, CumSum) {
 }
 
 // ---------------------------------------------------------------- TopK
+GRAD_COVERS(GradReduce, TopK, "TopK");
 TEST(GradReduce, TopK) {
   uint32_t seed = 400;
   for (int64_t opset : {11, 13})
@@ -274,6 +280,7 @@ TEST(GradReduce, TopK) {
 }
 
 // ---------------------------------------------------------------- Softmax, LogSoftmax, Hardmax
+GRAD_COVERS(GradReduce, SoftmaxFamily, "Softmax", "LogSoftmax");
 TEST(GradReduce, SoftmaxFamily) {
   struct Case {
     int64_t opset;
@@ -303,6 +310,7 @@ TEST(GradReduce, SoftmaxFamily) {
     }
 }
 
+GRAD_COVERS(GradReduce, ZeroGradientOperators, "Hardmax", "ArgMax", "ArgMin");
 TEST(GradReduce, ZeroGradientOperators) {
   std::mt19937 rng(600);
   for (const char* op : {"Hardmax"}) {

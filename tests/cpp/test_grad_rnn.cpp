@@ -83,6 +83,7 @@ void check(const Rnn& c, uint32_t seed) { EXPECT_TRUE(check_gradient(spec(c, see
 }  // namespace
 
 // ---------------------------------------------------------------- LSTM
+GRAD_COVERS(GradRnn, LstmDirections, "LSTM");
 TEST(GradRnn, LstmDirections) {
   uint32_t seed = 100;
   for (const char* dir : {"forward", "reverse", "bidirectional"}) {
@@ -159,6 +160,7 @@ TEST(GradRnn, LstmOpset13AndOutputSubsets) {
 }
 
 // ---------------------------------------------------------------- GRU
+GRAD_COVERS(GradRnn, GruDirectionsAndLinearBeforeReset, "GRU");
 TEST(GradRnn, GruDirectionsAndLinearBeforeReset) {
   uint32_t seed = 200;
   for (bool lbr : {false, true})
@@ -214,6 +216,7 @@ TEST(GradRnn, GruActivationSetsAndOpset13) {
 }
 
 // ---------------------------------------------------------------- RNN
+GRAD_COVERS(GradRnn, RnnDirectionsLayoutLens, "RNN");
 TEST(GradRnn, RnnDirectionsLayoutLens) {
   uint32_t seed = 300;
   for (const char* dir : {"forward", "reverse", "bidirectional"})

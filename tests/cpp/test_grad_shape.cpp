@@ -7,6 +7,7 @@
 using namespace ot_test;
 
 // ---------------------------------------------------------------- reshaping
+GRAD_COVERS(GradShape, Reshape, "Reshape");
 TEST(GradShape, Reshape) {
   std::mt19937 rng(1);
   // 5+: the shape input (0 copies, -1 infers); 14: allowzero. (Reshape-1..4: ReshapeAttribute.)
@@ -40,12 +41,14 @@ TEST(GradShape, ReshapeAttribute) {
   EXPECT_TRUE(all_close(out[1], {1, 1, 1}, {1.0}));
 }
 
+GRAD_COVERS(GradShape, Flatten, "Flatten");
 TEST(GradShape, Flatten) {
   std::mt19937 rng(2);
   for (int64_t axis : {0, 1, 2, 3}) expect_gradient(spec("Flatten", {f64({2, 3, 2}, rng)}, {attr_int("axis", axis)}, 9, 2));
   expect_gradient_both(spec("Flatten", {f64({2, 3, 2}, rng)}, {attr_int("axis", -1)}, 13, 2), true);
 }
 
+GRAD_COVERS(GradShape, SqueezeUnsqueeze, "Squeeze", "Unsqueeze");
 TEST(GradShape, SqueezeUnsqueeze) {
   std::mt19937 rng(3);
   // opset 11: axes attribute (negative allowed); 13: axes input; no axes: every size-1 axis.
@@ -56,6 +59,7 @@ TEST(GradShape, SqueezeUnsqueeze) {
   expect_gradient_both(spec("Unsqueeze", {f64({2, 3}, rng), i64({1, 3})}, {}, 13, 3), true);
 }
 
+GRAD_COVERS(GradShape, TransposeIdentity, "Identity", "Transpose");
 TEST(GradShape, TransposeIdentity) {
   std::mt19937 rng(4);
   expect_gradient_both(spec("Transpose", {f64({2, 3, 4}, rng)}, {attr_ints("perm", {1, 2, 0})}, 13, 4), true);
@@ -64,6 +68,7 @@ TEST(GradShape, TransposeIdentity) {
 }
 
 // ---------------------------------------------------------------- broadcasting copies
+GRAD_COVERS(GradShape, Expand, "Expand");
 TEST(GradShape, Expand) {
   std::mt19937 rng(5);
   expect_gradient(spec("Expand", {f64({3, 1}, rng), i64({2, 3, 4})}, {}, 13, 5), true);
@@ -73,6 +78,7 @@ TEST(GradShape, Expand) {
   expect_gradient_both(spec("Expand", {f64({1, 3}, rng), i64({2, 1, 3})}, {}, 13, 5), true);
 }
 
+GRAD_COVERS(GradShape, Tile, "Tile");
 TEST(GradShape, Tile) {
   std::mt19937 rng(6);
   expect_gradient_both(spec("Tile", {f64({2, 3}, rng), i64({2, 3})}, {}, 13, 6), true);
@@ -81,6 +87,7 @@ TEST(GradShape, Tile) {
 }
 
 // ---------------------------------------------------------------- joining and cutting
+GRAD_COVERS(GradMovement, Concat, "Concat");
 TEST(GradMovement, Concat) {
   std::mt19937 rng(7);
   for (int64_t opset : {8, 11, 13}) {  // Split with the split attribute (< 13) or input
@@ -98,6 +105,7 @@ TEST(GradMovement, Concat) {
   expect_gradient(spec("Concat", {f64({2, 2}, rng)}, {attr_int("axis", 1)}, 13, 7), true);  // one input
 }
 
+GRAD_COVERS(GradMovement, Split, "Split");
 TEST(GradMovement, Split) {
   std::mt19937 rng(8);
   for (int64_t opset : {11, 13}) {
@@ -116,6 +124,7 @@ TEST(GradMovement, Split) {
   expect_gradient(eq, true);
 }
 
+GRAD_COVERS(GradMovement, Slice, "Slice");
 TEST(GradMovement, Slice) {
   std::mt19937 rng(9);
   const Tensor x = f64({4, 5, 3}, rng);
@@ -155,6 +164,7 @@ TEST(GradMovement, Slice) {
   expect_gradient(spec("Slice", {x, i64({1, 2}), i64({3, 5})}, {}, 10, 9), true);
 }
 
+GRAD_COVERS(GradMovement, PadConstant, "Pad");
 TEST(GradMovement, PadConstant) {
   std::mt19937 rng(10);
   const Tensor x = f64({3, 4}, rng);
@@ -186,6 +196,7 @@ TEST(GradMovement, PadEdgeReflect) {
 }
 
 // ---------------------------------------------------------------- masks and rearrangements
+GRAD_COVERS(GradMovement, Trilu, "Trilu");
 TEST(GradMovement, Trilu) {
   std::mt19937 rng(12);
   for (int64_t upper : {0, 1}) {
@@ -194,6 +205,7 @@ TEST(GradMovement, Trilu) {
   }
 }
 
+GRAD_COVERS(GradMovement, DepthSpace, "SpaceToDepth", "DepthToSpace");
 TEST(GradMovement, DepthSpace) {
   std::mt19937 rng(13);
   expect_gradient_both(spec("SpaceToDepth", {f64({1, 2, 4, 6}, rng)}, {attr_int("blocksize", 2)}, 13, 13), true);
@@ -207,6 +219,7 @@ TEST(GradMovement, DepthSpace) {
 // ---------------------------------------------------------------- generators
 // Range: y_i = start + i delta. The limit only sets the length (zero gradient almost everywhere):
 // (limit - start) / delta stays away from an integer so that the length does not change.
+GRAD_COVERS(GradShape, Range, "Range");
 TEST(GradShape, Range) {
   auto d = [](double v) { return Tensor::scalar<double>(v); };
   for (const auto& [start, limit, delta] : {std::tuple{0.3, 2.55, 0.4}, std::tuple{1.0, -1.3, -0.45}, std::tuple{-2.0, 0.5, 3.0}})
@@ -223,6 +236,7 @@ TEST(GradShape, Range) {
 // values of their inputs (Shape, Size, NonZero's indices, ConstantOfShape, EyeLike, the random
 // generators), or sample from them (Bernoulli, Multinomial). Operators without a CPU kernel are
 // checked on the gradient graph alone.
+GRAD_COVERS(GradShape, ZeroGradientOperators, "Shape", "Size", "NonZero", "ConstantOfShape", "Constant", "EyeLike", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial");
 TEST(GradShape, ZeroGradientOperators) {
   uint32_t seed = 16;
   auto check = [&](ZeroGradCheck z) {
