@@ -14,40 +14,10 @@ namespace onnxtrain::ir {
 
 namespace {
 
-// com.onnxtrain operators (kernels beside their forward kernels in src/kernels/cpu/): output k has
-// the element type of input from[k] (the last entry repeats for further outputs).
-const std::map<std::string, std::vector<size_t>>& custom_op_types() {
-  static const std::map<std::string, std::vector<size_t>> table = {
-      {"SumToShape", {0}},                          // (G, shape) -> Y
-      {"ConvGrad", {1, 2, 2}},                      // (dY, X, W) -> dX, dW, dB
-      {"ConvTransposeGrad", {1, 2, 2}},             // (dY, X, W) -> dX, dW, dB
-      {"MaxPoolGrad", {1}},                         // (dY, X[, indices]) -> dX
-      {"AveragePoolGrad", {1}},                     // (dY, X) -> dX
-      {"LpPoolGrad", {1}},                          // (dY, X, Y) -> dX
-      {"GlobalMaxPoolGrad", {1}},                   // (dY, X) -> dX
-      {"GlobalAveragePoolGrad", {1}},               // (dY, X) -> dX
-      {"GlobalLpPoolGrad", {1}},                    // (dY, X, Y) -> dX
-      {"SoftmaxGrad", {0}},                         // (dY, Y) -> dX
-      {"LogSoftmaxGrad", {0}},                      // (dY, Y) -> dX
-      {"BatchNormalizationGrad", {1, 2, 2, 3, 4}},  // (dY, X, scale, mean, var) -> dX, dscale, dB, dmean, dvar
-      {"LayerNormalizationGrad", {1}},              // (dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB
-      {"LRNGrad", {1}},                             // (dY, X) -> dX
-      {"DropoutGrad", {0}},                         // (dY, mask, ratio?, training_mode?) -> dX
-      {"SoftmaxCrossEntropyLossGrad", {1}},         // (dloss, log_prob, labels, weights?) -> dscores
-      {"NegativeLogLikelihoodLossGrad", {1}},       // (dloss, input, labels, weights?) -> dinput
-      {"SliceGrad", {0}},                           // (dY, shape(X), starts, ends[, axes, steps]) -> dX
-      {"PadGrad", {0}},                             // (dY, shape(X), pads[, axes]) -> dX
-      {"GatherGrad", {2}},                          // (shape(X), indices, dY) -> dX
-      {"GatherElementsGrad", {2}},                  // (shape(X), indices, dY) -> dX
-      {"GatherNDGrad", {2}},                        // (shape(X), indices, dY) -> dX
-      {"ResizeGrad", {0}},                          // (dY, roi, scales, sizes) -> dX
-      {"LSTMTrain", {0}},                           // the forward's outputs, then the reserve
-      {"GRUTrain", {0}},                            // same
-      {"RNNTrain", {0}},                            // same
-      {"LSTMGrad", {0}},                            // (X, W, R, ...) -> dX, dW, dR, dB, ...
-      {"GRUGrad", {0}},                             // same
-      {"RNNGrad", {0}},                             // same
-  };
+// com.onnxtrain operators declared by their users (declare_onnxtrain_op_types): output k has the
+// element type of input from[k] (the last entry repeats for further outputs).
+std::map<std::string, std::vector<size_t>>& custom_op_types() {
+  static std::map<std::string, std::vector<size_t>> table;
   return table;
 }
 
@@ -384,6 +354,11 @@ std::optional<Shape> static_shape(const TypeInfo* t) {
     s.push_back(d.value);
   }
   return s;
+}
+
+bool declare_onnxtrain_op_types(const std::map<std::string, std::vector<size_t>>& ops) {
+  for (const auto& [op, from] : ops) custom_op_types()[op] = from;
+  return true;
 }
 
 std::vector<std::string> onnxtrain_typed_ops() {

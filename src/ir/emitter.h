@@ -44,6 +44,9 @@ std::optional<Shape> static_shape(const TypeInfo* t);
 
 /// The com.onnxtrain operators output_types knows (its table), for coverage checks.
 std::vector<std::string> onnxtrain_typed_ops();
+/// Declares com.onnxtrain operators' output types (output k has the element type of input
+/// from[k]; the last entry repeats), next to the code that emits them (the gradient rules).
+bool declare_onnxtrain_op_types(const std::map<std::string, std::vector<size_t>>& ops);
 
 /// A scalar or filled tensor of float type `dt` (float, double, float16, bfloat16) holding `value`.
 /// Throws NotImplemented for other element types.
