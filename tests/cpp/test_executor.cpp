@@ -45,13 +45,7 @@ std::shared_ptr<ir::Graph> relu_chain(int n) {
   return g;
 }
 
-std::vector<Value> run(runtime::GraphExecutor& ex, const std::vector<Tensor>& inputs) {
-  std::vector<Value> feeds;
-  for (const auto& t : inputs) feeds.push_back(Value::of(t));
-  std::vector<const Value*> ptrs;
-  for (auto& v : feeds) ptrs.push_back(&v);
-  return ex.run(ptrs);
-}
+using ot_test::run;
 
 const OpsetMap kOpsets{{"", 17}};
 

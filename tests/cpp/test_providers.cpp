@@ -27,13 +27,7 @@ bool has(const std::vector<std::string>& a, const std::string& text) {
   return false;
 }
 
-std::vector<Value> run(runtime::GraphExecutor& ex, const std::vector<Tensor>& in) {
-  std::vector<Value> v;
-  for (const auto& t : in) v.push_back(Value::of(t));
-  std::vector<const Value*> p;
-  for (auto& x : v) p.push_back(&x);
-  return ex.run(p);
-}
+using ot_test::run;
 
 }  // namespace
 

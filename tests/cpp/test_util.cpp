@@ -199,6 +199,14 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
 }
 
+std::vector<Value> run(runtime::GraphExecutor& ex, const std::vector<Tensor>& inputs) {
+  std::vector<Value> feeds;
+  for (const auto& t : inputs) feeds.push_back(Value::of(t));
+  std::vector<const Value*> ptrs;
+  for (auto& v : feeds) ptrs.push_back(&v);
+  return ex.run(ptrs);
+}
+
 std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads) {
   ExecOptions eo;
   eo.num_threads = threads;

@@ -13,6 +13,10 @@
 #include "onnxtrain/tensor.h"
 #include "onnxtrain/value.h"
 
+namespace onnxtrain::runtime {
+class GraphExecutor;
+}
+
 namespace ot_test {
 
 /// A temporary folder, removed with its contents at scope exit.
@@ -78,6 +82,9 @@ KernelRun run_kernel(const std::string& op, const std::vector<Tensor>& inputs, c
 
 /// True when both tensors have the same dtype, shape and bytes.
 bool same_bits(const Tensor& a, const Tensor& b);
+
+/// Runs an executor on tensors fed in input order; returns every output.
+std::vector<onnxtrain::Value> run(onnxtrain::runtime::GraphExecutor& ex, const std::vector<Tensor>& inputs);
 
 /// Runs a model (graph inputs fed in order) and returns its outputs.
 std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads = 1);
