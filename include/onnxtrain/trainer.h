@@ -191,7 +191,7 @@ struct TrainerCallbacks {
   std::function<void(const EpochInfo&)> on_epoch_end;
   std::function<void(const ValidationInfo&)> on_validation;
   std::function<void(const TrainRecord&)> on_record;
-  /// Polled between batches: true stops fit as Trainer::request_stop does.
+  /// Polled between batches (not after the run's last): true stops fit as Trainer::request_stop does.
   std::function<bool()> should_stop;
 };
 

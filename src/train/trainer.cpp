@@ -596,8 +596,8 @@ FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const
       record({});
     }
     if (updated && s.opt.checkpoint_every && s.steps % s.opt.checkpoint_every == 0) save_checkpoint(s.opt.checkpoint_path);
-    if (s.stop || (cb.should_stop && cb.should_stop())) {
-      result.stopped = true;
+    if (s.steps < plan.total_steps && (s.stop || (cb.should_stop && cb.should_stop()))) {
+      result.stopped = true;  // a request during the run's last batch lets it finish
       break;
     }
   }
