@@ -233,7 +233,9 @@ class Trainer {
   /// Trains on `train` (validating on `validation` when given, else on options.validation_split of
   /// `train`) until the run has done its optimizer steps, or a stop request ends it after a batch
   /// (then writes options.checkpoint_path). After load_checkpoint, or a stop, it continues the run
-  /// exactly where it was; the data must be the same. A finished run returns at once.
+  /// exactly where it was; the data must be the same. A finished run returns at once. An exception
+  /// (from the session or a callback) leaves the run at the failing batch: to continue exactly,
+  /// load the last checkpoint.
   FitResult fit(const Dataset& train, const Dataset& validation = {}, const TrainerCallbacks& callbacks = {});
   /// Asks a running fit to stop after its current batch. Thread-safe and async-signal-safe.
   void request_stop();
