@@ -10,6 +10,7 @@ PACKAGES=(
   pybind11-dev python3-dev python3-numpy python3-pytest python3-onnx
   python3-torch python3-sklearn
   libgtest-dev
+  libcli11-dev nlohmann-json3-dev
 )
 
 missing=()

@@ -3,17 +3,15 @@
 #include <filesystem>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
-#include "data.h"
-#include "json.h"
-#include "loss.h"
 #include "onnxtrain/checkpoint.h"
 #include "onnxtrain/error.h"
 #include "onnxtrain/gradient.h"
 #include "onnxtrain/inspect.h"
 #include "onnxtrain/io.h"
 #include "onnxtrain/training.h"
-#include "train_setup.h"
 
 namespace cli {
 
@@ -36,117 +34,102 @@ std::string model_stem(const std::string& path) {
 
 }  // namespace
 
-const Command& export_command() {
-  static const Command c = [] {
-    Command c;
-    c.name = "export";
-    c.synopsis = "MODEL [--checkpoint CKPT] [--out FILE] [options]";
-    c.summary = "inference model from a training model (one that outputs its loss) or from a train checkpoint";
-    c.description =
-        "Writes the inference model: the loss, the label input and anything only the loss needs removed,\n"
-        "training-only behaviour (Dropout, BatchNormalization statistics updates) switched off. With --checkpoint\n"
-        "the weights come from a checkpoint: one written by `onnxtrain train` (MODEL is the model given to train;\n"
-        "the loss and optimizer options are read from the checkpoint), or by TrainingSession.save_checkpoint\n"
-        "with default trained weights (MODEL outputs its loss).";
-    c.positional = {"MODEL"};
-    c.options = {
-        {"--checkpoint", "CKPT", "checkpoint file, or a --checkpoint-dir (its last.ckpt)"},
-        {"--out", "FILE", "inference model (default: MODEL's name with .inference.onnx, here)"},
-        {"--loss-output", "NAME", "output holding the loss (default: loss)"},
-        {"--outputs", "NAMES", "outputs to keep (default: every output but the loss)", false, true},
-    };
-    c.epilog =
-        "examples:\n  onnxtrain export model_with_loss.onnx --out inference.onnx\n"
-        "  onnxtrain export mlp.onnx --checkpoint runs/ck --out mlp.step500.onnx";
-    return c;
-  }();
+struct ExportArgs {
+  std::string model, checkpoint, out, loss_output = "loss";
+  std::vector<std::string> outputs;
+};
+
+const CommandInfo& export_info() {
+  static const CommandInfo c{
+      "export", "MODEL [--checkpoint CKPT] [--out FILE] [options]",
+      "inference model from a training model (one that outputs its loss) or from a train checkpoint",
+      "Writes the inference model: the loss, the label input and anything only the loss needs removed,\n"
+      "training-only behaviour (Dropout, BatchNormalization statistics updates) switched off. With --checkpoint\n"
+      "the weights come from a checkpoint: one written by `onnxtrain train` (MODEL is the model given to train;\n"
+      "the loss and optimizer options are read from the checkpoint), or by TrainingSession.save_checkpoint\n"
+      "with default trained weights (MODEL outputs its loss).",
+      "examples:\n  onnxtrain export model_with_loss.onnx --out inference.onnx\n"
+      "  onnxtrain export mlp.onnx --checkpoint runs/ck --out mlp.step500.onnx"};
   return c;
 }
 
-int cmd_export(const Args& a) {
-  const std::string model_path = a.positional(0);
-  const std::string out = a.str("--out", model_stem(model_path) + ".inference.onnx");
+int run_export(const ExportArgs& a, const CLI::App& app) {
+  const std::string& model_path = a.model;
+  const std::string out = given(app, "--out") ? a.out : model_stem(model_path) + ".inference.onnx";
   const std::string model_bytes = read_file(model_path, "model file");
-  std::string ckpt = a.str("--checkpoint");
+  std::string ckpt = a.checkpoint;
   if (!ckpt.empty() && std::filesystem::is_directory(ckpt)) ckpt = (std::filesystem::path(ckpt) / "last.ckpt").string();
-  std::vector<std::string> outputs = a.list("--outputs");
   CheckpointInfo info;
   if (!ckpt.empty()) info = read_checkpoint_info(ckpt);
   std::unique_ptr<TrainingSession> sess;
-  if (info.metadata.count("trainer.options")) {
+  if (info.metadata.count("cli.options")) {
     // Written by `onnxtrain train`: rebuild its configuration from the recorded options.
-    a.forbid("--loss-output", "the checkpoint records its loss");
+    forbid(app, "--loss-output", "the checkpoint records its loss");
+    CLI::App train_app;
+    TrainArgs ta;
+    configure_app(train_app, train_info());
+    define_train_options(train_app, ta);
     std::vector<std::string> argv{model_path};
-    for (const auto& s : options_argv(train_command(), info.metadata.at("trainer.options"))) argv.push_back(s);
-    const Args ta(train_command(), argv);
-    const LossModel lm = build_loss_model(model_bytes, loss_config(ta), dir_of(model_path));
-    const int64_t total = std::stoll(info.metadata.count("trainer.total_steps") ? info.metadata.at("trainer.total_steps") : "1");
-    const TrainSetup setup = make_train_setup(ta, model_bytes, lm, total);
+    for (const auto& s : options_argv(train_app, info.metadata.at("cli.options"))) argv.push_back(s);
+    parse_args(train_app, argv);
+    const LossModel lm = build_loss_model(model_bytes, ta.loss, dir_of(model_path));
+    const int64_t total = info.metadata.count("trainer.total_steps") ? std::stoll(info.metadata.at("trainer.total_steps")) : 1;
+    const TrainSetup setup = make_train_setup(ta.opt, train_app, model_bytes, lm, std::max<int64_t>(total, 1));
     sess = std::make_unique<TrainingSession>(lm.bytes.data(), lm.bytes.size(), setup.params, SessionOptions{},
                                              dir_of(model_path));
   } else {
     TrainingParameters p;
-    p.loss_output_name = a.str("--loss-output", "loss");
-    const LossConfig lc{"", p.loss_output_name};
-    build_loss_model(model_bytes, lc, dir_of(model_path));  // names a missing loss output
+    p.loss_output_name = a.loss_output;
+    LossArgs la;
+    la.loss_output = p.loss_output_name;
+    build_loss_model(model_bytes, la, dir_of(model_path));  // names a missing loss output
     if (!info.optimizer.empty()) p.training_optimizer_name = info.optimizer;
     sess = std::make_unique<TrainingSession>(model_bytes.data(), model_bytes.size(), p, SessionOptions{}, dir_of(model_path));
   }
   if (!ckpt.empty()) sess->load_checkpoint(ckpt);
   make_dirs_for(out);
-  sess->export_model_to(out, outputs);
+  sess->export_model_to(out, a.outputs);
   std::printf("wrote %s (inference model%s)\n", out.c_str(),
               ckpt.empty() ? "" : (", weights of step " + std::to_string(sess->step()) + " from " + ckpt).c_str());
   return kExitOk;
 }
 
-const Command& grad_command() {
-  static const Command c = [] {
-    Command c;
-    c.name = "grad";
-    c.synopsis = "MODEL [--loss KIND] [--out FILE] [options]";
-    c.summary = "save the gradient graph of a model's loss (an ONNX model with <weight>_grad outputs)";
-    c.description =
-        "Builds the gradient of the loss (in the model, or added with --loss) with respect to the trainable\n"
-        "weights (or --wrt) and writes it as an ONNX model whose outputs are the model's outputs followed by\n"
-        "<name>_grad for each differentiated value. Fails naming the node when an operator has no gradient rule.";
-    c.positional = {"MODEL"};
-    c.options = loss_options();
-    for (Option o : std::vector<Option>{
-             {"--out", "FILE", "gradient model (default: MODEL's name with .grad.onnx, here)"},
-             {"--wrt", "NAMES", "initializers or inputs to differentiate (default: every trainable weight)", false, true},
-             {"--freeze", "NAMES", "weights left out of the default --wrt", false, true},
-             {"--portable", "", "standard ONNX operators only wherever possible (runs in any ONNX runtime)"},
-             {"--external-data", "auto|always|never",
-              "weights in a data file beside --out (FILE.data): auto (default) when the model would pass protobuf's "
-              "2 GiB limit, always (initializers of 1 KiB or more), never"},
-         })
-      c.options.push_back(o);
-    c.epilog = "example:\n  onnxtrain grad mlp.onnx --loss cross_entropy --out mlp.grad.onnx";
-    return c;
-  }();
+struct GradArgs {
+  std::string model, out, external_data = "auto";
+  LossArgs loss;
+  std::vector<std::string> wrt, freeze;
+  bool portable = false;
+};
+
+const CommandInfo& grad_info() {
+  static const CommandInfo c{
+      "grad", "MODEL [--loss KIND] [--out FILE] [options]",
+      "save the gradient graph of a model's loss (an ONNX model with <weight>_grad outputs)",
+      "Builds the gradient of the loss (in the model, or added with --loss) with respect to the trainable\n"
+      "weights (or --wrt) and writes it as an ONNX model whose outputs are the model's outputs followed by\n"
+      "<name>_grad for each differentiated value. Fails naming the node when an operator has no gradient rule.",
+      "example:\n  onnxtrain grad mlp.onnx --loss cross_entropy --out mlp.grad.onnx"};
   return c;
 }
 
-int cmd_grad(const Args& a) {
-  const std::string model_path = a.positional(0);
-  const std::string out = a.str("--out", model_stem(model_path) + ".grad.onnx");
-  if (a.has("--wrt") && a.has("--freeze")) throw UsageError("give --wrt or --freeze, not both");
+int run_grad(const GradArgs& a, const CLI::App& app) {
+  const std::string& model_path = a.model;
+  const std::string out = given(app, "--out") ? a.out : model_stem(model_path) + ".grad.onnx";
   ModelSaveOptions save;
-  save.external_data = parse_external_data(a.choice("--external-data", "auto", {"auto", "always", "never"}));
-  const LossModel lm = build_loss_model(read_file(model_path, "model file"), loss_config(a), dir_of(model_path));
+  save.external_data = parse_external_data(a.external_data);
+  const LossModel lm = build_loss_model(read_file(model_path, "model file"), a.loss, dir_of(model_path));
   const ModelSummary s = summarize_model_bytes(lm.bytes, dir_of(model_path));
   std::set<std::string> xs, known;
   for (const auto& i : s.initializers) known.insert(i.name);
   for (const auto& i : s.inputs) known.insert(i.name);
-  if (a.has("--wrt")) {
-    for (const auto& w : a.list("--wrt")) {
+  if (!a.wrt.empty()) {
+    for (const auto& w : a.wrt) {
       if (!known.count(w))
         throw_error<InvalidArgument>("--wrt: '", w, "' is neither an initializer nor an input of the model");
       xs.insert(w);
     }
   } else {
-    const auto frozen = a.list("--freeze");
+    const auto& frozen = a.freeze;
     for (const auto& f : frozen)
       if (!known.count(f)) throw_error<InvalidArgument>("--freeze: '", f, "' is not an initializer of the model");
     for (const auto& w : get_train_initializer(lm.bytes))
@@ -155,34 +138,27 @@ int cmd_grad(const Args& a) {
   if (xs.empty()) throw_error<InvalidArgument>("nothing to differentiate: the model has no trainable weight (use --wrt)");
   std::set<std::string> ys;
   for (const auto& o : s.outputs) ys.insert(o.name);
-  GradientGraphBuilder b(lm.bytes, ys, xs, lm.cfg.loss_output, a.flag("--portable"), lm.base_dir);
+  GradientGraphBuilder b(lm.bytes, ys, xs, a.loss.loss_output, a.portable, lm.base_dir);
   b.build();
   make_dirs_for(out);
   b.save(out, save);
   std::vector<std::string> grads;
   for (const auto& x : xs) grads.push_back(x + "_grad");
   std::printf("wrote %s: gradient of '%s' with respect to %zu values (outputs %s)\n", out.c_str(),
-              lm.cfg.loss_output.c_str(), xs.size(), join(grads).c_str());
+              a.loss.loss_output.c_str(), xs.size(), join(grads).c_str());
   return kExitOk;
 }
 
-const Command& inspect_command() {
-  static const Command c = [] {
-    Command c;
-    c.name = "inspect";
-    c.synopsis = "MODEL [--json]";
-    c.summary = "inputs, outputs, initializers, operator histogram, missing gradient rules, opsets";
-    c.description = "Describes MODEL: what to feed it, what it returns, its weights and operators, and whether\n"
-                    "onnxtrain can differentiate every operator (training needs it).";
-    c.positional = {"MODEL"};
-    c.options = {{"--json", "", "print one JSON object"}};
-    return c;
-  }();
+const CommandInfo& inspect_info() {
+  static const CommandInfo c{"inspect", "MODEL [--json]",
+                             "inputs, outputs, initializers, operator histogram, missing gradient rules, opsets",
+                             "Describes MODEL: what to feed it, what it returns, its weights and operators, and whether\n"
+                             "onnxtrain can differentiate every operator (training needs it).",
+                             ""};
   return c;
 }
 
-int cmd_inspect(const Args& a) {
-  const std::string path = a.positional(0);
+int run_inspect(const std::string& path, bool json) {
   const ModelSummary s = summarize_model(path);
   int64_t total_values = 0, trainable = 0;
   size_t total_bytes = 0;
@@ -191,54 +167,38 @@ int cmd_inspect(const Args& a) {
     total_bytes += i.bytes;
     trainable += i.trainable;
   }
-  if (a.flag("--json")) {
+  if (json) {
+    using Json = nlohmann::ordered_json;
     auto args = [](const std::vector<NodeArg>& v) {
-      std::vector<std::string> r;
+      Json r = Json::array();
       for (const auto& x : v) {
-        std::vector<std::string> dims;
-        for (const auto& d : x.shape) dims.push_back(d.value >= 0 ? std::to_string(d.value) : json_string(d.symbol));
-        r.push_back(JsonObject()
-                        .add("name", x.name)
-                        .add("type", x.elem == DType::kUndefined ? x.type : std::string(dtype_name(x.elem)))
-                        .raw("shape", x.has_shape ? json_array(dims) : "null")
-                        .str());
+        Json dims = Json::array();
+        for (const auto& d : x.shape) dims.push_back(d.value >= 0 ? Json(d.value) : Json(d.symbol));
+        r.push_back({{"name", x.name},
+                     {"type", x.elem == DType::kUndefined ? x.type : std::string(dtype_name(x.elem))},
+                     {"shape", x.has_shape ? dims : Json(nullptr)}});
       }
-      return json_array(r);
+      return r;
     };
-    std::vector<std::string> inits, ops, missing, opsets;
-    for (const auto& i : s.initializers) {
-      std::vector<std::string> dims;
-      for (auto d : i.shape) dims.push_back(std::to_string(d));
-      inits.push_back(JsonObject()
-                          .add("name", i.name)
-                          .add("type", dtype_name(i.dtype))
-                          .raw("shape", json_array(dims))
-                          .add("size", double(i.numel))
-                          .add("bytes", double(i.bytes))
-                          .add("trainable", i.trainable)
-                          .str());
-    }
+    Json inits = Json::array(), ops = Json::array(), opsets = Json::array();
+    for (const auto& i : s.initializers)
+      inits.push_back({{"name", i.name},   {"type", dtype_name(i.dtype)}, {"shape", i.shape},
+                       {"size", i.numel},  {"bytes", i.bytes},            {"trainable", i.trainable}});
     for (const auto& o : s.operators)
-      ops.push_back(JsonObject()
-                        .add("op", o.domain.empty() ? o.op_type : o.domain + "." + o.op_type)
-                        .add("count", double(o.count))
-                        .add("gradient", o.has_gradient_rule)
-                        .str());
-    for (const auto& m : s.missing_gradient_rules) missing.push_back(json_string(m));
-    for (const auto& [d, v] : s.opsets)
-      opsets.push_back(JsonObject().add("domain", d.empty() ? "ai.onnx" : d).add("version", double(v)).str());
-    std::printf("%s\n", JsonObject()
-                            .add("ir_version", double(s.ir_version))
-                            .add("producer", s.producer_name)
-                            .raw("opsets", json_array(opsets))
-                            .raw("inputs", args(s.inputs))
-                            .raw("outputs", args(s.outputs))
-                            .raw("initializers", json_array(inits))
-                            .raw("operators", json_array(ops))
-                            .raw("missing_gradient_rules", json_array(missing))
-                            .add("nodes", double(s.node_count))
-                            .str()
-                            .c_str());
+      ops.push_back({{"op", o.domain.empty() ? o.op_type : o.domain + "." + o.op_type},
+                     {"count", o.count},
+                     {"gradient", o.has_gradient_rule}});
+    for (const auto& [d, v] : s.opsets) opsets.push_back({{"domain", d.empty() ? "ai.onnx" : d}, {"version", v}});
+    Json j = {{"ir_version", s.ir_version},
+              {"producer", s.producer_name},
+              {"opsets", opsets},
+              {"inputs", args(s.inputs)},
+              {"outputs", args(s.outputs)},
+              {"initializers", inits},
+              {"operators", ops},
+              {"missing_gradient_rules", s.missing_gradient_rules},
+              {"nodes", s.node_count}};
+    std::printf("%s\n", j.dump().c_str());
     return kExitOk;
   }
   std::printf("model         %s (IR %lld%s)\n", path.c_str(), (long long)s.ir_version,
@@ -269,6 +229,57 @@ int cmd_inspect(const Args& a) {
   else
     std::printf("gradients     no rule for %s: training through them fails\n", join(s.missing_gradient_rules).c_str());
   return kExitOk;
+}
+
+Command export_command() {
+  return {export_info, [](CLI::App& app) -> std::function<int()> {
+            auto a = std::make_shared<ExportArgs>();
+            app.add_option("MODEL", a->model, "training model, or the model given to train")->required();
+            app.add_option("--checkpoint", a->checkpoint, "checkpoint file, or a --checkpoint-dir (its last.ckpt)")
+                ->type_name("CKPT");
+            app.add_option("--out", a->out, "inference model (default: MODEL's name with .inference.onnx, here)")
+                ->type_name("FILE");
+            app.add_option("--loss-output", a->loss_output, "output holding the loss (default: loss)")->type_name("NAME");
+            app.add_option("--outputs", a->outputs, "outputs to keep (default: every output but the loss)")
+                ->type_name("NAMES")
+                ->delimiter(',');
+            return [a, &app] { return run_export(*a, app); };
+          }};
+}
+
+Command grad_command() {
+  return {grad_info, [](CLI::App& app) -> std::function<int()> {
+            auto a = std::make_shared<GradArgs>();
+            app.add_option("MODEL", a->model, "model to differentiate")->required();
+            add_loss_options(app, a->loss);
+            app.add_option("--out", a->out, "gradient model (default: MODEL's name with .grad.onnx, here)")->type_name("FILE");
+            auto* wrt = app.add_option("--wrt", a->wrt,
+                                       "initializers or inputs to differentiate (default: every trainable weight)")
+                            ->type_name("NAMES")
+                            ->delimiter(',');
+            app.add_option("--freeze", a->freeze, "weights left out of the default --wrt")
+                ->type_name("NAMES")
+                ->delimiter(',')
+                ->excludes(wrt);
+            app.add_flag("--portable", a->portable,
+                         "standard ONNX operators only wherever possible (runs in any ONNX runtime)");
+            app.add_option("--external-data", a->external_data,
+                           "weights in a data file beside --out (FILE.data): auto (default) when the model would pass "
+                           "protobuf's 2 GiB limit, always (initializers of 1 KiB or more), never")
+                ->type_name("auto|always|never")
+                ->check(choice({"auto", "always", "never"}));
+            return [a, &app] { return run_grad(*a, app); };
+          }};
+}
+
+Command inspect_command() {
+  return {inspect_info, [](CLI::App& app) -> std::function<int()> {
+            auto path = std::make_shared<std::string>();
+            auto json = std::make_shared<bool>(false);
+            app.add_option("MODEL", *path, "model to describe")->required();
+            app.add_flag("--json", *json, "print one JSON object");
+            return [path, json] { return run_inspect(*path, *json); };
+          }};
 }
 
 }  // namespace cli

@@ -1,29 +1,39 @@
-// The subcommands of `onnxtrain`. Each returns the process exit status; errors are thrown
-// (onnxtrain::Error for bad data or models, cli::UsageError for bad command lines).
+// The subcommands of `onnxtrain`. Each declares its options on a CLI::App and returns the
+// process exit status; errors are thrown (onnxtrain::Error for bad data or models,
+// cli::UsageError for bad command lines).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "args.h"
+#include "cli.h"
+#include "data.h"
+#include "loss.h"
+#include "train_setup.h"
 
 namespace cli {
 
-/// Exit statuses.
-inline constexpr int kExitOk = 0, kExitError = 1, kExitUsage = 2, kExitInterrupted = 130;
+Command train_command();
+Command eval_command();
+Command run_command();
+Command export_command();
+Command grad_command();
+Command inspect_command();
 
-const Command& train_command();
-const Command& eval_command();
-const Command& run_command();
-const Command& export_command();
-const Command& grad_command();
-const Command& inspect_command();
-
-int cmd_train(const Args& a);
-int cmd_eval(const Args& a);
-int cmd_run(const Args& a);
-int cmd_export(const Args& a);
-int cmd_grad(const Args& a);
-int cmd_inspect(const Args& a);
+/// train's arguments; export rebuilds them from the options a checkpoint recorded.
+struct TrainArgs {
+  std::string model;
+  DataArgs data;
+  std::string validation_data, validation_labels;
+  double validation_split = 0;
+  LossArgs loss;
+  OptimizerArgs opt;
+  int64_t batch_size = 32, epochs = 1, steps = 0, seed = 0, threads = 0, eval_batch_size = 1024;
+  int64_t log_every = 0, checkpoint_every = 0;
+  bool drop_last = false, no_shuffle = false, resume = false;
+  std::string out, metrics, curve, checkpoint_dir, progress = "auto";
+};
+const CommandInfo& train_info();
+void define_train_options(CLI::App& app, TrainArgs& a);
 
 }  // namespace cli

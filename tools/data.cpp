@@ -4,7 +4,6 @@
 #include <cstring>
 #include <set>
 
-#include "args.h"
 #include "onnxtrain/error.h"
 #include "onnxtrain/io.h"
 
@@ -127,46 +126,49 @@ Dataset load_csv(const DataSource& src, const std::vector<NodeArg>& features, co
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) (c == lc ? y : x).push_back(v[r * cols + c]);
   const int64_t nf = lc >= 0 ? cols - 1 : cols;
-  Dataset d;
-  d.name = what;
-  d.rows = rows;
+  std::vector<std::pair<std::string, Tensor>> arrays;
   const std::string fwhat = what + " (" + std::to_string(nf) + " feature columns)";
-  d.arrays.emplace_back(features[0].name, conform(from_doubles(x, {rows, nf}, features[0].elem, fwhat), features[0], fwhat));
+  arrays.emplace_back(features[0].name, conform(from_doubles(x, {rows, nf}, features[0].elem, fwhat), features[0], fwhat));
   if (label) {
     const std::string lwhat = what + " column '" + t.columns[size_t(lc)] + "'";
-    d.arrays.emplace_back(label->name, conform(from_doubles(y, {rows}, label->elem, lwhat), *label, lwhat));
+    arrays.emplace_back(label->name, conform(from_doubles(y, {rows}, label->elem, lwhat), *label, lwhat));
   }
-  return d;
+  return Dataset(std::move(arrays));
 }
 
 }  // namespace
 
-std::vector<Option> data_options(bool with_inputs) {
-  std::vector<Option> o = {
-      {"--data", "FILE",
-       "data: .npz (one array per model input, named after it, plus the label array), .npy (features of a "
-       "one-input model; labels in --labels) or .csv (numbers; a header line is optional)"},
-      {"--labels", "FILE.npy", "labels of .npy features"},
-      {"--label-column", "COL", "CSV label column, a name or a 0-based index (default: the column named like "
-                                "--label-name, else the last one)"},
-  };
-  if (with_inputs) o.push_back({"--input", "NAME=FILE.npy", "one model input from an .npy (repeatable)", true});
-  return o;
+void add_data_options(CLI::App& app, DataArgs& a, bool with_inputs) {
+  app.add_option("--data", a.data,
+                 "data: .npz (one array per model input, named after it, plus the label array), .npy (features of a "
+                 "one-input model; labels in --labels) or .csv (numbers; a header line is optional)")
+      ->type_name("FILE");
+  app.add_option("--labels", a.labels, "labels of .npy features")->type_name("FILE.npy");
+  app.add_option("--label-column", a.label_column,
+                 "CSV label column, a name or a 0-based index (default: the column named like --label-name, else the "
+                 "last one)")
+      ->type_name("COL");
+  if (with_inputs)
+    app.add_option("--input", a.inputs, "one model input from an .npy (repeatable)")
+        ->type_name("NAME=FILE.npy")
+        ->allow_extra_args(false);
 }
 
-DataSource data_source(const Args& a, const std::string& prefix) {
+DataSource data_source(const DataArgs& a) {
   DataSource s;
-  s.path = a.str(prefix + "data");
-  s.labels_path = a.str(prefix + "labels");
-  s.label_column = a.str("--label-column");
-  if (prefix == "--") {
-    for (const auto& v : a.given().count("--input") ? a.given().at("--input") : std::vector<std::string>{}) {
-      auto eq = v.find('=');
-      if (eq == std::string::npos || eq == 0) throw UsageError("option --input expects NAME=FILE.npy, got '" + v + "'");
-      s.npy_inputs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-    }
+  s.path = a.data;
+  s.labels_path = a.labels;
+  s.label_column = a.label_column;
+  for (const auto& v : a.inputs) {
+    auto eq = v.find('=');
+    if (eq == std::string::npos || eq == 0) throw UsageError("option --input expects NAME=FILE.npy, got '" + v + "'");
+    s.npy_inputs.emplace_back(v.substr(0, eq), v.substr(eq + 1));
   }
   return s;
+}
+
+std::string source_name(const DataSource& src) {
+  return src.path.empty() ? "the --input arrays" : "'" + src.path + "'";
 }
 
 std::string describe_arg(const NodeArg& a) {
@@ -182,7 +184,6 @@ std::string describe_arg(const NodeArg& a) {
 
 Dataset load_dataset(const DataSource& src, const std::vector<NodeArg>& features, const NodeArg* label,
                      const std::string& label_array, const std::string& optional_label_array) {
-  Dataset d;
   const std::string what = "'" + src.path + "'";
   std::vector<std::pair<std::string, Tensor>> raw;  // name in the file -> array
   const bool npy = ends_with(src.path, ".npy");
@@ -206,7 +207,8 @@ Dataset load_dataset(const DataSource& src, const std::vector<NodeArg>& features
   if (!src.labels_path.empty()) raw.emplace_back(label_array, read_npy(src.labels_path));
   if (label && (npy || src.path.empty()) && src.labels_path.empty())
     throw_error<InvalidArgument>(".npy features need their labels: add --labels LABELS.npy");
-  d.name = src.path.empty() ? "the --input arrays" : what;
+  const std::string where = source_name(src);
+  std::vector<std::pair<std::string, Tensor>> arrays;
   // Match arrays to the declared inputs.
   std::vector<const NodeArg*> decls;
   for (const auto& f : features) decls.push_back(&f);
@@ -214,7 +216,7 @@ Dataset load_dataset(const DataSource& src, const std::vector<NodeArg>& features
   std::vector<std::string> input_names;
   for (const auto& f : features) input_names.push_back(f.name);
   for (const auto& [name, t] : raw) {
-    if (used.count(name)) throw_error<InvalidArgument>(d.name, " holds array '", name, "' twice");
+    if (used.count(name)) throw_error<InvalidArgument>(where, " holds array '", name, "' twice");
     used.insert(name);
     const NodeArg* decl = nullptr;
     for (const auto* f : decls)
@@ -222,77 +224,30 @@ Dataset load_dataset(const DataSource& src, const std::vector<NodeArg>& features
     if (!decl && label && name == label_array) decl = label;
     if (!decl) {
       if (!label && name == optional_label_array) continue;
-      throw_error<InvalidArgument>("unknown input '", name, "' in ", d.name, " (the model's inputs are: ", join(input_names),
+      throw_error<InvalidArgument>("unknown input '", name, "' in ", where, " (the model's inputs are: ", join(input_names),
                                    label ? "; labels: '" + label_array + "'" : std::string(), ")");
     }
-    const std::string awhat = "array '" + name + "' in " + d.name;
-    d.arrays.emplace_back(decl->name, conform(t, *decl, awhat));
+    const std::string awhat = "array '" + name + "' in " + where;
+    arrays.emplace_back(decl->name, conform(t, *decl, awhat));
   }
   for (const auto* f : decls)
     if (!used.count(f->name))
-      throw_error<InvalidArgument>(d.name, " has no array for the model's input '", f->name, "' (", describe_arg(*f),
+      throw_error<InvalidArgument>(where, " has no array for the model's input '", f->name, "' (", describe_arg(*f),
                                    "); its arrays: ", [&] {
                                      std::vector<std::string> n;
                                      for (const auto& r : raw) n.push_back(r.first);
                                      return join(n);
                                    }());
   if (label && !used.count(label_array))
-    throw_error<InvalidArgument>(d.name, " has no label array '", label_array, "' (name it so, or pass --label-name)");
-  // Every array has the same number of samples.
-  d.rows = d.arrays.empty() ? 0 : d.arrays[0].second.dim(0);
-  for (const auto& [n, t] : d.arrays)
-    if (t.dim(0) != d.rows)
-      throw_error<InvalidArgument>(d.name, ": array '", n, "' has ", t.dim(0), " samples, array '", d.arrays[0].first,
-                                   "' has ", d.rows);
-  if (d.rows == 0) throw_error<InvalidArgument>(d.name, " holds no samples");
-  return d;
-}
-
-Tensor take_rows(const Tensor& t, const std::vector<int64_t>& idx, size_t begin, size_t end) {
-  if (t.dtype() == DType::kString) throw_error<NotImplemented>("string arrays cannot be batched");
-  Shape s = t.shape();
-  s[0] = int64_t(end - begin);
-  Tensor out = Tensor::empty(t.dtype(), s);
-  const size_t row = t.dim(0) ? t.nbytes() / size_t(t.dim(0)) : 0;
-  const auto* src = static_cast<const char*>(t.raw_data());
-  auto* dst = static_cast<char*>(out.raw_data());
-  for (size_t i = begin; i < end; ++i) std::memcpy(dst + (i - begin) * row, src + size_t(idx[i]) * row, row);
-  return out;
-}
-
-Dataset take_rows(const Dataset& d, const std::vector<int64_t>& idx, size_t begin, size_t end) {
-  Dataset r;
-  r.name = d.name;
-  r.rows = int64_t(end - begin);
-  for (const auto& [n, t] : d.arrays) r.arrays.emplace_back(n, take_rows(t, idx, begin, end));
-  return r;
-}
-
-const Tensor& array(const Dataset& d, const std::string& name) {
-  for (const auto& [n, t] : d.arrays)
-    if (n == name) return t;
-  throw_error<InvalidArgument>(d.name, " has no array '", name, "'");
-}
-
-std::vector<double> to_doubles(const Tensor& t) {
-  std::vector<double> r(size_t(t.numel()));
-  auto fill = [&](auto* p) {
-    for (size_t i = 0; i < r.size(); ++i) r[i] = double(p[i]);
-  };
-  switch (t.dtype()) {
-    case DType::kFloat32: fill(t.data<float>()); break;
-    case DType::kFloat64: fill(t.data<double>()); break;
-    case DType::kFloat16: for (size_t i = 0; i < r.size(); ++i) r[i] = float(t.data<float16>()[i]); break;
-    case DType::kBFloat16: for (size_t i = 0; i < r.size(); ++i) r[i] = float(t.data<bfloat16>()[i]); break;
-    case DType::kInt64: fill(t.data<int64_t>()); break;
-    case DType::kInt32: fill(t.data<int32_t>()); break;
-    case DType::kInt16: fill(t.data<int16_t>()); break;
-    case DType::kInt8: fill(t.data<int8_t>()); break;
-    case DType::kUInt8: fill(t.data<uint8_t>()); break;
-    case DType::kBool: fill(t.data<bool>()); break;
-    default: throw_error<NotImplemented>("cannot read ", dtype_name(t.dtype()), " values as numbers");
+    throw_error<InvalidArgument>(where, " has no label array '", label_array, "' (name it so, or pass --label-name)");
+  Dataset d;
+  try {
+    d = Dataset(std::move(arrays));  // every array has the same number of samples
+  } catch (const InvalidArgument& e) {
+    throw_error<InvalidArgument>(where, ": ", e.what());
   }
-  return r;
+  if (d.size() == 0) throw_error<InvalidArgument>(where, " holds no samples");
+  return d;
 }
 
 }  // namespace cli

@@ -6,38 +6,28 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <new>
 #include <string>
 #include <vector>
 
-#include "args.h"
+#include "cli.h"
 #include "commands.h"
 #include "onnxtrain/error.h"
 
 namespace {
 
-struct Entry {
-  const cli::Command& (*command)();
-  int (*run)(const cli::Args&);
-};
-
-const std::vector<Entry>& commands() {
-  static const std::vector<Entry> c = {
-      {cli::train_command, cli::cmd_train},   {cli::eval_command, cli::cmd_eval},
-      {cli::run_command, cli::cmd_run},       {cli::export_command, cli::cmd_export},
-      {cli::grad_command, cli::cmd_grad},     {cli::inspect_command, cli::cmd_inspect},
-  };
+const std::vector<cli::Command>& commands() {
+  static const std::vector<cli::Command> c = {cli::train_command(), cli::eval_command(),   cli::run_command(),
+                                              cli::export_command(), cli::grad_command(), cli::inspect_command()};
   return c;
 }
 
 std::string usage() {
   std::string s = "usage: onnxtrain <command> [options]\n\ncommands:\n";
-  for (const auto& e : commands()) {
-    const auto& c = e.command();
-    std::string head = "  " + c.name + " " + c.synopsis;
-    s += head + "\n      " + c.summary + "\n";
-  }
+  for (const auto& c : commands())
+    s += "  " + c.info().name + " " + c.info().synopsis + "\n      " + c.info().summary + "\n";
   s += "\nonnxtrain <command> --help describes a command; onnxtrain --version prints the version.\n";
   return s;
 }
@@ -61,15 +51,23 @@ void prefer_passive_openmp_waits(char** argv) {
   execv("/proc/self/exe", argv);  // returns only on failure: then go on with the default
 }
 
+// The help of one command, as `onnxtrain <command> --help` prints it.
+std::string command_help(const cli::Command& c) {
+  CLI::App app;
+  cli::configure_app(app, c.info());
+  c.define(app);
+  return app.help();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   prefer_passive_openmp_waits(argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     if (argc >= 3 && !std::strcmp(argv[1], "help"))
-      for (const auto& e : commands())
-        if (e.command().name == argv[2]) {
-          std::cout << e.command().help_text();
+      for (const auto& c : commands())
+        if (c.info().name == argv[2]) {
+          std::cout << command_help(c);
           return 0;
         }
     (argc < 2 ? std::cerr : std::cout) << usage();
@@ -79,30 +77,41 @@ int main(int argc, char** argv) {
     std::cout << "onnxtrain 0.1.0\n";
     return 0;
   }
-  const std::string cmd = argv[1];
-  const Entry* entry = nullptr;
-  for (const auto& e : commands())
-    if (e.command().name == cmd) entry = &e;
-  if (!entry) {
-    std::cerr << "onnxtrain: error: unknown command '" << cmd << "' (commands: train, eval, run, export, grad, inspect; "
-              << "see onnxtrain --help)\n";
+  const std::string name = argv[1];
+  const cli::Command* cmd = nullptr;
+  std::vector<std::string> names;
+  for (const auto& c : commands()) {
+    names.push_back(c.info().name);
+    if (c.info().name == name) cmd = &c;
+  }
+  if (!cmd) {
+    std::cerr << "onnxtrain: error: unknown command '" << name << "' (commands: " << cli::join(names)
+              << "; see onnxtrain --help)\n";
     return cli::kExitUsage;
   }
+  auto error = [&](const std::string& what, int status) {
+    std::cerr << "onnxtrain " << name << ": error: " << one_line(cli::cli_wording(what)) << "\n";
+    return status;
+  };
+  CLI::App app;
+  cli::configure_app(app, cmd->info());
   try {
-    const cli::Args args(entry->command(), std::vector<std::string>(argv + 2, argv + argc));
-    if (args.help()) {
-      std::cout << entry->command().help_text();
+    const std::function<int()> run = cmd->define(app);
+    try {
+      cli::parse_args(app, std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app.help();
       return cli::kExitOk;
+    } catch (const CLI::ParseError& e) {
+      return error(e.what(), cli::kExitUsage);
     }
-    return entry->run(args);
+    cli::check_extras(app, cmd->info());
+    return run();
   } catch (const cli::UsageError& e) {
-    std::cerr << "onnxtrain " << cmd << ": error: " << one_line(e.what()) << "\n";
-    return cli::kExitUsage;
+    return error(e.what(), cli::kExitUsage);
   } catch (const std::bad_alloc&) {
-    std::cerr << "onnxtrain " << cmd << ": error: out of memory\n";
-    return cli::kExitError;
+    return error("out of memory", cli::kExitError);
   } catch (const std::exception& e) {
-    std::cerr << "onnxtrain " << cmd << ": error: " << one_line(e.what()) << "\n";
-    return cli::kExitError;
+    return error(e.what(), cli::kExitError);
   }
 }

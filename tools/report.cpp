@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace cli {
 
 std::string fmt(const char* f, double v) {
@@ -49,10 +51,20 @@ std::string format_duration(double s) {
   return buf;
 }
 
-std::string record_json(const Record& r, const std::string& metric) {
-  std::string s = "{\"step\": " + std::to_string(r.step) + ", \"epoch\": " + fmt("%.6g", r.epoch);
+std::string metric_label(onnxtrain::Metric m) {
+  switch (m) {
+    case onnxtrain::Metric::kNone: return "";
+    case onnxtrain::Metric::kR2: return "r2";
+    default: return "accuracy";
+  }
+}
+
+std::string record_json(const TrainRecord& r, const std::string& metric) {
+  nlohmann::ordered_json j;
+  j["step"] = r.step;
+  j["epoch"] = r.epoch;
   auto add = [&](const std::string& k, double v) {
-    if (!std::isnan(v)) s += ", \"" + k + "\": " + (std::isfinite(v) ? fmt("%.9g", v) : std::string("null"));
+    if (!std::isnan(v)) j[k] = v;  // non-finite values are written as null
   };
   add("loss", r.loss);
   if (!metric.empty()) add(metric, r.metric);
@@ -60,36 +72,7 @@ std::string record_json(const Record& r, const std::string& metric) {
   add("val_loss", r.val_loss);
   if (!metric.empty()) add("val_" + metric, r.val_metric);
   add("samples_per_s", r.samples_per_s);
-  return s + "}";
-}
-
-std::string records_to_text(const std::vector<Record>& rs) {
-  std::string s;
-  for (const auto& r : rs) {
-    s += std::to_string(r.step);
-    for (double v : {r.epoch, r.loss, r.metric, r.lr, r.val_loss, r.val_metric, r.samples_per_s}) s += " " + fmt("%.17g", v);
-    s += "\n";
-  }
-  return s;
-}
-
-std::vector<Record> records_from_text(const std::string& s) {
-  std::vector<Record> rs;
-  std::istringstream in(s);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string tok[8];
-    int n = 0;
-    while (n < 8 && ls >> tok[n]) ++n;
-    if (n != 8) continue;
-    Record r;
-    r.step = std::strtoll(tok[0].c_str(), nullptr, 10);
-    double* f[] = {&r.epoch, &r.loss, &r.metric, &r.lr, &r.val_loss, &r.val_metric, &r.samples_per_s};
-    for (int i = 0; i < 7; ++i) *f[i] = std::strtod(tok[i + 1].c_str(), nullptr);
-    rs.push_back(r);
-  }
-  return rs;
+  return j.dump();
 }
 
 namespace {
@@ -173,8 +156,9 @@ std::string panel(double x0, double y0, double w, double h, const std::string& t
 
 }  // namespace
 
-std::string curve_svg(const std::vector<Record>& rs, const std::string& metric, const std::string& title) {
-  Series tl{"train", "#1f77b4"}, vl{"validation", "#d62728", true}, tm{"train", "#1f77b4"}, vm{"validation", "#d62728", true};
+std::string curve_svg(const std::vector<TrainRecord>& rs, const std::string& metric, const std::string& title) {
+  Series tl{"train", "#1f77b4", false, {}}, vl{"validation", "#d62728", true, {}}, tm{"train", "#1f77b4", false, {}},
+      vm{"validation", "#d62728", true, {}};
   double xmax = 0;
   for (const auto& r : rs) {
     xmax = std::max(xmax, double(r.step));
@@ -216,7 +200,9 @@ void Progress::update(int64_t step, int64_t epoch, double loss, double metric, d
   std::string stats = "step " + std::to_string(step) + "/" + std::to_string(total_) + " loss " + format_number(loss);
   if (!metric_.empty() && !std::isnan(metric))
     stats += metric_ == "accuracy" ? " acc " + fmt("%.1f%%", 100 * metric) : " " + metric_ + " " + format_number(metric);
-  stats += " " + (sps >= 1e4 ? fmt("%.1fk", sps / 1e3) : fmt("%.0f", sps)) + " samples/s ETA " + format_duration(eta);
+  stats += " ";
+  stats += sps >= 1e4 ? fmt("%.1fk", sps / 1e3) : fmt("%.0f", sps);
+  stats += " samples/s ETA " + format_duration(eta);
   const std::string ep = "epoch " + std::to_string(std::min(epoch + 1, std::max<int64_t>(epochs_, 1))) + "/" +
                          (epochs_ > 0 ? std::to_string(epochs_) : std::string("?"));
   if (mode_ == kPlain) {

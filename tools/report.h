@@ -8,24 +8,22 @@
 #include <string>
 #include <vector>
 
+#include "onnxtrain/trainer.h"
+
 namespace cli {
 
-/// One metrics record. NaN marks a value that does not apply.
-struct Record {
-  int64_t step = 0;
-  double epoch = 0;  ///< fractional epochs completed
-  double loss = NAN, metric = NAN, lr = NAN, val_loss = NAN, val_metric = NAN, samples_per_s = NAN;
-};
+using onnxtrain::TrainRecord;
 
-/// JSON line of a record; `metric` is "accuracy" or "r2" (empty: no metric).
-std::string record_json(const Record& r, const std::string& metric);
-/// Compact round-trippable text of records (for checkpoint metadata) and back.
-std::string records_to_text(const std::vector<Record>& rs);
-std::vector<Record> records_from_text(const std::string& s);
+/// The name metrics files, curves and summaries use for an Objective's metric: "accuracy" (both
+/// accuracies), "r2", or "" without a metric.
+std::string metric_label(onnxtrain::Metric m);
+
+/// JSON line of a history record; `metric` from metric_label (empty: no metric).
+std::string record_json(const TrainRecord& r, const std::string& metric);
 
 /// The curve: loss (train and validation) and, when there is a metric, accuracy or R², against
 /// the optimizer step. Returns the SVG document.
-std::string curve_svg(const std::vector<Record>& rs, const std::string& metric, const std::string& title);
+std::string curve_svg(const std::vector<TrainRecord>& rs, const std::string& metric, const std::string& title);
 
 /// printf of one double with format `f` ("%.1f s", "%a": hexadecimal, exact).
 std::string fmt(const char* f, double v);

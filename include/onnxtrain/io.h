@@ -54,6 +54,10 @@ struct ModelSaveOptions {
 /// "auto", "always" or "never" (InvalidArgument naming the choices otherwise).
 ExternalData parse_external_data(const std::string& name);
 
+/// Elements of a numeric or bool tensor as doubles, in row-major order (printing, metrics);
+/// NotImplemented for strings.
+std::vector<double> tensor_to_doubles(const Tensor& t);
+
 /// Reads a whole regular file (IOError when missing, not a regular file or unreadable; `what`
 /// names it in messages, e.g. "model file").
 std::string read_file(const std::string& path, const std::string& what = "file");

@@ -44,9 +44,34 @@ struct TrainingParameters {
   std::string lr_schedule;
   std::map<std::string, double> lr_schedule_params;  ///< eta0, power_t, alpha, warmup, total, end_lr, power
 
-  /// Throws InvalidArgument naming the first invalid field.
+  /// Throws InvalidArgument naming `field` ("TrainingParameters.<field>") when its value is invalid
+  /// by itself: an unknown optimizer or schedule, accumulation steps < 1, a max_grad_norm <= 0,
+  /// an empty feed name, an unknown schedule parameter. Fields without a constraint of their own
+  /// pass. The Python binding calls it on every assignment.
+  void validate_field(const std::string& field) const;
+  /// Throws InvalidArgument naming the first invalid field: each field, then the fields together
+  /// (loss_output_name set, weight sets disjoint, schedule parameters complete).
   void validate() const;
 };
+
+/// Names accepted as TrainingParameters::training_optimizer_name, in a fixed order.
+std::vector<std::string> optimizer_names();
+
+/// A hyper-parameter an optimizer accepts (a key of optimizer_attributes or, when `integer`,
+/// optimizer_int_attributes), with its default.
+struct OptimizerHyperparameter {
+  std::string name;
+  double default_value = 0;  ///< float defaults as their shortest decimal form (0.9, not 0.899999976)
+  bool integer = false;
+};
+/// The hyper-parameters of optimizer `name`; InvalidArgument naming the known optimizers otherwise.
+std::vector<OptimizerHyperparameter> optimizer_hyperparameters(const std::string& name);
+
+/// Names accepted as TrainingParameters::lr_schedule (besides "" for none).
+std::vector<std::string> lr_schedule_names();
+
+/// Loss names add_loss_output accepts (aliases included: l2, l1).
+std::vector<std::string> loss_names();
 
 /// Trains a model that contains its loss. Not thread-safe.
 class TrainingSession {
@@ -87,6 +112,8 @@ class TrainingSession {
 
   /// Optimizer steps taken so far.
   int64_t step() const;
+  /// The parameters the session was created with.
+  const TrainingParameters& parameters() const;
 
   /// Inference model: loss, gradients and optimizer removed, current weights in, training-only
   /// behaviour (BatchNormalization/Dropout training mode) switched off. `outputs` empty: every

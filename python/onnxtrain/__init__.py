@@ -1,6 +1,8 @@
 """onnxtrain: train ONNX models on CPU.
 
-Drop-in names from onnxruntime / onnxruntime-training: ``InferenceSession``, ``SessionOptions``.
+Drop-in names from onnxruntime / onnxruntime-training: ``InferenceSession``, ``SessionOptions``,
+``TrainingSession``, ``TrainingParameters``. ``Trainer`` runs the training loop (epochs, shuffled
+batches, validation, exact checkpoints) over a TrainingSession.
 """
 import os as _os
 
@@ -11,7 +13,8 @@ if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
 
 from ._errors import (InvalidArgument, InvalidGraph, InvalidModel, ModelFileError, OnnxTrainError,
                       UnsupportedError)
-from ._C import NodeArg, SessionOptions
+from ._C import (EvalResult, FitResult, NodeArg, Objective, SessionOptions, Trainer, TrainerOptions, TrainRecord,
+                 loss_names, lr_schedule_names, optimizer_hyperparameters, optimizer_names)
 from .gradient import GradientGraphBuilder
 from .session import InferenceSession, get_all_providers, get_available_providers
 from .training import TrainingParameters, TrainingSession, add_loss_output, get_train_initializer
@@ -28,5 +31,6 @@ __all__ = [
     "InferenceSession", "SessionOptions", "GradientGraphBuilder", "TrainingParameters", "TrainingSession",
     "add_loss_output", "get_train_initializer", "NodeArg", "get_available_providers", "get_all_providers",
     "get_device", "OnnxTrainError", "InvalidArgument", "InvalidModel", "InvalidGraph",
-    "UnsupportedError", "ModelFileError",
+    "UnsupportedError", "ModelFileError", "Trainer", "TrainerOptions", "Objective", "EvalResult", "FitResult",
+    "TrainRecord", "optimizer_names", "loss_names", "lr_schedule_names", "optimizer_hyperparameters",
 ]

@@ -1,6 +1,7 @@
 """TrainingParameters, TrainingSession and the loss builder, with onnxruntime-training's and
 onnxcustom's call shapes."""
 import collections
+import copy
 import os
 
 import numpy as np
@@ -8,34 +9,8 @@ import numpy as np
 from . import _C
 from .session import _check_providers
 
-_OPTIMIZERS = ("SGDOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdamWOptimizer", "LambOptimizer",
-               "AdagradOptimizer")
-
-# Fields of onnxruntime's TrainingParameters that onnxtrain implements, with their defaults.
-_FIELDS = {
-    "loss_output_name": "",
-    "weights_to_train": set(),
-    "weights_not_to_train": set(),
-    "immutable_weights": set(),
-    "training_optimizer_name": "SGDOptimizer",
-    "lr_params_feed_name": "Learning_Rate",
-    "optimizer_attributes": {},
-    "optimizer_int_attributes": {},
-    "optimizer_attributes_map": {},
-    "optimizer_int_attributes_map": {},
-    "gradient_accumulation_steps": 1,
-    "enable_grad_norm_clip": False,
-    "max_grad_norm": 1.0,
-    "set_gradients_as_graph_outputs": False,
-    "model_with_gradient_graph_path": "",
-    "model_with_training_graph_path": "",
-    "deterministic_compute": False,
-    "portable_training_graph": False,
-    "lr_schedule": "",
-    "lr_schedule_params": {},
-}
-
-# onnxruntime fields for features onnxtrain does not have: accepted at their default value only.
+# onnxruntime fields for features onnxtrain does not have: accepted at their default value only
+# (TrainingSession refuses another value, naming the field).
 _UNSUPPORTED = {
     "use_mixed_precision": False, "allreduce_post_accumulation": False, "deepspeed_zero_stage": 0,
     "world_rank": 0, "world_size": 1, "data_parallel_size": 1, "horizontal_parallel_size": 1,
@@ -48,88 +23,61 @@ _UNSUPPORTED = {
 }
 
 
-def _check(name, value):
-    if name in ("weights_to_train", "weights_not_to_train", "immutable_weights"):
-        if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"TrainingParameters.{name} must be a set of initializer names")
-        return set(value)
-    if name == "training_optimizer_name":
-        if value not in _OPTIMIZERS:
-            raise ValueError(f"TrainingParameters.training_optimizer_name: unknown optimizer {value!r} "
-                             f"(known: {', '.join(_OPTIMIZERS)})")
-        return value
-    if name in ("loss_output_name", "lr_params_feed_name", "model_with_gradient_graph_path",
-                "model_with_training_graph_path", "lr_schedule"):
-        if not isinstance(value, str):
-            raise ValueError(f"TrainingParameters.{name} must be a string, got {type(value).__name__}")
-        return value
-    if name == "gradient_accumulation_steps":
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"TrainingParameters.gradient_accumulation_steps must be an integer >= 1, got {value!r}")
-        return int(value)
-    if name == "max_grad_norm":
-        if not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"TrainingParameters.max_grad_norm must be > 0, got {value!r}")
-        return float(value)
-    if name in ("enable_grad_norm_clip", "set_gradients_as_graph_outputs", "deterministic_compute",
-                "portable_training_graph"):
-        if not isinstance(value, (bool, np.bool_)):
-            raise ValueError(f"TrainingParameters.{name} must be a bool, got {value!r}")
-        return bool(value)
-    if name in ("optimizer_attributes", "optimizer_int_attributes", "lr_schedule_params"):
-        if not isinstance(value, dict):
-            raise ValueError(f"TrainingParameters.{name} must be a dict")
-        cast = int if name == "optimizer_int_attributes" else float
-        try:
-            return {str(k): cast(v) for k, v in value.items()}
-        except (TypeError, ValueError):
-            raise ValueError(f"TrainingParameters.{name} must map names to numbers") from None
-    if name in ("optimizer_attributes_map", "optimizer_int_attributes_map"):
-        if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
-            raise ValueError(f"TrainingParameters.{name} must map weight names to dicts of attributes")
-        cast = int if name == "optimizer_int_attributes_map" else float
-        try:
-            return {str(w): {str(k): cast(v) for k, v in d.items()} for w, d in value.items()}
-        except (TypeError, ValueError):
-            raise ValueError(f"TrainingParameters.{name} must map attributes to numbers") from None
-    return value
-
-
-class TrainingParameters:
+class TrainingParameters(_C.TrainingParameters):
     """Configuration of a TrainingSession (onnxruntime's TrainingParameters).
 
-    Assigning a wrong type or an unknown optimizer raises ValueError naming the field. Fields of
-    onnxruntime features onnxtrain does not implement (mixed precision, distributed, pipeline
-    parallelism, recomputation) exist, and a TrainingSession refuses non-default values for them.
+    The fields onnxtrain implements are the C++ struct's, bound one by one: assigning a wrong type
+    or value (an unknown optimizer, accumulation steps < 1, ...) raises ValueError naming the
+    field; sets and dicts read back as frozenset / read-only mappings (assign a new value to
+    change them). Fields of onnxruntime features onnxtrain does not implement (mixed precision,
+    distributed, pipeline parallelism, recomputation) exist, and a TrainingSession refuses
+    non-default values for them. Unknown fields raise AttributeError.
     """
 
+    __slots__ = ("_unsupported",)
+
     def __init__(self):
-        for k, v in _FIELDS.items():
-            object.__setattr__(self, k, v.copy() if isinstance(v, (set, dict, list)) else v)
-        for k, v in _UNSUPPORTED.items():
-            object.__setattr__(self, k, v.copy() if isinstance(v, (set, dict, list)) else v)
+        super().__init__()
+        self._unsupported = {}
 
     def __setattr__(self, name, value):
-        if name in _FIELDS:
-            object.__setattr__(self, name, _check(name, value))
-        elif name in _UNSUPPORTED:
-            object.__setattr__(self, name, value)
-        else:
+        if not hasattr(type(self), name):
             raise AttributeError(f"TrainingParameters has no field {name!r}")
+        super().__setattr__(name, value)
+
+    def __copy__(self):
+        c = TrainingParameters.__new__(TrainingParameters)
+        _C.TrainingParameters.__init__(c, self)
+        c._unsupported = copy.deepcopy(self._unsupported)
+        return c
+
+    def __deepcopy__(self, memo):
+        return self.__copy__()
 
     def set_optimizer_initial_state(self, state):
         """onnxruntime's initial optimizer state; not supported (use load_checkpoint)."""
         raise NotImplementedError("TrainingParameters.set_optimizer_initial_state is not supported by onnxtrain; "
                                   "restore optimizer state with TrainingSession.load_checkpoint")
 
-    def _to_dict(self):
-        for k, default in _UNSUPPORTED.items():
-            if getattr(self, k) != default:
-                raise ValueError(f"TrainingParameters.{k}={getattr(self, k)!r} is not supported by onnxtrain "
-                                 f"(only the default {default!r})")
-        if not self.loss_output_name:
-            raise ValueError("TrainingParameters.loss_output_name must be set")
-        return {k: getattr(self, k) for k in _FIELDS}
+    def _check_supported(self):
+        for name, value in self._unsupported.items():
+            if value != _UNSUPPORTED[name]:
+                raise ValueError(f"TrainingParameters.{name}={value!r} is not supported by onnxtrain "
+                                 f"(only the default {_UNSUPPORTED[name]!r})")
+
+
+def _unsupported_field(name, default):
+    def get(self):
+        return self._unsupported.get(name, copy.copy(default))
+
+    def set_(self, value):
+        self._unsupported[name] = value
+
+    return property(get, set_, doc=f"onnxruntime field; onnxtrain accepts only {default!r}.")
+
+
+for _name, _default in _UNSUPPORTED.items():
+    setattr(TrainingParameters, _name, _unsupported_field(_name, _default))
 
 
 class TrainingSession:
@@ -147,11 +95,13 @@ class TrainingSession:
             path_or_bytes = path_or_bytes.SerializeToString()
         if not isinstance(path_or_bytes, (str, bytes)):
             raise TypeError("path_or_bytes must be a file path or the serialized model bytes")
-        if not isinstance(parameters, TrainingParameters):
+        if not isinstance(parameters, _C.TrainingParameters):
             raise TypeError("parameters must be an onnxtrain.TrainingParameters")
+        if isinstance(parameters, TrainingParameters):
+            parameters._check_supported()
         self._providers = _check_providers(providers, provider_options)
         self.parameters = parameters
-        self._sess = _C.TrainingSession(path_or_bytes, parameters._to_dict(), sess_options)
+        self._sess = _C.TrainingSession(path_or_bytes, parameters, sess_options)
 
     def run(self, output_names, input_feed, run_options=None):
         """One training step; returns the requested outputs (loss, gradients when enabled)."""

@@ -66,6 +66,30 @@ void write_npz(const std::string& path, const std::vector<std::pair<std::string,
   io::write_npz(path, arrays);
 }
 
+std::vector<double> tensor_to_doubles(const Tensor& t) {
+  std::vector<double> r(size_t(t.numel()));
+  auto fill = [&](const auto* p) {
+    for (size_t i = 0; i < r.size(); ++i) r[i] = double(p[i]);
+  };
+  switch (t.dtype()) {
+    case DType::kFloat32: fill(t.data<float>()); break;
+    case DType::kFloat64: fill(t.data<double>()); break;
+    case DType::kFloat16: for (size_t i = 0; i < r.size(); ++i) r[i] = float(t.data<float16>()[i]); break;
+    case DType::kBFloat16: for (size_t i = 0; i < r.size(); ++i) r[i] = float(t.data<bfloat16>()[i]); break;
+    case DType::kInt64: fill(t.data<int64_t>()); break;
+    case DType::kInt32: fill(t.data<int32_t>()); break;
+    case DType::kInt16: fill(t.data<int16_t>()); break;
+    case DType::kInt8: fill(t.data<int8_t>()); break;
+    case DType::kUInt64: fill(t.data<uint64_t>()); break;
+    case DType::kUInt32: fill(t.data<uint32_t>()); break;
+    case DType::kUInt16: fill(t.data<uint16_t>()); break;
+    case DType::kUInt8: fill(t.data<uint8_t>()); break;
+    case DType::kBool: fill(t.data<bool>()); break;
+    default: throw_error<NotImplemented>("cannot read ", dtype_name(t.dtype()), " values as numbers");
+  }
+  return r;
+}
+
 std::string read_file(const std::string& path, const std::string& what) {
   return ir::read_file(path, what.c_str(), kMaxFile);
 }

@@ -1,11 +1,13 @@
 #include "train/attach_optimizer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "autodiff/builder.h"
 #include "ir/emitter.h"
 #include "kernels/optimizer_spec.h"
+#include "onnxtrain/training.h"
 
 namespace onnxtrain::train {
 
@@ -21,15 +23,20 @@ struct Hyper {
   bool operator==(const Hyper& o) const { return f == o.f && i == o.i; }
 };
 
-const OptimizerSpec& spec_of(const std::string& name) {
+}  // namespace
+
+const OptimizerSpec& optimizer_spec(const std::string& name) {
   const OptimizerSpec* s = kernels::find_optimizer_spec(name);
   if (!s) {
     std::string all;
-    for (const auto& n : optimizer_names()) all += (all.empty() ? "" : ", ") + n;
-    throw_error<InvalidArgument>("training_optimizer_name: unknown optimizer '", name, "' (known: ", all, ")");
+    for (const auto& n : onnxtrain::optimizer_names()) all += (all.empty() ? "" : ", ") + n;
+    throw_error<InvalidArgument>("TrainingParameters.training_optimizer_name: unknown optimizer '", name,
+                                 "' (known: ", all, ")");
   }
   return *s;
 }
+
+namespace {
 
 bool is_state_init(const OptimizerSpec& s, const std::string& k) {
   return std::any_of(s.state_init_attrs.begin(), s.state_init_attrs.end(), [&](const auto& a) { return a.name == k; });
@@ -226,12 +233,6 @@ std::string join_updates(const std::vector<StateUpdate>& u) {
 
 }  // namespace
 
-std::vector<std::string> optimizer_names() {
-  std::vector<std::string> r;
-  for (const auto& s : kernels::optimizer_specs()) r.push_back(s.name);
-  return r;
-}
-
 std::vector<std::pair<std::string, std::string>> TrainingGraph::update_step() const {
   std::vector<std::pair<std::string, std::string>> r;
   for (const auto& u : updates) r.emplace_back(u.value, u.state);
@@ -247,7 +248,7 @@ std::vector<std::pair<std::string, std::string>> TrainingGraph::accumulate_step(
 }
 
 void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
-  const OptimizerSpec& spec = spec_of(cfg.optimizer.name);
+  const OptimizerSpec& spec = optimizer_spec(cfg.optimizer.name);
   if (cfg.accumulation_steps < 1)
     throw_error<InvalidArgument>("gradient_accumulation_steps must be >= 1, got ", cfg.accumulation_steps);
   if (tg.gradients.size() != tg.trained.size())
@@ -397,3 +398,28 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
 }
 
 }  // namespace onnxtrain::train
+
+namespace onnxtrain {
+
+std::vector<std::string> optimizer_names() {
+  std::vector<std::string> r;
+  for (const auto& s : kernels::optimizer_specs()) r.push_back(s.name);
+  return r;
+}
+
+std::vector<OptimizerHyperparameter> optimizer_hyperparameters(const std::string& name) {
+  const kernels::OptimizerSpec& s = train::optimizer_spec(name);
+  std::vector<OptimizerHyperparameter> r;
+  auto shortest = [](float v) {  // the double of the float's shortest decimal form: 0.9f gives 0.9
+    char buf[32];
+    auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    *end = '\0';
+    return std::strtod(buf, nullptr);
+  };
+  for (const auto* attrs : {&s.float_attrs, &s.state_init_attrs})
+    for (const auto& a : *attrs) r.push_back({a.name, shortest(a.dflt), false});
+  for (const auto& a : s.int_attrs) r.push_back({a.name, double(a.dflt), true});
+  return r;
+}
+
+}  // namespace onnxtrain

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ir/ir.h"
+#include "kernels/optimizer_spec.h"
 #include "train/training_graph.h"
 
 namespace onnxtrain::train {
@@ -34,8 +35,10 @@ struct OptimizerConfig {
   std::map<std::string, std::map<std::string, int64_t>> weight_int_attrs;
 };
 
-/// Names accepted as OptimizerConfig::name (onnxruntime-training's training_optimizer_name values).
-std::vector<std::string> optimizer_names();
+/// The optimizer table's entry for OptimizerConfig::name `name` (onnxruntime-training's
+/// training_optimizer_name values; onnxtrain::optimizer_names() lists them); InvalidArgument
+/// naming the known ones otherwise.
+const kernels::OptimizerSpec& optimizer_spec(const std::string& name);
 
 /// What a training step does besides forward and backward.
 struct StepConfig {

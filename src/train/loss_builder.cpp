@@ -20,6 +20,7 @@
 
 #include "ir/emitter.h"
 #include "ir/onnx_io.h"
+#include "onnxtrain/trainer.h"
 #include "onnxtrain/training.h"
 #include "train/training_graph.h"
 
@@ -29,18 +30,14 @@ namespace {
 
 using E = ir::Emitter;
 
+double kwarg_number(const std::map<std::string, std::string>& kw, const std::string& k, double dflt);
+
 struct Kwargs {
   std::map<std::string, std::string> kv;
   std::set<std::string> used;
   double num(const std::string& k, double dflt) {
-    auto it = kv.find(k);
-    if (it == kv.end()) return dflt;
-    used.insert(k);
-    char* end = nullptr;
-    double v = std::strtod(it->second.c_str(), &end);
-    if (end == it->second.c_str() || *end != '\0')
-      throw_error<InvalidArgument>("add_loss_output: ", k, "=", it->second, " is not a number");
-    return v;
+    if (kv.count(k)) used.insert(k);
+    return kwarg_number(kv, k, dflt);
   }
   std::string str(const std::string& k, const std::string& dflt) {
     auto it = kv.find(k);
@@ -66,6 +63,44 @@ std::vector<float> parse_floats(const std::string& s, const std::string& what) {
     r.push_back(float(v));
   }
   return r;
+}
+
+// Every loss name (aliases included): its family and its default reduction (onnxcustom's sums
+// for the regression losses, PyTorch's means for the others).
+enum class LossFamily { kRegression, kClassification, kBinary };
+struct LossKind {
+  std::string name;
+  LossFamily family;
+  std::string default_reduction;
+};
+const std::vector<LossKind>& loss_kinds() {
+  static const std::vector<LossKind> kinds = {
+      {"squared_error", LossFamily::kRegression, "sum"}, {"l2", LossFamily::kRegression, "sum"},
+      {"absolute_error", LossFamily::kRegression, "sum"}, {"l1", LossFamily::kRegression, "sum"},
+      {"elastic", LossFamily::kRegression, "sum"},       {"huber", LossFamily::kRegression, "mean"},
+      {"log", LossFamily::kBinary, "mean"},              {"cross_entropy", LossFamily::kClassification, "mean"},
+      {"nll", LossFamily::kClassification, "mean"},      {"bce_with_logits", LossFamily::kBinary, "mean"},
+  };
+  return kinds;
+}
+
+const LossKind& loss_kind(const std::string& name) {
+  for (const auto& k : loss_kinds())
+    if (k.name == name) return k;
+  std::string all;
+  for (const auto& k : loss_kinds()) all += (all.empty() ? "" : ", ") + k.name;
+  throw_error<InvalidArgument>("add_loss_output: unknown loss '", name, "' (known: ", all, ")");
+}
+
+// A number given as a loss argument (kwargs hold text).
+double kwarg_number(const std::map<std::string, std::string>& kw, const std::string& k, double dflt) {
+  auto it = kw.find(k);
+  if (it == kw.end()) return dflt;
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end != '\0')
+    throw_error<InvalidArgument>("add_loss_output: ", k, "=", it->second, " is not a number");
+  return v;
 }
 
 Tensor floats_tensor(DType dt, const std::vector<float>& v) {
@@ -123,14 +158,9 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
     throw_error<InvalidArgument>("add_loss_output: the model already has a value named '", weight_name, "'");
   Kwargs kw{kwargs_in, {}};
   const std::string kind = score_name;
-  const bool regression = kind == "squared_error" || kind == "l2" || kind == "absolute_error" || kind == "l1" ||
-                          kind == "elastic" || kind == "huber";
-  const bool classif = kind == "cross_entropy" || kind == "nll";
-  if (!regression && !classif && kind != "log" && kind != "bce_with_logits")
-    throw_error<InvalidArgument>("add_loss_output: unknown loss '", kind,
-                                 "' (known: squared_error/l2, absolute_error/l1, elastic, huber, log, cross_entropy, "
-                                 "nll, bce_with_logits)");
-  const std::string reduction = kw.str("reduction", regression && kind != "huber" ? "sum" : "mean");
+  const LossKind& lk = loss_kind(kind);
+  const bool classif = lk.family == LossFamily::kClassification;
+  const std::string reduction = kw.str("reduction", lk.default_reduction);
   if (reduction != "sum" && reduction != "mean")
     throw_error<InvalidArgument>("add_loss_output: reduction must be 'mean' or 'sum', got '", reduction, "'");
 
@@ -289,6 +319,40 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
   g.outputs = outs;
   ir::validate_graph(g);
   return ir::serialize_model(m);
+}
+
+std::vector<std::string> loss_names() {
+  std::vector<std::string> r;
+  for (const auto& k : loss_kinds()) r.push_back(k.name);
+  return r;
+}
+
+Objective loss_objective(const std::string& kind, const std::map<std::string, std::string>& kwargs,
+                         const NodeArg& score, const std::string& loss_output, const std::string& label_name) {
+  const LossKind& lk = loss_kind(kind);
+  Objective o;
+  o.loss_output = loss_output;
+  o.label_name = label_name;
+  o.score_output = score.name;
+  auto red = kwargs.find("reduction");
+  o.loss_summed = (red == kwargs.end() ? lk.default_reduction : red->second) == "sum";
+  o.loss_weighted = kwargs.count("class_weights") || kwargs.count("ignore_index");
+  switch (lk.family) {
+    case LossFamily::kRegression: o.metric = Metric::kR2; break;
+    case LossFamily::kClassification:
+      o.metric = Metric::kAccuracy;
+      if (kwargs.count("ignore_index")) o.ignore_index = int64_t(kwarg_number(kwargs, "ignore_index", 0));
+      break;
+    case LossFamily::kBinary: {
+      // log: probabilities of two classes [N, 2] are scored by argmax, one column by a threshold.
+      const bool logits = kind == "bce_with_logits" || kwarg_number(kwargs, "from_logits", 0) != 0;
+      const bool two = score.has_shape && score.shape.size() == 2 && score.shape[1].value == 2;
+      o.metric = kind == "log" && two && !logits ? Metric::kAccuracy : Metric::kBinaryAccuracy;
+      o.threshold = logits ? 0.0 : 0.5;
+      break;
+    }
+  }
+  return o;
 }
 
 std::vector<std::string> get_train_initializer(const std::string& model_bytes) {

@@ -2,18 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::train {
 
-const char* lr_schedule_kinds() { return "constant, invscaling, optimal, linear, cosine, polynomial, constant_warmup"; }
+namespace {
+const std::vector<std::string> kKinds = {"constant",   "invscaling", "optimal",        "linear",
+                                         "cosine",     "polynomial", "constant_warmup"};
+}  // namespace
+
+void check_lr_schedule_kind(const std::string& kind) {
+  if (std::find(kKinds.begin(), kKinds.end(), kind) != kKinds.end()) return;
+  std::string all;
+  for (const auto& k : kKinds) all += (all.empty() ? "" : ", ") + k;
+  throw_error<InvalidArgument>("learning rate schedule: unknown kind '", kind, "' (known: ", all, ")");
+}
 
 void LrSchedule::validate() const {
-  static const char* kinds[] = {"constant", "invscaling", "optimal", "linear", "cosine", "polynomial", "constant_warmup"};
-  bool ok = false;
-  for (const char* k : kinds) ok |= kind == k;
-  if (!ok) throw_error<InvalidArgument>("learning rate schedule: unknown kind '", kind, "' (known: ", lr_schedule_kinds(), ")");
+  check_lr_schedule_kind(kind);
   if (!(eta0 >= 0) || !std::isfinite(eta0)) throw_error<InvalidArgument>("learning rate schedule: eta0 must be >= 0, got ", eta0);
   if (kind == "optimal" && !(alpha > 0)) throw_error<InvalidArgument>("learning rate schedule: alpha must be > 0, got ", alpha);
   if (warmup < 0) throw_error<InvalidArgument>("learning rate schedule: warmup must be >= 0, got ", warmup);
@@ -45,3 +54,7 @@ double LrSchedule::value(int64_t t) const {
 }
 
 }  // namespace onnxtrain::train
+
+namespace onnxtrain {
+std::vector<std::string> lr_schedule_names() { return train::kKinds; }
+}  // namespace onnxtrain

@@ -29,7 +29,8 @@ struct LrSchedule {
   double value(int64_t t) const;
 };
 
-/// Names accepted as LrSchedule::kind.
-const char* lr_schedule_kinds();
+/// Throws InvalidArgument naming the known kinds (onnxtrain::lr_schedule_names()) unless `kind`
+/// is one.
+void check_lr_schedule_kind(const std::string& kind);
 
 }  // namespace onnxtrain::train

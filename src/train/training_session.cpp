@@ -41,23 +41,52 @@ train::LrSchedule make_schedule(const TrainingParameters& p) {
   return s;
 }
 
+// The fields with a constraint of their own, each with its check (the message names the field).
+using FieldCheck = void (*)(const TrainingParameters&, const std::string& field);
+const std::vector<std::pair<std::string, FieldCheck>>& field_checks() {
+  static const std::vector<std::pair<std::string, FieldCheck>> checks = {
+      {"training_optimizer_name", [](const TrainingParameters& p, const std::string&) {
+         train::optimizer_spec(p.training_optimizer_name);  // names the known optimizers
+       }},
+      {"lr_params_feed_name", [](const TrainingParameters& p, const std::string& f) {
+         if (p.lr_params_feed_name.empty()) throw_error<InvalidArgument>("TrainingParameters.", f, " is empty");
+       }},
+      {"gradient_accumulation_steps", [](const TrainingParameters& p, const std::string& f) {
+         if (p.gradient_accumulation_steps < 1)
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be an integer >= 1, got ",
+                                        p.gradient_accumulation_steps);
+       }},
+      {"max_grad_norm", [](const TrainingParameters& p, const std::string& f) {
+         if (!(p.max_grad_norm > 0) || !std::isfinite(p.max_grad_norm))
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be > 0, got ", p.max_grad_norm);
+       }},
+      {"lr_schedule", [](const TrainingParameters& p, const std::string& f) {
+         if (p.lr_schedule.empty()) return;
+         try {
+           train::check_lr_schedule_kind(p.lr_schedule);
+         } catch (const InvalidArgument& e) {
+           throw_error<InvalidArgument>("TrainingParameters.", f, ": ", e.what());
+         }
+       }},
+      {"lr_schedule_params", [](const TrainingParameters& p, const std::string&) {
+         make_schedule(p);  // names an unknown key
+       }},
+  };
+  return checks;
+}
+
 }  // namespace
+
+void TrainingParameters::validate_field(const std::string& field) const {
+  for (const auto& [name, check] : field_checks())
+    if (name == field) check(*this, name);
+}
 
 void TrainingParameters::validate() const {
   if (loss_output_name.empty()) throw_error<InvalidArgument>("TrainingParameters.loss_output_name is empty");
-  const auto names = train::optimizer_names();
-  if (std::find(names.begin(), names.end(), training_optimizer_name) == names.end()) {
-    std::string all;
-    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
-    throw_error<InvalidArgument>("TrainingParameters.training_optimizer_name: unknown optimizer '",
-                                 training_optimizer_name, "' (known: ", all, ")");
-  }
-  if (lr_params_feed_name.empty()) throw_error<InvalidArgument>("TrainingParameters.lr_params_feed_name is empty");
-  if (gradient_accumulation_steps < 1)
-    throw_error<InvalidArgument>("TrainingParameters.gradient_accumulation_steps must be >= 1, got ",
-                                 gradient_accumulation_steps);
-  if (!(max_grad_norm > 0) || !std::isfinite(max_grad_norm))
-    throw_error<InvalidArgument>("TrainingParameters.max_grad_norm must be > 0, got ", max_grad_norm);
+  for (const auto& [name, check] : field_checks()) check(*this, name);
+  if (lr_schedule.empty() && !lr_schedule_params.empty())
+    throw_error<InvalidArgument>("TrainingParameters.lr_schedule_params is set but lr_schedule is empty");
   for (const auto& w : weights_to_train)
     if (weights_not_to_train.count(w) || immutable_weights.count(w))
       throw_error<InvalidArgument>("TrainingParameters: '", w, "' is both in weights_to_train and ",
@@ -430,6 +459,8 @@ void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor
 }
 
 int64_t TrainingSession::step() const { return impl_->step; }
+
+const TrainingParameters& TrainingSession::parameters() const { return impl_->params; }
 
 std::string TrainingSession::export_model(const std::vector<std::string>& outputs) const {
   ir::Model m = train::inference_graph(impl_->model, outputs, true, impl_->params.loss_output_name);

@@ -1,0 +1,179 @@
+#include "convert.h"
+
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::python {
+
+namespace {
+
+DType dtype_from_numpy(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  switch (kind) {
+    case 'f':
+      if (size == 4) return DType::kFloat32;
+      if (size == 8) return DType::kFloat64;
+      if (size == 2) return DType::kFloat16;
+      break;
+    case 'i':
+      if (size == 1) return DType::kInt8;
+      if (size == 2) return DType::kInt16;
+      if (size == 4) return DType::kInt32;
+      if (size == 8) return DType::kInt64;
+      break;
+    case 'u':
+      if (size == 1) return DType::kUInt8;
+      if (size == 2) return DType::kUInt16;
+      if (size == 4) return DType::kUInt32;
+      if (size == 8) return DType::kUInt64;
+      break;
+    case 'b': return DType::kBool;
+    case 'U':
+    case 'S':
+    case 'O': return DType::kString;
+    default: break;
+  }
+  throw_error<InvalidArgument>("numpy dtype ", py::repr(dt).cast<std::string>(), " is not supported");
+}
+
+py::dtype numpy_dtype(DType t) {
+  switch (t) {
+    case DType::kFloat32: return py::dtype("float32");
+    case DType::kFloat64: return py::dtype("float64");
+    case DType::kFloat16: return py::dtype("float16");
+    case DType::kInt8: return py::dtype("int8");
+    case DType::kInt16: return py::dtype("int16");
+    case DType::kInt32: return py::dtype("int32");
+    case DType::kInt64: return py::dtype("int64");
+    case DType::kUInt8: return py::dtype("uint8");
+    case DType::kUInt16: return py::dtype("uint16");
+    case DType::kUInt32: return py::dtype("uint32");
+    case DType::kUInt64: return py::dtype("uint64");
+    case DType::kBool: return py::dtype("bool");
+    default: break;
+  }
+  throw_error<NotImplemented>("element type ", dtype_name(t), " has no numpy equivalent");
+}
+
+}  // namespace
+
+// A numpy array viewed as a Tensor. `hold` keeps the (possibly converted) array alive; the view
+// itself must not outlive it (the executor drops input views at the end of a run).
+Tensor tensor_from_array(const std::string& name, py::handle obj, std::vector<py::object>& hold) {
+  py::array arr = py::array::ensure(obj);
+  if (!arr) throw_error<InvalidArgument>("input '", name, "' must be a numpy array");
+  DType dt;
+  try {
+    dt = dtype_from_numpy(arr.dtype());
+  } catch (const Error& e) {
+    throw_error<InvalidArgument>("input '", name, "': ", e.what());
+  }
+  Shape shape(arr.shape(), arr.shape() + arr.ndim());
+  if (dt == DType::kString) {
+    Tensor t = Tensor::empty(dt, shape);
+    py::array flat = py::array(py::module_::import("numpy").attr("ravel")(arr));
+    std::string* out = t.data<std::string>();
+    for (py::ssize_t i = 0; i < flat.size(); ++i) out[i] = py::str(flat.attr("__getitem__")(i));
+    return t;
+  }
+  py::array c = py::array::ensure(arr, py::array::c_style | py::array::forcecast);
+  hold.push_back(c);
+  return Tensor::wrap(dt, shape, const_cast<void*>(c.data()));
+}
+
+py::object array_from_tensor(Tensor t) {
+  if (!t.defined()) return py::none();
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  if (t.dtype() == DType::kString) {
+    py::array out(py::dtype("O"), shape);
+    py::object flat = out.attr("reshape")(-1);
+    const std::string* s = t.data<std::string>();
+    for (int64_t i = 0; i < t.numel(); ++i) flat.attr("__setitem__")(i, py::str(s[i]));
+    return out;
+  }
+  if (t.dtype() == DType::kBFloat16) {  // numpy has no bfloat16: hand back float32
+    py::array_t<float> out(shape);
+    const bfloat16* s = t.data<bfloat16>();
+    float* d = out.mutable_data();
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = float(s[i]);
+    return out;
+  }
+  auto* holder = new Tensor(std::move(t));
+  py::capsule owner(holder, [](void* p) { delete static_cast<Tensor*>(p); });
+  return py::array(numpy_dtype(holder->dtype()), shape, holder->raw_data(), owner);
+}
+
+Value value_from_python(const std::string& name, py::handle obj, std::vector<py::object>& hold) {
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    Value v;
+    v.kind = Value::Kind::kSequence;
+    for (auto item : obj) v.sequence.push_back(tensor_from_array(name, item, hold).clone());
+    v.elem = v.sequence.empty() ? DType::kFloat32 : v.sequence[0].dtype();
+    return v;
+  }
+  if (obj.is_none()) return Value();
+  return Value::of(tensor_from_array(name, obj, hold));
+}
+
+py::object value_to_python(Value v) {
+  switch (v.kind) {
+    case Value::Kind::kTensor: return array_from_tensor(std::move(v.tensor));
+    case Value::Kind::kSequence: {
+      py::list l;
+      for (auto& t : v.sequence) l.append(array_from_tensor(std::move(t)));
+      return l;
+    }
+    default: return py::none();
+  }
+}
+
+py::object shape_list(const NodeArg& a) {
+  if (!a.has_shape) return py::none();
+  py::list l;
+  for (const auto& d : a.shape) {
+    if (d.value >= 0) l.append(d.value);
+    else if (!d.symbol.empty()) l.append(d.symbol);
+    else l.append(py::none());
+  }
+  return l;
+}
+
+std::vector<std::pair<std::string, Value>> feeds_from_dict(py::dict feed, std::vector<py::object>& hold) {
+  std::vector<std::pair<std::string, Value>> feeds;
+  for (auto [k, v] : feed) {
+    std::string name = py::str(k);
+    feeds.emplace_back(name, value_from_python(name, v, hold));
+  }
+  return feeds;
+}
+
+std::vector<std::string> names_from(py::object output_names) {
+  std::vector<std::string> names;
+  if (!output_names.is_none())
+    for (auto n : output_names) names.push_back(py::str(n));
+  return names;
+}
+
+py::dict tensors_to_dict(std::vector<std::pair<std::string, Tensor>> ts) {
+  py::dict d;
+  for (auto& [n, t] : ts) d[py::str(n)] = array_from_tensor(std::move(t));
+  return d;
+}
+
+std::vector<std::pair<std::string, Tensor>> dict_to_tensors(py::dict d) {
+  std::vector<std::pair<std::string, Tensor>> r;
+  std::vector<py::object> hold;
+  for (auto [k, v] : d) {
+    std::string name = py::str(k);
+    r.emplace_back(name, tensor_from_array(name, v, hold).clone());
+  }
+  return r;
+}
+
+py::list values_to_list(std::vector<Value> out) {
+  py::list result;
+  for (auto& v : out) result.append(value_to_python(std::move(v)));
+  return result;
+}
+
+}  // namespace onnxtrain::python

@@ -1,0 +1,56 @@
+// numpy <-> onnxtrain conversions shared by the pybind11 module's files. numpy arrays cross the
+// boundary without copies where the layout allows (inputs are viewed, outputs are handed over).
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onnxtrain/session.h"
+#include "onnxtrain/tensor.h"
+#include "onnxtrain/value.h"
+
+namespace onnxtrain::python {
+
+namespace py = pybind11;
+
+/// A numpy array viewed as a Tensor. `hold` keeps the (possibly converted) array alive; the view
+/// must not outlive it. Strings are copied.
+Tensor tensor_from_array(const std::string& name, py::handle obj, std::vector<py::object>& hold);
+/// The tensor handed to numpy (no copy; bfloat16 becomes float32, strings objects).
+py::object array_from_tensor(Tensor t);
+Value value_from_python(const std::string& name, py::handle obj, std::vector<py::object>& hold);
+py::object value_to_python(Value v);
+/// A NodeArg's shape: ints, symbols and None.
+py::object shape_list(const NodeArg& a);
+std::vector<std::pair<std::string, Value>> feeds_from_dict(py::dict feed, std::vector<py::object>& hold);
+std::vector<std::string> names_from(py::object output_names);
+py::dict tensors_to_dict(std::vector<std::pair<std::string, Tensor>> ts);
+/// Copies of the arrays of a dict.
+std::vector<std::pair<std::string, Tensor>> dict_to_tensors(py::dict d);
+py::list values_to_list(std::vector<Value> out);
+
+/// Converts the output names (None: all) and the feed, runs `fn(names, feeds)` without the GIL and
+/// returns its outputs as numpy arrays.
+template <class F>
+py::list run_without_gil(const py::object& output_names, const py::dict& feed, F&& fn) {
+  std::vector<py::object> hold;
+  auto feeds = feeds_from_dict(feed, hold);
+  auto names = names_from(output_names);
+  std::vector<Value> out;
+  {
+    py::gil_scoped_release nogil;
+    out = fn(names, feeds);
+  }
+  return values_to_list(std::move(out));
+}
+
+/// The training classes: TrainingParameters, TrainingSession, Trainer and its options and results,
+/// optimizer_names, loss_names.
+void bind_training(py::module_& m);
+
+}  // namespace onnxtrain::python
