@@ -62,7 +62,9 @@ int run_export(const ExportArgs& a, const CLI::App& app) {
   CheckpointInfo info;
   if (!ckpt.empty()) info = read_checkpoint_info(ckpt);
   std::unique_ptr<TrainingSession> sess;
-  if (info.metadata.count("cli.options")) {
+  // "trainer.options": the same record, from onnxtrain versions before the library trainer.
+  const char* key = info.metadata.count("cli.options") ? "cli.options" : "trainer.options";
+  if (info.metadata.count(key)) {
     // Written by `onnxtrain train`: rebuild its configuration from the recorded options.
     forbid(app, "--loss-output", "the checkpoint records its loss");
     CLI::App train_app;
@@ -70,7 +72,7 @@ int run_export(const ExportArgs& a, const CLI::App& app) {
     configure_app(train_app, train_info());
     define_train_options(train_app, ta);
     std::vector<std::string> argv{model_path};
-    for (const auto& s : options_argv(train_app, info.metadata.at("cli.options"))) argv.push_back(s);
+    for (const auto& s : options_argv(train_app, info.metadata.at(key))) argv.push_back(s);
     parse_args(train_app, argv);
     const LossModel lm = build_loss_model(model_bytes, ta.loss, dir_of(model_path));
     const int64_t total = info.metadata.count("trainer.total_steps") ? std::stoll(info.metadata.at("trainer.total_steps")) : 1;

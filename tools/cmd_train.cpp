@@ -143,6 +143,9 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
     if (!std::filesystem::exists(ckpt_path))
       throw_error<IOError>("--resume: no checkpoint '", ckpt_path, "' (give the --checkpoint-dir of the run to resume)");
     const CheckpointInfo info = read_checkpoint_info(ckpt_path);
+    if (info.metadata.count("trainer.options") && !info.metadata.count("cli.options"))
+      throw_error<InvalidArgument>("--resume: '", ckpt_path, "' was written by an earlier onnxtrain whose resume state ",
+                                   "this version cannot continue exactly; `onnxtrain export --checkpoint` still reads it");
     if (!info.metadata.count("cli.options"))
       throw_error<InvalidArgument>("--resume: '", ckpt_path, "' was not written by onnxtrain train");
     check_same_options(app, info.metadata.at("cli.options"));
