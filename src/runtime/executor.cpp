@@ -328,7 +328,7 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
         vals[size_t(st.out[size_t(k)])].tensor.copy_from(vals[size_t(st.in[size_t(j)])].tensor);
       Value* const* p = f.ptrs.data() + st.ptr_offset;
       RunContext rc(*st.node, p, st.in.size(), p + st.in.size(), st.out.size(), p + st.in.size() + st.out.size(),
-                    st.imp.size(), st.ws_offset >= 0 ? base(st.ws_device) + st.ws_offset : nullptr, st.ws_bytes,
+                    st.imp.size(), st.ws_offset >= 0 ? base(providers_.providers[st.provider]->device()) + st.ws_offset : nullptr, st.ws_bytes,
                     options_, threads, providers_.contexts[st.provider].get());
       rc.set_run_index(f.run_index);
       st.kernel->run(rc);

@@ -138,7 +138,6 @@ struct Step {
   std::vector<int> release;                   ///< dynamic slots freed after this step
   size_t ptr_offset = 0;                      ///< of its pointers in Frame::ptrs (in, out, imp)
   std::vector<size_t> host_inputs;            ///< inputs its kernel reads in host memory
-  Device ws_device;                           ///< where its workspace lives
 };
 
 struct Frame;
@@ -242,8 +241,9 @@ struct Block {
 /// returns the arena size.
 size_t place_blocks(std::vector<Block>& blocks);
 
-/// Arena blocks of the plan (static values, workspaces) placed; offsets recorded.
-void layout_arena(Plan& plan);
+/// Arena blocks of the plan (static values; workspaces, on their step's provider's device) placed,
+/// one arena per device; offsets recorded.
+void layout_arena(Plan& plan, const ProviderSet& ps);
 
 /// Per-run allocations, releases, results and state copies; pointer table layout.
 void wire(Plan& plan, const PlanRequest& req);

@@ -53,17 +53,15 @@ namespace {
 // the device that is not the host.
 class CopyKernel final : public Kernel {
  public:
-  CopyKernel(ExecutionProvider& provider, Device to) : provider_(provider), to_(to) {}
+  explicit CopyKernel(ExecutionProvider& provider) : provider_(provider) {}
   void prepare(PrepareContext& ctx) override {
     if (ctx.input_kind(0) != Value::Kind::kTensor) ctx.fail("only tensors move between devices");
     ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
   }
   void run(RunContext& ctx) override { provider_.copy(ctx.input(0), ctx.output(0), *ctx.device()); }
-  Device to() const { return to_; }
 
  private:
   ExecutionProvider& provider_;
-  Device to_;
 };
 
 }  // namespace
@@ -358,15 +356,16 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
     with_node_context(node, [&] {
       auto oit = opsets.find(node.domain);
       st.opset = oit == opsets.end() ? 0 : oit->second;
-      bool all_inputs_const = node.subgraphs().empty();
+      // Nodes evaluated now (no subgraph, constant inputs) always run on the CPU provider. The kernel
+      // is created before the inputs are checked: its attribute errors come first.
+      bool all_const = node.subgraphs().empty();
       for (const auto& n : node.inputs)
-        all_inputs_const = all_inputs_const && (n.empty() || slots[size_t(plan.id(n))].state == Slot::State::kConstant);
-      // Nodes evaluated now (constant inputs) always run on the CPU provider.
-      if (all_inputs_const) st.provider = ps.cpu();
+        all_const = all_const && (n.empty() || slots[size_t(plan.id(n))].state == Slot::State::kConstant);
+      if (all_const) st.provider = ps.cpu();
       const KernelRegistry& reg = ps.providers[st.provider]->registry();
       auto kernel = create_kernel(node, opsets, options, reg);
       if (const auto* e = reg.find(node.domain, node.op_type, st.opset)) st.host_inputs = e->host_inputs;
-      bool known = true, all_const = node.subgraphs().empty();
+      bool known = true;
       for (const auto& n : node.inputs) {
         const int sid = n.empty() ? -1 : plan.id(n);
         st.in.push_back(sid);
@@ -375,7 +374,6 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
         if (plan.missing.count(n)) throw_error<InvalidArgument>("missing input '", n, "'");
         if (s.state == Slot::State::kUnset) throw_error<InvalidGraph>("input '", n, "' is read before it is produced");
         known = known && s.shape_known;
-        all_const = all_const && s.state == Slot::State::kConstant;
       }
       for (const auto& n : gi.implicit[idx]) {
         auto it = plan.ids.find(n);
@@ -383,7 +381,6 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
         if (plan.missing.count(n)) throw_error<InvalidArgument>("missing input '", n, "'");
         st.imp.push_back(it->second);
         known = known && slots[size_t(it->second)].shape_known;
-        all_const = false;
       }
       for (const auto& n : node.outputs) st.out.push_back(n.empty() ? -1 : plan.id(n));
 
@@ -443,11 +440,12 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
       st.dynamic = any_dynamic;
       record_outputs(plan, st, ctx, ps.providers[st.provider]->device());
       st.ws_bytes = ctx.workspace();
-      st.ws_device = ps.providers[st.provider]->device();
       plan.kernels.push_back(std::move(kernel));
       st.kernel = plan.kernels.back().get();
     });
-    if (st.kernel) plan.steps.push_back(std::move(st));
+    if (!st.kernel) return;
+    if (st.provider != 0 && ps.providers.size() > 1) ++plan.stats.fallback_steps;  // not the first choice
+    plan.steps.push_back(std::move(st));
   };
   for (size_t idx : gi.order)
     if (needed[idx] && phases[idx] == 0) prepare_node(idx, 0);
@@ -503,7 +501,7 @@ void insert_copies(Plan& plan, const ProviderSet& ps) {
     st.in = {sid};
     st.out = {cid};
     st.dynamic = slots[size_t(cid)].state == Slot::State::kDynamic;
-    plan.kernels.push_back(std::make_unique<CopyKernel>(*ps.providers[st.provider], to));
+    plan.kernels.push_back(std::make_unique<CopyKernel>(*ps.providers[st.provider]));
     st.kernel = plan.kernels.back().get();
     plan.steps.push_back(std::move(st));
     ++plan.stats.device_copies;
@@ -513,7 +511,6 @@ void insert_copies(Plan& plan, const ProviderSet& ps) {
   const size_t n = plan.steps.size();
   for (size_t s = 0; s < n; ++s) {
     Device dev = ps.providers[plan.steps[s].provider]->device();
-    if (plan.steps[s].provider != 0 && ps.providers.size() > 1) ++plan.stats.fallback_steps;
     for (size_t j = 0; j < plan.steps[s].in.size(); ++j) {
       const int sid = plan.steps[s].in[j];
       if (sid < 0) continue;
@@ -735,7 +732,7 @@ size_t place_blocks(std::vector<Block>& blocks) {
   return total;
 }
 
-void layout_arena(Plan& plan) {
+void layout_arena(Plan& plan, const ProviderSet& ps) {
   auto& slots = plan.slots;
   std::map<Device, std::vector<Block>> by_device;
   for (size_t i = 0; i < slots.size(); ++i)
@@ -745,7 +742,7 @@ void layout_arena(Plan& plan) {
   for (size_t si = 0; si < plan.steps.size(); ++si) {
     const Step& st = plan.steps[si];
     if (st.ws_bytes > 0 && !st.dynamic)
-      by_device[st.ws_device].push_back(Block{arena_align(st.ws_bytes), int(si), int(si), -1 - int(si)});
+      by_device[ps.providers[st.provider]->device()].push_back(Block{arena_align(st.ws_bytes), int(si), int(si), -1 - int(si)});
   }
   plan.arena_bytes = 0;
   size_t naive = 0;
@@ -856,7 +853,7 @@ std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, c
   planner::schedule_steps(*plan);
   planner::compute_liveness(*plan);
   planner::assign_inplace(*plan);
-  planner::layout_arena(*plan);
+  planner::layout_arena(*plan, providers);
   planner::wire(*plan, req);
   // Static workspaces' pointers are per frame: make_frame resolves ws_offset against its arena.
   plan->main = make_frame(*plan, providers);

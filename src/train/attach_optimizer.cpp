@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <unordered_map>
 
 #include "autodiff/builder.h"
 #include "ir/emitter.h"
@@ -358,19 +359,19 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
 
   // The updated states are graph outputs named after their state ("<state>_updated"): the saved
   // training model runs by itself.
+  std::unordered_map<std::string, std::string> renamed;
   for (auto& u : tg.updates) {
     if (u.kind == StateUpdate::Kind::kRunningStat) continue;  // already outputs of the gradient model
     const std::string name = e.fresh(u.state + "_updated");
-    for (auto& n : g.nodes) {
-      for (auto& i : n.inputs)
-        if (i == u.value) i = name;
-      for (auto& o : n.outputs)
-        if (o == u.value) o = name;
-    }
+    renamed[u.value] = name;
     u.value = name;
     const Tensor& t = *g.initializer(u.state);
     g.outputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(t.dtype(), t.shape()), ""});
   }
+  for (auto& n : g.nodes)
+    for (auto* names : {&n.inputs, &n.outputs})
+      for (auto& v : *names)
+        if (auto it = renamed.find(v); it != renamed.end()) v = it->second;
   tg.model.metadata.emplace_back("onnxtrain.state_updates", join_updates(tg.updates));
   tg.model.metadata.emplace_back("onnxtrain.training_inputs",
                                  "lr=" + tg.lr_input + ",step=" + tg.step_input +
@@ -380,7 +381,8 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
 
 TrainingGraph build_training_graph(const ir::Model& forward, const std::string& loss,
                                    const std::vector<std::string>& trained, const std::vector<RunningStat>& running,
-                                   const std::set<std::string>& frozen_stats, const StepConfig& cfg) {
+                                   const std::set<std::string>& frozen_stats, const StepConfig& cfg,
+                                   ir::Model* gradient_model) {
   std::vector<std::string> ys;
   for (const auto& o : forward.graph->outputs) ys.push_back(o.name);
   for (const auto& r : running) ys.push_back(r.output);
@@ -393,6 +395,10 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
   for (const auto& r : running)
     if (!frozen_stats.count(r.initializer))
       tg.updates.push_back({StateUpdate::Kind::kRunningStat, r.output, r.initializer, "", r.initializer});
+  if (gradient_model) {  // before the optimizer is attached (its own graph: the pass appends to tg's)
+    *gradient_model = tg.model;
+    gradient_model->graph = std::make_shared<ir::Graph>(*tg.model.graph);
+  }
   attach_optimizer(tg, cfg);
   return tg;
 }

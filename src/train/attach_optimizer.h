@@ -83,9 +83,11 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg);
 
 /// The whole training model of `forward` (which outputs `loss`): gradient graph of `trained`,
 /// BatchNormalization running statistics written back (except those in `frozen_stats`), then
-/// attach_optimizer.
+/// attach_optimizer. `gradient_model`, when given, receives the gradient model before the
+/// optimizer is attached (for model_with_gradient_graph_path).
 TrainingGraph build_training_graph(const ir::Model& forward, const std::string& loss,
                                    const std::vector<std::string>& trained, const std::vector<RunningStat>& running,
-                                   const std::set<std::string>& frozen_stats, const StepConfig& cfg);
+                                   const std::set<std::string>& frozen_stats, const StepConfig& cfg,
+                                   ir::Model* gradient_model = nullptr);
 
 }  // namespace onnxtrain::train

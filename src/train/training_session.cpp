@@ -9,7 +9,6 @@
 #include <cmath>
 #include <set>
 
-#include "autodiff/builder.h"
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
 #include "runtime/feeds.h"
@@ -197,20 +196,14 @@ void TrainingSession::Impl::init() {
   sc.max_grad_norm = params.max_grad_norm;
   sc.portable = params.portable_training_graph;
   sc.lr_input = params.lr_params_feed_name;
-  tg = train::build_training_graph(model, params.loss_output_name, trained, running, params.immutable_weights, sc);
+  ir::Model grad_model;
+  tg = train::build_training_graph(model, params.loss_output_name, trained, running, params.immutable_weights, sc,
+                                   params.model_with_gradient_graph_path.empty() ? nullptr : &grad_model);
   optimizer_name = params.training_optimizer_name;
   // The training model shares the forward model's weight storage.
   for (auto& [n, t] : tg.model.graph->initializers)
     if (Tensor* w = initializer(n)) t = *w;
-  if (!params.model_with_gradient_graph_path.empty()) {
-    autodiff::BuildOptions bo;
-    bo.portable = params.portable_training_graph;
-    std::vector<std::string> ys;
-    for (const auto& o : g.outputs) ys.push_back(o.name);
-    for (const auto& r : running) ys.push_back(r.output);
-    ir::save_model(autodiff::build_gradient_model(model, ys, trained, params.loss_output_name, bo),
-                   params.model_with_gradient_graph_path);
-  }
+  if (!params.model_with_gradient_graph_path.empty()) ir::save_model(grad_model, params.model_with_gradient_graph_path);
   if (!params.model_with_training_graph_path.empty()) ir::save_model(tg.model, params.model_with_training_graph_path);
 
   ExecOptions eo;
