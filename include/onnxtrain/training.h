@@ -114,6 +114,9 @@ class TrainingSession {
   int64_t step() const;
   /// The parameters the session was created with.
   const TrainingParameters& parameters() const;
+  /// Learning rate the session's schedule gives update `step` (1-based): the rate run() uses when
+  /// the feed omits it. Throws InvalidArgument when the parameters set no schedule.
+  double scheduled_learning_rate(int64_t step) const;
 
   /// Inference model: loss, gradients and optimizer removed, current weights in, training-only
   /// behaviour (BatchNormalization/Dropout training mode) switched off. `outputs` empty: every

@@ -340,8 +340,7 @@ struct Trainer::Impl {
   }
   // Learning rate of optimizer step `t` (1-based count of the session).
   double lr_of(int64_t t) const {
-    return opt.learning_rate ? *opt.learning_rate
-                             : scheduled_learning_rate(session->parameters(), std::max<int64_t>(1, t));
+    return opt.learning_rate ? *opt.learning_rate : session->scheduled_learning_rate(std::max<int64_t>(1, t));
   }
   std::map<std::string, std::string> metadata() const {
     std::map<std::string, std::string> m = opt.checkpoint_metadata;

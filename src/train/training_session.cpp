@@ -453,6 +453,12 @@ void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor
 
 int64_t TrainingSession::step() const { return impl_->step; }
 
+double TrainingSession::scheduled_learning_rate(int64_t step) const {
+  if (!impl_->has_schedule)
+    throw_error<InvalidArgument>("scheduled_learning_rate: TrainingParameters.lr_schedule is empty");
+  return impl_->schedule.value(step);
+}
+
 const TrainingParameters& TrainingSession::parameters() const { return impl_->params; }
 
 std::string TrainingSession::export_model(const std::vector<std::string>& outputs) const {
