@@ -13,14 +13,17 @@ namespace {
 
 void translate(const Error& e) {
   py::module_ errors = py::module_::import("onnxtrain._errors");
-  const char* cls = "OnnxTrainError";
+  // onnxruntime's exception classes (onnxruntime_pybind11_state), defined in _errors.py.
+  const char* cls = "Fail";
   switch (e.code()) {
     case ErrorCode::kInvalidArgument: cls = "InvalidArgument"; break;
-    case ErrorCode::kInvalidModel: cls = "InvalidModel"; break;
+    case ErrorCode::kInvalidModel: cls = "InvalidProtobuf"; break;
     case ErrorCode::kInvalidGraph: cls = "InvalidGraph"; break;
-    case ErrorCode::kNotImplemented: cls = "UnsupportedError"; break;
+    case ErrorCode::kNotImplemented: cls = "NotImplemented"; break;
     case ErrorCode::kIOError: cls = "ModelFileError"; break;
-    default: break;
+    case ErrorCode::kNoSuchFile: cls = "NoSuchFile"; break;
+    case ErrorCode::kFail:
+    case ErrorCode::kTerminated: cls = "Fail"; break;
   }
   PyErr_SetString(errors.attr(cls).ptr(), e.what());
 }

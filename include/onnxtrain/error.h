@@ -17,6 +17,8 @@ enum class ErrorCode {
   kInvalidGraph = 4,     ///< structurally wrong graph: cycles, undefined or duplicate names
   kNotImplemented = 5,   ///< valid ONNX that onnxtrain does not support (operator, opset, dtype)
   kIOError = 6,          ///< file system failure
+  kNoSuchFile = 7,       ///< a file that does not exist (a kind of kIOError)
+  kTerminated = 8,       ///< a run stopped on request (RunOptions.terminate)
 };
 
 /// Base class of every exception onnxtrain throws.
@@ -52,12 +54,22 @@ class NotImplemented : public Error {
 /// File system failure (missing file, permission, short read).
 class IOError : public Error {
  public:
-  explicit IOError(const std::string& w) : Error(ErrorCode::kIOError, w) {}
+  explicit IOError(const std::string& w, ErrorCode c = ErrorCode::kIOError) : Error(c, w) {}
+};
+/// A file that does not exist.
+class NoSuchFile : public IOError {
+ public:
+  explicit NoSuchFile(const std::string& w) : IOError(w, ErrorCode::kNoSuchFile) {}
 };
 /// Generic runtime failure (for example a kernel rejecting its inputs at run time).
 class RuntimeError : public Error {
  public:
-  explicit RuntimeError(const std::string& w) : Error(ErrorCode::kFail, w) {}
+  explicit RuntimeError(const std::string& w, ErrorCode c = ErrorCode::kFail) : Error(c, w) {}
+};
+/// A run stopped because its caller asked it to (RunOptions.terminate).
+class Terminated : public RuntimeError {
+ public:
+  explicit Terminated(const std::string& w) : RuntimeError(w, ErrorCode::kTerminated) {}
 };
 
 namespace detail {

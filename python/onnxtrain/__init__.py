@@ -11,8 +11,9 @@ import os as _os
 if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
-from ._errors import (InvalidArgument, InvalidGraph, InvalidModel, ModelFileError, OnnxTrainError,
-                      UnsupportedError)
+from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, InvalidModel, InvalidProtobuf,
+                      ModelFileError, ModelLoaded, NoModel, NoSuchFile, NotImplemented, OnnxTrainError,
+                      RuntimeException, UnsupportedError)
 from ._C import (EvalResult, FitResult, NodeArg, Objective, SessionOptions, Trainer, TrainerOptions, TrainRecord,
                  loss_names, lr_schedule_names, optimizer_hyperparameters, optimizer_names)
 from .gradient import GradientGraphBuilder

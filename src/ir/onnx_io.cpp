@@ -729,7 +729,10 @@ void model_to_proto(const Model& m, onnx::ModelProto* p) { model_to_proto(m, p, 
 
 std::string read_file(const std::string& path, const char* what, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_error<IOError>("cannot open ", what, " '", path, "': ", errno_text());
+  if (fd < 0) {
+    if (errno == ENOENT) throw_error<NoSuchFile>("cannot open ", what, " '", path, "': ", errno_text());
+    throw_error<IOError>("cannot open ", what, " '", path, "': ", errno_text());
+  }
   struct stat st;
   if (fstat(fd, &st) != 0) {
     ::close(fd);

@@ -18,6 +18,8 @@ void rethrow_with(const Error& e, const std::string& prefix) {
     case ErrorCode::kInvalidGraph: throw InvalidGraph(msg);
     case ErrorCode::kNotImplemented: throw NotImplemented(msg);
     case ErrorCode::kIOError: throw IOError(msg);
+    case ErrorCode::kNoSuchFile: throw NoSuchFile(msg);
+    case ErrorCode::kTerminated: throw Terminated(msg);
     default: throw RuntimeError(msg);
   }
 }

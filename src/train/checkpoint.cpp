@@ -177,7 +177,10 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
 Checkpoint read_checkpoint(const std::string& path) {
   Fd f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) throw_error<IOError>("cannot open checkpoint '", path, "': ", std::strerror(errno));
+  if (f.fd < 0) {
+    if (errno == ENOENT) throw_error<NoSuchFile>("cannot open checkpoint '", path, "': ", std::strerror(errno));
+    throw_error<IOError>("cannot open checkpoint '", path, "': ", std::strerror(errno));
+  }
   struct stat st;
   if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) throw_error<IOError>("checkpoint '", path, "' is not a regular file");
   const uint64_t size = uint64_t(st.st_size);
