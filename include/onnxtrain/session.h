@@ -1,6 +1,7 @@
 // InferenceSession: load an ONNX model and run it on CPU, with onnxruntime's call shapes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,13 +13,81 @@
 
 namespace onnxtrain {
 
-/// Session settings (the subset of onnxruntime's SessionOptions that applies here).
+/// onnxruntime's GraphOptimizationLevel: which of onnxtrain's graph and plan passes run.
+///  - kDisableAll: none (every node runs every time; in-place outputs are copies of their input);
+///  - kEnableBasic: constant folding (nodes whose inputs are all constant run once, at load time
+///    into initializers and at plan time for the rest);
+///  - kEnableExtended and kEnableAll: also in-place outputs sharing their input's memory (there are
+///    no layout passes beyond that, so the two levels plan alike).
+enum class GraphOptimizationLevel { kDisableAll = 0, kEnableBasic = 1, kEnableExtended = 2, kEnableAll = 99 };
+
+/// onnxruntime's ExecutionMode. Nodes always run one after another (each kernel uses the intra-op
+/// threads); kParallel is accepted and runs sequentially.
+enum class ExecutionMode { kSequential = 0, kParallel = 1 };
+
+/// Session settings: onnxruntime's SessionOptions.
 struct SessionOptions {
   int intra_op_num_threads = 0;  ///< threads used inside kernels; 0 = all cores
-  int inter_op_num_threads = 0;  ///< accepted for compatibility; nodes run one after another
-  bool deterministic = false;    ///< bitwise-reproducible kernels where a choice exists
-  uint64_t seed = 0;             ///< seed of random operators without a seed attribute (0: default)
-  std::string optimized_model_filepath;  ///< when set, the loaded model is written there (ONNX)
+  int inter_op_num_threads = 0;  ///< threads across nodes: nodes run one after another, so unused
+  bool deterministic = false;    ///< bitwise-reproducible kernels where a choice exists (use_deterministic_compute)
+  uint64_t seed = 0;             ///< seed of random operators without a seed attribute (0: the process default)
+  std::string optimized_model_filepath;  ///< when set, the model after the load-time passes is written there (ONNX)
+  GraphOptimizationLevel graph_optimization_level = GraphOptimizationLevel::kEnableAll;
+  ExecutionMode execution_mode = ExecutionMode::kSequential;
+  bool enable_profiling = false;                       ///< record one event per node run (see end_profiling)
+  std::string profile_file_prefix = "onnxruntime_profile_";  ///< profile file: <prefix>_<date_time>.json
+  /// Values whose lifetimes do not overlap share arena memory; false gives every value its own block.
+  bool enable_mem_reuse = true;
+  /// The run's memory (the arena laid out by the plan) is kept between runs of the same shapes;
+  /// false allocates it at the start of each run and frees it at the end (lower idle memory). Both
+  /// enable_mem_pattern and enable_cpu_mem_arena control it: memory is kept when both are true.
+  bool enable_mem_pattern = true;
+  bool enable_cpu_mem_arena = true;
+  int log_severity_level = 2;   ///< 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+  int log_verbosity_level = 0;  ///< detail of verbose messages
+  std::string logid;            ///< prefix of this session's log lines
+  /// add_session_config_entry: every key is kept; the keys onnxtrain interprets are listed in
+  /// docs/python-api.md ("session.load_model_format", "session.save_model_format",
+  /// "session.disable_cpu_ep_fallback").
+  std::vector<std::pair<std::string, std::string>> config_entries;
+  /// Symbolic input dimensions fixed by name (dim_param) or by denotation (e.g. "DATA_BATCH").
+  std::vector<std::pair<std::string, int64_t>> free_dimension_overrides_by_name;
+  std::vector<std::pair<std::string, int64_t>> free_dimension_overrides_by_denotation;
+  /// Initializers that replace the model's of the same name (or give a graph input a constant
+  /// value). Tensors are shared, not copied, across sessions made with these options.
+  std::vector<std::pair<std::string, Tensor>> initializers;
+
+  /// Value of a config entry; `dflt` when absent.
+  std::string config(const std::string& key, const std::string& dflt = "") const;
+};
+
+/// onnxruntime's RunOptions. Copies share the terminate flag, so a flag set from another thread
+/// reaches a run that was given any copy.
+struct RunOptions {
+  RunOptions();
+  int log_severity_level = 2;
+  int log_verbosity_level = 0;
+  std::string logid;
+  std::string run_tag;  ///< named in the profile's model_run event
+  /// onnxtrain always runs only the nodes the fetches need (outputs are the same either way).
+  bool only_execute_path_to_fetches = false;
+  /// Run with training-mode operator defaults (Dropout drops, BatchNormalization uses batch statistics).
+  bool training_mode = false;
+  std::vector<std::pair<std::string, std::string>> config_entries;
+  /// Set to stop runs in progress (they fail with Terminated before their next node) and the next
+  /// ones, until cleared.
+  std::shared_ptr<std::atomic<bool>> terminate;
+};
+
+/// Seed of random operators in sessions whose SessionOptions.seed is 0 (onnxruntime's set_seed).
+void set_default_seed(uint64_t seed);
+uint64_t default_seed();
+
+/// The model's metadata (onnxruntime's ModelMetadata).
+struct ModelMetadata {
+  std::string producer_name, graph_name, domain, description, graph_description;
+  int64_t version = 0;
+  std::vector<std::pair<std::string, std::string>> custom_metadata_map;
 };
 
 /// One dimension of a declared input/output shape: a number, a symbol, or unknown.
@@ -42,6 +111,8 @@ struct RunStats {
 };
 
 /// Loads a model and runs it. Thread-safe: concurrent run() calls are serialized.
+/// A model whose metadata carries onnxruntime's "ort_config" entry (JSON
+/// {"session_options": {...}}) has those options applied over the given ones.
 class InferenceSession {
  public:
   /// Loads from a file (external data resolved beside it).
@@ -66,6 +137,19 @@ class InferenceSession {
   /// Same, for models with sequence or optional inputs/outputs.
   std::vector<Value> run_values(const std::vector<std::string>& output_names,
                                 const std::vector<std::pair<std::string, Value>>& feeds);
+  /// Same, with run options; feeds are borrowed (the caller keeps them alive during the run).
+  std::vector<Value> run_values(const std::vector<std::string>& output_names,
+                                const std::vector<std::pair<std::string, const Value*>>& feeds,
+                                const RunOptions& run_options);
+
+  /// The options the session runs with (after the model's own "ort_config" entries were applied).
+  const SessionOptions& options() const;
+  ModelMetadata metadata() const;
+  /// Stops profiling and writes onnxruntime's Chrome-trace JSON (one event per node run);
+  /// returns the file name, or "" when profiling was not enabled.
+  std::string end_profiling();
+  /// When profiling started (steady clock, ns); 0 when profiling is off.
+  uint64_t profiling_start_time_ns() const;
 
   RunStats last_run_stats() const;
   /// Model metadata.

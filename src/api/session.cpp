@@ -3,28 +3,42 @@
 #include "api/session_impl.h"
 #include "autodiff/builder.h"
 #include "ir/onnx_io.h"
+#include "runtime/fold.h"
+#include "runtime/run_hooks.h"
 
 namespace onnxtrain {
 
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
 void InferenceSession::Impl::init() {
-  ExecOptions eo;
-  eo.num_threads = options.intra_op_num_threads;
-  eo.deterministic = options.deterministic;
-  if (options.seed) eo.seed = options.seed;
-  if (options.intra_op_num_threads < 0)
-    throw_error<InvalidArgument>("SessionOptions.intra_op_num_threads must be >= 0, got ",
-                                 options.intra_op_num_threads);
+  apply_model_session_options(model, options);
+  if (options.config("session.load_model_format", "ONNX") != "ONNX")
+    throw_error<NotImplemented>("session.load_model_format '", options.config("session.load_model_format"),
+                                "': onnxtrain loads ONNX models only (ORT format is not supported)");
+  const std::string save_format = options.config("session.save_model_format", "ONNX");
+  if (!options.optimized_model_filepath.empty() && (save_format != "ONNX" || ends_with(options.optimized_model_filepath, ".ort")))
+    throw_error<NotImplemented>("optimized_model_filepath '", options.optimized_model_filepath,
+                                "': onnxtrain writes ONNX models only (ORT format is not supported)");
+  exec_options = exec_options_of(options);
+  apply_session_overrides(model, options);
   // The preview-training Gradient operator becomes explicit gradient nodes.
   for (const auto& n : model.graph->nodes)
     if (n.domain == "ai.onnx.preview.training" && n.op_type == "Gradient") {
       autodiff::lower_gradient_ops(model);
       break;
     }
-  exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, eo);
+  if (exec_options.fold_constants) runtime::fold_constant_nodes(model, exec_options);
+  exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, exec_options);
   // Create every kernel once now so unsupported operators fail at load time, naming the node.
   std::function<void(const ir::Graph&)> check = [&](const ir::Graph& g) {
     for (const auto& n : g.nodes) {
-      create_kernel(n, model.opsets, eo);
+      create_kernel(n, model.opsets, exec_options);
       for (const ir::Graph* sg : n.subgraphs()) check(*sg);
     }
   };
@@ -32,10 +46,16 @@ void InferenceSession::Impl::init() {
   for (size_t i = 0; i < exec->input_names().size(); ++i) input_index[exec->input_names()[i]] = i;
   for (size_t i = 0; i < exec->output_names().size(); ++i) output_index[exec->output_names()[i]] = i;
   if (!options.optimized_model_filepath.empty()) ir::save_model(model, options.optimized_model_filepath);
+  if (options.enable_profiling) {
+    profiler.start(options.profile_file_prefix);
+    profiler.session_event("session_initialization", load_start_ns);
+  }
 }
 
 std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& output_names,
-                                               const std::vector<std::pair<std::string, const Value*>>& feeds) {
+                                               const std::vector<std::pair<std::string, const Value*>>& feeds,
+                                               const RunOptions* run_options) {
+  const int64_t run_start = profiler.active() ? runtime::now_ns() : 0;
   std::vector<const Value*> ins(exec->input_names().size(), nullptr);
   for (const auto& [name, v] : feeds) {
     auto it = input_index.find(name);
@@ -58,11 +78,43 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
     if (it == output_index.end()) throw_error<InvalidArgument>("unknown output '", n, "'");
     outs.push_back(it->second);
   }
-  return exec->run(ins, outs);
+  runtime::GraphExecutor* ex = exec.get();
+  if (run_options && run_options->training_mode) {
+    std::lock_guard<std::mutex> lock(training_mu);
+    if (!exec_training) {
+      ExecOptions eo = exec_options;
+      eo.training = true;
+      exec_training = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, eo);
+    }
+    ex = exec_training.get();
+  }
+  runtime::RunHooks hooks;
+  if (run_options && run_options->terminate) {
+    if (run_options->terminate->load())
+      throw Terminated("the run was not started: RunOptions.terminate is set");
+    hooks.terminate = run_options->terminate.get();
+  }
+  if (profiler.active()) hooks.on_node = [this](runtime::NodeEvent&& ev) { profiler.node_event(ev); };
+  std::vector<Value> result;
+  {
+    runtime::ScopedRunHooks scope(hooks.terminate || hooks.on_node ? &hooks : nullptr);
+    result = ex->run(ins, outs);
+  }
+  if (run_start) {
+    std::string tag = run_options ? run_options->run_tag : "";
+    std::string escaped;
+    for (char c : tag) {
+      if (c == '"' || c == '\\') escaped += '\\';
+      if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
+    }
+    profiler.session_event("model_run", run_start, "{\"run_tag\": \"" + escaped + "\"}");
+  }
+  return result;
 }
 
 InferenceSession::InferenceSession(const std::string& path, const SessionOptions& options)
     : impl_(std::make_unique<Impl>()) {
+  impl_->load_start_ns = runtime::now_ns();
   impl_->model = ir::load_model_file(path);
   impl_->options = options;
   impl_->init();
@@ -71,6 +123,7 @@ InferenceSession::InferenceSession(const std::string& path, const SessionOptions
 InferenceSession::InferenceSession(const void* data, size_t size, const SessionOptions& options,
                                    const std::string& base_dir)
     : impl_(std::make_unique<Impl>()) {
+  impl_->load_start_ns = runtime::now_ns();
   impl_->model = ir::load_model_bytes(data, size, base_dir);
   impl_->options = options;
   impl_->init();
@@ -124,6 +177,33 @@ std::vector<Value> InferenceSession::run_values(const std::vector<std::string>& 
   std::vector<std::pair<std::string, const Value*>> f;
   for (const auto& [n, v] : feeds) f.emplace_back(n, &v);
   return impl_->run(output_names, f);
+}
+
+std::vector<Value> InferenceSession::run_values(const std::vector<std::string>& output_names,
+                                                const std::vector<std::pair<std::string, const Value*>>& feeds,
+                                                const RunOptions& run_options) {
+  return impl_->run(output_names, feeds, &run_options);
+}
+
+const SessionOptions& InferenceSession::options() const { return impl_->options; }
+
+ModelMetadata InferenceSession::metadata() const {
+  const ir::Model& m = impl_->model;
+  ModelMetadata md;
+  md.producer_name = m.producer_name;
+  md.graph_name = m.graph->name;
+  md.domain = m.domain;
+  md.description = m.doc;
+  md.graph_description = m.graph->doc;
+  md.version = m.model_version;
+  md.custom_metadata_map = m.metadata;
+  return md;
+}
+
+std::string InferenceSession::end_profiling() { return impl_->profiler.end(); }
+
+uint64_t InferenceSession::profiling_start_time_ns() const {
+  return impl_->profiler.active() ? uint64_t(impl_->profiler.start_ns()) : 0;
 }
 
 RunStats InferenceSession::last_run_stats() const {

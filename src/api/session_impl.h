@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "api/profiler.h"
 #include "ir/ir.h"
 #include "onnxtrain/session.h"
 #include "runtime/executor.h"
@@ -16,12 +17,29 @@ using runtime::node_arg_of;
 struct InferenceSession::Impl {
   ir::Model model;
   std::unique_ptr<runtime::GraphExecutor> exec;
+  std::unique_ptr<runtime::GraphExecutor> exec_training;  // RunOptions.training_mode, made on first use
+  std::mutex training_mu;
+  ExecOptions exec_options;
   SessionOptions options;
   std::unordered_map<std::string, size_t> input_index;   // executor input position
   std::unordered_map<std::string, size_t> output_index;  // executor output position
+  api::Profiler profiler;
+  int64_t load_start_ns = 0;
   void init();
   std::vector<Value> run(const std::vector<std::string>& output_names,
-                         const std::vector<std::pair<std::string, const Value*>>& feeds);
+                         const std::vector<std::pair<std::string, const Value*>>& feeds,
+                         const RunOptions* run_options = nullptr);
 };
+
+/// Applies onnxruntime's "ort_config" model metadata (JSON {"session_options": {...}}) over
+/// `options`; throws InvalidModel naming a malformed entry or an unknown option.
+void apply_model_session_options(const ir::Model& model, SessionOptions& options);
+
+/// The load-time changes SessionOptions asks for: free dimension overrides and added initializers.
+void apply_session_overrides(ir::Model& model, const SessionOptions& options);
+
+/// The executor options of SessionOptions (threads, determinism, seed, the plan passes of the
+/// optimization level, the memory options).
+ExecOptions exec_options_of(const SessionOptions& options);
 
 }  // namespace onnxtrain

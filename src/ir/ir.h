@@ -21,6 +21,7 @@ struct Graph;
 struct Dim {
   int64_t value = -1;  ///< >= 0 when fixed
   std::string param;   ///< symbolic name when not fixed (may be empty: unknown)
+  std::string denotation;  ///< e.g. "DATA_BATCH" (may be empty)
   bool fixed() const { return value >= 0; }
 };
 

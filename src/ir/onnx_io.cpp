@@ -317,6 +317,7 @@ TypeInfo type_from_proto(const onnx::TypeProto& p) {
       Dim dim;
       if (d.has_dim_value()) dim.value = d.dim_value() >= 0 ? d.dim_value() : -1;
       if (d.has_dim_param()) dim.param = d.dim_param();
+      dim.denotation = d.denotation();
       t.dims.push_back(dim);
     }
   };
@@ -352,6 +353,7 @@ void type_to_proto(const TypeInfo& t, onnx::TypeProto* p) {
       auto* pd = s->add_dim();
       if (d.fixed()) pd->set_dim_value(d.value);
       else if (!d.param.empty()) pd->set_dim_param(d.param);
+      if (!d.denotation.empty()) pd->set_denotation(d.denotation);
     }
   };
   switch (t.kind) {

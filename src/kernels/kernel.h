@@ -68,6 +68,11 @@ struct ExecOptions {
   std::vector<ExecutionProvider*> providers;
   /// How control-flow kernels run their subgraphs (set by the runtime).
   SubgraphFactory subgraphs;
+  // Plan passes (SessionOptions.graph_optimization_level and the memory options).
+  bool fold_constants = true;    ///< nodes with constant inputs run once, when planning
+  bool inplace_aliasing = true;  ///< in-place outputs share their input's memory (else they start as a copy)
+  bool reuse_memory = true;      ///< values whose lifetimes do not overlap share arena memory
+  bool keep_memory = true;       ///< a plan's run memory is kept between runs (else allocated per run)
 };
 
 /// What a kernel factory sees: the node, its opset and attribute accessors that name the node in

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "core/parallel.h"
+#include "runtime/run_hooks.h"
 #include "runtime/run_util.h"
 
 namespace onnxtrain::runtime {
@@ -49,6 +50,26 @@ void reset_frame(const Plan& plan, Frame& f) {
   }
   for (const Step& st : plan.steps)
     for (const auto& [o, i] : st.rebind) vals[size_t(o)].tensor.unbind();
+}
+
+// Hands the profiler the event of a step that just ran.
+void record_node(RunHooks& hooks, const Step& st, const std::vector<Value>& vals, const std::string& provider,
+                 int64_t t0) {
+  NodeEvent ev;
+  ev.end_ns = now_ns();
+  ev.start_ns = t0;
+  ev.node = st.node;
+  ev.provider = provider;
+  auto describe = [&](const std::vector<int>& ids, std::vector<std::pair<DType, Shape>>& out) {
+    for (int sid : ids) {
+      const Value* v = sid < 0 ? nullptr : &vals[size_t(sid)];
+      if (v && v->kind == Value::Kind::kTensor) out.emplace_back(v->tensor.dtype(), v->tensor.shape());
+      else out.emplace_back(DType::kUndefined, Shape{});
+    }
+  };
+  describe(st.in, ev.inputs);
+  describe(st.out, ev.outputs);
+  hooks.on_node(std::move(ev));
 }
 
 // Binds fed inputs into the frame (tensors without copying).
@@ -195,6 +216,13 @@ std::vector<std::string> GraphExecutor::last_assignment() const {
   return r;
 }
 
+std::vector<const ir::Node*> GraphExecutor::last_step_nodes() const {
+  std::vector<const ir::Node*> r;
+  if (last_plan_)
+    for (const Step& st : last_plan_->steps) r.push_back(st.node);
+  return r;
+}
+
 namespace {
 class ExecutorSubgraph final : public SubgraphRunner {
  public:
@@ -318,8 +346,16 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
     return it == f.arenas.end() ? nullptr : static_cast<char*>(it->second.get());
   };
   const size_t begin = phase == 0 ? 0 : plan.cut, end = phase == 0 ? plan.cut : plan.steps.size();
+  RunHooks* const hooks = current_run_hooks();
   for (size_t si = begin; si < end; ++si) {
     const Step& st = plan.steps[si];
+    int64_t t0 = 0;
+    if (hooks) {
+      if (hooks->terminate && hooks->terminate->load(std::memory_order_relaxed))
+        throw Terminated("the run was stopped by RunOptions.terminate before node '" + st.node->name + "' (" +
+                         st.node->op_type + ")");
+      if (hooks->on_node) t0 = now_ns();
+    }
     with_node_context(*st.node, [&] {
       if (st.dynamic) {
         run_dynamic(plan, st, f, options_, threads, providers_);
@@ -335,6 +371,7 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
       rc.set_run_index(f.run_index);
       st.kernel->run(rc);
     });
+    if (hooks && hooks->on_node) record_node(*hooks, st, vals, providers_.providers[st.provider]->name(), t0);
     for (int sid : st.release) vals[size_t(sid)] = Value();
   }
   if (finish)
@@ -391,15 +428,18 @@ void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t r
   ThreadScope threads(options_.num_threads);
   last_plan_ = find_plan(inputs, request_tag, outputs);
   Plan& plan = *last_plan_;
+  if (!plan.main) plan.main = make_frame(plan, providers_);
   Frame& f = *plan.main;
   f.run_index = run_counter_;
   try {
     execute(plan, f, 0, true, true, inputs, results);
   } catch (...) {
     reset_frame(plan, f);  // leave the plan reusable
+    if (!options_.keep_memory) plan.main.reset();
     throw;
   }
   reset_frame(plan, f);
+  if (!options_.keep_memory) plan.main.reset();  // the run's memory goes back now
   ++run_counter_;
 }
 

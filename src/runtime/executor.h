@@ -109,6 +109,8 @@ class GraphExecutor {
   PlanStats last_stats() const;
   /// Per step of the last run's plan: "<node> on <provider>" (copies included), in run order.
   std::vector<std::string> last_assignment() const;
+  /// The node of every step of the last run's plan (nodes folded at plan time have none).
+  std::vector<const ir::Node*> last_step_nodes() const;
   size_t num_plans() const { return plans_.size(); }
 
  private:

@@ -228,7 +228,7 @@ void compute_liveness(Plan& plan);
 
 /// Decides each declared in-place output: alias (arena memory, or the state's storage for a state
 /// update of that input) when nothing reads the input afterwards; else a copy before the step.
-void assign_inplace(Plan& plan);
+void assign_inplace(Plan& plan, bool alias_inputs = true);
 
 /// A buffer to place: live from step `begin` to step `end` (inclusive).
 struct Block {
@@ -243,7 +243,7 @@ size_t place_blocks(std::vector<Block>& blocks);
 
 /// Arena blocks of the plan (static values; workspaces, on their step's provider's device) placed,
 /// one arena per device; offsets recorded.
-void layout_arena(Plan& plan, const ProviderSet& ps);
+void layout_arena(Plan& plan, const ProviderSet& ps, bool reuse = true);
 
 /// Per-run allocations, releases, results and state copies; pointer table layout.
 void wire(Plan& plan, const PlanRequest& req);

@@ -428,7 +428,7 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
       const bool shapes_only = ctx.reads_shapes_only() && gi.implicit[idx].empty();
       bool updates_state = false;
       for (int sid : st.out) updates_state = updates_state || (sid >= 0 && slots[size_t(sid)].state_target >= 0);
-      if ((all_const || shapes_only) && ctx.deterministic() && !updates_state) {
+      if ((all_const || shapes_only) && ctx.deterministic() && !updates_state && options.fold_constants) {
         if (st.provider != ps.cpu()) {  // fold with the CPU provider's kernel
           st.provider = ps.cpu();
           kernel = create_kernel(node, opsets, options);
@@ -660,7 +660,7 @@ void compute_liveness(Plan& plan) {
     }
 }
 
-void assign_inplace(Plan& plan) {
+void assign_inplace(Plan& plan, bool alias_inputs) {
   auto& slots = plan.slots;
   for (size_t p = 0; p < plan.steps.size(); ++p) {
     Step& st = plan.steps[p];
@@ -681,7 +681,7 @@ void assign_inplace(Plan& plan) {
           o.value.tensor = i.value.tensor;
           ++plan.stats.state_in_place;
           aliased = true;
-        } else if (o.state_target < 0) {
+        } else if (o.state_target < 0 && alias_inputs) {
           const int root = i.alias_root >= 0 ? i.alias_root : in;
           Slot& r = slots[size_t(root)];
           if (is_arena(r) && !r.graph_output && r.state_target < 0 && r.last_use <= int(p)) {
@@ -732,7 +732,7 @@ size_t place_blocks(std::vector<Block>& blocks) {
   return total;
 }
 
-void layout_arena(Plan& plan, const ProviderSet& ps) {
+void layout_arena(Plan& plan, const ProviderSet& ps, bool reuse) {
   auto& slots = plan.slots;
   std::map<Device, std::vector<Block>> by_device;
   for (size_t i = 0; i < slots.size(); ++i)
@@ -746,8 +746,12 @@ void layout_arena(Plan& plan, const ProviderSet& ps) {
   }
   plan.arena_bytes = 0;
   size_t naive = 0;
+  const int last = int(plan.steps.size());
   for (auto& [dev, blocks] : by_device) {
-    for (const auto& b : blocks) naive += b.bytes;
+    for (auto& b : blocks) {
+      naive += b.bytes;
+      if (!reuse) b.begin = 0, b.end = last;  // every block lives the whole run: nothing shares memory
+    }
     const size_t bytes = place_blocks(blocks);
     plan.arenas[dev] = bytes;
     plan.arena_bytes += bytes;
@@ -852,8 +856,8 @@ std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, c
   planner::insert_copies(*plan, providers);
   planner::schedule_steps(*plan);
   planner::compute_liveness(*plan);
-  planner::assign_inplace(*plan);
-  planner::layout_arena(*plan, providers);
+  planner::assign_inplace(*plan, options.inplace_aliasing);
+  planner::layout_arena(*plan, providers, options.reuse_memory);
   planner::wire(*plan, req);
   // Static workspaces' pointers are per frame: make_frame resolves ws_offset against its arena.
   plan->main = make_frame(*plan, providers);

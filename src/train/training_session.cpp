@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 
+#include "api/session_impl.h"
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
 #include "runtime/feeds.h"
@@ -206,12 +207,10 @@ void TrainingSession::Impl::init() {
   if (!params.model_with_gradient_graph_path.empty()) ir::save_model(grad_model, params.model_with_gradient_graph_path);
   if (!params.model_with_training_graph_path.empty()) ir::save_model(tg.model, params.model_with_training_graph_path);
 
-  ExecOptions eo;
-  eo.num_threads = options.intra_op_num_threads;
+  ExecOptions eo = exec_options_of(options);
   eo.deterministic = options.deterministic || params.deterministic_compute;
   eo.training = true;
   eo.torch_running_var = true;
-  if (options.seed) eo.seed = options.seed;
   std::unordered_set<std::string> mutable_inits;
   for (const auto& [n, t] : tg.model.graph->initializers)
     if (dtype_is_float(t.dtype())) mutable_inits.insert(n);

@@ -1,0 +1,122 @@
+#include "api/profiler.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "ir/ir.h"
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::api {
+
+namespace {
+
+nlohmann::json type_shapes(const std::vector<std::pair<DType, Shape>>& vs) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& [t, s] : vs) {
+    if (t == DType::kUndefined) continue;
+    nlohmann::json o;
+    o[dtype_name(t)] = s;
+    a.push_back(std::move(o));
+  }
+  return a;
+}
+
+int64_t bytes_of(const std::vector<std::pair<DType, Shape>>& vs) {
+  int64_t b = 0;
+  for (const auto& [t, s] : vs)
+    if (t != DType::kUndefined && t != DType::kString) b += shape_numel(s) * int64_t(dtype_size(t));
+  return b;
+}
+
+}  // namespace
+
+void Profiler::start(std::string prefix) {
+  prefix_ = std::move(prefix);
+  start_ns_ = runtime::now_ns();
+  active_ = true;
+}
+
+void Profiler::add(std::string event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(std::move(event));
+}
+
+void Profiler::session_event(const std::string& name, int64_t begin_ns, const std::string& args_json) {
+  if (!active_) return;
+  const int64_t end = runtime::now_ns();
+  nlohmann::json e;
+  e["cat"] = "Session";
+  e["pid"] = int64_t(getpid());
+  e["tid"] = int64_t(syscall(SYS_gettid));
+  e["dur"] = (end - begin_ns) / 1000;
+  e["ts"] = (std::max(begin_ns, start_ns_) - start_ns_) / 1000;
+  e["ph"] = "X";
+  e["name"] = name;
+  e["args"] = nlohmann::json::parse(args_json);
+  add(e.dump());
+}
+
+void Profiler::node_event(const runtime::NodeEvent& ev) {
+  if (!active_) return;
+  nlohmann::json e;
+  const std::string node_name = ev.node->name.empty() ? ev.node->op_type : ev.node->name;
+  e["cat"] = "Node";
+  e["pid"] = int64_t(getpid());
+  e["tid"] = int64_t(syscall(SYS_gettid));
+  e["dur"] = (ev.end_ns - ev.start_ns) / 1000;
+  e["ts"] = (std::max(ev.start_ns, start_ns_) - start_ns_) / 1000;
+  e["ph"] = "X";
+  e["name"] = node_name + "_kernel_time";
+  nlohmann::json args;
+  args["op_name"] = ev.node->op_type;
+  args["provider"] = ev.provider;
+  args["input_type_shape"] = type_shapes(ev.inputs);
+  args["output_type_shape"] = type_shapes(ev.outputs);
+  args["activation_size"] = std::to_string(bytes_of(ev.inputs));
+  args["output_size"] = std::to_string(bytes_of(ev.outputs));
+  args["dur_ns"] = ev.end_ns - ev.start_ns;
+  e["args"] = std::move(args);
+  add(e.dump());
+}
+
+std::string Profiler::end() {
+  if (!active_) return "";
+  active_ = false;
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d_%H-%M-%S", &tm);
+  const std::string path = prefix_ + "_" + stamp + ".json";
+  const std::string tmp = path + ".tmp";
+  std::vector<std::string> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events.swap(events_);
+  }
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw_error<IOError>("cannot write the profile '", tmp, "'");
+    f << "[\n";
+    for (size_t i = 0; i < events.size(); ++i) f << events[i] << (i + 1 < events.size() ? ",\n" : "\n");
+    f << "]\n";
+    f.flush();
+    if (!f) {
+      f.close();
+      std::remove(tmp.c_str());
+      throw_error<IOError>("cannot write the profile '", tmp, "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw_error<IOError>("cannot write the profile '", path, "'");
+  }
+  return path;
+}
+
+}  // namespace onnxtrain::api
