@@ -40,15 +40,7 @@ PYBIND11_MODULE(_C, m) {
     }
   });
 
-  py::class_<SessionOptions>(m, "SessionOptions", "Settings of an InferenceSession (onnxruntime-compatible subset).")
-      .def(py::init<>())
-      .def_readwrite("intra_op_num_threads", &SessionOptions::intra_op_num_threads,
-                     "Threads used inside operators; 0 means all cores.")
-      .def_readwrite("inter_op_num_threads", &SessionOptions::inter_op_num_threads,
-                     "Accepted for compatibility; nodes run one after another.")
-      .def_readwrite("deterministic", &SessionOptions::deterministic)
-      .def_readwrite("seed", &SessionOptions::seed)
-      .def_readwrite("optimized_model_filepath", &SessionOptions::optimized_model_filepath);
+  bind_sessions(m);
 
   py::class_<NodeArg>(m, "NodeArg", "A declared model input or output.")
       .def_readonly("name", &NodeArg::name)
@@ -83,38 +75,4 @@ PYBIND11_MODULE(_C, m) {
           py::arg("location") = "");
 
   bind_training(m);
-
-  py::class_<InferenceSession>(m, "InferenceSession")
-      .def(py::init([](py::object path_or_bytes, const SessionOptions* opts) {
-             SessionOptions o = opts ? *opts : SessionOptions{};
-             if (py::isinstance<py::bytes>(path_or_bytes)) {
-               std::string b = path_or_bytes.cast<std::string>();
-               py::gil_scoped_release nogil;
-               return new InferenceSession(b.data(), b.size(), o);
-             }
-             std::string path = py::str(path_or_bytes);
-             py::gil_scoped_release nogil;
-             return new InferenceSession(path, o);
-           }),
-           py::arg("path_or_bytes"), py::arg("sess_options") = nullptr)
-      .def("get_inputs", &InferenceSession::get_inputs)
-      .def("get_outputs", &InferenceSession::get_outputs)
-      .def("get_overridable_initializers", &InferenceSession::get_overridable_initializers)
-      .def("run",
-           [](InferenceSession& s, py::object output_names, py::dict feed) {
-             return run_without_gil(output_names, feed,
-                                    [&](const auto& n, const auto& f) { return s.run_values(n, f); });
-           },
-           py::arg("output_names"), py::arg("input_feed"))
-      .def("last_run_stats", [](const InferenceSession& s) {
-        RunStats r = s.last_run_stats();
-        py::dict d;
-        d["arena_bytes"] = r.arena_bytes;
-        d["naive_bytes"] = r.naive_bytes;
-        d["constant_bytes"] = r.constant_bytes;
-        d["steps"] = r.steps;
-        d["dynamic_steps"] = r.dynamic_steps;
-        d["folded_nodes"] = r.folded_nodes;
-        return d;
-      });
 }

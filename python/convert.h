@@ -52,5 +52,8 @@ py::list run_without_gil(const py::object& output_names, const py::dict& feed, F
 /// The training classes: TrainingParameters, TrainingSession, Trainer and its options and results,
 /// optimizer_names, loss_names.
 void bind_training(py::module_& m);
+/// The session classes: SessionOptions, RunOptions, ModelMetadata, the enums, InferenceSession,
+/// SessionIOBinding, set_seed.
+void bind_sessions(py::module_& m);
 
 }  // namespace onnxtrain::python

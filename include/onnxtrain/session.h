@@ -43,7 +43,7 @@ struct SessionOptions {
   /// enable_mem_pattern and enable_cpu_mem_arena control it: memory is kept when both are true.
   bool enable_mem_pattern = true;
   bool enable_cpu_mem_arena = true;
-  int log_severity_level = 2;   ///< 0 verbose, 1 info, 2 warning, 3 error, 4 fatal
+  int log_severity_level = -1;  ///< 0 verbose, 1 info, 2 warning, 3 error, 4 fatal; -1: the process default
   int log_verbosity_level = 0;  ///< detail of verbose messages
   std::string logid;            ///< prefix of this session's log lines
   /// add_session_config_entry: every key is kept; the keys onnxtrain interprets are listed in
@@ -65,7 +65,7 @@ struct SessionOptions {
 /// reaches a run that was given any copy.
 struct RunOptions {
   RunOptions();
-  int log_severity_level = 2;
+  int log_severity_level = -1;  ///< as SessionOptions::log_severity_level
   int log_verbosity_level = 0;
   std::string logid;
   std::string run_tag;  ///< named in the profile's model_run event

@@ -1,8 +1,11 @@
 """onnxtrain: train ONNX models on CPU.
 
-Drop-in names from onnxruntime / onnxruntime-training: ``InferenceSession``, ``SessionOptions``,
-``TrainingSession``, ``TrainingParameters``. ``Trainer`` runs the training loop (epochs, shuffled
-batches, validation, exact checkpoints) over a TrainingSession.
+onnxruntime's Python API under its own names — ``InferenceSession``, ``SessionOptions``,
+``RunOptions``, ``OrtValue``, ``OrtDevice``, ``IOBinding``, the enums, the module functions and the
+exception classes of ``onnxruntime.capi.onnxruntime_pybind11_state`` — and onnxruntime-training's
+``TrainingSession`` / ``TrainingParameters``. ``Trainer`` runs the training loop (epochs, shuffled
+batches, validation, exact checkpoints) over a TrainingSession. ``python3 -m onnxtrain.ort_alias
+script.py`` runs an unchanged onnxruntime script on onnxtrain.
 """
 import os as _os
 
@@ -11,27 +14,34 @@ import os as _os
 if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
+__version__ = "0.1.0"
+
 from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, InvalidModel, InvalidProtobuf,
                       ModelFileError, ModelLoaded, NoModel, NoSuchFile, NotImplemented, OnnxTrainError,
                       RuntimeException, UnsupportedError)
-from ._C import (EvalResult, FitResult, NodeArg, Objective, SessionOptions, Trainer, TrainerOptions, TrainRecord,
-                 loss_names, lr_schedule_names, optimizer_hyperparameters, optimizer_names)
+from ._C import (EvalResult, FitResult, Objective, Trainer, TrainerOptions, TrainRecord, loss_names,
+                 lr_schedule_names, optimizer_hyperparameters, optimizer_names)
+from .capi._pybind_state import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, ModelMetadata, NodeArg,
+                                 OrtAllocatorType, OrtMemoryInfo, OrtMemType, RunOptions, SessionIOBinding,
+                                 SessionOptions, disable_telemetry_events, enable_telemetry_events,
+                                 get_all_providers, get_available_providers, get_build_info, get_device,
+                                 set_default_logger_severity, set_default_logger_verbosity, set_seed)
+from .capi.onnxruntime_inference_collection import InferenceSession, IOBinding, OrtDevice, OrtValue
 from .gradient import GradientGraphBuilder
-from .session import InferenceSession, get_all_providers, get_available_providers
 from .training import TrainingParameters, TrainingSession, add_loss_output, get_train_initializer
 
-__version__ = "0.1.0"
-
-
-def get_device():
-    """Device this build computes on."""
-    return "CPU"
-
-
 __all__ = [
-    "InferenceSession", "SessionOptions", "GradientGraphBuilder", "TrainingParameters", "TrainingSession",
-    "add_loss_output", "get_train_initializer", "NodeArg", "get_available_providers", "get_all_providers",
-    "get_device", "OnnxTrainError", "InvalidArgument", "InvalidModel", "InvalidGraph",
-    "UnsupportedError", "ModelFileError", "Trainer", "TrainerOptions", "Objective", "EvalResult", "FitResult",
-    "TrainRecord", "optimizer_names", "loss_names", "lr_schedule_names", "optimizer_hyperparameters",
+    # onnxruntime
+    "InferenceSession", "SessionOptions", "RunOptions", "IOBinding", "SessionIOBinding", "OrtValue", "OrtDevice",
+    "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType", "ModelMetadata", "NodeArg", "GraphOptimizationLevel",
+    "ExecutionMode", "ExecutionOrder", "get_available_providers", "get_all_providers", "get_device",
+    "get_build_info", "set_seed", "set_default_logger_severity", "set_default_logger_verbosity",
+    "enable_telemetry_events", "disable_telemetry_events",
+    "Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError", "RuntimeException", "InvalidProtobuf",
+    "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail",
+    # onnxruntime-training and onnxtrain
+    "GradientGraphBuilder", "TrainingParameters", "TrainingSession", "add_loss_output", "get_train_initializer",
+    "OnnxTrainError", "InvalidModel", "UnsupportedError", "ModelFileError", "Trainer", "TrainerOptions", "Objective",
+    "EvalResult", "FitResult", "TrainRecord", "optimizer_names", "loss_names", "lr_schedule_names",
+    "optimizer_hyperparameters",
 ]

@@ -1,16 +1,68 @@
 """onnxruntime's native module ``onnxruntime.capi.onnxruntime_pybind11_state``: the C objects
 (``OrtValue``, ``OrtValueVector``, ``OrtDevice``, ``SessionIOBinding``, ``InferenceSession``,
-``SessionOptions``, ``RunOptions``, ...), the enums and the exception classes, as onnxtrain's native
-core provides them."""
+``SessionOptions``, ``RunOptions``, ...), the enums, the module functions and the exception classes,
+as onnxtrain's native core provides them."""
 from .. import _C
 from .._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, InvalidProtobuf,  # noqa: F401
                        ModelLoaded, NoModel, NoSuchFile, NotImplemented, RuntimeException)
 from .._errors import ORT_EXCEPTIONS as _ORT_EXCEPTIONS
+from .._logging import set_default_logger_severity, set_default_logger_verbosity  # noqa: F401
 
-# Native objects under onnxruntime's names (those the native core defines).
-_NATIVE = ("OrtValue", "OrtValueVector", "OrtDevice", "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType")
+# Native objects under onnxruntime's names.
+_NATIVE = ("OrtValue", "OrtValueVector", "OrtDevice", "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType",
+           "is_dlpack_uint8_tensor", "InferenceSession", "SessionOptions", "RunOptions", "SessionIOBinding",
+           "ModelMetadata", "NodeArg", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "set_seed")
 for _name in _NATIVE:
     if hasattr(_C, _name):
         globals()[_name] = getattr(_C, _name)
 
-__all__ = [n for n in _NATIVE if n in globals()] + list(_ORT_EXCEPTIONS)
+_AVAILABLE = ["CPUExecutionProvider"]
+
+# Every provider name onnxruntime defines (get_all_providers); onnxtrain runs CPUExecutionProvider.
+_ALL_PROVIDERS = [
+    "TensorrtExecutionProvider", "CUDAExecutionProvider", "MIGraphXExecutionProvider", "ROCMExecutionProvider",
+    "OpenVINOExecutionProvider", "DnnlExecutionProvider", "TvmExecutionProvider", "VitisAIExecutionProvider",
+    "NnapiExecutionProvider", "CoreMLExecutionProvider", "ArmNNExecutionProvider", "ACLExecutionProvider",
+    "DmlExecutionProvider", "RknpuExecutionProvider", "XnnpackExecutionProvider", "CANNExecutionProvider",
+    "CPUExecutionProvider",
+]
+
+
+def get_available_providers():
+    """Execution providers this build can run: ``['CPUExecutionProvider']``."""
+    return list(_AVAILABLE)
+
+
+def get_all_providers():
+    """Every execution provider name onnxruntime defines (onnxtrain runs only the CPU one)."""
+    return list(_ALL_PROVIDERS)
+
+
+def get_device():
+    """The device this build computes on: ``'CPU'``."""
+    return "CPU"
+
+
+def get_build_info():
+    """A line describing this build."""
+    from .. import __version__
+    return f"onnxtrain {__version__}, CPUExecutionProvider (oneDNN kernels)"
+
+
+def get_default_session_options():
+    """A SessionOptions with every default."""
+    return _C.SessionOptions()
+
+
+def enable_telemetry_events():
+    """Accepted for compatibility: onnxtrain sends no telemetry, ever."""
+
+
+def disable_telemetry_events():
+    """Accepted for compatibility: onnxtrain sends no telemetry, ever."""
+
+
+__all__ = ([n for n in _NATIVE if n in globals()] + list(_ORT_EXCEPTIONS) +
+           ["get_available_providers", "get_all_providers", "get_device", "get_build_info",
+            "get_default_session_options", "enable_telemetry_events", "disable_telemetry_events",
+            "set_default_logger_severity", "set_default_logger_verbosity"])

@@ -1,0 +1,569 @@
+// Session classes of onnxtrain._C with the call shapes of onnxruntime's native module
+// (onnxruntime_pybind11_state): SessionOptions, RunOptions, ModelMetadata, GraphOptimizationLevel,
+// ExecutionMode, ExecutionOrder, InferenceSession (created, then initialize_session) and
+// SessionIOBinding, plus the module-level set_seed. The Python classes of
+// onnxtrain/capi/onnxruntime_inference_collection.py sit over them as onnxruntime's do.
+#include <atomic>
+#include <memory>
+
+#include "convert.h"
+#include "onnxtrain/error.h"
+#include "onnxtrain/session.h"
+#include "ortvalue.h"
+
+namespace onnxtrain::python {
+
+namespace {
+
+enum class ExecutionOrder { kDefault = 0, kPriorityBased = 1 };
+
+/// The C InferenceSession: created with its options and model, loaded by initialize_session().
+struct PySession {
+  SessionOptions options;
+  py::object model;  // str path or bytes
+  bool is_path = true;
+  std::unique_ptr<InferenceSession> sess;
+  std::vector<std::string> providers;
+  py::dict provider_options;
+
+  InferenceSession& get() {
+    if (!sess) throw_error<InvalidArgument>("the session is not initialized: call initialize_session() first");
+    return *sess;
+  }
+};
+
+/// The C SessionIOBinding: inputs and outputs bound to a session, the outputs of its last run.
+struct IOBindingObj {
+  std::shared_ptr<PySession> session;
+  std::vector<std::pair<std::string, OrtValuePtr>> inputs;
+  struct Output {
+    std::string name;
+    OrtValuePtr preallocated;  // null: the run allocates it
+  };
+  std::vector<Output> outputs;
+  std::vector<OrtValuePtr> results;
+};
+
+DType dtype_of_element_type(py::handle element_type) {
+  py::dtype dt = py::dtype::from_args(py::reinterpret_borrow<py::object>(element_type));
+  return dtype_from_numpy(dt);
+}
+
+void set_by_name(std::vector<std::pair<std::string, std::string>>& entries, const std::string& k, const std::string& v) {
+  for (auto& e : entries)
+    if (e.first == k) {
+      e.second = v;
+      return;
+    }
+  entries.emplace_back(k, v);
+}
+
+const std::string* find_entry(const std::vector<std::pair<std::string, std::string>>& entries, const std::string& k) {
+  for (const auto& e : entries)
+    if (e.first == k) return &e.second;
+  return nullptr;
+}
+
+void check_severity(int level, const char* what) {
+  if (level < -1 || level > 4)
+    throw_error<InvalidArgument>(what, " must be 0 (verbose), 1 (info), 2 (warning), 3 (error), 4 (fatal) or -1 (the default logger's), got ", level);
+}
+
+const Value& value_of_feed(const std::string& name, py::handle v, std::vector<py::object>& hold,
+                           std::vector<std::unique_ptr<Value>>& owned) {
+  if (py::isinstance<OrtValueObj>(v)) return v.cast<OrtValueObj&>().value;
+  if (py::hasattr(v, "_ortvalue") && py::isinstance<OrtValueObj>(v.attr("_ortvalue")))
+    return v.attr("_ortvalue").cast<OrtValueObj&>().value;
+  owned.push_back(std::make_unique<Value>(value_from_python(name, v, hold)));
+  return *owned.back();
+}
+
+// Runs `s` with borrowed feeds; the GIL is released while it runs.
+std::vector<Value> run_session(PySession& s, const std::vector<std::string>& names,
+                               const std::vector<std::pair<std::string, const Value*>>& feeds, const RunOptions* ro) {
+  InferenceSession& sess = s.get();
+  RunOptions dflt;
+  py::gil_scoped_release nogil;
+  return sess.run_values(names, feeds, ro ? *ro : dflt);
+}
+
+std::vector<std::string> output_names_or_all(PySession& s, const py::object& names) {
+  std::vector<std::string> r = names_from(names);
+  if (r.empty())
+    for (const auto& o : s.get().get_outputs()) r.push_back(o.name);
+  return r;
+}
+
+void bind_options(py::module_& m) {
+  py::enum_<GraphOptimizationLevel>(m, "GraphOptimizationLevel",
+                                    "Which graph and plan passes run (see SessionOptions.graph_optimization_level).")
+      .value("ORT_DISABLE_ALL", GraphOptimizationLevel::kDisableAll)
+      .value("ORT_ENABLE_BASIC", GraphOptimizationLevel::kEnableBasic)
+      .value("ORT_ENABLE_EXTENDED", GraphOptimizationLevel::kEnableExtended)
+      .value("ORT_ENABLE_ALL", GraphOptimizationLevel::kEnableAll);
+  py::enum_<ExecutionMode>(m, "ExecutionMode",
+                           "ORT_SEQUENTIAL or ORT_PARALLEL; onnxtrain runs nodes one after another in both modes.")
+      .value("ORT_SEQUENTIAL", ExecutionMode::kSequential)
+      .value("ORT_PARALLEL", ExecutionMode::kParallel);
+  py::enum_<ExecutionOrder>(m, "ExecutionOrder", "Node order: DEFAULT (topological, stable); PRIORITY_BASED is not supported.")
+      .value("DEFAULT", ExecutionOrder::kDefault)
+      .value("PRIORITY_BASED", ExecutionOrder::kPriorityBased);
+
+  py::class_<SessionOptions, std::shared_ptr<SessionOptions>>(m, "SessionOptions",
+                                                                  "Settings of an InferenceSession (onnxruntime's SessionOptions).")
+      .def(py::init<>())
+      .def_readwrite("intra_op_num_threads", &SessionOptions::intra_op_num_threads,
+                     "Threads used inside operators; 0 means all cores.")
+      .def_readwrite("inter_op_num_threads", &SessionOptions::inter_op_num_threads,
+                     "Threads across nodes; nodes run one after another, so this is not used.")
+      .def_readwrite("execution_mode", &SessionOptions::execution_mode,
+                     "ORT_SEQUENTIAL or ORT_PARALLEL; ORT_PARALLEL runs sequentially too (kernels use intra-op threads).")
+      .def_property(
+          "execution_order", [](const SessionOptions&) { return ExecutionOrder::kDefault; },
+          [](SessionOptions&, ExecutionOrder e) {
+            if (e != ExecutionOrder::kDefault)
+              throw_error<NotImplemented>("SessionOptions.execution_order: PRIORITY_BASED is not supported (DEFAULT only)");
+          },
+          "DEFAULT only: nodes run in a stable topological order.")
+      .def_readwrite("graph_optimization_level", &SessionOptions::graph_optimization_level,
+                     "ORT_DISABLE_ALL: no folding, in-place outputs copied; ORT_ENABLE_BASIC: constant folding; "
+                     "ORT_ENABLE_EXTENDED / ORT_ENABLE_ALL: also in-place outputs sharing memory.")
+      .def_readwrite("use_deterministic_compute", &SessionOptions::deterministic,
+                     "Bitwise-reproducible kernels where a choice exists.")
+      .def_readwrite("deterministic", &SessionOptions::deterministic, "Alias of use_deterministic_compute.")
+      .def_readwrite("seed", &SessionOptions::seed, "Seed of random operators without a seed attribute (0: set_seed's).")
+      .def_readwrite("optimized_model_filepath", &SessionOptions::optimized_model_filepath,
+                     "When set, the model after the load-time passes (constant folding, overrides) is written there.")
+      .def_readwrite("enable_profiling", &SessionOptions::enable_profiling,
+                     "Record one trace event per node run; InferenceSession.end_profiling() writes the JSON file.")
+      .def_readwrite("profile_file_prefix", &SessionOptions::profile_file_prefix,
+                     "The profile is written to <prefix>_<date>_<time>.json.")
+      .def_readwrite("enable_mem_reuse", &SessionOptions::enable_mem_reuse,
+                     "Values whose lifetimes do not overlap share memory (False: every value its own block).")
+      .def_readwrite("enable_mem_pattern", &SessionOptions::enable_mem_pattern,
+                     "Keep each plan's laid-out run memory between runs (False: allocate it per run).")
+      .def_readwrite("enable_cpu_mem_arena", &SessionOptions::enable_cpu_mem_arena,
+                     "Keep run memory between runs (False: return it after every run).")
+      .def_property(
+          "log_severity_level", [](const SessionOptions& o) { return o.log_severity_level; },
+          [](SessionOptions& o, int v) {
+            check_severity(v, "SessionOptions.log_severity_level");
+            o.log_severity_level = v;
+          },
+          "0 verbose, 1 info, 2 warning, 3 error, 4 fatal: this session's messages at or above it are printed; -1 (default): set_default_logger_severity's level.")
+      .def_readwrite("log_verbosity_level", &SessionOptions::log_verbosity_level, "Detail of verbose messages.")
+      .def_readwrite("logid", &SessionOptions::logid, "Prefix of this session's log lines.")
+      .def(
+          "add_session_config_entry",
+          [](SessionOptions& o, const std::string& k, const std::string& v) {
+            if (k.empty() || k.size() > 128) throw_error<InvalidArgument>("config key must have 1 to 128 characters");
+            if (v.size() > 1024) throw_error<InvalidArgument>("config value of '", k, "' is longer than 1024 characters");
+            set_by_name(o.config_entries, k, v);
+          },
+          py::arg("config_key"), py::arg("config_value"),
+          "Sets a config entry. Every key is kept; onnxtrain interprets session.load_model_format and "
+          "session.save_model_format (ONNX only).")
+      .def(
+          "get_session_config_entry",
+          [](const SessionOptions& o, const std::string& k) {
+            const std::string* v = find_entry(o.config_entries, k);
+            if (!v) throw_error<InvalidArgument>("SessionOptions does not have configuration with key: ", k);
+            return *v;
+          },
+          py::arg("config_key"), "Value of a config entry; InvalidArgument when absent.")
+      .def(
+          "add_free_dimension_override_by_name",
+          [](SessionOptions& o, const std::string& name, int64_t v) {
+            if (v < 0) throw_error<InvalidArgument>("free dimension override '", name, "': ", v, " is negative");
+            o.free_dimension_overrides_by_name.emplace_back(name, v);
+          },
+          py::arg("dim_name"), py::arg("dim_value"), "Fixes the symbolic input dimension named dim_name.")
+      .def(
+          "add_free_dimension_override_by_denotation",
+          [](SessionOptions& o, const std::string& name, int64_t v) {
+            if (v < 0) throw_error<InvalidArgument>("free dimension override '", name, "': ", v, " is negative");
+            o.free_dimension_overrides_by_denotation.emplace_back(name, v);
+          },
+          py::arg("dim_denotation"), py::arg("dim_value"),
+          "Fixes the symbolic input dimensions with that denotation (e.g. DATA_BATCH).")
+      .def(
+          "add_initializer",
+          [](SessionOptions& o, const std::string& name, const OrtValueObj& v) {
+            if (!v.value.is_tensor()) throw_error<InvalidArgument>("add_initializer('", name, "'): the OrtValue is not a tensor");
+            if (!v.value.tensor.device().is_host())
+              throw_error<InvalidArgument>("add_initializer('", name, "'): the OrtValue is on ", v.value.tensor.device().name());
+            o.initializers.emplace_back(name, v.value.tensor.clone());
+          },
+          py::arg("name"), py::arg("ortvalue"),
+          "Replaces the model's initializer `name` (or gives input `name` a constant value); the data is "
+          "copied once here and shared by every session made with these options.")
+      .def(
+          "add_external_initializers",
+          [](SessionOptions& o, const std::vector<std::string>& names, const std::vector<std::shared_ptr<OrtValueObj>>& vs) {
+            if (names.size() != vs.size())
+              throw_error<InvalidArgument>("add_external_initializers: ", names.size(), " names for ", vs.size(), " values");
+            for (size_t i = 0; i < names.size(); ++i) {
+              if (!vs[i] || !vs[i]->value.is_tensor())
+                throw_error<InvalidArgument>("add_external_initializers('", names[i], "'): the OrtValue is not a tensor");
+              o.initializers.emplace_back(names[i], vs[i]->value.tensor.clone());
+            }
+          },
+          py::arg("names"), py::arg("ortvalues"), "add_initializer for several names at once.")
+      .def(
+          "register_custom_ops_library",
+          [](SessionOptions&, const std::string& path) {
+            throw_error<NotImplemented>("register_custom_ops_library('", path,
+                                        "'): custom operator libraries are not supported by onnxtrain");
+          },
+          py::arg("library_path"), "Not supported: raises NotImplemented.")
+      .def(py::pickle(
+          [](const SessionOptions& o) {
+            return py::make_tuple(o.intra_op_num_threads, o.inter_op_num_threads, int(o.graph_optimization_level));
+          },
+          [](py::tuple t) {
+            auto o = std::make_shared<SessionOptions>();
+            o->intra_op_num_threads = t[0].cast<int>();
+            o->inter_op_num_threads = t[1].cast<int>();
+            o->graph_optimization_level = GraphOptimizationLevel(t[2].cast<int>());
+            return o;
+          }));
+
+  py::class_<RunOptions, std::shared_ptr<RunOptions>>(m, "RunOptions", "Options of one run (onnxruntime's RunOptions).")
+      .def(py::init<>())
+      .def_property(
+          "log_severity_level", [](const RunOptions& o) { return o.log_severity_level; },
+          [](RunOptions& o, int v) {
+            check_severity(v, "RunOptions.log_severity_level");
+            o.log_severity_level = v;
+          },
+          "Severity threshold of this run's messages.")
+      .def_readwrite("log_verbosity_level", &RunOptions::log_verbosity_level, "Detail of verbose messages.")
+      .def_readwrite("logid", &RunOptions::logid, "Prefix of this run's log lines.")
+      .def_readwrite("run_tag", &RunOptions::run_tag, "Tag of the run (named in the profile's model_run event).")
+      .def_property(
+          "terminate", [](const RunOptions& o) { return o.terminate->load(); },
+          [](RunOptions& o, bool v) { o.terminate->store(v); },
+          "Set to True (from any thread) to stop runs using these options: they raise Fail before their next node.")
+      .def_readwrite("only_execute_path_to_fetches", &RunOptions::only_execute_path_to_fetches,
+                     "onnxtrain always runs only the nodes the requested outputs need (same outputs either way).")
+      .def_readwrite("training_mode", &RunOptions::training_mode,
+                     "Run with training-mode operators (Dropout drops, BatchNormalization uses batch statistics).")
+      .def(
+          "add_run_config_entry",
+          [](RunOptions& o, const std::string& k, const std::string& v) {
+            if (k.empty()) throw_error<InvalidArgument>("run config key must not be empty");
+            set_by_name(o.config_entries, k, v);
+          },
+          py::arg("config_key"), py::arg("config_value"), "Sets a run config entry (kept; none is interpreted).")
+      .def(
+          "get_run_config_entry",
+          [](const RunOptions& o, const std::string& k) {
+            const std::string* v = find_entry(o.config_entries, k);
+            if (!v) throw_error<InvalidArgument>("RunOptions does not have configuration with key: ", k);
+            return *v;
+          },
+          py::arg("config_key"), "Value of a run config entry; InvalidArgument when absent.");
+
+  py::class_<ModelMetadata>(m, "ModelMetadata", "The model's metadata (onnxruntime's ModelMetadata).")
+      .def_readonly("producer_name", &ModelMetadata::producer_name)
+      .def_readonly("graph_name", &ModelMetadata::graph_name)
+      .def_readonly("domain", &ModelMetadata::domain)
+      .def_readonly("description", &ModelMetadata::description)
+      .def_readonly("graph_description", &ModelMetadata::graph_description)
+      .def_readonly("version", &ModelMetadata::version)
+      .def_property_readonly("custom_metadata_map", [](const ModelMetadata& md) {
+        py::dict d;
+        for (const auto& [k, v] : md.custom_metadata_map) d[py::str(k)] = py::str(v);
+        return d;
+      });
+}
+
+void bind_session(py::module_& m) {
+  py::class_<PySession, std::shared_ptr<PySession>>(m, "InferenceSession",
+                                                     "The native session: InferenceSession(sess_options, model, is_path, "
+                                                     "load_config_from_model), then initialize_session(providers, ...).")
+      .def(py::init([](const std::shared_ptr<SessionOptions>& opts, py::object model, bool is_path, bool load_config) {
+             auto s = std::make_shared<PySession>();
+             if (opts) s->options = *opts;
+             if (is_path ? !py::isinstance<py::str>(model) : !py::isinstance<py::bytes>(model))
+               throw_error<InvalidArgument>("InferenceSession: expected ", is_path ? "a file path" : "model bytes");
+             s->model = model;
+             s->is_path = is_path;
+             return s;
+           }),
+           py::arg("sess_options"), py::arg("path_or_bytes"), py::arg("is_arg_file_name"),
+           py::arg("load_config_from_model") = false)
+      .def(
+          "initialize_session",
+          [](PySession& s, std::vector<std::string> providers, py::object provider_options, py::object disabled) {
+            if (!disabled.is_none())
+              for (auto d : disabled) {
+                std::string name = py::str(d);
+                if (name == "ConstantFolding") {
+                  if (s.options.graph_optimization_level > GraphOptimizationLevel::kDisableAll)
+                    s.options.graph_optimization_level = GraphOptimizationLevel::kDisableAll;
+                } else {
+                  throw_error<InvalidArgument>("disabled_optimizers: unknown optimizer '", name,
+                                               "' (onnxtrain's: ConstantFolding)");
+                }
+              }
+            SessionOptions o = s.options;
+            if (s.is_path) {
+              std::string path = s.model.cast<std::string>();
+              py::gil_scoped_release nogil;
+              s.sess = std::make_unique<InferenceSession>(path, o);
+            } else {
+              std::string bytes = s.model.cast<std::string>();
+              py::gil_scoped_release nogil;
+              s.sess = std::make_unique<InferenceSession>(bytes.data(), bytes.size(), o);
+            }
+            s.options = s.sess->options();
+            s.providers = providers.empty() ? std::vector<std::string>{"CPUExecutionProvider"} : providers;
+            s.provider_options = py::dict();
+            for (const auto& p : s.providers) s.provider_options[py::str(p)] = py::dict();
+            (void)provider_options;
+          },
+          py::arg("providers") = std::vector<std::string>{}, py::arg("provider_options") = py::none(),
+          py::arg("disabled_optimizers") = py::none(), "Loads the model and prepares it.")
+      .def_property_readonly("inputs_meta", [](PySession& s) { return s.get().get_inputs(); })
+      .def_property_readonly("outputs_meta", [](PySession& s) { return s.get().get_outputs(); })
+      .def_property_readonly("overridable_initializers", [](PySession& s) { return s.get().get_overridable_initializers(); })
+      .def_property_readonly("model_meta", [](PySession& s) { return s.get().metadata(); })
+      .def_property_readonly("session_options", [](PySession& s) { return std::make_shared<SessionOptions>(s.options); })
+      .def_property_readonly("get_profiling_start_time_ns", [](PySession& s) { return s.get().profiling_start_time_ns(); })
+      .def("get_providers", [](PySession& s) { return s.providers; })
+      .def("get_provider_options", [](PySession& s) { return s.provider_options; })
+      .def("end_profiling", [](PySession& s) { return s.get().end_profiling(); }, "Writes the profile; returns its file name.")
+      .def(
+          "run",
+          [](PySession& s, py::object output_names, py::dict feed, std::shared_ptr<RunOptions> ro) {
+            std::vector<py::object> hold;
+            std::vector<std::unique_ptr<Value>> owned;
+            std::vector<std::pair<std::string, const Value*>> feeds;
+            for (auto [k, v] : feed) {
+              std::string name = py::str(k);
+              feeds.emplace_back(name, &value_of_feed(name, v, hold, owned));
+            }
+            auto names = output_names_or_all(s, output_names);
+            return values_to_list(run_session(s, names, feeds, ro.get()));
+          },
+          py::arg("output_names"), py::arg("input_feed"), py::arg("run_options") = nullptr,
+          "Runs; returns the outputs as numpy arrays (sequences as lists, empty optionals as None).")
+      .def(
+          "run_with_ort_values",
+          [](PySession& s, py::dict feed, py::object output_names, std::shared_ptr<RunOptions> ro) {
+            std::vector<py::object> hold;
+            std::vector<std::unique_ptr<Value>> owned;
+            std::vector<std::pair<std::string, const Value*>> feeds;
+            for (auto [k, v] : feed) {
+              std::string name = py::str(k);
+              feeds.emplace_back(name, &value_of_feed(name, v, hold, owned));
+            }
+            auto names = output_names_or_all(s, output_names);
+            auto out = std::make_shared<OrtValueVectorObj>();
+            for (auto& v : run_session(s, names, feeds, ro.get())) out->values.push_back(ortvalue_from_value(std::move(v)));
+            return out;
+          },
+          py::arg("input_dict_ort_values"), py::arg("output_names"), py::arg("run_options") = nullptr,
+          "Runs with OrtValue feeds; returns an OrtValueVector.")
+      .def(
+          "run_with_ortvaluevector",
+          [](PySession& s, std::shared_ptr<RunOptions> ro, const std::vector<std::string>& feed_names,
+             const OrtValueVectorObj& feeds, const std::vector<std::string>& fetch_names, OrtValueVectorObj& fetches,
+             py::object fetch_devices) {
+            if (feed_names.size() != feeds.values.size())
+              throw_error<InvalidArgument>("run_with_ortvaluevector: ", feed_names.size(), " feed names for ",
+                                           feeds.values.size(), " values");
+            if (!fetch_devices.is_none())
+              for (auto d : fetch_devices) device_of(d.cast<OrtDeviceObj&>());
+            std::vector<std::pair<std::string, const Value*>> f;
+            for (size_t i = 0; i < feed_names.size(); ++i) f.emplace_back(feed_names[i], &feeds.values[i]->value);
+            auto names = fetch_names;
+            if (names.empty())
+              for (const auto& o : s.get().get_outputs()) names.push_back(o.name);
+            auto out = run_session(s, names, f, ro.get());
+            fetches.values.clear();
+            for (auto& v : out) fetches.values.push_back(ortvalue_from_value(std::move(v)));
+          },
+          py::arg("run_options"), py::arg("feed_names"), py::arg("feeds"), py::arg("fetch_names"), py::arg("fetches"),
+          py::arg("fetch_devices") = py::none(),
+          "Runs with an OrtValueVector of feeds; fills `fetches` (an OrtValueVector) with the outputs.")
+      .def(
+          "run_with_iobinding",
+          [](PySession& s, IOBindingObj& b, std::shared_ptr<RunOptions> ro) {
+            if (b.session.get() != &s) throw_error<InvalidArgument>("run_with_iobinding: the binding belongs to another session");
+            std::vector<std::pair<std::string, const Value*>> f;
+            for (const auto& [n, v] : b.inputs) f.emplace_back(n, &v->value);
+            std::vector<std::string> names;
+            for (const auto& o : b.outputs) names.push_back(o.name);
+            if (names.empty())
+              for (const auto& o : s.get().get_outputs()) names.push_back(o.name);
+            auto out = run_session(s, names, f, ro.get());
+            b.results.clear();
+            for (size_t i = 0; i < out.size(); ++i) {
+              const OrtValuePtr pre = i < b.outputs.size() ? b.outputs[i].preallocated : nullptr;
+              if (!pre) {
+                b.results.push_back(ortvalue_from_value(std::move(out[i])));
+                continue;
+              }
+              Tensor& dst = pre->value.tensor;
+              if (!out[i].is_tensor() || out[i].tensor.dtype() != dst.dtype() || out[i].tensor.shape() != dst.shape())
+                throw_error<InvalidArgument>("output '", names[i], "' is ",
+                                             out[i].is_tensor() ? out[i].tensor.describe() : std::string("not a tensor"),
+                                             " but the buffer bound to it is ", dst.describe());
+              dst.copy_from(out[i].tensor);
+              b.results.push_back(pre);
+            }
+          },
+          py::arg("iobinding"), py::arg("run_options") = nullptr,
+          "Runs with the bound inputs; outputs go to the bound buffers or to new values (get_outputs).")
+      .def("last_run_stats", [](PySession& s) {
+        RunStats r = s.get().last_run_stats();
+        py::dict d;
+        d["arena_bytes"] = r.arena_bytes;
+        d["naive_bytes"] = r.naive_bytes;
+        d["constant_bytes"] = r.constant_bytes;
+        d["steps"] = r.steps;
+        d["dynamic_steps"] = r.dynamic_steps;
+        d["folded_nodes"] = r.folded_nodes;
+        return d;
+      });
+
+  py::class_<IOBindingObj, std::shared_ptr<IOBindingObj>>(m, "SessionIOBinding",
+                                                           "Inputs and outputs bound to a session (onnxruntime's SessionIOBinding).")
+      .def(py::init([](std::shared_ptr<PySession> s) {
+             s->get();
+             auto b = std::make_shared<IOBindingObj>();
+             b->session = std::move(s);
+             return b;
+           }),
+           py::arg("session"))
+      .def(
+          "bind_input",
+          [](IOBindingObj& b, const std::string& name, py::object array) {
+            auto v = ortvalue_from_array(array, OrtDeviceObj{});
+            for (auto& [n, x] : b.inputs)
+              if (n == name) {
+                x = v;
+                return;
+              }
+            b.inputs.emplace_back(name, v);
+          },
+          py::arg("name"), py::arg("array"), "Binds input `name` to a numpy array (viewed, not copied, when possible).")
+      .def(
+          "bind_input",
+          [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device, py::object element_type,
+             std::vector<int64_t> shape, uintptr_t ptr) {
+            Device d = device_of(device);
+            DType dt = dtype_of_element_type(element_type);
+            for (int64_t x : shape)
+              if (x < 0) throw_error<InvalidArgument>("bind_input('", name, "'): negative dimension in ", shape_to_string(shape));
+            if (!ptr) throw_error<InvalidArgument>("bind_input('", name, "'): the buffer pointer is null");
+            if (dt == DType::kString) throw_error<InvalidArgument>("bind_input('", name, "'): string tensors cannot be bound by pointer");
+            Value v = Value::of(Tensor::wrap(dt, shape, reinterpret_cast<void*>(ptr), nullptr, d));
+            auto ov = ortvalue_from_value(std::move(v));
+            for (auto& [n, x] : b.inputs)
+              if (n == name) {
+                x = ov;
+                return;
+              }
+            b.inputs.emplace_back(name, ov);
+          },
+          py::arg("name"), py::arg("device"), py::arg("element_type"), py::arg("shape"), py::arg("buffer_ptr"),
+          "Binds input `name` to memory at buffer_ptr (the caller keeps it alive and unchanged until the run).")
+      .def(
+          "bind_ortvalue_input",
+          [](IOBindingObj& b, const std::string& name, std::shared_ptr<OrtValueObj> v) {
+            for (auto& [n, x] : b.inputs)
+              if (n == name) {
+                x = v;
+                return;
+              }
+            b.inputs.emplace_back(name, std::move(v));
+          },
+          py::arg("name"), py::arg("ortvalue"), "Binds input `name` to an OrtValue.")
+      .def(
+          "bind_output",
+          [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device) {
+            device_of(device);
+            for (auto& o : b.outputs)
+              if (o.name == name) {
+                o.preallocated = nullptr;
+                return;
+              }
+            b.outputs.push_back({name, nullptr});
+          },
+          py::arg("name"), py::arg("device"), "Binds output `name` to a device; the run allocates it.")
+      .def(
+          "bind_output",
+          [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device, py::object element_type,
+             std::vector<int64_t> shape, uintptr_t ptr) {
+            Device d = device_of(device);
+            DType dt = dtype_of_element_type(element_type);
+            for (int64_t x : shape)
+              if (x < 0) throw_error<InvalidArgument>("bind_output('", name, "'): negative dimension in ", shape_to_string(shape));
+            if (!ptr) throw_error<InvalidArgument>("bind_output('", name, "'): the buffer pointer is null");
+            if (dt == DType::kString) throw_error<InvalidArgument>("bind_output('", name, "'): string tensors cannot be bound by pointer");
+            auto ov = ortvalue_from_value(Value::of(Tensor::wrap(dt, shape, reinterpret_cast<void*>(ptr), nullptr, d)));
+            for (auto& o : b.outputs)
+              if (o.name == name) {
+                o.preallocated = ov;
+                return;
+              }
+            b.outputs.push_back({name, ov});
+          },
+          py::arg("name"), py::arg("device"), py::arg("element_type"), py::arg("shape"), py::arg("buffer_ptr"),
+          "Binds output `name` to memory at buffer_ptr (its type and shape must be the output's).")
+      .def(
+          "bind_ortvalue_output",
+          [](IOBindingObj& b, const std::string& name, std::shared_ptr<OrtValueObj> v) {
+            if (!v->value.is_tensor()) throw_error<InvalidArgument>("bind_ortvalue_output('", name, "'): the OrtValue holds no tensor");
+            for (auto& o : b.outputs)
+              if (o.name == name) {
+                o.preallocated = v;
+                return;
+              }
+            b.outputs.push_back({name, std::move(v)});
+          },
+          py::arg("name"), py::arg("ortvalue"), "Binds output `name` to an OrtValue, written in place by the run.")
+      .def(
+          "get_outputs",
+          [](IOBindingObj& b) {
+            auto v = std::make_shared<OrtValueVectorObj>();
+            v->values = b.results;
+            return v;
+          },
+          "The outputs of the last run_with_iobinding, as an OrtValueVector.")
+      .def(
+          "copy_outputs_to_cpu",
+          [](IOBindingObj& b) {
+            py::list l;
+            for (const auto& r : b.results) {
+              Value c = r->value;
+              if (c.is_tensor()) c.tensor = c.tensor.clone();
+              for (auto& t : c.sequence) t = t.clone();
+              l.append(value_to_python(std::move(c)));
+            }
+            return l;
+          },
+          "Copies of the last run's outputs as numpy arrays.")
+      .def("clear_binding_inputs", [](IOBindingObj& b) { b.inputs.clear(); })
+      .def("clear_binding_outputs", [](IOBindingObj& b) {
+        b.outputs.clear();
+        b.results.clear();
+      })
+      .def("synchronize_inputs", [](IOBindingObj&) {}, "CPU memory is always in sync: nothing to wait for.")
+      .def("synchronize_outputs", [](IOBindingObj&) {}, "CPU memory is always in sync: nothing to wait for.");
+
+  m.def("set_seed", [](int64_t seed) { set_default_seed(uint64_t(seed)); }, py::arg("seed"),
+        "Seed of random operators in sessions that set no seed of their own.");
+}
+
+}  // namespace
+
+void bind_sessions(py::module_& m) {
+  bind_options(m);
+  bind_session(m);
+}
+
+}  // namespace onnxtrain::python
