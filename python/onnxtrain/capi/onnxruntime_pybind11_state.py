@@ -8,7 +8,8 @@ from .._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph,
 from .._errors import ORT_EXCEPTIONS as _ORT_EXCEPTIONS
 
 # Native objects under onnxruntime's names (those the native core defines).
-_NATIVE = ("OrtValue", "OrtValueVector", "OrtDevice", "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType")
+_NATIVE = ("OrtValue", "OrtValueVector", "OrtDevice", "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType",
+           "is_dlpack_uint8_tensor")
 for _name in _NATIVE:
     if hasattr(_C, _name):
         globals()[_name] = getattr(_C, _name)
