@@ -44,7 +44,8 @@ py::array viewable(const py::array& arr) {
   const bool native = arr.dtype().attr("isnative").cast<bool>();
   if ((arr.flags() & py::array::c_style) && (arr.flags() & kAligned) && native) return arr;
   py::module_ np = py::module_::import("numpy");
-  return np.attr("ascontiguousarray")(arr, py::arg("dtype") = arr.dtype().attr("newbyteorder")("="));
+  return np.attr("array")(arr, py::arg("dtype") = arr.dtype().attr("newbyteorder")("="), py::arg("order") = "C",
+                          py::arg("copy") = true);  // a fresh array is aligned
 }
 
 bool is_readonly_array(const py::object& o) {
@@ -572,7 +573,7 @@ void bind_ortvalue(py::module_& m) {
       .def("__repr__", [](const OrtDeviceObj& d) {
         return "OrtDevice(device_type=" + std::to_string(d.device_type) + ", memory_type=" +
                std::to_string(d.memory_type) + ", device_id=" + std::to_string(d.device_id) + ")";
-      });
+      }, "OrtDevice(device_type=0, memory_type=0, device_id=0).");
 
   py::class_<OrtMemoryInfoObj, std::shared_ptr<OrtMemoryInfoObj>>(m, "OrtMemoryInfo",
                                                                    "onnxruntime's description of a memory.")
@@ -591,7 +592,7 @@ void bind_ortvalue(py::module_& m) {
       .def("__repr__", [](const OrtMemoryInfoObj& i) {
         return "OrtMemoryInfo(name='" + i.name + "', alloc_type=" + std::to_string(int(i.alloc_type)) +
                ", device_id=" + std::to_string(i.id) + ", mem_type=" + std::to_string(int(i.mem_type)) + ")";
-      });
+      }, "OrtMemoryInfo(name='Cpu', alloc_type=0, device_id=0, mem_type=0).");
 
   py::class_<OrtValueObj, OrtValuePtr>(m, "OrtValue",
                                        "onnxruntime's C OrtValue: a tensor, a sequence of tensors or an empty "
@@ -690,11 +691,11 @@ void bind_ortvalue(py::module_& m) {
             return py::make_tuple(int(dlpack::kCPU), 0);
           },
           "DLPack protocol: (device type, device id), (1, 0) for the CPU.")
-      .def("__repr__", &ortvalue_repr);
+      .def("__repr__", &ortvalue_repr, "OrtValue(data_type='tensor(float)', shape=[2, 3]).");
 
   py::class_<OrtValueVectorObj, std::shared_ptr<OrtValueVectorObj>>(m, "OrtValueVector",
                                                                      "onnxruntime's list of C OrtValues.")
-      .def(py::init<>())
+      .def(py::init<>(), "An empty vector.")
       .def("push_back", [](OrtValueVectorObj& v, const OrtValuePtr& o) { v.values.push_back(o); },
            py::arg("ortvalue"), "Appends an OrtValue (shared, not copied).")
       .def(
@@ -711,10 +712,10 @@ void bind_ortvalue(py::module_& m) {
       .def("reserve", [](OrtValueVectorObj& v, size_t n) { v.values.reserve(n); }, py::arg("len"),
            "Reserves room for `len` values.")
       .def("shrink_to_fit", [](OrtValueVectorObj& v) { v.values.shrink_to_fit(); }, "Releases unused room.")
-      .def("__len__", [](const OrtValueVectorObj& v) { return v.values.size(); })
+      .def("__len__", [](const OrtValueVectorObj& v) { return v.values.size(); }, "The number of values.")
       .def(
           "__iter__", [](const OrtValueVectorObj& v) { return py::make_iterator(v.values.begin(), v.values.end()); },
-          py::keep_alive<0, 1>())
+          py::keep_alive<0, 1>(), "Iterates over the OrtValues (the iterator keeps the vector alive).")
       .def("__getitem__", [](const OrtValueVectorObj& v, py::ssize_t i) { return v.values[vector_index(v, i)]; },
            py::arg("idx"), "The OrtValue at `idx` (negative counts from the end; IndexError past it).")
       .def(
