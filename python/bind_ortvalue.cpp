@@ -87,7 +87,7 @@ Tensor tensor_view_of(const py::array& arr, DType dt, py::object& owner) {
 // OrtValue's owner, or is cloned when nothing owns it.
 Tensor anchored(const Tensor& t, const py::object& owner) {
   if (!t.defined() || t.storage() || t.numel() == 0) return t;
-  if (!owner.is_none())
+  if (owner && !owner.is_none())  // a default-constructed owner is null
     return Tensor::wrap(t.dtype(), t.shape(), const_cast<void*>(t.raw_data()), python_keepalive(owner), t.device());
   return t.clone();
 }
@@ -340,7 +340,7 @@ Tensor check_dl_tensor(const dlpack::DLTensor& d, bool is_bool_tensor) {
   Shape shape(d.shape, d.shape + d.ndim);
   int64_t n;
   if (!checked_numel(shape, &n)) throw_error<InvalidArgument>("from_dlpack: invalid shape ", shape_to_string(shape));
-  if (d.strides) {
+  if (d.strides && n > 0) {  // strides of an empty tensor mean nothing
     int64_t expected = 1;
     for (int i = d.ndim - 1; i >= 0; --i) {
       if (shape[i] != 1 && d.strides[i] != expected)
@@ -433,6 +433,7 @@ OrtDeviceObj ortdevice_of(const Device& d) {
 }
 
 std::shared_ptr<void> python_keepalive(py::object o) {
+  if (!o) return nullptr;
   return std::shared_ptr<void>(o.release().ptr(), [](void* p) {
     if (!Py_IsInitialized()) return;  // interpreter gone: leak the reference rather than crash
     PyGILState_STATE s = PyGILState_Ensure();
@@ -701,10 +702,13 @@ void bind_ortvalue(py::module_& m) {
       .def(
           "push_back",
           [](OrtValueVectorObj& v, py::handle dlpack_tensor, bool is_bool_tensor) {
+            if (py::hasattr(dlpack_tensor, "_get_c_value"))  // the Python OrtValue: its C object, not a DLPack copy
+              return v.values.push_back(dlpack_tensor.attr("_get_c_value")().cast<OrtValuePtr>());
             v.values.push_back(ortvalue_from_dlpack(dlpack_tensor, is_bool_tensor));
           },
           py::arg("dlpack_tensor"), py::arg("is_bool_tensor") = false,
-          "Appends an OrtValue taking over a DLPack capsule (see OrtValue.from_dlpack).")
+          "Appends an OrtValue taking over a DLPack capsule (see OrtValue.from_dlpack); a Python OrtValue is "
+          "appended as its C OrtValue.")
       .def("push_back_batch", &push_back_batch, py::arg("tensors"), py::arg("data_ptrs"), py::arg("element_types"),
            py::arg("shapes"), py::arg("devices"),
            "Appends OrtValues viewing contiguous CPU buffers given by address, numpy element type and shape; each "

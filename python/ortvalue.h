@@ -32,7 +32,7 @@ Device device_of(const OrtDeviceObj& d);
 /// them valid for the run's duration).
 struct OrtValueObj {
   Value value;
-  py::object owner;  ///< the numpy array (or DLPack capsule owner) viewed; None when onnxtrain owns the memory
+  py::object owner;  ///< the numpy array (or DLPack capsule owner) viewed; None (or null) when onnxtrain owns the memory
 };
 using OrtValuePtr = std::shared_ptr<OrtValueObj>;
 

@@ -653,6 +653,21 @@ def test_ortvaluevector_dlpack_push_and_to_dlpacks():
         vec.push_back(None)
 
 
+def test_ortvaluevector_takes_python_ortvalues_as_they_are():
+    vec = C.OrtValueVector()
+    v = OrtValue.ortvalue_from_numpy(np.array([True, False]))
+    vec.push_back(v)
+    assert vec[0] is v._get_c_value() and vec[0].data_type() == "tensor(bool)"
+
+
+def test_empty_tensors_through_dlpack():
+    v = C.OrtValue.ortvalue_from_numpy(np.zeros((0, 4), np.float32), CPU)
+    t = torch.utils.dlpack.from_dlpack(v.to_dlpack())
+    assert tuple(t.shape) == (0, 4)
+    w = C.OrtValue.from_dlpack(torch.zeros(2, 0, dtype=torch.int32))
+    assert w.shape() == [2, 0] and w.numpy().shape == (2, 0) and w.data_ptr() == 0
+
+
 def test_ortvaluevector_push_back_batch():
     tensors = [torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.arange(4, dtype=torch.int64)]
     vec = C.OrtValueVector()
