@@ -4,6 +4,7 @@
 #include "onnxtrain/error.h"
 #include "onnxtrain/gradient.h"
 #include "onnxtrain/session.h"
+#include "ortvalue.h"
 
 namespace py = pybind11;
 using namespace onnxtrain;
@@ -74,5 +75,6 @@ PYBIND11_MODULE(_C, m) {
           py::arg("path"), py::arg("external_data") = "auto", py::arg("size_threshold") = 1024,
           py::arg("location") = "");
 
+  bind_ortvalue(m);
   bind_training(m);
 }

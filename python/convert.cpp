@@ -4,8 +4,6 @@
 
 namespace onnxtrain::python {
 
-namespace {
-
 DType dtype_from_numpy(const py::dtype& dt) {
   const char kind = dt.kind();
   const auto size = dt.itemsize();
@@ -54,8 +52,6 @@ py::dtype numpy_dtype(DType t) {
   }
   throw_error<NotImplemented>("element type ", dtype_name(t), " has no numpy equivalent");
 }
-
-}  // namespace
 
 // A numpy array viewed as a Tensor. `hold` keeps the (possibly converted) array alive; the view
 // itself must not outlive it (the executor drops input views at the end of a run).

@@ -18,6 +18,12 @@ namespace onnxtrain::python {
 
 namespace py = pybind11;
 
+/// The element type of a numpy dtype (by kind and item size; str, bytes and object arrays are
+/// strings). Throws InvalidArgument for dtypes onnxtrain cannot hold (complex, datetime, records).
+DType dtype_from_numpy(const py::dtype& dt);
+/// The numpy dtype of an element type; throws NotImplemented for bfloat16 and strings.
+py::dtype numpy_dtype(DType t);
+
 /// A numpy array viewed as a Tensor. `hold` keeps the (possibly converted) array alive; the view
 /// must not outlive it. Strings are copied.
 Tensor tensor_from_array(const std::string& name, py::handle obj, std::vector<py::object>& hold);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "convert.h"
@@ -31,7 +32,7 @@ Device device_of(const OrtDeviceObj& d);
 /// them valid for the run's duration).
 struct OrtValueObj {
   Value value;
-  py::object owner;  ///< the numpy array (or DLPack capsule owner) viewed; None when onnxtrain owns the memory
+  py::object owner;  ///< the numpy array (or DLPack capsule owner) viewed; None (or null) when onnxtrain owns the memory
 };
 using OrtValuePtr = std::shared_ptr<OrtValueObj>;
 
@@ -39,6 +40,49 @@ using OrtValuePtr = std::shared_ptr<OrtValueObj>;
 struct OrtValueVectorObj {
   std::vector<OrtValuePtr> values;
 };
+
+/// onnxruntime's OrtAllocatorType and OrtMemType (the values of onnxruntime's C API).
+enum class OrtAllocatorTypeE : int { kInvalid = -1, kDevice = 0, kArena = 1 };
+enum class OrtMemTypeE : int { kCPUInput = -2, kCPUOutput = -1, kCPU = -1, kDefault = 0 };
+
+/// onnxruntime's OrtMemoryInfo: a named memory ("Cpu", "Cuda", "CudaPinned"), its allocator type,
+/// device id and memory type. A descriptor only: nothing is allocated through it.
+struct OrtMemoryInfoObj {
+  std::string name;
+  OrtAllocatorTypeE alloc_type = OrtAllocatorTypeE::kDevice;
+  OrtDeviceObj device;
+  int id = 0;
+  OrtMemTypeE mem_type = OrtMemTypeE::kDefault;
+};
+
+/// onnxruntime's device name of an OrtDevice: "Cpu", "Cuda", "FPGA", "NPU" (what the C
+/// OrtValue.device_name() returns; the Python wrapper lowercases it).
+std::string ort_device_name(const OrtDeviceObj& d);
+/// The OrtDevice describing where `d`'s memory lives (the inverse of device_of).
+OrtDeviceObj ortdevice_of(const Device& d);
+
+/// A reference to `o` that may be dropped from any thread: the deleter takes the GIL. Used as a
+/// Tensor keepalive so a Tensor viewing Python-owned memory is self-sufficient.
+std::shared_ptr<void> python_keepalive(py::object o);
+
+/// The C OrtValue of a numpy array on `device` (what OrtValue.ortvalue_from_numpy does): a
+/// zero-copy view when the array is C-contiguous, aligned, native-endian and of a supported
+/// dtype, otherwise a converted copy; strings are always copied. The tensor holds a reference to
+/// the viewed array (value.tensor.storage()) and `owner` is that array. Throws InvalidArgument for
+/// non-arrays, unsupported dtypes and devices other than the CPU.
+OrtValuePtr ortvalue_from_array(py::handle array, const OrtDeviceObj& device);
+/// Wraps a Value (a run's result, a sequence, an empty optional) into a new C OrtValue (owner None).
+OrtValuePtr ortvalue_from_value(Value v);
+/// OrtValue.numpy(): a tensor as a numpy array sharing the value's memory (read-only when the
+/// OrtValue views a read-only array; bfloat16 as a float32 copy, strings as an object copy), a
+/// sequence as a list of arrays, None for an empty optional.
+py::object numpy_of(const OrtValueObj& v);
+/// OrtValue.to_dlpack(): a "dltensor" capsule over the tensor's memory (bool as uint8, as
+/// onnxruntime does). The capsule keeps the memory alive until its consumer's deleter runs.
+py::object dlpack_of(const OrtValueObj& v);
+/// OrtValue.from_dlpack(): takes ownership of a "dltensor" capsule (or of an object with
+/// __dlpack__) and renames it "used_dltensor"; a uint8 tensor becomes bool when is_bool_tensor.
+OrtValuePtr ortvalue_from_dlpack(py::handle capsule, bool is_bool_tensor);
 
 /// Registers OrtDevice, OrtMemoryInfo, OrtAllocatorType, OrtMemType, OrtValue, OrtValueVector on `m`
 /// (holders: std::shared_ptr).

@@ -1,0 +1,182 @@
+"""onnxruntime's Python value and device classes (``OrtValue``, ``OrtDevice`` and
+``get_ort_device_type`` of ``onnxruntime.capi.onnxruntime_inference_collection``) over the C objects
+of ``onnxruntime_pybind11_state``.
+
+The wrapper holds the C object (``_ortvalue``, ``_ort_device``) and, like onnxruntime's, the numpy
+array a CPU value views (``_numpy_obj``). The C object keeps that array alive by itself too, so a
+C OrtValue taken out with ``_get_c_value()`` stays valid on its own.
+"""
+from . import onnxruntime_pybind11_state as C
+from .._errors import InvalidArgument, NotImplemented  # noqa: A004 (onnxruntime's name)
+
+
+def get_ort_device_type(device_type, device_index=0):
+    """The C device type (an int, as ``C.OrtDevice.cpu()``) of a device name: ``'cpu'``, ``'cuda'``
+    or ``'cann'`` (case-insensitive). ``device_index`` is accepted for onnxruntime's call shape."""
+    if not isinstance(device_type, str):
+        raise InvalidArgument(f"Unsupported device type: {device_type!r} (expected 'cpu', 'cuda' or 'cann')")
+    name = device_type.lower()
+    if name == "cuda":
+        return C.OrtDevice.cuda()
+    if name == "cann":
+        return C.OrtDevice.cann()
+    if name == "cpu":
+        return C.OrtDevice.cpu()
+    raise InvalidArgument("Unsupported device type: " + device_type)
+
+
+def _c_device(device_type, device_id):
+    return C.OrtDevice(get_ort_device_type(device_type, device_id), C.OrtDevice.default_memory(), device_id)
+
+
+class OrtValue:
+    """A tensor, a sequence of tensors or an empty optional, on a device; the value type that
+    ``run_with_ort_values`` and ``IOBinding`` exchange. CPU tensors made from numpy arrays share the
+    array's memory."""
+
+    def __init__(self, ortvalue, numpy_obj=None):
+        """Wraps a C OrtValue (``onnxruntime_pybind11_state.OrtValue``); ``numpy_obj`` is the array
+        whose memory it views, kept alive as long as this object."""
+        if not isinstance(ortvalue, C.OrtValue):
+            raise InvalidArgument("`Provided ortvalue` needs to be of type "
+                                  "`onnxruntime.capi.onnxruntime_pybind11_state.OrtValue`, got "
+                                  + type(ortvalue).__name__)
+        self._ortvalue = ortvalue
+        self._numpy_obj = numpy_obj
+
+    def _get_c_value(self):
+        """The C OrtValue."""
+        return self._ortvalue
+
+    def __repr__(self):
+        return repr(self._ortvalue)
+
+    @staticmethod
+    def ortvalue_from_numpy(numpy_obj, device_type="cpu", device_id=0):
+        """An OrtValue over a numpy array. On the CPU it shares the array's memory when the array is
+        C-contiguous (otherwise it holds a converted copy); strings are copied. Other devices raise
+        InvalidArgument in this CPU-only build."""
+        c_value = C.OrtValue.ortvalue_from_numpy(numpy_obj, _c_device(device_type, device_id))
+        return OrtValue(c_value, numpy_obj if device_type.lower() == "cpu" else None)
+
+    @staticmethod
+    def ortvalue_from_numpy_with_onnx_type(data, onnx_element_type: int):
+        """An OrtValue viewing a numpy array reinterpreted as an ONNX element type of the same item
+        size (e.g. uint16 bit patterns as ``onnx.TensorProto.BFLOAT16``)."""
+        return OrtValue(C.OrtValue.ortvalue_from_numpy_with_onnx_type(data, onnx_element_type), data)
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(shape=None, element_type=None, device_type="cpu", device_id=0):
+        """A new, uninitialized OrtValue of the given shape and element type: a numpy type
+        (``numpy.float32``) or an ONNX TensorProto element type (``onnx.TensorProto.BFLOAT16``)."""
+        if shape is None or element_type is None:
+            raise ValueError("`element_type` and `shape` are to be provided if pre-allocated memory is provided")
+        device = _c_device(device_type, device_id)
+        if isinstance(element_type, int) and not isinstance(element_type, bool):
+            return OrtValue(C.OrtValue.ortvalue_from_shape_and_onnx_type(shape, element_type, device))
+        return OrtValue(C.OrtValue.ortvalue_from_shape_and_type(shape, element_type, device))
+
+    @staticmethod
+    def ort_value_from_sparse_tensor(sparse_tensor):
+        """Not available: onnxtrain has no sparse tensors (raises NotImplemented)."""
+        raise NotImplemented("ort_value_from_sparse_tensor: onnxtrain has no sparse tensors")
+
+    @staticmethod
+    def from_dlpack(data, is_bool_tensor=False):
+        """An OrtValue taking over a DLPack capsule, or an object with ``__dlpack__`` (a torch
+        tensor, a numpy array), sharing its memory. ``is_bool_tensor`` reads uint8 as bool."""
+        return OrtValue(C.OrtValue.from_dlpack(data, is_bool_tensor))
+
+    def as_sparse_tensor(self):
+        """Not available: onnxtrain has no sparse tensors (raises NotImplemented)."""
+        return self._ortvalue.as_sparse_tensor()
+
+    def data_ptr(self):
+        """The address of the first element of the tensor's data buffer."""
+        return self._ortvalue.data_ptr()
+
+    def device_name(self):
+        """The name of the device holding the data, e.g. ``'cpu'``."""
+        return self._ortvalue.device_name().lower()
+
+    def shape(self):
+        """The tensor's shape as a list of integers."""
+        return self._ortvalue.shape()
+
+    def data_type(self):
+        """The type string, e.g. ``'tensor(int64)'`` or ``'seq(tensor(float))'``."""
+        return self._ortvalue.data_type()
+
+    def element_type(self):
+        """The ONNX TensorProto element type (an int) of the tensor or of the sequence's tensors."""
+        return self._ortvalue.element_type()
+
+    def has_value(self):
+        """False when the OrtValue is an empty optional."""
+        return self._ortvalue.has_value()
+
+    def is_tensor(self):
+        """True when the OrtValue holds a tensor."""
+        return self._ortvalue.is_tensor()
+
+    def is_sparse_tensor(self):
+        """Always False: onnxtrain has no sparse tensors."""
+        return self._ortvalue.is_sparse_tensor()
+
+    def is_tensor_sequence(self):
+        """True when the OrtValue holds a sequence of tensors."""
+        return self._ortvalue.is_tensor_sequence()
+
+    def numpy(self):
+        """The tensor as a numpy array sharing the OrtValue's memory (a list of arrays for a
+        sequence, None for an empty optional)."""
+        return self._ortvalue.numpy()
+
+    def update_inplace(self, np_arr):
+        """Copies a numpy array (same element count and element type) into the OrtValue's memory,
+        whose address does not change."""
+        self._ortvalue.update_inplace(np_arr)
+
+    def to_dlpack(self):
+        """A DLPack capsule sharing the tensor's memory (bool tensors travel as uint8)."""
+        return self._ortvalue.to_dlpack()
+
+    def __dlpack__(self, stream=None):
+        """DLPack protocol (``numpy.from_dlpack``, ``torch.utils.dlpack.from_dlpack``)."""
+        return self._ortvalue.__dlpack__(stream)
+
+    def __dlpack_device__(self):
+        """DLPack protocol: ``(device type, device id)``."""
+        return self._ortvalue.__dlpack_device__()
+
+
+class OrtDevice:
+    """A device description (type, memory type, id) over the C ``OrtDevice``."""
+
+    def __init__(self, c_ort_device):
+        """Wraps a C OrtDevice (``onnxruntime_pybind11_state.OrtDevice``)."""
+        if not isinstance(c_ort_device, C.OrtDevice):
+            raise InvalidArgument("`Provided object` needs to be of type "
+                                  "`onnxruntime.capi.onnxruntime_pybind11_state.OrtDevice`, got "
+                                  + type(c_ort_device).__name__)
+        self._ort_device = c_ort_device
+
+    def _get_c_device(self):
+        """The C OrtDevice."""
+        return self._ort_device
+
+    def __repr__(self):
+        return repr(self._ort_device)
+
+    @staticmethod
+    def make(ort_device_name, device_id):
+        """The OrtDevice of a device name (``'cpu'``, ``'cuda'``, ``'cann'``) and id, default memory."""
+        return OrtDevice(_c_device(ort_device_name, device_id))
+
+    def device_id(self):
+        """The device id."""
+        return self._ort_device.device_id()
+
+    def device_type(self):
+        """The device type, an int: ``C.OrtDevice.cpu()``, ``cuda()``, ..."""
+        return self._ort_device.device_type()
