@@ -7,7 +7,8 @@ import os
 import numpy as np
 
 from . import _C
-from .session import _check_providers
+from .capi.onnxruntime_inference_collection import check_and_normalize_provider_args
+from .capi.onnxruntime_pybind11_state import get_available_providers
 
 # onnxruntime fields for features onnxtrain does not have: accepted at their default value only
 # (TrainingSession refuses another value, naming the field).
@@ -99,7 +100,8 @@ class TrainingSession:
             raise TypeError("parameters must be an onnxtrain.TrainingParameters")
         if isinstance(parameters, TrainingParameters):
             parameters._check_supported()
-        self._providers = _check_providers(providers, provider_options)
+        names, _ = check_and_normalize_provider_args(providers, provider_options, get_available_providers())
+        self._providers = names or get_available_providers()
         self.parameters = parameters
         self._sess = _C.TrainingSession(path_or_bytes, parameters, sess_options)
 

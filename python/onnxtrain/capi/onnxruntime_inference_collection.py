@@ -109,7 +109,8 @@ class Session:
     def _check_feed_count(self, input_feed):
         num_required = len(self._inputs_meta)
         if len(input_feed) < num_required:
-            raise ValueError(f"Model requires {num_required} inputs. Input Feed contains {len(input_feed)}")
+            # onnxruntime raises ValueError here; InvalidArgument is one.
+            raise C.InvalidArgument(f"Model requires {num_required} inputs. Input Feed contains {len(input_feed)}")
 
     def run(self, output_names, input_feed, run_options=None):
         """Computes the outputs ``output_names`` (None: all) from ``input_feed``
