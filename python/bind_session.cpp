@@ -69,6 +69,14 @@ void check_severity(int level, const char* what) {
     throw_error<InvalidArgument>(what, " must be 0 (verbose), 1 (info), 2 (warning), 3 (error), 4 (fatal) or -1 (the default logger's), got ", level);
 }
 
+// The C OrtValue of a C or Python (onnxruntime_inference_collection) OrtValue.
+std::shared_ptr<OrtValueObj> c_ortvalue(py::handle v, const std::string& what) {
+  if (py::isinstance<OrtValueObj>(v)) return v.cast<std::shared_ptr<OrtValueObj>>();
+  if (py::hasattr(v, "_ortvalue") && py::isinstance<OrtValueObj>(v.attr("_ortvalue")))
+    return v.attr("_ortvalue").cast<std::shared_ptr<OrtValueObj>>();
+  throw_error<InvalidArgument>(what, ": expected an OrtValue, got ", std::string(py::str(v.get_type().attr("__name__"))));
+}
+
 const Value& value_of_feed(const std::string& name, py::handle v, std::vector<py::object>& hold,
                            std::vector<std::unique_ptr<Value>>& owned) {
   if (py::isinstance<OrtValueObj>(v)) return v.cast<OrtValueObj&>().value;
@@ -188,7 +196,8 @@ void bind_options(py::module_& m) {
           "Fixes the symbolic input dimensions with that denotation (e.g. DATA_BATCH).")
       .def(
           "add_initializer",
-          [](SessionOptions& o, const std::string& name, const OrtValueObj& v) {
+          [](SessionOptions& o, const std::string& name, py::handle ortvalue) {
+            const OrtValueObj& v = *c_ortvalue(ortvalue, "add_initializer('" + name + "')");
             if (!v.value.is_tensor()) throw_error<InvalidArgument>("add_initializer('", name, "'): the OrtValue is not a tensor");
             if (!v.value.tensor.device().is_host())
               throw_error<InvalidArgument>("add_initializer('", name, "'): the OrtValue is on ", v.value.tensor.device().name());
@@ -199,7 +208,10 @@ void bind_options(py::module_& m) {
           "copied once here and shared by every session made with these options.")
       .def(
           "add_external_initializers",
-          [](SessionOptions& o, const std::vector<std::string>& names, const std::vector<std::shared_ptr<OrtValueObj>>& vs) {
+          [](SessionOptions& o, const std::vector<std::string>& names, const std::vector<py::object>& objs) {
+            std::vector<std::shared_ptr<OrtValueObj>> vs;
+            for (size_t i = 0; i < objs.size(); ++i)
+              vs.push_back(c_ortvalue(objs[i], "add_external_initializers(" + std::to_string(i) + ")"));
             if (names.size() != vs.size())
               throw_error<InvalidArgument>("add_external_initializers: ", names.size(), " names for ", vs.size(), " values");
             for (size_t i = 0; i < names.size(); ++i) {

@@ -15,6 +15,10 @@ if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 __version__ = "0.1.0"
+# The onnxruntime Python API level onnxtrain provides: what ``onnxruntime.__version__`` reads under
+# the alias (onnxtrain.ort_alias), so that version checks in onnxruntime scripts pass.
+__onnxruntime_version__ = "1.13.1"
+__author__ = "onnxtrain developers"
 
 from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, InvalidModel, InvalidProtobuf,
                       ModelFileError, ModelLoaded, NoModel, NoSuchFile, NotImplemented, OnnxTrainError,

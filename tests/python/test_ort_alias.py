@@ -75,7 +75,7 @@ def test_imports_resolve_to_onnxtrain_objects(tmp_path):
             "import_module": importlib.import_module("onnxruntime.capi._pybind_state")
                              is onnxruntime.capi._pybind_state,
             "names": [onnxruntime.__name__, onnxruntime.capi.__name__, C.__name__],
-            "version": onnxruntime.__version__ == onnxtrain.__version__,
+            "version": onnxruntime.__version__ == onnxtrain.__onnxruntime_version__,
             "file": onnxruntime.__file__ == onnxtrain.__file__ and C.__file__ == onnxtrain_C.__file__,
             "path": list(onnxruntime.__path__) == list(onnxtrain.__path__),
             "dir": sorted(set(dir(onnxtrain)) - set(dir(onnxruntime))),
