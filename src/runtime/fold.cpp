@@ -74,6 +74,8 @@ size_t fold_constant_nodes(ir::Model& model, const ExecOptions& options) {
     for (const auto& in : ir::implicit_inputs(g.nodes[i])) read.insert(in);
   }
   size_t removed = 0;
+  for (bool r : remove) removed += r;
+  if (removed == 0) return 0;
   std::vector<std::pair<std::string, Tensor>> added;
   std::vector<ir::Node> kept;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -81,11 +83,9 @@ size_t fold_constant_nodes(ir::Model& model, const ExecOptions& options) {
       kept.push_back(std::move(g.nodes[i]));
       continue;
     }
-    ++removed;
     for (const auto& o : g.nodes[i].outputs)
       if (!o.empty() && read.count(o)) added.emplace_back(o, values[value_of.at(o)].tensor);
   }
-  if (removed == 0) return 0;
   g.nodes = std::move(kept);
   std::vector<std::pair<std::string, Tensor>> inits;
   for (auto& [name, t] : g.initializers)

@@ -30,6 +30,11 @@
 #include "ir/proto.h"
 #include "kernels/kernel.h"
 #include "runtime/executor.h"
+#include "runtime/fold.h"
+
+// --level 0: every plan pass off (no folding, no in-place aliasing, no memory reuse, memory per
+// run), as SessionOptions.graph_optimization_level = ORT_DISABLE_ALL with the memory options off.
+int g_level = 99;
 
 using namespace onnxtrain;
 
@@ -279,6 +284,11 @@ CaseResult run_case(const std::string& dir) {
   const Tol tol = tolerance_for(ops);
   ExecOptions eo;
   eo.num_threads = 1;
+  if (g_level == 0) {  // GraphOptimizationLevel ORT_DISABLE_ALL, no memory reuse, memory per run
+    eo.fold_constants = eo.inplace_aliasing = eo.reuse_memory = eo.keep_memory = false;
+  } else {
+    runtime::fold_constant_nodes(m, eo);  // the load-time pass InferenceSession runs
+  }
   runtime::GraphExecutor ex(m.graph, m.opsets, eo);
   int sets = 0;
   for (const auto& ds : list_dir(dir, true)) {
@@ -401,10 +411,12 @@ int main(int argc, char** argv) {
       filter = argv[++i];
     } else if (a == "--timeout" && i + 1 < argc) {
       timeout_s = std::atoi(argv[++i]);
+    } else if (a == "--level" && i + 1 < argc) {
+      g_level = std::atoi(argv[++i]);
     } else if (a == "-v" || a == "--verbose") {
       verbose = true;
     } else {
-      std::cerr << "usage: onnxtrain_conformance [--root DIR] [--report FILE] [--filter SUBSTR] [--timeout S] [-v]\n";
+      std::cerr << "usage: onnxtrain_conformance [--root DIR] [--report FILE] [--filter SUBSTR] [--timeout S] [--level 0|99] [-v]\n";
       return 2;
     }
   }
