@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxtrain as ot
 from onnxtrain import _C
-from onnxtrain.training import _UNSUPPORTED
+from onnxtrain.training._session import _UNSUPPORTED
 
 # One non-default value per field the C++ struct has.
 VALUES = {

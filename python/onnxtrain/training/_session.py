@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 
-from . import _C
-from .capi.onnxruntime_inference_collection import check_and_normalize_provider_args
-from .capi.onnxruntime_pybind11_state import get_available_providers
+from .. import _C
+from ..capi.onnxruntime_inference_collection import check_and_normalize_provider_args
+from ..capi.onnxruntime_pybind11_state import get_available_providers
 
 # onnxruntime fields for features onnxtrain does not have: accepted at their default value only
 # (TrainingSession refuses another value, naming the field).
