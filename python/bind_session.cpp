@@ -77,11 +77,29 @@ std::shared_ptr<OrtValueObj> c_ortvalue(py::handle v, const std::string& what) {
   throw_error<InvalidArgument>(what, ": expected an OrtValue, got ", std::string(py::str(v.get_type().attr("__name__"))));
 }
 
-const Value& value_of_feed(const std::string& name, py::handle v, std::vector<py::object>& hold,
+const Value& value_of_feed(InferenceSession& sess, const std::string& name, py::handle v, std::vector<py::object>& hold,
                            std::vector<std::unique_ptr<Value>>& owned) {
   if (py::isinstance<OrtValueObj>(v)) return v.cast<OrtValueObj&>().value;
   if (py::hasattr(v, "_ortvalue") && py::isinstance<OrtValueObj>(v.attr("_ortvalue")))
     return v.attr("_ortvalue").cast<OrtValueObj&>().value;
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    // As onnxruntime: a list fed to a tensor input is that tensor, of the input's element type; an
+    // empty list fed to a sequence input has the sequence's element type.
+    for (const NodeArg& a : sess.get_inputs()) {
+      if (a.name != name || a.elem == DType::kUndefined) continue;
+      if (a.type.rfind("tensor(", 0) == 0) {
+        py::object dt = a.elem == DType::kString ? py::object(py::dtype("O")) : py::object(numpy_dtype(a.elem));
+        hold.push_back(py::module_::import("numpy").attr("asarray")(v, dt));
+        owned.push_back(std::make_unique<Value>(Value::of(tensor_from_array(name, hold.back(), hold))));
+        return *owned.back();
+      }
+      if (a.type.rfind("seq(", 0) == 0 && py::len(v) == 0) {
+        owned.push_back(std::make_unique<Value>(value_from_python(name, v, hold)));
+        owned.back()->elem = a.elem;
+        return *owned.back();
+      }
+    }
+  }
   owned.push_back(std::make_unique<Value>(value_from_python(name, v, hold)));
   return *owned.back();
 }
@@ -354,7 +372,7 @@ void bind_session(py::module_& m) {
             std::vector<std::pair<std::string, const Value*>> feeds;
             for (auto [k, v] : feed) {
               std::string name = py::str(k);
-              feeds.emplace_back(name, &value_of_feed(name, v, hold, owned));
+              feeds.emplace_back(name, &value_of_feed(s.get(), name, v, hold, owned));
             }
             auto names = output_names_or_all(s, output_names);
             return values_to_list(run_session(s, names, feeds, ro.get()));
@@ -369,7 +387,7 @@ void bind_session(py::module_& m) {
             std::vector<std::pair<std::string, const Value*>> feeds;
             for (auto [k, v] : feed) {
               std::string name = py::str(k);
-              feeds.emplace_back(name, &value_of_feed(name, v, hold, owned));
+              feeds.emplace_back(name, &value_of_feed(s.get(), name, v, hold, owned));
             }
             auto names = output_names_or_all(s, output_names);
             auto out = std::make_shared<OrtValueVectorObj>();

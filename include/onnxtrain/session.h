@@ -71,7 +71,9 @@ struct RunOptions {
   std::string run_tag;  ///< named in the profile's model_run event
   /// onnxtrain always runs only the nodes the fetches need (outputs are the same either way).
   bool only_execute_path_to_fetches = false;
-  /// Run with training-mode operator defaults (Dropout drops, BatchNormalization uses batch statistics).
+  /// Run with training-mode operator defaults: Dropout without a training_mode input drops,
+  /// BatchNormalization (opset >= 14) uses batch statistics; subgraphs included. Before opset 14,
+  /// BatchNormalization keeps the model's own mode.
   bool training_mode = false;
   std::vector<std::pair<std::string, std::string>> config_entries;
   /// Set to stop runs in progress (they fail with Terminated before their next node) and the next

@@ -14,6 +14,29 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The graph RunOptions.training_mode runs: where ONNX takes an operator's mode from the model and
+// defaults it to inference, training mode is set — Dropout (opset >= 12) without a training_mode
+// input reads `flag` (a constant true initializer of the main graph), BatchNormalization (opset >=
+// 14) gets training_mode = 1 (batch statistics; running statistics only where the model asks for
+// them). Subgraphs are copied and rewritten too. (Dropout before opset 12 follows ExecOptions::training.)
+std::shared_ptr<ir::Graph> training_mode_graph(const ir::Graph& g, int64_t opset, const std::string& flag) {
+  auto r = std::make_shared<ir::Graph>(g);
+  for (auto& n : r->nodes) {
+    if (n.domain.empty() && n.op_type == "Dropout" && opset >= 12) {
+      if (n.inputs.size() < 3) n.inputs.resize(3);
+      if (n.inputs[2].empty()) n.inputs[2] = flag;
+    } else if (n.domain.empty() && n.op_type == "BatchNormalization" && opset >= 14) {
+      if (ir::Attribute* a = n.attr("training_mode")) a->i = 1;
+      else n.attrs.push_back(ir::Attribute{.name = "training_mode", .type = ir::AttrType::kInt, .i = 1});
+    }
+    for (auto& a : n.attrs) {
+      if (a.g) a.g = training_mode_graph(*a.g, opset, flag);
+      for (auto& sg : a.graphs) sg = training_mode_graph(*sg, opset, flag);
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 void InferenceSession::Impl::init() {
@@ -36,9 +59,12 @@ void InferenceSession::Impl::init() {
   if (exec_options.fold_constants) runtime::fold_constant_nodes(model, exec_options);
   exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, exec_options);
   // Create every kernel once now so unsupported operators fail at load time, naming the node.
+  // Control-flow kernels need the subgraph runner the executor hands them.
+  ExecOptions check_options = exec_options;
+  if (!check_options.subgraphs) check_options.subgraphs = runtime::executor_subgraphs();
   std::function<void(const ir::Graph&)> check = [&](const ir::Graph& g) {
     for (const auto& n : g.nodes) {
-      create_kernel(n, model.opsets, exec_options);
+      create_kernel(n, model.opsets, check_options);
       for (const ir::Graph* sg : n.subgraphs()) check(*sg);
     }
   };
@@ -84,7 +110,10 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
     if (!exec_training) {
       ExecOptions eo = exec_options;
       eo.training = true;
-      exec_training = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, eo);
+      const std::string flag = "onnxtrain::training_mode";
+      auto g = training_mode_graph(*model.graph, model.opset(""), flag);
+      g->initializers.emplace_back(flag, Tensor::scalar(true));
+      exec_training = std::make_unique<runtime::GraphExecutor>(g, model.opsets, eo);
     }
     ex = exec_training.get();
   }

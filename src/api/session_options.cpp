@@ -69,13 +69,23 @@ void apply_model_session_options(const ir::Model& model, SessionOptions& o) {
       if (name == "intra_op_num_threads") o.intra_op_num_threads = int(json_int(v, name));
       else if (name == "inter_op_num_threads") o.inter_op_num_threads = int(json_int(v, name));
       else if (name == "execution_mode") o.execution_mode = json_int(v, name) ? ExecutionMode::kParallel : ExecutionMode::kSequential;
-      else if (name == "graph_optimization_level") o.graph_optimization_level = level_of(json_int(v, name), "model metadata");
+      else if (name == "graph_optimization_level") {
+        const int64_t level = json_int(v, name);
+        if (level != 0 && level != 1 && level != 2 && level != 99)
+          throw_error<InvalidModel>("model metadata '", key, "': session option 'graph_optimization_level' must be 0, 1, 2 or 99, got ", level);
+        o.graph_optimization_level = level_of(level, "model metadata");
+      }
       else if (name == "enable_profiling") o.enable_profiling = json_int(v, name) != 0;
       else if (name == "use_deterministic_compute") o.deterministic = json_int(v, name) != 0;
       else if (name == "enable_mem_pattern") o.enable_mem_pattern = json_int(v, name) != 0;
       else if (name == "enable_mem_reuse") o.enable_mem_reuse = json_int(v, name) != 0;
       else if (name == "enable_cpu_mem_arena") o.enable_cpu_mem_arena = json_int(v, name) != 0;
-      else if (name == "log_severity_level") o.log_severity_level = int(json_int(v, name));
+      else if (name == "log_severity_level") {
+        const int64_t level = json_int(v, name);
+        if (level < -1 || level > 4)
+          throw_error<InvalidModel>("model metadata '", key, "': session option 'log_severity_level' must be -1 to 4, got ", level);
+        o.log_severity_level = int(level);
+      }
       else if (name == "log_verbosity_level") o.log_verbosity_level = int(json_int(v, name));
       else if (name == "profile_file_prefix" && v.is_string()) o.profile_file_prefix = v.get<std::string>();
       else if (name == "logid" && v.is_string()) o.logid = v.get<std::string>();

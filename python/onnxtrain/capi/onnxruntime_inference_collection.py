@@ -122,9 +122,14 @@ class Session:
             output_names = [output_names]
         if not output_names:
             output_names = [o.name for o in self._outputs_meta]
+        c_run_options = _c_run_options(run_options)
+        # The run's own log_severity_level (when set, >= 0) replaces the session's for its messages.
+        severity = self._sess_options.log_severity_level
+        if run_options is not None and run_options.log_severity_level >= 0:
+            severity = run_options.log_severity_level
         _logging.log(0, self._log_prefix(run_options), f"run: {len(input_feed)} inputs -> {list(output_names)}",
-                     self._sess_options.log_severity_level)
-        return self._sess.run(output_names, input_feed, _c_run_options(run_options))
+                     severity)
+        return self._sess.run(output_names, input_feed, c_run_options)
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """Like run, with OrtValue feeds; returns a list of OrtValue."""
