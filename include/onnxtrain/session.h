@@ -150,7 +150,7 @@ class InferenceSession {
   /// Stops profiling and writes onnxruntime's Chrome-trace JSON (one event per node run);
   /// returns the file name, or "" when profiling was not enabled.
   std::string end_profiling();
-  /// When profiling started (steady clock, ns); 0 when profiling is off.
+  /// When profiling started (steady clock, ns; kept after end_profiling); 0 when it never started.
   uint64_t profiling_start_time_ns() const;
 
   RunStats last_run_stats() const;

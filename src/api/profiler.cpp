@@ -85,8 +85,7 @@ void Profiler::node_event(const runtime::NodeEvent& ev) {
 }
 
 std::string Profiler::end() {
-  if (!active_) return "";
-  active_ = false;
+  if (!active_.exchange(false)) return "";
   std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);

@@ -3,6 +3,7 @@
 // and one "Node" event per node run: name, op type, provider, input and output types and shapes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -16,7 +17,7 @@ class Profiler {
  public:
   /// Starts profiling now; end() writes `<prefix>_<YYYY-MM-DD_HH-MM-SS>.json`.
   void start(std::string prefix);
-  bool active() const { return active_; }
+  bool active() const { return active_.load(std::memory_order_acquire); }
   int64_t start_ns() const { return start_ns_; }
   /// A session-level event that began at `begin_ns` and ends now.
   void session_event(const std::string& name, int64_t begin_ns, const std::string& args_json = "{}");
@@ -28,7 +29,7 @@ class Profiler {
 
  private:
   void add(std::string event);
-  bool active_ = false;
+  std::atomic<bool> active_{false};
   int64_t start_ns_ = 0;
   std::string prefix_;
   std::mutex mu_;

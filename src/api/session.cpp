@@ -232,7 +232,7 @@ ModelMetadata InferenceSession::metadata() const {
 std::string InferenceSession::end_profiling() { return impl_->profiler.end(); }
 
 uint64_t InferenceSession::profiling_start_time_ns() const {
-  return impl_->profiler.active() ? uint64_t(impl_->profiler.start_ns()) : 0;
+  return uint64_t(impl_->profiler.start_ns());  // kept after end_profiling, as onnxruntime does
 }
 
 RunStats InferenceSession::last_run_stats() const {

@@ -1,5 +1,7 @@
 #include "kernels/kernel.h"
 
+#include <onnx/defs/schema.h>
+
 #include "kernels/registry.h"
 
 namespace onnxtrain {
@@ -185,6 +187,34 @@ std::vector<std::pair<std::string, std::string>> KernelRegistry::ops() const {
 
 const KernelRegistry& KernelRegistry::global() { return cpu_provider().registry(); }
 
+namespace {
+
+// A standard operator's input and output counts against its ONNX schema, so that kernels may index
+// the inputs the schema requires: a malformed node is an error naming it, never a crash.
+void check_arity(const ir::Node& node, int64_t opset) {
+  if (!node.domain.empty() && node.domain != "ai.onnx.preview.training") return;
+  // Opsets newer than the ONNX library's own (onnxtrain's kernels may know them) are not checked:
+  // the library would answer with an older schema.
+  const auto& ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  const auto range = ranges.find(node.domain);
+  if (range == ranges.end() || opset > range->second.second) return;
+  const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(node.op_type, int(opset), node.domain);
+  if (!schema) return;
+  const int nin = int(node.inputs.size()), nout = int(node.outputs.size());
+  if (nin < schema->min_input() || nin > schema->max_input())
+    throw_error<InvalidGraph>(node.describe(), ": ", nin, " inputs, the ", node.op_type, " schema allows ",
+                              schema->min_input(), " to ", schema->max_input());
+  if (nout < schema->min_output() || nout > schema->max_output())
+    throw_error<InvalidGraph>(node.describe(), ": ", nout, " outputs, the ", node.op_type, " schema allows ",
+                              schema->min_output(), " to ", schema->max_output());
+  const auto& formal = schema->inputs();
+  for (size_t i = 0; i < formal.size() && i < node.inputs.size(); ++i)
+    if (formal[i].GetOption() == onnx::OpSchema::Single && node.inputs[i].empty())
+      throw_error<InvalidGraph>(node.describe(), ": required input ", i, " ('", formal[i].GetName(), "') is missing");
+}
+
+}  // namespace
+
 std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opsets, const ExecOptions& options,
                                       const KernelRegistry& reg) {
   auto it = opsets.find(node.domain);
@@ -198,6 +228,7 @@ std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opse
     throw_error<NotImplemented>(node.describe(), ": operator ", node.op_type, " (domain '", dom, "', opset ", opset,
                                 ") is not supported by onnxtrain");
   }
+  check_arity(node, opset);
   KernelInfo info(node, opset, opsets, options);
   return e->make(info);
 }

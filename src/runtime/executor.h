@@ -46,9 +46,6 @@ class PartialRun {
  private:
   friend class GraphExecutor;
 
-/// The SubgraphFactory the runtime hands to control-flow kernels (ExecOptions::subgraphs): each
-/// subgraph runs in its own GraphExecutor.
-SubgraphFactory executor_subgraphs();
   enum class Phase { kFresh, kForwardDone, kFinished };
   void release();
   const GraphExecutor* owner_ = nullptr;

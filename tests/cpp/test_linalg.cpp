@@ -186,7 +186,16 @@ TEST(Linalg, GemmErrorsNameNode) {
   };
   expect_error({a, Tensor::zeros(DType::kFloat32, {4, 4})}, 13, "inner dimensions");
   expect_error({a, b, Tensor::zeros(DType::kFloat32, {3, 4})}, 13, "does not broadcast");
-  expect_error({a, b}, 9, "required");
+  // Gemm before opset 11 requires C: the node's arity is checked against the ONNX schema.
+  try {
+    RunOptions o;
+    o.opset = 9;
+    run_node("Gemm", {a, b}, {}, o);
+    ADD_FAILURE() << "expected an error: C is required at opset 9";
+  } catch (const onnxtrain::InvalidGraph& e) {
+    EXPECT_NE(std::string(e.what()).find("node_Gemm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("schema allows 3 to 3"), std::string::npos) << e.what();
+  }
   expect_error({Tensor::zeros(DType::kFloat32, {2, 3, 1}), b}, 13, "2-D");
   expect_error({a, b, Tensor::zeros(DType::kFloat32, {4})}, 6, "does not broadcast");  // opset 6: broadcast=0
 }

@@ -1108,3 +1108,13 @@ def test_optimized_model_in_ort_format_not_supported(tmp_path):
     so.optimized_model_filepath = str(tmp_path / "model.ort")
     with pytest.raises(NotImplemented, match="ORT"):
         ort.InferenceSession(const_model()[0], so)
+
+
+def test_node_with_too_few_inputs_is_an_error_not_a_crash():
+    """An Identity node without its input is refused at load, naming the node (it used to crash)."""
+    node = helper.make_node("Identity", [], ["y"], name="bad_identity")
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with pytest.raises(ort.InvalidGraph, match="bad_identity.*0 inputs"):
+        ort.InferenceSession(model.SerializeToString())
