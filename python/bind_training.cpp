@@ -473,6 +473,9 @@ void bind_training(py::module_& m) {
       .def("get_optimizer_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_optimizer_state()); })
       .def("load_state", [](TrainingSession& s, py::dict d, bool strict) { s.load_state(dict_to_tensors(d), strict); },
            py::arg("state"), py::arg("strict") = false)
+      .def("load_optimizer_state",
+           [](TrainingSession& s, py::dict d, bool strict) { s.load_optimizer_state(dict_to_tensors(d), strict); },
+           py::arg("state"), py::arg("strict") = false)
       .def("step", &TrainingSession::step)
       .def("parameters", [](const TrainingSession& s) { return s.parameters(); }, "A copy of the session's parameters.")
       .def("export_model",

@@ -109,6 +109,10 @@ class TrainingSession {
   /// Overwrites initializers by name. strict: every trainable weight must be given and no
   /// unknown name; otherwise unknown names are an error and missing ones are kept.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict = false);
+  /// Overwrites optimizer state from get_optimizer_state()'s keys ("<state>_<weight>", "step").
+  /// Throws InvalidArgument naming an unknown key or a mistyped tensor; with `strict`, every key
+  /// of get_optimizer_state() must be given.
+  void load_optimizer_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict = false);
 
   /// Optimizer steps taken so far.
   int64_t step() const;

@@ -450,6 +450,35 @@ void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor
   for (const auto& [n, t] : state) impl_->initializer(n)->copy_from(t);
 }
 
+void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict) {
+  std::map<std::string, Tensor*> known;
+  for (const auto* u : impl_->optimizer_states()) known[u->key] = impl_->state(u->state);
+  std::set<std::string> given;
+  const Tensor* step = nullptr;
+  for (const auto& [n, t] : state) {
+    if (n == "step") {
+      if (t.dtype() != DType::kInt64 || t.numel() != 1 || t.data<int64_t>()[0] < 0)
+        throw_error<InvalidArgument>("load_optimizer_state: 'step' must be one non-negative int64, got ", t.describe());
+      step = &t;
+    } else {
+      auto it = known.find(n);
+      if (it == known.end()) throw_error<InvalidArgument>("load_optimizer_state: '", n, "' is not optimizer state of this session");
+      if (it->second->dtype() != t.dtype() || it->second->shape() != t.shape())
+        throw_error<InvalidArgument>("load_optimizer_state: '", n, "' is ", t.describe(), ", the session's is ",
+                                     it->second->describe());
+    }
+    given.insert(n);
+  }
+  if (strict) {
+    for (const auto& [n, t] : known)
+      if (!given.count(n)) throw_error<InvalidArgument>("load_optimizer_state(strict=True): '", n, "' is missing");
+    if (!step) throw_error<InvalidArgument>("load_optimizer_state(strict=True): 'step' is missing");
+  }
+  for (const auto& [n, t] : state)
+    if (n != "step") known.at(n)->copy_from(t);
+  if (step) impl_->step = step->data<int64_t>()[0];
+}
+
 int64_t TrainingSession::step() const { return impl_->step; }
 
 double TrainingSession::scheduled_learning_rate(int64_t step) const {

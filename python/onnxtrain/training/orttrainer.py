@@ -1,0 +1,515 @@
+"""onnxruntime-training's ``ORTTrainer`` (``onnxruntime.training.ORTTrainer``): the PyTorch
+frontend trainer over onnxtrain's TrainingSession.
+
+``ORTTrainer(model, model_desc, optim_config, loss_fn=None, options=None)`` takes an ONNX model
+(``onnx.ModelProto``, bytes or a path) whose loss output is flagged ``is_loss`` in ``model_desc``,
+or a ``torch.nn.Module`` that is exported with ``torch.onnx.export`` at the first step (combined
+with ``loss_fn``: inputs = the model's inputs + the label, outputs = the loss + the model's
+outputs). ``train_step`` / ``eval_step`` return the outputs in ``model_desc`` order (torch tensors
+for a torch model, numpy arrays otherwise; one output is returned alone, as onnxruntime did).
+"""
+import copy
+import io
+import os
+import warnings
+
+import numpy as np
+
+from .. import _C
+from ._session import TrainingParameters, TrainingSession
+from ._utils import TrainStepInfo
+from .orttrainer_options import ORTTrainerOptions, check_supported
+from .optim.config import _OptimizerConfig
+
+_CHECKPOINT_FORMAT = "onnxtrain.ORTTrainer.checkpoint/1"
+
+
+class _Desc:
+    """One entry of model_desc: name, shape (ints and strings), is_loss."""
+
+    def __init__(self, name, shape, is_loss=False):
+        self.name, self.shape, self.is_loss = name, list(shape), bool(is_loss)
+
+    def __repr__(self):
+        return f"({self.name!r}, {self.shape!r}{', True' if self.is_loss else ''})"
+
+
+class _ModelDesc:
+    """model_desc validated: {'inputs': [(name, shape)], 'outputs': [(name, shape[, is_loss])]}."""
+
+    def __init__(self, desc):
+        if not isinstance(desc, dict):
+            raise ValueError(f"model_desc must be a dict with 'inputs' and 'outputs', got {type(desc).__name__}")
+        unknown = set(desc) - {"inputs", "outputs"}
+        if unknown:
+            raise ValueError(f"model_desc: unknown keys {sorted(unknown)} (expected 'inputs' and 'outputs')")
+        self.inputs = [self._entry(e, "inputs", i, 2) for i, e in enumerate(desc.get("inputs", []))]
+        self.outputs = [self._entry(e, "outputs", i, 3) for i, e in enumerate(desc.get("outputs", []))]
+        if not self.inputs:
+            raise ValueError("model_desc['inputs'] must list at least one input")
+        if not self.outputs:
+            raise ValueError("model_desc['outputs'] must list at least one output")
+        for kind in ("inputs", "outputs"):
+            names = [d.name for d in getattr(self, kind)]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"model_desc['{kind}']: duplicated names {dup}")
+        losses = [d.name for d in self.outputs if d.is_loss]
+        if len(losses) != 1:
+            raise ValueError(f"model_desc['outputs'] must flag exactly one output is_loss=True, got {losses}")
+        self.loss = losses[0]
+
+    @staticmethod
+    def _entry(e, kind, i, max_len):
+        where = f"model_desc['{kind}'][{i}]"
+        if not isinstance(e, (tuple, list)) or not 2 <= len(e) <= max_len:
+            raise ValueError(f"{where} must be a tuple (name, shape{', is_loss' if max_len == 3 else ''}), got {e!r}")
+        name, shape = e[0], e[1]
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}: the name must be a non-empty string, got {name!r}")
+        if not isinstance(shape, (list, tuple)):
+            raise ValueError(f"{where} ('{name}'): the shape must be a list of ints and strings, got {shape!r}")
+        for d in shape:
+            if isinstance(d, bool) or not isinstance(d, (int, str)) or (isinstance(d, int) and d < 0):
+                raise ValueError(f"{where} ('{name}'): dimension {d!r} is neither a non-negative int nor a string")
+        is_loss = e[2] if len(e) == 3 else False
+        if not isinstance(is_loss, bool):
+            raise ValueError(f"{where} ('{name}'): is_loss must be a bool, got {is_loss!r}")
+        return _Desc(name, shape, is_loss)
+
+    def check_against(self, inputs, outputs):
+        """Names and order against the ONNX model's graph inputs (non-initializers) and outputs."""
+        want = [d.name for d in self.inputs]
+        if want != inputs:
+            raise ValueError(f"model_desc['inputs'] names {want} do not match the model's inputs {inputs} "
+                             "(same names in the same order)")
+        want = [d.name for d in self.outputs]
+        missing = [n for n in want if n not in outputs]
+        if missing:
+            raise ValueError(f"model_desc['outputs'] names {missing} are not outputs of the model {outputs}")
+        order = [n for n in outputs if n in want]
+        if order != want:
+            raise ValueError(f"model_desc['outputs'] order {want} differs from the model's {order}")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class _CombinedModel:
+    """model + loss_fn as one torch module: forward(*inputs, label) -> (loss, *model outputs)."""
+
+    @staticmethod
+    def make(model, loss_fn):
+        torch = _torch()
+
+        class Combined(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, *inputs):
+                out = self.model(*inputs[:-1])
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                return (loss_fn(outs[0], inputs[-1]), *outs)
+
+        return Combined()
+
+
+class ORTTrainer:
+    """Trains an ONNX model or a torch module with onnxruntime-training's ORTTrainer contract.
+
+    ``optim_config`` is an ``optim.SGDConfig``, ``optim.AdamConfig`` or ``optim.LambConfig`` (with
+    per-group hyper-parameters); ``options`` an ``ORTTrainerOptions`` (an option onnxtrain does not
+    implement yet, when enabled, raises NotImplementedError naming it).
+    """
+
+    def __init__(self, model, model_desc, optim_config, loss_fn=None, options=None):
+        if not isinstance(optim_config, _OptimizerConfig):
+            raise TypeError("optim_config must be an optim.SGDConfig, optim.AdamConfig or optim.LambConfig, got "
+                            f"{type(optim_config).__name__}")
+        if options is None:
+            options = ORTTrainerOptions()
+        elif isinstance(options, dict):
+            options = ORTTrainerOptions(options)
+        elif not isinstance(options, ORTTrainerOptions):
+            raise TypeError(f"options must be an ORTTrainerOptions, got {type(options).__name__}")
+        check_supported(options)
+        if loss_fn is not None and not callable(loss_fn):
+            raise ValueError("loss_fn must be callable")
+        self.options = options
+        self.optim_config = optim_config
+        self.model_desc = _ModelDesc(model_desc)
+        self.loss_fn = loss_fn
+        self._train_step_info = TrainStepInfo(optimizer_config=optim_config)
+        self._torch_model = None
+        self._onnx_model = None
+        self._session = None
+        self._pending_state = None
+        torch_module = None
+        try:
+            torch_module = _torch().nn.Module
+        except ImportError:  # pragma: no cover - torch is optional
+            pass
+        if torch_module is not None and isinstance(model, torch_module):
+            self._torch_model = model
+            if loss_fn is not None:
+                self._torch_model = _CombinedModel.make(model, loss_fn)
+        else:
+            if loss_fn is not None:
+                raise ValueError("loss_fn is only supported with a torch.nn.Module model; an ONNX model carries its "
+                                 "loss (flag it is_loss=True in model_desc['outputs'])")
+            self._onnx_model = self._load_onnx(model)
+            self._check_onnx_model(self._onnx_model)
+
+    # ------------------------------------------------------------------ model preparation
+    @staticmethod
+    def _load_onnx(model):
+        import onnx
+        if isinstance(model, onnx.ModelProto):
+            return model
+        if isinstance(model, (bytes, bytearray)):
+            return onnx.load_model_from_string(bytes(model))
+        if isinstance(model, (str, os.PathLike)):
+            return onnx.load(os.fspath(model))
+        raise TypeError(f"model must be a torch.nn.Module, an onnx.ModelProto, bytes or a path, got "
+                        f"{type(model).__name__}")
+
+    def _check_onnx_model(self, model):
+        inits = {i.name for i in model.graph.initializer}
+        inputs = [i.name for i in model.graph.input if i.name not in inits]
+        outputs = [o.name for o in model.graph.output]
+        self.model_desc.check_against(inputs, outputs)
+
+    def _export(self, sample_inputs):
+        torch = _torch()
+        names_in = [d.name for d in self.model_desc.inputs]
+        names_out = [d.name for d in self.model_desc.outputs]
+        dynamic = {}
+        for d in self.model_desc.inputs + self.model_desc.outputs:
+            axes = {k: v for k, v in enumerate(d.shape) if isinstance(v, str)}
+            if axes:
+                dynamic[d.name] = axes
+        f = io.BytesIO()
+        self._torch_model.train()
+        torch.onnx.export(self._torch_model, tuple(sample_inputs), f, input_names=names_in, output_names=names_out,
+                          opset_version=self.options._internal_use.onnx_opset_version, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING, dynamic_axes=dynamic or None,
+                          export_params=True, keep_initializers_as_inputs=False)
+        import onnx
+        model = onnx.load_model_from_string(f.getvalue())
+        post = self.options._internal_use.extra_postprocess
+        if post is not None:
+            model = post(model)
+        self._check_onnx_model(model)
+        return model
+
+    def _inputs(self, args, kwargs):
+        names = [d.name for d in self.model_desc.inputs]
+        if len(args) > len(names):
+            raise ValueError(f"{len(args)} positional inputs for the {len(names)} of model_desc: {names}")
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise ValueError(f"unknown input '{k}' (model_desc inputs: {names})")
+            if k in values:
+                raise ValueError(f"input '{k}' given twice")
+            values[k] = v
+        missing = [n for n in names if n not in values]
+        if missing:
+            raise ValueError(f"missing inputs {missing}")
+        return [values[n] for n in names]
+
+    @staticmethod
+    def _to_numpy(v):
+        if hasattr(v, "detach") and hasattr(v, "cpu"):
+            return v.detach().cpu().numpy()
+        return np.asarray(v)
+
+    def _init_session(self, sample_inputs):
+        if self._onnx_model is None:
+            self._onnx_model = self._export(sample_inputs)
+            if self.options.debug.check_model_export:
+                self._check_export(sample_inputs)
+        model = self._onnx_model
+        if self.options.utils.run_symbolic_shape_infer:
+            import onnx
+            model = onnx.shape_inference.infer_shapes(model)
+        inits = [i for i in model.graph.initializer]
+        float_types = {1, 10, 11, 16}
+        frozen = set(self.options.utils.frozen_weights)
+        unknown = sorted(frozen - {i.name for i in inits})
+        if unknown:
+            raise ValueError(f"utils.frozen_weights: {unknown} are not initializers of the model")
+        trainable = [i.name for i in inits if i.data_type in float_types and i.name not in frozen]
+        p = TrainingParameters()
+        p.loss_output_name = self.model_desc.loss
+        p.weights_to_train = set(trainable)
+        if frozen:
+            p.weights_not_to_train = frozen
+        self.optim_config.apply_to_training_parameters(p, trainable, frozen_weights=sorted(frozen),
+                                                       grad_norm_clip=self.options.utils.grad_norm_clip)
+        p.gradient_accumulation_steps = self.options.batch.gradient_accumulation_steps
+        p.deterministic_compute = bool(self.options.debug.deterministic_compute)
+        paths = self.options.debug.graph_save_paths
+        if paths.model_with_gradient_graph_path:
+            p.model_with_gradient_graph_path = paths.model_with_gradient_graph_path
+        if paths.model_with_training_graph_path:
+            p.model_with_training_graph_path = paths.model_with_training_graph_path
+        if paths.model_after_graph_transforms_path:
+            with open(paths.model_after_graph_transforms_path, "wb") as f:
+                f.write(model.SerializeToString())
+        if paths.model_with_training_graph_after_optimization_path:
+            p.model_with_training_graph_path = p.model_with_training_graph_path or \
+                paths.model_with_training_graph_after_optimization_path
+        self._lr_feed = p.lr_params_feed_name
+        self._session = TrainingSession(model.SerializeToString(), p, self.options.session_options)
+        if paths.model_with_training_graph_after_optimization_path and \
+                p.model_with_training_graph_path != paths.model_with_training_graph_after_optimization_path:
+            import shutil
+            shutil.copyfile(p.model_with_training_graph_path, paths.model_with_training_graph_after_optimization_path)
+        if self._pending_state is not None:
+            state, strict = self._pending_state
+            self._pending_state = None
+            self._load_state(state, strict)
+
+    def _check_export(self, sample_inputs):
+        torch = _torch()
+        from .. import InferenceSession
+        with torch.no_grad():
+            expected = self._torch_model(*sample_inputs)
+        expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        sess = InferenceSession(self._onnx_model.SerializeToString())
+        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, sample_inputs)}
+        got = sess.run([d.name for d in self.model_desc.outputs], feed)
+        for d, e, g in zip(self.model_desc.outputs, expected, got):
+            e = self._to_numpy(e)
+            if e.shape != g.shape or not np.allclose(e, g, rtol=1e-3, atol=1e-5):
+                raise RuntimeError(f"debug.check_model_export: output '{d.name}' of the exported ONNX model differs from "
+                                   f"the torch model (max abs difference {np.max(np.abs(e - g)) if e.shape == g.shape else 'shape'})")
+
+    # ------------------------------------------------------------------ steps
+    def _wrap(self, results):
+        if self._torch_model is not None:
+            torch = _torch()
+            results = [torch.from_numpy(np.asarray(r)) for r in results]
+        return results[0] if len(results) == 1 else results
+
+    def train_step(self, *args, **kwargs):
+        """One training step (an optimizer update every ``batch.gradient_accumulation_steps`` steps);
+        returns the model_desc outputs."""
+        inputs = self._inputs(args, kwargs)
+        if self._session is None:
+            self._init_session(inputs)
+        lr = self.optim_config.lr
+        if self.options.lr_scheduler is not None:
+            lr = self.options.lr_scheduler._step(self._train_step_info)[0]
+        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, inputs)}
+        feed[self._lr_feed] = np.array([lr], dtype=np.float32)
+        names = [d.name for d in self.model_desc.outputs]
+        fetches = list(self._train_step_info.fetches or [])
+        results = self._session.run(fetches or names, feed)
+        self._train_step_info.step += 1
+        if self._train_step_info.step % self.options.batch.gradient_accumulation_steps == 0:
+            self._train_step_info.optimization_step += 1
+        self._train_step_info.all_finite = bool(all(np.all(np.isfinite(r)) for r in results
+                                                    if isinstance(r, np.ndarray) and r.dtype.kind == "f"))
+        return self._wrap(results)
+
+    def eval_step(self, *args, **kwargs):
+        """Forward pass only (weights and optimizer state untouched); returns the model_desc outputs."""
+        inputs = self._inputs(args, kwargs)
+        if self._session is None:
+            self._init_session(inputs)
+        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, inputs)}
+        names = list(self._train_step_info.fetches or []) or [d.name for d in self.model_desc.outputs]
+        return self._wrap(self._session.eval(names, feed))
+
+    # ------------------------------------------------------------------ persistence
+    def _require_session(self, what):
+        if self._session is None:
+            raise RuntimeError(f"{what}: the model is not initialized yet; call train_step or eval_step first")
+
+    def save_as_onnx(self, path):
+        """Writes the inference model with the trained weights (loss kept, as model_desc describes)."""
+        if self._session is None:
+            warnings.warn("save_as_onnx: neither train_step nor eval_step was called", RuntimeWarning)
+            raise RuntimeWarning("save_as_onnx: neither train_step nor eval_step was called")
+        if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise ValueError(f"save_as_onnx: '{path}' is not a valid path")
+        self._session.export_model(path, [d.name for d in self.model_desc.outputs])
+
+    def state_dict(self, pytorch_format=False):
+        """The trainer's state: ``{'model': {'full_precision': {w: array}}, 'optimizer': {w: {...}},
+        'trainer_options': {...}, 'train_step_info': {...}}``, or ``{w: torch.Tensor}`` with
+        ``pytorch_format=True``."""
+        if self._session is None:
+            return {} if not pytorch_format else {}
+        weights = self._session.get_model_state()["full_precision"]
+        if pytorch_format:
+            torch = _torch()
+            return {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
+        opt = self._session.get_optimizer_state()
+        shared = opt.pop("shared_optimizer_state", {})
+        step = np.asarray(shared.get("Step", np.array(0, np.int64)), dtype=np.int64).reshape(1)
+        optimizer = {}
+        name = self.optim_config.name  # onnxruntime's name (AdamOptimizer runs as onnxtrain's AdamWOptimizer)
+        for w, states in opt.items():
+            optimizer[w] = dict(states)
+            if name == "AdamOptimizer":
+                optimizer[w]["Update_Count"] = step.copy()
+        if name != "AdamOptimizer":
+            optimizer["shared_optimizer_state"] = {"step": step.copy()}
+        return {
+            "model": {"full_precision": dict(weights)},
+            "optimizer": optimizer,
+            "trainer_options": {
+                "mixed_precision": bool(self.options.mixed_precision.enabled),
+                "zero_stage": int(self.options.distributed.deepspeed_zero_optimization.stage),
+                "world_rank": int(self.options.distributed.world_rank),
+                "world_size": int(self.options.distributed.world_size),
+                "optimizer_name": name,
+                "data_parallel_size": int(self.options.distributed.data_parallel_size),
+                "horizontal_parallel_size": int(self.options.distributed.horizontal_parallel_size),
+            },
+            "train_step_info": {"optimization_step": int(self._train_step_info.optimization_step),
+                                "step": int(self._train_step_info.step)},
+        }
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Loads a state_dict() (onnxtrain/onnxruntime format). With ``strict``, keys that differ from
+        this trainer's raise KeyError naming them. Before the first step, it is applied when the model
+        is initialized."""
+        if not isinstance(state_dict, dict):
+            raise TypeError("state_dict must be a dict")
+        if self._session is None:
+            self._pending_state = (copy.deepcopy(state_dict), strict)
+            tsi = state_dict.get("train_step_info")
+            if tsi:
+                self._train_step_info.optimization_step = int(tsi["optimization_step"])
+                self._train_step_info.step = int(tsi["step"])
+            return
+        self._load_state(state_dict, strict)
+
+    def _load_state(self, state_dict, strict):
+        mine = self.state_dict()
+        if strict:
+            problems = []
+            for top in ("model", "optimizer", "trainer_options", "train_step_info"):
+                if top not in state_dict:
+                    problems.append(f"missing '{top}'")
+            got_w = set(state_dict.get("model", {}).get("full_precision", {}))
+            want_w = set(mine["model"]["full_precision"])
+            if got_w != want_w:
+                problems.append(f"model.full_precision: missing {sorted(want_w - got_w)}, unexpected {sorted(got_w - want_w)}")
+            if "optimizer" in state_dict:
+                got_o = set(state_dict["optimizer"])
+                want_o = set(mine["optimizer"])
+                if got_o != want_o:
+                    problems.append(f"optimizer: missing {sorted(want_o - got_o)}, unexpected {sorted(got_o - want_o)}")
+                for w in got_o & want_o:
+                    gk, wk = set(state_dict["optimizer"][w]), set(mine["optimizer"][w])
+                    if gk != wk:
+                        problems.append(f"optimizer.{w}: missing {sorted(wk - gk)}, unexpected {sorted(gk - wk)}")
+            if problems:
+                raise KeyError("load_state_dict (strict): " + "; ".join(problems))
+        weights = {w: self._to_numpy(v) for w, v in state_dict.get("model", {}).get("full_precision", {}).items()}
+        if not strict:
+            weights = {w: v for w, v in weights.items() if w in mine["model"]["full_precision"]}
+        opt, step = {}, None
+        for w, states in state_dict.get("optimizer", {}).items():
+            if w == "shared_optimizer_state":
+                step = states.get("step")
+                continue
+            if not strict and w not in mine["optimizer"]:
+                continue
+            for k, v in states.items():
+                if k == "Update_Count":
+                    step = v
+                    continue
+                opt[f"{k}_{w}"] = self._to_numpy(v)
+        if step is not None:
+            opt["step"] = np.asarray(self._to_numpy(step), dtype=np.int64).reshape(())
+        self._session._sess.load_state(weights, False)
+        if opt:
+            self._session._sess.load_optimizer_state(opt, False)
+        tsi = state_dict.get("train_step_info")
+        if tsi:
+            self._train_step_info.optimization_step = int(tsi["optimization_step"])
+            self._train_step_info.step = int(tsi["step"])
+
+    def save_checkpoint(self, path, user_dict={}, include_optimizer_states=True):  # noqa: B006 (onnxruntime's signature)
+        """Writes state_dict() and ``user_dict`` to ``path`` (refuses to overwrite an existing file).
+        The file is a numpy ``.npz`` archive written atomically."""
+        path = os.fspath(path)
+        if os.path.exists(path):
+            raise FileExistsError(f"save_checkpoint: '{path}' exists; checkpoints are never overwritten")
+        self._require_session("save_checkpoint")
+        state = self.state_dict()
+        if not include_optimizer_states:
+            state.pop("optimizer", None)
+        arrays, meta = {}, {"format": _CHECKPOINT_FORMAT}
+        _flatten(state, "state", arrays, meta)
+        _flatten(user_dict or {}, "user", arrays, meta)
+        import json
+        arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    def load_checkpoint(self, *paths, strict=True):
+        """Loads a checkpoint written by save_checkpoint; returns its ``user_dict``."""
+        if len(paths) != 1:
+            raise NotImplementedError("load_checkpoint: aggregating several checkpoint files (distributed runs) is "
+                                      "not supported by onnxtrain yet; pass one file")
+        state, user = _read_checkpoint(paths[0])
+        if "optimizer" not in state:
+            strict = False
+        self.load_state_dict(state, strict=strict)
+        return user
+
+
+def _flatten(obj, prefix, arrays, meta):
+    import json
+    if isinstance(obj, dict):
+        meta[prefix] = {"kind": "dict", "keys": list(map(str, obj))}
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}/{k}", arrays, meta)
+    elif hasattr(obj, "detach") or isinstance(obj, np.ndarray):
+        arrays[prefix] = ORTTrainer._to_numpy(obj)
+        meta[prefix] = {"kind": "array"}
+    else:
+        try:
+            json.dumps(obj)
+        except TypeError:
+            raise TypeError(f"save_checkpoint: '{prefix}' holds a {type(obj).__name__}, which a checkpoint cannot "
+                            "store (dicts, arrays, tensors and JSON values only)") from None
+        meta[prefix] = {"kind": "json", "value": obj}
+
+
+def _read_checkpoint(path):
+    import json
+    path = os.fspath(path)
+    with np.load(path, allow_pickle=False) as z:
+        if "__meta__" not in z.files:
+            raise ValueError(f"load_checkpoint: '{path}' is not an ORTTrainer checkpoint written by onnxtrain")
+        meta = json.loads(bytes(z["__meta__"]).decode())
+        if meta.get("format") != _CHECKPOINT_FORMAT:
+            raise ValueError(f"load_checkpoint: '{path}' has format {meta.get('format')!r}, expected "
+                             f"{_CHECKPOINT_FORMAT!r}")
+
+        def build(prefix):
+            m = meta[prefix]
+            if m["kind"] == "dict":
+                return {k: build(f"{prefix}/{k}") for k in m["keys"]}
+            if m["kind"] == "array":
+                return np.array(z[prefix])
+            return m["value"]
+
+        return build("state"), build("user")
