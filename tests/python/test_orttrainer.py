@@ -354,3 +354,46 @@ def test_debug_options_write_graphs_and_check_export(tmp_path):
     t.train_step(x, y)
     for p in paths.values():
         onnx.checker.check_model(onnx.load(p))
+
+
+def test_check_model_export_names_the_differing_output():
+    from onnx import numpy_helper
+
+    def corrupt(model):  # _internal_use.extra_postprocess: change a weight of the exported model
+        init = next(i for i in model.graph.initializer if i.name == "model.fc2.bias")
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) + 1.0, init.name))
+        return model
+
+    t = make_mlp_trainer({"debug": {"check_model_export": True}, "_internal_use": {"extra_postprocess": corrupt}})
+    x, y = mlp_batches(1)[0]
+    with pytest.raises(RuntimeError, match="check_model_export: output 'probability'")  # CE is shift-invariant: the loss agrees:
+        t.train_step(x, y)
+
+
+def test_save_as_onnx_before_any_step_and_symbolic_shape_infer(tmp_path):
+    t = make_mlp_trainer({"utils": {"run_symbolic_shape_infer": True}})
+    with pytest.raises(RuntimeWarning):
+        t.save_as_onnx(str(tmp_path / "m.onnx"))
+    x, y = mlp_batches(1)[0]
+    loss, prob = t.train_step(x, y)
+    assert np.isfinite(float(loss))
+    with pytest.raises(ValueError, match="not a valid path"):
+        t.save_as_onnx(str(tmp_path / "missing_dir" / "m.onnx"))
+    t.save_as_onnx(str(tmp_path / "m.onnx"))
+    sess = ot.InferenceSession(str(tmp_path / "m.onnx"))
+    out = sess.run(None, {"x": x.numpy(), "label": y.numpy()} if len(sess.get_inputs()) == 2 else {"x": x.numpy()})
+    assert any(o.shape == (8, 4) for o in out)
+
+
+def test_inputs_by_keyword_and_errors():
+    t = make_mlp_trainer()
+    x, y = mlp_batches(1)[0]
+    a = t.eval_step(x, label=y)
+    b = t.eval_step(label=y, x=x)
+    assert float(a[0]) == float(b[0])
+    with pytest.raises(ValueError, match="missing inputs"):
+        t.eval_step(x)
+    with pytest.raises(ValueError, match="unknown input 'z'"):
+        t.eval_step(x, y, z=1)
+    with pytest.raises(TypeError, match="optim_config"):
+        ORTTrainer(MLP(), MLP_DESC, {"lr": 0.1})
