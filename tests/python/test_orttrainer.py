@@ -366,7 +366,8 @@ def test_check_model_export_names_the_differing_output():
 
     t = make_mlp_trainer({"debug": {"check_model_export": True}, "_internal_use": {"extra_postprocess": corrupt}})
     x, y = mlp_batches(1)[0]
-    with pytest.raises(RuntimeError, match="check_model_export: output 'probability'")  # CE is shift-invariant: the loss agrees:
+    # cross-entropy is shift-invariant: the loss agrees, the probabilities do not
+    with pytest.raises(RuntimeError, match="check_model_export: output 'probability'"):
         t.train_step(x, y)
 
 
