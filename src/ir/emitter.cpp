@@ -582,6 +582,8 @@ std::vector<int64_t> Emitter::attribute_axes(const std::string& op, const std::s
 
 std::string Emitter::reduce_sum(const std::string& v, const std::vector<int64_t>& axes, bool keepdims) {
   if (opset() >= 13) return add("ReduceSum", {v, ints(axes)}, {int_attr("keepdims", keepdims)});
+  // No axes: reduce over all of them, which an absent attribute says (the checker refuses an empty one).
+  if (axes.empty()) return add("ReduceSum", {v}, {int_attr("keepdims", keepdims)});
   return add("ReduceSum", {v},
              {ints_attr("axes", attribute_axes("ReduceSum", v, axes, 0)), int_attr("keepdims", keepdims)});
 }
