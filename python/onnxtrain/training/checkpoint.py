@@ -1,0 +1,313 @@
+"""onnxruntime-training's ``onnxruntime.training.checkpoint``: the experimental checkpoint functions
+over an ``ORTTrainer`` (flat ``{name: torch.Tensor}`` state, files written with ``torch.save`` as
+onnxruntime wrote them) and ``aggregate_checkpoints`` over files of ``ORTTrainer.save_checkpoint``.
+
+onnxtrain trains in one process, so its checkpoints are never partitioned: aggregation merges the
+replicas of a data-parallel run (checking they agree); ZeRO- or Megatron-partitioned checkpoints,
+which need the partition layout of a distributed run, raise NotImplementedError. onnxtrain adds
+``average_checkpoints`` (weight averaging) and ``to_pytorch_state_dict``.
+"""
+import os
+import re
+import warnings
+
+import numpy as np
+
+from .orttrainer import _read_checkpoint
+
+_OPTIMIZER_PREFIXES = ("Moment_1_", "Moment_2_", "Update_Count_")
+_SINGLE_NAME = "{prefix}.ort.pt"
+_ZERO_NAME = "{prefix}.ZeRO.{world_rank}.{world_size}.ort.pt"
+_NOT_PARTITIONED = ("onnxtrain trains in one process and does not support partitioned (ZeRO / Megatron) "
+                    "checkpoints yet: merging them needs the partition layout of the distributed run")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _numpy(v):
+    return v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
+
+
+# ---------------------------------------------------------------------------------- experimental API
+def experimental_state_dict(ort_trainer, include_optimizer_state=True):
+    """The trainer's state as onnxruntime's flat ``{name: torch.Tensor}``: every weight (frozen ones
+    too) and, with ``include_optimizer_state``, the optimizer states (``Moment_1_<w>``,
+    ``Moment_2_<w>``, ``Update_Count_<w>``, ``Step``)."""
+    warnings.warn("experimental_state_dict() will be deprecated soon. Please use ORTTrainer.state_dict() instead.",
+                  DeprecationWarning)
+    if ort_trainer._session is None:
+        warnings.warn("ONNX Runtime training session is not initialized yet. "
+                      "Please run train_step or eval_step at least once before calling state_dict().")
+        return {}
+    torch = _torch()
+    names = {i.name for i in ort_trainer._onnx_model.graph.initializer}
+    state = {k: torch.from_numpy(np.array(v)) for k, v in ort_trainer._session.get_state().items() if k in names}
+    if include_optimizer_state:
+        for w, states in ort_trainer.state_dict().get("optimizer", {}).items():
+            for k, v in states.items():
+                key = "Step" if w == "shared_optimizer_state" else f"{k}_{w}"
+                state[key] = torch.from_numpy(np.array(v))
+    return state
+
+
+def _split_state_dict(state_dict):
+    """Flat state -> ``{'optimizer': ..., 'fp32_param': ..., 'fp16_param': ...}`` by name."""
+    split = {"optimizer": {}, "fp32_param": {}, "fp16_param": {}}
+    for k, v in state_dict.items():
+        if k == "Step" or k.startswith(_OPTIMIZER_PREFIXES):
+            split["optimizer"][k] = v
+        elif k.endswith("_fp16"):
+            split["fp16_param"][k] = v
+        else:
+            split["fp32_param"][k] = v
+    return split
+
+
+def _to_trainer_state(flat):
+    """Flat onnxruntime state -> ORTTrainer.state_dict() schema (model and optimizer parts)."""
+    split = _split_state_dict(flat)
+    if split["fp16_param"]:
+        raise NotImplementedError(f"mixed-precision weights {sorted(split['fp16_param'])}: onnxtrain keeps none")
+    state = {"model": {"full_precision": {k: _numpy(v) for k, v in split["fp32_param"].items()}}, "optimizer": {}}
+    for k, v in split["optimizer"].items():
+        if k == "Step":
+            state["optimizer"]["shared_optimizer_state"] = {"step": _numpy(v)}
+            continue
+        prefix = next(p for p in _OPTIMIZER_PREFIXES if k.startswith(p))
+        state["optimizer"].setdefault(k[len(prefix):], {})[prefix[:-1]] = _numpy(v)
+    return state
+
+
+def experimental_load_state_dict(ort_trainer, state_dict, strict=False):
+    """Loads a flat state (experimental_state_dict's). With ``strict``, a name that is not a weight
+    of the model raises RuntimeError. Before the first step it is applied when the model is built."""
+    warnings.warn("experimental_load_state_dict() will be deprecated soon. "
+                  "Please use ORTTrainer.load_state_dict() instead.", DeprecationWarning)
+    if not isinstance(state_dict, dict):
+        raise TypeError(f"state_dict must be a dict, got {type(state_dict).__name__}")
+    state = _to_trainer_state(state_dict)
+    if strict and ort_trainer._onnx_model is not None:
+        names = {i.name for i in ort_trainer._onnx_model.graph.initializer}
+        for name in list(state["model"]["full_precision"]) + [w for w in state["optimizer"]
+                                                               if w != "shared_optimizer_state"]:
+            if name not in names:
+                raise RuntimeError(f"Checkpoint tensor: {name} is not present in the model.")
+    ort_trainer.load_state_dict(state, strict=False)
+
+
+def _get_checkpoint_name(prefix, is_partitioned, world_rank=None, world_size=None):
+    """``<prefix>.ort.pt``, or ``<prefix>.ZeRO.<rank>.<world_size - 1>.ort.pt`` when partitioned."""
+    if is_partitioned:
+        return _ZERO_NAME.format(prefix=prefix, world_rank=world_rank, world_size=world_size - 1)
+    return _SINGLE_NAME.format(prefix=prefix)
+
+
+def experimental_save_checkpoint(ort_trainer, checkpoint_dir, checkpoint_prefix="ORT_checkpoint",
+                                 checkpoint_state_dict=None, include_optimizer_state=True):
+    """Writes ``{'model': experimental_state_dict(...), **checkpoint_state_dict}`` with ``torch.save``
+    to ``<checkpoint_dir>/<checkpoint_prefix>.ort.pt`` (overwriting it with a warning, as onnxruntime did)."""
+    warnings.warn("experimental_save_checkpoint() will be deprecated soon. "
+                  "Please use ORTTrainer.save_checkpoint() instead.", DeprecationWarning)
+    if not os.path.isdir(checkpoint_dir):
+        raise FileNotFoundError(f"checkpoint_dir ({checkpoint_dir}) directory doesn't exist")
+    if checkpoint_state_dict is not None and not isinstance(checkpoint_state_dict, dict):
+        raise TypeError("checkpoint_state_dict must be a dict")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        content = dict(checkpoint_state_dict or {})
+        content["model"] = experimental_state_dict(ort_trainer, include_optimizer_state)
+    dist = ort_trainer.options.distributed
+    name = _get_checkpoint_name(checkpoint_prefix, dist.deepspeed_zero_optimization.stage, dist.world_rank,
+                                dist.world_size)
+    path = os.path.join(checkpoint_dir, name)
+    if os.path.exists(path):
+        warnings.warn(f"{path} already exists, overwriting.")
+    tmp = path + ".tmp"
+    try:
+        _torch().save(content, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _rank_of(path):
+    m = re.search(r"\.ZeRO\.(\d+)\.(\d+)\.[^/\\]*$", os.path.basename(path))
+    return (int(m.group(1)), path) if m else (-1, path)
+
+
+def _list_checkpoint_files(checkpoint_dir, checkpoint_prefix, extension=".ort.pt"):
+    """Paths of the files ``<checkpoint_prefix>*<extension>`` in ``checkpoint_dir``, in rank order
+    (``.ZeRO.<rank>.`` names), else by name. FileNotFoundError when there is none."""
+    if not os.path.isdir(checkpoint_dir):
+        raise FileNotFoundError(f"checkpoint_dir ({checkpoint_dir}) directory doesn't exist")
+    names = [f for f in os.listdir(checkpoint_dir) if f.startswith(checkpoint_prefix) and f.endswith(extension)]
+    if not names:
+        raise FileNotFoundError(f"No checkpoint found with prefix '{checkpoint_prefix}' at '{checkpoint_dir}'")
+    return [p for _, p in sorted(_rank_of(os.path.join(checkpoint_dir, f)) for f in names)]
+
+
+def experimental_load_checkpoint(ort_trainer, checkpoint_dir, checkpoint_prefix="ORT_checkpoint", strict=False):
+    """Loads ``<checkpoint_dir>/<checkpoint_prefix>.ort.pt`` (experimental_save_checkpoint's, or
+    onnxruntime's) into the trainer; returns the file's other entries. Several ZeRO rank files raise
+    NotImplementedError."""
+    warnings.warn("experimental_load_checkpoint() will be deprecated soon. "
+                  "Please use ORTTrainer.load_checkpoint() instead.", DeprecationWarning)
+    files = _list_checkpoint_files(checkpoint_dir, checkpoint_prefix)
+    if len(files) > 1:
+        raise NotImplementedError(f"experimental_load_checkpoint: {len(files)} files with prefix "
+                                  f"'{checkpoint_prefix}' in '{checkpoint_dir}' (a ZeRO checkpoint): {_NOT_PARTITIONED}")
+    dist = ort_trainer.options.distributed
+    path = os.path.join(checkpoint_dir, _get_checkpoint_name(checkpoint_prefix, False))
+    if files[0] != path:
+        if _rank_of(files[0])[0] >= 0:
+            raise NotImplementedError(f"experimental_load_checkpoint: '{files[0]}' is a partitioned checkpoint: "
+                                      f"{_NOT_PARTITIONED}")
+        raise FileNotFoundError(f"Couldn't find checkpoint file {path}.")
+    if dist.deepspeed_zero_optimization.stage:
+        raise NotImplementedError(f"experimental_load_checkpoint with ZeRO enabled: {_NOT_PARTITIONED}")
+    content = _torch().load(path, map_location="cpu")
+    if not isinstance(content, dict) or "model" not in content:
+        raise ValueError(f"'{path}' is not a checkpoint of experimental_save_checkpoint (no 'model' entry)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        experimental_load_state_dict(ort_trainer, content.pop("model"), strict=strict)
+    return content
+
+
+# ----------------------------------------------------------------- files of ORTTrainer.save_checkpoint
+def _load_state(checkpoint):
+    """(state, user_dict) of a checkpoint path, or (state, {}) of a state dict."""
+    if isinstance(checkpoint, dict):
+        return checkpoint, {}
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(f"a checkpoint is a path or a state dict, got {type(checkpoint).__name__}")
+    if not os.path.isfile(checkpoint):
+        raise FileNotFoundError(f"checkpoint '{os.fspath(checkpoint)}' does not exist")
+    return _read_checkpoint(checkpoint)
+
+
+def _weights(state, where):
+    try:
+        return state["model"]["full_precision"]
+    except (KeyError, TypeError):
+        raise ValueError(f"{where} has no model.full_precision weights (not an ORTTrainer state)") from None
+
+
+def _to_pytorch_format(state_dict, strip_prefix=""):
+    """ORTTrainer state (hierarchical) -> flat ``{name: torch.Tensor}``; ``strip_prefix`` is removed
+    from the names that start with it."""
+    torch = _torch()
+    out = {}
+    for k, v in _weights(state_dict, "the state").items():
+        name = k[len(strip_prefix):] if strip_prefix and k.startswith(strip_prefix) else k
+        if name in out:
+            raise ValueError(f"stripping '{strip_prefix}' makes two weights named '{name}'")
+        out[name] = torch.tensor(np.asarray(_numpy(v)))
+    return out
+
+
+def to_pytorch_state_dict(checkpoint, strip_prefix=""):
+    """A checkpoint (path written by ``ORTTrainer.save_checkpoint``, or a ``state_dict()``) as a PyTorch
+    state dict ``{name: torch.Tensor}``. For a torch model trained with ``loss_fn``, the weights are
+    named ``model.<name>``: ``strip_prefix="model."`` gives the names the module's ``load_state_dict``
+    takes. Frozen weights are not part of the trained state."""
+    state, _ = _load_state(checkpoint)
+    return _to_pytorch_format(state, strip_prefix)
+
+
+def _options(state, path):
+    opts = state.get("trainer_options")
+    if not isinstance(opts, dict):
+        raise ValueError(f"'{path}': missing trainer_options")
+    return opts
+
+
+def aggregate_checkpoints(paths, pytorch_format=True):
+    """Merges the checkpoint files of the ranks of one run (``ORTTrainer.save_checkpoint``) into one
+    state: ``{name: torch.Tensor}`` with ``pytorch_format``, else the ``ORTTrainer.state_dict()`` schema
+    (world size 1). The files must be those of ranks 0..world_size-1; unpartitioned states must agree.
+    Partitioned (ZeRO stage > 0, horizontal parallel) checkpoints raise NotImplementedError."""
+    if isinstance(paths, (str, os.PathLike)) or not paths:
+        raise ValueError("paths must be a non-empty list of checkpoint files")
+    loaded = []
+    for p in paths:
+        state, user = _load_state(p)
+        opts = _options(state, p)
+        if opts.get("zero_stage", 0) > 0 or opts.get("horizontal_parallel_size", 1) > 1 or "partition_info" in state:
+            raise NotImplementedError(f"aggregate_checkpoints: '{p}' is partitioned (zero_stage "
+                                      f"{opts.get('zero_stage')}, horizontal_parallel_size "
+                                      f"{opts.get('horizontal_parallel_size')}): {_NOT_PARTITIONED}")
+        loaded.append((int(opts["world_rank"]), p, state, user))
+    loaded.sort(key=lambda e: e[0])
+    first = _options(loaded[0][2], loaded[0][1])
+    ranks = [r for r, *_ in loaded]
+    if ranks != list(range(first["world_size"])):
+        raise ValueError(f"aggregate_checkpoints: expected the files of ranks 0..{first['world_size'] - 1} of one run, "
+                         f"got ranks {ranks}")
+    merged = {"model": {"full_precision": {}}, "optimizer": {}}
+    for _, path, state, _ in loaded:
+        opts = _options(state, path)
+        for key in ("world_size", "mixed_precision", "optimizer_name"):
+            if opts.get(key) != first.get(key):
+                raise ValueError(f"aggregate_checkpoints: {key} mismatch among checkpoint files. File: {path}")
+        _merge(_weights(state, path), merged["model"]["full_precision"], "Value mismatch for model state {}")
+        for w, states in state.get("optimizer", {}).items():
+            _merge(states, merged["optimizer"].setdefault(w, {}),
+                   "Value mismatch for model state " + w + " and optimizer state {}")
+    if pytorch_format:
+        return _to_pytorch_format(merged)
+    merged["trainer_options"] = dict(first, world_rank=0, world_size=1, zero_stage=0, data_parallel_size=1,
+                                     horizontal_parallel_size=1)
+    if not merged["optimizer"]:
+        del merged["optimizer"]
+    if "train_step_info" in loaded[0][2]:
+        merged["train_step_info"] = dict(loaded[0][2]["train_step_info"])
+    if loaded[0][3]:
+        merged["user_dict"] = loaded[0][3]
+    return merged
+
+
+def _merge(src, dst, mismatch):
+    for k, v in src.items():
+        v = _numpy(v)
+        if k in dst:
+            if dst[k].shape != v.shape or not np.array_equal(dst[k], v):
+                raise ValueError(mismatch.format(k))
+        else:
+            dst[k] = v
+
+
+def average_checkpoints(checkpoints, pytorch_format=True, strip_prefix=""):
+    """Element-wise mean of the weights of several checkpoints (paths of ``ORTTrainer.save_checkpoint``
+    or ``state_dict()``s), computed in float64 and returned in each weight's type: ``{name: torch.Tensor}``
+    with ``pytorch_format`` (names without ``strip_prefix``), else ``{'model': {'full_precision': ...}}``
+    for ``ORTTrainer.load_state_dict(..., strict=False)``. Optimizer states are not averaged."""
+    if isinstance(checkpoints, (str, os.PathLike, dict)) or not checkpoints:
+        raise ValueError("checkpoints must be a non-empty list of checkpoint paths or state dicts")
+    all_weights = []
+    for i, c in enumerate(checkpoints):
+        state = _load_state(c)[0]
+        where = f"checkpoint {i}" if isinstance(c, dict) else f"'{os.fspath(c)}'"
+        weights = {k: _numpy(v) for k, v in _weights(state, where).items()}
+        all_weights.append((where, weights))
+    ref_where, ref = all_weights[0]
+    for where, weights in all_weights[1:]:
+        if set(weights) != set(ref):
+            raise ValueError(f"average_checkpoints: {where} has weights missing {sorted(set(ref) - set(weights))}, "
+                             f"unexpected {sorted(set(weights) - set(ref))} compared with {ref_where}")
+        for k, v in weights.items():
+            if v.shape != ref[k].shape or v.dtype != ref[k].dtype:
+                raise ValueError(f"average_checkpoints: weight '{k}' is {v.dtype}{list(v.shape)} in {where} but "
+                                 f"{ref[k].dtype}{list(ref[k].shape)} in {ref_where}")
+    averaged = {}
+    for k, v in ref.items():
+        if v.dtype.kind != "f":
+            raise ValueError(f"average_checkpoints: weight '{k}' has non-float type {v.dtype}")
+        mean = np.mean(np.stack([w[k].astype(np.float64) for _, w in all_weights]), axis=0)
+        averaged[k] = mean.astype(v.dtype)
+    state = {"model": {"full_precision": averaged}}
+    return _to_pytorch_format(state, strip_prefix) if pytorch_format else state
