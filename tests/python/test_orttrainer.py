@@ -255,7 +255,9 @@ def test_gradient_accumulation_and_frozen_weights():
                           "utils": {"frozen_weights": ["model.fc1.weight"]}})
     x, y = mlp_batches(1)[0]
     t.eval_step(x, y)
-    assert "model.fc1.weight" not in t.state_dict()["model"]["full_precision"]  # frozen: not trained state
+    s0 = t.state_dict()
+    assert "model.fc1.weight" in s0["model"]["full_precision"]  # frozen weights are model state too
+    assert "model.fc1.weight" not in s0["optimizer"]             # ... without optimizer state
     w0 = {k: v.copy() for k, v in t._session.get_state().items()}
     for i, (x, y) in enumerate(mlp_batches(6)):
         t.train_step(x, y)

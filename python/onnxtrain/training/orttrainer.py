@@ -346,7 +346,11 @@ class ORTTrainer:
         ``pytorch_format=True``."""
         if self._session is None:
             return {} if not pytorch_format else {}
-        weights = self._session.get_model_state()["full_precision"]
+        weights = dict(self._session.get_model_state()["full_precision"])
+        frozen = set(self.options.utils.frozen_weights)
+        if frozen:  # the model's weights, trained or not, so that a torch module loads them all
+            everything = self._session.get_state()
+            weights.update({w: everything[w] for w in frozen if w in everything})
         if pytorch_format:
             torch = _torch()
             return {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
