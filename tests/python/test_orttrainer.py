@@ -318,6 +318,10 @@ def test_onnx_model_input_with_loss_inside(tmp_path):
     ({"inputs": [("x", ["batch", 10]), ("label", ["batch"])], "outputs": [("nope", [], True)]}, "not outputs"),
     ({"inputs": [("x", [-1, 10]), ("label", ["batch"])], "outputs": [("loss", [], True)]}, "dimension -1"),
     ({"inputs": [("x",)], "outputs": [("loss", [], True)]}, "must be a tuple"),
+    ({"inputs": [("x", ["batch", 11]), ("label", ["batch"])], "outputs": [("loss", [], True)]},
+     "input 'x': dimension 1 is 11, the model's is 10"),
+    ({"inputs": [("x", ["batch"]), ("label", ["batch"])], "outputs": [("loss", [], True)]}, "'x': shape .* rank 1"),
+    ({"inputs": [("x", ["batch", 10]), ("label", ["batch"])], "outputs": [("loss", [1], True)]}, "output 'loss'"),
     ({"inputs": [], "outputs": [("loss", [], True)], "extra": 1}, "unknown keys"),
 ])
 def test_model_desc_mismatches_are_named(tmp_path, desc, message):
@@ -398,5 +402,7 @@ def test_inputs_by_keyword_and_errors():
         t.eval_step(x)
     with pytest.raises(ValueError, match="unknown input 'z'"):
         t.eval_step(x, y, z=1)
+    with pytest.raises(ValueError, match=r"input 'x' has shape \[8, 9\], model_desc says \['batch', 10\]"):
+        t.eval_step(x[:, :9], y)
     with pytest.raises(TypeError, match="optim_config"):
         ORTTrainer(MLP(), MLP_DESC, {"lr": 0.1})

@@ -77,8 +77,31 @@ class _ModelDesc:
             raise ValueError(f"{where} ('{name}'): is_loss must be a bool, got {is_loss!r}")
         return _Desc(name, shape, is_loss)
 
-    def check_against(self, inputs, outputs):
-        """Names and order against the ONNX model's graph inputs (non-initializers) and outputs."""
+    @staticmethod
+    def check_shape(d, dims, what):
+        """A declared shape (ints: fixed, strings: symbolic, None: unknown) against the entry's: same
+        rank, and every int of model_desc equal to a fixed dimension."""
+        if dims is None:
+            return
+        if len(dims) != len(d.shape):
+            raise ValueError(f"model_desc {what} '{d.name}': shape {d.shape} has rank {len(d.shape)}, the model's "
+                             f"{dims} has rank {len(dims)}")
+        for i, (want, got) in enumerate(zip(d.shape, dims)):
+            if isinstance(want, int) and isinstance(got, int) and want != got:
+                raise ValueError(f"model_desc {what} '{d.name}': dimension {i} is {want}, the model's is {got} "
+                                 f"(shape {dims})")
+
+    def check_values(self, values):
+        """Fed values against model_desc's input shapes (rank, fixed dimensions)."""
+        for d, v in zip(self.inputs, values):
+            shape = getattr(v, "shape", None)
+            shape = [int(x) for x in (np.shape(v) if shape is None else shape)]
+            if len(shape) != len(d.shape) or any(isinstance(w, int) and w != g for w, g in zip(d.shape, shape)):
+                raise ValueError(f"input '{d.name}' has shape {shape}, model_desc says {d.shape}")
+
+    def check_against(self, inputs, outputs, shapes=None):
+        """Names, order and shapes against the ONNX model's graph inputs (non-initializers) and
+        outputs (`shapes`: name -> declared dims or None)."""
         want = [d.name for d in self.inputs]
         if want != inputs:
             raise ValueError(f"model_desc['inputs'] names {want} do not match the model's inputs {inputs} "
@@ -90,6 +113,10 @@ class _ModelDesc:
         order = [n for n in outputs if n in want]
         if order != want:
             raise ValueError(f"model_desc['outputs'] order {want} differs from the model's {order}")
+        for d in self.inputs:
+            self.check_shape(d, (shapes or {}).get(d.name), "input")
+        for d in self.outputs:
+            self.check_shape(d, (shapes or {}).get(d.name), "output")
 
 
 def _torch():
@@ -180,7 +207,15 @@ class ORTTrainer:
         inits = {i.name for i in model.graph.initializer}
         inputs = [i.name for i in model.graph.input if i.name not in inits]
         outputs = [o.name for o in model.graph.output]
-        self.model_desc.check_against(inputs, outputs)
+
+        def dims(vi):
+            t = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
+                return None
+            return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+        shapes = {vi.name: dims(vi) for vi in list(model.graph.input) + list(model.graph.output)}
+        self.model_desc.check_against(inputs, outputs, shapes)
 
     def _export(self, sample_inputs):
         torch = _torch()
@@ -300,6 +335,7 @@ class ORTTrainer:
         """One training step (an optimizer update every ``batch.gradient_accumulation_steps`` steps);
         returns the model_desc outputs."""
         inputs = self._inputs(args, kwargs)
+        self.model_desc.check_values(inputs)
         if self._session is None:
             self._init_session(inputs)
         lr = self.optim_config.lr
@@ -320,6 +356,7 @@ class ORTTrainer:
     def eval_step(self, *args, **kwargs):
         """Forward pass only (weights and optimizer state untouched); returns the model_desc outputs."""
         inputs = self._inputs(args, kwargs)
+        self.model_desc.check_values(inputs)
         if self._session is None:
             self._init_session(inputs)
         feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, inputs)}
