@@ -445,12 +445,9 @@ def test_terminate_from_another_thread_stops_a_long_run():
     sess = ort.InferenceSession(data)
     a0 = np.eye(LOOP_N, dtype=np.float32)
     sess.run(None, {"M": np.array(5, np.int64), "a0": a0})  # warm: plans made, memory kept
-    per_iter = []
-    for _ in range(3):
-        t = time.perf_counter()
-        sess.run(None, {"M": np.array(100, np.int64), "a0": a0})
-        per_iter.append((time.perf_counter() - t) / 100)
-    trips = int(6.0 / max(min(per_iter), 1e-6))  # about 6 s uninterrupted
+    # A trip count that would run for minutes on any machine (a 192x192 MatMul + Tanh per trip), so
+    # that the check does not depend on the machine's speed or load.
+    trips = 10 ** 6
     ro = ort.RunOptions()
     outcome = {}
 
@@ -470,7 +467,7 @@ def test_terminate_from_another_thread_stops_a_long_run():
     th.join(30)
     assert not th.is_alive()
     assert isinstance(outcome["result"], Fail), outcome
-    assert outcome["seconds"] < 3.0, outcome  # well before the ~6 s it would take
+    assert outcome["seconds"] < 10.0, outcome  # minutes uninterrupted
     ro.terminate = False
     ref = np.eye(LOOP_N)
     for _ in range(3):
