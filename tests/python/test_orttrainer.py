@@ -406,3 +406,41 @@ def test_inputs_by_keyword_and_errors():
         t.eval_step(x[:, :9], y)
     with pytest.raises(TypeError, match="optim_config"):
         ORTTrainer(MLP(), MLP_DESC, {"lr": 0.1})
+
+
+def test_grad_norm_clip_matches_torch_clipping():
+    """utils.grad_norm_clip (the default): the global gradient norm clipped to max_norm_clip."""
+    torch.manual_seed(0)
+    model = MLP()
+    ref = copy.deepcopy(model)
+    lf = lambda p, y: F.cross_entropy(p, y) * 50.0  # noqa: E731 - large gradients: clipping is active
+    t = ORTTrainer(model, MLP_DESC, optim.AdamConfig(lr=0.01, max_norm_clip=0.5), loss_fn=lf,
+                   options={"device": {"id": "cpu"}})
+    unclipped = ORTTrainer(copy.deepcopy(ref), MLP_DESC, optim.AdamConfig(lr=0.01), loss_fn=lf,
+                           options={"device": {"id": "cpu"}, "utils": {"grad_norm_clip": False}})
+    topt = torch.optim.Adam(ref.parameters(), lr=0.01)
+    clipped, off = 0, 0.0
+    for x, y in mlp_batches(8):
+        loss, _ = t.train_step(x, y)
+        free, _ = unclipped.train_step(x, y)
+        topt.zero_grad()
+        tl = lf(ref(x), y)
+        tl.backward()
+        clipped += float(torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)) > 0.5
+        topt.step()
+        assert rel(float(loss), float(tl)) < 1e-4
+        off = max(off, rel(float(free), float(tl)))
+    assert clipped >= 4
+    assert off > 1e-3  # without clipping the trajectory is another one: the check can fail
+
+
+def test_fetches_and_all_finite():
+    t = make_mlp_trainer()
+    x, y = mlp_batches(1)[0]
+    t._train_step_info.fetches = ["probability"]
+    prob = t.train_step(x, y)
+    assert tuple(prob.shape) == (8, 4)  # only the fetched output, returned alone
+    assert t._train_step_info.all_finite is True
+    t._train_step_info.fetches = []
+    loss, prob = t.train_step(x, y)
+    assert np.isfinite(float(loss))
