@@ -34,19 +34,8 @@ std::string device_label(int device_type, int device_id) {
   throw_error<InvalidArgument>("device '", label, "' is not available: this onnxtrain build has the CPU provider only");
 }
 
-// numpy flag bits (numpy's ndarraytypes.h).
-constexpr int kAligned = py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+// numpy flag bit (numpy's ndarraytypes.h).
 constexpr int kWriteable = py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-
-// `arr` itself when its memory can be viewed as a dense host tensor (C-contiguous, aligned, native
-// byte order), otherwise a converted copy that can.
-py::array viewable(const py::array& arr) {
-  const bool native = arr.dtype().attr("isnative").cast<bool>();
-  if ((arr.flags() & py::array::c_style) && (arr.flags() & kAligned) && native) return arr;
-  py::module_ np = py::module_::import("numpy");
-  return np.attr("array")(arr, py::arg("dtype") = arr.dtype().attr("newbyteorder")("="), py::arg("order") = "C",
-                          py::arg("copy") = true);  // a fresh array is aligned
-}
 
 bool is_readonly_array(const py::object& o) {
   return py::isinstance<py::array>(o) && !(py::reinterpret_borrow<py::array>(o).flags() & kWriteable);
@@ -58,19 +47,6 @@ DType array_dtype(const py::array& arr, const char* what) {
   } catch (const Error& e) {
     throw_error<InvalidArgument>(what, ": ", e.what());
   }
-}
-
-// Strings are not plain bytes: every element is copied (str as UTF-8, bytes as they are).
-Tensor strings_from_array(const py::array& arr) {
-  Tensor t = Tensor::empty(DType::kString, Shape(arr.shape(), arr.shape() + arr.ndim()));
-  py::list items = arr.attr("ravel")().attr("tolist")();
-  std::string* out = t.data<std::string>();
-  for (size_t i = 0; i < items.size(); ++i) {
-    py::handle item = items[i];
-    if (PyBytes_Check(item.ptr())) out[i] = item.cast<std::string>();
-    else out[i] = py::str(item).cast<std::string>();
-  }
-  return t;
 }
 
 // A tensor view of a numpy array (zero-copy where viewable() allows); `owner` receives the array

@@ -53,6 +53,34 @@ py::dtype numpy_dtype(DType t) {
   throw_error<NotImplemented>("element type ", dtype_name(t), " has no numpy equivalent");
 }
 
+namespace {
+// numpy flag bit (numpy's ndarraytypes.h).
+constexpr int kAligned = py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+}  // namespace
+
+// `arr` itself when its memory can be viewed as a dense host tensor (C-contiguous, aligned, native
+// byte order), otherwise a converted copy that can.
+py::array viewable(const py::array& arr) {
+  const bool native = arr.dtype().attr("isnative").cast<bool>();
+  if ((arr.flags() & py::array::c_style) && (arr.flags() & kAligned) && native) return arr;
+  py::module_ np = py::module_::import("numpy");
+  return np.attr("array")(arr, py::arg("dtype") = arr.dtype().attr("newbyteorder")("="), py::arg("order") = "C",
+                          py::arg("copy") = true);  // a fresh array is aligned
+}
+
+// Strings are not plain bytes: every element is copied (str as UTF-8, bytes as they are).
+Tensor strings_from_array(const py::array& arr) {
+  Tensor t = Tensor::empty(DType::kString, Shape(arr.shape(), arr.shape() + arr.ndim()));
+  py::list items = arr.attr("ravel")().attr("tolist")();
+  std::string* out = t.data<std::string>();
+  for (size_t i = 0; i < items.size(); ++i) {
+    py::handle item = items[i];
+    if (PyBytes_Check(item.ptr())) out[i] = item.cast<std::string>();
+    else out[i] = py::str(item).cast<std::string>();
+  }
+  return t;
+}
+
 // A numpy array viewed as a Tensor. `hold` keeps the (possibly converted) array alive; the view
 // itself must not outlive it (the executor drops input views at the end of a run).
 Tensor tensor_from_array(const std::string& name, py::handle obj, std::vector<py::object>& hold) {
@@ -65,14 +93,8 @@ Tensor tensor_from_array(const std::string& name, py::handle obj, std::vector<py
     throw_error<InvalidArgument>("input '", name, "': ", e.what());
   }
   Shape shape(arr.shape(), arr.shape() + arr.ndim());
-  if (dt == DType::kString) {
-    Tensor t = Tensor::empty(dt, shape);
-    py::array flat = py::array(py::module_::import("numpy").attr("ravel")(arr));
-    std::string* out = t.data<std::string>();
-    for (py::ssize_t i = 0; i < flat.size(); ++i) out[i] = py::str(flat.attr("__getitem__")(i));
-    return t;
-  }
-  py::array c = py::array::ensure(arr, py::array::c_style | py::array::forcecast);
+  if (dt == DType::kString) return strings_from_array(arr);
+  py::array c = viewable(arr);  // big-endian or strided arrays are converted, never misread
   hold.push_back(c);
   return Tensor::wrap(dt, shape, const_cast<void*>(c.data()));
 }

@@ -24,6 +24,11 @@ DType dtype_from_numpy(const py::dtype& dt);
 /// The numpy dtype of an element type; throws NotImplemented for bfloat16 and strings.
 py::dtype numpy_dtype(DType t);
 
+/// `arr` itself when its memory can be viewed as a dense host tensor (C-contiguous, aligned, native
+/// byte order), otherwise a converted copy that can.
+py::array viewable(const py::array& arr);
+/// A string tensor copied from a numpy str/bytes/object array (str as UTF-8, bytes as they are).
+Tensor strings_from_array(const py::array& arr);
 /// A numpy array viewed as a Tensor. `hold` keeps the (possibly converted) array alive; the view
 /// must not outlive it. Strings are copied.
 Tensor tensor_from_array(const std::string& name, py::handle obj, std::vector<py::object>& hold);

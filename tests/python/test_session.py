@@ -123,3 +123,25 @@ def test_installed_package_imports_from_any_directory(tmp_path):
     out = subprocess.run(["/usr/bin/python3", "-c", "import onnxtrain, sys; print(onnxtrain.__file__)"],
                          cwd="/", env=env, capture_output=True, text=True, check=True)
     assert "dist-packages" in out.stdout
+
+
+def test_big_endian_strided_and_bytes_feeds_are_read_as_values(mlp_model):
+    """Feeds that are not native, dense arrays are converted (never read as raw bytes), and bytes
+    arrays are strings of those bytes (not their repr)."""
+    from onnx import TensorProto, helper
+    data, w, b = mlp_model
+    sess = ot.InferenceSession(data)
+    x = np.random.default_rng(7).standard_normal((3, 4)).astype(np.float32)
+    expected = sess.run(["y"], {"x": x})[0]
+    np.testing.assert_allclose(expected, np.maximum(x.astype(np.float64) @ w + b, 0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(sess.run(["y"], {"x": x.astype(">f4")})[0], expected)
+    wide = np.zeros((3, 8), np.float32)
+    wide[:, ::2] = x
+    np.testing.assert_array_equal(sess.run(["y"], {"x": wide[:, ::2]})[0], expected)
+    graph = helper.make_graph([helper.make_node("Identity", ["s"], ["t"])], "strings",
+                              [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+                              [helper.make_tensor_value_info("t", TensorProto.STRING, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    out = ot.InferenceSession(model.SerializeToString()).run(None, {"s": np.array([b"ab", b"c"])})[0]
+    assert list(out) == ["ab", "c"]
