@@ -36,11 +36,7 @@ struct PySession {
 struct IOBindingObj {
   std::shared_ptr<PySession> session;
   std::vector<std::pair<std::string, OrtValuePtr>> inputs;
-  struct Output {
-    std::string name;
-    OrtValuePtr preallocated;  // null: the run allocates it
-  };
-  std::vector<Output> outputs;
+  std::vector<std::pair<std::string, OrtValuePtr>> outputs;  // value: the preallocated buffer, or null (the run allocates)
   std::vector<OrtValuePtr> results;
 };
 
@@ -49,13 +45,16 @@ DType dtype_of_element_type(py::handle element_type) {
   return dtype_from_numpy(dt);
 }
 
-void set_by_name(std::vector<std::pair<std::string, std::string>>& entries, const std::string& k, const std::string& v) {
+// Sets entry `k` of a list of named entries (config entries, bound inputs and outputs): replaced
+// in place when present, appended otherwise.
+template <class V>
+void set_by_name(std::vector<std::pair<std::string, V>>& entries, const std::string& k, V v) {
   for (auto& e : entries)
     if (e.first == k) {
-      e.second = v;
+      e.second = std::move(v);
       return;
     }
-  entries.emplace_back(k, v);
+  entries.emplace_back(k, std::move(v));
 }
 
 const std::string* find_entry(const std::vector<std::pair<std::string, std::string>>& entries, const std::string& k) {
@@ -69,19 +68,24 @@ void check_severity(int level, const char* what) {
     throw_error<InvalidArgument>(what, " must be 0 (verbose), 1 (info), 2 (warning), 3 (error), 4 (fatal) or -1 (the default logger's), got ", level);
 }
 
-// The C OrtValue of a C or Python (onnxruntime_inference_collection) OrtValue.
-std::shared_ptr<OrtValueObj> c_ortvalue(py::handle v, const std::string& what) {
+// The C OrtValue of a C or Python (onnxruntime_inference_collection) OrtValue; null for anything else.
+std::shared_ptr<OrtValueObj> maybe_c_ortvalue(py::handle v) {
   if (py::isinstance<OrtValueObj>(v)) return v.cast<std::shared_ptr<OrtValueObj>>();
   if (py::hasattr(v, "_ortvalue") && py::isinstance<OrtValueObj>(v.attr("_ortvalue")))
     return v.attr("_ortvalue").cast<std::shared_ptr<OrtValueObj>>();
+  return nullptr;
+}
+
+std::shared_ptr<OrtValueObj> c_ortvalue(py::handle v, const std::string& what) {
+  if (auto p = maybe_c_ortvalue(v)) return p;
   throw_error<InvalidArgument>(what, ": expected an OrtValue, got ", std::string(py::str(v.get_type().attr("__name__"))));
 }
 
+// The Value a feed stands for: an OrtValue's own (borrowed: the feed dict keeps it alive), or one
+// converted from numpy / lists into `owned`.
 const Value& value_of_feed(InferenceSession& sess, const std::string& name, py::handle v, std::vector<py::object>& hold,
                            std::vector<std::unique_ptr<Value>>& owned) {
-  if (py::isinstance<OrtValueObj>(v)) return v.cast<OrtValueObj&>().value;
-  if (py::hasattr(v, "_ortvalue") && py::isinstance<OrtValueObj>(v.attr("_ortvalue")))
-    return v.attr("_ortvalue").cast<OrtValueObj&>().value;
+  if (auto p = maybe_c_ortvalue(v)) return p->value;
   if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
     // As onnxruntime: a list fed to a tensor input is that tensor, of the input's element type; an
     // empty list fed to a sequence input has the sequence's element type.
@@ -113,11 +117,42 @@ std::vector<Value> run_session(PySession& s, const std::vector<std::string>& nam
   return sess.run_values(names, feeds, ro ? *ro : dflt);
 }
 
-std::vector<std::string> output_names_or_all(PySession& s, const py::object& names) {
-  std::vector<std::string> r = names_from(names);
-  if (r.empty())
-    for (const auto& o : s.get().get_outputs()) r.push_back(o.name);
+// `names`, or every output of the session when it is empty.
+std::vector<std::string> names_or_all(PySession& s, std::vector<std::string> names) {
+  if (names.empty())
+    for (const auto& o : s.get().get_outputs()) names.push_back(o.name);
+  return names;
+}
+
+// Runs `s` on a feed dict (numpy arrays, lists, None or OrtValues) for `output_names` (None or
+// empty: all).
+std::vector<Value> run_dict(PySession& s, const py::object& output_names, const py::dict& feed, const RunOptions* ro) {
+  std::vector<py::object> hold;
+  std::vector<std::unique_ptr<Value>> owned;
+  std::vector<std::pair<std::string, const Value*>> feeds;
+  for (auto [k, v] : feed) {
+    std::string name = py::str(k);
+    feeds.emplace_back(name, &value_of_feed(s.get(), name, v, hold, owned));
+  }
+  return run_session(s, names_or_all(s, names_from(output_names)), feeds, ro);
+}
+
+std::vector<OrtValuePtr> ortvalues_of(std::vector<Value> values) {
+  std::vector<OrtValuePtr> r;
+  for (auto& v : values) r.push_back(ortvalue_from_value(std::move(v)));
   return r;
+}
+
+// The OrtValue viewing caller memory bound by pointer (bind_input / bind_output with a buffer).
+OrtValuePtr pointer_value(const char* what, const std::string& name, const OrtDeviceObj& device,
+                          py::handle element_type, const std::vector<int64_t>& shape, uintptr_t ptr) {
+  Device d = device_of(device);
+  DType dt = dtype_of_element_type(element_type);
+  for (int64_t x : shape)
+    if (x < 0) throw_error<InvalidArgument>(what, "('", name, "'): negative dimension in ", shape_to_string(shape));
+  if (!ptr) throw_error<InvalidArgument>(what, "('", name, "'): the buffer pointer is null");
+  if (dt == DType::kString) throw_error<InvalidArgument>(what, "('", name, "'): string tensors cannot be bound by pointer");
+  return ortvalue_from_value(Value::of(Tensor::wrap(dt, shape, reinterpret_cast<void*>(ptr), nullptr, d)));
 }
 
 void bind_options(py::module_& m) {
@@ -367,31 +402,15 @@ void bind_session(py::module_& m) {
       .def(
           "run",
           [](PySession& s, py::object output_names, py::dict feed, std::shared_ptr<RunOptions> ro) {
-            std::vector<py::object> hold;
-            std::vector<std::unique_ptr<Value>> owned;
-            std::vector<std::pair<std::string, const Value*>> feeds;
-            for (auto [k, v] : feed) {
-              std::string name = py::str(k);
-              feeds.emplace_back(name, &value_of_feed(s.get(), name, v, hold, owned));
-            }
-            auto names = output_names_or_all(s, output_names);
-            return values_to_list(run_session(s, names, feeds, ro.get()));
+            return values_to_list(run_dict(s, output_names, feed, ro.get()));
           },
           py::arg("output_names"), py::arg("input_feed"), py::arg("run_options") = nullptr,
           "Runs; returns the outputs as numpy arrays (sequences as lists, empty optionals as None).")
       .def(
           "run_with_ort_values",
           [](PySession& s, py::dict feed, py::object output_names, std::shared_ptr<RunOptions> ro) {
-            std::vector<py::object> hold;
-            std::vector<std::unique_ptr<Value>> owned;
-            std::vector<std::pair<std::string, const Value*>> feeds;
-            for (auto [k, v] : feed) {
-              std::string name = py::str(k);
-              feeds.emplace_back(name, &value_of_feed(s.get(), name, v, hold, owned));
-            }
-            auto names = output_names_or_all(s, output_names);
             auto out = std::make_shared<OrtValueVectorObj>();
-            for (auto& v : run_session(s, names, feeds, ro.get())) out->values.push_back(ortvalue_from_value(std::move(v)));
+            out->values = ortvalues_of(run_dict(s, output_names, feed, ro.get()));
             return out;
           },
           py::arg("input_dict_ort_values"), py::arg("output_names"), py::arg("run_options") = nullptr,
@@ -408,12 +427,7 @@ void bind_session(py::module_& m) {
               for (auto d : fetch_devices) device_of(d.cast<OrtDeviceObj&>());
             std::vector<std::pair<std::string, const Value*>> f;
             for (size_t i = 0; i < feed_names.size(); ++i) f.emplace_back(feed_names[i], &feeds.values[i]->value);
-            auto names = fetch_names;
-            if (names.empty())
-              for (const auto& o : s.get().get_outputs()) names.push_back(o.name);
-            auto out = run_session(s, names, f, ro.get());
-            fetches.values.clear();
-            for (auto& v : out) fetches.values.push_back(ortvalue_from_value(std::move(v)));
+            fetches.values = ortvalues_of(run_session(s, names_or_all(s, fetch_names), f, ro.get()));
           },
           py::arg("run_options"), py::arg("feed_names"), py::arg("feeds"), py::arg("fetch_names"), py::arg("fetches"),
           py::arg("fetch_devices") = py::none(),
@@ -425,13 +439,12 @@ void bind_session(py::module_& m) {
             std::vector<std::pair<std::string, const Value*>> f;
             for (const auto& [n, v] : b.inputs) f.emplace_back(n, &v->value);
             std::vector<std::string> names;
-            for (const auto& o : b.outputs) names.push_back(o.name);
-            if (names.empty())
-              for (const auto& o : s.get().get_outputs()) names.push_back(o.name);
+            for (const auto& o : b.outputs) names.push_back(o.first);
+            names = names_or_all(s, std::move(names));
             auto out = run_session(s, names, f, ro.get());
             b.results.clear();
             for (size_t i = 0; i < out.size(); ++i) {
-              const OrtValuePtr pre = i < b.outputs.size() ? b.outputs[i].preallocated : nullptr;
+              const OrtValuePtr pre = i < b.outputs.size() ? b.outputs[i].second : nullptr;
               if (!pre) {
                 b.results.push_back(ortvalue_from_value(std::move(out[i])));
                 continue;
@@ -471,76 +484,35 @@ void bind_session(py::module_& m) {
       .def(
           "bind_input",
           [](IOBindingObj& b, const std::string& name, py::object array) {
-            auto v = ortvalue_from_array(array, OrtDeviceObj{});
-            for (auto& [n, x] : b.inputs)
-              if (n == name) {
-                x = v;
-                return;
-              }
-            b.inputs.emplace_back(name, v);
+            set_by_name(b.inputs, name, ortvalue_from_array(array, OrtDeviceObj{}));
           },
           py::arg("name"), py::arg("array"), "Binds input `name` to a numpy array (viewed, not copied, when possible).")
       .def(
           "bind_input",
           [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device, py::object element_type,
              std::vector<int64_t> shape, uintptr_t ptr) {
-            Device d = device_of(device);
-            DType dt = dtype_of_element_type(element_type);
-            for (int64_t x : shape)
-              if (x < 0) throw_error<InvalidArgument>("bind_input('", name, "'): negative dimension in ", shape_to_string(shape));
-            if (!ptr) throw_error<InvalidArgument>("bind_input('", name, "'): the buffer pointer is null");
-            if (dt == DType::kString) throw_error<InvalidArgument>("bind_input('", name, "'): string tensors cannot be bound by pointer");
-            Value v = Value::of(Tensor::wrap(dt, shape, reinterpret_cast<void*>(ptr), nullptr, d));
-            auto ov = ortvalue_from_value(std::move(v));
-            for (auto& [n, x] : b.inputs)
-              if (n == name) {
-                x = ov;
-                return;
-              }
-            b.inputs.emplace_back(name, ov);
+            set_by_name(b.inputs, name, pointer_value("bind_input", name, device, element_type, shape, ptr));
           },
           py::arg("name"), py::arg("device"), py::arg("element_type"), py::arg("shape"), py::arg("buffer_ptr"),
           "Binds input `name` to memory at buffer_ptr (the caller keeps it alive and unchanged until the run).")
       .def(
           "bind_ortvalue_input",
           [](IOBindingObj& b, const std::string& name, std::shared_ptr<OrtValueObj> v) {
-            for (auto& [n, x] : b.inputs)
-              if (n == name) {
-                x = v;
-                return;
-              }
-            b.inputs.emplace_back(name, std::move(v));
+            set_by_name(b.inputs, name, std::move(v));
           },
           py::arg("name"), py::arg("ortvalue"), "Binds input `name` to an OrtValue.")
       .def(
           "bind_output",
           [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device) {
             device_of(device);
-            for (auto& o : b.outputs)
-              if (o.name == name) {
-                o.preallocated = nullptr;
-                return;
-              }
-            b.outputs.push_back({name, nullptr});
+            set_by_name(b.outputs, name, OrtValuePtr{});
           },
           py::arg("name"), py::arg("device"), "Binds output `name` to a device; the run allocates it.")
       .def(
           "bind_output",
           [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device, py::object element_type,
              std::vector<int64_t> shape, uintptr_t ptr) {
-            Device d = device_of(device);
-            DType dt = dtype_of_element_type(element_type);
-            for (int64_t x : shape)
-              if (x < 0) throw_error<InvalidArgument>("bind_output('", name, "'): negative dimension in ", shape_to_string(shape));
-            if (!ptr) throw_error<InvalidArgument>("bind_output('", name, "'): the buffer pointer is null");
-            if (dt == DType::kString) throw_error<InvalidArgument>("bind_output('", name, "'): string tensors cannot be bound by pointer");
-            auto ov = ortvalue_from_value(Value::of(Tensor::wrap(dt, shape, reinterpret_cast<void*>(ptr), nullptr, d)));
-            for (auto& o : b.outputs)
-              if (o.name == name) {
-                o.preallocated = ov;
-                return;
-              }
-            b.outputs.push_back({name, ov});
+            set_by_name(b.outputs, name, pointer_value("bind_output", name, device, element_type, shape, ptr));
           },
           py::arg("name"), py::arg("device"), py::arg("element_type"), py::arg("shape"), py::arg("buffer_ptr"),
           "Binds output `name` to memory at buffer_ptr (its type and shape must be the output's).")
@@ -548,12 +520,7 @@ void bind_session(py::module_& m) {
           "bind_ortvalue_output",
           [](IOBindingObj& b, const std::string& name, std::shared_ptr<OrtValueObj> v) {
             if (!v->value.is_tensor()) throw_error<InvalidArgument>("bind_ortvalue_output('", name, "'): the OrtValue holds no tensor");
-            for (auto& o : b.outputs)
-              if (o.name == name) {
-                o.preallocated = v;
-                return;
-              }
-            b.outputs.push_back({name, std::move(v)});
+            set_by_name(b.outputs, name, std::move(v));
           },
           py::arg("name"), py::arg("ortvalue"), "Binds output `name` to an OrtValue, written in place by the run.")
       .def(
