@@ -42,8 +42,10 @@ import numpy as np
 
 from .._errors import NotImplemented as _NotImplemented
 from ..training._session import TrainingParameters, TrainingSession
+from ..training.amp.loss_scaler import dynamic_scale_update
 from ..training.optim.config import AdamConfig, LambConfig, SGDConfig
 from ..training.orttrainer import ORTTrainer as _NewTrainer
+from ..training.orttrainer import bind_inputs
 from ..training.orttrainer_options import _device_kind
 
 DEFAULT_OPSET_VERSION = 14
@@ -107,14 +109,9 @@ class LossScaler:
     def update_loss_scale(self, is_all_finite):
         if not self.is_dynamic_scale_:
             return
-        if is_all_finite:
-            self.stable_steps_ += 1
-            if self.stable_steps_ >= self.up_scale_window_:
-                self.loss_scale_ = min(self.max_loss_scale_, self.loss_scale_ * 2)
-                self.stable_steps_ = 0
-        else:
-            self.loss_scale_ = max(self.min_loss_scale_, self.loss_scale_ / 2)
-            self.stable_steps_ = 0
+        self.loss_scale_, self.stable_steps_ = dynamic_scale_update(
+            self.loss_scale_, self.stable_steps_, is_all_finite, self.up_scale_window_, self.min_loss_scale_,
+            self.max_loss_scale_)
 
     def reset(self):
         self.loss_scale_ = self.initial_loss_scale_
@@ -386,17 +383,7 @@ class ORTTrainer:
         """{name: value} from positional values (in ``descs`` order, or one list) and keywords."""
         if len(args) == 1 and isinstance(args[0], list):
             args = tuple(args[0])
-        names = [d.name_ for d in descs]
-        if len(args) > len(names):
-            raise ValueError(f"{len(args)} positional inputs for the {len(names)} expected: {names}")
-        values = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise ValueError(f"unknown input '{k}' (expected: {names} and 'fetches')")
-            if k in values:
-                raise ValueError(f"input '{k}' given twice")
-            values[k] = v
-        return values
+        return bind_inputs([d.name_ for d in descs], args, kwargs)
 
     def _fetch_names(self, fetches):
         if fetches is None:

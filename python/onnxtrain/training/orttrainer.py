@@ -119,6 +119,21 @@ class _ModelDesc:
             self.check_shape(d, (shapes or {}).get(d.name), "output")
 
 
+def bind_inputs(names, args, kwargs):
+    """``{name: value}`` from positional values (in ``names`` order) and keywords; ValueError for
+    too many values, an unknown name or a name given twice."""
+    if len(args) > len(names):
+        raise ValueError(f"{len(args)} positional inputs for the {len(names)} expected: {names}")
+    values = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise ValueError(f"unknown input '{k}' (expected: {names})")
+        if k in values:
+            raise ValueError(f"input '{k}' given twice")
+        values[k] = v
+    return values
+
+
 def _torch():
     import torch
     return torch
@@ -242,15 +257,7 @@ class ORTTrainer:
 
     def _inputs(self, args, kwargs):
         names = [d.name for d in self.model_desc.inputs]
-        if len(args) > len(names):
-            raise ValueError(f"{len(args)} positional inputs for the {len(names)} of model_desc: {names}")
-        values = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise ValueError(f"unknown input '{k}' (model_desc inputs: {names})")
-            if k in values:
-                raise ValueError(f"input '{k}' given twice")
-            values[k] = v
+        values = bind_inputs(names, args, kwargs)
         missing = [n for n in names if n not in values]
         if missing:
             raise ValueError(f"missing inputs {missing}")

@@ -2,6 +2,18 @@
 from .._utils import check, check_number, is_int
 
 
+
+def dynamic_scale_update(scale, stable_steps, all_finite, up_scale_window, min_scale, max_scale):
+    """onnxruntime's dynamic loss-scale rule: ``(scale, stable_steps)`` after one step. A non-finite
+    step halves the scale (not below ``min_scale``) and restarts the count; ``up_scale_window``
+    finite steps in a row double it (not above ``max_scale``)."""
+    if not all_finite:
+        return max(min_scale, scale / 2), 0
+    stable_steps += 1
+    if stable_steps >= up_scale_window:
+        return min(max_scale, scale * 2), 0
+    return scale, stable_steps
+
 class LossScaler:
     """Base class of loss scaling strategies (onnxruntime-training's ``amp.LossScaler``).
 
@@ -86,12 +98,7 @@ class DynamicLossScaler(LossScaler):
 
     def update(self, train_step_info):
         """Applies the rule above to ``train_step_info.all_finite``; returns the new loss scale."""
-        if train_step_info.all_finite:
-            self._stable_steps_count += 1
-            if self._stable_steps_count >= self.up_scale_window:
-                self.loss_scale = min(self.max_loss_scale, self.loss_scale * 2)
-                self._stable_steps_count = 0
-        else:
-            self.loss_scale = max(self.min_loss_scale, self.loss_scale / 2)
-            self._stable_steps_count = 0
+        self.loss_scale, self._stable_steps_count = dynamic_scale_update(
+            self.loss_scale, self._stable_steps_count, train_step_info.all_finite, self.up_scale_window,
+            self.min_loss_scale, self.max_loss_scale)
         return self.loss_scale
