@@ -9,9 +9,15 @@ namespace onnxtrain::runtime {
 
 size_t fold_constant_nodes(ir::Model& model, const ExecOptions& options) {
   ir::Graph& g = *model.graph;
+  // Looked up per node input below: maps rather than the graph's linear scans.
+  std::unordered_set<std::string> graph_inputs;
+  for (const auto& vi : g.inputs) graph_inputs.insert(vi.name);
+  std::unordered_map<std::string, const Tensor*> init_of;
   std::unordered_set<std::string> constant;
-  for (const auto& [name, t] : g.initializers)
-    if (!g.is_input(name)) constant.insert(name);
+  for (const auto& [name, t] : g.initializers) {
+    init_of.emplace(name, &t);
+    if (!graph_inputs.count(name)) constant.insert(name);
+  }
   // Candidates in topological order: every input constant, no subgraph.
   std::vector<size_t> order = ir::topological_order(g);
   std::vector<size_t> candidates;
@@ -35,8 +41,8 @@ size_t fold_constant_nodes(ir::Model& model, const ExecOptions& options) {
     const ir::Node& n = g.nodes[idx];
     sub->nodes.push_back(n);
     for (const auto& in : n.inputs)
-      if (!in.empty() && g.initializer(in) && used_inits.insert(in).second)
-        sub->initializers.emplace_back(in, *g.initializer(in));
+      if (auto it = init_of.find(in); it != init_of.end() && used_inits.insert(in).second)
+        sub->initializers.emplace_back(in, *it->second);
     for (const auto& o : n.outputs)
       if (!o.empty()) sub->outputs.push_back(ir::ValueInfo{o, {}, {}});
   }
@@ -89,7 +95,7 @@ size_t fold_constant_nodes(ir::Model& model, const ExecOptions& options) {
   g.nodes = std::move(kept);
   std::vector<std::pair<std::string, Tensor>> inits;
   for (auto& [name, t] : g.initializers)
-    if (read.count(name) || g.is_input(name)) inits.emplace_back(name, std::move(t));
+    if (read.count(name) || graph_inputs.count(name)) inits.emplace_back(name, std::move(t));
   for (auto& a : added) inits.push_back(std::move(a));
   g.initializers = std::move(inits);
   return removed;

@@ -389,7 +389,7 @@ class ORTTrainer:
         'trainer_options': {...}, 'train_step_info': {...}}``, or ``{w: torch.Tensor}`` with
         ``pytorch_format=True``."""
         if self._session is None:
-            return {} if not pytorch_format else {}
+            return {}
         weights = dict(self._session.get_model_state()["full_precision"])
         frozen = set(self.options.utils.frozen_weights)
         if frozen:  # the model's weights, trained or not, so that a torch module loads them all
