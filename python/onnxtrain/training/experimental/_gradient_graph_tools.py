@@ -30,17 +30,6 @@ def _check_path(path):
     return path
 
 
-def _fix_empty_axes(model):
-    """Drops the empty ``axes`` attribute of Reduce* nodes (opset < 13), which the ONNX checker rejects;
-    an absent ``axes`` means the same: reduce every axis."""
-    for node in model.graph.node:
-        if node.domain in ("", "ai.onnx") and node.op_type.startswith("Reduce"):
-            keep = [a for a in node.attribute if not (a.name == "axes" and len(a.ints) == 0)]
-            if len(keep) != len(node.attribute):
-                del node.attribute[:]
-                node.attribute.extend(keep)
-
-
 def _save(model, path):
     """Writes the model atomically; past protobuf's 2 GiB limit the weights go to ``<file>.data``."""
     import onnx
@@ -127,7 +116,6 @@ def _export(model, loss_fn, inputs, labels, named, trainable, path, opset_versio
     builder = GradientGraphBuilder(f.getvalue(), set(output_names) | {"loss"}, set(trainable), "loss", portable=True)
     builder.build()
     grad_model = onnx.load_model_from_string(builder.get_model())
-    _fix_empty_axes(grad_model)
     order = output_names + ["loss"] + [f"{n}_grad" for n in trainable]
     by_name = {o.name: o for o in grad_model.graph.output}
     missing = [n for n in order if n not in by_name]
