@@ -268,6 +268,40 @@ TEST(ElementwiseUnary, PReluBroadcastsSlope) {
       {"cannot be broadcast to"});
 }
 
+// PRelu-1/6 (PyTorch's PReLU(num_parameters=C) exported at those opsets, ONNX's
+// PReLU_*_multiparam cases): a 1-D slope of X.shape[1] values is one slope per channel; a
+// single value is shared; other slopes broadcast as at later opsets.
+TEST(ElementwiseUnary, PReluOpset6SlopePerChannel) {
+  std::mt19937 rng(1350);
+  for (const Shape& xs : {Shape{2, 3}, Shape{2, 3, 4}, Shape{2, 3, 4, 5}, Shape{2, 3, 4, 5, 6}, Shape{2, 3, 3}}) {
+    const int64_t c = xs[1];
+    Tensor x = random_tensor(DType::kFloat32, xs, rng, -5, 5), slope = random_tensor(DType::kFloat32, {c}, rng, -2, 2);
+    const int64_t inner = onnxtrain::shape_numel(xs) / (xs[0] * c);
+    std::vector<double> e(size_t(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double v = x.data<float>()[i], s = slope.data<float>()[(i / inner) % c];
+      e[size_t(i)] = v < 0 ? v * s : v;
+    }
+    for (bool constants : {false, true})
+      EXPECT_TRUE(all_close(run_node("PRelu", {x, slope}, {}, opts(constants, 1, 6))[0], xs, e, 1e-6, 1e-6))
+          << onnxtrain::shape_to_string(xs);
+  }
+  // A shared slope, and a slope that is not per channel, broadcast as usual.
+  Tensor x = random_tensor(DType::kFloat32, {2, 3, 4}, rng, -5, 5);
+  for (const Shape& ss : {Shape{1}, Shape{4}, Shape{3, 4}}) {
+    Tensor slope = random_tensor(DType::kFloat32, ss, rng, -2, 2);
+    Shape so;
+    auto e = broadcast_reference({x, slope}, [](const std::vector<double>& v) { return v[0] < 0 ? v[0] * v[1] : v[0]; },
+                                 &so);
+    EXPECT_TRUE(all_close(run_node("PRelu", {x, slope}, {}, opts(false, 1, 6))[0], so, e, 1e-6, 1e-6))
+        << onnxtrain::shape_to_string(ss);
+  }
+  // At opset 7 a slope of X.shape[1] values broadcasts against the last axis: [2, 3, 4] and [3] do not fit.
+  expect_error<onnxtrain::InvalidArgument>(
+      [&] { run_node("PRelu", {x, Tensor::zeros(DType::kFloat32, {3})}, {}, opts(false, 1, 7)); }, "PRelu",
+      {"[2, 3, 4] and [3] cannot be broadcast"});
+}
+
 // ---------------------------------------------------------------- Clip
 TEST(ElementwiseUnary, ClipInputsAndAttributes) {
   uint32_t seed = 1400;

@@ -68,6 +68,10 @@ BroadcastPlan binary_plan(const PrepareContext& ctx, Bcast mode, bool legacy_bro
     if (axis + rb > ra) ctx.fail("B of shape ", shape_to_string(sb), " does not fit A at axis ", axis);
     sb.resize(size_t(ra - axis), 1);
   }
+  // PRelu-1/6: "if Slope is of size 1, the value is shared across channels", otherwise one value per
+  // channel (axis 1), as PyTorch's PReLU(num_parameters=C) exported at those opsets.
+  if (mode == Bcast::kChannel && sb.size() == 1 && sa.size() >= 2 && sb[0] == sa[1] && sb[0] != 1)
+    sb.resize(sa.size() - 1, 1);
   BroadcastPlan plan;
   if (!plan.init({sa, sb}))
     ctx.fail("shapes ", shape_to_string(sa), " and ", shape_to_string(ctx.input_shape(1)), " cannot be broadcast");

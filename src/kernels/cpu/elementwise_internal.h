@@ -222,6 +222,7 @@ enum class Bcast {
   kNumpy,           ///< multidirectional (opset >= 7)
   kLegacy,          ///< opset <= 6: B broadcast onto A when broadcast=1 (at `axis`), else same shapes
   kUnidirectional,  ///< B broadcasts to A; the output has A's shape (PRelu)
+  kChannel,         ///< PRelu opset <= 6: unidirectional, but a 1-D B of A.shape[1] values is per channel
 };
 
 /// Shapes of a binary op under `mode`; fails naming the node when they do not fit.
@@ -233,6 +234,7 @@ class BinaryKernel final : public Kernel {
  public:
   BinaryKernel(const KernelInfo& info, Op op, Bcast mode) : op_(std::move(op)), mode_(mode) {
     if (mode_ == Bcast::kNumpy && info.opset() < 7) mode_ = Bcast::kLegacy;
+    if (mode_ == Bcast::kUnidirectional && info.opset() < 7) mode_ = Bcast::kChannel;
     legacy_broadcast_ = info.attr_int("broadcast", 0) != 0;
     legacy_axis_ = info.attr_int("axis", INT64_MIN);
   }
