@@ -3,7 +3,7 @@ contains its loss, with onnxtrain's TrainingSession; every epoch runs in C++ thr
 import numpy as np
 import onnx
 
-from .. import _C
+from .. import _C, _errors
 from ..capi.onnxruntime_inference_collection import InferenceSession
 from ..training._session import TrainingParameters, TrainingSession
 from ._base_estimator import BaseEstimator
@@ -147,6 +147,8 @@ class OrtGradientOptimizer(BaseEstimator):
             for it in range(self.max_iter):
                 lr = self.learning_rate.value
                 arrays = loader.epoch_arrays(it)
+                # The loader makes 1-D targets columns: back to the model's rank.
+                arrays = (arrays[0], arrays[1].reshape(y.shape)) + tuple(arrays[2:])
                 if use_numpy:
                     loss = self._epoch_python(names, arrays, lr, it, train_losses)
                 else:
@@ -187,7 +189,14 @@ class OrtGradientOptimizer(BaseEstimator):
                              learning_rate=float(lr / self.batch_size), log_every=1 << 40,
                              loss_output=self.loss_output_name, label_name=names[1], metric="none")
         info = []
-        trainer.fit(dict(zip(names, arrays)), on_epoch_end=info.append)
+        try:
+            trainer.fit(dict(zip(names, arrays)), on_epoch_end=info.append)
+        except _errors.Fail as e:
+            # The Trainer stops on a non-finite loss: the same error as the Python loop's.
+            if "the loss became" not in str(e):
+                raise
+            self._raise_convergence(type(self).__name__, it, str(e).split("the loss became ")[1].split(" ")[0],
+                                    lr, None, past)
         loss = info[0].loss * (-(-n // self.batch_size)) / n if info else float("nan")
         if not np.isfinite(loss):
             self._raise_convergence(type(self).__name__, it, loss, lr, None, past)

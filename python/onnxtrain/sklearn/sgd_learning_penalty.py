@@ -82,7 +82,7 @@ class ElasticLearningPenalty(BaseLearningPenalty):
         g = GraphWriter()
         x = g.input("X", TensorProto.FLOAT)
         lr = g.input("learning_rate", TensorProto.FLOAT, [1])
-        step = g.op("Add", [g.op("Mul", [g.op("Sign", [x]), l1]), g.op("Mul", [x, g.const([2.0 * self.l2])])])
+        step = g.op("Add", [g.op("Mul", [g.op("Sign", [x]), g.const([self.l1])]), g.op("Mul", [x, g.const([2.0 * self.l2])])])
         g.op("Sub", [x, g.op("Mul", [step, lr])], "Y")
         g.output("Y", TensorProto.FLOAT)
         self.penalty_grad_onnx_ = g.model("update_penalty_elastic")
