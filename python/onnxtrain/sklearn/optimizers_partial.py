@@ -169,8 +169,12 @@ class OrtGradientForwardBackwardOptimizer(BaseEstimator):
         arrays = [np.array(v.numpy() if hasattr(v, "numpy") else v, dtype=np.float32, copy=True) for v in state]
         if kind == "weight":
             self.train_state_ = arrays
+            if getattr(self, "state_ort_", None) is not None:
+                self.state_ort_ = [to_ortvalue(v) for v in arrays]
         else:
             self.train_grad_state_ = arrays
+            if getattr(self, "velocity_ort_", None) is not None:
+                self.velocity_ort_ = [to_ortvalue(v) for v in arrays]
         self._infer_ = None
 
     # ---- training
