@@ -1,41 +1,25 @@
 """OrtGradientForwardBackwardOptimizer (TrainingAgent forward/backward + ONNX loss, penalty and
 update) against scikit-learn's fits and numpy gradient descent; errors and scikit-learn protocol."""
 import pickle
-import warnings
 
 import numpy as np
 import pytest
 
 pytest.importorskip("sklearn")
 from sklearn.base import clone  # noqa: E402
-from sklearn.datasets import make_classification, make_regression  # noqa: E402
+from sklearn.datasets import make_classification  # noqa: E402
 from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
 from sklearn.metrics import accuracy_score, r2_score  # noqa: E402
 from sklearn.model_selection import GridSearchCV, train_test_split  # noqa: E402
 from sklearn.neural_network import MLPRegressor  # noqa: E402
 
-import onnxtrain  # noqa: E402
-from onnxtrain.sklearn import (ConvergenceError, ElasticLearningPenalty, LearningRateSGD,  # noqa: E402
+from onnxtrain.sklearn import (ConvergenceError, ElasticLearningPenalty,  # noqa: E402
                                LearningRateSGDNesterov, OrtGradientForwardBackwardOptimizer, to_onnx)
 
-X, Y = make_regression(1000, 100, random_state=0)
-X = X.astype(np.float32)
-Y = (Y / Y.std()).astype(np.float32)
-XTR, XTE, YTR, YTE = train_test_split(X, Y, random_state=0)
+from sklearn_helpers import XTE, XTR, YTE, YTR, predict as _predict, quiet as _quiet, sgd as _sgd  # noqa: E402,I001
 
 
-def _quiet(fn, *args):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fn(*args)
 
-
-def _predict(onx, X):
-    return onnxtrain.InferenceSession(onx.SerializeToString()).run(None, {"X": X})
-
-
-def _sgd(eta0):
-    return LearningRateSGD(eta0, learning_rate="constant")
 
 
 @pytest.fixture(scope="module")

@@ -2,14 +2,13 @@
 estimator protocol (clone, get_params/set_params, pickle, GridSearchCV)."""
 import os
 import pickle
-import warnings
 
 import numpy as np
 import pytest
 
 pytest.importorskip("sklearn")
 from sklearn.base import clone  # noqa: E402
-from sklearn.datasets import make_classification, make_regression  # noqa: E402
+from sklearn.datasets import make_classification  # noqa: E402
 from sklearn.linear_model import LogisticRegression, SGDRegressor  # noqa: E402
 from sklearn.metrics import accuracy_score, r2_score  # noqa: E402
 from sklearn.model_selection import GridSearchCV, train_test_split  # noqa: E402
@@ -19,23 +18,12 @@ import onnxtrain  # noqa: E402
 from onnxtrain.sklearn import (ConvergenceError, LearningRateSGD, OrtGradientOptimizer,  # noqa: E402
                                to_onnx)
 
-X, Y = make_regression(1000, 100, random_state=0)
-X = X.astype(np.float32)
-Y = (Y / Y.std()).astype(np.float32)
-XTR, XTE, YTR, YTE = train_test_split(X, Y, random_state=0)
+from sklearn_helpers import XTE, XTR, YTE, YTR, predict as _predict, quiet as _quiet, sgd as _sgd  # noqa: E402,I001
 XC, YC = make_classification(1000, 20, random_state=0)
 XC = XC.astype(np.float32)
 CTR, CTE, LTR, LTE = train_test_split(XC, YC, random_state=0)
 
 
-def _quiet(fn, *args):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return fn(*args)
-
-
-def _predict(onx, X):
-    return onnxtrain.InferenceSession(onx.SerializeToString()).run(None, {"X": X})
 
 
 def _regression_setup(est):
@@ -43,9 +31,6 @@ def _regression_setup(est):
     onx = to_onnx(est, XTR)
     return onx, onnxtrain.add_loss_output(onx), list(onnxtrain.get_train_initializer(onx))
 
-
-def _sgd(eta0, **kw):
-    return LearningRateSGD(eta0, learning_rate="constant", **kw)
 
 
 def test_linear_regression_vs_sklearn():

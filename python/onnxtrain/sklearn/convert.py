@@ -91,11 +91,11 @@ def to_onnx(estimator, X=None, raw_scores=False, input_name="X", dtype=np.float3
                                   g.const([2.0])])
             else:
                 p1 = g.op("Sigmoid", [h])
-            proba = g.op("Concat", [g.op("Sub", [g.const([1.0]), p1]), p1], "probabilities", axis=1)
+            g.op("Concat", [g.op("Sub", [g.const([1.0]), p1]), p1], "probabilities", axis=1)
         positive = g.op("Cast", [g.op("Greater", [h, g.const([0.0])])], to=TensorProto.INT64)
         index = g.op("Reshape", [positive, g.const([-1], np.int64)])
     else:
-        proba = g.op("Softmax", [h], "probabilities", axis=1)
+        g.op("Softmax", [h], "probabilities", axis=1)
         index = g.op("ArgMax", [h], axis=1, keepdims=0)
     g.op("Gather", [g.const(classes.astype(np.int64), np.int64), index], "label", axis=0)
     g.output("label", TensorProto.INT64, [None])

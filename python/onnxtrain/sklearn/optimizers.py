@@ -1,7 +1,6 @@
 """OrtGradientOptimizer (onnxcustom's ``optimizers``): stochastic gradient descent of a model that
 contains its loss, with onnxtrain's TrainingSession; every epoch runs in C++ through the Trainer."""
 import numpy as np
-import onnx
 
 from .. import _C, _errors
 from ..capi.onnxruntime_inference_collection import InferenceSession
