@@ -2,6 +2,7 @@
 onnxtrain.sklearn.OrtGradientOptimizer against scikit-learn's own fit (plain SGD, same
 hyper-parameters), as a ratio measured in the same run. Prints the BLAS numpy/scikit-learn use.
 
+    bash bench/setup.sh   # once: OpenBLAS for numpy/scikit-learn (the reference BLAS is 2.5x slower)
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_sklearn_fit.py [--repeat 3]
 Run it with and without OPENBLAS_CORETYPE=Haswell in the environment.
 """
