@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   g++ cmake make pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev
-  libdnnl-dev zlib1g-dev
+  libdnnl-dev zlib1g-dev libzip-dev
   pybind11-dev python3-dev python3-numpy python3-pytest python3-onnx
   python3-torch python3-sklearn
   libgtest-dev

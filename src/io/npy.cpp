@@ -1,5 +1,6 @@
 #include "io/npy.h"
 
+#include <zip.h>
 #include <zlib.h>
 
 #include <cstring>
@@ -180,9 +181,6 @@ void write_npy(const std::string& path, const Tensor& t) { ir::write_file_atomic
 
 namespace {
 
-uint16_t rd16(const unsigned char* p) { return uint16_t(p[0] | (p[1] << 8)); }
-uint32_t rd32(const unsigned char* p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24); }
-uint64_t rd64(const unsigned char* p) { return uint64_t(rd32(p)) | (uint64_t(rd32(p + 4)) << 32); }
 void wr16(std::string& s, uint16_t v) {
   s += char(v & 0xff);
   s += char(v >> 8);
@@ -193,80 +191,74 @@ void wr32(std::string& s, uint32_t v) {
 
 }  // namespace
 
+namespace {
+
+// libzip's archive and entry handles, closed on scope exit.
+struct ZipArchive {
+  zip_t* z = nullptr;
+  ~ZipArchive() {
+    if (z) zip_discard(z);
+  }
+};
+struct ZipEntry {
+  zip_file_t* f = nullptr;
+  ~ZipEntry() {
+    if (f) zip_fclose(f);
+  }
+};
+
+std::string zip_message(zip_error_t* e) {
+  std::string m = zip_error_strerror(e);
+  zip_error_fini(e);
+  return m;
+}
+
+}  // namespace
+
+// The archive is parsed by libzip (Debian's libzip), never by our own code: the central
+// directory, zip64 records, compression methods and CRCs are its business.
 std::vector<std::pair<std::string, Tensor>> read_npz(const std::string& path) {
   const std::string bytes = ir::read_file(path, "npz archive", kMaxFile);
-  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
-  const size_t size = bytes.size();
   const std::string what = "'" + path + "'";
-  // End of central directory record: scan back over a comment of up to 64 KiB.
-  if (size < 22) throw_error<InvalidArgument>(what, " is not an .npz (zip) archive");
-  size_t eocd = std::string::npos;
-  for (size_t i = size - 22 + 1; i-- > 0 && size - i <= 22 + 65535;)
-    if (rd32(b + i) == 0x06054b50) {
-      eocd = i;
-      break;
-    }
-  if (eocd == std::string::npos) throw_error<InvalidArgument>(what, " is not an .npz (zip) archive");
-  uint64_t entries = rd16(b + eocd + 10);
-  uint64_t cd_size = rd32(b + eocd + 12);
-  uint64_t cd_off = rd32(b + eocd + 16);
-  if (cd_off == 0xffffffffu || entries == 0xffff) {  // zip64
-    if (eocd < 20 || rd32(b + eocd - 20) != 0x07064b50) throw_error<InvalidArgument>(what, ": bad zip64 locator");
-    uint64_t z64 = rd64(b + eocd - 20 + 8);
-    if (z64 > size - 56 || rd32(b + z64) != 0x06064b50) throw_error<InvalidArgument>(what, ": bad zip64 record");
-    entries = rd64(b + z64 + 32);
-    cd_size = rd64(b + z64 + 40);
-    cd_off = rd64(b + z64 + 48);
+  zip_error_t err;
+  zip_error_init(&err);
+  zip_source_t* src = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &err);
+  if (!src) throw_error<RuntimeError>(what, ": ", zip_message(&err));
+  ZipArchive za;
+  za.z = zip_open_from_source(src, ZIP_RDONLY | ZIP_CHECKCONS, &err);
+  if (!za.z) {
+    zip_source_free(src);
+    throw_error<InvalidArgument>(what, " is not a valid .npz (zip) archive: ", zip_message(&err));
   }
-  if (cd_size > size || cd_off > size - cd_size) throw_error<InvalidArgument>(what, ": corrupt zip directory");
+  zip_error_fini(&err);
+  const zip_int64_t n = zip_get_num_entries(za.z, 0);
   std::vector<std::pair<std::string, Tensor>> out;
-  size_t p = size_t(cd_off);
-  for (uint64_t e = 0; e < entries; ++e) {
-    if (p + 46 > size || rd32(b + p) != 0x02014b50) throw_error<InvalidArgument>(what, ": corrupt zip entry");
-    const uint16_t method = rd16(b + p + 10);
-    uint64_t csize = rd32(b + p + 20), usize = rd32(b + p + 24);
-    const uint16_t nlen = rd16(b + p + 28), xlen = rd16(b + p + 30), clen = rd16(b + p + 32);
-    uint64_t loff = rd32(b + p + 42);
-    if (p + 46 + nlen + xlen + clen > size) throw_error<InvalidArgument>(what, ": corrupt zip entry");
-    std::string name(reinterpret_cast<const char*>(b + p + 46), nlen);
-    // zip64 extra field
-    size_t x = p + 46 + nlen, xe = x + xlen;
-    while (x + 4 <= xe) {
-      uint16_t id = rd16(b + x), len = rd16(b + x + 2);
-      if (x + 4 + len > xe) break;
-      if (id == 1) {
-        size_t q = x + 4;
-        if (usize == 0xffffffffu && q + 8 <= x + 4 + len) { usize = rd64(b + q); q += 8; }
-        if (csize == 0xffffffffu && q + 8 <= x + 4 + len) { csize = rd64(b + q); q += 8; }
-        if (loff == 0xffffffffu && q + 8 <= x + 4 + len) { loff = rd64(b + q); q += 8; }
-      }
-      x += 4 + len;
-    }
-    p += 46 + nlen + xlen + clen;
-    if (loff > size - 30 || rd32(b + loff) != 0x04034b50) throw_error<InvalidArgument>(what, ": corrupt zip entry '", name, "'");
-    const uint64_t data_off = loff + 30 + rd16(b + loff + 26) + rd16(b + loff + 28);
-    if (csize > size || data_off > size - csize) throw_error<InvalidArgument>(what, ": zip entry '", name, "' runs past the end");
+  for (zip_int64_t i = 0; i < n; ++i) {
+    zip_stat_t st;
+    zip_stat_init(&st);
+    if (zip_stat_index(za.z, zip_uint64_t(i), 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME) || !(st.valid & ZIP_STAT_SIZE))
+      throw_error<InvalidArgument>(what, ": corrupt zip entry ", i, ": ", zip_strerror(za.z));
+    std::string name = st.name;
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) name.resize(name.size() - 4);
     const std::string ewhat = what + "[" + name + "]";
-    if (method == 0) {
-      out.emplace_back(name, parse_npy(b + data_off, size_t(csize), ewhat));
-    } else if (method == 8) {
-      if (usize > uint64_t(allocation_limit())) throw_error<InvalidArgument>(ewhat, ": entry too large");
-      std::string buf(size_t(usize), '\0');
-      z_stream zs{};
-      if (inflateInit2(&zs, -15) != Z_OK) throw_error<RuntimeError>("zlib initialization failed");
-      zs.next_in = const_cast<Bytef*>(b + data_off);
-      zs.avail_in = uInt(std::min<uint64_t>(csize, 0xffffffffu));
-      zs.next_out = reinterpret_cast<Bytef*>(buf.data());
-      zs.avail_out = uInt(std::min<uint64_t>(usize, 0xffffffffu));
-      int rc = inflate(&zs, Z_FINISH);
-      const uint64_t produced = zs.total_out;
-      inflateEnd(&zs);
-      if (rc != Z_STREAM_END || produced != usize) throw_error<InvalidArgument>(ewhat, ": corrupt deflate data");
-      out.emplace_back(name, parse_npy(buf.data(), buf.size(), ewhat));
-    } else {
-      throw_error<InvalidArgument>(ewhat, ": unsupported zip compression method ", method);
-    }
+    // numpy writes stored (savez) and deflated (savez_compressed) entries; deflate expands at most
+    // 1032:1, which bounds what a small hostile archive can make us allocate.
+    if (!(st.valid & ZIP_STAT_COMP_METHOD) || (st.comp_method != ZIP_CM_STORE && st.comp_method != ZIP_CM_DEFLATE))
+      throw_error<InvalidArgument>(ewhat, ": unsupported zip compression method ", st.comp_method,
+                                   " (numpy's archives are stored or deflated)");
+    if (st.size > uint64_t(allocation_limit()) || st.size > bytes.size() * uint64_t(1032) + 1024)
+      throw_error<InvalidArgument>(ewhat, ": entry of ", st.size, " bytes is too large for an archive of ",
+                                   bytes.size(), " bytes");
+    ZipEntry f;
+    f.f = zip_fopen_index(za.z, zip_uint64_t(i), 0);
+    if (!f.f) throw_error<InvalidArgument>(ewhat, ": ", zip_strerror(za.z));
+    std::string buf(size_t(st.size), '\0');
+    const zip_int64_t got = st.size ? zip_fread(f.f, buf.data(), st.size) : 0;
+    char extra;
+    // Reading one byte past the declared size checks the size; libzip checks the CRC at the end.
+    if (got < 0 || uint64_t(got) != st.size || zip_fread(f.f, &extra, 1) != 0)
+      throw_error<InvalidArgument>(ewhat, ": corrupt zip data: ", zip_file_strerror(f.f));
+    out.emplace_back(name, parse_npy(buf.data(), buf.size(), ewhat));
   }
   return out;
 }
