@@ -56,7 +56,7 @@ class InputSpec:
                 raise TypeError(f"ORTModule: input '{name}' has dtype {value.dtype}, which onnxtrain does not support")
             self.names.append(name)
             self.tensors.append(value)
-            key.append((name, value.dtype, tuple(value.shape), value.requires_grad))
+            key.append((name, value.dtype, tuple(value.shape)))  # requires_grad picks the runner, not the export
             return ("tensor", len(self.tensors) - 1)
         if isinstance(value, _CONSTANT_TYPES):
             key.append((name, type(value).__name__, value))

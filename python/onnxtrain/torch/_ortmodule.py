@@ -191,6 +191,8 @@ class _ORTModuleFunction(torch.autograd.Function):
         outputs, state = runner.forward(graphs.feeds(call_tensors, weights))
         graphs.apply_bn_stats(outputs)
         ctx.runner, ctx.state, ctx.n_call, ctx.n_inputs = runner, state, n_call, len(tensors)
+        # The BatchNorm statistics after the module's outputs take zero gradients (none flows back).
+        ctx.stat_meta = [(o.shape, o.dtype) for o in outputs[graphs.n_outputs:]]
         outputs = outputs[:graphs.n_outputs]
         ctx.output_meta = [(o.shape, o.dtype) for o in outputs]
         ctx.mark_non_differentiable(*[o for o in outputs if o.dtype not in _FLOAT_DTYPES])
@@ -208,6 +210,7 @@ class _ORTModuleFunction(torch.autograd.Function):
             if g is None:
                 g = torch.zeros(shape, dtype=dtype)
             full.append(g.contiguous())
+        full += [torch.zeros(shape, dtype=dtype) for shape, dtype in ctx.stat_meta]
         fetched = ctx.runner.backward(state, full)
         result = [None] * (3 + ctx.n_inputs)
         for (kind, i), g in zip(ctx.runner.fetch_targets, fetched):
