@@ -10,6 +10,7 @@
 #include "onnxtrain/error.h"
 #include "onnxtrain/session.h"
 #include "ortvalue.h"
+#include "pysession.h"
 
 namespace onnxtrain::python {
 
@@ -17,20 +18,6 @@ namespace {
 
 enum class ExecutionOrder { kDefault = 0, kPriorityBased = 1 };
 
-/// The C InferenceSession: created with its options and model, loaded by initialize_session().
-struct PySession {
-  SessionOptions options;
-  py::object model;  // str path or bytes
-  bool is_path = true;
-  std::unique_ptr<InferenceSession> sess;
-  std::vector<std::string> providers;
-  py::dict provider_options;
-
-  InferenceSession& get() {
-    if (!sess) throw_error<InvalidArgument>("the session is not initialized: call initialize_session() first");
-    return *sess;
-  }
-};
 
 /// The C SessionIOBinding: inputs and outputs bound to a session, the outputs of its last run.
 struct IOBindingObj {

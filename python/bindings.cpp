@@ -77,4 +77,5 @@ PYBIND11_MODULE(_C, m) {
 
   bind_ortvalue(m);
   bind_training(m);
+  bind_agent(m);
 }

@@ -66,5 +66,7 @@ void bind_training(py::module_& m);
 /// The session classes: SessionOptions, RunOptions, ModelMetadata, the enums, InferenceSession,
 /// SessionIOBinding, set_seed.
 void bind_sessions(py::module_& m);
+/// TrainingAgent, PartialGraphExecutionState, OrtValueCache, ModuleGraphBuilder (bind_agent.cpp).
+void bind_agent(py::module_& m);
 
 }  // namespace onnxtrain::python

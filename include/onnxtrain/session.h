@@ -160,6 +160,7 @@ class InferenceSession {
 
   struct Impl;
  private:
+  friend class TrainingAgent;  // runs the session's training graph in two parts (agent.h)
   std::unique_ptr<Impl> impl_;
 };
 

@@ -479,9 +479,16 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
       throw_error<InvalidArgument>("x_node_arg_names: '", x, "' is neither a graph input nor an initializer");
   for (const auto& y : ys)
     if (!defined.count(y)) throw_error<InvalidArgument>("y_node_arg_names: '", y, "' is not a value of the graph");
-  if (!defined.count(loss)) throw_error<InvalidArgument>("loss_node_arg_name: '", loss, "' is not a value of the graph");
-  if (!is_float(st.dtype(loss)))
-    throw_error<InvalidArgument>("loss '", loss, "' has non-float element type ", dtype_name(st.dtype(loss)));
+  const bool yield = !options.yield_outputs.empty();
+  if (yield) {
+    if (!loss.empty()) throw_error<InvalidArgument>("a graph cut by yield outputs takes no loss ('", loss, "' given)");
+    for (const auto& y : options.yield_outputs)
+      if (!defined.count(y)) throw_error<InvalidArgument>("output '", y, "' is not a value of the graph");
+  } else {
+    if (!defined.count(loss)) throw_error<InvalidArgument>("loss_node_arg_name: '", loss, "' is not a value of the graph");
+    if (!is_float(st.dtype(loss)))
+      throw_error<InvalidArgument>("loss '", loss, "' has non-float element type ", dtype_name(st.dtype(loss)));
+  }
 
   // Gradient outputs: the gradients of `want`, named `names` (reserved before anything is emitted).
   std::vector<std::string> want = xs, names;
@@ -495,10 +502,41 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     st.em.reserve(names.back());
   }
 
+  // The cut: the gradients of the yield outputs, named "<y>_grad", typed like y.
+  ir::Node cut;
+  std::vector<std::pair<std::string, std::string>> yield_seeds;
+  if (yield) {
+    cut.domain = ir::kMicrosoftDomain;
+    cut.op_type = "YieldOp";
+    cut.name = st.em.fresh("YieldOp");
+    cut.inputs = options.yield_outputs;
+    std::vector<int64_t> non_differentiable, full_shape;
+    for (size_t k = 0; k < cut.inputs.size(); ++k) {
+      const std::string& y = cut.inputs[k];
+      if (!is_float(st.dtype(y))) {
+        cut.outputs.emplace_back();
+        non_differentiable.push_back(int64_t(k));
+        continue;
+      }
+      const std::string name = y + options.grad_suffix;
+      if (defined.count(name) || std::count(names.begin(), names.end(), name))
+        throw_error<InvalidArgument>("cannot name the gradient of output '", y, "' '", name,
+                                     "': the graph already has that value");
+      st.em.reserve(name);
+      if (const ir::TypeInfo* t = st.type(y)) st.em.set_type(name, *t);
+      cut.outputs.push_back(name);
+      yield_seeds.emplace_back(y, name);
+      full_shape.push_back(int64_t(k));
+    }
+    cut.attrs.push_back(ir::Emitter::ints_attr("non_differentiable_outputs", non_differentiable));
+    cut.attrs.push_back(ir::Emitter::ints_attr("full_shape_outputs", full_shape));
+  }
+
   const std::vector<size_t> order = ir::topological_order(g);
   const int64_t opset = fwd.opset("");
+  if (yield) differentiate(st, g, order, xs, yield_seeds);
   // Seed dLoss/dLoss = 1.
-  {
+  else {
     ir::Node seed_owner;
     seed_owner.op_type = "Loss";
     seed_owner.outputs = {loss};
@@ -554,10 +592,19 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
   // Assemble forward + gradient nodes and prune what no output needs.
   std::unordered_set<std::string> needed;
   for (const auto& o : og.outputs) needed.insert(o.name);
+  for (const auto& y : options.yield_outputs) needed.insert(y);
   og.nodes = assemble(st, g, order, needed);
+  if (yield) {  // before the first gradient node that reads a gradient it outputs
+    std::unordered_set<std::string> seeds(cut.outputs.begin(), cut.outputs.end());
+    auto at = std::find_if(og.nodes.begin(), og.nodes.end(), [&](const ir::Node& n) {
+      return std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& i) { return seeds.count(i) > 0; });
+    });
+    og.nodes.insert(at, std::move(cut));
+    out.opsets.emplace(ir::kMicrosoftDomain, 1);
+  }
   for (const auto& [n, t] : st.emitted.initializers)
     if (needed.count(n)) og.initializers.emplace_back(n, t);
-  out.opsets = st.opsets;  // the forward's imports and the domains emitted
+  out.opsets.insert(st.opsets.begin(), st.opsets.end());  // the forward's imports and the domains emitted
   // Keep the forward graph's known value types for inspection.
   for (const auto& v : g.value_info)
     if (needed.count(v.name)) og.value_info.push_back(v);

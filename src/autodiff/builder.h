@@ -22,9 +22,15 @@ struct BuildOptions {
   std::vector<std::string> grad_names;
   /// Accept intermediate values as xs (the preview-training Gradient operator allows them).
   bool allow_intermediate_xs = false;
+  /// Instead of a loss (which must then be empty): the gradients flowing into these values come
+  /// from outside (onnxruntime-training's OrtModuleGraphBuilder / TrainingAgent). A com.microsoft
+  /// YieldOp node cuts the graph: its inputs are these values, its output k "<value>" + grad_suffix
+  /// the gradient of input k (left unnamed for a non-float value, which takes no gradient). The
+  /// values stay in the built graph even when no gradient depends on them.
+  std::vector<std::string> yield_outputs;
 };
 
-/// Builds the gradient model. Throws NotImplemented naming the node when an operator on the
+/// Builds the gradient model (of `loss`, or of yield_outputs with gradients fed from outside). Throws NotImplemented naming the node when an operator on the
 /// path from the loss to an x has no gradient rule; InvalidArgument for unknown names.
 ir::Model build_gradient_model(const ir::Model& forward, const std::vector<std::string>& ys,
                                const std::vector<std::string>& xs, const std::string& loss,

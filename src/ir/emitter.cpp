@@ -53,6 +53,10 @@ class OutputTyper {
       custom();
       return r_;
     }
+    if (domain == kMicrosoftDomain && n_.op_type == "YieldOp") {  // output k: the gradient of input k
+      for (size_t k = 0; k < r_.size(); ++k) r_[k] = k < n_.inputs.size() ? in_or_unknown(k) : TypeInfo();
+      return r_;
+    }
     auto it = opsets_.find(domain);
     if (it == opsets_.end()) fail("domain '", domain, "' is not imported");
     schema_ = onnx::OpSchemaRegistry::Schema(n_.op_type, int(it->second), domain);

@@ -222,6 +222,10 @@ std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opse
   const auto* e = reg.find(node.domain, node.op_type, opset);
   if (!e) {
     const std::string dom = node.domain.empty() ? "ai.onnx" : node.domain;
+    if (dom == "com.microsoft" && node.op_type == "YieldOp")
+      throw_error<InvalidArgument>(node.describe(), ": YieldOp marks the cut between the forward and the backward "
+                                   "part of a training graph (OrtModuleGraphBuilder): run it through TrainingAgent "
+                                   "(run_forward, then run_backward), or ask only for values of the forward part");
     if (reg.knows(node.domain, node.op_type))
       throw_error<NotImplemented>(node.describe(), ": operator ", node.op_type, " at opset ", opset, " of domain '",
                                   dom, "' is not supported (other opset versions are)");

@@ -11,10 +11,20 @@ from .._logging import set_default_logger_severity, set_default_logger_verbosity
 # Native objects under onnxruntime's names.
 _NATIVE = ("OrtValue", "OrtValueVector", "OrtDevice", "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType",
            "is_dlpack_uint8_tensor", "InferenceSession", "SessionOptions", "RunOptions", "SessionIOBinding",
-           "ModelMetadata", "NodeArg", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "set_seed")
+           "ModelMetadata", "NodeArg", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "set_seed",
+           "TrainingAgent", "PartialGraphExecutionState", "OrtValueCache")
 for _name in _NATIVE:
     if hasattr(_C, _name):
         globals()[_name] = getattr(_C, _name)
+
+# onnxruntime-training's forward/backward objects and its GradientGraphBuilder.
+from ._module_graph import (OrtModuleGraphBuilder, OrtModuleGraphBuilderConfiguration,  # noqa: E402,F401
+                            PropagateCastOpsConfiguration, PropagateCastOpsStrategy,
+                            TrainingGraphTransformerConfiguration)
+from ..gradient import GradientGraphBuilder  # noqa: E402,F401
+
+_TRAINING = ["OrtModuleGraphBuilder", "OrtModuleGraphBuilderConfiguration", "PropagateCastOpsConfiguration",
+             "PropagateCastOpsStrategy", "TrainingGraphTransformerConfiguration", "GradientGraphBuilder"]
 
 _AVAILABLE = ["CPUExecutionProvider"]
 
@@ -62,7 +72,7 @@ def disable_telemetry_events():
     """Accepted for compatibility: onnxtrain sends no telemetry, ever."""
 
 
-__all__ = ([n for n in _NATIVE if n in globals()] + list(_ORT_EXCEPTIONS) +
+__all__ = ([n for n in _NATIVE if n in globals()] + list(_ORT_EXCEPTIONS) + _TRAINING +
            ["get_available_providers", "get_all_providers", "get_device", "get_build_info",
             "get_default_session_options", "enable_telemetry_events", "disable_telemetry_events",
             "set_default_logger_severity", "set_default_logger_verbosity"])

@@ -74,16 +74,10 @@ import re
 import warnings
 from collections.abc import Mapping
 
+from ..capi._module_graph import PropagateCastOpsStrategy
+
 __all__ = ["ORTTrainerOptions", "PropagateCastOpsStrategy", "OPTION_SUPPORT", "unsupported_enabled",
            "ignored_options", "check_supported"]
-
-
-class PropagateCastOpsStrategy(enum.IntFlag):
-    """onnxruntime-training's cast propagation strategies (bit flags, as its enum)."""
-    NONE = 0
-    INSERT_AND_REDUCE = 1
-    FLOOD_FILL = 2
-    REMOVE_INPUT_OUTPUT_UP_DOWN_CASTS = 4
 
 
 # ---------------------------------------------------------------------------------------------
