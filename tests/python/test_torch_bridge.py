@@ -3,9 +3,12 @@ BatchNorm running statistics, re-export, kwargs, frozen parameters, several forw
 zero-copy exchange and the errors."""
 import copy
 
+import numpy as np
+import onnx
 import pytest
 import torch
 import torch.nn.functional as F
+from onnx import TensorProto, helper, numpy_helper
 
 from onnxtrain.capi import _pybind_state as C
 from onnxtrain.torch import ORTModule, ORTModuleExportError
@@ -404,3 +407,38 @@ def test_parameters_and_state_dict_are_the_modules():
     assert list(ort.state_dict()) == list(module.state_dict())
     ort.train(False)
     assert not module.training
+
+
+def _bn_model(stat_through_op):
+    """x -> BatchNormalization (training) -> y, its running mean as an output (directly, or through
+    an Add)."""
+    inits = [numpy_helper.from_array(np.full(3, v, np.float32), n)
+             for n, v in (("scale", 1.5), ("bias", 0.1), ("mean", 0.0), ("var", 1.0))]
+    nodes = [helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y", "rm", "rv"],
+                              training_mode=1, momentum=0.0)]
+    out = "rm"
+    if stat_through_op:
+        nodes.append(helper.make_node("Add", ["rm", "rm"], ["rm2"]))
+        out = "rm2"
+    g = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 3, 5]),
+                           helper.make_tensor_value_info(out, TensorProto.FLOAT, [3])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)]).SerializeToString()
+
+
+def test_builder_drops_gradients_fed_into_batchnorm_statistics():
+    """The core change ORTModule relies on: a gradient fed from outside into a BatchNormalization
+    statistics output is dropped (PyTorch's buffers take no gradient); one reaching it through
+    another node is still refused."""
+    cfg = C.OrtModuleGraphBuilderConfiguration()
+    cfg.initializer_names = ["scale", "bias", "mean", "var"]
+    cfg.initializer_names_to_train = ["scale", "bias"]
+    cfg.input_names_require_grad = ["x"]
+    b = C.OrtModuleGraphBuilder()
+    b.initialize(_bn_model(False), cfg)
+    b.build()
+    assert b.get_graph_info().user_output_names == ["y", "rm"]
+    b = C.OrtModuleGraphBuilder()
+    b.initialize(_bn_model(True), cfg)
+    with pytest.raises(NotImplementedError, match="running or saved statistics"):
+        b.build()
