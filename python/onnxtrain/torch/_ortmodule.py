@@ -77,10 +77,10 @@ class _Graphs:
         """OrtValueVector: the graph's user inputs then the weights, zero-copy."""
         v = C.OrtValueVector()
         v.reserve(len(self.exported.input_index) + len(weights))
-        for i in self.exported.input_index:
-            _push(v, call_tensors[i].detach())
+        for i in self.exported.input_index:  # DLPack export needs no detach(): the engine never writes them
+            _push(v, call_tensors[i])
         for w in weights:
-            _push(v, w.detach())
+            _push(v, w)
         return v
 
     def apply_bn_stats(self, outputs):
