@@ -333,8 +333,17 @@ void differentiate(GraphBuilderState& st, const ir::Graph& g, const std::vector<
   }
 
   // Backward: values on a path to a seed.
+  // A gradient fed from outside into BatchNormalization's statistics outputs (running mean/var,
+  // saved mean/var: buffers in PyTorch, updated without autograd) is dropped, so that a graph cut by
+  // yield outputs may output them (ORTModule does, to update the module's buffers). Gradients reaching
+  // them through other nodes are still refused by the rule.
+  std::unordered_set<std::string> statistics;
+  for (const auto& n : g.nodes)
+    if (n.op_type == "BatchNormalization" && n.domain.empty())
+      for (size_t k = 1; k < n.outputs.size(); ++k) statistics.insert(n.outputs[k]);
   std::unordered_set<std::string> L;
-  for (const auto& [v, gv] : seeds) L.insert(v);
+  for (const auto& [v, gv] : seeds)
+    if (!statistics.count(v)) L.insert(v);
   std::vector<size_t> active;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const ir::Node& n = g.nodes[*it];
@@ -353,7 +362,8 @@ void differentiate(GraphBuilderState& st, const ir::Graph& g, const std::vector<
       if (R.count(f)) L.insert(f);
   }
 
-  for (const auto& [v, gv] : seeds) st.contribute(v, gv);
+  for (const auto& [v, gv] : seeds)
+    if (!statistics.count(v)) st.contribute(v, gv);
 
   // Reverse walk over the active nodes (already in reverse topological order).
   for (size_t idx : active) {

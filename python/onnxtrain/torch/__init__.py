@@ -1,0 +1,11 @@
+"""PyTorch bridge: ``ORTModule(module)`` runs a ``torch.nn.Module`` forward and backward in onnxtrain.
+
+The module is exported to ONNX on its first call (again for each new input signature or mode), its
+gradient graph is built by ``OrtModuleGraphBuilder`` and both run through ``TrainingAgent`` inside
+a ``torch.autograd.Function``, so any torch optimizer trains the module's own parameters. See
+docs/torch.md.
+"""
+from ._export import ORTModuleExportError
+from ._ortmodule import DebugOptions, ORTModule
+
+__all__ = ["ORTModule", "DebugOptions", "ORTModuleExportError"]
