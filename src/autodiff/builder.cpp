@@ -333,17 +333,8 @@ void differentiate(GraphBuilderState& st, const ir::Graph& g, const std::vector<
   }
 
   // Backward: values on a path to a seed.
-  // A gradient fed from outside into BatchNormalization's statistics outputs (running mean/var,
-  // saved mean/var: buffers in PyTorch, updated without autograd) is dropped, so that a graph cut by
-  // yield outputs may output them (ORTModule does, to update the module's buffers). Gradients reaching
-  // them through other nodes are still refused by the rule.
-  std::unordered_set<std::string> statistics;
-  for (const auto& n : g.nodes)
-    if (n.op_type == "BatchNormalization" && n.domain.empty())
-      for (size_t k = 1; k < n.outputs.size(); ++k) statistics.insert(n.outputs[k]);
   std::unordered_set<std::string> L;
-  for (const auto& [v, gv] : seeds)
-    if (!statistics.count(v)) L.insert(v);
+  for (const auto& [v, gv] : seeds) L.insert(v);
   std::vector<size_t> active;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const ir::Node& n = g.nodes[*it];
@@ -362,8 +353,7 @@ void differentiate(GraphBuilderState& st, const ir::Graph& g, const std::vector<
       if (R.count(f)) L.insert(f);
   }
 
-  for (const auto& [v, gv] : seeds)
-    if (!statistics.count(v)) st.contribute(v, gv);
+  for (const auto& [v, gv] : seeds) st.contribute(v, gv);
 
   // Reverse walk over the active nodes (already in reverse topological order).
   for (size_t idx : active) {
@@ -520,10 +510,16 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     cut.op_type = "YieldOp";
     cut.name = st.em.fresh("YieldOp");
     cut.inputs = options.yield_outputs;
+    // BatchNormalization's statistics outputs (running or saved mean and variance: buffers in
+    // PyTorch, updated without autograd) take no gradient from outside, like non-float values.
+    std::unordered_set<std::string> statistics;
+    for (const auto& n : g.nodes)
+      if (n.op_type == "BatchNormalization" && n.domain.empty())
+        for (size_t k = 1; k < n.outputs.size(); ++k) statistics.insert(n.outputs[k]);
     std::vector<int64_t> non_differentiable, full_shape;
     for (size_t k = 0; k < cut.inputs.size(); ++k) {
       const std::string& y = cut.inputs[k];
-      if (!is_float(st.dtype(y))) {
+      if (!is_float(st.dtype(y)) || statistics.count(y)) {
         cut.outputs.emplace_back();
         non_differentiable.push_back(int64_t(k));
         continue;

@@ -25,7 +25,8 @@ struct BuildOptions {
   /// Instead of a loss (which must then be empty): the gradients flowing into these values come
   /// from outside (onnxruntime-training's OrtModuleGraphBuilder / TrainingAgent). A com.microsoft
   /// YieldOp node cuts the graph: its inputs are these values, its output k "<value>" + grad_suffix
-  /// the gradient of input k (left unnamed for a non-float value, which takes no gradient). The
+  /// the gradient of input k (left unnamed for a value that takes no gradient: non-float, or a
+  /// BatchNormalization statistics output). The
   /// values stay in the built graph even when no gradient depends on them.
   std::vector<std::string> yield_outputs;
 };

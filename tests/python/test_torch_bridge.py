@@ -426,10 +426,10 @@ def _bn_model(stat_through_op):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)]).SerializeToString()
 
 
-def test_builder_drops_gradients_fed_into_batchnorm_statistics():
-    """The core change ORTModule relies on: a gradient fed from outside into a BatchNormalization
-    statistics output is dropped (PyTorch's buffers take no gradient); one reaching it through
-    another node is still refused."""
+def test_builder_batchnorm_statistics_outputs_take_no_gradient():
+    """What ORTModule relies on: a BatchNormalization statistics output among the module's outputs
+    is non-differentiable (PyTorch's buffers take no gradient: none is fed for it); one reaching
+    another output through other nodes is still refused."""
     cfg = C.OrtModuleGraphBuilderConfiguration()
     cfg.initializer_names = ["scale", "bias", "mean", "var"]
     cfg.initializer_names_to_train = ["scale", "bias"]
@@ -438,6 +438,7 @@ def test_builder_drops_gradients_fed_into_batchnorm_statistics():
     b.initialize(_bn_model(False), cfg)
     b.build()
     assert b.get_graph_info().user_output_names == ["y", "rm"]
+    assert b.get_graph_info().output_grad_indices_non_differentiable == [1]
     b = C.OrtModuleGraphBuilder()
     b.initialize(_bn_model(True), cfg)
     with pytest.raises(NotImplementedError, match="running or saved statistics"):
