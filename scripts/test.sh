@@ -7,6 +7,9 @@ bash scripts/install_deps.sh
 bash scripts/build.sh
 bash scripts/install.sh
 status=0
+# Every C++ test and the conformance runner again under AddressSanitizer + UBSan (build-asan/).
+echo "[onnxtrain] sanitizer run (scripts/sanitize.sh)"
+bash scripts/sanitize.sh || status=1
 (cd build && ctest --output-on-failure -j "$(nproc)") || status=1
 if [ -f build/conformance_report.md ]; then
   echo "[onnxtrain] conformance: $(sed -n 3p build/conformance_report.md) (table: build/conformance_report.md)"

@@ -259,7 +259,8 @@ void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom&
 // Per-thread scratch of pool_grad_loop: window offsets, then (for 16-bit types) a plane of sums.
 inline size_t pool_grad_scratch(const PoolTables& t, DType dt) {
   const size_t sums = dt == DType::kFloat16 || dt == DType::kBFloat16 ? size_t(t.pin) * sizeof(float) : 0;
-  return (size_t(t.outer_window) * sizeof(int64_t) + 63) / 64 * 64 + sums;
+  // Rounded to 64 bytes: each thread's block (and the int64 offsets at its start) stays aligned.
+  return ((size_t(t.outer_window) * sizeof(int64_t) + 63) / 64 * 64 + sums + 63) / 64 * 64;
 }
 
 // `scratch`: pool_grad_scratch bytes for each thread of the budget (the plan's workspace).
