@@ -1,4 +1,5 @@
 // onnxtrain eval (loss and accuracy or R² over a data set) and onnxtrain run (inference).
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 
@@ -39,28 +40,20 @@ std::string format_values(const Tensor& t, int64_t max_values) {
   return s + "]";
 }
 
-SessionOptions session_options(int64_t threads) {
-  SessionOptions so;
-  so.intra_op_num_threads = int(threads);
-  return so;
-}
-
-void add_threads_option(CLI::App& app, int64_t& threads) {
-  app.add_option("--threads", threads, "threads inside kernels (default: all cores)")->type_name("N")->check(integer(1, 4096));
-}
 
 struct EvalArgs {
   std::string model;
   DataArgs data;
   LossArgs loss;
   int64_t batch_size = 1024, threads = 0;
+  std::string memory_limit;
   bool json = false;
 };
 
 int run_eval(const EvalArgs& a, const CLI::App& app) {
   if (!given(app, "--data")) throw UsageError("missing --data FILE (see onnxtrain eval --help)");
   const LossModel lm = build_loss_model(read_file(a.model, "model file"), a.loss, dir_of(a.model));
-  InferenceSession sess(lm.bytes.data(), lm.bytes.size(), session_options(a.threads), dir_of(a.model));
+  InferenceSession sess(lm.bytes.data(), lm.bytes.size(), session_options(a.threads, a.memory_limit), dir_of(a.model));
   std::vector<NodeArg> features;
   const NodeArg* label = nullptr;
   const auto inputs = sess.get_inputs();
@@ -100,12 +93,13 @@ struct RunArgs {
   DataArgs data;
   std::string label_name = "label", out;
   int64_t threads = 0, print = 8;
+  std::string memory_limit;
   bool stats = false;
 };
 
 int run_run(const RunArgs& a, const CLI::App& app) {
   if (!given(app, "--data") && !given(app, "--input")) throw UsageError("missing --data FILE (see onnxtrain run --help)");
-  InferenceSession sess(a.model, session_options(a.threads));
+  InferenceSession sess(a.model, session_options(a.threads, a.memory_limit));
   const Dataset d = load_dataset(data_source(a.data), sess.get_inputs(), nullptr, "", a.label_name);
   auto outs = sess.run({}, d.arrays());
   auto decl = sess.get_outputs();
@@ -151,6 +145,35 @@ const CommandInfo& run_info() {
 
 }  // namespace
 
+void add_threads_option(CLI::App& app, int64_t& threads, std::string& memory_limit) {
+  app.add_option("--threads", threads, "threads inside kernels (default: all cores)")->type_name("N")->check(integer(1, 4096));
+  app.add_option("--memory-limit", memory_limit,
+                 "refuse execution plans needing more memory than this (e.g. 512M, 4G; default: physical memory)")
+      ->type_name("BYTES");
+}
+
+SessionOptions session_options(int64_t threads, const std::string& memory_limit) {
+  SessionOptions so;
+  so.intra_op_num_threads = int(threads);
+  if (memory_limit.empty()) return so;
+  static const std::string units = "KMGT";
+  std::string digits = memory_limit;
+  uint64_t scale = 1;
+  if (const size_t u = units.find(char(std::toupper(static_cast<unsigned char>(digits.back())))); u != std::string::npos) {
+    scale = uint64_t(1) << (10 * (u + 1));
+    digits.pop_back();
+  }
+  uint64_t v = 0;
+  bool ok = !digits.empty() && digits.size() <= 15;
+  for (char c : digits) ok = ok && c >= '0' && c <= '9';
+  if (ok) v = std::stoull(digits) * scale;
+  if (!ok || v == 0)
+    throw UsageError("--memory-limit: expected a positive number of bytes with an optional K, M, G or T suffix, got '" +
+                     memory_limit + "'");
+  so.config_entries.emplace_back("session.memory_limit_bytes", std::to_string(v));
+  return so;
+}
+
 Command eval_command() {
   return {eval_info, [](CLI::App& app) -> std::function<int()> {
             auto a = std::make_shared<EvalArgs>();
@@ -160,7 +183,7 @@ Command eval_command() {
             app.add_option("--batch-size", a->batch_size, "samples per batch (default 1024)")
                 ->type_name("N")
                 ->check(integer(1, int64_t(1) << 40));
-            add_threads_option(app, a->threads);
+            add_threads_option(app, a->threads, a->memory_limit);
             app.add_flag("--json", a->json, "print one JSON object instead of text");
             return [a, &app] { return run_eval(*a, app); };
           }};
@@ -174,7 +197,7 @@ Command run_command() {
             app.add_option("--label-name", a->label_name, "array to skip when it feeds no input (default: label)")
                 ->type_name("NAME");
             app.add_option("--out", a->out, "write the outputs there")->type_name("OUT.npz");
-            add_threads_option(app, a->threads);
+            add_threads_option(app, a->threads, a->memory_limit);
             app.add_option("--print", a->print, "values printed per output (default 8)")
                 ->type_name("N")
                 ->check(integer(0, int64_t(1) << 40));

@@ -89,7 +89,7 @@ void define_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--seed", a.seed, "seed of the data order, the validation split and random operators (default 0)")
       ->type_name("S")
       ->check(integer(0, INT64_MAX));
-  app.add_option("--threads", a.threads, "threads inside kernels (default: all cores)")->type_name("N")->check(integer(1, 4096));
+  add_threads_option(app, a.threads, a.memory_limit);
   app.add_option("--eval-batch-size", a.eval_batch_size, "batch size of the validation pass (default 1024)")
       ->type_name("N")
       ->check(integer(1, kBig));
@@ -192,8 +192,7 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
   }
   const TrainSetup setup = make_train_setup(a.opt, app, model_bytes, lm, plan.total_steps);
   if (setup.params.lr_schedule.empty()) o.learning_rate = setup.lr;
-  SessionOptions so;
-  so.intra_op_num_threads = int(a.threads);
+  SessionOptions so = session_options(a.threads, a.memory_limit);
   so.seed = uint64_t(a.seed);
   TrainingSession sess(lm.bytes.data(), lm.bytes.size(), setup.params, so, dir_of(model_path));
   Trainer trainer(sess, o);

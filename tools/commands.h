@@ -30,10 +30,16 @@ struct TrainArgs {
   OptimizerArgs opt;
   int64_t batch_size = 32, epochs = 1, steps = 0, seed = 0, threads = 0, eval_batch_size = 1024;
   int64_t log_every = 0, checkpoint_every = 0;
+  std::string memory_limit;  ///< --memory-limit as given ("" : none)
   bool drop_last = false, no_shuffle = false, resume = false;
   std::string out, metrics, curve, checkpoint_dir, progress = "auto";
 };
 const CommandInfo& train_info();
+/// --threads N and --memory-limit BYTES[K|M|G|T] of the commands that run a model.
+void add_threads_option(CLI::App& app, int64_t& threads, std::string& memory_limit);
+/// SessionOptions with those: intra-op threads and the session.memory_limit_bytes entry
+/// (UsageError for a malformed limit).
+onnxtrain::SessionOptions session_options(int64_t threads, const std::string& memory_limit);
 void define_train_options(CLI::App& app, TrainArgs& a);
 
 }  // namespace cli

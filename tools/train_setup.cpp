@@ -18,7 +18,8 @@ namespace {
 const std::set<std::string> kFreeOptions = {"--data",     "--labels",         "--label-column",    "--validation-data",
                                             "--validation-labels", "--epochs", "--steps", "--out", "--metrics",
                                             "--curve",    "--checkpoint-dir", "--checkpoint-every", "--resume",
-                                            "--log-every", "--progress",      "--threads",         "--eval-batch-size"};
+                                            "--log-every", "--progress",      "--threads",         "--eval-batch-size",
+                                            "--memory-limit"};
 
 // An optimizer as the command line names it: TrainingParameters' name lower-cased without
 // "Optimizer" (AdamOptimizer: adam), plus nesterov for the optimizer with a nesterov switch.

@@ -26,6 +26,23 @@ std::string shape_to_string(const Shape& shape);
 /// shapes computed from bad data.
 void set_allocation_limit(uint64_t bytes);
 uint64_t allocation_limit();
+/// Lowers allocation_limit() on the current thread while alive (a session's memory limit, set by
+/// the executor around planning and runs); 0 changes nothing. Nested scopes keep the lowest.
+class ScopedAllocationLimit {
+ public:
+  explicit ScopedAllocationLimit(uint64_t bytes);
+  ~ScopedAllocationLimit();
+  ScopedAllocationLimit(const ScopedAllocationLimit&) = delete;
+  ScopedAllocationLimit& operator=(const ScopedAllocationLimit&) = delete;
+
+ private:
+  uint64_t prev_;
+};
+/// The limit a ScopedAllocationLimit installed on this thread (0: none).
+uint64_t scoped_allocation_limit();
+/// "the session's memory limit (session.memory_limit_bytes) of N bytes" or "the allocation limit of
+/// N bytes": the limit allocation_limit() enforces on this thread, for error messages.
+std::string allocation_limit_text();
 
 /// Dense row-major tensor on a device. Copies share storage (like torch.Tensor); use clone() for a
 /// deep copy. String tensors hold std::string elements (host only); every other dtype is plain

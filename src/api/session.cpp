@@ -57,7 +57,10 @@ void InferenceSession::Impl::init() {
       autodiff::lower_gradient_ops(model);
       break;
     }
-  if (exec_options.fold_constants) runtime::fold_constant_nodes(model, exec_options);
+  if (exec_options.fold_constants) {
+    ScopedAllocationLimit memory(exec_options.memory_limit);
+    runtime::fold_constant_nodes(model, exec_options);
+  }
   exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, exec_options);
   // Create every kernel once now so unsupported operators fail at load time, naming the node.
   // Control-flow kernels need the subgraph runner the executor hands them.

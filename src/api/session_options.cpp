@@ -1,6 +1,9 @@
 // SessionOptions / RunOptions: what they change in a model and in the executor.
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "api/session_impl.h"
 
 namespace onnxtrain {
@@ -149,6 +152,14 @@ ExecOptions exec_options_of(const SessionOptions& o) {
   eo.inplace_aliasing = o.graph_optimization_level >= GraphOptimizationLevel::kEnableExtended;
   eo.reuse_memory = o.enable_mem_reuse;
   eo.keep_memory = o.enable_mem_pattern && o.enable_cpu_mem_arena;
+  const std::string limit = o.config("session.memory_limit_bytes", "0");
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(limit.c_str(), &end, 10);
+  if (limit.empty() || limit[0] == '-' || *end != '\0' || errno == ERANGE)
+    throw_error<InvalidArgument>("session.memory_limit_bytes must be a number of bytes (0: no session limit), got '",
+                                 limit, "'");
+  eo.memory_limit = v;
   return eo;
 }
 

@@ -18,6 +18,7 @@ uint64_t physical_memory() {
   return uint64_t(pages) * uint64_t(page);
 }
 std::atomic<uint64_t> g_alloc_limit{0};
+thread_local uint64_t t_scoped_limit = 0;
 }  // namespace
 
 void set_allocation_limit(uint64_t bytes) { g_alloc_limit = bytes; }
@@ -27,7 +28,19 @@ uint64_t allocation_limit() {
     v = physical_memory();
     g_alloc_limit = v;
   }
-  return v;
+  return t_scoped_limit ? std::min(v, t_scoped_limit) : v;
+}
+
+ScopedAllocationLimit::ScopedAllocationLimit(uint64_t bytes) : prev_(t_scoped_limit) {
+  if (bytes && (!t_scoped_limit || bytes < t_scoped_limit)) t_scoped_limit = bytes;
+}
+ScopedAllocationLimit::~ScopedAllocationLimit() { t_scoped_limit = prev_; }
+uint64_t scoped_allocation_limit() { return t_scoped_limit; }
+std::string allocation_limit_text() {
+  const uint64_t v = allocation_limit();
+  return (t_scoped_limit && t_scoped_limit == v ? "the session's memory limit (session.memory_limit_bytes) of "
+                                                  : "the allocation limit of ") +
+         std::to_string(v) + " bytes";
 }
 
 bool checked_numel(const Shape& shape, int64_t* out) {
@@ -65,8 +78,7 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   uint64_t bytes;
   if (__builtin_mul_overflow(uint64_t(n), esize, &bytes) || bytes > allocation_limit())
     throw_error<RuntimeError>("cannot allocate a ", dtype_name(dtype), " tensor of shape ",
-                              shape_to_string(shape), ": ", n, " elements exceed the allocation limit of ",
-                              allocation_limit(), " bytes");
+                              shape_to_string(shape), ": ", n, " elements exceed ", allocation_limit_text());
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
@@ -178,7 +190,7 @@ class CpuAllocator final : public Allocator {
   Device device() const override { return Device::cpu(); }
   void* allocate(size_t bytes, size_t alignment) override {
     if (bytes > allocation_limit())
-      throw_error<RuntimeError>("cannot allocate ", bytes, " bytes: over the allocation limit of ", allocation_limit());
+      throw_error<RuntimeError>("cannot allocate ", bytes, " bytes: over ", allocation_limit_text());
     alignment = std::max<size_t>(alignment, 64);
     void* p = std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
     if (!p) throw_error<RuntimeError>("out of memory allocating ", bytes, " bytes");

@@ -426,6 +426,7 @@ void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t r
                               const std::vector<size_t>& outputs, std::vector<Value>& results) {
   std::lock_guard<std::mutex> lock(mu_);
   ThreadScope threads(options_.num_threads);
+  ScopedAllocationLimit memory(options_.memory_limit);
   last_plan_ = find_plan(inputs, request_tag, outputs);
   Plan& plan = *last_plan_;
   if (!plan.main) plan.main = make_frame(plan, providers_);
@@ -458,6 +459,7 @@ void GraphExecutor::run_forward(const std::vector<const Value*>& inputs, size_t 
           throw_error<InvalidArgument>("input '", in, "' is a backward input: feed it to run_backward");
   std::lock_guard<std::mutex> lock(mu_);
   ThreadScope threads(options_.num_threads);
+  ScopedAllocationLimit memory(options_.memory_limit);
   std::shared_ptr<Plan> plan = find_plan(inputs, int64_t(request), {});
   last_plan_ = plan;
   std::unique_ptr<Frame> f;
@@ -507,6 +509,7 @@ void GraphExecutor::run_backward(PartialRun& state, const std::vector<const Valu
   }
   std::lock_guard<std::mutex> lock(mu_);
   ThreadScope threads(options_.num_threads);
+  ScopedAllocationLimit memory(options_.memory_limit);
   Frame& f = *state.frame_;
   bind_values(plan.backward_input_slots, grads, f);
   state.phase_ = PartialRun::Phase::kFinished;

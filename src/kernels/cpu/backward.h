@@ -24,9 +24,7 @@ inline bool read_shape_value(const PrepareContext& ctx, size_t i, DType dt, Shap
   if (!t) return false;
   if (t->rank() != 1 || t->dtype() != DType::kInt64) ctx.fail("shape input must be 1-D int64, got ", t->describe());
   *out = read_int_list(*t);
-  int64_t n = 0;
-  if (!checked_numel(*out, &n) || uint64_t(n) > allocation_limit() / std::max<size_t>(dtype_size(dt), 1))
-    ctx.fail("output shape ", shape_to_string(*out), " is invalid or too large");
+  check_output_size(ctx, *out, dt);
   return true;
 }
 

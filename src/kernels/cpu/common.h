@@ -164,4 +164,19 @@ inline int64_t grain_for(int64_t inner, int64_t target = 32768) {
   return std::max<int64_t>(1, target / std::max<int64_t>(inner, 1));
 }
 
+/// Fails naming the node when a tensor of `shape` and `dt` cannot exist (negative dimension,
+/// element count overflowing int64) or would exceed the allocation limit in force (the session's
+/// memory limit): shapes computed from data or attributes, checked before anything is allocated.
+template <class Ctx>
+void check_output_size(const Ctx& ctx, const Shape& shape, DType dt) {
+  int64_t n;
+  uint64_t bytes;
+  if (!checked_numel(shape, &n) || __builtin_mul_overflow(uint64_t(n), uint64_t(dtype_size(dt)), &bytes))
+    ctx.fail("output shape ", shape_to_string(shape), " is invalid or too large (negative dimension or element count "
+             "overflowing int64)");
+  if (bytes > allocation_limit())
+    ctx.fail("output shape ", shape_to_string(shape), " is too large: ", bytes, " bytes of ", dtype_name(dt), ", over ",
+             allocation_limit_text());
+}
+
 }  // namespace onnxtrain::kernels::cpu

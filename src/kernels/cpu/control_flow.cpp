@@ -180,8 +180,8 @@ class LoopKernel final : public Kernel {
                    " but ", scans[k][0].describe(), " in iteration 0");
         scan_bytes += v.tensor.nbytes();
         if (scan_bytes > allocation_limit())
-          ctx.fail("scan outputs after ", trips + 1, " iterations exceed the allocation limit of ", allocation_limit(),
-                   " bytes");
+          ctx.fail("scan outputs after ", trips + 1, " iterations need ", scan_bytes, " bytes, over ",
+                   allocation_limit_text());
         scans[k].push_back(std::move(v.tensor));
       }
     }

@@ -23,14 +23,6 @@ namespace onnxtrain::kernels::cpu {
 
 namespace {
 
-/// Fails unless `shape` holds at most allocation_limit() bytes of `dt`.
-template <class Ctx>
-void check_output_size(const Ctx& ctx, const Shape& shape, DType dt) {
-  int64_t n = 0;
-  if (!checked_numel(shape, &n) || uint64_t(n) > allocation_limit() / std::max<size_t>(dtype_size(dt), 1))
-    ctx.fail("output shape ", shape_to_string(shape), " is too large");
-}
-
 /// Converts an accumulated value to the element type (integers round and saturate).
 template <class T, class A>
 inline T to_elem(A v) {

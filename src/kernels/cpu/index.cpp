@@ -607,9 +607,7 @@ class OneHotKernel final : public Kernel {
     depth_ = int64_t(d);
     Shape ys = is;
     ys.insert(ys.begin() + axis_n_, depth_);
-    int64_t numel = 0;
-    if (!checked_numel(ys, &numel) || uint64_t(numel) > allocation_limit() / dtype_size(ctx.input_dtype(2)))
-      ctx.fail("output shape ", shape_to_string(ys), " is too large");
+    check_output_size(ctx, ys, ctx.input_dtype(2));
     outer_ = dim_product(is, 0, size_t(axis_n_));
     inner_ = dim_product(is, size_t(axis_n_), is.size());
     ctx.set_output(0, ctx.input_dtype(2), ys);

@@ -232,15 +232,5 @@ inline void run_copy(RunContext& ctx, const StridedCopy& c, size_t in = 0, size_
   });
 }
 
-/// Fails naming the node when a tensor of `shape` and `dt` cannot exist (negative dimension,
-/// element count overflowing int64, bytes beyond the allocation limit): shapes computed from data.
-template <class Ctx>
-void check_output_size(const Ctx& ctx, const Shape& shape, DType dt) {
-  int64_t n;
-  uint64_t bytes;
-  if (!checked_numel(shape, &n) || __builtin_mul_overflow(uint64_t(n), uint64_t(dtype_size(dt)), &bytes) ||
-      bytes > allocation_limit())
-    ctx.fail("output shape ", shape_to_string(shape), " is invalid or too large (", dtype_name(dt), ")");
-}
 
 }  // namespace onnxtrain::kernels::cpu
