@@ -143,3 +143,16 @@ def test_cli_memory_limit(tmp_path):
     assert run("--memory-limit", "64M").returncode == 0
     r = run("--memory-limit", "lots")
     assert r.returncode != 0 and "--memory-limit" in r.stderr, r.stderr
+
+
+def test_npy_header_claiming_10_to_the_12_elements(tmp_path):
+    """A 100-byte .npy whose header claims [10**6, 10**6] float32 is refused before allocating."""
+    cli = os.environ.get("ONNXTRAIN_CLI", "onnxtrain")
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000), }"
+    header += b" " * (64 - 10 - len(header) - 1) + b"\n"
+    (tmp_path / "bomb.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + bytes(16))
+    (tmp_path / "m.onnx").write_bytes(_model([helper.make_node("Relu", ["X"], ["Y"])], [_vi("X")], [_vi("Y")]))
+    r = subprocess.run([cli, "run", str(tmp_path / "m.onnx"), "--input", f"X={tmp_path / 'bomb.npy'}"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "holds 16 bytes, its shape [1000000, 1000000] needs 4000000000000" in r.stderr, r.stderr
