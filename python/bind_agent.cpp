@@ -39,12 +39,6 @@ std::vector<const Value*> values_of(const OrtValueVectorObj& v, const char* what
   return r;
 }
 
-void fill(OrtValueVectorObj& out, std::vector<Value> results) {
-  out.values.clear();
-  out.values.reserve(results.size());
-  for (auto& v : results) out.values.push_back(ortvalue_from_value(std::move(v)));
-}
-
 }  // namespace
 
 void bind_agent(py::module_& m) {
@@ -150,7 +144,7 @@ void bind_agent(py::module_& m) {
               py::gil_scoped_release nogil;
               out = a.agent->run_forward(ins, state, run_options.get());
             }
-            fill(fetches, std::move(out));
+            fetches.values = ortvalues_of(std::move(out));
           },
           py::arg("feeds"), py::arg("fetches"), py::arg("state"), py::arg("cache") = py::none(),
           py::arg("run_options") = nullptr,
@@ -165,7 +159,7 @@ void bind_agent(py::module_& m) {
               py::gil_scoped_release nogil;
               out = a.agent->run_backward(grads, state, run_options.get());
             }
-            fill(fetches, std::move(out));
+            fetches.values = ortvalues_of(std::move(out));
           },
           py::arg("feeds"), py::arg("fetches"), py::arg("state"), py::arg("run_options") = nullptr,
           "Runs the backward part of `state` with the gradients of the differentiable outputs; `fetches` receives "

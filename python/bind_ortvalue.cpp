@@ -436,6 +436,13 @@ OrtValuePtr ortvalue_from_value(Value v) {
   return out;
 }
 
+std::vector<OrtValuePtr> ortvalues_of(std::vector<Value> values) {
+  std::vector<OrtValuePtr> r;
+  r.reserve(values.size());
+  for (auto& v : values) r.push_back(ortvalue_from_value(std::move(v)));
+  return r;
+}
+
 py::object numpy_of(const OrtValueObj& v) {
   switch (v.value.kind) {
     case Value::Kind::kNone: return py::none();

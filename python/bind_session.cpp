@@ -124,12 +124,6 @@ std::vector<Value> run_dict(PySession& s, const py::object& output_names, const 
   return run_session(s, names_or_all(s, names_from(output_names)), feeds, ro);
 }
 
-std::vector<OrtValuePtr> ortvalues_of(std::vector<Value> values) {
-  std::vector<OrtValuePtr> r;
-  for (auto& v : values) r.push_back(ortvalue_from_value(std::move(v)));
-  return r;
-}
-
 // The OrtValue viewing caller memory bound by pointer (bind_input / bind_output with a buffer).
 OrtValuePtr pointer_value(const char* what, const std::string& name, const OrtDeviceObj& device,
                           py::handle element_type, const std::vector<int64_t>& shape, uintptr_t ptr) {

@@ -73,6 +73,8 @@ std::shared_ptr<void> python_keepalive(py::object o);
 OrtValuePtr ortvalue_from_array(py::handle array, const OrtDeviceObj& device);
 /// Wraps a Value (a run's result, a sequence, an empty optional) into a new C OrtValue (owner None).
 OrtValuePtr ortvalue_from_value(Value v);
+/// A run's results as new C OrtValues (what fills an OrtValueVector).
+std::vector<OrtValuePtr> ortvalues_of(std::vector<Value> values);
 /// OrtValue.numpy(): a tensor as a numpy array sharing the value's memory (read-only when the
 /// OrtValue views a read-only array; bfloat16 as a float32 copy, strings as an object copy), a
 /// sequence as a list of arrays, None for an empty optional.

@@ -762,11 +762,8 @@ void layout_arena(Plan& plan, const ProviderSet& ps, bool reuse) {
       const ir::Node* node = step >= 0 ? plan.steps[size_t(step)].node : nullptr;
       std::string what = big.owner >= 0 ? "value '" + slots[size_t(big.owner)].name + "'" : std::string("the workspace");
       if (node) what += (big.owner >= 0 ? " computed by " : " of ") + node->describe();
-      const bool session = scoped_allocation_limit() && scoped_allocation_limit() <= allocation_limit();
       throw_error<RuntimeError>("the execution plan needs ", bytes, " bytes of memory on ", dev.name(), ", over ",
-                                session ? "the session's memory limit (session.memory_limit_bytes) of "
-                                        : "the allocation limit of ",
-                                allocation_limit(), " bytes; its largest block is ", what, " (", big.bytes, " bytes)");
+                                allocation_limit_text(), "; its largest block is ", what, " (", big.bytes, " bytes)");
     }
     for (const Block& b : blocks) {
       if (b.owner >= 0) slots[size_t(b.owner)].offset = b.offset;

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "ir/onnx_io.h"
 #include "onnxtrain/agent.h"
+#include "test_grad_util.h"
 #include "test_util.h"
 
 using namespace onnxtrain;
@@ -66,14 +68,10 @@ void expect_near(const Tensor& got, const std::vector<double>& want) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got.data<float>()[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << i;
 }
 
-template <class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected an error containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+// What f throws ("" when nothing) must contain `needle`.
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  const std::string m = ot_test::thrown_by(f);
+  EXPECT_NE(m.find(needle), std::string::npos) << "expected '" << needle << "' in: '" << m << "'";
 }
 
 ModuleGraphBuilderConfig config() {

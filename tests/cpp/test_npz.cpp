@@ -5,10 +5,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "onnxtrain/error.h"
 #include "onnxtrain/io.h"
+#include "test_grad_util.h"
 
 using namespace onnxtrain;
 namespace fs = std::filesystem;
@@ -31,14 +33,11 @@ void put16(std::string& s, size_t at, uint16_t v) {
   s[at + 1] = char(v >> 8);
 }
 
-template <class F>
-void expect_invalid(F&& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected an error containing: " << needle;
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+// f must throw InvalidArgument containing `needle`.
+void expect_invalid(const std::function<void()>& f, const std::string& needle) {
+  const std::string m = ot_test::thrown_by(f);
+  EXPECT_EQ(m.rfind("InvalidArgument: ", 0), 0u) << m;
+  EXPECT_NE(m.find(needle), std::string::npos) << "expected '" << needle << "' in: '" << m << "'";
 }
 
 // An archive of one float32 [2, 3] array 'a' and one int64 [4] array 'b'; returns its bytes.

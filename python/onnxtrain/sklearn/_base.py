@@ -10,6 +10,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..capi import onnxruntime_pybind11_state as C
+from ..capi._values import _c_device
 from ..capi.onnxruntime_inference_collection import InferenceSession
 
 # Opset of the helper graphs (losses, penalties, weight updates).
@@ -32,7 +33,7 @@ def cpu_device():
     """The C OrtDevice of the CPU."""
     global _CPU
     if _CPU is None:
-        _CPU = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        _CPU = _c_device("cpu", 0)
     return _CPU
 
 

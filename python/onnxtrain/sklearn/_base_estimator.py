@@ -143,6 +143,34 @@ class BaseEstimator(ParamsMixin):
             text = f"loss={loss:1.3g} lr={self.learning_rate.value:1.3g}" if self.verbose > 1 else ""
             bar.update(it + 1, text)
 
+    def _iterate(self, epoch, validate, finish):
+        """The iteration loop of both optimizers: ``epoch(it, past_losses)`` trains one pass and
+        returns its loss (None: stop there), the learning-rate schedule moves once per iteration,
+        ``validate()`` (None: no validation data) runs every validation period, the progress bar
+        follows. train_losses_, validation_losses_ and n_iter_ are set, and ``finish()`` runs, even
+        when the loop is interrupted (ConvergenceError, KeyboardInterrupt)."""
+        period = self._validation_period()
+        self.learning_rate.init_learning_rate()
+        bar = self._progress()
+        train_losses, val_losses = [], []
+        try:
+            for it in range(self.max_iter):
+                loss = epoch(it, train_losses)
+                if loss is None:
+                    break
+                train_losses.append(loss)
+                self.learning_rate.update_learning_rate(it)
+                if validate is not None and (it + 1) % period == 0:
+                    val_losses.append(validate())
+                self._after_iteration(bar, it, loss)
+        finally:
+            if bar is not None:
+                bar.close()
+            self.train_losses_ = train_losses
+            self.validation_losses_ = None if validate is None else val_losses
+            self.n_iter_ = len(train_losses)
+            finish()
+
     @staticmethod
     def _raise_convergence(owner, it, loss, lr, batch=None, past=()):
         where = f"iteration {it}" + ("" if batch is None else f", batch {batch}")

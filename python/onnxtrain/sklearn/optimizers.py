@@ -137,33 +137,18 @@ class OrtGradientOptimizer(BaseEstimator):
         seed = int(self._rng().integers(0, 2**31 - 1))
         loader = OrtDataLoader(X, y, sample_weight=weights, batch_size=self.batch_size, random_state=seed)
         val = None if X_val is None else self._input_arrays(self.model_onnx, X_val, y_val)
-        period = self._validation_period()
 
-        self.learning_rate.init_learning_rate()
-        bar = self._progress()
-        train_losses, val_losses = [], []
-        try:
-            for it in range(self.max_iter):
-                lr = self.learning_rate.value
-                arrays = loader.epoch_arrays(it)
-                # The loader makes 1-D targets columns: back to the model's rank.
-                arrays = (arrays[0], arrays[1].reshape(y.shape)) + tuple(arrays[2:])
-                if use_numpy:
-                    loss = self._epoch_python(names, arrays, lr, it, train_losses)
-                else:
-                    loss = self._epoch_trainer(names, arrays, lr, it, train_losses)
-                train_losses.append(loss)
-                self.learning_rate.update_learning_rate(it)
-                if val is not None and (it + 1) % period == 0:
-                    val_losses.append(self._evaluation(names, val))
-                self._after_iteration(bar, it, loss)
-        finally:
-            if bar is not None:
-                bar.close()
-            self.train_losses_ = train_losses
-            self.validation_losses_ = None if val is None else val_losses
-            self.n_iter_ = len(train_losses)
+        def epoch(it, past):
+            arrays = loader.epoch_arrays(it)
+            # The loader makes 1-D targets columns: back to the model's rank.
+            arrays = (arrays[0], arrays[1].reshape(y.shape)) + tuple(arrays[2:])
+            run = self._epoch_python if use_numpy else self._epoch_trainer
+            return run(names, arrays, self.learning_rate.value, it, past)
+
+        def finish():
             self.trained_coef_ = self.train_session_.get_state()
+
+        self._iterate(epoch, None if val is None else lambda: self._evaluation(names, val), finish)
         return self
 
     def _epoch_python(self, names, arrays, lr, it, past):

@@ -229,29 +229,9 @@ class OrtGradientForwardBackwardOptimizer(BaseEstimator):
         w = None if sample_weight is None else np.ascontiguousarray(sample_weight, dtype=np.float32)
         seed = int(self._rng().integers(0, 2**31 - 1))
         loader = OrtDataLoader(X, y, sample_weight=w, batch_size=self.batch_size, random_state=seed)
-        period = self._validation_period()
-
-        self.learning_rate.init_learning_rate()
-        bar = self._progress()
-        train_losses, val_losses = [], []
-        try:
-            for it in range(self.max_iter):
-                loss = self._iteration(loader, it, train_losses)
-                if loss is None:  # exc=False and the loss diverged
-                    break
-                train_losses.append(loss)
-                self.learning_rate.update_learning_rate(it)
-                if X_val is not None and (it + 1) % period == 0:
-                    val_losses.append(self._evaluation(X_val, y_val))
-                self._after_iteration(bar, it, loss)
-        finally:
-            if bar is not None:
-                bar.close()
-            self.train_losses_ = train_losses
-            self.validation_losses_ = None if X_val is None else val_losses
-            self.n_iter_ = len(train_losses)
-            self._save_state()
-        self._log("end loss=%r", train_losses[-1] if train_losses else None)
+        self._iterate(lambda it, past: self._iteration(loader, it, past),
+                      None if X_val is None else lambda: self._evaluation(X_val, y_val), self._save_state)
+        self._log("end loss=%r", self.train_losses_[-1] if self.train_losses_ else None)
         return self
 
     def _save_state(self):

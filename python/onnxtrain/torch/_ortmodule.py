@@ -8,6 +8,7 @@ import torch
 import torch.utils.dlpack
 
 from onnxtrain.capi import _pybind_state as C
+from onnxtrain.capi._values import _c_device
 from onnxtrain.capi.onnxruntime_inference_collection import InferenceSession
 from onnxtrain.torch._export import (ExportedGraph, InputSpec, ORTModuleExportError, forward_signature,
                                      inference_model, unflatten_outputs)
@@ -22,10 +23,6 @@ class DebugOptions:
     def __init__(self, save_onnx=False, onnx_prefix="ortmodule"):
         self.save_onnx = bool(save_onnx)
         self.onnx_prefix = str(onnx_prefix)
-
-
-def _cpu_device():
-    return C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
 
 
 def _push(vector, t):
@@ -151,8 +148,8 @@ class _TrainingRunner:
         feed_names = [i.name for i in self.session.get_inputs()]
         fetch_names = [o.name for o in self.session.get_outputs()]
         n_out = len(info.user_output_names)
-        self.agent = C.TrainingAgent(self.session._sess, feed_names, [_cpu_device()] * n_out, fetch_names,
-                                     [_cpu_device()] * len(fetch_names))
+        self.agent = C.TrainingAgent(self.session._sess, feed_names, [_c_device("cpu", 0)] * n_out, fetch_names,
+                                     [_c_device("cpu", 0)] * len(fetch_names))
         self.non_differentiable = set(info.output_grad_indices_non_differentiable)
         # Where each backward fetch goes among the Function's inputs (call tensors, then weights).
         by_grad = {g: ("input", e.input_index[e.input_names.index(n)]) for n, g in info.user_input_grad_names.items()}
