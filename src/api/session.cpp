@@ -122,12 +122,7 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
     }
     ex = exec_training.get();
   }
-  runtime::RunHooks hooks;
-  if (run_options && run_options->terminate) {
-    if (run_options->terminate->load())
-      throw Terminated("the run was not started: RunOptions.terminate is set");
-    hooks.terminate = run_options->terminate.get();
-  }
+  runtime::RunHooks hooks = runtime::terminate_hooks(run_options);
   if (profiler.active()) hooks.on_node = [this](runtime::NodeEvent&& ev) { profiler.node_event(ev); };
   std::vector<Value> result;
   {

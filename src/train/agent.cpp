@@ -37,13 +37,9 @@ namespace {
 // Installs RunOptions.terminate for the run (Terminated when already set).
 struct TerminateScope {
   runtime::RunHooks hooks;
-  std::unique_ptr<runtime::ScopedRunHooks> scope;
-  explicit TerminateScope(const RunOptions* o) {
-    if (!o || !o->terminate) return;
-    if (o->terminate->load()) throw Terminated("the run was not started: RunOptions.terminate is set");
-    hooks.terminate = o->terminate.get();
-    scope = std::make_unique<runtime::ScopedRunHooks>(&hooks);
-  }
+  runtime::ScopedRunHooks scope;
+  explicit TerminateScope(const RunOptions* o)
+      : hooks(runtime::terminate_hooks(o)), scope(hooks.terminate ? &hooks : nullptr) {}
 };
 
 }  // namespace
