@@ -12,6 +12,11 @@ PACKAGES=(
   libgtest-dev
   libcli11-dev nlohmann-json3-dev
 )
+# scripts/fuzz.sh and scripts/tsan.sh only (`install_deps.sh --fuzz`): clang with libFuzzer and the
+# sanitizer runtimes, LLVM's OpenMP runtime with its ThreadSanitizer support (archer).
+if [ "${1:-}" = "--fuzz" ]; then
+  PACKAGES+=(clang libclang-rt-dev libomp-dev llvm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

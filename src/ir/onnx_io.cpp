@@ -163,6 +163,14 @@ void copy_typed(const Src& src, Tensor& t) {
 
 }  // namespace
 
+// Bytes of a bool tensor read as they are stored may hold any value; a bool is 0 or 1 (nonzero
+// bytes are true, as numpy and onnxruntime read them).
+static void normalize_bools(Tensor& t) {
+  if (t.dtype() != DType::kBool) return;
+  auto* b = static_cast<uint8_t*>(t.raw_data());
+  for (int64_t i = 0; i < t.numel(); ++i) b[i] = b[i] != 0;
+}
+
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in, const std::string& base_dir) {
   const std::string what = what_in.empty() ? (p.name().empty() ? std::string("<unnamed>") : p.name()) : what_in;
   const int dt_raw = p.data_type();
@@ -205,6 +213,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in,
     ExternalFile f = open_external(p, what, base_dir, nbytes);
     Tensor t = Tensor::empty(dt, shape);
     f.read_into(t.raw_data(), what);
+    normalize_bools(t);
     return t;
   }
 
@@ -214,6 +223,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in,
                                 shape_to_string(shape), " of ", dtype_name(dt), " needs ", nbytes);
     Tensor t = Tensor::empty(dt, shape);
     if (nbytes) std::memcpy(t.raw_data(), p.raw_data().data(), nbytes);
+    normalize_bools(t);
     return t;
   }
 

@@ -29,6 +29,15 @@ void check_feed(const ir::ValueInfo& decl, const Value& v) {
     if (t.elem != DType::kUndefined && x.dtype() != t.elem)
       throw_error<InvalidArgument>("input '", decl.name, "' has element type ", dtype_name(x.dtype()),
                                    ", the model expects ", dtype_name(t.elem));
+    if (x.dtype() == DType::kBool && x.device().host_accessible()) {
+      // Kernels read bools as C++ bool: a byte other than 0 or 1 (a uint8 buffer viewed as bool)
+      // would be undefined behaviour, so it is refused here.
+      const auto* b = static_cast<const uint8_t*>(x.raw_data());
+      for (int64_t i = 0; i < x.numel(); ++i)
+        if (b[i] > 1)
+          throw_error<InvalidArgument>("input '", decl.name, "' is a bool tensor holding the byte ", int(b[i]),
+                                       " at flat position ", i, "; bools must be 0 or 1");
+    }
     if (t.has_shape) {
       if (x.rank() != t.dims.size())
         throw_error<InvalidArgument>("input '", decl.name, "' has rank ", x.rank(), " (shape ",

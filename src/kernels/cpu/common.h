@@ -179,4 +179,13 @@ void check_output_size(const Ctx& ctx, const Shape& shape, DType dt) {
              allocation_limit_text());
 }
 
+/// Tables a kernel builds on the host (count entries of entry_bytes each, `what` names them) are
+/// refused past the allocation limit, before anything is allocated.
+template <class Ctx>
+void check_table_size(const Ctx& ctx, int64_t count, size_t entry_bytes, const char* what) {
+  uint64_t bytes;
+  if (count < 0 || __builtin_mul_overflow(uint64_t(count), uint64_t(entry_bytes), &bytes) || bytes > allocation_limit())
+    ctx.fail(what, " of ", count, " entries is too large (", entry_bytes, " bytes each), over ", allocation_limit_text());
+}
+
 }  // namespace onnxtrain::kernels::cpu

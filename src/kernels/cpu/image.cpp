@@ -285,6 +285,7 @@ bool resize_tables(const PrepareContext& ctx, int64_t opset, const ResizeAttrs& 
   }
   for (size_t d = 0; d < rank; ++d)
     if (xs[d] == 0 && ys[d] > 0) ctx.fail("cannot resize an empty axis ", d, " to ", ys[d]);
+  for (size_t d = 0; d < rank; ++d) check_table_size(ctx, ys[d], 4 * 16 + 1, "the resize table of an axis");
   tables->assign(rank, {});
   for (size_t d = 0; d < rank; ++d) (*tables)[d] = build_axis(a, xs[d], ys[d], scale[d], length[d], roi[d], roi[rank + d]);
   return true;

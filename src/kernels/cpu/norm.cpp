@@ -348,7 +348,7 @@ struct LRNAttrs {
   explicit LRNAttrs(const KernelInfo& info)
       : size_(info.attr_int("size")), alpha_(info.attr_float("alpha", 1e-4f)), beta_(info.attr_float("beta", 0.75f)),
         bias_(info.attr_float("bias", 1.0f)) {
-    if (size_ <= 0) info.fail("size must be > 0, got ", size_);
+    if (size_ <= 0 || size_ > (int64_t(1) << 31)) info.fail("size must be in [1, 2^31], got ", size_);
   }
 };
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# A libFuzzer campaign against one fuzz target (tests/fuzz/fuzz_TARGET.cpp), built with clang,
+# coverage instrumentation, AddressSanitizer and UBSan in build-fuzz/.
+#
+#   scripts/fuzz.sh TARGET SECONDS [libFuzzer options...]
+#
+# TARGET: model (bytes -> model -> plan -> run), gradient (model -> gradient graph -> run),
+# structured (conformance models and feeds mutated as ONNX), checkpoint, npy, npz, csv.
+# The corpus grows in build-fuzz/corpus/TARGET (seeded once by tests/fuzz/make_seeds.py or, for
+# checkpoints, by the binary itself); crashes land in build-fuzz/artifacts/TARGET/ and make the
+# script fail. Each crash, once fixed, belongs in tests/fuzz/regressions/TARGET/ (replayed by ctest).
+# The last line is the campaign's summary: executions, coverage, corpus size, findings.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ $# -lt 2 ]; then
+  echo "usage: scripts/fuzz.sh TARGET SECONDS [libFuzzer options...]" >&2
+  exit 2
+fi
+TARGET=$1
+SECONDS_=$2
+shift 2
+if [ ! -f "tests/fuzz/fuzz_${TARGET}.cpp" ]; then
+  echo "scripts/fuzz.sh: no fuzz target '${TARGET}' (tests/fuzz/fuzz_*.cpp: $(ls tests/fuzz/fuzz_*.cpp | sed 's/.*fuzz_//;s/\.cpp//' | grep -v common | tr '\n' ' '))" >&2
+  exit 2
+fi
+BUILD_DIR=${BUILD_DIR:-build-fuzz}
+bash scripts/install_deps.sh --fuzz >/dev/null
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
+    -DONNXTRAIN_FUZZ=ON -DONNXTRAIN_BUILD_TESTS=OFF -DONNXTRAIN_BUILD_PYTHON=OFF ${CMAKE_ARGS:-} >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target "fuzz_${TARGET}" >/dev/null
+CORPUS="$BUILD_DIR/corpus/$TARGET"
+ARTIFACTS="$BUILD_DIR/artifacts/$TARGET"
+mkdir -p "$CORPUS" "$ARTIFACTS"
+if [ -z "$(ls -A "$CORPUS")" ]; then
+  if [ "$TARGET" = checkpoint ]; then
+    ONNXTRAIN_FUZZ_WRITE_SEEDS="$CORPUS" "$BUILD_DIR/fuzz_checkpoint"
+  else
+    /usr/bin/python3 tests/fuzz/make_seeds.py "$TARGET" "$CORPUS"
+  fi
+fi
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1${ASAN_EXTRA:+:$ASAN_EXTRA}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
+LOG="$BUILD_DIR/fuzz_${TARGET}.log"
+status=0
+# max_len: models and structured cases are up to 256 KiB (the conformance seeds), data files 64 KiB.
+case "$TARGET" in model|gradient|structured) MAXLEN=262144 ;; *) MAXLEN=65536 ;; esac
+"$BUILD_DIR/fuzz_${TARGET}" "$CORPUS" -max_total_time="$SECONDS_" -max_len="$MAXLEN" -timeout=20 \
+  -rss_limit_mb=3072 -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$ARTIFACTS/" "$@" \
+  >"$LOG" 2>&1 || status=$?
+execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*$' || true)
+cov=$(grep -o 'cov: [0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*' || true)
+ft=$(grep -o 'ft: [0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*' || true)
+crashes=$(ls "$ARTIFACTS" | wc -l)
+echo "[fuzz] $TARGET: ${execs:-?} executions in ${SECONDS_} s, coverage ${cov:-?} edges / ${ft:-?} features," \
+  "corpus $(ls "$CORPUS" | wc -l) inputs, artifacts $crashes, exit $status (log: $LOG)"
+if [ "$status" -ne 0 ]; then
+  grep -E "ERROR|FINDING|SUMMARY|runtime error" "$LOG" | head -20 >&2 || true
+fi
+exit "$status"
