@@ -2,7 +2,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -85,14 +90,68 @@ bool make_feeds(const onnxtrain::InferenceSession& s, ByteSource& bytes,
   return true;
 }
 
+namespace {
+
+// Sets a run's RunOptions.terminate flag when the run takes longer than its budget, as a user
+// stopping a long run would: a model that computes for long (a Loop of 10^9 iterations) is not a
+// hang of the engine; a run that ignores the flag is (libFuzzer's -timeout reports it).
+class Watchdog {
+ public:
+  Watchdog() : thread_([this] { loop(); }) { thread_.detach(); }
+  void arm(std::shared_ptr<std::atomic<bool>> flag, std::chrono::milliseconds budget) {
+    std::lock_guard<std::mutex> lock(m_);
+    flag_ = std::move(flag);
+    deadline_ = std::chrono::steady_clock::now() + budget;
+    cv_.notify_one();
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(m_);
+    flag_.reset();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      if (!flag_) {
+        cv_.wait(lock);
+      } else if (cv_.wait_until(lock, deadline_) == std::cv_status::timeout && flag_ &&
+                 std::chrono::steady_clock::now() >= deadline_) {
+        flag_->store(true);
+        flag_.reset();
+      }
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::shared_ptr<std::atomic<bool>> flag_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void run_with_budget(onnxtrain::InferenceSession& s, std::vector<std::pair<std::string, onnxtrain::Tensor>>& feeds) {
+  static Watchdog* watchdog = new Watchdog;  // lives for the process
+  std::vector<std::pair<std::string, onnxtrain::Value>> values;
+  for (auto& [name, t] : feeds) values.emplace_back(name, onnxtrain::Value::of(std::move(t)));
+  std::vector<std::pair<std::string, const onnxtrain::Value*>> borrowed;
+  for (auto& [name, v] : values) borrowed.emplace_back(name, &v);
+  onnxtrain::RunOptions ro;
+  ro.terminate = std::make_shared<std::atomic<bool>>(false);
+  watchdog->arm(ro.terminate, std::chrono::milliseconds(2000));
+  struct Disarm {
+    ~Disarm() { watchdog->disarm(); }
+  } disarm;
+  s.run_values({}, borrowed, ro);
+}
+
 void load_and_run(const void* model, size_t size, ByteSource& feed_bytes) {
   guarded([&] {
     onnxtrain::InferenceSession s(model, size, fuzz_session_options());
     std::vector<std::pair<std::string, onnxtrain::Tensor>> feeds;
     if (!make_feeds(s, feed_bytes, &feeds)) return;
-    std::vector<std::pair<std::string, onnxtrain::Value>> values;
-    for (auto& [name, t] : feeds) values.emplace_back(name, onnxtrain::Value::of(std::move(t)));
-    s.run_values({}, values);
+    run_with_budget(s, feeds);
   });
 }
 

@@ -45,6 +45,9 @@ onnxtrain::SessionOptions fuzz_session_options();
 bool make_feeds(const onnxtrain::InferenceSession& s, ByteSource& bytes,
                 std::vector<std::pair<std::string, onnxtrain::Tensor>>* feeds);
 
+/// Runs `s` on `feeds` (moved from) with a 2 s budget: past it, RunOptions.terminate is set.
+void run_with_budget(onnxtrain::InferenceSession& s, std::vector<std::pair<std::string, onnxtrain::Tensor>>& feeds);
+
 /// Loads a serialized model (a plan is built on the first run), runs it once with made-up feeds.
 void load_and_run(const void* model, size_t size, ByteSource& feed_bytes);
 

@@ -320,9 +320,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!fuzz::make_feeds(s, bytes, &feeds)) return;
     for (size_t i = 0; i < c.feeds.size() && i < feeds.size(); ++i)
       feeds[i].second = onnxtrain::ir::load_tensor_bytes(c.feeds[i].data(), c.feeds[i].size(), "feed");
-    std::vector<std::pair<std::string, onnxtrain::Value>> values;
-    for (auto& [name, t] : feeds) values.emplace_back(name, onnxtrain::Value::of(std::move(t)));
-    s.run_values({}, values);
+    fuzz::run_with_budget(s, feeds);
   });
   return 0;
 }

@@ -86,7 +86,7 @@ using compute_t = typename compute_type<T>::type;
 /// Maps axis in [-rank, rank) to [0, rank); fails naming the node otherwise.
 template <class Ctx>
 int64_t normalize_axis(const Ctx& ctx, int64_t axis, int64_t rank, const char* what = "axis") {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+  if (axis < -rank || axis >= rank)
     ctx.fail(what, " ", axis, " is out of range for rank ", rank);
   return axis < 0 ? axis + rank : axis;
 }

@@ -255,6 +255,8 @@ bool resize_tables(const PrepareContext& ctx, int64_t opset, const ResizeAttrs& 
     dispatch<FloatTypes>(rt.dtype(), ctx.node(), [&]<class R>() {
       for (size_t i = 0; i < 2 * rank; ++i) roi[i] = double(rt.data<R>()[i]);
     });
+    for (size_t i = 0; i < 2 * rank; ++i)
+      if (!std::isfinite(roi[i]) || std::abs(roi[i]) > 1e6) ctx.fail("roi value ", roi[i], " at position ", i, " must be finite (|roi| <= 1e6)");
   }
 
   Shape& ys = *out;

@@ -158,6 +158,23 @@ using sum_acc_t = std::conditional_t<
 // accumulation 0.9) at torch's speed; float64 accumulation throughout was 1.2-1.3x slower.
 constexpr int64_t kFold = 8;
 
+// Integer reductions wrap around on overflow (as numpy's and onnxruntime's do) instead of
+// overflowing signed arithmetic; floating point is unchanged.
+template <class V>
+V wrap_add(V a, V b) {
+  if constexpr (std::is_integral_v<V>) return V(std::make_unsigned_t<V>(a) + std::make_unsigned_t<V>(b));
+  else return a + b;
+}
+template <class V>
+V wrap_mul(V a, V b) {
+  if constexpr (std::is_integral_v<V>) return V(std::make_unsigned_t<V>(a) * std::make_unsigned_t<V>(b));
+  else return a * b;
+}
+template <class V>
+V wrap_neg(V a) {
+  return V(std::make_unsigned_t<V>(0) - std::make_unsigned_t<V>(a));
+}
+
 template <RK K, class T>
 struct RedOp {
   using C = compute_t<T>;
@@ -179,10 +196,12 @@ struct RedOp {
     if constexpr (K == RK::kL1) {
       if constexpr (std::is_unsigned_v<C>)
         return P(x);
+      else if constexpr (std::is_integral_v<C>)
+        return P(x < C(0) ? wrap_neg(P(x)) : P(x));
       else
         return P(x < C(0) ? C(-x) : x);
     }
-    if constexpr (K == RK::kL2 || K == RK::kSumSquare) return P(x) * P(x);
+    if constexpr (K == RK::kL2 || K == RK::kSumSquare) return wrap_mul(P(x), P(x));
     if constexpr (K == RK::kLogSumExp) return P(std::exp(double(x) - shift[o]));
     return P(x);
   }
@@ -199,8 +218,8 @@ struct RedOp {
   static V comb(V a, V b) {
     if constexpr (K == RK::kMax) return (b > a || b != b) ? b : a;  // NaN propagates
     if constexpr (K == RK::kMin) return (b < a || b != b) ? b : a;
-    if constexpr (K == RK::kProd) return a * b;
-    return a + b;
+    if constexpr (K == RK::kProd) return wrap_mul(a, b);
+    return wrap_add(a, b);
   }
   T fin(A a, int64_t o, int64_t n) const {
     if constexpr (K == RK::kMean) {
