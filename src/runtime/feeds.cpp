@@ -45,4 +45,10 @@ void check_feed(const ir::ValueInfo& decl, const Value& v) {
   }
 }
 
+std::string join_names(const std::vector<std::string>& names) {
+  std::string r;
+  for (const auto& n : names) r += (r.empty() ? "" : ", ") + n;
+  return r;
+}
+
 }  // namespace onnxtrain::runtime
