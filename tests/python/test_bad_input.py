@@ -145,18 +145,22 @@ def _bad_model_files(tmp_path):
     trunc.write_bytes(MODEL[: len(MODEL) // 2])
     text = tmp_path / "text.onnx"
     text.write_bytes(b"this is not an onnx model\n" * 20)
+    parses = tmp_path / "parses.onnx"
+    parses.write_bytes(b"x" * 500)  # valid protobuf (unknown fields), no model
     return [
         ("missing", str(tmp_path / "nope.onnx"), ot.NoSuchFile, "nope.onnx"),
         ("directory", str(tmp_path), ot.ModelFileError, "not a regular file"),
         ("empty file", str(empty), ot.InvalidProtobuf, "empty (0 bytes)"),
         ("truncated", str(trunc), ot.InvalidProtobuf, "not a valid ONNX ModelProto"),
         ("not ONNX", str(text), ot.InvalidProtobuf, "not a valid ONNX ModelProto"),
+        ("protobuf, not ONNX", str(parses), ot.InvalidProtobuf, "parses.onnx' is not an ONNX model"),
         ("empty bytes", b"", ot.InvalidProtobuf, "empty (0 bytes)"),
         ("truncated bytes", MODEL[:40], ot.InvalidProtobuf, "not a valid ONNX ModelProto"),
     ]
 
 
-BAD_FILE_IDS = ["missing", "directory", "empty file", "truncated", "not ONNX", "empty bytes", "truncated bytes"]
+BAD_FILE_IDS = ["missing", "directory", "empty file", "truncated", "not ONNX", "protobuf, not ONNX", "empty bytes",
+                "truncated bytes"]
 
 
 @pytest.mark.parametrize("case", range(len(BAD_FILE_IDS)), ids=BAD_FILE_IDS)
