@@ -24,7 +24,9 @@ void check_feed(const ir::ValueInfo& decl, const Value& v) {
   const auto& t = decl.type;
   if (t.kind == ir::TypeInfo::Kind::kTensor) {
     if (v.kind != Value::Kind::kTensor)
-      throw_error<InvalidArgument>("input '", decl.name, "' must be a tensor");
+      throw_error<InvalidArgument>("input '", decl.name, "' must be a tensor, got ",
+                                   v.kind == Value::Kind::kSequence ? "a sequence of tensors (a list or tuple)"
+                                                                    : "nothing (None)");
     const Tensor& x = v.tensor;
     if (t.elem != DType::kUndefined && x.dtype() != t.elem)
       throw_error<InvalidArgument>("input '", decl.name, "' has element type ", dtype_name(x.dtype()),

@@ -62,7 +62,7 @@ INFERENCE_ERRORS = [
     ("unknown name", lambda: {"xx": X[:, :4]}, ot.InvalidArgument, ["unknown input 'xx'", "inputs are: x"]),
     ("extra feed", lambda: {"x": X[:, :4], "q": X[:, :4]}, ot.InvalidArgument, ["unknown input 'q'", "inputs are: x"]),
     ("missing feed", lambda: {}, ot.InvalidArgument, ["Model requires 1 inputs. Input Feed contains 0"]),
-    ("None", lambda: {"x": None}, ot.InvalidArgument, ["'x'", "must be a tensor"]),
+    ("None", lambda: {"x": None}, ot.InvalidArgument, ["'x'", "must be a tensor, got nothing (None)"]),
     ("python int", lambda: {"x": 3}, ot.InvalidArgument, ["'x'", "int64"]),
     ("huge broadcast view", lambda: {"x": _huge_view(4)}, ot.InvalidArgument,
      ["'x'", "274877906944", "allocation limit"]),
@@ -117,6 +117,31 @@ def test_inference_read_only_feed_is_never_written():
         y += 1  # the outputs are the caller's to write
     np.testing.assert_array_equal(x, before)
     np.testing.assert_allclose(s.run(["y"], {"x": x})[0], _reference(x)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["Relu", "Neg", "Sigmoid", "Identity", "Add"])
+def test_inference_in_place_kernels_never_write_a_feed(op):
+    """Kernels that may write their output over their input (in-place) leave a fed array alone,
+    whether fed as numpy (viewed, not copied), as a read-only array or as an OrtValue over it."""
+    g = helper.make_graph([helper.make_node(op, ["X", "X"] if op == "Add" else ["X"], ["Y"]),
+                           helper.make_node("Neg", ["Y"], ["Z"])], "g",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("Z", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    s = ot.InferenceSession(m.SerializeToString())
+    x = X[:, :4].copy()
+    kept = x.copy()
+    ro = x.copy()
+    ro.flags.writeable = False
+    want = {"Relu": -np.maximum(kept, 0), "Neg": kept, "Sigmoid": -1 / (1 + np.exp(-kept)), "Identity": -kept,
+            "Add": -2 * kept}[op]
+    np.testing.assert_allclose(s.run(None, {"X": x})[0], want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s.run(None, {"X": ro})[0], want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s.run_with_ort_values(["Z"], {"X": ot.OrtValue.ortvalue_from_numpy(x)})[0].numpy(),
+                               want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(x, kept)
+    np.testing.assert_array_equal(ro, kept)
 
 
 @pytest.mark.parametrize("outputs, fragments", [
@@ -215,7 +240,8 @@ TRAINING_ERRORS = [
     ("unknown name", lambda: {"X": XT, "lbl": YT, "Learning_Rate": LR}, ["unknown input 'lbl'", "X, label"]),
     ("missing label", lambda: {"X": XT, "Learning_Rate": LR}, ["missing input 'label'"]),
     ("missing learning rate", lambda: {"X": XT, "label": YT}, ["missing input 'Learning_Rate'"]),
-    ("None", lambda: feed(None, YT), ["'X'", "must be a tensor"]),
+    ("None", lambda: feed(None, YT), ["'X'", "must be a tensor, got nothing (None)"]),
+    ("list", lambda: feed(XT.tolist(), YT), ["'X'", "must be a tensor, got a sequence"]),
     ("huge broadcast view", lambda: feed(_huge_view(6), YT), ["'X'", "allocation limit"]),
 ]
 
