@@ -1,5 +1,7 @@
 #include "convert.h"
 
+#include <algorithm>
+
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::python {
@@ -93,6 +95,12 @@ Tensor tensor_from_array(const std::string& name, py::handle obj, std::vector<py
     throw_error<InvalidArgument>("input '", name, "': ", e.what());
   }
   Shape shape(arr.shape(), arr.shape() + arr.ndim());
+  // A view (broadcast, zero strides) may claim far more elements than its memory holds; converting
+  // it copies them all, so it is refused when the copy would pass the allocation limit.
+  const uint64_t per = dt == DType::kString ? sizeof(std::string) : uint64_t(arr.itemsize());
+  if (uint64_t(arr.size()) > allocation_limit() / std::max<uint64_t>(per, 1))
+    throw_error<InvalidArgument>("input '", name, "' of shape ", shape_to_string(shape), " holds ", arr.size(),
+                                 " elements: a tensor of them would pass ", allocation_limit_text());
   if (dt == DType::kString) return strings_from_array(arr);
   py::array c = viewable(arr);  // big-endian or strided arrays are converted, never misread
   hold.push_back(c);

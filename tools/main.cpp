@@ -89,11 +89,15 @@ int main(int argc, char** argv) {
               << "; see onnxtrain --help)\n";
     return cli::kExitUsage;
   }
-  auto error = [&](const std::string& what, int status) {
+  CLI::App app;
+  auto error = [&](std::string what, int status) {
+    // The commands read MODEL's bytes and parse them: a parse error names the file, not "model bytes".
+    const CLI::Option* model = app.get_option_no_throw("MODEL");
+    if (model && !model->empty() && what.rfind("model bytes ", 0) == 0)
+      what = "model file '" + model->as<std::string>() + "'" + what.substr(11);
     std::cerr << "onnxtrain " << name << ": error: " << one_line(cli::cli_wording(what)) << "\n";
     return status;
   };
-  CLI::App app;
   cli::configure_app(app, cmd->info());
   try {
     const std::function<int()> run = cmd->define(app);

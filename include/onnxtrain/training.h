@@ -73,7 +73,8 @@ std::vector<std::string> lr_schedule_names();
 /// Loss names add_loss_output accepts (aliases included: l2, l1).
 std::vector<std::string> loss_names();
 
-/// Trains a model that contains its loss. Not thread-safe.
+/// Trains a model that contains its loss. Thread-safe: concurrent calls (steps, eval, state,
+/// checkpoints, export) are serialized, each sees the others whole.
 class TrainingSession {
  public:
   TrainingSession(const std::string& path, const TrainingParameters& params, const SessionOptions& options = {});

@@ -4,6 +4,7 @@
 #include "ir/emitter.h"
 #include "autodiff/builder.h"
 #include "ir/onnx_io.h"
+#include "runtime/feeds.h"
 #include "runtime/fold.h"
 #include "runtime/run_hooks.h"
 
@@ -106,7 +107,9 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
   std::vector<size_t> outs;
   for (const auto& n : output_names) {
     auto it = output_index.find(n);
-    if (it == output_index.end()) throw_error<InvalidArgument>("unknown output '", n, "'");
+    if (it == output_index.end())
+      throw_error<InvalidArgument>("unknown output '", n, "' (the model's outputs are: ",
+                                   runtime::join_names(exec->output_names()), ")");
     outs.push_back(it->second);
   }
   runtime::GraphExecutor* ex = exec.get();

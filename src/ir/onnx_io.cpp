@@ -793,11 +793,11 @@ Model parse_model(const void* data, size_t size, const std::string& base_dir, co
   if (!p.ParseFromArray(data, int(size)))
     throw_error<InvalidModel>(origin, " is not a valid ONNX ModelProto (protobuf parsing failed: truncated or "
                               "corrupt bytes)");
-  try {
-    return model_from_proto(p, base_dir);
-  } catch (const Error& e) {
-    throw;
-  }
+  // Bytes that happen to parse (protobuf skips unknown fields) but are no model: named here.
+  if (!p.has_ir_version() || p.ir_version() <= 0)
+    throw_error<InvalidModel>(origin, " is not an ONNX model: the IR version is missing");
+  if (!p.has_graph()) throw_error<InvalidModel>(origin, " is not an ONNX model: it has no graph");
+  return model_from_proto(p, base_dir);
 }
 }  // namespace
 

@@ -24,7 +24,9 @@ void check_feed(const ir::ValueInfo& decl, const Value& v) {
   const auto& t = decl.type;
   if (t.kind == ir::TypeInfo::Kind::kTensor) {
     if (v.kind != Value::Kind::kTensor)
-      throw_error<InvalidArgument>("input '", decl.name, "' must be a tensor");
+      throw_error<InvalidArgument>("input '", decl.name, "' must be a tensor, got ",
+                                   v.kind == Value::Kind::kSequence ? "a sequence of tensors (a list or tuple)"
+                                                                    : "nothing (None)");
     const Tensor& x = v.tensor;
     if (t.elem != DType::kUndefined && x.dtype() != t.elem)
       throw_error<InvalidArgument>("input '", decl.name, "' has element type ", dtype_name(x.dtype()),
@@ -52,6 +54,12 @@ void check_feed(const ir::ValueInfo& decl, const Value& v) {
     if (v.kind != Value::Kind::kSequence)
       throw_error<InvalidArgument>("input '", decl.name, "' must be a sequence of tensors");
   }
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string r;
+  for (const auto& n : names) r += (r.empty() ? "" : ", ") + n;
+  return r;
 }
 
 }  // namespace onnxtrain::runtime

@@ -12,5 +12,7 @@ namespace onnxtrain::runtime {
 NodeArg node_arg_of(const ir::ValueInfo& v);
 /// Checks a feed against its declared type; throws InvalidArgument naming the input.
 void check_feed(const ir::ValueInfo& decl, const Value& v);
+/// "a, b, c": the valid names an unknown-name error lists.
+std::string join_names(const std::vector<std::string>& names);
 
 }  // namespace onnxtrain::runtime

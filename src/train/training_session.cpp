@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <set>
 
 #include "api/session_impl.h"
@@ -135,6 +136,9 @@ struct TrainingSession::Impl {
     size_t update = 0, accumulate = 0;
   };
   std::vector<Requests> requests;
+  // Serializes the public calls: a step writes lr/step_count/reset and the counters above, and
+  // checkpoints and state copies must not see a step half done.
+  std::mutex mu;
 
   void init();
   const Requests& requests_for(const std::vector<std::string>& outputs);
@@ -309,7 +313,7 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
   const std::vector<std::string>& outs = outs_in.empty() ? model_outputs : outs_in;
   for (const auto& n : outs)
     if (std::find(user_outputs.begin(), user_outputs.end(), n) == user_outputs.end())
-      throw_error<InvalidArgument>("unknown output '", n, "'",
+      throw_error<InvalidArgument>("unknown output '", n, "' (the outputs are: ", runtime::join_names(user_outputs), ")",
                                    n.size() > 5 && n.compare(n.size() - 5, 5, "_grad") == 0
                                        ? " (set TrainingParameters.set_gradients_as_graph_outputs to request gradients)"
                                        : "");
@@ -341,7 +345,7 @@ std::vector<Value> TrainingSession::Impl::run_eval(const std::vector<std::string
   std::vector<size_t> idx;
   for (const auto& n : outs) {
     auto it = eval_outputs.find(n);
-    if (it == eval_outputs.end()) throw_error<InvalidArgument>("unknown output '", n, "'");
+    if (it == eval_outputs.end()) throw_error<InvalidArgument>("unknown output '", n, "' (the outputs are: ", runtime::join_names(user_outputs), ")");
     idx.push_back(it->second);
   }
   // Evaluation must not advance the random streams of a later training step.
@@ -374,6 +378,7 @@ TrainingSession& TrainingSession::operator=(TrainingSession&&) noexcept = defaul
 
 std::vector<Value> TrainingSession::run(const std::vector<std::string>& output_names,
                                         const std::vector<std::pair<std::string, Value>>& feeds) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<Value> results;
   impl_->run_train(output_names, feeds, results);
   return results;
@@ -381,11 +386,13 @@ std::vector<Value> TrainingSession::run(const std::vector<std::string>& output_n
 
 void TrainingSession::run(const std::vector<std::string>& output_names,
                           const std::vector<std::pair<std::string, Value>>& feeds, std::vector<Value>& outputs) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->run_train(output_names, feeds, outputs);
 }
 
 std::vector<Value> TrainingSession::eval(const std::vector<std::string>& output_names,
                                          const std::vector<std::pair<std::string, Value>>& feeds) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->run_eval(output_names, feeds);
 }
 
@@ -415,18 +422,21 @@ std::vector<NodeArg> TrainingSession::get_outputs() const {
 std::vector<std::string> TrainingSession::trained_weights() const { return impl_->trained; }
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::get_state() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<std::pair<std::string, Tensor>> r;
   for (const auto& [n, t] : impl_->model.graph->initializers) r.emplace_back(n, t.clone());
   return r;
 }
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::get_model_state() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<std::pair<std::string, Tensor>> r;
   for (size_t i = 0; i < impl_->trained.size(); ++i) r.emplace_back(impl_->trained[i], impl_->weights[i]->clone());
   return r;
 }
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::get_optimizer_state() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<std::pair<std::string, Tensor>> r;
   for (const auto& u : impl_->optimizer_states()) r.emplace_back(u->key, impl_->state(u->state)->clone());
   r.emplace_back("step", Tensor::scalar<int64_t>(impl_->step));
@@ -434,6 +444,7 @@ std::vector<std::pair<std::string, Tensor>> TrainingSession::get_optimizer_state
 }
 
 void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   std::set<std::string> given;
   for (const auto& [n, t] : state) {
     Tensor* w = impl_->initializer(n);
@@ -451,6 +462,7 @@ void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor
 }
 
 void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   std::map<std::string, Tensor*> known;
   for (const auto* u : impl_->optimizer_states()) known[u->key] = impl_->state(u->state);
   std::set<std::string> given;
@@ -479,7 +491,10 @@ void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::stri
   if (step) impl_->step = step->data<int64_t>()[0];
 }
 
-int64_t TrainingSession::step() const { return impl_->step; }
+int64_t TrainingSession::step() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->step;
+}
 
 double TrainingSession::scheduled_learning_rate(int64_t step) const {
   if (!impl_->has_schedule)
@@ -490,16 +505,19 @@ double TrainingSession::scheduled_learning_rate(int64_t step) const {
 const TrainingParameters& TrainingSession::parameters() const { return impl_->params; }
 
 std::string TrainingSession::export_model(const std::vector<std::string>& outputs) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   ir::Model m = train::inference_graph(impl_->model, outputs, true, impl_->params.loss_output_name);
   return ir::serialize_model(m);
 }
 
 void TrainingSession::export_model_to(const std::string& path, const std::vector<std::string>& outputs) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   // Written beside its weights (external data) when over protobuf's 2 GiB limit.
   ir::save_model(train::inference_graph(impl_->model, outputs, true, impl_->params.loss_output_name), path);
 }
 
 void TrainingSession::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   train::Checkpoint c;
   for (const auto& [k, v] : metadata) c.text["user/" + k] = v;
   c.fingerprint = train::model_fingerprint(impl_->model, impl_->trained);
@@ -517,6 +535,7 @@ void TrainingSession::save_checkpoint(const std::string& path, const std::map<st
 }
 
 std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::string& path) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   train::Checkpoint c = train::read_checkpoint(path);
   const std::string fp = train::model_fingerprint(s.model, s.trained);

@@ -77,7 +77,7 @@ OT_UNARY(SignOp, x > C(0) ? C(1) : x < C(0) ? C(-1) : x)
 OT_UNARY(FloorOp, std::floor(x))
 OT_UNARY(CeilOp, std::ceil(x))
 OT_UNARY(RoundOp, std::nearbyint(x))  // default rounding mode: half to even
-OT_UNARY(ReluOp, x > C(0) ? x : C(0))
+OT_UNARY(ReluOp, x < C(0) ? C(0) : x)  // NaN stays NaN, as max(x, 0) in ONNX's reference (numpy)
 #if OT_EW_SIMD
 inline __m256 softplus_vec(__m256 x) {
   const __m256 e = vmath::exp(_mm256_sub_ps(_mm256_setzero_ps(), vmath::abs(x)));
