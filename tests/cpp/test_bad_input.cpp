@@ -406,3 +406,44 @@ TEST(BadInput, TrainingSessionStepsFromFourThreads) {
     EXPECT_EQ(std::memcmp(want[i].second.raw_data(), got[i].second.raw_data(), want[i].second.nbytes()), 0)
         << want[i].first;
 }
+
+// A bool feed whose bytes are not 0 or 1 (a uint8 buffer viewed as bool) is refused naming the
+// input and the byte; bools read from a model's raw_data are normalized (nonzero is true), as
+// numpy reads them.
+TEST(BadInput, BoolBytesOtherThanZeroOrOne) {
+  ir::Model m;
+  m.opsets = {{"", 17}};
+  m.graph = std::make_shared<ir::Graph>();
+  auto& g = *m.graph;
+  g.inputs = {ir::ValueInfo{"b", ir::TypeInfo::tensor(DType::kBool, {3}), ""}};
+  g.nodes = {make_node("Not", {"b"}, {"y"})};
+  g.outputs = {ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kBool, {3}), ""}};
+  const std::string bytes = ir::serialize_model(m);
+  InferenceSession s(bytes.data(), bytes.size());
+  Tensor t = Tensor::empty(DType::kBool, {3});
+  const uint8_t raw[3] = {0, 1, 255};
+  std::memcpy(t.raw_data(), raw, 3);
+  const Failure f = failure_of([&] { s.run({}, {{"b", t}}); });
+  EXPECT_EQ(f.code, int(ErrorCode::kInvalidArgument));
+  const std::string& msg = f.message;
+  EXPECT_NE(msg.find("'b'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("255"), std::string::npos) << msg;
+  // The same bytes as a TensorProto's raw_data load as {false, true, true}.
+  Tensor ok = Tensor::empty(DType::kBool, {3});
+  const uint8_t norm[3] = {0, 1, 1};
+  std::memcpy(ok.raw_data(), norm, 3);
+  std::string proto = ir::serialize_tensor(ok, "b");
+  const size_t at = proto.find(std::string("\x00\x01\x01", 3));
+  ASSERT_NE(at, std::string::npos);
+  proto[at + 2] = char(255);
+  Tensor loaded = ir::load_tensor_bytes(proto.data(), proto.size(), "b");
+  const auto* lb = static_cast<const uint8_t*>(loaded.raw_data());
+  EXPECT_EQ(lb[0], 0);
+  EXPECT_EQ(lb[1], 1);
+  EXPECT_EQ(lb[2], 1);
+  std::vector<Tensor> y = s.run({}, {{"b", loaded}});
+  const auto* yb = static_cast<const uint8_t*>(y[0].raw_data());
+  EXPECT_EQ(yb[0], 1);
+  EXPECT_EQ(yb[1], 0);
+  EXPECT_EQ(yb[2], 0);
+}
