@@ -98,7 +98,7 @@ double ref_interp_nd(const std::vector<double>& data, const Shape& xs, int64_t o
   const size_t rank = xs.size();
   int64_t stride = 1;
   for (size_t a = d + 1; a < rank; ++a) stride *= xs[a];
-  std::vector<double> pts(size_t(xs[d]));
+  std::vector<double> pts(static_cast<size_t>(xs[d]));
   for (int64_t i = 0; i < xs[d]; ++i)
     pts[size_t(i)] = d + 1 == rank ? data[size_t(offset + i)]
                                    : ref_interp_nd(data, xs, offset + i * stride, d + 1, yc, scales, lengths, roi, c);

@@ -82,6 +82,28 @@ struct compute_type<bfloat16> {
 template <class T>
 using compute_t = typename compute_type<T>::type;
 
+// ---------------------------------------------------------------- wrapping integer arithmetic
+// Integer kernels wrap around on overflow (as numpy and onnxruntime do) instead of overflowing
+// signed arithmetic (undefined behaviour); for floating point these are the plain operations.
+// Small types are promoted first, so the unsigned product never overflows int.
+template <class V>
+using wrap_unsigned_t = std::make_unsigned_t<decltype(V() + 0)>;
+template <class V>
+V wrap_add(V a, V b) {
+  if constexpr (std::is_integral_v<V>) return V(wrap_unsigned_t<V>(a) + wrap_unsigned_t<V>(b));
+  else return a + b;
+}
+template <class V>
+V wrap_mul(V a, V b) {
+  if constexpr (std::is_integral_v<V>) return V(wrap_unsigned_t<V>(a) * wrap_unsigned_t<V>(b));
+  else return a * b;
+}
+template <class V>
+V wrap_neg(V a) {
+  if constexpr (std::is_integral_v<V>) return V(wrap_unsigned_t<V>(0) - wrap_unsigned_t<V>(a));
+  else return -a;
+}
+
 // ---------------------------------------------------------------- axes
 /// Maps axis in [-rank, rank) to [0, rank); fails naming the node otherwise.
 template <class Ctx>

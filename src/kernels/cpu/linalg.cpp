@@ -45,16 +45,16 @@ void matmul2d(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, c
                        const Acc a = Acc(ta ? A[k * lda + i] : A[i * lda + k]);
                        if (!tb) {
                          const T* b = B + k * ldb;
-                         for (int64_t j = 0; j < N; ++j) row[size_t(j)] += a * Acc(b[j]);
+                         for (int64_t j = 0; j < N; ++j) row[size_t(j)] = wrap_add(row[size_t(j)], wrap_mul(a, Acc(b[j])));
                        } else {
-                         for (int64_t j = 0; j < N; ++j) row[size_t(j)] += a * Acc(B[j * ldb + k]);
+                         for (int64_t j = 0; j < N; ++j) row[size_t(j)] = wrap_add(row[size_t(j)], wrap_mul(a, Acc(B[j * ldb + k])));
                        }
                      }
                      T* c = C + i * ldc;
                      for (int64_t j = 0; j < N; ++j) {
                        Acc v = row[size_t(j)];
-                       if (alpha != 1.0) v = al * v;
-                       if (beta != 0.0) v += be * Acc(c[j]);
+                       if (alpha != 1.0) v = wrap_mul(al, v);
+                       if (beta != 0.0) v = wrap_add(v, wrap_mul(be, Acc(c[j])));
                        c[j] = T(v);
                      }
                    }
@@ -466,7 +466,7 @@ struct GatherSum {
           int64_t soff = 0;
           std::fill(sidx.begin(), sidx.end(), 0);
           for (int64_t s = 0; s < ns; ++s) {
-            acc += Acc(compute_t<T>(in[off + soff]));
+            acc = wrap_add(acc, Acc(compute_t<T>(in[off + soff])));
             for (size_t d = rs; d-- > 0;) {
               soff += sum_strides[d];
               if (++sidx[d] < sum_dims[d]) break;

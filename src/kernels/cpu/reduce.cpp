@@ -158,23 +158,6 @@ using sum_acc_t = std::conditional_t<
 // accumulation 0.9) at torch's speed; float64 accumulation throughout was 1.2-1.3x slower.
 constexpr int64_t kFold = 8;
 
-// Integer reductions wrap around on overflow (as numpy's and onnxruntime's do) instead of
-// overflowing signed arithmetic; floating point is unchanged.
-template <class V>
-V wrap_add(V a, V b) {
-  if constexpr (std::is_integral_v<V>) return V(std::make_unsigned_t<V>(a) + std::make_unsigned_t<V>(b));
-  else return a + b;
-}
-template <class V>
-V wrap_mul(V a, V b) {
-  if constexpr (std::is_integral_v<V>) return V(std::make_unsigned_t<V>(a) * std::make_unsigned_t<V>(b));
-  else return a * b;
-}
-template <class V>
-V wrap_neg(V a) {
-  return V(std::make_unsigned_t<V>(0) - std::make_unsigned_t<V>(a));
-}
-
 template <RK K, class T>
 struct RedOp {
   using C = compute_t<T>;
