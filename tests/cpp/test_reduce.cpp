@@ -505,7 +505,7 @@ TEST(Reduce, TopKRandomWithTies) {
     for (size_t o = 0; o < ev.size(); ++o) {
       auto idx = unravel(int64_t(o), os);
       if (idx[size_t(a)] != 0) continue;
-      std::vector<int64_t> order(size_t(s[size_t(a)]));
+      std::vector<int64_t> order(static_cast<size_t>(s[size_t(a)]));
       std::iota(order.begin(), order.end(), 0);
       auto val = [&](int64_t j) {
         auto t = idx;
