@@ -22,7 +22,7 @@ fi
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target onnxtrain_tests >/dev/null
 ARCHER=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | tail -1)
 export OMP_TOOL_LIBRARIES="$ARCHER"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4${TSAN_EXTRA:+:$TSAN_EXTRA}"
+export TSAN_OPTIONS="suppressions=$PWD/scripts/tsan.supp:halt_on_error=1:second_deadlock_stack=1:history_size=4${TSAN_EXTRA:+:$TSAN_EXTRA}"
 echo "[tsan] archer: ${ARCHER:-none}; filter: $FILTER"
 "$BUILD_DIR/onnxtrain_tests" --gtest_filter="$FILTER" --gtest_brief=1
 echo "[tsan] no data race reported"

@@ -1558,8 +1558,12 @@ void rules_shape(Table& t) {
       if (r < 0) c.fail("input rank unknown");
       for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
     }
-    std::vector<int64_t> inv(perm.size());
-    for (size_t i = 0; i < perm.size(); ++i) inv[size_t(perm[i])] = int64_t(i);
+    std::vector<int64_t> inv(perm.size(), -1);
+    for (size_t i = 0; i < perm.size(); ++i) {
+      if (perm[i] < 0 || perm[i] >= int64_t(perm.size()) || inv[size_t(perm[i])] >= 0)
+        c.fail("perm ", shape_to_string(perm), " is not a permutation of [0, ", perm.size(), ")");
+      inv[size_t(perm[i])] = int64_t(i);
+    }
     c.set_GI(0, c.transpose(c.GO(0), inv));
   });
 
