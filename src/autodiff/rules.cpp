@@ -1099,6 +1099,7 @@ void layernorm_rule(Ctx& c) {
   const int64_t r = c.rank(x);
   if (r < 0) c.fail("input rank unknown (ONNX type inference failed)");
   int64_t axis = c.attr_int("axis", -1);
+  if (axis < -r || axis >= r) c.fail("axis ", axis, " is out of range for rank ", r);
   if (axis < 0) axis += r;
   const std::string mean = c.forward_output(1), inv = c.forward_output(2);
   if (!c.portable()) {  // dScale, dB come in the normalized shape dims[axis:]
