@@ -485,7 +485,47 @@ void bind_training(py::module_& m) {
            py::arg("outputs") = std::vector<std::string>{})
       .def("save_checkpoint", &TrainingSession::save_checkpoint, py::arg("path"),
            py::arg("metadata") = std::map<std::string, std::string>{}, py::call_guard<py::gil_scoped_release>())
-      .def("load_checkpoint", &TrainingSession::load_checkpoint, py::call_guard<py::gil_scoped_release>());
+      .def("load_checkpoint", &TrainingSession::load_checkpoint, py::call_guard<py::gil_scoped_release>())
+      .def("start_profiling", &TrainingSession::start_profiling, py::arg("trace") = false,
+           "Starts (or restarts) profiling; trace=False keeps only the per-node totals of profile_summary().")
+      .def(
+          "profile_summary",
+          [](const TrainingSession& s) {
+            py::list r;
+            for (const auto& p : s.profile_summary()) {
+              py::dict d;
+              d["node"] = p.node;
+              d["op_type"] = p.op_type;
+              d["phase"] = p.phase;
+              d["calls"] = p.calls;
+              d["seconds"] = p.seconds;
+              r.append(std::move(d));
+            }
+            return r;
+          },
+          "Per-node time since profiling started: dicts with node, op_type, phase (forward, backward, "
+          "optimizer, eval), calls and seconds, in the order nodes first ran.")
+      .def("end_profiling", &TrainingSession::end_profiling,
+           "Stops profiling; writes the Chrome-trace JSON when tracing (SessionOptions.enable_profiling) and "
+           "returns its name, else ''.")
+      .def_static(
+          "format_profile",
+          [](py::list summary, int64_t steps, size_t top_nodes) {
+            std::vector<NodeProfile> v;
+            for (py::handle h : summary) {
+              py::dict d = py::reinterpret_borrow<py::dict>(h);
+              NodeProfile p;
+              p.node = py::str(d["node"]);
+              p.op_type = py::str(d["op_type"]);
+              p.phase = py::str(d["phase"]);
+              p.calls = d["calls"].cast<int64_t>();
+              p.seconds = d["seconds"].cast<double>();
+              v.push_back(std::move(p));
+            }
+            return format_profile(v, steps, top_nodes);
+          },
+          py::arg("summary"), py::arg("steps"), py::arg("top_nodes") = 12,
+          "The text table of a profile_summary() over `steps` training runs (onnxtrain train --profile).");
 
   m.def("add_loss_output",
         [](py::bytes model, const std::string& score_name, const std::string& loss_name, const std::string& label_name,

@@ -114,6 +114,9 @@ void define_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--progress", a.progress, "auto (a bar on a terminal, plain lines otherwise), bar, plain or none")
       ->type_name("MODE")
       ->check(choice({"auto", "bar", "plain", "none"}));
+  app.add_flag("--profile", a.profile,
+               "time every node of the training plan and print, after the run, the time per operator type and "
+               "per node, split into forward, backward and optimizer");
 }
 
 Command train_command() {
@@ -197,6 +200,8 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
   TrainingSession sess(lm.bytes.data(), lm.bytes.size(), setup.params, so, dir_of(model_path));
   Trainer trainer(sess, o);
   if (a.resume) trainer.load_checkpoint(ckpt_path);
+  if (a.profile) sess.start_profiling(false);
+  int64_t runs = 0;  // training runs (batches) of this invocation
   const std::string metric = metric_label(lm.objective.metric);
 
   // Output (stdout): what is about to happen.
@@ -218,6 +223,7 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
   Progress progress(a.progress, plan.total_steps, plan.epochs, metric);
   TrainerCallbacks cb;
   cb.on_step = [&](const StepInfo& s) {
+    ++runs;
     progress.update(s.step, s.epoch, s.epoch_loss, s.epoch_metric, s.samples_per_s, s.eta_s);
   };
   cb.on_epoch_end = [&](const EpochInfo& e) {
@@ -295,6 +301,9 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
               metrics_path.c_str(), curve_path.c_str());
   if (given(app, "--checkpoint-dir")) std::printf("             %s (checkpoint)\n", ckpt_path.c_str());
   std::printf("=========================================================================\n");
+  if (a.profile) {
+    std::printf("\n%s", format_profile(sess.profile_summary(), runs).c_str());
+  }
   return kExitOk;
 }
 

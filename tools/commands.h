@@ -31,7 +31,7 @@ struct TrainArgs {
   int64_t batch_size = 32, epochs = 1, steps = 0, seed = 0, threads = 0, eval_batch_size = 1024;
   int64_t log_every = 0, checkpoint_every = 0;
   std::string memory_limit;  ///< --memory-limit as given ("" : none)
-  bool drop_last = false, no_shuffle = false, resume = false;
+  bool drop_last = false, no_shuffle = false, resume = false, profile = false;
   std::string out, metrics, curve, checkpoint_dir, progress = "auto";
 };
 const CommandInfo& train_info();

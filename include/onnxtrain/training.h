@@ -73,6 +73,21 @@ std::vector<std::string> lr_schedule_names();
 /// Loss names add_loss_output accepts (aliases included: l2, l1).
 std::vector<std::string> loss_names();
 
+/// Time of one node of a training session's plans while profiling (TrainingSession::profile_summary).
+struct NodeProfile {
+  std::string node;     ///< node name (op type and a number when unnamed)
+  std::string op_type;
+  /// "forward" (the model and its loss), "backward" (the gradient graph), "optimizer"
+  /// (accumulation, clipping, update) or "eval" (TrainingSession::eval runs).
+  std::string phase;
+  int64_t calls = 0;    ///< runs of the node
+  double seconds = 0;   ///< time inside its kernel, summed over the runs
+};
+
+/// A text report of `profile` over `steps` training runs: time per phase, per operator type (split
+/// by phase) and the `top_nodes` slowest nodes, in milliseconds per step and shares of the total.
+std::string format_profile(const std::vector<NodeProfile>& profile, int64_t steps, size_t top_nodes = 12);
+
 /// Trains a model that contains its loss. Thread-safe: concurrent calls (steps, eval, state,
 /// checkpoints, export) are serialized, each sees the others whole.
 class TrainingSession {
@@ -136,6 +151,16 @@ class TrainingSession {
   /// Throws naming what is wrong for a truncated, corrupted, foreign or too-new file (nothing is
   /// modified then). Returns the metadata saved with the checkpoint.
   std::map<std::string, std::string> load_checkpoint(const std::string& path);
+
+  /// Starts (or restarts) profiling. SessionOptions.enable_profiling starts it at construction with
+  /// a trace; `trace` false keeps only the per-node totals of profile_summary (no file, bounded memory).
+  void start_profiling(bool trace = false);
+  /// Per-node time of the runs since profiling started, in the order nodes first ran; empty when
+  /// profiling never started. Kept after end_profiling.
+  std::vector<NodeProfile> profile_summary() const;
+  /// Stops profiling; writes onnxruntime's Chrome-trace JSON (one event per node run, training and
+  /// eval runs, at most 10^6 events) when it traces and returns its name, else "".
+  std::string end_profiling();
 
   struct Impl;
 

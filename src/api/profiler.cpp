@@ -35,19 +35,31 @@ int64_t bytes_of(const std::vector<std::pair<DType, Shape>>& vs) {
 
 }  // namespace
 
-void Profiler::start(std::string prefix) {
+void Profiler::start(std::string prefix, bool trace) {
   prefix_ = std::move(prefix);
+  trace_ = trace;
   start_ns_ = runtime::now_ns();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.clear();
+    index_.clear();
+    totals_.clear();
+  }
   active_ = true;
 }
 
 void Profiler::add(std::string event) {
   std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back(std::move(event));
+  if (events_.size() < kMaxEvents) events_.push_back(std::move(event));
+}
+
+std::vector<NodeTotal> Profiler::totals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return totals_;
 }
 
 void Profiler::session_event(const std::string& name, int64_t begin_ns, const std::string& args_json) {
-  if (!active_) return;
+  if (!active_ || !trace_) return;
   const int64_t end = runtime::now_ns();
   nlohmann::json e;
   e["cat"] = "Session";
@@ -61,8 +73,23 @@ void Profiler::session_event(const std::string& name, int64_t begin_ns, const st
   add(e.dump());
 }
 
-void Profiler::node_event(const runtime::NodeEvent& ev) {
+void Profiler::node_event(const runtime::NodeEvent& ev, int tag) {
   if (!active_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto [it, fresh] = index_.emplace(ev.node, totals_.size());
+    if (fresh) {
+      NodeTotal t;
+      t.name = ev.node->name.empty() ? ev.node->op_type + "_" + std::to_string(totals_.size()) : ev.node->name;
+      t.op_type = ev.node->op_type;
+      t.tag = tag;
+      totals_.push_back(std::move(t));
+    }
+    NodeTotal& t = totals_[it->second];
+    ++t.calls;
+    t.ns += ev.end_ns - ev.start_ns;
+    if (!trace_ || events_.size() >= kMaxEvents) return;
+  }
   nlohmann::json e;
   const std::string node_name = ev.node->name.empty() ? ev.node->op_type : ev.node->name;
   e["cat"] = "Node";
@@ -85,7 +112,7 @@ void Profiler::node_event(const runtime::NodeEvent& ev) {
 }
 
 std::string Profiler::end() {
-  if (!active_.exchange(false)) return "";
+  if (!active_.exchange(false) || !trace_) return "";
   std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);

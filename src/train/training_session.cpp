@@ -139,8 +139,12 @@ struct TrainingSession::Impl {
   // Serializes the public calls: a step writes lr/step_count/reset and the counters above, and
   // checkpoints and state copies must not see a step half done.
   std::mutex mu;
+  api::Profiler profiler;
 
   void init();
+  /// Runs `fn` with the profiler's node hook installed when profiling (nodes tagged by phase).
+  template <class Fn>
+  void profiled(bool eval, Fn&& fn);
   const Requests& requests_for(const std::vector<std::string>& outputs);
   void run_train(const std::vector<std::string>& outs, const std::vector<std::pair<std::string, Value>>& feeds,
                  std::vector<Value>& results);
@@ -158,7 +162,40 @@ struct TrainingSession::Impl {
   }
 };
 
+namespace {
+
+enum Phase : int { kForward = 0, kBackward = 1, kOptimizer = 2, kEval = 3 };
+const char* const kPhaseNames[] = {"forward", "backward", "optimizer", "eval"};
+
+// The gradient builder names its nodes grad_*, attach_optimizer optimizer_* (accumulation, clipping
+// and the update), the loss builder loss_*; the rest is the model's forward pass.
+int phase_of(const ir::Node& n) {
+  if (n.name.rfind("grad_", 0) == 0) return kBackward;
+  if (n.name.rfind("optimizer_", 0) == 0) return kOptimizer;
+  return kForward;
+}
+
+}  // namespace
+
+template <class Fn>
+void TrainingSession::Impl::profiled(bool eval, Fn&& fn) {
+  if (!profiler.active()) {
+    fn();
+    return;
+  }
+  const int64_t start = runtime::now_ns();
+  runtime::RunHooks hooks;
+  if (const runtime::RunHooks* outer = runtime::current_run_hooks()) hooks.terminate = outer->terminate;
+  hooks.on_node = [this, eval](runtime::NodeEvent&& ev) { profiler.node_event(ev, eval ? kEval : phase_of(*ev.node)); };
+  {
+    runtime::ScopedRunHooks scope(&hooks);
+    fn();
+  }
+  profiler.session_event(eval ? "eval_run" : "train_run", start, "{\"step\": " + std::to_string(step) + "}");
+}
+
 void TrainingSession::Impl::init() {
+  const int64_t init_start = runtime::now_ns();
   params.validate();
   ir::Graph& g = *model.graph;
   bool loss_found = false;
@@ -240,6 +277,10 @@ void TrainingSession::Impl::init() {
   ins.assign(train_exec->input_names().size(), nullptr);
   has_schedule = !params.lr_schedule.empty();
   if (has_schedule) schedule = make_schedule(params);
+  if (options.enable_profiling) {
+    profiler.start(options.profile_file_prefix, true);
+    profiler.session_event("session_initialization", init_start);
+  }
 }
 
 namespace {
@@ -329,7 +370,7 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
       throw_error<InvalidArgument>("missing input '", train_exec->input_names()[i], "'");
   const Requests& req = requests_for(outs);
   const bool update = micro + 1 >= params.gradient_accumulation_steps;
-  train_exec->run(ins, update ? req.update : req.accumulate, results);
+  profiled(false, [&] { train_exec->run(ins, update ? req.update : req.accumulate, results); });
   if (update) {
     ++step;
     micro = 0;
@@ -350,7 +391,8 @@ std::vector<Value> TrainingSession::Impl::run_eval(const std::vector<std::string
   }
   // Evaluation must not advance the random streams of a later training step.
   const uint64_t rc = eval_exec->run_counter();
-  auto r = eval_exec->run(eval_ins, idx);
+  std::vector<Value> r;
+  profiled(true, [&] { r = eval_exec->run(eval_ins, idx); });
   eval_exec->set_run_counter(rc);
   return r;
 }
@@ -532,6 +574,30 @@ void TrainingSession::save_checkpoint(const std::string& path, const std::map<st
   c.counters["train_runs"] = int64_t(impl_->train_exec->run_counter());
   c.text["optimizer"] = impl_->optimizer_name;
   train::write_checkpoint(path, c);
+}
+
+void TrainingSession::start_profiling(bool trace) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->profiler.start(impl_->options.profile_file_prefix, trace);
+}
+
+std::vector<NodeProfile> TrainingSession::profile_summary() const {
+  std::vector<NodeProfile> r;
+  for (const auto& t : impl_->profiler.totals()) {
+    NodeProfile p;
+    p.node = t.name;
+    p.op_type = t.op_type;
+    p.phase = kPhaseNames[t.tag];
+    p.calls = t.calls;
+    p.seconds = double(t.ns) * 1e-9;
+    r.push_back(std::move(p));
+  }
+  return r;
+}
+
+std::string TrainingSession::end_profiling() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->profiler.end();
 }
 
 std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::string& path) {

@@ -188,6 +188,27 @@ class TrainingSession:
         metadata dict."""
         return self._sess.load_checkpoint(os.fspath(path))
 
+    def start_profiling(self, trace=False):
+        """Starts (or restarts) profiling. ``SessionOptions.enable_profiling`` starts it at
+        construction with a trace; ``trace=False`` keeps only the totals of profile_summary()."""
+        self._sess.start_profiling(bool(trace))
+
+    def profile_summary(self):
+        """Per-node time since profiling started: a list of dicts (node, op_type, phase — forward,
+        backward, optimizer or eval —, calls, seconds) in the order the nodes first ran."""
+        return self._sess.profile_summary()
+
+    def end_profiling(self):
+        """Stops profiling; writes onnxruntime's Chrome-trace JSON when tracing and returns its
+        file name, else ''."""
+        return self._sess.end_profiling()
+
+    @staticmethod
+    def format_profile(summary, steps, top_nodes=12):
+        """The text table of ``onnxtrain train --profile`` for a profile_summary() over ``steps``
+        training runs: time per phase, per operator type (split by phase), slowest nodes."""
+        return _C.TrainingSession.format_profile(list(summary), int(steps), int(top_nodes))
+
 
 def _model_bytes(onx):
     if isinstance(onx, bytes):
