@@ -337,6 +337,36 @@ TEST(GradPool, KernelMaxTiesGoToTheFirst) {
   EXPECT_TRUE(all_close(dx[0], {1, 1, 2, 3}, {2, 3, 0, 0, 0, 0}));
 }
 
+TEST(GradPool, KernelMax2x2Stride2) {
+  // The direct path of the common CNN pool (2x2, stride 2, no pads): odd and even sizes (rows and
+  // columns outside every window), ties and -inf windows, against the naive reference.
+  std::mt19937 rng(110);
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int64_t h = 2; h <= 7; ++h)
+    for (int64_t w = 2; w <= 19; w += 3) {
+      PGeo g;
+      g.N = 2, g.C = 3;
+      g.in = {h, w}, g.k = {2, 2}, g.s = {2, 2}, g.d = {1, 1}, g.pb = {0, 0}, g.pe = {0, 0};
+      std::vector<double> v = to_double(random_tensor(DType::kFloat32, g.xshape(), rng, -2, 2));
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i % 3 == 0) v[i] = std::round(v[i]);  // ties
+        if (i % 11 == 0) v[i] = -inf;
+      }
+      for (size_t i = 0; i < 4 && i < v.size(); ++i) v[i] = -inf;  // a whole -inf window (or more)
+      Tensor x = from_double(DType::kFloat32, g.xshape(), v);
+      Tensor dy = random_tensor(DType::kFloat32, g.yshape(), rng);
+      const auto e = ref_pool_grad(g, Kind::kMax, to_double(x), to_double(dy));
+      for (int threads : {1, 2}) {
+        RunOptions o;
+        o.domain = "com.onnxtrain";
+        o.opset = 17;
+        o.threads = threads;
+        auto dx = run_node("MaxPoolGrad", {dy, x}, g.attrs(Kind::kMax, 17), o);
+        EXPECT_TRUE(all_close(dx[0], g.xshape(), e, 0, 0)) << g.describe() << " threads " << threads;
+      }
+    }
+}
+
 TEST(GradPool, KernelErrors) {
   RunOptions o;
   o.domain = "com.onnxtrain";

@@ -22,6 +22,15 @@ struct IsInfOp {
   }
 };
 
+// y[i] = c[i] ? x[i] : z[i] over one run, each of c, x, z contiguous (1) or broadcast (0).
+template <class T, int SC, int SX, int SZ>
+void select_run(const bool* c, const T* x, const T* z, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T m = T(0) - T(c[SC ? i : 0]);
+    y[i] = T((x[SX ? i : 0] & m) | (z[SZ ? i : 0] & T(~m)));
+  }
+}
+
 // Where: Y = cond ? X : Z with numpy broadcasting of all three.
 class WhereKernel final : public Kernel {
  public:
@@ -53,19 +62,19 @@ class WhereKernel final : public Kernel {
           T* y = Y + o;
           if constexpr (std::is_same_v<T, std::string>) {
             for (int64_t i = 0; i < n; ++i) y[i] = c[i * sc] ? x[i * sx] : z[i * sz];
-          } else if (sc && sx && sz) {
-            // T is an unsigned integer of the element size: select with a mask (vectorizes).
-            for (int64_t i = 0; i < n; ++i) {
-              const T m = T(0) - T(c[i]);
-              y[i] = T((x[i] & m) | (z[i] & T(~m)));
-            }
-          } else if (sc && !sx && !sz) {
-            const T xv = x[0], zv = z[0];
-            for (int64_t i = 0; i < n; ++i) y[i] = c[i] ? xv : zv;
           } else {
-            for (int64_t i = 0; i < n; ++i) {
-              const T xv = x[i * sx], zv = z[i * sz];
-              y[i] = c[i * sc] ? xv : zv;
+            // T is an unsigned integer of the element size: select with a mask, branch-free (a
+            // data-dependent branch mispredicts on half the elements of a ReLU gradient), one loop
+            // per broadcast pattern so that each vectorizes.
+            switch ((sc ? 4 : 0) | (sx ? 2 : 0) | (sz ? 1 : 0)) {
+              case 7: select_run<T, 1, 1, 1>(c, x, z, y, n); break;
+              case 6: select_run<T, 1, 1, 0>(c, x, z, y, n); break;
+              case 5: select_run<T, 1, 0, 1>(c, x, z, y, n); break;
+              case 4: select_run<T, 1, 0, 0>(c, x, z, y, n); break;
+              case 3: select_run<T, 0, 1, 1>(c, x, z, y, n); break;
+              case 2: select_run<T, 0, 1, 0>(c, x, z, y, n); break;
+              case 1: select_run<T, 0, 0, 1>(c, x, z, y, n); break;
+              default: select_run<T, 0, 0, 0>(c, x, z, y, n); break;
             }
           }
         });

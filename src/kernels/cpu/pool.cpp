@@ -548,6 +548,72 @@ void global_avg_grad(const T* dy, T* dx, int64_t planes, int64_t n) {
   });
 }
 
+// MaxPool 2x2, stride 2, no padding or dilation, float32 (the common CNN case): each element of X
+// lies in at most one window, so dX is written once (no zero fill, no scatter). The same first
+// maximum as pool_grad_loop: strictly greater than the running maximum from the lowest value, the
+// window's first element when none is (all NaN or lowest); rows and columns outside every window
+// get 0.
+// 8 windows: rows r0, r1 (16 columns each), their gradients g (8) -> d0, d1 (16 columns each).
+inline void maxpool2x2_grad8(const float* r0, const float* r1, const float* g, float* d0, float* d1) {
+  const v8f ninf = v8f{} - std::numeric_limits<float>::infinity(), zero = v8f{};
+  const v8f a0 = *reinterpret_cast<const v8f_u*>(r0), a1 = *reinterpret_cast<const v8f_u*>(r0 + 8);
+  const v8f b0 = *reinterpret_cast<const v8f_u*>(r1), b1 = *reinterpret_cast<const v8f_u*>(r1 + 8);
+  const v8f a = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14);
+  const v8f b = __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15);
+  const v8f c = __builtin_shufflevector(b0, b1, 0, 2, 4, 6, 8, 10, 12, 14);
+  const v8f d = __builtin_shufflevector(b0, b1, 1, 3, 5, 7, 9, 11, 13, 15);
+  // Running maximum from -inf, strictly greater wins: NaN never does, a stays first otherwise.
+  v8f m = a > ninf ? a : ninf;
+  const v8i gb = b > m;
+  m = gb ? b : m;
+  const v8i gc = c > m;
+  m = gc ? c : m;
+  const v8i gd = d > m;
+  const v8f gv = *reinterpret_cast<const v8f_u*>(g);
+  const v8f wd = gd ? gv : zero;
+  const v8f wc = (gc & ~gd) ? gv : zero;
+  const v8f wb = (gb & ~gc & ~gd) ? gv : zero;
+  const v8f wa = (gb | gc | gd) ? zero : gv;
+  *reinterpret_cast<v8f_u*>(d0) = __builtin_shufflevector(wa, wb, 0, 8, 1, 9, 2, 10, 3, 11);
+  *reinterpret_cast<v8f_u*>(d0 + 8) = __builtin_shufflevector(wa, wb, 4, 12, 5, 13, 6, 14, 7, 15);
+  *reinterpret_cast<v8f_u*>(d1) = __builtin_shufflevector(wc, wd, 0, 8, 1, 9, 2, 10, 3, 11);
+  *reinterpret_cast<v8f_u*>(d1 + 8) = __builtin_shufflevector(wc, wd, 4, 12, 5, 13, 6, 14, 7, 15);
+}
+
+void maxpool2x2_grad(const float* x, const float* dy, float* dx, int64_t planes, int64_t H, int64_t W, int64_t OH,
+                     int64_t OW) {
+  parallel_for(planes, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t plane = p0; plane < p1; ++plane) {
+      const float* xp = x + plane * H * W;
+      float* dxp = dx + plane * H * W;
+      const float* dyp = dy + plane * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const float* r0 = xp + 2 * oh * W;
+        const float* r1 = r0 + W;
+        float* d0 = dxp + 2 * oh * W;
+        float* d1 = d0 + W;
+        const float* g = dyp + oh * OW;
+        // 8 windows at a time in vector registers (even/odd columns split by shuffles); the last
+        // 1-7 windows of the row through a padded copy.
+        for (int64_t ow = 0; ow < OW; ow += 8) {
+          const int64_t n = std::min<int64_t>(8, OW - ow);
+          if (n == 8) {
+            maxpool2x2_grad8(r0 + 2 * ow, r1 + 2 * ow, g + ow, d0 + 2 * ow, d1 + 2 * ow);
+            continue;
+          }
+          float in0[16], in1[16], gin[8], out0[16], out1[16];
+          std::fill_n(in0, 16, 0.f), std::fill_n(in1, 16, 0.f), std::fill_n(gin, 8, 0.f);
+          std::copy_n(r0 + 2 * ow, 2 * n, in0), std::copy_n(r1 + 2 * ow, 2 * n, in1), std::copy_n(g + ow, n, gin);
+          maxpool2x2_grad8(in0, in1, gin, out0, out1);
+          std::copy_n(out0, 2 * n, d0 + 2 * ow), std::copy_n(out1, 2 * n, d1 + 2 * ow);
+        }
+        for (int64_t w = 2 * OW; w < W; ++w) d0[w] = d1[w] = 0.f;
+      }
+      std::fill(dxp + 2 * OH * W, dxp + H * W, 0.f);
+    }
+  });
+}
+
 class PoolGradKernel final : public Kernel {
  public:
   PoolGradKernel(const KernelInfo& info, PoolKind kind, bool global) { p_.read(info, kind, global, true); }
@@ -575,6 +641,11 @@ class PoolGradKernel final : public Kernel {
     ctx.set_output(0, dt_, x);
     op_ = dnnl_util::DnnlOp();
     tables_.reset();
+    const WindowGeom& g = p_.g;
+    fast2x2_ = p_.kind == PoolKind::kMax && !p_.global && !third_ && dt_ == DType::kFloat32 && g.nd == 2 &&
+               g.kernel == Shape{2, 2} && g.stride == Shape{2, 2} && g.dilation == Shape{1, 1} &&
+               g.pad_b == Shape{0, 0} && g.pad_e == Shape{0, 0} && g.out[0] * 2 <= g.in[0] && g.out[1] * 2 <= g.in[1];
+    if (fast2x2_) return;
     if (dt_ == DType::kFloat32 && p_.kind == PoolKind::kAvg && shape_numel(p_.y) > 0 && p_.make_dnnl(op_, x, true)) {
       ctx.request_workspace(op_.workspace_bytes());
     } else if (!(p_.global && p_.kind == PoolKind::kAvg) && shape_numel(p_.y) > 0) {
@@ -598,6 +669,9 @@ class PoolGradKernel final : public Kernel {
       op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
       return;
     }
+    if (fast2x2_)
+      return maxpool2x2_grad(ctx.input(1).data<float>(), dY.data<float>(), dX.data<float>(), p_.planes, p_.g.in[0],
+                             p_.g.in[1], p_.g.out[0], p_.g.out[1]);
     const int64_t* ind = third_ && p_.kind == PoolKind::kMax ? ctx.input(2).data<int64_t>() : nullptr;
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
       const T* x = ctx.input(1).data<T>();
@@ -624,7 +698,7 @@ class PoolGradKernel final : public Kernel {
 
  private:
   PoolParams p_;
-  bool third_ = false;
+  bool third_ = false, fast2x2_ = false;
   DType dt_ = DType::kFloat32;
   dnnl_util::DnnlOp op_;
   std::unique_ptr<PoolTables> tables_;  // window tables, built for the prepared shapes
