@@ -103,7 +103,15 @@ void matmul_rule(Ctx& c) {
     auto t = with_tail(c.type(c.O(0)), 2, last_dims(c.type(A), 2), dt);
     c.set_GI_unbroadcast_typed(0, ga, &t);
   }
-  if (c.needs_GI(1)) {
+  if (c.needs_GI(1) && rb == 2) {
+    // A 2-D weight applied over batch dims (a linear layer): Y's batch dims are A's, so
+    // dB = sum over the batch of A_i^T g_i = A^T g with A and g flattened to 2-D — one GEMM
+    // instead of a batch of products, their [..., K, N] result and its ReduceSum.
+    const std::string fa = c.op("Flatten", {A}, {iattr("axis", ra - 1)});
+    const std::string fg = c.op("Flatten", {g}, {iattr("axis", ra - 1)});
+    c.set_GI(1, c.opset() >= 11 ? c.op("Gemm", {fa, fg}, {iattr("transA", 1)})
+                                : c.op("MatMul", {c.transpose(fa, {1, 0}), fg}));
+  } else if (c.needs_GI(1)) {
     auto gb = c.op("MatMul", {swap_last2(c, A, ra), g});
     auto t = with_tail(c.type(c.O(0)), 2, last_dims(c.type(B), 2), dt);
     c.set_GI_unbroadcast_typed(1, gb, &t);

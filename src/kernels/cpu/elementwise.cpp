@@ -223,10 +223,16 @@ class PowKernel final : public Kernel {
     dispatch<NumericTypes>(ta.dtype(), ctx.node(), [&]<class T>() {
       dispatch<NumericTypes>(tb.dtype(), ctx.node(), [&]<class U>() {
         if constexpr (std::is_same_v<T, U> && std::is_floating_point_v<T>) {
-          // x^2 (variance, norms) is hot and exact as x * x.
-          if (tb.numel() == 1 && tb.data<T>()[0] == T(2)) {
-            run_loop(ctx, ta.data<T>(), tb.data<T>(), ty.data<T>(), [](T a, T) { return a * a; });
-            return;
+          // Scalar exponents whose power is exact in one operation (pow's result bit for bit):
+          // x^2 (variance, norms) and x^1 (the gradient of x^2) are hot.
+          if (tb.numel() == 1) {
+            const T e = tb.data<T>()[0];
+            const T* a = ta.data<T>();
+            T* y = ty.data<T>();
+            if (e == T(2)) return run_loop(ctx, a, tb.data<T>(), y, [](T v, T) { return v * v; });
+            if (e == T(1)) return run_loop(ctx, a, tb.data<T>(), y, [](T v, T) { return v; });
+            if (e == T(0)) return run_loop(ctx, a, tb.data<T>(), y, [](T, T) { return T(1); });
+            if (e == T(-1)) return run_loop(ctx, a, tb.data<T>(), y, [](T v, T) { return T(1) / v; });
           }
         }
         run_loop(ctx, ta.data<T>(), tb.data<U>(), ty.data<T>(), [](T a, U b) { return pow_value(a, b); });

@@ -435,7 +435,14 @@ class DropoutKernel final : public Kernel {
     } else if (train_) {
       check_ratio(ctx, ratio_);
     }
-    if (mode_ == Mode::kInfer)
+    // A constant ratio of 0 keeps every element in both modes: the output is the input.
+    if (opset_ >= 12) {
+      const Tensor* r = ctx.has_input(1) ? ctx.input_value(1) : nullptr;
+      keep_all_ = r && read_scalar_as_double(*r) == 0;
+    } else {
+      keep_all_ = ratio_ == 0;
+    }
+    if (mode_ == Mode::kInfer || keep_all_)
       ctx.set_output_alias(0, 0, s);
     else
       ctx.set_output(0, dt, s);
@@ -463,11 +470,12 @@ class DropoutKernel final : public Kernel {
         else
           mask->data<T>()[i] = T(C(keep ? 1 : 0));
       };
-      if (!train) {
+      auto keep_everything = [&] {
         if (!ctx.output_aliases_input(0, 0)) y.copy_from(x);
-        for (int64_t i = 0; mask && i < n; ++i) put_mask(i, true);
-        return;
-      }
+        if (mask && mask->dtype() == DType::kBool) std::fill_n(mask->data<bool>(), n, true);
+        else if (mask) std::fill_n(mask->data<T>(), n, T(C(1)));
+      };
+      if (!train || keep_all_) return keep_everything();
       const C denom = C(1.0f - float(ratio));
       auto apply = [&](int64_t i, double u) {
         const bool keep = u >= ratio;
@@ -481,7 +489,17 @@ class DropoutKernel final : public Kernel {
         }
       } else {
         const uint64_t key = mix(key_ + 0x632be59bd9b4e019ull * ++runs_);
+        if (ratio == 0) return keep_everything();  // u >= 0 always: no draws (the stream is counter-based)
+        bool* mb = mask && mask->dtype() == DType::kBool ? mask->data<bool>() : nullptr;
         parallel_for(n, 16384, [&](int64_t i0, int64_t i1) {
+          if (mb) {  // the common case without the per-element mask type test
+            for (int64_t i = i0; i < i1; ++i) {
+              const bool keep = double(mix(key ^ uint64_t(i)) >> 11) * 0x1.0p-53 >= ratio;
+              Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
+              mb[i] = keep;
+            }
+            return;
+          }
           for (int64_t i = i0; i < i1; ++i) apply(i, double(mix(key ^ uint64_t(i)) >> 11) * 0x1.0p-53);
         });
       }
@@ -503,7 +521,7 @@ class DropoutKernel final : public Kernel {
 
   int64_t opset_;
   double ratio_ = 0.5;
-  bool train_ = false, seeded_ = false;
+  bool train_ = false, seeded_ = false, keep_all_ = false;
   Mode mode_ = Mode::kInfer;
   std::mt19937 mt_;
   uint64_t key_, runs_ = 0;
@@ -849,14 +867,20 @@ class DropoutGradKernel final : public Kernel {
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
     if (ctx.input_shape(1) != ctx.input_shape(0) || (ctx.input_dtype(1) != DType::kBool && ctx.input_dtype(1) != dt))
       ctx.fail("mask must be a bool or ", dtype_name(dt), " tensor of shape ", shape_to_string(ctx.input_shape(0)));
-    ctx.set_output(0, dt, ctx.input_shape(0));
+    // A constant ratio of 0: dX = dY in both modes, the gradient passed through without a copy.
+    const Tensor* r = ctx.has_input(2) ? ctx.input_value(2) : nullptr;
+    pass_ = ctx.has_input(2) ? r && read_scalar_as_double(*r) == 0 : ratio_ == 0;
+    if (pass_)
+      ctx.set_output_alias(0, 0, ctx.input_shape(0));
+    else
+      ctx.set_output(0, dt, ctx.input_shape(0));
   }
   void run(RunContext& ctx) override {
     const bool train = ctx.has_input(3) ? *ctx.input(3).data<bool>() : default_training_;
     const double ratio = ctx.has_input(2) ? read_scalar_as_double(ctx.input(2)) : ratio_;
     const Tensor& dy = ctx.input(0);
-    if (!train) {
-      ctx.output(0).copy_from(dy);
+    if (!train || pass_) {
+      if (!ctx.output_aliases_input(0, 0)) ctx.output(0).copy_from(dy);
       return;
     }
     const Tensor& mask = ctx.input(1);
@@ -881,6 +905,7 @@ class DropoutGradKernel final : public Kernel {
  private:
   double ratio_;
   bool default_training_;
+  bool pass_ = false;
 };
 }  // namespace
 
