@@ -24,10 +24,12 @@ std::string str(const Shape& s) { return onnxtrain::shape_to_string(s); }
 
 GRAD_COVERS(GradLinalg, MatMulShapes, "MatMul");
 TEST(GradLinalg, MatMulShapes) {
-  // 2-D, batched with broadcast batch dims, 1-D on either side, dot product.
+  // 2-D, batched with broadcast batch dims, a 2-D weight over batch dims (dB as one GEMM of the
+  // flattened operands), 1-D on either side, dot product.
   const std::vector<std::pair<Shape, Shape>> cases = {
-      {{3, 4}, {4, 5}}, {{2, 1, 3, 4}, {5, 4, 2}}, {{3, 4}, {2, 4, 5}}, {{4}, {2, 4, 3}},
-      {{2, 3, 4}, {4}},  {{4}, {4}},               {{4}, {4, 3}},       {{3, 4}, {4}}};
+      {{3, 4}, {4, 5}},    {{2, 1, 3, 4}, {5, 4, 2}}, {{3, 4}, {2, 4, 5}}, {{4}, {2, 4, 3}},
+      {{2, 3, 4}, {4}},    {{4}, {4}},                {{4}, {4, 3}},       {{3, 4}, {4}},
+      {{2, 3, 4}, {4, 5}}, {{2, 2, 3, 4}, {4, 5}},    {{2, 3, 4}, {3, 2, 4, 5}}};
   uint32_t seed = 1;
   for (const auto& [a, b] : cases) {
     std::mt19937 rng(seed);

@@ -89,6 +89,69 @@ TEST(Linalg, MatMulInt64) { check_matmul(DType::kInt64, 14, 20); }
 TEST(Linalg, MatMulUInt32) { check_matmul(DType::kUInt32, 15, 10); }
 TEST(Linalg, MatMulFloat16) { check_matmul(DType::kFloat16, 16, 10); }
 
+// com.onnxtrain.FusedMatMul: the operands stored transposed (last two dims swapped) give the
+// product of the untransposed ones, batch broadcast included.
+std::vector<double> swap_last2(const std::vector<double>& v, const Shape& s, Shape* out) {
+  const int64_t R = s[s.size() - 2], C = s.back(), n = int64_t(v.size()) / std::max<int64_t>(R * C, 1);
+  std::vector<double> r(v.size());
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < C; ++j) r[size_t((b * C + j) * R + i)] = v[size_t((b * R + i) * C + j)];
+  *out = s;
+  std::swap((*out)[s.size() - 2], (*out)[s.size() - 1]);
+  return r;
+}
+
+TEST(Linalg, FusedMatMulTransposedOperands) {
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> rank(2, 4), dim(1, 4), big(1, 40), coin(0, 2);
+  for (int t = 0; t < 48; ++t) {
+    const int64_t M = big(rng), K = big(rng), N = big(rng);
+    const int ra = rank(rng), rb = rank(rng);
+    Shape batch;
+    for (int i = 0; i < std::max(ra, rb) - 2; ++i) batch.push_back(dim(rng));
+    auto operand = [&](int r, int64_t rows, int64_t cols) {
+      Shape s(batch.end() - (r - 2), batch.end());
+      for (auto& d : s)
+        if (coin(rng) == 0) d = 1;
+      s.push_back(rows), s.push_back(cols);
+      return s;
+    };
+    const Shape sa = operand(ra, M, K), sb = operand(rb, K, N);
+    const DType dt = t % 3 == 2 ? DType::kFloat64 : DType::kFloat32;
+    const std::vector<double> a = to_double(random_tensor(dt, sa, rng)), b = to_double(random_tensor(dt, sb, rng));
+    Shape so;
+    const auto expect = ref_matmul(a, sa, b, sb, &so);
+    const bool ta = t % 2 == 1, tb = (t / 2) % 2 == 1;
+    Shape sta = sa, stb = sb;
+    const std::vector<double> fa = ta ? swap_last2(a, sa, &sta) : a, fb = tb ? swap_last2(b, sb, &stb) : b;
+    RunOptions o;
+    o.domain = "com.onnxtrain";
+    o.opset = 1;
+    o.threads = 1 + t % 2;
+    auto y = run_node("FusedMatMul", {from_double(dt, sta, fa), from_double(dt, stb, fb)},
+                      {attr_int("transA", ta), attr_int("transB", tb)}, o);
+    EXPECT_TRUE(all_close(y[0], so, expect, tol_for(dt), tol_for(dt)))
+        << "FusedMatMul " << str(sta) << (ta ? "^T" : "") << " @ " << str(stb) << (tb ? "^T" : "") << " trial " << t;
+  }
+  RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.opset = 1;
+  auto fails = [&](std::vector<Tensor> in, std::vector<ir::Attribute> attrs, const char* what) {
+    try {
+      run_node("FusedMatMul", in, attrs, o);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const onnxtrain::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  std::mt19937 r2(3);
+  const Tensor m34 = random_tensor(DType::kFloat32, {3, 4}, r2);
+  fails({random_tensor(DType::kFloat32, {4}, r2), m34}, {}, "rank >= 2");
+  fails({m34, m34}, {}, "inner dimensions differ");
+  fails({m34, m34}, {attr_int("transB", 1), attr_float("alpha", 2.f)}, "alpha");
+}
+
 TEST(Linalg, MatMulLarge) {  // large enough for oneDNN's blocked paths and both threads
   std::mt19937 rng(17);
   for (auto [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{130, 257}, {257, 129}},

@@ -238,6 +238,47 @@ class MatMulKernel final : public Kernel {
   BatchedMatMul mm_;
 };
 
+// ---------------------------------------------------------------- FusedMatMul (com.onnxtrain)
+// Y[b..., M, N] = op(A)[b..., M, K] @ op(B)[b..., K, N], op transposing the last two dims when
+// transA / transB is set (onnxruntime's com.microsoft.FusedMatMul without alpha). The gradient rule
+// of MatMul emits it for A^T g and g B^T: the transposed operand is read through its strides, no
+// Transpose node copies it. Both operands have rank >= 2; batch dims broadcast.
+class FusedMatMulKernel final : public Kernel {
+ public:
+  explicit FusedMatMulKernel(const KernelInfo& info)
+      : ta_(info.attr_int("transA", 0) != 0), tb_(info.attr_int("transB", 0) != 0) {
+    if (info.attr_float("alpha", 1.f) != 1.f) info.fail("alpha other than 1 is not implemented");
+    if (info.attr_int("transBatchA", 0) || info.attr_int("transBatchB", 0))
+      info.fail("transBatchA / transBatchB are not implemented");
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    if (ctx.input_dtype(1) != dt)
+      ctx.fail("inputs have different element types (", dtype_name(dt), " and ", dtype_name(ctx.input_dtype(1)), ")");
+    dispatch<MatMulTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
+    if (a.size() < 2 || b.size() < 2)
+      ctx.fail("operands must have rank >= 2, got ", shape_to_string(a), " and ", shape_to_string(b));
+    const int64_t M = ta_ ? a.back() : a[a.size() - 2], K = ta_ ? a[a.size() - 2] : a.back();
+    const int64_t Kb = tb_ ? b.back() : b[b.size() - 2], N = tb_ ? b[b.size() - 2] : b.back();
+    if (K != Kb) ctx.fail("inner dimensions differ: ", shape_to_string(a), (ta_ ? "^T" : ""), " @ ", shape_to_string(b), (tb_ ? "^T" : ""));
+    if (!mm_.prepare(dt, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), M, K, N, ta_, tb_))
+      ctx.fail("batch dimensions of ", shape_to_string(a), " and ", shape_to_string(b), " cannot be broadcast");
+    Shape y = mm_.batch();
+    y.push_back(M), y.push_back(N);
+    ctx.set_output(0, dt, y);
+    ctx.request_workspace(mm_.workspace_bytes());
+  }
+  void run(RunContext& ctx) override {
+    mm_.run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node(),
+            CpuContext::of(ctx).stream());
+  }
+
+ private:
+  bool ta_, tb_;
+  BatchedMatMul mm_;
+};
+
 // ---------------------------------------------------------------- Gemm
 // Y = alpha * op(A) @ op(B) + beta * C: Y is first filled with C broadcast, then accumulated into.
 class GemmKernel final : public Kernel {
@@ -701,6 +742,8 @@ void register_linalg(KernelRegistry& r) {
   r.add<MatMulKernel>("MatMul", 1, kMaxOpsetAll);
   r.add<GemmKernel>("Gemm", 1, kMaxOpsetAll);
   r.add<EinsumKernel>("Einsum", 12, kMaxOpsetAll);
+  r.add("com.onnxtrain", "FusedMatMul", 1, kMaxOpsetAll,
+        [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<FusedMatMulKernel>(info); });
 }
 
 }  // namespace onnxtrain::kernels::cpu
