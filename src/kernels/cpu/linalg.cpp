@@ -128,6 +128,11 @@ class BatchedMatMul {
   }
 
   const Shape& batch() const { return batch_; }
+  /// Runs on a kernel's inputs 0 and 1 into its output 0.
+  void run(RunContext& ctx) {
+    run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node(),
+        CpuContext::of(ctx).stream());
+  }
   size_t workspace_bytes() const { return op_.valid() ? op_.workspace_bytes() : 0; }
 
   void run(const void* a, const void* b, void* c, void* ws, const ir::Node& node, dnnl::stream& stream) {
@@ -229,10 +234,7 @@ class MatMulKernel final : public Kernel {
     ctx.set_output(0, dt, y);
     ctx.request_workspace(mm_.workspace_bytes());
   }
-  void run(RunContext& ctx) override {
-    mm_.run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node(),
-            CpuContext::of(ctx).stream());
-  }
+  void run(RunContext& ctx) override { mm_.run(ctx); }
 
  private:
   BatchedMatMul mm_;
@@ -269,10 +271,7 @@ class FusedMatMulKernel final : public Kernel {
     ctx.set_output(0, dt, y);
     ctx.request_workspace(mm_.workspace_bytes());
   }
-  void run(RunContext& ctx) override {
-    mm_.run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node(),
-            CpuContext::of(ctx).stream());
-  }
+  void run(RunContext& ctx) override { mm_.run(ctx); }
 
  private:
   bool ta_, tb_;
