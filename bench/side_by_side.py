@@ -30,8 +30,10 @@ Each training process first runs 10 steps on 10 different batches and records th
 first batch's output), then warm-up steps, then the timed steps (each timed alone, cycling over the
 same 10 batches; at least 30, then stopping once 6 s are spent). PyTorch runs in two environments:
   default  OPENBLAS_CORETYPE=Haswell (the setting of this project's machines)
-  best     OPENBLAS_CORETYPE unset, ATEN_CPU_CAPABILITY=avx512 (avx2 without AVX-512), and glibc's
-           MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ large so that freed memory is kept
+  best     OPENBLAS_CORETYPE unset, ATEN_CPU_CAPABILITY=avx512 (avx2 without AVX-512), glibc's
+           MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ large so that freed memory is kept, and
+           OMP_WAIT_POLICY=PASSIVE (onnxtrain's own setting; spinning waits make PyTorch's 2-thread
+           steps ~30x slower when another process holds a core)
 and the reference is the faster of the two for each row ("PyTorch's best"); scikit-learn runs in
 both as well. onnxtrain runs in the default environment. Achieved GFLOP/s count the model's FLOPs
 analytically (2 per multiply-add of each matrix product and convolution; a training step adds the
@@ -112,6 +114,10 @@ def environments(base, cpu):
     # largest threshold glibc accepts; a larger value is ignored).
     best["MALLOC_TRIM_THRESHOLD_"] = str(1 << 40)
     best["MALLOC_MMAP_THRESHOLD_"] = str(32 << 20)
+    # OpenMP threads sleep rather than spin when waiting, as onnxtrain sets for itself at import:
+    # with libgomp's spinning, PyTorch's 2-thread step is ~30x slower whenever another process holds
+    # one of the two cores (measured: MLP step 108 ms instead of 4 ms).
+    best["OMP_WAIT_POLICY"] = "PASSIVE"
     return {"default": default, "best": best}
 
 

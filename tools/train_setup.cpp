@@ -158,6 +158,11 @@ void add_optimizer_options(CLI::App& app, OptimizerArgs& a) {
   app.add_option("--grad-accum", a.grad_accum, "sum the gradients of K batches per optimizer step (default 1)")
       ->type_name("K")
       ->check(integer(1, 1 << 20));
+  app.add_option("--precision", a.precision,
+                 "fp32 (default) or bf16: MatMul/Gemm and their gradients in bfloat16 with fp32 accumulation and "
+                 "fp32 master weights (fp16 is not implemented)")
+      ->type_name("P")
+      ->check(choice({"fp32", "bf16", "fp16"}));
   app.add_option("--clip-norm", a.clip_norm, "clip the global gradient norm to X")->type_name("X")->check(number(1e-12, 1e30));
   app.add_option("--freeze", a.freeze, "weights that stay fixed (names or comma-separated lists)")
       ->type_name("NAME")
@@ -222,6 +227,7 @@ TrainSetup make_train_setup(const OptimizerArgs& a, const CLI::App& app, const s
                        std::to_string(total_steps) + "-step run to decay over");
   }
   p.gradient_accumulation_steps = a.grad_accum;
+  p.mixed_precision = a.precision == "fp32" ? "" : a.precision;
   if (given(app, "--clip-norm")) {
     p.enable_grad_norm_clip = true;
     p.max_grad_norm = float(a.clip_norm);

@@ -20,6 +20,7 @@ struct OptimizerArgs {
   double lr = 0, momentum = 0, weight_decay = 0, eps = 0, end_lr = 0, lr_power = 0, clip_norm = 0;
   std::string betas;
   std::string lr_schedule = "constant";
+  std::string precision = "fp32";
   int64_t warmup = 0, grad_accum = 1;
   std::vector<std::string> freeze;
 };

@@ -16,6 +16,7 @@
 #include "runtime/feeds.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
+#include "train/mixed_precision.h"
 #include "train/attach_optimizer.h"
 #include "train/training_graph.h"
 
@@ -68,6 +69,14 @@ const std::vector<std::pair<std::string, FieldCheck>>& field_checks() {
          } catch (const InvalidArgument& e) {
            throw_error<InvalidArgument>("TrainingParameters.", f, ": ", e.what());
          }
+       }},
+      {"mixed_precision", [](const TrainingParameters& p, const std::string& f) {
+         if (p.mixed_precision == "fp16")
+           throw_error<NotImplemented>("TrainingParameters.", f, " 'fp16' (float16 with loss scaling) is not "
+                                       "implemented; 'bf16' is");
+         if (!p.mixed_precision.empty() && p.mixed_precision != "fp32" && p.mixed_precision != "bf16")
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be '', 'fp32' or 'bf16', got '",
+                                        p.mixed_precision, "'");
        }},
       {"lr_schedule_params", [](const TrainingParameters& p, const std::string&) {
          make_schedule(p);  // names an unknown key
@@ -239,7 +248,12 @@ void TrainingSession::Impl::init() {
   sc.portable = params.portable_training_graph;
   sc.lr_input = params.lr_params_feed_name;
   ir::Model grad_model;
-  tg = train::build_training_graph(model, params.loss_output_name, trained, running, params.immutable_weights, sc,
+  // bf16: the training graph differentiates a copy whose products run in bfloat16; the session's
+  // model (weights, export, eval) stays float32.
+  ir::Model autocast;
+  if (params.mixed_precision == "bf16") autocast = train::autocast_bf16(model);
+  tg = train::build_training_graph(autocast.graph ? autocast : model, params.loss_output_name, trained, running,
+                                   params.immutable_weights, sc,
                                    params.model_with_gradient_graph_path.empty() ? nullptr : &grad_model);
   optimizer_name = params.training_optimizer_name;
   // The training model shares the forward model's weight storage.

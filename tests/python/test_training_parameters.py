@@ -33,6 +33,7 @@ VALUES = {
     "model_with_training_graph_path": "t.onnx",
     "deterministic_compute": True,
     "portable_training_graph": True,
+    "mixed_precision": "bf16",
     "lr_schedule": "cosine",
     "lr_schedule_params": {"eta0": 0.1, "total": 10.0},
 }

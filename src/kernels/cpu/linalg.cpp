@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu_provider.h"
@@ -20,6 +21,14 @@ namespace onnxtrain::kernels::cpu {
 namespace {
 
 using MatMulTypes = decltype(FloatTypes{} + TypeList<int32_t, int64_t, uint32_t, uint64_t>{});
+
+// The element types oneDNN's matmul runs (bfloat16: natively with AVX512-BF16 or AMX, else
+// converted to float32 inside its kernels; fp32 accumulation either way); none for the others.
+std::optional<dnnl::memory::data_type> dnnl_type(DType dt) {
+  if (dt == DType::kFloat32) return dnnl::memory::data_type::f32;
+  if (dt == DType::kBFloat16) return dnnl::memory::data_type::bf16;
+  return std::nullopt;
+}
 
 // Products of fewer multiply-adds than this run on one thread: waking the others (sleeping, with
 // the passive OpenMP wait policy) costs more than they save (the digits MLP's 32x64x128 layers ran
@@ -104,7 +113,7 @@ class BatchedMatMul {
     // that a run allocates nothing (oneDNN's sgemm allocates packing buffers on every call). It
     // measured as fast as sgemm or faster on training shapes; 1.6x slower on a [4, 8192] x
     // [8192, 8192] product.
-    if (dt == DType::kFloat32 && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
+    if (dnnl_type(dt) && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
     // Offsets of each batch's matrices over the collapsed dims.
     const int64_t nb = shape_numel(cd);
     std::vector<int64_t> idx(cd.size(), 0);
@@ -173,7 +182,7 @@ class BatchedMatMul {
   // offers only its reference kernel (the per-batch sgemm loop is faster).
   bool make_dnnl(const Shape& ad, const Shape& bd, const Shape& cd, int64_t M) {
     using dnnl::memory;
-    auto md = [](const Shape& batch, int64_t rows, int64_t cols, bool trans) {
+    auto md = [this](const Shape& batch, int64_t rows, int64_t cols, bool trans) {
       Shape d = batch;
       d.push_back(rows), d.push_back(cols);
       std::vector<int64_t> st(d.size());
@@ -185,7 +194,7 @@ class BatchedMatMul {
         st[i] = s;
         s *= d[i];
       }
-      return memory::desc(dnnl_util::dims(d), memory::data_type::f32, dnnl_util::dims(st));
+      return memory::desc(dnnl_util::dims(d), *dnnl_type(dt_), dnnl_util::dims(st));
     };
     const memory::desc a = md(ad, M, K_, ta_), b = md(bd, K_, N_, tb_), c = md(cd, M, N_, false);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), dnnl_util::default_attr(), dnnl_util::cpu_engine());
@@ -318,14 +327,17 @@ class GemmKernel final : public Kernel {
     }
     ctx.set_output(0, dt, {M_, N_});
     op_ = dnnl_util::DnnlOp();
-    if (dt == DType::kFloat32 && M_ > 0 && N_ > 0 && K_ > 0) make_dnnl(a, b, has_c_ && beta_ != 0.f);
+    if (dnnl_type(dt) && M_ > 0 && N_ > 0 && K_ > 0) make_dnnl(dt, has_c_ && beta_ != 0.f);
     ctx.request_workspace(op_.valid() ? op_.workspace_bytes() : 0);
   }
   void run(RunContext& ctx) override {
     const Tensor& A = ctx.input(0);
     if (op_.valid()) {
-      float* y = ctx.output(0).data<float>();
-      if (has_c_ && beta_ != 0.f) fill_c(ctx.input(2).data<float>(), y);
+      void* y = ctx.output(0).raw_data();
+      if (has_c_ && beta_ != 0.f) {
+        if (A.dtype() == DType::kBFloat16) fill_c(ctx.input(2).data<bfloat16>(), static_cast<bfloat16*>(y));
+        else fill_c(ctx.input(2).data<float>(), static_cast<float*>(y));
+      }
       op_.bind(DNNL_ARG_SRC, A.raw_data());
       op_.bind(DNNL_ARG_WEIGHTS, ctx.input(1).raw_data());
       op_.bind(DNNL_ARG_DST, y);
@@ -358,14 +370,14 @@ class GemmKernel final : public Kernel {
       }
     });
   }
-  // float32: a oneDNN matmul with alpha as output scale and beta * Y (Y = C) as a sum post-op.
-  void make_dnnl(const Shape& a, const Shape& b, bool accumulate) {
+  // float32 and bfloat16: a oneDNN matmul with alpha as output scale and beta * Y (Y = C) as a
+  // sum post-op.
+  void make_dnnl(DType dt, bool accumulate) {
     using dnnl::memory;
-    auto md = [](int64_t rows, int64_t cols, bool trans) {
-      return memory::desc({rows, cols}, memory::data_type::f32, trans ? memory::dims{1, rows} : memory::dims{cols, 1});
+    auto md = [dt](int64_t rows, int64_t cols, bool trans) {
+      return memory::desc({rows, cols}, *dnnl_type(dt), trans ? memory::dims{1, rows} : memory::dims{cols, 1});
     };
     const memory::desc ad = md(M_, K_, ta_), bd = md(K_, N_, tb_), cd = md(M_, N_, false);
-    (void)a, (void)b;
     dnnl::primitive_attr attr = dnnl_util::default_attr();
     if (alpha_ != 1.f) attr.set_output_scales(0, {alpha_});
     if (accumulate) {
