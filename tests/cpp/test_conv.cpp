@@ -174,6 +174,7 @@ void check_conv(bool transposed, DType dt, uint32_t seed, int trials) {
 TEST(Conv, RandomFloat) { check_conv(false, DType::kFloat32, 101, 120); }
 TEST(Conv, RandomDouble) { check_conv(false, DType::kFloat64, 102, 60); }
 TEST(Conv, RandomFloat16) { check_conv(false, DType::kFloat16, 103, 15); }
+TEST(Conv, RandomBFloat16) { check_conv(false, DType::kBFloat16, 108, 40); }
 TEST(Conv, TransposeRandomFloat) { check_conv(true, DType::kFloat32, 104, 120); }
 TEST(Conv, TransposeRandomDouble) { check_conv(true, DType::kFloat64, 105, 60); }
 TEST(Conv, TransposeRandomBFloat16) { check_conv(true, DType::kBFloat16, 106, 15); }
@@ -190,14 +191,16 @@ TEST(Conv, BlockedLayouts) {
       c.pad_e = c.pad_b;
       if (transposed) c.out_pad = {s - 1, 0};
       Shape xs = {c.N, C, 9, 10}, ws = transposed ? Shape{C, M / G, k, k} : Shape{M, C / G, k, k};
-      Tensor x = random_tensor(DType::kFloat32, xs, rng), w = random_tensor(DType::kFloat32, ws, rng),
-             b = random_tensor(DType::kFloat32, {M}, rng);
-      Shape ys;
-      auto e = ref_conv(c, transposed, to_double(x), to_double(w), to_double(b), &ys);
-      RunOptions o;
-      o.threads = 2;
-      auto y = run_node(transposed ? "ConvTranspose" : "Conv", {x, w, b}, c.attrs(transposed), o);
-      EXPECT_TRUE(all_close(y[0], ys, e, 1e-4, 1e-4)) << c.describe() << (transposed ? " transposed" : "");
+      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {  // bf16: oneDNN's bf16 kernels, one output rounding
+        Tensor x = random_tensor(dt, xs, rng), w = random_tensor(dt, ws, rng), b = random_tensor(dt, {M}, rng);
+        Shape ys;
+        auto e = ref_conv(c, transposed, to_double(x), to_double(w), to_double(b), &ys);
+        RunOptions o;
+        o.threads = 2;
+        auto y = run_node(transposed ? "ConvTranspose" : "Conv", {x, w, b}, c.attrs(transposed), o);
+        const double tol = dt == DType::kBFloat16 ? 2e-2 : 1e-4;
+        EXPECT_TRUE(all_close(y[0], ys, e, tol, tol)) << dtype_name(dt) << " " << c.describe() << (transposed ? " transposed" : "");
+      }
     }
   }
 }

@@ -280,6 +280,7 @@ TEST(GradConv, KernelRandomDouble) { check_grad_kernel(false, DType::kFloat64, 2
 TEST(GradConv, KernelRandomFloat16) { check_grad_kernel(false, DType::kFloat16, 203, 10); }
 TEST(GradConv, KernelTransposeRandomFloat) { check_grad_kernel(true, DType::kFloat32, 204, 80); }
 TEST(GradConv, KernelTransposeRandomDouble) { check_grad_kernel(true, DType::kFloat64, 205, 40); }
+TEST(GradConv, KernelRandomBFloat16) { check_grad_kernel(false, DType::kBFloat16, 207, 20); }
 
 // Channel counts that select oneDNN's blocked layouts (and reorders) in both backward primitives.
 TEST(GradConv, KernelBlockedLayouts) {
@@ -290,14 +291,20 @@ TEST(GradConv, KernelBlockedLayouts) {
       Geo g = conv(2, C, M, G, {9, 10}, {k, k}, {s, s}, {1, 1}, {k / 2, k / 2}, {k / 2, k / 2});
       g.transposed = transposed;
       if (transposed) g.op = {s - 1, 0};
-      Tensor x = random_tensor(DType::kFloat32, g.xshape(), rng), w = random_tensor(DType::kFloat32, g.wshape(), rng),
-             dy = random_tensor(DType::kFloat32, g.yshape(), rng);
-      std::vector<double> dx, dw, db;
-      ref_grads(g, to_double(x), to_double(w), to_double(dy), &dx, &dw, &db);
-      auto out = run_grad_node(transposed ? "ConvTransposeGrad" : "ConvGrad", {dy, x, w}, g.attrs(), {true, true, true}, 2);
-      EXPECT_TRUE(all_close(out[0], g.xshape(), dx, 1e-4, 1e-4)) << "dX " << g.describe();
-      EXPECT_TRUE(all_close(out[1], g.wshape(), dw, 1e-4, 1e-3)) << "dW " << g.describe();
-      EXPECT_TRUE(all_close(out[2], {g.M}, db, 1e-4, 1e-3)) << "dB " << g.describe();
+      // bfloat16 (the bf16 mixed-precision mode): oneDNN's bf16 backward kernels, inputs exact, fp32
+      // accumulation, the outputs rounded once to 8 significant bits.
+      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+        Tensor x = random_tensor(dt, g.xshape(), rng), w = random_tensor(dt, g.wshape(), rng),
+               dy = random_tensor(dt, g.yshape(), rng);
+        std::vector<double> dx, dw, db;
+        ref_grads(g, to_double(x), to_double(w), to_double(dy), &dx, &dw, &db);
+        auto out = run_grad_node(transposed ? "ConvTransposeGrad" : "ConvGrad", {dy, x, w}, g.attrs(), {true, true, true}, 2);
+        const bool bf = dt == DType::kBFloat16;
+        const double rt = bf ? 1e-2 : 1e-4, at = bf ? 5e-2 : 1e-4, atw = bf ? 2e-1 : 1e-3;
+        EXPECT_TRUE(all_close(out[0], g.xshape(), dx, rt, at)) << dtype_name(dt) << " dX " << g.describe();
+        EXPECT_TRUE(all_close(out[1], g.wshape(), dw, rt, atw)) << dtype_name(dt) << " dW " << g.describe();
+        EXPECT_TRUE(all_close(out[2], {g.M}, db, rt, atw)) << dtype_name(dt) << " dB " << g.describe();
+      }
     }
   }
 }

@@ -225,14 +225,11 @@ struct DnnlConv {
   dnnl::memory::dims strides, dil, pl, pr;
   std::vector<Layout> candidates;
   dnnl::memory::format_tag blocked16 = dnnl::memory::format_tag::undef;
+  dnnl::memory::data_type dt = dnnl::memory::data_type::f32;  // of every argument (f32 or bf16)
 
-  static md any(const Shape& s) {
-    return md(dnnl_util::dims(s), dnnl::memory::data_type::f32, dnnl::memory::format_tag::any);
-  }
+  md any(const Shape& s) const { return md(dnnl_util::dims(s), dt, dnnl::memory::format_tag::any); }
   md act(Layout l, const Shape& s, const md& plain) const {
-    return l == Layout::kPlain       ? plain
-           : l == Layout::kBlocked16 ? md(dnnl_util::dims(s), dnnl::memory::data_type::f32, blocked16)
-                                     : any(s);
+    return l == Layout::kPlain ? plain : l == Layout::kBlocked16 ? md(dnnl_util::dims(s), dt, blocked16) : any(s);
   }
   md ax(Layout l) const { return act(l, xs, x); }
   md ay(Layout l) const { return act(l, ys, y); }
@@ -242,9 +239,15 @@ struct DnnlConv {
   }
 };
 
-// False when oneDNN cannot express the geometry (negative effective pads).
-bool dnnl_conv(const ConvParams& p, const Shape& x, DnnlConv* d) {
+// The element types run through oneDNN's convolutions: float32, and bfloat16 (natively with
+// AVX512-BF16 / AMX; where oneDNN has only reference kernels the generic path runs instead).
+bool dnnl_conv_type(DType dt) { return dt == DType::kFloat32 || dt == DType::kBFloat16; }
+
+// False when oneDNN cannot express the geometry (negative effective pads). `dt`: float32 or
+// bfloat16 (dnnl_conv_type).
+bool dnnl_conv(const ConvParams& p, const Shape& x, DType dt, DnnlConv* d) {
   using dnnl::memory;
+  d->dt = dt == DType::kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32;
   const WindowGeom& g = p.g;
   const size_t nd = g.nd;
   for (size_t i = 0; i < nd; ++i)
@@ -264,12 +267,12 @@ bool dnnl_conv(const ConvParams& p, const Shape& x, DnnlConv* d) {
     ws.insert(ws.begin(), Cg * Mg * p.kk);
   }
   d->wd = wd;
-  d->w = memory::desc(dnnl_util::dims(wd), memory::data_type::f32, dnnl_util::dims(ws));
+  d->w = memory::desc(dnnl_util::dims(wd), d->dt, dnnl_util::dims(ws));
   d->xs = x;
   d->ys = p.y;
-  d->x = dnnl_util::plain_md(x);
-  d->y = dnnl_util::plain_md(p.y);
-  d->b = dnnl_util::plain_md({p.M});
+  d->x = dnnl_util::plain_md(x, d->dt);
+  d->y = dnnl_util::plain_md(p.y, d->dt);
+  d->b = dnnl_util::plain_md({p.M}, d->dt);
   // Activations: oneDNN's blocked layouts (reordered in and out) pay off when there is enough
   // arithmetic per activation byte; below that (1x1 and few-channel convolutions) the plain
   // layout's gemm-based kernel is faster. The threshold comes from bench/bench_kernels.py and
@@ -390,7 +393,7 @@ class ConvKernel final : public Kernel {
       return;
     }
     DnnlConv d;
-    if (dt_ == DType::kFloat32 && !empty && dnnl_conv(p_, x, &d) && make_dnnl(d)) {
+    if (dnnl_conv_type(dt_) && !empty && dnnl_conv(p_, x, dt_, &d) && make_dnnl(d)) {
       ctx.request_workspace(op_.workspace_bytes());
       return;
     }
@@ -606,7 +609,7 @@ class ConvGradKernel final : public Kernel {
     weights_op_ = dnnl_util::DnnlOp();
     empty_ = shape_numel(p_.y) == 0 || shape_numel(x) == 0 || p_.kk == 0;
     DnnlConv d;
-    if (dt_ == DType::kFloat32 && !empty_ && dnnl_conv(p_, x, &d)) {
+    if (dnnl_conv_type(dt_) && !empty_ && dnnl_conv(p_, x, dt_, &d)) {
       if (want_[0]) make_data(d);
       if (want_[1]) make_weights(d, want_[2]);
     }
