@@ -18,6 +18,25 @@ Each of mlp, cnn, bert and linreg runs as training (onnxtrain TrainingSession.ru
 forward + backward + optimizer step) and as inference (forward only: onnxtrain InferenceSession vs
 torch under no_grad in eval mode).
 
+bf16 mixed precision (--precision bf16 or fp32,bf16): mlp, cnn and bert also train in mode
+"train-bf16" (rows labelled so, with precision "bf16" in the JSON): onnxtrain with
+TrainingParameters.mixed_precision = "bf16" (MatMul, Gemm, Conv and their gradients in bfloat16 with
+fp32 accumulation; master weights, normalizations, softmax, losses and optimizer in fp32; a Conv with
+one input channel per group, cnn's first, stays fp32) against PyTorch's AMP recipe for bf16: forward
+and loss inside torch.autocast("cpu", dtype=torch.bfloat16), backward and optimizer step outside, no
+GradScaler; PyTorch's bf16 reference is again the fastest of its three environments. linreg,
+sklearn-mlp and all inference rows are fp32 only. The bf16 loss check compares each framework with
+itself: onnxtrain-bf16's first 10 losses against onnxtrain-fp32's, PyTorch-autocast's against
+PyTorch-fp32's (the same environment), each within 2e-2 relative (the two frameworks round different
+tensors to bf16, so they cannot agree to 1e-4; the fp32 rows' 1e-4 check ties the two fp32
+trajectories together); the row reports the larger of the two differences (both, and the
+onnxtrain-bf16 / PyTorch-autocast difference, are in the JSON). The goals add, per bf16 workload and
+thread count, onnxtrain bf16 / onnxtrain fp32 step time (target <= 1/1.5, i.e. >= 1.5x faster, for
+bert and cnn) and onnxtrain bf16 / PyTorch-autocast best. The bf16 rows' GFLOP/s count the same
+FLOPs but are not set against the GEMM peak (it is fp32's). --precision bf16 alone still runs fp32
+training of mlp, cnn and bert (the loss check's and the speed-up's reference) and skips linreg,
+sklearn-mlp and inference.
+
 Method. Every (framework, environment, workload, mode, thread count) runs in its own subprocess;
 the onnxtrain processes never import torch, and the models are exported by a subprocess too, so
 that the parent stays small. Peak RSS is the child's VmHWM (/proc/self/status): getrusage's
@@ -50,8 +69,10 @@ several times slower and the comparison would flatter onnxtrain):
     bash bench/setup.sh
     PYTHONPATH=build/python /usr/bin/python3 bench/side_by_side.py
 Options: --quick (few steps, one round: for development), --workloads mlp,cnn,bert,linreg,sklearn-mlp,
---threads 1,2, --rounds 3, --no-inference, --out bench/side_by_side.json (default). The full run
-takes 10 to 15 minutes on a 2-core machine (more when other work slows PyTorch's 2-thread runs).
+--threads 1,2, --rounds 3, --no-inference, --precision fp32 (default; bf16, or fp32,bf16 for both),
+--out bench/side_by_side.json (default). The full run (fp32) takes 10 to 15 minutes on a 2-core
+machine (more when other work slows PyTorch's 2-thread runs); fp32,bf16 adds the bf16 training of
+mlp, cnn and bert (about 3 to 5 minutes more).
 """
 import argparse
 import json
@@ -69,6 +90,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 N_BATCHES = 10          # distinct batches per workload: the loss check's steps, then cycled by the timing
 LOSS_RTOL = 1e-4        # the loss check's relative tolerance
+BF16_LOSS_RTOL = 2e-2   # the bf16 loss check's: each framework's bf16 losses against its own fp32 losses
+BF16_WORKLOADS = ("mlp", "cnn", "bert")   # the workloads that also train in bf16 mixed precision
+BF16_SPEEDUP_GOAL = {"bert": 1.5, "cnn": 1.5}   # onnxtrain bf16 step at least this much faster than fp32
 GEMM_N = 2048           # the GEMM peak's square size
 GEMM_REPEAT = 8         # the GEMM peak is the best of this many products
 
@@ -87,6 +111,28 @@ MOMENTUM = 0.9
 WARMUP = 5              # untimed steps after the 10 loss steps
 MIN_TIMED_STEPS = 30    # timed steps at least (full run) ...
 TIME_BUDGET_S = 6.0     # ... then the timing stops once this is spent
+
+
+def is_train(mode):
+    """'train' (fp32) and 'train-bf16' (bf16 mixed precision) are training; 'infer' and 'fit' not."""
+    return mode.startswith("train")
+
+
+def precision_of(mode):
+    return "bf16" if mode.endswith("-bf16") else "fp32"
+
+
+def workload_modes(workload, precisions, inference):
+    """The modes a workload runs in: fp32 training and inference as ever; 'train-bf16' beside fp32
+    training (its reference) for the bf16 workloads when bf16 is asked for. With bf16 alone, only the
+    bf16 workloads' fp32 and bf16 training."""
+    if workload == "sklearn-mlp":
+        return ["fit"] if "fp32" in precisions else []
+    bf16 = "bf16" in precisions and workload in BF16_WORKLOADS
+    if "fp32" not in precisions:
+        return ["train", "train-bf16"] if bf16 else []
+    return ["train"] + (["train-bf16"] if bf16 else []) + (["infer"] if inference else [])
+
 
 # ----------------------------------------------------------------------------------- environments
 
@@ -256,7 +302,7 @@ def step_flops(workload, mode):
     """FLOPs of one step: the forward products; training adds a weight gradient of the same size
     for each, and an input gradient for those whose input is not the data."""
     ops = gemm_flops(workload)
-    if mode != "train":
+    if not is_train(mode):
         return sum(f for f, _ in ops)
     return sum(f * (3 if input_grad else 2) for f, input_grad in ops)
 
@@ -348,7 +394,7 @@ def run_steps(step, loss_of, steps, min_steps, mode, save_output):
     """The common protocol of a child: loss steps (training) or a saved first output (inference),
     warm-up, timed steps."""
     result = {}
-    if mode == "train":
+    if is_train(mode):
         result["losses"] = [loss_of(step(i)) for i in range(N_BATCHES)]
     else:
         save_output(step(0))
@@ -366,9 +412,11 @@ def child_onnxtrain(spec):
     xs, ys = data["x"], data["y"]
     so = ot.SessionOptions()
     so.intra_op_num_threads = spec["threads"]
-    if mode == "train":
+    if is_train(mode):
         p = ot.TrainingParameters()
         p.loss_output_name = "loss"
+        if precision_of(mode) == "bf16":
+            p.mixed_precision = "bf16"
         with open(os.path.join(work, f"{w}.weights.json")) as f:
             p.weights_to_train = set(json.load(f))
         if cfg["optimizer"] == "momentum":  # torch.optim.SGD(momentum=0.9): b = m b + g; w -= lr b
@@ -413,7 +461,7 @@ def child_torch(spec):
     x, y = data["x"], data["y"]  # each access to an npz member reads it again: once
     xs = [torch.from_numpy(x[k]) for k in range(N_BATCHES)]
     ys = [torch.from_numpy(y[k]) for k in range(N_BATCHES)]
-    if mode == "train":
+    if is_train(mode):
         params = module.parameters()
         if cfg["optimizer"] == "momentum":
             opt = torch.optim.SGD(params, lr=cfg["lr"], momentum=MOMENTUM)
@@ -422,12 +470,23 @@ def child_torch(spec):
         else:
             opt = torch.optim.SGD(params, lr=cfg["lr"])
 
-        def step(i):
-            opt.zero_grad(set_to_none=True)
-            loss = module(xs[i], ys[i])
-            loss.backward()
-            opt.step()
-            return loss
+        if precision_of(mode) == "bf16":
+            # PyTorch's AMP recipe for bf16: forward and loss under autocast, backward and the
+            # optimizer step outside; no GradScaler (bf16 has fp32's exponent range).
+            def step(i):
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = module(xs[i], ys[i])
+                loss.backward()
+                opt.step()
+                return loss
+        else:
+            def step(i):
+                opt.zero_grad(set_to_none=True)
+                loss = module(xs[i], ys[i])
+                loss.backward()
+                opt.step()
+                return loss
         result = run_steps(step, lambda loss: float(loss.item()), spec["steps"], spec["min_steps"], mode, None)
     else:
         module.eval()  # PyTorch's fastest inference (the transformer layers' fused path)

@@ -284,7 +284,8 @@ void rules_elementwise(Table& t) {
   t.add("Sigmoid", [](Ctx& c) { unary(c, c.mul(c.O(0), c.sub(c.scalar_like(1.0, c.O(0)), c.O(0)))); });
 
   // ---- activations
-  t.add("Relu", [](Ctx& c) {
+  t.add("Relu", [](Ctx& c) {  // default mode: one fused pass over the forward output (Y > 0 iff X > 0)
+    if (!c.portable()) return c.set_GI(0, c.custom("ReluGrad", {c.GO(0), c.O(0)}, 1)[0]);
     c.set_GI(0, where_else_zero(c, c.op("Greater", {c.I(0), c.scalar_like(0.0, c.I(0))}), c.GO(0)));
   });
   t.add("LeakyRelu", [](Ctx& c) {
@@ -1982,6 +1983,7 @@ const std::vector<Entry>& table() {
 [[maybe_unused]] const bool kCustomOpTypes = ir::declare_onnxtrain_op_types({
       {"SumToShape", {0}},                          // (G, shape) -> Y
       {"FusedMatMul", {0}},                         // (A, B) -> op(A) @ op(B)
+      {"ReluGrad", {0}},                            // (dY, Y) -> dX
       {"ConvGrad", {1, 2, 2}},                      // (dY, X, W) -> dX, dW, dB
       {"ConvTransposeGrad", {1, 2, 2}},             // (dY, X, W) -> dX, dW, dB
       {"MaxPoolGrad", {1}},                         // (dY, X[, indices]) -> dX

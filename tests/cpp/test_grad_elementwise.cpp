@@ -159,6 +159,30 @@ TEST(GradElementwise, Activations) {
               200);
 }
 
+// com.onnxtrain.ReluGrad (the default-mode ReLU gradient): dX = Y > 0 ? dY : 0 against the
+// definition, zeros, negatives, NaN and infinities in Y, every float type.
+TEST(GradElementwise, ReluGradKernel) {
+  std::mt19937 rng(31);
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
+    const Shape shape = {3, 37};
+    std::vector<double> y = to_double(random_tensor(dt, shape, rng, -2, 2)), dy = to_double(random_tensor(dt, shape, rng));
+    y[0] = 0, y[1] = -0.0, y[2] = nan, y[3] = inf, y[4] = -inf;
+    std::vector<double> e(y.size());
+    for (size_t i = 0; i < y.size(); ++i) e[i] = y[i] > 0 ? dy[i] : 0.0;
+    RunOptions o;
+    o.domain = "com.onnxtrain";
+    o.opset = 1;
+    auto dx = run_node("ReluGrad", {from_double(dt, shape, dy), from_double(dt, shape, y)}, {}, o);
+    EXPECT_TRUE(all_close(dx[0], shape, e, 0, 0)) << dtype_name(dt);
+  }
+  RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.opset = 1;
+  EXPECT_THROW(run_node("ReluGrad", {random_tensor(DType::kFloat32, {3}, rng), random_tensor(DType::kFloat32, {4}, rng)}, {}, o),
+               onnxtrain::Error);
+}
+
 // PRelu: the slope broadcasts to x (unidirectionally); its gradient sums over the broadcast dims.
 GRAD_COVERS(GradElementwise, PRelu, "PRelu");
 TEST(GradElementwise, PRelu) {
