@@ -31,10 +31,14 @@ def set_default_logger_verbosity(level):
     _default_verbosity = level
 
 
+def enabled(severity, session_severity=-1):
+    """Whether a message of ``severity`` would print (lets hot paths skip formatting it)."""
+    return severity >= (_default_severity if session_severity is None or session_severity < 0 else session_severity)
+
+
 def log(severity, logid, message, session_severity=-1):
     """Prints ``message`` on stderr when ``severity`` reaches the threshold: the session's
     ``log_severity_level`` when set (>= 0), else the default."""
-    threshold = _default_severity if session_severity is None or session_severity < 0 else session_severity
-    if severity >= threshold:
+    if enabled(severity, session_severity):
         prefix = f"onnxtrain [{_SEVERITY_NAMES[severity]}]" + (f" {logid}" if logid else "")
         print(f"{prefix}: {message}", file=sys.stderr)

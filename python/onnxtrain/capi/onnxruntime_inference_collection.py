@@ -127,8 +127,9 @@ class Session:
         severity = self._sess_options.log_severity_level
         if run_options is not None and run_options.log_severity_level >= 0:
             severity = run_options.log_severity_level
-        _logging.log(0, self._log_prefix(run_options), f"run: {len(input_feed)} inputs -> {list(output_names)}",
-                     severity)
+        if _logging.enabled(0, severity):  # formatting the message costs more than a small run
+            _logging.log(0, self._log_prefix(run_options), f"run: {len(input_feed)} inputs -> {list(output_names)}",
+                         severity)
         return self._sess.run(output_names, input_feed, c_run_options)
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
