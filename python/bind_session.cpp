@@ -72,7 +72,8 @@ std::shared_ptr<OrtValueObj> c_ortvalue(py::handle v, const std::string& what) {
 // converted from numpy / lists into `owned`.
 const Value& value_of_feed(InferenceSession& sess, const std::string& name, py::handle v, std::vector<py::object>& hold,
                            std::vector<std::unique_ptr<Value>>& owned) {
-  if (auto p = maybe_c_ortvalue(v)) return p->value;
+  if (!py::isinstance<py::array>(v))  // numpy arrays first: no OrtValue attribute lookups (~1 us a feed)
+    if (auto p = maybe_c_ortvalue(v)) return p->value;
   if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
     // As onnxruntime: a list fed to a tensor input is that tensor, of the input's element type; an
     // empty list fed to a sequence input has the sequence's element type.

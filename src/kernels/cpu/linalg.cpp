@@ -35,6 +35,10 @@ std::optional<dnnl::memory::data_type> dnnl_type(DType dt) {
 // 2x slower on 2 threads).
 bool small_product(int64_t macs) { return macs < (int64_t(1) << 19); }
 
+// float32 products of fewer multiply-adds than this skip oneDNN: its primitive execution costs
+// ~3 us, more than the blocked gemm spends on them (linear regression: [1000, 10] @ [10, 1]).
+bool tiny_product(int64_t macs) { return macs < (int64_t(1) << 14); }
+
 // ---------------------------------------------------------------- one matrix product
 // C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major with leading dimensions.
 template <class T>
@@ -113,7 +117,8 @@ class BatchedMatMul {
     // that a run allocates nothing (oneDNN's sgemm allocates packing buffers on every call). It
     // measured as fast as sgemm or faster on training shapes; 1.6x slower on a [4, 8192] x
     // [8192, 8192] product.
-    if (dnnl_type(dt) && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
+    const bool tiny = dt == DType::kFloat32 && tiny_product(shape_numel(cd) * rows_ * K * N);
+    if (dnnl_type(dt) && !tiny && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
     // Offsets of each batch's matrices over the collapsed dims.
     const int64_t nb = shape_numel(cd);
     std::vector<int64_t> idx(cd.size(), 0);
@@ -327,7 +332,8 @@ class GemmKernel final : public Kernel {
     }
     ctx.set_output(0, dt, {M_, N_});
     op_ = dnnl_util::DnnlOp();
-    if (dnnl_type(dt) && M_ > 0 && N_ > 0 && K_ > 0) make_dnnl(dt, has_c_ && beta_ != 0.f);
+    if (dnnl_type(dt) && M_ > 0 && N_ > 0 && K_ > 0 && !(dt == DType::kFloat32 && tiny_product(M_ * K_ * N_)))
+      make_dnnl(dt, has_c_ && beta_ != 0.f);
     ctx.request_workspace(op_.valid() ? op_.workspace_bytes() : 0);
   }
   void run(RunContext& ctx) override {
