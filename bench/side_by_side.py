@@ -716,6 +716,9 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=None, help="order-alternating rounds (default 3, --quick 1)")
     ap.add_argument("--no-inference", action="store_true", help="training only")
+    ap.add_argument("--precision", default="fp32",
+                    help="fp32 (default), bf16 or fp32,bf16: bf16 adds mixed-precision training of mlp, cnn, bert "
+                         "(onnxtrain mixed_precision='bf16' vs torch.autocast bf16) beside their fp32 training")
     ap.add_argument("--out", default=os.path.join(HERE, "side_by_side.json"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -733,12 +736,21 @@ def main():
         ap.error(f"unknown workloads {unknown}")
     threads_list = [int(t) for t in a.threads.split(",")]
     rounds = a.rounds or (1 if a.quick else 3)
-    modes = ["train"] if a.no_inference else ["train", "infer"]
+    precisions = [p for p in a.precision.split(",") if p]
+    if not precisions or any(p not in ("fp32", "bf16") for p in precisions):
+        ap.error(f"--precision: fp32, bf16 or fp32,bf16, not {a.precision!r}")
+    modes = {w: workload_modes(w, precisions, not a.no_inference) for w in workloads}
+    skipped = [w for w in workloads if not modes[w]]
+    workloads = [w for w in workloads if modes[w]]
+    if not workloads:
+        ap.error(f"nothing to run: no bf16 workload among {skipped} (bf16: {', '.join(BF16_WORKLOADS)})")
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
     work = tempfile.mkdtemp(prefix="side_by_side.")
+    if skipped:
+        log(f"[side_by_side] --precision {a.precision}: skipping {', '.join(skipped)} (fp32 only)")
     try:
         log(f"[side_by_side] exporting the models to {work}")
         prep = run_child({"kind": "prepare", "workloads": [w for w in workloads if w in WORKLOADS], "work": work},
@@ -772,13 +784,13 @@ def main():
                             spec = {"kind": "sklearn-mlp", "framework": fw, "threads": t,
                                     "epochs": SKLEARN_MLP["quick_epochs" if a.quick else "epochs"]}
                             res = run_child(spec, envs[env_name], t, log)
-                            results.append(dict(res, workload=w, mode="fit", framework=fw, env=env_name, threads=t,
-                                                round=r))
+                            results.append(dict(res, workload=w, mode="fit", precision="fp32", framework=fw,
+                                                env=env_name, threads=t, round=r))
                             log(f"[side_by_side] round {r + 1} {w} fit {fw}/{env_name} {t}t: "
                                 f"{fmt_time(res.get('step_s'))}")
                         continue
-                    for mode in modes:
-                        steps = WORKLOADS[w]["quick" if a.quick else "steps"][0 if mode == "train" else 1]
+                    for mode in modes[w]:
+                        steps = WORKLOADS[w]["quick" if a.quick else "steps"][0 if is_train(mode) else 1]
                         for fw, env_name in frameworks:
                             out_file = os.path.join(work, f"{w}.{mode}.{fw}.{env_name}.{t}.{r}.npy")
                             spec = {"kind": "workload", "framework": fw, "workload": w, "mode": mode, "threads": t,
@@ -787,12 +799,13 @@ def main():
                             res = run_child(spec, envs[env_name], t, log)
                             if mode == "infer" and os.path.exists(out_file):
                                 res["output_file"] = out_file
-                            results.append(dict(res, workload=w, mode=mode, framework=fw, env=env_name, threads=t,
-                                                round=r))
+                            results.append(dict(res, workload=w, mode=mode, precision=precision_of(mode),
+                                                framework=fw, env=env_name, threads=t, round=r))
                             log(f"[side_by_side] round {r + 1} {w} {mode} {fw}/{env_name} {t}t: "
                                 f"{fmt_time(res.get('step_s'))}")
         report = summarize(results, gemm, cpu, workloads, threads_list, modes, rounds, a.quick,
                            SKLEARN_MLP["quick_epochs" if a.quick else "epochs"])
+        report["header"]["precisions"] = precisions
         report["gemm_runs"] = gemm_runs
         report["header"]["loadavg"] = {"start": load_start, "end": loadavg()}
         report["markdown"] = markdown(report["header"], report["rows"], report["goals"])
@@ -810,7 +823,7 @@ def main():
 
 def summarize(results, gemm, cpu, workloads, threads_list, modes, rounds, quick, epochs):
     """Per (workload, mode, threads): medians, ratios, RSS, GFLOP/s, checks; then the goals; and
-    the markdown text."""
+    the markdown text. modes: workload -> its modes."""
 
     def runs(w, mode, fw, env, t):
         return [x for x in results if x["workload"] == w and x["mode"] == mode and x["framework"] == fw
@@ -822,9 +835,9 @@ def summarize(results, gemm, cpu, workloads, threads_list, modes, rounds, quick,
 
     rows = []
     for w in workloads:
-        for mode in (["fit"] if w == "sklearn-mlp" else modes):
+        for mode in modes[w]:
             for t in threads_list:
-                row = {"workload": w, "mode": mode, "threads": t}
+                row = {"workload": w, "mode": mode, "precision": precision_of(mode), "threads": t}
                 torch_t = {env: median_of(runs(w, mode, "torch", env, t)) for env in ("default", "best", "best_spin")}
                 row["torch_best_passive_s"], row["torch_best_spin_s"] = torch_t["best"], torch_t["best_spin"]
                 bests = [v for v in (torch_t["best"], torch_t["best_spin"]) if v is not None]
@@ -862,9 +875,29 @@ def summarize(results, gemm, cpu, workloads, threads_list, modes, rounds, quick,
                 for key in ("onnxtrain", "torch_ref"):
                     s = row[f"{key}_s"]
                     row[f"{key}_gflops"] = flops / s / 1e9 if s else None
-                    row[f"{key}_peak_frac"] = flops / s / 1e9 / peak if s and peak else None
+                    # bf16 rows: no share of the peak, which is fp32's.
+                    row[f"{key}_peak_frac"] = (flops / s / 1e9 / peak if s and peak and row["precision"] == "fp32"
+                                               else None)
+                if mode == "train-bf16":
+                    # Each framework's bf16 losses against its own fp32 losses (PyTorch's from the
+                    # same environment as its bf16 reference, else any).
+                    ours32 = first(w, "train", "onnxtrain", "default", t)
+                    ref32 = (first(w, "train", "torch", ref_env, t) if ref_env else None) or next(
+                        (first(w, "train", "torch", e, t) for e in ("default", "best", "best_spin")
+                         if first(w, "train", "torch", e, t)), None)
+                    if ours and ours32:
+                        row["max_rel_diff_onnxtrain_vs_fp32"] = max_rel_diff(ours["losses"], ours32["losses"])
+                    if ref and ref32:
+                        row["max_rel_diff_torch_vs_fp32"] = max_rel_diff(ref["losses"], ref32["losses"])
+                    if ours and ref:
+                        row["max_rel_diff_onnxtrain_vs_torch"] = max_rel_diff(ours["losses"], ref["losses"])
+                        row["losses_onnxtrain"], row["losses_torch"] = ours["losses"], ref["losses"]
+                    if "max_rel_diff_onnxtrain_vs_fp32" in row and "max_rel_diff_torch_vs_fp32" in row:
+                        row["max_rel_diff"] = max(row["max_rel_diff_onnxtrain_vs_fp32"],
+                                                  row["max_rel_diff_torch_vs_fp32"])
+                        row["check"] = "PASS" if row["max_rel_diff"] <= BF16_LOSS_RTOL else "FAIL"
                 # Agreement: the first 10 losses (training) or the first batch's output (inference).
-                if ours and ref:
+                elif ours and ref:
                     if mode == "train":
                         row["max_rel_diff"] = max_rel_diff(ours["losses"], ref["losses"])
                         row["losses_onnxtrain"], row["losses_torch"] = ours["losses"], ref["losses"]
@@ -935,6 +968,21 @@ def compute_goals(rows, threads_list):
         if r["workload"] == "sklearn-mlp" and r.get("speedup_vs_sklearn"):
             v = r["speedup_vs_sklearn"]
             add(f"sklearn-mlp fit, {r['threads']}t: scikit-learn time / onnxtrain time", ">= 3.0", v, v >= 3.0, "x")
+    # bf16 mixed precision: the speed-up over our own fp32 step, and the ratio to PyTorch's autocast.
+    for r in rows:
+        if r["mode"] != "train-bf16":
+            continue
+        fp32 = get(r["workload"], "train", r["threads"])
+        if r["onnxtrain_s"] and fp32 and fp32["onnxtrain_s"]:
+            v = r["onnxtrain_s"] / fp32["onnxtrain_s"]
+            goal = BF16_SPEEDUP_GOAL.get(r["workload"])
+            add(f"{r['workload']} training, {r['threads']}t: onnxtrain bf16 / onnxtrain fp32 step time "
+                f"({fmt_time(r['onnxtrain_s'])} / {fmt_time(fp32['onnxtrain_s'])}: {1 / v:.2f}x faster)",
+                f"<= 1/{goal:g} (>= {goal:g}x faster)" if goal else "report", v,
+                v <= 1.0 / goal if goal else None, "x")
+        if r.get("ratio") is not None:
+            add(f"{r['workload']} training bf16, {r['threads']}t: onnxtrain bf16 / PyTorch autocast bf16 best",
+                "report", r["ratio"], None, "x")
     return goals
 
 
@@ -967,7 +1015,12 @@ def markdown(header, rows, goals):
         out += [f"Median step time over {header['rounds']} round(s){' (--quick)' if header['quick'] else ''}; "
                 "ratio = onnxtrain / PyTorch's best environment (lower: onnxtrain faster); GFLOP/s: analytic FLOPs "
                 "per step / step time (% of the GEMM peak at that thread count); check: first 10 losses (training) "
-                f"or the first batch's output (inference) within {LOSS_RTOL:g} relative.",
+                f"or the first batch's output (inference) within {LOSS_RTOL:g} relative."
+                + (" train-bf16 rows: onnxtrain mixed_precision='bf16' against PyTorch under "
+                   "torch.autocast('cpu', bfloat16) (its best environment); GFLOP/s without the % (the peak is "
+                   "fp32's); check: each framework's first 10 bf16 losses against its own fp32 losses within "
+                   f"{BF16_LOSS_RTOL:g} relative, the larger of the two differences shown."
+                   if any(r["mode"] == "train-bf16" for r in rows) else ""),
                 "",
                 "| workload | mode | thr | onnxtrain | PyTorch default | PyTorch best | ratio | GFLOP/s onnxtrain | "
                 "GFLOP/s PyTorch | peak RSS MB onnxtrain / PyTorch | max rel diff | check |",
