@@ -430,6 +430,11 @@ struct PoolParams {
     dnnl::algorithm alg;
     dnnl::memory::dims kernel, strides, dil, pl, pr;
     if (!dnnl_geometry(&alg, &kernel, &strides, &dil, &pl, &pr)) return false;
+    // A window wider than the input (the rest is padding) goes to our loops, which visit only the
+    // window's part inside the input: oneDNN walks the whole window, and a kernel of 2^26 over a
+    // few pixels ran for minutes (fuzz finding).
+    for (size_t i = 0; i < g.nd; ++i)
+      if (g.extent(i) > g.in[i]) return false;
     const dnnl::memory::desc xmd = dnnl_util::plain_md(x), ymd = dnnl_util::plain_md(y);
     auto& eng = dnnl_util::cpu_engine();
     try {
