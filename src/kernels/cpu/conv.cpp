@@ -685,6 +685,9 @@ class ConvGradKernel final : public Kernel {
         typename B::primitive_desc pd(bd, dnnl_util::default_attr(), dnnl_util::cpu_engine(), hint<F>(d, l, bias));
         if (dnnl_util::is_reference(pd)) return false;
         weights_op_.init(B(pd), pd.scratchpad_desc());
+        // One input channel per group: oneDNN's weight gradient ran 3x slower on 2 threads than on
+        // one ([64, 1, 28, 28] with 16 3x3 filters: 4.0 ms against 1.35 ms), so it keeps to one.
+        weights_op_.set_single_threaded(p_.C / p_.group == 1);
         weights_op_.add_arg(DNNL_ARG_SRC, d.x, pd.src_desc(), false);
         weights_op_.add_arg(DNNL_ARG_DIFF_DST, d.y, pd.diff_dst_desc(), false);
         weights_op_.add_arg(DNNL_ARG_DIFF_WEIGHTS, d.w, pd.diff_weights_desc(), true);
