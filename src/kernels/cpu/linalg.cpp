@@ -117,8 +117,8 @@ class BatchedMatMul {
     // that a run allocates nothing (oneDNN's sgemm allocates packing buffers on every call). It
     // measured as fast as sgemm or faster on training shapes; 1.6x slower on a [4, 8192] x
     // [8192, 8192] product.
-    const bool tiny = dt == DType::kFloat32 && tiny_product(shape_numel(cd) * rows_ * K * N);
-    if (dnnl_type(dt) && !tiny && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
+    tiny_ = dt == DType::kFloat32 && tiny_product(shape_numel(cd) * rows_ * K * N);
+    if (dnnl_type(dt) && !tiny_ && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
     // Offsets of each batch's matrices over the collapsed dims.
     const int64_t nb = shape_numel(cd);
     std::vector<int64_t> idx(cd.size(), 0);
@@ -158,6 +158,8 @@ class BatchedMatMul {
       op_.execute(ws, stream);
       return;
     }
+    std::optional<ThreadScope> one;
+    if (tiny_) one.emplace(1);  // waking a sleeping thread costs more than the product
     dispatch<NumericTypes>(dt_, node, [&]<class T>() {
       const T* A = static_cast<const T*>(a);
       const T* B = static_cast<const T*>(b);
@@ -215,7 +217,7 @@ class BatchedMatMul {
   DType dt_ = DType::kFloat32;
   int64_t M_ = 0, K_ = 0, N_ = 0, nbatch_ = 0;
   int64_t rows_ = 0;  // rows of each product (M, or batch*M when A's batch folds into the rows)
-  bool ta_ = false, tb_ = false;
+  bool ta_ = false, tb_ = false, tiny_ = false;
   Shape batch_;
   std::vector<int64_t> a_off_, b_off_;
   dnnl_util::DnnlOp op_;
@@ -332,8 +334,8 @@ class GemmKernel final : public Kernel {
     }
     ctx.set_output(0, dt, {M_, N_});
     op_ = dnnl_util::DnnlOp();
-    if (dnnl_type(dt) && M_ > 0 && N_ > 0 && K_ > 0 && !(dt == DType::kFloat32 && tiny_product(M_ * K_ * N_)))
-      make_dnnl(dt, has_c_ && beta_ != 0.f);
+    tiny_ = dt == DType::kFloat32 && tiny_product(M_ * K_ * N_);
+    if (dnnl_type(dt) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_) make_dnnl(dt, has_c_ && beta_ != 0.f);
     ctx.request_workspace(op_.valid() ? op_.workspace_bytes() : 0);
   }
   void run(RunContext& ctx) override {
@@ -350,6 +352,8 @@ class GemmKernel final : public Kernel {
       op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
       return;
     }
+    std::optional<ThreadScope> one;
+    if (tiny_) one.emplace(1);  // waking a sleeping thread costs more than the product
     dispatch<MatMulTypes>(A.dtype(), ctx.node(), [&]<class T>() {
       T* y = ctx.output(0).data<T>();
       const bool use_c = has_c_ && beta_ != 0.f;
@@ -404,7 +408,7 @@ class GemmKernel final : public Kernel {
   float alpha_, beta_;
   bool legacy_no_broadcast_;
   dnnl_util::DnnlOp op_;
-  bool has_c_ = false;
+  bool has_c_ = false, tiny_ = false;
   int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1;
 };
 
