@@ -203,7 +203,7 @@ void bind_parameters(py::module_& m) {
   field(c, "portable_training_graph", &P::portable_training_graph,
         "Standard ONNX training graph (plus preview-training ops) instead of com.onnxtrain's fused operators.");
   field(c, "mixed_precision", &P::mixed_precision,
-        "'' or 'fp32'; 'bf16': MatMul/Gemm and their gradients in bfloat16 (fp32 accumulation, fp32 master "
+        "'' or 'fp32'; 'bf16': MatMul/Gemm/Conv and their gradients in bfloat16 (fp32 accumulation, fp32 master "
         "weights, normalizations, softmax, losses and optimizer); 'fp16' raises NotImplemented.");
   field(c, "lr_schedule", &P::lr_schedule, "Schedule used when the feed omits the learning rate; one of "
         "onnxtrain.lr_schedule_names() or ''.");

@@ -40,9 +40,10 @@ struct TrainingParameters {
   /// operators plus the ai.onnx.preview.training ones whose arithmetic matches, instead of
   /// onnxtrain's fused com.onnxtrain operators: it runs in other ONNX runtimes (onnxtrain extension).
   bool portable_training_graph = false;
-  /// Precision of the matrix products: "" or "fp32" (everything in float32), "bf16" (MatMul and
-  /// Gemm and their gradients in bfloat16 with fp32 accumulation; normalizations, softmax, losses,
-  /// the optimizer and the master weights in float32). "fp16" (loss scaling) is not implemented.
+  /// Precision of the matrix products: "" or "fp32" (everything in float32), "bf16" (MatMul, Gemm
+  /// and Conv and their gradients in bfloat16 with fp32 accumulation, a Conv with one input channel
+  /// per group excepted; normalizations, softmax, losses, the optimizer and the master weights in
+  /// float32). "fp16" (loss scaling) is not implemented.
   std::string mixed_precision;
   /// Learning-rate schedule used when the feed omits lr_params_feed_name ("" = the feed is required).
   std::string lr_schedule;

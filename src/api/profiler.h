@@ -32,7 +32,6 @@ class Profiler {
   /// only the per-node totals are kept (nothing is written).
   void start(std::string prefix, bool trace = true);
   bool active() const { return active_.load(std::memory_order_acquire); }
-  bool tracing() const { return trace_; }
   int64_t start_ns() const { return start_ns_; }
   /// A session-level event that began at `begin_ns` and ends now.
   void session_event(const std::string& name, int64_t begin_ns, const std::string& args_json = "{}");

@@ -25,7 +25,7 @@ ir::Attribute to_attr(DType dt) { return ir::Emitter::int_attr("to", int64_t(dt)
 
 }  // namespace
 
-ir::Model autocast_bf16(const ir::Model& m, size_t* rewritten) {
+ir::Model autocast_bf16(const ir::Model& m) {
   ir::Model r = m;
   r.graph = std::make_shared<ir::Graph>(*m.graph);
   ir::infer_types(r);
@@ -42,7 +42,6 @@ ir::Model autocast_bf16(const ir::Model& m, size_t* rewritten) {
   };
   std::map<std::string, std::string> as_bf16;  // float32 value -> its bfloat16 cast (one per value)
   std::vector<ir::Node> out;
-  size_t count = 0;
   for (ir::Node n : g.nodes) {
     const bool candidate = n.domain.empty() && std::find(std::begin(kBf16Ops), std::end(kBf16Ops), n.op_type) != std::end(kBf16Ops);
     bool all_f32 = candidate && !n.outputs.empty() && !n.outputs[0].empty();
@@ -81,11 +80,9 @@ ir::Model autocast_bf16(const ir::Model& m, size_t* rewritten) {
     back.attrs = {to_attr(DType::kFloat32)};
     out.push_back(std::move(n));
     out.push_back(std::move(back));
-    ++count;
   }
   g.nodes = std::move(out);
   ir::infer_types(r);
-  if (rewritten) *rewritten = count;
   return r;
 }
 

@@ -14,7 +14,7 @@ inline constexpr const char* kBf16Ops[] = {"MatMul", "Gemm", "Conv"};
 /// everything else — normalizations, softmax, losses, the optimizer and its fp32 master weights —
 /// in float32. Differentiating the result gives bfloat16 gradients of the products, cast back to
 /// float32 for the weights (Cast's gradient). A Conv whose weight has one input channel per group
-/// stays float32. `*rewritten` receives the number of nodes changed.
-ir::Model autocast_bf16(const ir::Model& m, size_t* rewritten = nullptr);
+/// stays float32.
+ir::Model autocast_bf16(const ir::Model& m);
 
 }  // namespace onnxtrain::train

@@ -239,15 +239,14 @@ struct DnnlConv {
   }
 };
 
-// The element types run through oneDNN's convolutions: float32, and bfloat16 (natively with
-// AVX512-BF16 / AMX; where oneDNN has only reference kernels the generic path runs instead).
-bool dnnl_conv_type(DType dt) { return dt == DType::kFloat32 || dt == DType::kBFloat16; }
-
-// False when oneDNN cannot express the geometry (negative effective pads). `dt`: float32 or
-// bfloat16 (dnnl_conv_type).
+// False when oneDNN cannot express the geometry (negative effective pads) or runs no convolution
+// of element type `dt` (dnnl_util::float_type: float32, bfloat16; where oneDNN has only reference
+// kernels the generic path runs instead).
 bool dnnl_conv(const ConvParams& p, const Shape& x, DType dt, DnnlConv* d) {
   using dnnl::memory;
-  d->dt = dt == DType::kBFloat16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const auto type = dnnl_util::float_type(dt);
+  if (!type) return false;
+  d->dt = *type;
   const WindowGeom& g = p.g;
   const size_t nd = g.nd;
   for (size_t i = 0; i < nd; ++i)
@@ -393,7 +392,7 @@ class ConvKernel final : public Kernel {
       return;
     }
     DnnlConv d;
-    if (dnnl_conv_type(dt_) && !empty && dnnl_conv(p_, x, dt_, &d) && make_dnnl(d)) {
+    if (!empty && dnnl_conv(p_, x, dt_, &d) && make_dnnl(d)) {
       ctx.request_workspace(op_.workspace_bytes());
       return;
     }
@@ -609,7 +608,7 @@ class ConvGradKernel final : public Kernel {
     weights_op_ = dnnl_util::DnnlOp();
     empty_ = shape_numel(p_.y) == 0 || shape_numel(x) == 0 || p_.kk == 0;
     DnnlConv d;
-    if (dnnl_conv_type(dt_) && !empty_ && dnnl_conv(p_, x, dt_, &d)) {
+    if (!empty_ && dnnl_conv(p_, x, dt_, &d)) {
       if (want_[0]) make_data(d);
       if (want_[1]) make_weights(d, want_[2]);
     }

@@ -16,6 +16,12 @@ dnnl::engine& cpu_engine() {
   return eng;
 }
 
+std::optional<dnnl::memory::data_type> float_type(DType dt) {
+  if (dt == DType::kFloat32) return dnnl::memory::data_type::f32;
+  if (dt == DType::kBFloat16) return dnnl::memory::data_type::bf16;
+  return std::nullopt;
+}
+
 dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt) {
   dnnl::memory::dims st(s.size());
   int64_t stride = 1;

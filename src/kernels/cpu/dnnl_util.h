@@ -14,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -26,6 +27,10 @@ dnnl::engine& cpu_engine();
 
 /// oneDNN dims of a shape.
 inline dnnl::memory::dims dims(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
+/// The oneDNN data type of the float types its matmul and convolution kernels run: float32, and
+/// bfloat16 (natively with AVX512-BF16 or AMX, else converted inside its kernels; fp32
+/// accumulation either way); none for the others.
+std::optional<dnnl::memory::data_type> float_type(DType dt);
 /// Plain row-major float32 memory descriptor of a shape.
 dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 /// Primitive attributes every kernel should start from (user scratchpad).

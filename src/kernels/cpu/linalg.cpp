@@ -22,13 +22,7 @@ namespace {
 
 using MatMulTypes = decltype(FloatTypes{} + TypeList<int32_t, int64_t, uint32_t, uint64_t>{});
 
-// The element types oneDNN's matmul runs (bfloat16: natively with AVX512-BF16 or AMX, else
-// converted to float32 inside its kernels; fp32 accumulation either way); none for the others.
-std::optional<dnnl::memory::data_type> dnnl_type(DType dt) {
-  if (dt == DType::kFloat32) return dnnl::memory::data_type::f32;
-  if (dt == DType::kBFloat16) return dnnl::memory::data_type::bf16;
-  return std::nullopt;
-}
+using dnnl_util::float_type;
 
 // Products of fewer multiply-adds than this run on one thread: waking the others (sleeping, with
 // the passive OpenMP wait policy) costs more than they save (the digits MLP's 32x64x128 layers ran
@@ -118,7 +112,7 @@ class BatchedMatMul {
     // measured as fast as sgemm or faster on training shapes; 1.6x slower on a [4, 8192] x
     // [8192, 8192] product.
     tiny_ = dt == DType::kFloat32 && tiny_product(shape_numel(cd) * rows_ * K * N);
-    if (dnnl_type(dt) && !tiny_ && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
+    if (float_type(dt) && !tiny_ && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
     // Offsets of each batch's matrices over the collapsed dims.
     const int64_t nb = shape_numel(cd);
     std::vector<int64_t> idx(cd.size(), 0);
@@ -201,7 +195,7 @@ class BatchedMatMul {
         st[i] = s;
         s *= d[i];
       }
-      return memory::desc(dnnl_util::dims(d), *dnnl_type(dt_), dnnl_util::dims(st));
+      return memory::desc(dnnl_util::dims(d), *float_type(dt_), dnnl_util::dims(st));
     };
     const memory::desc a = md(ad, M, K_, ta_), b = md(bd, K_, N_, tb_), c = md(cd, M, N_, false);
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), dnnl_util::default_attr(), dnnl_util::cpu_engine());
@@ -335,7 +329,7 @@ class GemmKernel final : public Kernel {
     ctx.set_output(0, dt, {M_, N_});
     op_ = dnnl_util::DnnlOp();
     tiny_ = dt == DType::kFloat32 && tiny_product(M_ * K_ * N_);
-    if (dnnl_type(dt) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_) make_dnnl(dt, has_c_ && beta_ != 0.f);
+    if (float_type(dt) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_) make_dnnl(dt, has_c_ && beta_ != 0.f);
     ctx.request_workspace(op_.valid() ? op_.workspace_bytes() : 0);
   }
   void run(RunContext& ctx) override {
@@ -385,7 +379,7 @@ class GemmKernel final : public Kernel {
   void make_dnnl(DType dt, bool accumulate) {
     using dnnl::memory;
     auto md = [dt](int64_t rows, int64_t cols, bool trans) {
-      return memory::desc({rows, cols}, *dnnl_type(dt), trans ? memory::dims{1, rows} : memory::dims{cols, 1});
+      return memory::desc({rows, cols}, *float_type(dt), trans ? memory::dims{1, rows} : memory::dims{cols, 1});
     };
     const memory::desc ad = md(M_, K_, ta_), bd = md(K_, N_, tb_), cd = md(M_, N_, false);
     dnnl::primitive_attr attr = dnnl_util::default_attr();

@@ -490,17 +490,18 @@ class DropoutKernel final : public Kernel {
       } else {
         const uint64_t key = mix(key_ + 0x632be59bd9b4e019ull * ++runs_);
         if (ratio == 0) return keep_everything();  // u >= 0 always: no draws (the stream is counter-based)
+        auto uniform = [key](int64_t i) { return double(mix(key ^ uint64_t(i)) >> 11) * 0x1.0p-53; };
         bool* mb = mask && mask->dtype() == DType::kBool ? mask->data<bool>() : nullptr;
         parallel_for(n, 16384, [&](int64_t i0, int64_t i1) {
           if (mb) {  // the common case without the per-element mask type test
             for (int64_t i = i0; i < i1; ++i) {
-              const bool keep = double(mix(key ^ uint64_t(i)) >> 11) * 0x1.0p-53 >= ratio;
+              const bool keep = uniform(i) >= ratio;
               Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
               mb[i] = keep;
             }
             return;
           }
-          for (int64_t i = i0; i < i1; ++i) apply(i, double(mix(key ^ uint64_t(i)) >> 11) * 0x1.0p-53);
+          for (int64_t i = i0; i < i1; ++i) apply(i, uniform(i));
         });
       }
     });
