@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "convert.h"
+#include "onnxtrain/distributed.h"
 #include "onnxtrain/error.h"
 #include "onnxtrain/trainer.h"
 #include "onnxtrain/training.h"
@@ -208,6 +209,16 @@ void bind_parameters(py::module_& m) {
   field(c, "lr_schedule", &P::lr_schedule, "Schedule used when the feed omits the learning rate; one of "
         "onnxtrain.lr_schedule_names() or ''.");
   field(c, "lr_schedule_params", &P::lr_schedule_params, "eta0, power_t, alpha, warmup, total, end_lr, power.");
+  field(c, "world_rank", &P::world_rank, "Rank in the MPI job (0 under mpirun: the launcher's rank).");
+  field(c, "world_size", &P::world_size, "Ranks of the MPI job (1 under mpirun: the launcher's size).");
+  field(c, "local_rank", &P::local_rank, "Rank on this machine.");
+  field(c, "data_parallel_size", &P::data_parallel_size, "1 or world_size.");
+  field(c, "horizontal_parallel_size", &P::horizontal_parallel_size, "> 1 raises NotImplementedError.");
+  field(c, "pipeline_parallel_size", &P::pipeline_parallel_size, "> 1 raises NotImplementedError.");
+  field(c, "allreduce_post_accumulation", &P::allreduce_post_accumulation,
+        "Reduce accumulated gradients once per update instead of every run's.");
+  field(c, "deepspeed_zero_stage", &P::deepspeed_zero_stage, "0, or 1 (optimizer state partitioned across ranks).");
+  field(c, "enable_adasum", &P::enable_adasum, "Combine the ranks' gradients with Adasum (power-of-two world sizes).");
   c.def("validate", &P::validate, "Raises ValueError naming the first invalid field (the fields together).");
 }
 
@@ -447,6 +458,32 @@ void bind_trainer(py::module_& m) {
 
 void bind_training(py::module_& m) {
   bind_parameters(m);
+  // onnxtrain.distributed (python/onnxtrain/distributed.py wraps these).
+  namespace dist = onnxtrain::distributed;
+  m.def("_distributed_launch_info", [] {
+    const dist::LaunchInfo li = dist::launch_info();
+    py::dict d;
+    d["rank"] = li.rank;
+    d["size"] = li.size;
+    d["local_rank"] = li.local_rank;
+    d["local_size"] = li.local_size;
+    d["launched"] = li.launched;
+    return d;
+  });
+  m.def("_distributed_mpi_available", &dist::mpi_available);
+  m.def("_distributed_world_rank", &dist::world_rank);
+  m.def("_distributed_world_size", &dist::world_size);
+  m.def("_distributed_barrier", &dist::barrier, py::call_guard<py::gil_scoped_release>());
+  m.def("_distributed_comm_stats", [] {
+    const dist::CommStats s = dist::comm_stats();
+    py::dict d;
+    d["collectives"] = s.collectives;
+    d["bytes"] = s.bytes;
+    d["comm_seconds"] = s.comm_seconds;
+    d["wait_seconds"] = s.wait_seconds;
+    return d;
+  });
+  m.def("_distributed_reset_comm_stats", &dist::reset_comm_stats);
   py::class_<TrainingSession>(m, "TrainingSession")
       .def(py::init([](py::object path_or_bytes, const TrainingParameters& p, const SessionOptions* opts) {
              SessionOptions o = opts ? *opts : SessionOptions{};
@@ -480,6 +517,10 @@ void bind_training(py::module_& m) {
            [](TrainingSession& s, py::dict d, bool strict) { s.load_optimizer_state(dict_to_tensors(d), strict); },
            py::arg("state"), py::arg("strict") = false)
       .def("step", &TrainingSession::step)
+      .def("set_local_batch_share", &TrainingSession::set_local_batch_share, py::arg("share"),
+           "Data parallelism: this rank's rows over the global batch's (default 1 / world_size).")
+      .def("world_rank", &TrainingSession::world_rank, "Rank of the session's data-parallel job (0 without one).")
+      .def("world_size", &TrainingSession::world_size, "Ranks of the session's data-parallel job (1 without one).")
       .def("parameters", [](const TrainingSession& s) { return s.parameters(); }, "A copy of the session's parameters.")
       .def("export_model",
            [](const TrainingSession& s, std::vector<std::string> outputs) { return py::bytes(s.export_model(outputs)); },

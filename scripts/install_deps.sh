@@ -11,6 +11,7 @@ PACKAGES=(
   python3-torch python3-sklearn
   libgtest-dev
   libcli11-dev nlohmann-json3-dev
+  openmpi-bin libopenmpi-dev
 )
 # scripts/fuzz.sh and scripts/tsan.sh only (`install_deps.sh --fuzz`): clang with libFuzzer and the
 # sanitizer runtimes, LLVM's OpenMP runtime with its ThreadSanitizer support (archer).

@@ -1,5 +1,6 @@
 // onnxtrain train: the command line of onnxtrain::Trainer — options in, progress, metrics (JSON
 // lines), curve (SVG), the trained model and a summary out; Ctrl-C asks the trainer to stop.
+#include <thread>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "onnxtrain/error.h"
 #include "onnxtrain/inspect.h"
 #include "onnxtrain/io.h"
+#include "onnxtrain/distributed.h"
 #include "onnxtrain/trainer.h"
 #include "report.h"
 
@@ -197,6 +199,15 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
   if (setup.params.lr_schedule.empty()) o.learning_rate = setup.lr;
   SessionOptions so = session_options(a.threads, a.memory_limit);
   so.seed = uint64_t(a.seed);
+  // Under mpirun: every rank trains on its share of each --batch-size rows (the result does not
+  // depend on the number of ranks); rank 0 prints and writes the outputs; the machine's cores are
+  // split between its ranks unless --threads says otherwise.
+  const distributed::LaunchInfo launch = distributed::launch_info();
+  const bool quiet_rank = launch.launched && launch.size > 1 && launch.rank != 0;
+  if (launch.launched && launch.local_size > 1 && !given(app, "--threads"))
+    so.intra_op_num_threads = std::max(1, int(std::thread::hardware_concurrency()) / launch.local_size);
+  if (quiet_rank && !std::freopen("/dev/null", "w", stdout))
+    throw_error<IOError>("rank ", launch.rank, ": cannot silence its standard output");
   TrainingSession sess(lm.bytes.data(), lm.bytes.size(), setup.params, so, dir_of(model_path));
   Trainer trainer(sess, o);
   if (a.resume) trainer.load_checkpoint(ckpt_path);
@@ -206,6 +217,7 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
 
   // Output (stdout): what is about to happen.
   std::printf("training %s: %lld samples", model_path.c_str(), (long long)plan.train_samples);
+  if (sess.world_size() > 1) std::printf(" on %d ranks", sess.world_size());
   const int64_t held_out = validation.empty() ? plan.validation_samples : validation.size();
   if (held_out) std::printf(", %lld held out", (long long)held_out);
   std::printf("; %lld batches of %lld per epoch, %lld optimizer steps", (long long)plan.batches_per_epoch,
@@ -220,7 +232,7 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
                 (long long)trainer.epoch() + 1, (long long)trainer.batch());
   std::fflush(stdout);
 
-  Progress progress(a.progress, plan.total_steps, plan.epochs, metric);
+  Progress progress(quiet_rank ? "none" : a.progress, plan.total_steps, plan.epochs, metric);
   TrainerCallbacks cb;
   cb.on_step = [&](const StepInfo& s) {
     ++runs;
@@ -247,6 +259,7 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
     make_dirs_for(metrics_path);
     write_file_atomic(metrics_path, s);
   };
+  if (quiet_rank) return r.stopped ? kExitInterrupted : kExitOk;  // rank 0 writes the outputs
   if (r.stopped) {
     write_metrics();
     std::fprintf(stderr,

@@ -49,6 +49,25 @@ struct TrainingParameters {
   std::string lr_schedule;
   std::map<std::string, double> lr_schedule_params;  ///< eta0, power_t, alpha, warmup, total, end_lr, power
 
+  // Data parallelism over MPI (docs/distributed.md), onnxruntime-training's fields. Under an MPI
+  // launcher (mpirun), world_size 1 and world_rank 0 — the defaults — take the launcher's values;
+  // given values must agree with it. As in onnxruntime-training, every rank feeds its own batch
+  // (its shard of the data) to run(), and the gradients are averaged over the ranks (see
+  // TrainingSession::set_local_batch_share for shards of different sizes).
+  int64_t world_rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  int64_t data_parallel_size = 1;        ///< 1 or world_size
+  int64_t horizontal_parallel_size = 1;  ///< tensor parallelism: > 1 is not implemented
+  int64_t pipeline_parallel_size = 1;    ///< pipeline parallelism: > 1 is not implemented
+  /// With gradient_accumulation_steps > 1: reduce the accumulated gradients once per update
+  /// instead of every run's gradients before accumulating them.
+  bool allreduce_post_accumulation = false;
+  /// 0, or 1 (ZeRO stage 1: optimizer state partitioned across the ranks).
+  int64_t deepspeed_zero_stage = 0;
+  /// Combine the ranks' gradients with Adasum instead of averaging them (power-of-two world sizes).
+  bool enable_adasum = false;
+
   /// Throws InvalidArgument naming `field` ("TrainingParameters.<field>") when its value is invalid
   /// by itself: an unknown optimizer or schedule, accumulation steps < 1, a max_grad_norm <= 0,
   /// an empty feed name, an unknown schedule parameter. Fields without a constraint of their own
@@ -137,6 +156,14 @@ class TrainingSession {
 
   /// Optimizer steps taken so far.
   int64_t step() const;
+  /// Data parallelism: this rank's share of the global batch (its rows over all ranks' rows); the
+  /// combined gradient is the sum over the ranks of share x local gradient. Default 1 / world_size
+  /// (every rank feeds a batch of the same size, onnxruntime-training's convention). Losses that sum
+  /// over the batch take share 1. InvalidArgument outside [0, 1].
+  void set_local_batch_share(double share);
+  /// The rank and size of the session's data-parallel job (0 and 1 without one).
+  int world_rank() const;
+  int world_size() const;
   /// The parameters the session was created with.
   const TrainingParameters& parameters() const;
   /// Learning rate the session's schedule gives update `step` (1-based): the rate run() uses when

@@ -108,6 +108,17 @@ class OutputTyper {
       all_outputs(TypeInfo::tensor(DType::kFloat64, {1}));
       return true;
     }
+    // Data parallel (src/kernels/cpu/collective_ops.cpp): GradientReduceStart (contribution, G[n])
+    // -> token int64 [1]; GradientReduceWait (token, G[n]) -> R[n] typed like G[n].
+    if (op == "GradientReduceStart") {
+      all_outputs(TypeInfo::tensor(DType::kInt64, {1}));
+      return true;
+    }
+    if (op == "GradientReduceWait") {
+      if (I != O + 1) fail(I, " inputs and ", O, " outputs: expected the token and n gradients for n outputs");
+      for (size_t k = 0; k < O; ++k) r_[k] = in_or_unknown(1 + k);
+      return true;
+    }
     size_t lead;
     if (optimizers.count(op)) lead = 3;
     else if (op == "AccumulateGradients") lead = 1;

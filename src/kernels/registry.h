@@ -20,5 +20,6 @@ void register_loss(KernelRegistry& r);          // cpu/loss.cpp: SoftmaxCrossEnt
 void register_rnn(KernelRegistry& r);           // cpu/rnn.cpp: LSTM, GRU, RNN
 void register_control_flow(KernelRegistry& r);  // cpu/control_flow.cpp: If, Loop
 void register_training(KernelRegistry& r);      // cpu/optimizer_ops.cpp: optimizers, AccumulateGradients, GlobalNormClip, preview-training Adagrad/Momentum/Adam
+void register_collectives(KernelRegistry& r);   // cpu/collective_ops.cpp: GradientReduceStart/Wait (data parallel)
 
 }  // namespace onnxtrain::kernels::cpu

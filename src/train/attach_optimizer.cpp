@@ -226,6 +226,69 @@ class GroupEmitter {
   std::string scale_;
 };
 
+// Inserts the reduction of `grads` (gradients of tg.trained, same order) across the ranks:
+// buckets of gradients in the order their producers appear in the graph (the order the backward
+// pass computes them), each a GradientReduceStart placed right after the last producer of its
+// gradients (the reduction overlaps the rest of the backward pass) and a GradientReduceWait at the
+// end (the planner runs it when nothing else is ready). Returns the reduced gradients.
+std::vector<std::string> reduce_gradients(Emitter& e, TrainingGraph& tg, const std::vector<std::string>& grads,
+                                          const DataParallelConfig& dp) {
+  ir::Graph& g = *tg.model.graph;
+  const size_t before = g.nodes.size();
+  std::unordered_map<std::string, long> producer;
+  for (size_t i = 0; i < before; ++i)
+    for (const auto& o : g.nodes[i].outputs) producer[o] = long(i);
+  auto prod = [&](size_t i) {
+    auto it = producer.find(grads[i]);
+    return it == producer.end() ? -1L : it->second;
+  };
+  std::vector<size_t> order(grads.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prod(a) < prod(b); });
+  std::vector<std::string> out(grads.size());
+  std::vector<std::pair<long, ir::Node>> starts;  // (insert after node index, node)
+  const ir::Attribute mode = Emitter::string_attr("mode", dp.adasum ? "adasum" : "mean");
+  for (size_t b = 0; b < order.size();) {
+    const DType dt = e.dtype(grads[order[b]]);
+    std::vector<size_t> bucket;
+    int64_t bytes = 0;
+    long last = -1;
+    for (; b < order.size(); ++b) {
+      const size_t i = order[b];
+      const Tensor& w = *g.initializer(tg.trained[i]);
+      const int64_t nb = w.numel() * int64_t(dtype_size(w.dtype()));
+      if (!bucket.empty() && (e.dtype(grads[i]) != dt || bytes + nb > dp.bucket_bytes)) break;
+      bucket.push_back(i);
+      bytes += nb;
+      last = std::max(last, prod(i));
+    }
+    std::vector<std::string> ins = {tg.contribution_input};
+    for (size_t i : bucket) ins.push_back(grads[i]);
+    const std::string token =
+        e.add_n("GradientReduceStart", ins, 1, {mode}, kernels::kTrainingDomain, "reduce_token")[0];
+    starts.emplace_back(last, std::move(g.nodes.back()));
+    g.nodes.pop_back();
+    ins[0] = token;
+    const auto reduced = e.add_n("GradientReduceWait", ins, bucket.size(), {}, kernels::kTrainingDomain, "reduced");
+    for (size_t k = 0; k < bucket.size(); ++k) out[bucket[k]] = reduced[k];
+    ++tg.reduce_buckets;
+  }
+  // Each start right after the last producer of its bucket.
+  std::vector<ir::Node> nodes;
+  nodes.reserve(g.nodes.size() + starts.size());
+  auto flush = [&](long idx) {
+    for (auto& [after, n] : starts)
+      if (after == idx) nodes.push_back(std::move(n));
+  };
+  flush(-1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    nodes.push_back(std::move(g.nodes[i]));
+    if (i < before) flush(long(i));
+  }
+  g.nodes = std::move(nodes);
+  return out;
+}
+
 std::string join_updates(const std::vector<StateUpdate>& u) {
   std::string s;
   for (const auto& x : u) s += (s.empty() ? "" : ",") + x.value + ":" + x.state;
@@ -289,8 +352,18 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     return e.constant(s, base);
   };
 
+  const DataParallelConfig& dp = cfg.data_parallel;
+  if (dp.world_size > 1) {
+    if (cfg.portable)
+      throw_error<NotImplemented>("portable_training_graph with data parallelism: the gradient reductions are "
+                                  "com.onnxtrain operators");
+    tg.contribution_input = input("DataParallelContribution", DType::kFloat64, false);
+  }
+  const bool reduce_after = dp.post_accumulation && cfg.accumulation_steps > 1;
+
   // Accumulation: A' = reset ? G : A + G, in place over the accumulators.
   std::vector<std::string> grads = tg.gradients;
+  if (dp.world_size > 1 && !reduce_after) grads = reduce_gradients(e, tg, grads, dp);
   if (cfg.accumulation_steps > 1) {
     tg.reset_input = input("AccumulationReset", DType::kBool, false);
     std::vector<std::string> acc;
@@ -309,6 +382,7 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
       tg.updates.push_back({StateUpdate::Kind::kAccumulator, upd[i], acc[i], tg.trained[i], tg.trained[i]});
     grads = upd;
   }
+  if (dp.world_size > 1 && reduce_after) grads = reduce_gradients(e, tg, grads, dp);
 
   // Global-norm clipping: a scale (float64 [1]) every gradient is multiplied by.
   std::string scale;
@@ -375,7 +449,8 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
   tg.model.metadata.emplace_back("onnxtrain.state_updates", join_updates(tg.updates));
   tg.model.metadata.emplace_back("onnxtrain.training_inputs",
                                  "lr=" + tg.lr_input + ",step=" + tg.step_input +
-                                     (tg.reset_input.empty() ? "" : ",reset=" + tg.reset_input));
+                                     (tg.reset_input.empty() ? "" : ",reset=" + tg.reset_input) +
+                                     (tg.contribution_input.empty() ? "" : ",contribution=" + tg.contribution_input));
   ir::validate_graph(g);
 }
 

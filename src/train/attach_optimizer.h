@@ -40,6 +40,14 @@ struct OptimizerConfig {
 /// naming the known ones otherwise.
 const kernels::OptimizerSpec& optimizer_spec(const std::string& name);
 
+/// Data parallelism: how gradients are combined across the ranks of an MPI job.
+struct DataParallelConfig {
+  int world_size = 1;               ///< 1: no communication
+  bool post_accumulation = false;   ///< reduce the accumulated gradients once per update (else every run)
+  bool adasum = false;              ///< combine with Adasum instead of the weighted mean
+  int64_t bucket_bytes = 4 << 20;   ///< gradients per reduction, in the order the backward pass produces them
+};
+
 /// What a training step does besides forward and backward.
 struct StepConfig {
   OptimizerConfig optimizer;
@@ -48,6 +56,7 @@ struct StepConfig {
   float max_grad_norm = 1.0f;
   bool portable = false;           ///< standard ONNX (+ preview-training ops where they fit) only
   std::string lr_input = "Learning_Rate";
+  DataParallelConfig data_parallel;
 };
 
 /// A tensor a training step updates: after the step, initializer `state` holds value `value`.
@@ -65,6 +74,9 @@ struct TrainingGraph {
   std::string lr_input;     ///< float32 [1]
   std::string step_input;   ///< int64 [1]: the 1-based count of the update this step performs
   std::string reset_input;  ///< bool [1]: start a new accumulation (only when accumulating)
+  /// float64 [1]: this rank's weight in the mean of the gradients (only with data parallelism).
+  std::string contribution_input;
+  int64_t reduce_buckets = 0;  ///< gradient reductions per update (data parallelism)
   std::vector<std::string> trained;    ///< weights the optimizer updates
   std::vector<std::string> gradients;  ///< per trained weight: its gradient ("<w>_grad")
   std::vector<StateUpdate> updates;

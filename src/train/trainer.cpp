@@ -19,6 +19,7 @@
 #include "onnxtrain/checkpoint.h"
 #include "onnxtrain/error.h"
 #include "onnxtrain/io.h"
+#include "distributed/comm.h"
 #include "train/metrics.h"
 
 namespace onnxtrain {
@@ -535,9 +536,26 @@ FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const
   std::vector<std::pair<std::string, Value>> feeds;
   std::vector<Value> outs;
   Value lr_value = Value::of(Tensor::zeros(DType::kFloat32, {1}));
+  // Data parallelism: each rank trains on its share of every global batch of bs rows and weighs its
+  // gradient by its share of the rows (rank r: rows [b + g r / W, b + g (r + 1) / W) of the g rows).
+  // A rank left without rows (a last batch smaller than W) runs one row with weight 0. The loss
+  // and the stop requests are combined over the ranks every run, so every rank decides alike.
+  const int W = sess.world_size(), R = sess.world_rank();
+  bool stop_now = false;
   while (s.steps < plan.total_steps) {
     const int64_t b = s.position * bs, e = std::min(n, b + bs);
-    const Dataset batch = train.take(perm, size_t(b), size_t(e));
+    int64_t lo = b, hi = e;
+    double share = 1;
+    if (W > 1) {
+      const int64_t g = e - b;
+      lo = b + g * R / W;
+      hi = b + g * (R + 1) / W;
+      share = double(hi - lo) / double(g);
+      if (hi == lo) lo = b, hi = b + 1, share = 0;
+      if (s.objective.loss_summed && share > 0) share = 1;
+      sess.set_local_batch_share(share);
+    }
+    const Dataset batch = train.take(perm, size_t(lo), size_t(hi));
     feeds.clear();
     for (const auto& [name, t] : batch.arrays()) feeds.emplace_back(name, Value::of(t));
     const int64_t before = sess.step();
@@ -547,7 +565,13 @@ FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const
       feeds.emplace_back(params.lr_params_feed_name, lr_value);
     }  // else the session's schedule gives it
     sess.run(names, feeds, outs);
-    const double loss = scalar_loss(outs[0].tensor, s.objective.loss_output);
+    double loss = scalar_loss(outs[0].tensor, s.objective.loss_output);
+    if (W > 1) {
+      double v[2] = {share * loss, (cb.should_stop && cb.should_stop()) || s.stop ? 1.0 : 0.0};
+      distributed::Comm::world().allreduce_sum(v, 2, DType::kFloat64, "the trainer's loss and stop requests");
+      loss = v[0];
+      stop_now = v[1] > 0;
+    }
     if (!std::isfinite(loss))
       throw_error<RuntimeError>("the loss became ", loss, " at step ", s.steps + 1, " (epoch ", s.epoch + 1,
                                 "): lower the learning rate or clip the gradient norm");
@@ -595,7 +619,7 @@ FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const
       record({});
     }
     if (updated && s.opt.checkpoint_every && s.steps % s.opt.checkpoint_every == 0) save_checkpoint(s.opt.checkpoint_path);
-    if (s.steps < plan.total_steps && (s.stop || (cb.should_stop && cb.should_stop()))) {
+    if (s.steps < plan.total_steps && (W > 1 ? stop_now : (s.stop || (cb.should_stop && cb.should_stop())))) {
       result.stopped = true;  // a request during the run's last batch lets it finish
       break;
     }
@@ -623,6 +647,8 @@ void Trainer::request_stop() { impl_->stop = true; }
 EvalResult Trainer::evaluate(const Dataset& data) { return impl_->evaluate(data); }
 
 void Trainer::save_checkpoint(const std::string& path) const {
+  // Data parallelism keeps the ranks' states identical: rank 0 writes the checkpoint.
+  if (impl_->session->world_rank() != 0) return;
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) {
     std::error_code ec;

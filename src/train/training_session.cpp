@@ -8,9 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
+#include <sstream>
 
 #include "api/session_impl.h"
+#include "distributed/comm.h"
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
 #include "runtime/feeds.h"
@@ -81,6 +85,31 @@ const std::vector<std::pair<std::string, FieldCheck>>& field_checks() {
       {"lr_schedule_params", [](const TrainingParameters& p, const std::string&) {
          make_schedule(p);  // names an unknown key
        }},
+      {"world_size", [](const TrainingParameters& p, const std::string& f) {
+         if (p.world_size < 1) throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 1, got ", p.world_size);
+       }},
+      {"world_rank", [](const TrainingParameters& p, const std::string& f) {
+         if (p.world_rank < 0) throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 0, got ", p.world_rank);
+       }},
+      {"local_rank", [](const TrainingParameters& p, const std::string& f) {
+         if (p.local_rank < 0) throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 0, got ", p.local_rank);
+       }},
+      {"data_parallel_size", [](const TrainingParameters& p, const std::string& f) {
+         if (p.data_parallel_size < 1)
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 1, got ", p.data_parallel_size);
+       }},
+      {"horizontal_parallel_size", [](const TrainingParameters& p, const std::string& f) {
+         if (p.horizontal_parallel_size < 1)
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 1, got ", p.horizontal_parallel_size);
+       }},
+      {"pipeline_parallel_size", [](const TrainingParameters& p, const std::string& f) {
+         if (p.pipeline_parallel_size < 1)
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 1, got ", p.pipeline_parallel_size);
+       }},
+      {"deepspeed_zero_stage", [](const TrainingParameters& p, const std::string& f) {
+         if (p.deepspeed_zero_stage < 0 || p.deepspeed_zero_stage > 1)
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be 0 or 1, got ", p.deepspeed_zero_stage);
+       }},
   };
   return checks;
 }
@@ -95,6 +124,17 @@ void TrainingParameters::validate_field(const std::string& field) const {
 void TrainingParameters::validate() const {
   if (loss_output_name.empty()) throw_error<InvalidArgument>("TrainingParameters.loss_output_name is empty");
   for (const auto& [name, check] : field_checks()) check(*this, name);
+  if (horizontal_parallel_size > 1)
+    throw_error<NotImplemented>("TrainingParameters.horizontal_parallel_size = ", horizontal_parallel_size,
+                                ": horizontal (tensor) parallelism is not implemented; data parallelism is");
+  if (pipeline_parallel_size > 1)
+    throw_error<NotImplemented>("TrainingParameters.pipeline_parallel_size = ", pipeline_parallel_size,
+                                ": pipeline parallelism is not implemented; data parallelism is");
+  if (world_rank >= world_size && world_size > 1)
+    throw_error<InvalidArgument>("TrainingParameters.world_rank ", world_rank, " is not below world_size ", world_size);
+  if (data_parallel_size > 1 && world_size > 1 && data_parallel_size != world_size)
+    throw_error<InvalidArgument>("TrainingParameters.data_parallel_size ", data_parallel_size, " differs from world_size ",
+                                 world_size, " (without horizontal or pipeline parallelism they are equal)");
   if (lr_schedule.empty() && !lr_schedule_params.empty())
     throw_error<InvalidArgument>("TrainingParameters.lr_schedule_params is set but lr_schedule is empty");
   for (const auto& w : weights_to_train)
@@ -136,8 +176,10 @@ struct TrainingSession::Impl {
   int64_t step = 0;                           // optimizer steps taken
   int64_t micro = 0;                          // run() calls since the last update
   // What a step feeds besides the data: owned here, updated in place every step.
-  Value lr, step_count, reset;
-  size_t lr_slot = 0, step_slot = 0, reset_slot = 0;
+  Value lr, step_count, reset, contribution;
+  size_t lr_slot = 0, step_slot = 0, reset_slot = 0, contribution_slot = 0;
+  int rank = 0, world = 1;                    // data parallelism
+  int64_t check_every = 0;                    // compare the ranks' weights every that many updates (0: never)
   std::vector<const Value*> ins;              // executor inputs, reused
   // Executor requests per list of requested outputs: (update step, accumulation-only step).
   struct Requests {
@@ -151,6 +193,13 @@ struct TrainingSession::Impl {
   api::Profiler profiler;
 
   void init();
+  /// Resolves rank and world size from the parameters and the launcher; starts MPI when > 1.
+  void setup_data_parallel();
+  /// Refuses to start when a rank's model, weights or parameters differ from rank 0's (naming it).
+  void check_ranks_agree();
+  /// Debug check (ONNXTRAIN_CHECK_WEIGHTS_EVERY / onnxtrain.check_weights_every): every rank's
+  /// trained weights are bitwise those of rank 0.
+  void check_weights_agree();
   /// Runs `fn` with the profiler's node hook installed when profiling (nodes tagged by phase).
   template <class Fn>
   void profiled(bool eval, Fn&& fn);
@@ -203,6 +252,151 @@ void TrainingSession::Impl::profiled(bool eval, Fn&& fn) {
   profiler.session_event(eval ? "eval_run" : "train_run", start, "{\"step\": " + std::to_string(step) + "}");
 }
 
+namespace {
+
+int64_t parse_config_int(const char* key, const std::string& v, int64_t min) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < min)
+    throw_error<InvalidArgument>("config entry ", key, " must be an integer >= ", min, ", got '", v, "'");
+  return x;
+}
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+uint64_t hash_tensor(const Tensor& t) {
+  std::string shape = dtype_name(t.dtype());
+  for (int64_t d : t.shape()) shape += "," + std::to_string(d);
+  return fnv1a(t.raw_data(), t.nbytes(), fnv1a(shape.data(), shape.size()));
+}
+std::string hex64(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+
+// Lines "what=digest" compared between ranks: rank r's first line that differs from rank 0's names
+// the difference.
+void compare_with_rank0(distributed::Comm& comm, const std::vector<std::pair<std::string, std::string>>& mine,
+                        const char* collective, const char* context) {
+  std::string text;
+  for (const auto& [k, v] : mine) text += k + '\x1f' + v + '\n';
+  const std::vector<std::string> all = comm.allgather_bytes(text, collective);
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    auto split = [](const std::string& t) {
+      std::vector<std::pair<std::string, std::string>> kv;
+      size_t pos = 0;
+      while (pos < t.size()) {
+        const size_t nl = t.find('\n', pos), us = t.find('\x1f', pos);
+        kv.emplace_back(t.substr(pos, us - pos), t.substr(us + 1, nl - us - 1));
+        pos = nl + 1;
+      }
+      return kv;
+    };
+    const auto a = split(all[0]), b = split(all[r]);
+    std::string diff = "their number of entries";
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+      if (a[i] != b[i]) {
+        diff = a[i].first == b[i].first ? a[i].first : a[i].first + " / " + b[i].first;
+        break;
+      }
+    throw_error<InvalidArgument>(context, ": rank ", r, " differs from rank 0 in ", diff);
+  }
+}
+
+}  // namespace
+
+void TrainingSession::Impl::setup_data_parallel() {
+  const distributed::LaunchInfo li = distributed::launch_info();
+  int64_t ws = params.world_size;
+  if (params.data_parallel_size > 1 && ws == 1) ws = params.data_parallel_size;
+  if (li.launched && li.size > 1 && ws == 1 && params.world_rank == 0) ws = li.size;  // from the launcher
+  if (ws <= 1) return;
+  if (params.deepspeed_zero_stage == 1)
+    throw_error<NotImplemented>("TrainingParameters.deepspeed_zero_stage = 1: ZeRO stage 1 is not implemented yet; "
+                                "stage 0 (every rank holds the whole optimizer state) is");
+  if (!li.launched)
+    throw_error<InvalidArgument>("TrainingParameters.world_size is ", ws, " but this process was not started by an MPI ",
+                                 "launcher (run it with mpirun -np ", ws, ")");
+  distributed::Comm& comm = distributed::Comm::world();
+  if (comm.size() != ws)
+    throw_error<InvalidArgument>("TrainingParameters.world_size is ", ws, " but the MPI job has ", comm.size(),
+                                 " ranks (launch with mpirun -np ", ws, ")");
+  if (params.world_rank != 0 && params.world_rank != comm.rank())
+    throw_error<InvalidArgument>("TrainingParameters.world_rank is ", params.world_rank, " but this process is rank ",
+                                 comm.rank(), " of the MPI job");
+  if (params.enable_adasum && (ws & (ws - 1)) != 0)
+    throw_error<NotImplemented>("TrainingParameters.enable_adasum with ", ws,
+                                " ranks: Adasum needs a power-of-two number of ranks");
+  rank = comm.rank();
+  world = int(ws);
+  std::string every = options.config("onnxtrain.check_weights_every", "");
+  if (every.empty())
+    if (const char* e = std::getenv("ONNXTRAIN_CHECK_WEIGHTS_EVERY")) every = e;
+  if (!every.empty()) check_every = parse_config_int("onnxtrain.check_weights_every", every, 0);
+}
+
+void TrainingSession::Impl::check_ranks_agree() {
+  std::vector<std::pair<std::string, std::string>> d;
+  {
+    ir::Model structure = model;
+    structure.graph = std::make_shared<ir::Graph>(*model.graph);
+    structure.graph->initializers.clear();
+    const std::string bytes = ir::serialize_model(structure);
+    d.emplace_back("the model's graph", hex64(fnv1a(bytes.data(), bytes.size())));
+  }
+  for (const auto& [n, t] : model.graph->initializers) d.emplace_back("initializer '" + n + "'", hex64(hash_tensor(t)));
+  const TrainingParameters& p = params;
+  auto opt = [&](const std::string& field, const std::string& v) { d.emplace_back("TrainingParameters." + field, v); };
+  auto set_text = [](const std::set<std::string>& s) {
+    std::string r;
+    for (const auto& x : s) r += x + ";";
+    return r;
+  };
+  opt("loss_output_name", p.loss_output_name);
+  opt("weights_to_train", set_text(p.weights_to_train));
+  opt("weights_not_to_train", set_text(p.weights_not_to_train));
+  opt("immutable_weights", set_text(p.immutable_weights));
+  opt("training_optimizer_name", p.training_optimizer_name);
+  opt("lr_params_feed_name", p.lr_params_feed_name);
+  {
+    std::ostringstream o;
+    o.precision(17);
+    for (const auto& [k, v] : p.optimizer_attributes) o << k << '=' << v << ';';
+    for (const auto& [k, v] : p.optimizer_int_attributes) o << k << '=' << v << ';';
+    for (const auto& [w, m] : p.optimizer_attributes_map)
+      for (const auto& [k, v] : m) o << w << '.' << k << '=' << v << ';';
+    for (const auto& [w, m] : p.optimizer_int_attributes_map)
+      for (const auto& [k, v] : m) o << w << '.' << k << '=' << v << ';';
+    opt("optimizer_attributes", o.str());
+    std::ostringstream l;
+    l.precision(17);
+    for (const auto& [k, v] : p.lr_schedule_params) l << k << '=' << v << ';';
+    opt("lr_schedule_params", l.str());
+  }
+  opt("gradient_accumulation_steps", std::to_string(p.gradient_accumulation_steps));
+  opt("enable_grad_norm_clip", std::to_string(p.enable_grad_norm_clip));
+  opt("max_grad_norm", std::to_string(p.max_grad_norm));
+  opt("mixed_precision", p.mixed_precision);
+  opt("lr_schedule", p.lr_schedule);
+  opt("allreduce_post_accumulation", std::to_string(p.allreduce_post_accumulation));
+  opt("deepspeed_zero_stage", std::to_string(p.deepspeed_zero_stage));
+  opt("enable_adasum", std::to_string(p.enable_adasum));
+  opt("portable_training_graph", std::to_string(p.portable_training_graph));
+  compare_with_rank0(distributed::Comm::world(), d, "the start-up comparison of the ranks", "TrainingSession");
+}
+
+void TrainingSession::Impl::check_weights_agree() {
+  std::vector<std::pair<std::string, std::string>> d;
+  for (size_t i = 0; i < trained.size(); ++i) d.emplace_back("weight '" + trained[i] + "'", hex64(hash_tensor(*weights[i])));
+  compare_with_rank0(distributed::Comm::world(), d, "the weight check",
+                     ("after update " + std::to_string(step) + ", the weights diverged").c_str());
+}
+
 void TrainingSession::Impl::init() {
   const int64_t init_start = runtime::now_ns();
   params.validate();
@@ -236,7 +430,14 @@ void TrainingSession::Impl::init() {
   if (trained.empty()) throw_error<InvalidArgument>("TrainingParameters: no weight to train");
   for (const auto& n : trained) weights.push_back(initializer(n));
 
+  setup_data_parallel();
   train::StepConfig sc;
+  sc.data_parallel.world_size = world;
+  sc.data_parallel.post_accumulation = params.allreduce_post_accumulation;
+  sc.data_parallel.adasum = params.enable_adasum;
+  if (const std::string b = options.config("onnxtrain.allreduce_bucket_bytes", ""); !b.empty())
+    sc.data_parallel.bucket_bytes = parse_config_int("onnxtrain.allreduce_bucket_bytes", b, 1);
+  if (world > 1) check_ranks_agree();
   sc.optimizer.name = params.training_optimizer_name;
   sc.optimizer.attrs = params.optimizer_attributes;
   sc.optimizer.int_attrs = params.optimizer_int_attributes;
@@ -288,6 +489,9 @@ void TrainingSession::Impl::init() {
   lr_slot = train_inputs.at(tg.lr_input);
   step_slot = train_inputs.at(tg.step_input);
   if (!tg.reset_input.empty()) reset_slot = train_inputs.at(tg.reset_input);
+  contribution = Value::of(Tensor::zeros(DType::kFloat64, {1}));
+  contribution.tensor.data<double>()[0] = 1.0 / double(world);
+  if (!tg.contribution_input.empty()) contribution_slot = train_inputs.at(tg.contribution_input);
   ins.assign(train_exec->input_names().size(), nullptr);
   has_schedule = !params.lr_schedule.empty();
   if (has_schedule) schedule = make_schedule(params);
@@ -379,6 +583,7 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
   ins[lr_slot] = &lr;
   ins[step_slot] = &step_count;
   if (!tg.reset_input.empty()) ins[reset_slot] = &reset;
+  if (!tg.contribution_input.empty()) ins[contribution_slot] = &contribution;
   for (size_t i = 0; i < ins.size(); ++i)
     if (!ins[i] && !train_exec->input_has_default(i))
       throw_error<InvalidArgument>("missing input '", train_exec->input_names()[i], "'");
@@ -388,6 +593,7 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
   if (update) {
     ++step;
     micro = 0;
+    if (check_every > 0 && step % check_every == 0) check_weights_agree();
   } else {
     ++micro;
   }
@@ -546,6 +752,16 @@ void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::stri
     if (n != "step") known.at(n)->copy_from(t);
   if (step) impl_->step = step->data<int64_t>()[0];
 }
+
+void TrainingSession::set_local_batch_share(double share) {
+  if (!(share >= 0 && share <= 1))
+    throw_error<InvalidArgument>("TrainingSession::set_local_batch_share: ", share, " is not in [0, 1]");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->contribution.tensor.data<double>()[0] = share;
+}
+
+int TrainingSession::world_rank() const { return impl_->rank; }
+int TrainingSession::world_size() const { return impl_->world; }
 
 int64_t TrainingSession::step() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

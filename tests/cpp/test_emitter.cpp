@@ -149,7 +149,9 @@ TEST(Emitter, OnnxtrainTableCoversTheKernels) {
   ASSERT_GT(kernels.size(), 20u);
   Fixture f;
   for (const auto& op : kernels) {
-    ir::Node n = make_node(op, {"a", "a", "a", "a", "a", "a", "a", "a"}, {"o0", "o1"});
+    // GradientReduceWait takes a token and one gradient per output.
+    ir::Node n = op == "GradientReduceWait" ? make_node(op, {"a", "a", "a"}, {"o0", "o1"})
+                                            : make_node(op, {"a", "a", "a", "a", "a", "a", "a", "a"}, {"o0", "o1"});
     n.domain = ir::kOnnxtrainDomain;
     std::vector<ir::TypeInfo> t;
     try {
@@ -158,8 +160,11 @@ TEST(Emitter, OnnxtrainTableCoversTheKernels) {
       ADD_FAILURE() << op << ": " << ex.what();
       continue;
     }
-    // GlobalNormClip's scale is float64 whatever the gradients' type.
-    EXPECT_EQ(t.at(0).elem, op == "GlobalNormClip" ? DType::kFloat64 : kF32) << op;
+    // GlobalNormClip's scale is float64 whatever the gradients' type; GradientReduceStart's token int64.
+    EXPECT_EQ(t.at(0).elem, op == "GlobalNormClip"        ? DType::kFloat64
+                            : op == "GradientReduceStart" ? DType::kInt64
+                                                          : kF32)
+        << op;
   }
   for (const auto& op : ir::onnxtrain_typed_ops()) EXPECT_TRUE(kernels.count(op)) << op << " has no kernel";
   ir::Node unknown = make_node("NoSuchGrad", {"a"}, {"o"});

@@ -319,10 +319,7 @@ def test_helpers():
 # ----------------------------------------------------------------------- what onnxtrain lacks
 @pytest.mark.parametrize("kwargs, named", [
     ({"use_mixed_precision": True}, "use_mixed_precision=True"),
-    ({"world_size": 2}, "world_size=2"),
-    ({"world_rank": 1}, "world_rank=1"),
     ({"deepspeed_zero_stage": 1}, "deepspeed_zero_stage=1"),
-    ({"enable_adasum": True}, "enable_adasum=True"),
     ({"device": "xla:0"}, "device='xla:0'"),
 ])
 def test_unimplemented_arguments_raise_naming_them(kwargs, named):
@@ -357,7 +354,6 @@ def test_per_weight_max_norm_clip_must_agree():
 
 @pytest.mark.parametrize("kwargs, named", [
     ({"device": "cuda:0"}, "device='cuda:0' (training runs on CPU)"),
-    ({"allreduce_post_accumulation": True}, "allreduce_post_accumulation=True"),
     ({"use_memory_efficient_gradient": True}, "use_memory_efficient_gradient=True"),
 ])
 def test_arguments_without_effect_warn(kwargs, named):

@@ -346,8 +346,9 @@ def test_model_desc_mismatches_are_named(tmp_path, desc, message):
 def test_unimplemented_options_raise_naming_them():
     with pytest.raises(NotImplementedError, match="mixed_precision.enabled"):
         make_mlp_trainer({"mixed_precision": {"enabled": True}})
-    with pytest.raises(NotImplementedError, match="distributed.world_size"):
-        make_mlp_trainer({"distributed": {"world_size": 2}})
+    with pytest.raises(NotImplementedError, match="distributed.horizontal_parallel_size"):
+        make_mlp_trainer({"distributed": {"horizontal_parallel_size": 2}})
+
 
 
 def test_debug_options_write_graphs_and_check_export(tmp_path):

@@ -155,15 +155,14 @@ RANGED = {p: c[2] for p, c in CASES.items() if c[2] is not None}
 NULLABLE = {"lr_scheduler", "mixed_precision.loss_scaler", "graph_transformer.propagate_cast_ops_config.strategy",
             "_internal_use.extra_postprocess", "session_options"}
 NOT_IMPLEMENTED = [
-    "distributed.world_rank", "distributed.world_size", "distributed.local_rank", "distributed.data_parallel_size",
     "distributed.horizontal_parallel_size", "distributed.pipeline_parallel.pipeline_parallel_size",
     "distributed.pipeline_parallel.num_pipeline_micro_batches",
     "distributed.pipeline_parallel.pipeline_cut_info_string",
     "distributed.pipeline_parallel.sliced_schema", "distributed.pipeline_parallel.sliced_axes",
     "distributed.pipeline_parallel.sliced_tensor_names", "distributed.deepspeed_zero_optimization.stage",
-    "distributed.enable_adasum", "mixed_precision.enabled"]
+    "mixed_precision.enabled"]
 NO_EFFECT = [
-    "device.mem_limit", "distributed.allreduce_post_accumulation", "graph_transformer.attn_dropout_recompute",
+    "device.mem_limit", "graph_transformer.attn_dropout_recompute",
     "graph_transformer.gelu_recompute", "graph_transformer.transformer_layer_recompute",
     "graph_transformer.number_recompute_layers", "graph_transformer.allow_layer_norm_mod_precision",
     "graph_transformer.propagate_cast_ops_config.strategy", "graph_transformer.propagate_cast_ops_config.level",
@@ -456,11 +455,13 @@ def test_not_implemented_option_raises_naming_it(path):
 
 
 def test_not_implemented_options_named_together():
-    options = {"distributed": {"world_size": 4, "world_rank": 1}, "mixed_precision": {"enabled": True}}
+    options = {"distributed": {"horizontal_parallel_size": 4, "deepspeed_zero_optimization": {"stage": 1}},
+               "mixed_precision": {"enabled": True}}
     with pytest.raises(NotImplementedError) as e:
         check_supported(options)
     message = str(e.value)
-    for item in ("distributed.world_rank=1", "distributed.world_size=4", "mixed_precision.enabled=True"):
+    for item in ("distributed.horizontal_parallel_size=4", "distributed.deepspeed_zero_optimization.stage=1",
+                 "mixed_precision.enabled=True"):
         assert item in message
 
 

@@ -36,6 +36,15 @@ VALUES = {
     "mixed_precision": "bf16",
     "lr_schedule": "cosine",
     "lr_schedule_params": {"eta0": 0.1, "total": 10.0},
+    "world_rank": 1,
+    "world_size": 2,
+    "local_rank": 1,
+    "data_parallel_size": 2,
+    "horizontal_parallel_size": 2,
+    "pipeline_parallel_size": 2,
+    "allreduce_post_accumulation": True,
+    "deepspeed_zero_stage": 1,
+    "enable_adasum": True,
 }
 
 

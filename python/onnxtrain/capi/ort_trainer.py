@@ -27,11 +27,12 @@ The trainer is a thin layer over onnxtrain's ``TrainingSession``, as onnxruntime
   ``Step`` (Lamb) as int64 [1] counting from 1 at the first update, as onnxruntime did.
 
 What onnxtrain does not implement raises ``onnxtrain.NotImplemented`` (a NotImplementedError)
-naming the argument: ``use_mixed_precision=True``, ``world_size`` > 1, ``world_rank`` > 0,
-``deepspeed_zero_stage`` > 0, ``enable_adasum=True``, a device other than CPU or CUDA. As with
-``ORTTrainerOptions``, a CUDA ``device`` is accepted and training runs on CPU (UserWarning), and
-``allreduce_post_accumulation`` / ``use_memory_efficient_gradient`` are accepted without effect
-(one process has no AllReduce; the memory-aware gradient builder computes the same gradients).
+naming the argument: ``use_mixed_precision=True``, ``deepspeed_zero_stage`` > 0, a device other
+than CPU or CUDA. ``world_rank``, ``world_size``, ``allreduce_post_accumulation`` and
+``enable_adasum`` train data-parallel over MPI (launch with mpirun; each rank feeds its own batch,
+gradients averaged, as in onnxruntime-training). As with ``ORTTrainerOptions``, a CUDA ``device``
+is accepted and training runs on CPU (UserWarning), and ``use_memory_efficient_gradient`` is
+accepted without effect (the memory-aware gradient builder computes the same gradients).
 """
 import copy
 import io
@@ -356,6 +357,9 @@ class ORTTrainer:
             p.weights_not_to_train = frozen
         p.gradient_accumulation_steps = self.gradient_accumulation_steps
         p.deterministic_compute = bool(self._use_deterministic_compute)
+        p.world_rank, p.world_size = int(self.world_rank), int(self.world_size)
+        p.allreduce_post_accumulation = bool(self.allreduce_post_accumulation_)
+        p.enable_adasum = bool(self.enable_adasum)
         if self.optimized_model_filepath:
             p.model_with_training_graph_path = os.fspath(self.optimized_model_filepath)
         config = _optimizer_config(self.training_optimizer_name_, self.map_optimizer_attributes_, trainable)
@@ -530,14 +534,8 @@ def _check_supported(device, world_rank, world_size, use_mixed_precision, deepsp
     unsupported = []
     if use_mixed_precision:
         unsupported.append("use_mixed_precision=True (onnxtrain trains in float32)")
-    if world_size != 1:
-        unsupported.append(f"world_size={world_size!r} (one process only)")
-    if world_rank != 0:
-        unsupported.append(f"world_rank={world_rank!r} (one process only)")
     if deepspeed_zero_stage:
         unsupported.append(f"deepspeed_zero_stage={deepspeed_zero_stage!r}")
-    if enable_adasum:
-        unsupported.append("enable_adasum=True")
     kind = _device_kind(str(device))
     if kind == "other":
         unsupported.append(f"device={str(device)!r} (CPU, or CUDA run on CPU)")
@@ -546,8 +544,6 @@ def _check_supported(device, world_rank, world_size, use_mixed_precision, deepsp
     ignored = []
     if kind == "cuda":
         ignored.append(f"device={str(device)!r} (training runs on CPU)")
-    if allreduce_post_accumulation:
-        ignored.append("allreduce_post_accumulation=True (one process has no AllReduce)")
     if use_memory_efficient_gradient:
         ignored.append("use_memory_efficient_gradient=True (same gradients)")
     if ignored:

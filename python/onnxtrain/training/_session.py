@@ -13,10 +13,8 @@ from ..capi.onnxruntime_pybind11_state import get_available_providers
 # onnxruntime fields for features onnxtrain does not have: accepted at their default value only
 # (TrainingSession refuses another value, naming the field).
 _UNSUPPORTED = {
-    "use_mixed_precision": False, "allreduce_post_accumulation": False, "deepspeed_zero_stage": 0,
-    "world_rank": 0, "world_size": 1, "data_parallel_size": 1, "horizontal_parallel_size": 1,
-    "pipeline_parallel_size": 1, "num_pipeline_micro_batches": 1, "pipeline_cut_info_string": "",
-    "sliced_schema": {}, "sliced_axes": {}, "sliced_tensor_names": [], "enable_adasum": False,
+    "use_mixed_precision": False, "num_pipeline_micro_batches": 1, "pipeline_cut_info_string": "",
+    "sliced_schema": {}, "sliced_axes": {}, "sliced_tensor_names": [],
     "use_fp16_moments": False, "loss_scale": 0.0, "use_memory_efficient_gradient": False,
     "attn_dropout_recompute": False, "gelu_recompute": False, "transformer_layer_recompute": False,
     "number_recompute_layers": 0, "propagate_cast_ops_level": -1, "propagate_cast_ops_allow": [],
@@ -168,6 +166,22 @@ class TrainingSession:
 
     def trained_weights(self):
         return self._sess.trained_weights()
+
+    @property
+    def world_rank(self):
+        """Rank of the session's data-parallel job (0 without one)."""
+        return self._sess.world_rank()
+
+    @property
+    def world_size(self):
+        """Ranks of the session's data-parallel job (1 without one)."""
+        return self._sess.world_size()
+
+    def set_local_batch_share(self, share):
+        """Data parallelism: this rank's rows over the global batch's rows. The combined gradient is
+        the sum over ranks of share x local gradient; the default 1 / world_size is
+        onnxruntime-training's convention (every rank feeds a batch of the same size)."""
+        self._sess.set_local_batch_share(float(share))
 
     def export_model(self, path=None, outputs=None):
         """Inference model with the trained weights: loss, gradients and optimizer removed.

@@ -294,6 +294,13 @@ class ORTTrainer:
                                                        grad_norm_clip=self.options.utils.grad_norm_clip)
         p.gradient_accumulation_steps = self.options.batch.gradient_accumulation_steps
         p.deterministic_compute = bool(self.options.debug.deterministic_compute)
+        dist = self.options.distributed
+        p.world_rank = int(dist.world_rank)
+        p.world_size = int(dist.world_size)
+        p.local_rank = int(dist.local_rank)
+        p.data_parallel_size = int(dist.data_parallel_size)
+        p.allreduce_post_accumulation = bool(dist.allreduce_post_accumulation)
+        p.enable_adasum = bool(dist.enable_adasum)
         paths = self.options.debug.graph_save_paths
         if paths.model_with_gradient_graph_path:
             p.model_with_gradient_graph_path = paths.model_with_gradient_graph_path

@@ -23,16 +23,16 @@ device.id                                           see note             'cpu' /
                                                                          Anything else: not implemented.
 device.mem_limit                                    no effect            caps onnxruntime's CUDA arena (ignored by
                                                                          onnxruntime on CPU too)
-distributed.world_rank                              not implemented      beyond the default (one process)
-distributed.world_size                              not implemented      beyond 1
-distributed.local_rank                              not implemented      beyond 0
-distributed.data_parallel_size                      not implemented      beyond 1
-distributed.horizontal_parallel_size                not implemented      beyond 1
+distributed.world_rank                              implemented          data parallelism over MPI (under mpirun
+                                                                         the defaults take the launcher's values)
+distributed.world_size                              implemented          ranks of the MPI job
+distributed.local_rank                              implemented          rank on this machine
+distributed.data_parallel_size                      implemented          1 or world_size
+distributed.horizontal_parallel_size                not implemented      beyond 1 (NotImplementedError)
 distributed.pipeline_parallel.*  (6 keys)           not implemented      any non-default value
-distributed.allreduce_post_accumulation             no effect            schedules the gradient AllReduce; one rank
-                                                                         has none (as in onnxruntime)
+distributed.allreduce_post_accumulation             implemented          reduce once per accumulated update
 distributed.deepspeed_zero_optimization.stage       not implemented      stage 1
-distributed.enable_adasum                           not implemented      True
+distributed.enable_adasum                           implemented          Adasum (power-of-two world sizes)
 lr_scheduler                                        implemented
 mixed_precision.enabled                             not implemented      True (onnxtrain trains in float32)
 mixed_precision.loss_scaler                         implemented          as in onnxruntime, consulted only with
@@ -412,13 +412,10 @@ class _ORTTrainerOptionsInternal(ORTTrainerOptions):
 
 IMPLEMENTED, NO_EFFECT, NOT_IMPLEMENTED, DEVICE = "implemented", "no effect", "not implemented", "device"
 
-_NOT_IMPLEMENTED_PREFIXES = ("distributed.world_rank", "distributed.world_size", "distributed.local_rank",
-                             "distributed.data_parallel_size", "distributed.horizontal_parallel_size",
-                             "distributed.pipeline_parallel.", "distributed.deepspeed_zero_optimization.",
-                             "distributed.enable_adasum", "mixed_precision.enabled")
+_NOT_IMPLEMENTED_PREFIXES = ("distributed.horizontal_parallel_size", "distributed.pipeline_parallel.",
+                             "distributed.deepspeed_zero_optimization.", "mixed_precision.enabled")
 _NO_EFFECT_NOTES = {
     "device.mem_limit": "onnxruntime's CUDA arena limit",
-    "distributed.allreduce_post_accumulation": "one rank has no AllReduce",
     "graph_transformer.": "graph_transformer options only save memory or move float16 Casts",
     "utils.memory_efficient_gradient": "memory-aware gradient builder, same gradients",
     "_internal_use.enable_onnx_contrib_ops": "onnxtrain exports standard ONNX operators",

@@ -36,6 +36,7 @@ class CpuProvider final : public ExecutionProvider {
     register_rnn(registry_);
     register_control_flow(registry_);
     register_training(registry_);
+    register_collectives(registry_);
   }
   const std::string& name() const override { return name_; }
   Device device() const override { return Device::cpu(); }

@@ -1,0 +1,169 @@
+// Data-parallel collectives as nodes of the training plan (com.onnxtrain, inserted by
+// train/data_parallel.cpp). A bucket of gradients is reduced by a pair of nodes:
+//
+//   GradientReduceStart(contribution: float64 [1], G_1..G_n) -> token: int64 [1]
+//       packs contribution * G_i into the bucket's buffer and queues its reduction on the
+//       communication thread; returns at once (the backward pass goes on meanwhile).
+//   GradientReduceWait(token, G_1..G_n) -> R_1..R_n
+//       waits for the reduction and unpacks it (the G_i give the shapes only).
+//
+// mode "mean": R_i = sum over ranks of contribution_r * G_i,r (contribution 1/world_size averages;
+// the trainer feeds local_rows / global_rows so uneven shards still give the global batch's mean).
+// mode "adasum": R_i = the Adasum combination of the ranks' G_i (contribution unused).
+// Two ranks reduce with one allreduce (a + b rounds the same on both); more ranks with a
+// reduce-scatter and an allgather, so each element is summed by one rank and every rank ends with
+// the same bits.
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "distributed/adasum.h"
+#include "distributed/comm.h"
+#include "kernels/optimizer_spec.h"
+#include "kernels/registry.h"
+
+namespace onnxtrain::kernels::cpu {
+
+namespace {
+
+// Buffers of the reductions in flight, by token (a Start kernel owns the buffer; the Wait of the
+// same run reads it).
+struct Pending {
+  const void* data = nullptr;
+  int64_t count = 0;
+};
+std::mutex g_mu;
+std::unordered_map<int64_t, Pending> g_pending;
+
+void check_bucket(PrepareContext& ctx, size_t first, DType& dt, std::vector<int64_t>& sizes) {
+  sizes.clear();
+  for (size_t i = first; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has_input(i) || ctx.input_kind(i) != Value::Kind::kTensor) ctx.fail("input ", i, " must be a tensor");
+    const DType d = ctx.input_dtype(i);
+    if (d != DType::kFloat32 && d != DType::kFloat64) ctx.fail("gradient ", i - first + 1, " is ", dtype_name(d), ", not float");
+    if (i == first) dt = d;
+    if (d != dt) ctx.fail("gradients of one bucket share their element type");
+    sizes.push_back(shape_numel(ctx.input_shape(i)));
+  }
+  if (sizes.empty()) ctx.fail("a bucket holds at least one gradient");
+}
+
+class GradientReduceStartKernel final : public Kernel {
+ public:
+  explicit GradientReduceStartKernel(const KernelInfo& info) {
+    mode_ = info.attr_string("mode", "mean");
+    if (mode_ != "mean" && mode_ != "adasum") info.fail("mode must be 'mean' or 'adasum', got '", mode_, "'");
+    what_ = "the gradient reduction of " + info.node().name;
+  }
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.num_inputs() < 2) ctx.fail("expects the contribution and at least one gradient");
+    if (ctx.input_dtype(0) != DType::kFloat64 || shape_numel(ctx.input_shape(0)) != 1)
+      ctx.fail("input 0 (the contribution) must be float64 [1]");
+    check_bucket(ctx, 1, dt_, sizes_);
+    count_ = 0;
+    for (int64_t s : sizes_) count_ += s;
+    ctx.set_output(0, DType::kInt64, {1});
+    ctx.set_nondeterministic();
+  }
+  void run(RunContext& ctx) override {
+    distributed::Comm& comm = distributed::Comm::world();
+    const int n = comm.size();
+    const size_t es = dtype_size(dt_);
+    const int64_t padded = (count_ + n - 1) / n * n;  // reduce-scatter blocks of equal size
+    buf_.resize(size_t(padded) * es);
+    const double c = mode_ == "adasum" ? 1.0 : ctx.input(0).data<double>()[0];
+    int64_t off = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      const Tensor& g = ctx.input(1 + i);
+      if (dt_ == DType::kFloat32) {
+        const float* s = g.data<float>();
+        float* d = reinterpret_cast<float*>(buf_.data()) + off;
+        const float cf = float(c);
+        for (int64_t j = 0; j < sizes_[i]; ++j) d[j] = s[j] * cf;
+      } else {
+        const double* s = g.data<double>();
+        double* d = reinterpret_cast<double*>(buf_.data()) + off;
+        for (int64_t j = 0; j < sizes_[i]; ++j) d[j] = s[j] * c;
+      }
+      off += sizes_[i];
+    }
+    std::memset(buf_.data() + size_t(count_) * es, 0, size_t(padded - count_) * es);
+    void* data = buf_.data();
+    const DType dt = dt_;
+    const int rank = comm.rank();
+    const char* what = what_.c_str();
+    std::function<void()> job;
+    if (mode_ == "adasum") {
+      job = [=, sizes = sizes_] { distributed::adasum_allreduce(data, dt, sizes, rank, n, what); };
+    } else if (n <= 2) {
+      job = [=, count = count_] { distributed::raw::allreduce_sum(data, count, dt, what); };
+    } else {
+      block_.resize(size_t(padded / n) * es);
+      void* block = block_.data();
+      job = [=] {
+        distributed::raw::reduce_scatter_block(data, block, padded / n, dt, what);
+        distributed::raw::allgather(block, data, padded / n, dt, what);
+      };
+    }
+    const auto ticket = int64_t(comm.submit(std::move(job), what_, count_ * int64_t(es)));
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_pending[ticket] = Pending{data, count_};
+    }
+    ctx.output(0).data<int64_t>()[0] = ticket;
+  }
+
+ private:
+  std::string mode_, what_;
+  DType dt_ = DType::kFloat32;
+  std::vector<int64_t> sizes_;
+  int64_t count_ = 0;
+  std::vector<char> buf_, block_;
+};
+
+class GradientReduceWaitKernel final : public Kernel {
+ public:
+  explicit GradientReduceWaitKernel(const KernelInfo&) {}
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.num_inputs() < 2 || ctx.num_outputs() != ctx.num_inputs() - 1)
+      ctx.fail("expects the token and n gradients, and n outputs");
+    if (ctx.input_dtype(0) != DType::kInt64) ctx.fail("input 0 (the token) must be int64");
+    check_bucket(ctx, 1, dt_, sizes_);
+    for (size_t i = 0; i < sizes_.size(); ++i) ctx.set_output(i, dt_, ctx.input_shape(1 + i));
+    ctx.set_nondeterministic();
+  }
+  void run(RunContext& ctx) override {
+    const int64_t ticket = ctx.input(0).data<int64_t>()[0];
+    distributed::Comm::world().wait(distributed::Comm::Ticket(ticket));
+    Pending p;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      auto it = g_pending.find(ticket);
+      if (it == g_pending.end()) ctx.fail("no reduction in flight for token ", ticket);
+      p = it->second;
+      g_pending.erase(it);
+    }
+    const size_t es = dtype_size(dt_);
+    int64_t off = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      if (ctx.has_output(i))
+        std::memcpy(ctx.output(i).raw_data(), static_cast<const char*>(p.data) + size_t(off) * es, size_t(sizes_[i]) * es);
+      off += sizes_[i];
+    }
+  }
+
+ private:
+  DType dt_ = DType::kFloat32;
+  std::vector<int64_t> sizes_;
+};
+
+}  // namespace
+
+void register_collectives(KernelRegistry& r) {
+  r.add(kTrainingDomain, "GradientReduceStart", kTrainingOpset, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GradientReduceStartKernel>(i); });
+  r.add(kTrainingDomain, "GradientReduceWait", kTrainingOpset, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GradientReduceWaitKernel>(i); });
+}
+
+}  // namespace onnxtrain::kernels::cpu

@@ -1,0 +1,148 @@
+"""Cases run by tests/python/test_distributed.py under `mpirun -np N` (one process per rank).
+
+    mpirun --allow-run-as-root --oversubscribe -np N /usr/bin/python3 mpi_cases.py CASE OUT_DIR [ARGS]
+
+Each case writes what the test compares into OUT_DIR (rank-suffixed .npz files); failures raise
+(non-zero exit, mpirun ends the job).
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxtrain
+import onnxtrain.distributed
+
+
+def mlp_with_loss(seed=0, n_in=6, hidden=8, n_out=3):
+    """A two-layer MLP with a mean squared-error loss (weights from `seed`)."""
+    rng = np.random.default_rng(seed)
+    w1 = (rng.standard_normal((n_in, hidden)) * 0.4).astype(np.float32)
+    b1 = (rng.standard_normal(hidden) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((hidden, n_out)) * 0.4).astype(np.float32)
+    b2 = np.zeros(n_out, np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["X", "W1"], ["h0"]),
+        helper.make_node("Add", ["h0", "B1"], ["h1"]),
+        helper.make_node("Tanh", ["h1"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "W2"], ["y0"]),
+        helper.make_node("Add", ["y0", "B2"], ["Y"]),
+        helper.make_node("Sub", ["Y", "label"], ["d"]),
+        helper.make_node("Mul", ["d", "d"], ["d2"]),
+        helper.make_node("ReduceMean", ["d2"], ["loss"], keepdims=0),
+    ]
+    g = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", n_in]),
+         helper.make_tensor_value_info("label", TensorProto.FLOAT, ["N", n_out])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", n_out])],
+        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(b1, "B1"),
+         numpy_helper.from_array(w2, "W2"), numpy_helper.from_array(b2, "B2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return m.SerializeToString()
+
+
+def data(steps, batch, n_in=6, n_out=3, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((steps, batch, n_in)).astype(np.float32)
+    Y = rng.standard_normal((steps, batch, n_out)).astype(np.float32)
+    return X, Y
+
+
+def params_from(argv):
+    p = onnxtrain.TrainingParameters()
+    p.loss_output_name = "loss"
+    p.training_optimizer_name = "AdamOptimizer"
+    for kv in argv:
+        k, v = kv.split("=", 1)
+        setattr(p, k, type(getattr(p, k))(int(v) if v.isdigit() else v) if not isinstance(getattr(p, k), bool)
+                else v in ("1", "True", "true"))
+    return p
+
+
+def case_train(out, argv):
+    """20 steps of a global batch of 16 rows: rank r feeds its rows; writes the final weights."""
+    steps, global_batch = 20, 16
+    opts = [a for a in argv if "=" in a]
+    p = params_from(opts)
+    sess = onnxtrain.TrainingSession(mlp_with_loss(), p)
+    world, rank = sess.world_size, sess.world_rank
+    X, Y = data(steps, global_batch)
+    lr = np.array([0.01], np.float32)
+    shard = global_batch // world
+    accum = p.gradient_accumulation_steps
+    losses = []
+    for s in range(steps):
+        rows = slice(rank * shard, (rank + 1) * shard)
+        if accum > 1:  # the global batch split again into micro-batches
+            micro = shard // accum
+            for k in range(accum):
+                part = slice(rank * shard + k * micro, rank * shard + (k + 1) * micro)
+                sess.run(["loss"], {"X": X[s, part], "label": Y[s, part], "Learning_Rate": lr})
+        else:
+            losses.append(float(sess.run(["loss"], {"X": X[s, rows], "label": Y[s, rows], "Learning_Rate": lr})[0]))
+    state = sess.get_model_state()
+    state = state.get("full_precision", state)
+    np.savez(os.path.join(out, f"weights_{world}_{rank}.npz"), **state)
+    stats = onnxtrain.distributed.comm_stats()
+    with open(os.path.join(out, f"stats_{world}_{rank}.txt"), "w") as f:
+        f.write(f"{stats['collectives']} {stats['bytes']} {stats['comm_seconds']} {stats['wait_seconds']}\n")
+
+
+def case_adasum(out, argv):
+    """One SGD step with learning rate 1 and Adasum: the weights move by minus the combination."""
+    global_batch = 16
+    p = params_from(["training_optimizer_name=SGDOptimizer", "enable_adasum=1"])
+    sess = onnxtrain.TrainingSession(mlp_with_loss(), p)
+    world, rank = sess.world_size, sess.world_rank
+    X, Y = data(1, global_batch)
+    shard = global_batch // world
+    rows = slice(rank * shard, (rank + 1) * shard)
+    sess.run(["loss"], {"X": X[0, rows], "label": Y[0, rows], "Learning_Rate": np.array([1.0], np.float32)})
+    state = sess.get_model_state()
+    np.savez(os.path.join(out, f"adasum_{world}_{rank}.npz"), **state.get("full_precision", state))
+
+
+def case_mismatch(out, argv):
+    """Rank 1 gets other weights (argv[0] == "weights") or another optimizer ("options")."""
+    rank = onnxtrain.distributed.world_rank()
+    p = params_from([])
+    seed = 0
+    if rank == 1 and argv[0] == "weights":
+        seed = 1
+    if rank == 1 and argv[0] == "options":
+        p.training_optimizer_name = "SGDOptimizer"
+    try:
+        onnxtrain.TrainingSession(mlp_with_loss(seed=seed), p)
+        message = "no error"
+    except ValueError as e:
+        message = str(e)
+    with open(os.path.join(out, f"mismatch_{rank}.txt"), "w") as f:
+        f.write(message)
+
+
+def case_fault(out, argv):
+    """Rank 1 dies (argv[0] == "dead": SIGKILL) or stops answering ("stalled") at step 5; rank 0
+    goes on training."""
+    import signal
+    import time
+    p = params_from([])
+    sess = onnxtrain.TrainingSession(mlp_with_loss(), p)
+    rank = sess.world_rank
+    X, Y = data(1, 8)
+    lr = np.array([0.01], np.float32)
+    for step in range(100000):
+        if rank == 1 and step == 5:
+            if argv[0] == "dead":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(3600)
+        sess.run(["loss"], {"X": X[0], "label": Y[0], "Learning_Rate": lr})
+
+
+CASES = {"train": case_train, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
+
+if __name__ == "__main__":
+    CASES[sys.argv[1]](sys.argv[2], sys.argv[3:])

@@ -1,0 +1,198 @@
+"""Data-parallel training over MPI (loopback: `mpirun --oversubscribe -np N` on this machine).
+
+Each test launches tests/python/mpi/mpi_cases.py (or the CLI) under mpirun and compares what the
+ranks wrote with an independent reference: the same training on one process with the global
+batch, numpy's Adasum formula over per-rank gradients, the ranks' weights with each other.
+OpenMPI comes from scripts/install_deps.sh (openmpi-bin, libopenmpi-dev): without mpirun these
+tests fail, they are not skipped.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxtrain
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = os.path.join(HERE, "mpi", "mpi_cases.py")
+CLI = os.environ.get("ONNXTRAIN_CLI") or shutil.which("onnxtrain")
+sys.path.insert(0, os.path.join(HERE, "mpi"))
+import mpi_cases  # noqa: E402
+
+
+def mpirun(n, *args, timeout=240, env=None):
+    exe = shutil.which("mpirun")
+    assert exe, "mpirun is missing: run scripts/install_deps.sh (openmpi-bin, libopenmpi-dev)"
+    e = dict(os.environ)
+    e.update(env or {})
+    e.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    return subprocess.run([exe, "--allow-run-as-root", "--oversubscribe", "-np", str(n), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def ok(r):
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout[-4000:]}\nstderr:\n{r.stderr[-4000:]}"
+    return r
+
+
+def case(n, name, out, *args, **kw):
+    return mpirun(n, sys.executable, CASES, name, out, *args, **kw)
+
+
+def load(path):
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def assert_same_weights(a, b, rtol):
+    assert a.keys() == b.keys()
+    for k in a:
+        scale = np.abs(a[k]).max()
+        err = np.abs(a[k].astype(np.float64) - b[k]).max() / scale
+        assert err <= rtol, f"{k}: relative difference {err:.3g} > {rtol}"
+
+
+@pytest.mark.parametrize("options", [[], ["gradient_accumulation_steps=2"],
+                                     ["gradient_accumulation_steps=2", "allreduce_post_accumulation=1"]],
+                         ids=["plain", "accumulate", "post_accumulation"])
+def test_two_ranks_match_one_rank_with_the_global_batch(tmp_path, options):
+    """2 ranks x 8 rows = 1 rank x 16 rows after 20 Adam steps (1e-5 relative); ranks bitwise equal."""
+    ok(case(1, "train", tmp_path, *options))
+    ok(case(2, "train", tmp_path, *options))
+    one = load(tmp_path / "weights_1_0.npz")
+    r0, r1 = load(tmp_path / "weights_2_0.npz"), load(tmp_path / "weights_2_1.npz")
+    assert_same_weights(one, r0, 1e-5)
+    for k in r0:
+        assert r0[k].tobytes() == r1[k].tobytes(), f"{k} differs between the ranks"
+    moved = max(np.abs(one[k] - v).max() for k, v in load_initial().items())
+    assert moved > 1e-3, "training moved the weights"
+    # Communication: one bucket per step (20 steps; with accumulation and post-accumulation reduction
+    # once per update) plus the start-up comparison.
+    collectives, nbytes = map(float, (tmp_path / "stats_2_0.txt").read_text().split()[:2])
+    per_step = 2 if "allreduce_post_accumulation=1" not in options and "gradient_accumulation_steps=2" in options else 1
+    assert collectives >= 20 * per_step
+
+
+def load_initial():
+    m = onnx.load_from_string(mpi_cases.mlp_with_loss())
+    return {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+
+
+def local_gradients(world):
+    """Each rank's gradient of its shard, computed here in one process."""
+    p = mpi_cases.params_from(["training_optimizer_name=SGDOptimizer"])
+    p.set_gradients_as_graph_outputs = True
+    X, Y = mpi_cases.data(1, 16)
+    shard = 16 // world
+    names = ["W1", "B1", "W2", "B2"]
+    grads = []
+    for r in range(world):
+        sess = onnxtrain.TrainingSession(mpi_cases.mlp_with_loss(), p)
+        rows = slice(r * shard, (r + 1) * shard)
+        out = sess.run([n + "_grad" for n in names],
+                       {"X": X[0, rows], "label": Y[0, rows], "Learning_Rate": np.array([0.0], np.float32)})
+        grads.append({n: np.asarray(g, np.float64) for n, g in zip(names, out)})
+    return grads
+
+
+def adasum_reference(vectors):
+    """The paper's formula over a binary tree of the ranks, in float64."""
+    def pair(a, b):
+        dot, na, nb = float(a @ b), float(a @ a), float(b @ b)
+        ca = 1 - dot / (2 * na) if na > 0 else 1.0
+        cb = 1 - dot / (2 * nb) if nb > 0 else 1.0
+        return ca * a + cb * b
+    while len(vectors) > 1:
+        vectors = [pair(vectors[i], vectors[i + 1]) for i in range(0, len(vectors), 2)]
+    return vectors[0]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_adasum_matches_its_formula(tmp_path, world):
+    ok(case(world, "adasum", tmp_path))
+    w0 = load_initial()
+    grads = local_gradients(world)
+    results = [load(tmp_path / f"adasum_{world}_{r}.npz") for r in range(world)]
+    for k in w0:
+        ref = adasum_reference([g[k].ravel() for g in grads]).reshape(w0[k].shape)
+        step = w0[k].astype(np.float64) - results[0][k]  # SGD, learning rate 1
+        np.testing.assert_allclose(step, ref, rtol=1e-4, atol=1e-6, err_msg=k)
+        plain_mean = np.mean([g[k] for g in grads], axis=0)
+        if world == 2 and k == "W1":
+            assert np.abs(ref - plain_mean).max() > 1e-4, "the test tells Adasum from the mean"
+        for r in range(1, world):
+            assert results[r][k].tobytes() == results[0][k].tobytes()
+
+
+def test_adasum_needs_a_power_of_two(tmp_path):
+    r = case(3, "adasum", tmp_path)
+    assert r.returncode != 0
+    assert "Adasum needs a power-of-two number of ranks" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("what, named", [("weights", "initializer 'W1'"),
+                                         ("options", "TrainingParameters.training_optimizer_name")])
+def test_a_rank_with_another_model_or_options_is_refused(tmp_path, what, named):
+    ok(case(2, "mismatch", tmp_path, what))
+    for rank in (0, 1):
+        message = (tmp_path / f"mismatch_{rank}.txt").read_text()
+        assert f"rank 1 differs from rank 0 in {named}" in message, message
+
+
+@pytest.mark.parametrize("fault", ["dead", "stalled"])
+def test_a_dead_or_stalled_rank_stops_the_others(tmp_path, fault):
+    t0 = time.monotonic()
+    r = case(2, "fault", tmp_path, fault, timeout=120, env={"ONNXTRAIN_COMM_TIMEOUT": "10"})
+    elapsed = time.monotonic() - t0
+    assert r.returncode != 0
+    assert elapsed < 60, f"the job took {elapsed:.0f} s to stop"
+    text = r.stdout + r.stderr
+    if fault == "stalled":
+        assert "did not complete within 10 s" in text and "rank 0 of 2" in text, text[-3000:]
+    else:
+        assert "signal 9" in text or "did not complete within" in text, text[-3000:]
+
+
+def test_parallel_options_not_implemented_are_refused():
+    for field in ("horizontal_parallel_size", "pipeline_parallel_size"):
+        p = mpi_cases.params_from([f"{field}=2"])
+        with pytest.raises(NotImplementedError, match=f"TrainingParameters.{field} = 2"):
+            onnxtrain.TrainingSession(mpi_cases.mlp_with_loss(), p)
+
+
+def test_world_size_without_a_launcher_is_refused():
+    p = mpi_cases.params_from(["world_size=2"])
+    with pytest.raises(ValueError, match="not started by an MPI launcher"):
+        onnxtrain.TrainingSession(mpi_cases.mlp_with_loss(), p)
+
+
+def test_cli_under_mpirun_matches_one_process(tmp_path):
+    """`mpirun -np 2 onnxtrain train` with --batch-size 8 = `onnxtrain train` with --batch-size 8."""
+    rng = np.random.default_rng(0)
+    W = (0.3 * rng.standard_normal((4, 2))).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])], "m",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])], [numpy_helper.from_array(W, "W")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    X = rng.standard_normal((43, 4)).astype(np.float32)  # 5 full batches and one of 3 rows
+    np.savez(tmp_path / "d.npz", X=X, label=np.tanh(X @ rng.standard_normal((4, 2))).astype(np.float32))
+    args = ["train", tmp_path / "m.onnx", "--data", tmp_path / "d.npz", "--loss", "squared_error", "--optimizer",
+            "adam", "--lr", 0.01, "--batch-size", 8, "--epochs", 3, "--seed", 3, "--progress", "none"]
+    one = subprocess.run([CLI, *map(str, args), "--out", tmp_path / "one.onnx"], capture_output=True, text=True,
+                         timeout=120)
+    assert one.returncode == 0, one.stderr
+    two = ok(mpirun(2, CLI, *args, "--out", tmp_path / "two.onnx"))
+    assert "on 2 ranks" in two.stdout and two.stdout.count("== summary") == 1, two.stdout
+    a = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / "one.onnx")).graph.initializer}
+    b = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / "two.onnx")).graph.initializer}
+    assert_same_weights(a, b, 1e-5)
+    assert np.abs(a["W"] - W).max() > 1e-3
