@@ -114,6 +114,12 @@ class OutputTyper {
       all_outputs(TypeInfo::tensor(DType::kInt64, {1}));
       return true;
     }
+    // ZeroAllGather (parts[p], W[n]) -> W'[n] typed like W[n].
+    if (op == "ZeroAllGather") {
+      if (I < O) fail(I, " inputs and ", O, " outputs: expected the parts and then the n weights");
+      for (size_t k = 0; k < O; ++k) r_[k] = in_or_unknown(I - O + k);
+      return true;
+    }
     if (op == "GradientReduceWait") {
       if (I != O + 1) fail(I, " inputs and ", O, " outputs: expected the token and n gradients for n outputs");
       for (size_t k = 0; k < O; ++k) r_[k] = in_or_unknown(1 + k);

@@ -403,6 +403,33 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     }
   }
 
+  // ZeRO stage 1: this rank's block [zero_lo, zero_hi) of the flattened, concatenated weights.
+  const bool zero = dp.world_size > 1 && dp.zero_stage == 1;
+  std::vector<int64_t> offset(tg.trained.size() + 1, 0);
+  for (size_t i = 0; i < tg.trained.size(); ++i) offset[i + 1] = offset[i] + g.initializer(tg.trained[i])->numel();
+  int64_t zero_lo = 0, zero_hi = 0;
+  std::vector<std::string> piece_out(tg.trained.size());  // updated piece of each weight (ZeRO)
+  if (zero) {
+    if (spec.name == "LambOptimizer")
+      throw_error<NotImplemented>("deepspeed_zero_stage 1 with LambOptimizer: its trust ratio needs whole weights");
+    for (const auto& w : tg.trained)
+      if (g.initializer(w)->dtype() != g.initializer(tg.trained[0])->dtype())
+        throw_error<NotImplemented>("deepspeed_zero_stage 1 with weights of several element types ('", tg.trained[0],
+                                    "' and '", w, "')");
+    const int64_t block = (offset.back() + dp.world_size - 1) / dp.world_size;
+    zero_lo = std::min(offset.back(), block * dp.rank);
+    zero_hi = std::min(offset.back(), block * (dp.rank + 1));
+  }
+  // Part [lo, hi) of weight i in this rank's block (empty: lo == hi).
+  auto piece_of = [&](size_t i) {
+    const int64_t lo = std::clamp(zero_lo - offset[i], int64_t(0), offset[i + 1] - offset[i]);
+    const int64_t hi = std::clamp(zero_hi - offset[i], int64_t(0), offset[i + 1] - offset[i]);
+    return std::pair<int64_t, int64_t>(lo, hi);
+  };
+  auto slice_flat = [&](const std::string& v, int64_t lo, int64_t hi) {
+    return e.add("Slice", {e.reshape(v, e.ints({-1})), e.ints({lo}), e.ints({hi})});
+  };
+
   // One optimizer node per group of weights with the same hyper-parameters (file order kept).
   std::vector<bool> done(tg.trained.size(), false);
   for (size_t first = 0; first < tg.trained.size(); ++first) {
@@ -414,21 +441,56 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     std::vector<std::vector<std::string>> S(spec.states.size());
     float init = 0.f;
     for (const auto& a : spec.state_init_attrs) init = hyper[first].f.at(a.name);
+    if (zero) {  // only the weights with a part in this rank's block, and only that part
+      std::vector<size_t> kept;
+      for (size_t i : members)
+        if (auto [lo, hi] = piece_of(i); hi > lo) kept.push_back(i);
+      members = kept;
+      if (members.empty()) continue;
+    }
     for (size_t i : members) {
-      W.push_back(tg.trained[i]);
+      const std::string& w = tg.trained[i];
+      if (zero) {
+        const auto [lo, hi] = piece_of(i);
+        W.push_back(slice_flat(w, lo, hi));
+        G.push_back(slice_flat(grads[i], lo, hi));
+        for (size_t k = 0; k < spec.states.size(); ++k) {
+          Tensor st = Tensor::zeros(g.initializer(w)->dtype(), {hi - lo});
+          if (init != 0.f) {
+            if (st.dtype() == DType::kFloat32) std::fill_n(st.data<float>(), st.numel(), init);
+            else std::fill_n(st.data<double>(), st.numel(), double(init));
+          }
+          S[k].push_back(e.constant(st, spec.states[k] + "_" + w));
+        }
+        continue;
+      }
+      W.push_back(w);
       G.push_back(grads[i]);
-      for (size_t k = 0; k < spec.states.size(); ++k)
-        S[k].push_back(state_of(tg.trained[i], spec.states[k] + "_" + tg.trained[i], init));
+      for (size_t k = 0; k < spec.states.size(); ++k) S[k].push_back(state_of(w, spec.states[k] + "_" + w, init));
     }
     GroupEmitter ge(e, spec, hyper[first], tg, scale);
     const auto out = cfg.portable ? ge.portable(W, G, S) : ge.fused(W, G, S);
     for (size_t m = 0; m < members.size(); ++m) {
       const std::string& w = tg.trained[members[m]];
-      tg.updates.push_back({StateUpdate::Kind::kWeight, out[0][m], w, w, w});
+      if (zero) piece_out[members[m]] = out[0][m];
+      else tg.updates.push_back({StateUpdate::Kind::kWeight, out[0][m], w, w, w});
       for (size_t k = 0; k < spec.states.size(); ++k)
         tg.updates.push_back(
             {StateUpdate::Kind::kOptimizerState, out[1 + k][m], S[k][m], w, spec.states[k] + "_" + w});
     }
+  }
+
+  // ZeRO: the updated parts of every rank gathered into every weight.
+  if (zero) {
+    std::vector<std::string> ins;
+    for (const auto& p : piece_out)
+      if (!p.empty()) ins.push_back(p);
+    const int64_t pieces = int64_t(ins.size());
+    ins.insert(ins.end(), tg.trained.begin(), tg.trained.end());
+    const auto full = e.add_n("ZeroAllGather", ins, tg.trained.size(), {Emitter::int_attr("pieces", pieces)},
+                              kernels::kTrainingDomain, "gathered");
+    for (size_t i = 0; i < tg.trained.size(); ++i)
+      tg.updates.push_back({StateUpdate::Kind::kWeight, full[i], tg.trained[i], tg.trained[i], tg.trained[i]});
   }
 
   // The updated states are graph outputs named after their state ("<state>_updated"): the saved

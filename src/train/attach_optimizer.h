@@ -45,6 +45,11 @@ struct DataParallelConfig {
   int world_size = 1;               ///< 1: no communication
   bool post_accumulation = false;   ///< reduce the accumulated gradients once per update (else every run)
   bool adasum = false;              ///< combine with Adasum instead of the weighted mean
+  int rank = 0;                     ///< this process's rank (ZeRO: which partition it updates)
+  /// 1: ZeRO stage 1 — the trained weights, flattened and concatenated in trained order, split in
+  /// world_size blocks; this rank keeps optimizer state for its block only, updates it, and an
+  /// allgather (com.onnxtrain.ZeroAllGather) rebuilds every weight on every rank.
+  int zero_stage = 0;
   int64_t bucket_bytes = 4 << 20;   ///< gradients per reduction, in the order the backward pass produces them
 };
 

@@ -316,9 +316,6 @@ void TrainingSession::Impl::setup_data_parallel() {
   if (params.data_parallel_size > 1 && ws == 1) ws = params.data_parallel_size;
   if (li.launched && li.size > 1 && ws == 1 && params.world_rank == 0) ws = li.size;  // from the launcher
   if (ws <= 1) return;
-  if (params.deepspeed_zero_stage == 1)
-    throw_error<NotImplemented>("TrainingParameters.deepspeed_zero_stage = 1: ZeRO stage 1 is not implemented yet; "
-                                "stage 0 (every rank holds the whole optimizer state) is");
   if (!li.launched)
     throw_error<InvalidArgument>("TrainingParameters.world_size is ", ws, " but this process was not started by an MPI ",
                                  "launcher (run it with mpirun -np ", ws, ")");
@@ -435,6 +432,8 @@ void TrainingSession::Impl::init() {
   sc.data_parallel.world_size = world;
   sc.data_parallel.post_accumulation = params.allreduce_post_accumulation;
   sc.data_parallel.adasum = params.enable_adasum;
+  sc.data_parallel.rank = rank;
+  sc.data_parallel.zero_stage = int(params.deepspeed_zero_stage);
   if (const std::string b = options.config("onnxtrain.allreduce_bucket_bytes", ""); !b.empty())
     sc.data_parallel.bucket_bytes = parse_config_int("onnxtrain.allreduce_bucket_bytes", b, 1);
   if (world > 1) check_ranks_agree();

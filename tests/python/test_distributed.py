@@ -79,6 +79,35 @@ def test_two_ranks_match_one_rank_with_the_global_batch(tmp_path, options):
     assert collectives >= 20 * per_step
 
 
+@pytest.mark.parametrize("options", [[], ["enable_grad_norm_clip=1", "max_grad_norm=0.05"],
+                                     ["gradient_accumulation_steps=2", "training_optimizer_name=MomentumOptimizer"]],
+                         ids=["adam", "clipped", "momentum_accumulated"])
+def test_zero_stage1_matches_stage0_with_half_the_optimizer_state(tmp_path, options):
+    ok(case(2, "train", tmp_path, *options))
+    ok(case(2, "train", tmp_path, "deepspeed_zero_stage=1", *options))
+    for rank in (0, 1):
+        zero, full = load(tmp_path / f"weights_zero_2_{rank}.npz"), load(tmp_path / f"weights_2_{rank}.npz")
+        for k in full:
+            assert zero[k].tobytes() == full[k].tobytes(), f"{k} (rank {rank}) differs from stage 0"
+    full_bytes = int((tmp_path / "optstate_2_0.txt").read_text())
+    parts = [int((tmp_path / f"optstate_zero_2_{r}.txt").read_text()) for r in (0, 1)]
+    assert sum(parts) == full_bytes
+    assert max(parts) <= full_bytes // 2 + 16, (parts, full_bytes)
+
+
+@pytest.mark.parametrize("options, error", [
+    (["deepspeed_zero_stage=1", "training_optimizer_name=LambOptimizer"],
+     "NotImplementedError: deepspeed_zero_stage 1 with LambOptimizer"),
+    (["world_size=3"], "ValueError: TrainingParameters.world_size is 3 but the MPI job has 2 ranks"),
+    (["horizontal_parallel_size=2"], "NotImplementedError: TrainingParameters.horizontal_parallel_size = 2"),
+])
+def test_options_refused_under_mpirun(tmp_path, options, error):
+    ok(case(2, "construct", tmp_path, *options))
+    for rank in (0, 1):
+        message = (tmp_path / f"construct_{rank}.txt").read_text()
+        assert message.startswith(error), message
+
+
 def load_initial():
     m = onnx.load_from_string(mpi_cases.mlp_with_loss())
     return {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}

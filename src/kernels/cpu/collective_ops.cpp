@@ -10,6 +10,12 @@
 // mode "mean": R_i = sum over ranks of contribution_r * G_i,r (contribution 1/world_size averages;
 // the trainer feeds local_rows / global_rows so uneven shards still give the global batch's mean).
 // mode "adasum": R_i = the Adasum combination of the ranks' G_i (contribution unused).
+//
+//   ZeroAllGather(P_1..P_p, W_1..W_n) -> W'_1..W'_n   (attribute pieces = p; W'_i in place over W_i)
+//       ZeRO stage 1: the weights flattened and concatenated are split in world_size blocks of
+//       ceil(total / world_size) elements; this rank updated the parts P of its block (in weight
+//       order, the weights its block does not touch have none); an allgather gives every rank
+//       every block, which the node writes into the weights.
 // Two ranks reduce with one allreduce (a + b rounds the same on both); more ranks with a
 // reduce-scatter and an allgather, so each element is summed by one rank and every rank ends with
 // the same bits.
@@ -157,9 +163,64 @@ class GradientReduceWaitKernel final : public Kernel {
   std::vector<int64_t> sizes_;
 };
 
+class ZeroAllGatherKernel final : public Kernel {
+ public:
+  explicit ZeroAllGatherKernel(const KernelInfo& info) : pieces_(size_t(info.attr_int("pieces"))) {}
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.num_inputs() < pieces_ + 1 || ctx.num_outputs() != ctx.num_inputs() - pieces_)
+      ctx.fail("expects ", pieces_, " parts, then n weights and n outputs");
+    std::vector<int64_t> part_sizes;
+    DType pdt = DType::kUndefined;
+    if (pieces_ > 0) {
+      for (size_t i = 0; i < pieces_; ++i) part_sizes.push_back(shape_numel(ctx.input_shape(i)));
+      pdt = ctx.input_dtype(0);
+    }
+    check_bucket(ctx, pieces_, dt_, sizes_);
+    if (pieces_ > 0 && pdt != dt_) ctx.fail("the parts and the weights differ in element type");
+    total_ = 0;
+    for (int64_t n : sizes_) total_ += n;
+    part_sizes_ = part_sizes;
+    for (size_t i = 0; i < sizes_.size(); ++i) ctx.set_output_inplace(i, pieces_ + i);
+    ctx.set_nondeterministic();
+  }
+  void run(RunContext& ctx) override {
+    distributed::Comm& comm = distributed::Comm::world();
+    const int n = comm.size(), rank = comm.rank();
+    const int64_t block = (total_ + n - 1) / n;
+    const int64_t lo = std::min(total_, block * rank), hi = std::min(total_, block * (rank + 1));
+    const size_t es = dtype_size(dt_);
+    flat_.resize(size_t(block * n) * es);
+    // This rank's parts into its block.
+    int64_t got = 0;
+    for (size_t i = 0; i < pieces_; ++i) {
+      std::memcpy(flat_.data() + size_t(lo + got) * es, ctx.input(i).raw_data(), size_t(part_sizes_[i]) * es);
+      got += part_sizes_[i];
+    }
+    if (got != hi - lo) ctx.fail("the parts hold ", got, " elements, this rank's block ", hi - lo);
+    char* data = flat_.data();
+    const DType dt = dt_;
+    comm.run([=] { distributed::raw::allgather(data, data, block, dt, "the ZeRO allgather of the weights"); },
+             "the ZeRO allgather of the weights", block * int64_t(es));
+    int64_t off = 0;
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      std::memcpy(ctx.output(i).raw_data(), flat_.data() + size_t(off) * es, size_t(sizes_[i]) * es);
+      off += sizes_[i];
+    }
+  }
+
+ private:
+  size_t pieces_;
+  DType dt_ = DType::kFloat32;
+  std::vector<int64_t> sizes_, part_sizes_;
+  int64_t total_ = 0;
+  std::vector<char> flat_;
+};
+
 }  // namespace
 
 void register_collectives(KernelRegistry& r) {
+  r.add(kTrainingDomain, "ZeroAllGather", kTrainingOpset, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<ZeroAllGatherKernel>(i); });
   r.add(kTrainingDomain, "GradientReduceStart", kTrainingOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GradientReduceStartKernel>(i); });
   r.add(kTrainingDomain, "GradientReduceWait", kTrainingOpset, kMaxOpsetAll,

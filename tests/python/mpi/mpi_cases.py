@@ -86,7 +86,11 @@ def case_train(out, argv):
             losses.append(float(sess.run(["loss"], {"X": X[s, rows], "label": Y[s, rows], "Learning_Rate": lr})[0]))
     state = sess.get_model_state()
     state = state.get("full_precision", state)
-    np.savez(os.path.join(out, f"weights_{world}_{rank}.npz"), **state)
+    opt_bytes = sum(np.asarray(v).nbytes for k, v in sess._sess.get_optimizer_state().items() if k != "step")
+    tag = "_zero" if p.deepspeed_zero_stage else ""
+    np.savez(os.path.join(out, f"weights{tag}_{world}_{rank}.npz"), **state)
+    with open(os.path.join(out, f"optstate{tag}_{world}_{rank}.txt"), "w") as f:
+        f.write(f"{opt_bytes}\n")
     stats = onnxtrain.distributed.comm_stats()
     with open(os.path.join(out, f"stats_{world}_{rank}.txt"), "w") as f:
         f.write(f"{stats['collectives']} {stats['bytes']} {stats['comm_seconds']} {stats['wait_seconds']}\n")
@@ -142,7 +146,20 @@ def case_fault(out, argv):
         sess.run(["loss"], {"X": X[0], "label": Y[0], "Learning_Rate": lr})
 
 
-CASES = {"train": case_train, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
+def case_construct(out, argv):
+    """Creates a session with the options of argv; each rank writes the error message (or "no error")."""
+    rank = onnxtrain.distributed.world_rank()
+    try:
+        onnxtrain.TrainingSession(mlp_with_loss(), params_from(argv))
+        message = "no error"
+    except (ValueError, NotImplementedError) as e:
+        kind = "NotImplementedError" if isinstance(e, NotImplementedError) else "ValueError"
+        message = f"{kind}: {e}"
+    with open(os.path.join(out, f"construct_{rank}.txt"), "w") as f:
+        f.write(message)
+
+
+CASES = {"train": case_train, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]](sys.argv[2], sys.argv[3:])
