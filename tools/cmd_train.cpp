@@ -259,6 +259,8 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
     make_dirs_for(metrics_path);
     write_file_atomic(metrics_path, s);
   };
+  // Every rank takes part in the checkpoint (ZeRO: each writes its shard).
+  if (!r.stopped && given(app, "--checkpoint-dir")) trainer.save_checkpoint(ckpt_path);
   if (quiet_rank) return r.stopped ? kExitInterrupted : kExitOk;  // rank 0 writes the outputs
   if (r.stopped) {
     write_metrics();
@@ -274,7 +276,6 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
   write_metrics();
   make_dirs_for(curve_path);
   write_file_atomic(curve_path, curve_svg(trainer.history(), metric, "onnxtrain train " + model_stem));
-  if (given(app, "--checkpoint-dir")) trainer.save_checkpoint(ckpt_path);
 
   // One-screen summary.
   double final_loss = NAN, final_metric = NAN, last_val_loss = NAN, last_val_metric = NAN, best_val = NAN;

@@ -167,6 +167,13 @@ void add_optimizer_options(CLI::App& app, OptimizerArgs& a) {
   app.add_option("--freeze", a.freeze, "weights that stay fixed (names or comma-separated lists)")
       ->type_name("NAME")
       ->delimiter(',');
+  app.add_option("--zero-stage", a.zero_stage,
+                 "under mpirun: 1 partitions the optimizer state across the ranks (ZeRO stage 1; default 0)")
+      ->type_name("S")
+      ->check(integer(0, 1));
+  app.add_flag("--adasum", a.adasum, "under mpirun: combine the ranks' gradients with Adasum (power-of-two ranks)");
+  app.add_flag("--allreduce-post-accumulation", a.allreduce_post_accumulation,
+               "under mpirun with --grad-accum: reduce the accumulated gradients once per step");
 }
 
 TrainSetup make_train_setup(const OptimizerArgs& a, const CLI::App& app, const std::string& model_bytes,
@@ -227,6 +234,9 @@ TrainSetup make_train_setup(const OptimizerArgs& a, const CLI::App& app, const s
                        std::to_string(total_steps) + "-step run to decay over");
   }
   p.gradient_accumulation_steps = a.grad_accum;
+  p.deepspeed_zero_stage = a.zero_stage;
+  p.enable_adasum = a.adasum;
+  p.allreduce_post_accumulation = a.allreduce_post_accumulation;
   p.mixed_precision = a.precision == "fp32" ? "" : a.precision;
   if (given(app, "--clip-norm")) {
     p.enable_grad_norm_clip = true;

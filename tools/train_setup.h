@@ -23,6 +23,9 @@ struct OptimizerArgs {
   std::string precision = "fp32";
   int64_t warmup = 0, grad_accum = 1;
   std::vector<std::string> freeze;
+  // Data parallelism under mpirun (docs/distributed.md).
+  int64_t zero_stage = 0;
+  bool adasum = false, allreduce_post_accumulation = false;
 };
 /// Declares them on `app`.
 void add_optimizer_options(CLI::App& app, OptimizerArgs& a);

@@ -179,6 +179,11 @@ class TrainingSession {
   /// Exact checkpoints: weights, optimizer state, step counters, schedule position, RNG state.
   /// Written atomically (temporary file, fsync, rename, fsync of the folder).
   /// `metadata` (e.g. a trainer's epoch and data position) is stored with it.
+  /// Data parallelism (every rank calls it): with identical states rank 0 writes one file, which
+  /// resumes on any number of ranks; under ZeRO stage 1 (or inside an accumulation reduced after
+  /// it) every rank writes its shard `<path>.rank<r>-of-<n>` and, once all are durable, rank 0
+  /// writes the manifest at `path`. load_checkpoint(path) of a manifest takes this rank's shard
+  /// when the layout matches, else merges the shards (any number of ranks, stage 0 or 1).
   void save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
   /// Throws naming what is wrong for a truncated, corrupted, foreign or too-new file (nothing is
   /// modified then). Returns the metadata saved with the checkpoint.

@@ -1,5 +1,7 @@
 #include "onnxtrain/checkpoint.h"
 
+#include <filesystem>
+
 #include "train/checkpoint.h"
 
 namespace onnxtrain {
@@ -13,6 +15,9 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   info.micro_step = c.counters["micro_step"];
   for (const auto& [k, v] : c.text)
     if (k.rfind("user/", 0) == 0) info.metadata[k.substr(5)] = v;
+  // A partitioned checkpoint's manifest: the weights are in every shard (the same), read from the first.
+  if (c.text.count("sharded") && c.text.count("shard/0") && c.text.at("shard/0").find('/') == std::string::npos)
+    c = train::read_checkpoint((std::filesystem::path(path).parent_path() / c.text.at("shard/0")).string());
   for (const auto& [n, t] : c.tensors)
     if (n.rfind("model/", 0) == 0) info.weights.emplace_back(n.substr(6), t.shape());
   return info;

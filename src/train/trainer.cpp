@@ -647,8 +647,7 @@ void Trainer::request_stop() { impl_->stop = true; }
 EvalResult Trainer::evaluate(const Dataset& data) { return impl_->evaluate(data); }
 
 void Trainer::save_checkpoint(const std::string& path) const {
-  // Data parallelism keeps the ranks' states identical: rank 0 writes the checkpoint.
-  if (impl_->session->world_rank() != 0) return;
+  // Data parallelism: every rank calls it (the session decides who writes what).
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) {
     std::error_code ec;

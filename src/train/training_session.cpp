@@ -6,6 +6,10 @@
 #include "onnxtrain/training.h"
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
+#include <filesystem>
+#include <deque>
 #include <cmath>
 #include <mutex>
 #include <cstdio>
@@ -200,6 +204,13 @@ struct TrainingSession::Impl {
   /// Debug check (ONNXTRAIN_CHECK_WEIGHTS_EVERY / onnxtrain.check_weights_every): every rank's
   /// trained weights are bitwise those of rank 0.
   void check_weights_agree();
+  /// This session's state as a checkpoint (this rank's part of it under ZeRO).
+  train::Checkpoint checkpoint(const std::map<std::string, std::string>& metadata) const;
+  /// A partitioned checkpoint (manifest `m` at `path`) as this session needs it: its own shard
+  /// when the layout matches, else the shards merged (optimizer state concatenated in rank order).
+  train::Checkpoint read_sharded(const std::string& path, const train::Checkpoint& m) const;
+  /// ZeRO stage 1: the part [first, second) of weight `w`, flattened, that this rank updates.
+  std::pair<int64_t, int64_t> zero_part(const std::string& w) const;
   /// Runs `fn` with the profiler's node hook installed when profiling (nodes tagged by phase).
   template <class Fn>
   void profiled(bool eval, Fn&& fn);
@@ -787,22 +798,88 @@ void TrainingSession::export_model_to(const std::string& path, const std::vector
   ir::save_model(train::inference_graph(impl_->model, outputs, true, impl_->params.loss_output_name), path);
 }
 
+namespace {
+
+// A partitioned checkpoint: each rank's shard beside the manifest at `path`.
+std::string shard_path(const std::string& path, int64_t rank, int64_t world) {
+  return path + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world);
+}
+
+// Runs `write` on the ranks that write, then tells every rank whether all succeeded: a rank whose
+// write failed rethrows its error, the others throw IOError naming it (nobody waits for a rank
+// that gave up).
+void collective_write(distributed::Comm& comm, bool writes, const std::function<void()>& write, const char* what) {
+  std::exception_ptr err;
+  if (writes) {
+    try {
+      write();
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  std::vector<double> failed(size_t(comm.size()), 0.0);
+  failed[size_t(comm.rank())] = err ? 1.0 : 0.0;
+  comm.allreduce_sum(failed.data(), int64_t(failed.size()), DType::kFloat64, what);
+  if (err) std::rethrow_exception(err);
+  for (size_t r = 0; r < failed.size(); ++r)
+    if (failed[r] > 0) throw_error<IOError>(what, ": rank ", r, " could not write its part (see its error)");
+}
+
+}  // namespace
+
 void TrainingSession::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  const Impl& s = *impl_;
+  if (s.world > 1) {
+    // Identical states (stage 0, no accumulation in progress that only this rank holds): rank 0
+    // writes one checkpoint, which resumes on any number of ranks. Otherwise every rank writes its
+    // shard, and once every shard is durable rank 0 writes the manifest at `path`.
+    distributed::Comm& comm = distributed::Comm::world();
+    const bool sharded = s.params.deepspeed_zero_stage == 1 ||
+                         (s.params.allreduce_post_accumulation && s.params.gradient_accumulation_steps > 1 && s.micro > 0);
+    if (!sharded) {
+      collective_write(comm, s.rank == 0, [&] { train::write_checkpoint(path, s.checkpoint(metadata)); },
+                       "the checkpoint");
+      return;
+    }
+    collective_write(comm, true, [&] { train::write_checkpoint(shard_path(path, s.rank, s.world), s.checkpoint(metadata)); },
+                     "the checkpoint's shards");
+    collective_write(comm, s.rank == 0, [&] {
+      train::Checkpoint m;
+      m.fingerprint = train::model_fingerprint(s.model, s.trained);
+      m.counters["world_size"] = s.world;
+      m.counters["zero_stage"] = s.params.deepspeed_zero_stage;
+      m.counters["optimizer_step"] = s.step;
+      m.counters["micro_step"] = s.micro;
+      m.text["sharded"] = "1";
+      for (const auto& [k, v] : metadata) m.text["user/" + k] = v;
+      m.text["optimizer"] = s.optimizer_name;
+      for (int r = 0; r < s.world; ++r)
+        m.text["shard/" + std::to_string(r)] = std::filesystem::path(shard_path(path, r, s.world)).filename().string();
+      train::write_checkpoint(path, m);
+    }, "the checkpoint's manifest");
+    return;
+  }
+  train::write_checkpoint(path, s.checkpoint(metadata));
+}
+
+train::Checkpoint TrainingSession::Impl::checkpoint(const std::map<std::string, std::string>& metadata) const {
+  const TrainingSession::Impl* impl_ = this;
   train::Checkpoint c;
   for (const auto& [k, v] : metadata) c.text["user/" + k] = v;
   c.fingerprint = train::model_fingerprint(impl_->model, impl_->trained);
   for (const auto& [n, t] : impl_->model.graph->initializers)
     if (dtype_is_float(t.dtype())) c.tensors.emplace_back("model/" + n, t);
-  for (const auto* u : impl_->optimizer_states()) c.tensors.emplace_back("optimizer/" + u->key, *impl_->state(u->state));
+  for (const auto* u : impl_->optimizer_states())
+    c.tensors.emplace_back("optimizer/" + u->key, *impl_->tg.model.graph->initializer(u->state));
   for (const auto& u : impl_->tg.updates)
     if (u.kind == train::StateUpdate::Kind::kAccumulator)
-      c.tensors.emplace_back("accumulator/" + u.weight, *impl_->state(u.state));
+      c.tensors.emplace_back("accumulator/" + u.weight, *impl_->tg.model.graph->initializer(u.state));
   c.counters["optimizer_step"] = impl_->step;
   c.counters["micro_step"] = impl_->micro;
   c.counters["train_runs"] = int64_t(impl_->train_exec->run_counter());
   c.text["optimizer"] = impl_->optimizer_name;
-  train::write_checkpoint(path, c);
+  return c;
 }
 
 void TrainingSession::start_profiling(bool trace) {
@@ -829,10 +906,74 @@ std::string TrainingSession::end_profiling() {
   return impl_->profiler.end();
 }
 
+std::pair<int64_t, int64_t> TrainingSession::Impl::zero_part(const std::string& w) const {
+  int64_t total = 0, offset = -1, numel = 0;
+  for (size_t i = 0; i < trained.size(); ++i) {
+    if (trained[i] == w) offset = total, numel = weights[i]->numel();
+    total += weights[i]->numel();
+  }
+  const int64_t block = (total + world - 1) / world;
+  const int64_t lo = std::min(total, block * rank), hi = std::min(total, block * (rank + 1));
+  return {std::clamp(lo - offset, int64_t(0), numel), std::clamp(hi - offset, int64_t(0), numel)};
+}
+
+train::Checkpoint TrainingSession::Impl::read_sharded(const std::string& path, const train::Checkpoint& m) const {
+  const int64_t n = m.counters.count("world_size") ? m.counters.at("world_size") : 0;
+  if (n < 1 || n > 1 << 20) throw_error<InvalidArgument>("checkpoint '", path, "': damaged manifest (world_size ", n, ")");
+  const auto dir = std::filesystem::path(path).parent_path();
+  auto shard = [&](int64_t r) {
+    auto it = m.text.find("shard/" + std::to_string(r));
+    if (it == m.text.end() || it->second.find('/') != std::string::npos)
+      throw_error<InvalidArgument>("checkpoint '", path, "': damaged manifest (shard ", r, ")");
+    train::Checkpoint c = train::read_checkpoint((dir / it->second).string());
+    if (c.fingerprint != m.fingerprint || c.counters["optimizer_step"] != m.counters.at("optimizer_step"))
+      throw_error<InvalidArgument>("checkpoint '", path, "': shard ", r, " ('", it->second,
+                                   "') belongs to another checkpoint");
+    return c;
+  };
+  const bool zero = world > 1 && params.deepspeed_zero_stage == 1;
+  if (n == world && (zero || m.counters.at("micro_step") > 0)) return shard(rank);  // the same layout
+  // Merge: weights from shard 0, each optimizer state concatenated over the shards in rank order.
+  train::Checkpoint merged = shard(0);
+  std::map<std::string, std::vector<Tensor>> parts;
+  std::vector<std::string> order;
+  auto take = [&](const train::Checkpoint& c) {
+    for (const auto& [k, t] : c.tensors) {
+      if (k.rfind("accumulator/", 0) == 0)
+        throw_error<InvalidArgument>("checkpoint '", path, "' was saved inside a gradient accumulation over ", n,
+                                     " ranks (allreduce_post_accumulation): resume it on ", n, " ranks");
+      if (k.rfind("optimizer/", 0) != 0) continue;
+      if (!parts.count(k)) order.push_back(k);
+      parts[k].push_back(t);
+    }
+  };
+  take(merged);
+  for (int64_t r = 1; r < n; ++r) take(shard(r));
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [k, t] : merged.tensors)
+    if (k.rfind("optimizer/", 0) != 0) tensors.emplace_back(k, t);
+  for (const auto& k : order) {
+    const auto& ps = parts[k];
+    int64_t total = 0;
+    for (const auto& p : ps) total += p.numel();
+    Tensor all = Tensor::zeros(ps[0].dtype(), {total});
+    size_t off = 0;
+    for (const auto& p : ps) {
+      if (p.dtype() != all.dtype()) throw_error<InvalidArgument>("checkpoint '", path, "': shards disagree on '", k, "'");
+      std::memcpy(static_cast<char*>(all.raw_data()) + off, p.raw_data(), p.nbytes());
+      off += p.nbytes();
+    }
+    tensors.emplace_back(k, all);
+  }
+  merged.tensors = std::move(tensors);
+  return merged;
+}
+
 std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::string& path) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
   train::Checkpoint c = train::read_checkpoint(path);
+  if (c.text.count("sharded")) c = s.read_sharded(path, c);
   const std::string fp = train::model_fingerprint(s.model, s.trained);
   if (c.fingerprint != fp)
     throw_error<InvalidArgument>("checkpoint '", path, "' was written for a different model or set of trained weights");
@@ -844,6 +985,7 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
   const int64_t step = c.counters["optimizer_step"], micro = c.counters["micro_step"];
   // Everything is validated before anything is overwritten.
   std::vector<std::pair<Tensor*, const Tensor*>> copies;
+  std::deque<Tensor> owned;  // re-laid-out optimizer state (stable addresses)
   std::map<std::string, const Tensor*> opt_state, accum;
   for (const auto& [n, t] : c.tensors) {
     if (n.rfind("model/", 0) == 0) {
@@ -863,9 +1005,30 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
     auto it = from.find(key);
     Tensor* dst = s.state(state);
     if (it == from.end()) throw_error<InvalidArgument>(what, " '", key, "' is missing");
-    if (it->second->shape() != dst->shape() || it->second->dtype() != dst->dtype())
-      throw_error<InvalidArgument>(what, " '", key, "' is ", it->second->describe(), ", expected ", dst->describe());
-    copies.emplace_back(dst, it->second);
+    const Tensor& src = *it->second;
+    if (src.shape() == dst->shape() && src.dtype() == dst->dtype()) {
+      copies.emplace_back(dst, &src);
+      return;
+    }
+    // Data parallelism changes the layout of optimizer state: a whole tensor (stage 0, or shards
+    // merged in rank order) feeds a ZeRO part, and merged parts feed a whole tensor.
+    const train::StateUpdate* u = nullptr;
+    for (const auto& x : s.tg.updates)
+      if (x.state == state) u = &x;
+    const Tensor* weight = u && !u->weight.empty() ? s.initializer(u->weight) : nullptr;
+    if (weight && src.dtype() == dst->dtype() && src.numel() == weight->numel()) {
+      const auto [lo, hi] = s.world > 1 && s.params.deepspeed_zero_stage == 1 ? s.zero_part(u->weight)
+                                                                                : std::pair<int64_t, int64_t>(0, weight->numel());
+      if (hi - lo == dst->numel()) {
+        const size_t es = dtype_size(src.dtype());
+        owned.push_back(Tensor::zeros(dst->dtype(), dst->shape()));
+        std::memcpy(owned.back().raw_data(), static_cast<const char*>(src.raw_data()) + size_t(lo) * es,
+                    size_t(hi - lo) * es);
+        copies.emplace_back(dst, &owned.back());
+        return;
+      }
+    }
+    throw_error<InvalidArgument>(what, " '", key, "' is ", src.describe(), ", expected ", dst->describe());
   };
   // Format 1 kept optimizer state at zero before the first update (its optimizer applied Adagrad's
   // initial_accumulator_value then); the training graph's state starts from its initial value.

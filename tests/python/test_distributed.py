@@ -108,6 +108,27 @@ def test_options_refused_under_mpirun(tmp_path, options, error):
         assert message.startswith(error), message
 
 
+@pytest.mark.parametrize("zero", [0, 1], ids=["stage0", "zero1"])
+def test_checkpoints_resume_on_the_same_or_another_number_of_ranks(tmp_path, zero):
+    opts = [f"deepspeed_zero_stage={zero}"]
+    ok(case(2, "ckpt", tmp_path, "save", *opts))
+    files = sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("ckpt"))
+    assert files == (["ckpt", "ckpt.rank0-of-2", "ckpt.rank1-of-2"] if zero else ["ckpt"]), files
+    uninterrupted = load(tmp_path / "save_2_0.npz")
+    ok(case(2, "ckpt", tmp_path, "resume", *opts))  # same number of ranks: bitwise the same
+    for k, v in load(tmp_path / "resume_2_1.npz").items():
+        assert v.tobytes() == uninterrupted[k].tobytes(), k
+    ok(case(1, "ckpt", tmp_path, "resume"))  # one rank (a ZeRO checkpoint's shards merged)
+    assert_same_weights(uninterrupted, load(tmp_path / "resume_1_0.npz"), 1e-5)
+
+
+def test_a_partitioned_checkpoint_missing_a_shard_is_refused(tmp_path):
+    ok(case(2, "ckpt", tmp_path, "save", "deepspeed_zero_stage=1"))
+    os.remove(tmp_path / "ckpt.rank1-of-2")
+    r = case(1, "ckpt", tmp_path, "resume")
+    assert r.returncode != 0 and "ckpt.rank1-of-2" in r.stderr, r.stderr[-2000:]
+
+
 def load_initial():
     m = onnx.load_from_string(mpi_cases.mlp_with_loss())
     return {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
@@ -221,7 +242,12 @@ def test_cli_under_mpirun_matches_one_process(tmp_path):
     assert one.returncode == 0, one.stderr
     two = ok(mpirun(2, CLI, *args, "--out", tmp_path / "two.onnx"))
     assert "on 2 ranks" in two.stdout and two.stdout.count("== summary") == 1, two.stdout
-    a = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / "one.onnx")).graph.initializer}
-    b = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / "two.onnx")).graph.initializer}
+    # ZeRO stage 1 from the command line, with its partitioned checkpoint.
+    zero = ok(mpirun(2, CLI, *args, "--zero-stage", 1, "--out", tmp_path / "zero.onnx", "--checkpoint-dir",
+                     tmp_path / "ck"))
+    assert sorted(os.listdir(tmp_path / "ck")) == ["last.ckpt", "last.ckpt.rank0-of-2", "last.ckpt.rank1-of-2"]
+    a, b, z = ({i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / f)).graph.initializer}
+               for f in ("one.onnx", "two.onnx", "zero.onnx"))
     assert_same_weights(a, b, 1e-5)
+    assert b["W"].tobytes() == z["W"].tobytes()
     assert np.abs(a["W"] - W).max() > 1e-3

@@ -159,7 +159,30 @@ def case_construct(out, argv):
         f.write(message)
 
 
-CASES = {"train": case_train, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
+def case_ckpt(out, argv):
+    """argv: "save" or "resume", then options. save: 10 steps, checkpoint out/ckpt, 10 more steps;
+    resume: load out/ckpt, the last 10 steps. Both write the final weights."""
+    phase, opts = argv[0], argv[1:]
+    p = params_from(opts)
+    sess = onnxtrain.TrainingSession(mlp_with_loss(), p)
+    world, rank = sess.world_size, sess.world_rank
+    X, Y = data(20, 16)
+    shard = 16 // world
+    ckpt = os.path.join(out, "ckpt")
+    first = 0
+    if phase == "resume":
+        sess._sess.load_checkpoint(ckpt)
+        first = 10
+    for s in range(first, 20):
+        rows = slice(rank * shard, (rank + 1) * shard)
+        sess.run(["loss"], {"X": X[s, rows], "label": Y[s, rows], "Learning_Rate": np.array([0.01], np.float32)})
+        if phase == "save" and s == 9:
+            sess._sess.save_checkpoint(ckpt)
+    state = sess.get_model_state()
+    np.savez(os.path.join(out, f"{phase}_{world}_{rank}.npz"), **state.get("full_precision", state))
+
+
+CASES = {"train": case_train, "ckpt": case_ckpt, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]](sys.argv[2], sys.argv[3:])
