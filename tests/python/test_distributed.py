@@ -129,6 +129,24 @@ def test_a_partitioned_checkpoint_missing_a_shard_is_refused(tmp_path):
     assert r.returncode != 0 and "ckpt.rank1-of-2" in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.parametrize("how", ["launcher", "explicit"])
+def test_orttrainer_under_mpirun_matches_one_process(tmp_path, how):
+    ok(case(1, "orttrainer", tmp_path))
+    ok(case(2, "orttrainer", tmp_path, how))
+    one, r0, r1 = (load(tmp_path / f"orttrainer_{w}_{r}.npz") for w, r in ((1, 0), (2, 0), (2, 1)))
+    assert_same_weights(one, r0, 1e-5)
+    for k in r0:
+        assert r0[k].tobytes() == r1[k].tobytes(), k
+
+
+def test_the_debug_weight_check_names_a_diverged_weight(tmp_path):
+    ok(case(2, "diverge", tmp_path, env={"ONNXTRAIN_CHECK_WEIGHTS_EVERY": "1"}))
+    for rank in (0, 1):
+        text = (tmp_path / f"diverge_{rank}.txt").read_text()
+        assert text.startswith("step 3: ") and "rank 1 differs from rank 0 in weight 'B2'" in text, text
+    r = ok(case(2, "train", tmp_path, env={"ONNXTRAIN_CHECK_WEIGHTS_EVERY": "1"}))  # in step: no error
+
+
 def load_initial():
     m = onnx.load_from_string(mpi_cases.mlp_with_loss())
     return {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}

@@ -182,7 +182,38 @@ def case_ckpt(out, argv):
     np.savez(os.path.join(out, f"{phase}_{world}_{rank}.npz"), **state.get("full_precision", state))
 
 
-CASES = {"train": case_train, "ckpt": case_ckpt, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
+def case_orttrainer(out, argv):
+    """onnxruntime-training's ORTTrainer, unchanged: the launcher's rank and size fill
+    options.distributed; each rank feeds its half of every batch of 8 rows."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import test_orttrainer as t
+    world, rank = onnxtrain.distributed.world_size(), onnxtrain.distributed.world_rank()
+    opts = {"distributed": {"world_rank": rank, "world_size": world}} if argv and argv[0] == "explicit" else None
+    trainer = t.make_mlp_trainer(opts)
+    half = 8 // world
+    for x, y in t.mlp_batches():
+        trainer.train_step(x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half])
+    state = trainer._session.get_model_state()
+    state = state.get("full_precision", state)
+    np.savez(os.path.join(out, f"orttrainer_{world}_{rank}.npz"), **{k: np.asarray(v) for k, v in state.items()})
+
+
+def case_diverge(out, argv):
+    """With the debug weight check every step, rank 1 changes a weight by itself at step 3."""
+    sess = onnxtrain.TrainingSession(mlp_with_loss(), params_from([]))
+    X, Y = data(1, 8)
+    for step in range(6):
+        if step == 3 and sess.world_rank == 1:
+            sess.load_state({"B2": np.full(3, 0.5, np.float32)})
+        try:
+            sess.run(["loss"], {"X": X[0], "label": Y[0], "Learning_Rate": np.array([0.01], np.float32)})
+        except ValueError as e:
+            with open(os.path.join(out, f"diverge_{sess.world_rank}.txt"), "w") as f:
+                f.write(f"step {step}: {e}")
+            return
+
+
+CASES = {"train": case_train, "ckpt": case_ckpt, "orttrainer": case_orttrainer, "diverge": case_diverge, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]](sys.argv[2], sys.argv[3:])
