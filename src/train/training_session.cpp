@@ -12,6 +12,7 @@
 #include <deque>
 #include <cmath>
 #include <mutex>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -211,6 +212,10 @@ struct TrainingSession::Impl {
   train::Checkpoint read_sharded(const std::string& path, const train::Checkpoint& m) const;
   /// ZeRO stage 1: the part [first, second) of weight `w`, flattened, that this rank updates.
   std::pair<int64_t, int64_t> zero_part(const std::string& w) const;
+  /// Optimizer state `src` laid out as state initializer `state`: a whole tensor (or one merged
+  /// flat from ZeRO parts) becomes this rank's ZeRO part or takes the weight's shape. nullopt when
+  /// the sizes do not fit.
+  std::optional<Tensor> relayout_state(const std::string& state, const Tensor& src) const;
   /// Runs `fn` with the profiler's node hook installed when profiling (nodes tagged by phase).
   template <class Fn>
   void profiled(bool eval, Fn&& fn);
@@ -736,8 +741,10 @@ void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor
 void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   std::map<std::string, Tensor*> known;
-  for (const auto* u : impl_->optimizer_states()) known[u->key] = impl_->state(u->state);
+  std::map<std::string, std::string> state_of;
+  for (const auto* u : impl_->optimizer_states()) known[u->key] = impl_->state(u->state), state_of[u->key] = u->state;
   std::set<std::string> given;
+  std::map<std::string, Tensor> relaid;  // whole tensors re-laid out (ZeRO parts, merged parts)
   const Tensor* step = nullptr;
   for (const auto& [n, t] : state) {
     if (n == "step") {
@@ -747,9 +754,13 @@ void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::stri
     } else {
       auto it = known.find(n);
       if (it == known.end()) throw_error<InvalidArgument>("load_optimizer_state: '", n, "' is not optimizer state of this session");
-      if (it->second->dtype() != t.dtype() || it->second->shape() != t.shape())
-        throw_error<InvalidArgument>("load_optimizer_state: '", n, "' is ", t.describe(), ", the session's is ",
-                                     it->second->describe());
+      if (it->second->dtype() != t.dtype() || it->second->shape() != t.shape()) {
+        std::optional<Tensor> r = impl_->relayout_state(state_of.at(n), t);
+        if (!r)
+          throw_error<InvalidArgument>("load_optimizer_state: '", n, "' is ", t.describe(), ", the session's is ",
+                                       it->second->describe());
+        relaid[n] = std::move(*r);
+      }
     }
     given.insert(n);
   }
@@ -759,7 +770,7 @@ void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::stri
     if (!step) throw_error<InvalidArgument>("load_optimizer_state(strict=True): 'step' is missing");
   }
   for (const auto& [n, t] : state)
-    if (n != "step") known.at(n)->copy_from(t);
+    if (n != "step") known.at(n)->copy_from(relaid.count(n) ? relaid.at(n) : t);
   if (step) impl_->step = step->data<int64_t>()[0];
 }
 
@@ -906,6 +917,22 @@ std::string TrainingSession::end_profiling() {
   return impl_->profiler.end();
 }
 
+std::optional<Tensor> TrainingSession::Impl::relayout_state(const std::string& state_name, const Tensor& src) const {
+  const train::StateUpdate* u = nullptr;
+  for (const auto& x : tg.updates)
+    if (x.state == state_name && x.kind == train::StateUpdate::Kind::kOptimizerState) u = &x;
+  const Tensor* dst = tg.model.graph->initializer(state_name);
+  const Tensor* weight = u ? model.graph->initializer(u->weight) : nullptr;
+  if (!weight || !dst || src.dtype() != dst->dtype() || src.numel() != weight->numel()) return std::nullopt;
+  const auto [lo, hi] = world > 1 && params.deepspeed_zero_stage == 1 ? zero_part(u->weight)
+                                                                        : std::pair<int64_t, int64_t>(0, weight->numel());
+  if (hi - lo != dst->numel()) return std::nullopt;
+  const size_t es = dtype_size(src.dtype());
+  Tensor t = Tensor::zeros(dst->dtype(), dst->shape());
+  std::memcpy(t.raw_data(), static_cast<const char*>(src.raw_data()) + size_t(lo) * es, size_t(hi - lo) * es);
+  return t;
+}
+
 std::pair<int64_t, int64_t> TrainingSession::Impl::zero_part(const std::string& w) const {
   int64_t total = 0, offset = -1, numel = 0;
   for (size_t i = 0; i < trained.size(); ++i) {
@@ -1010,23 +1037,10 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
       copies.emplace_back(dst, &src);
       return;
     }
-    // Data parallelism changes the layout of optimizer state: a whole tensor (stage 0, or shards
-    // merged in rank order) feeds a ZeRO part, and merged parts feed a whole tensor.
-    const train::StateUpdate* u = nullptr;
-    for (const auto& x : s.tg.updates)
-      if (x.state == state) u = &x;
-    const Tensor* weight = u && !u->weight.empty() ? s.initializer(u->weight) : nullptr;
-    if (weight && src.dtype() == dst->dtype() && src.numel() == weight->numel()) {
-      const auto [lo, hi] = s.world > 1 && s.params.deepspeed_zero_stage == 1 ? s.zero_part(u->weight)
-                                                                                : std::pair<int64_t, int64_t>(0, weight->numel());
-      if (hi - lo == dst->numel()) {
-        const size_t es = dtype_size(src.dtype());
-        owned.push_back(Tensor::zeros(dst->dtype(), dst->shape()));
-        std::memcpy(owned.back().raw_data(), static_cast<const char*>(src.raw_data()) + size_t(lo) * es,
-                    size_t(hi - lo) * es);
-        copies.emplace_back(dst, &owned.back());
-        return;
-      }
+    if (std::optional<Tensor> t = s.relayout_state(state, src)) {
+      owned.push_back(std::move(*t));
+      copies.emplace_back(dst, &owned.back());
+      return;
     }
     throw_error<InvalidArgument>(what, " '", key, "' is ", src.describe(), ", expected ", dst->describe());
   };

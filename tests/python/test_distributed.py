@@ -139,6 +139,14 @@ def test_orttrainer_under_mpirun_matches_one_process(tmp_path, how):
         assert r0[k].tobytes() == r1[k].tobytes(), k
 
 
+def test_orttrainer_zero_checkpoints_of_every_rank_aggregate(tmp_path):
+    """ORTTrainer with ZeRO stage 1 on 2 ranks; load_checkpoint(*paths) of both ranks' files in one
+    process continues as the 2-rank run did."""
+    ok(case(2, "ortckpt", tmp_path, "save"))
+    ok(case(1, "ortckpt", tmp_path, "resume", 2))
+    assert_same_weights(load(tmp_path / "ortckpt_save_2_0.npz"), load(tmp_path / "ortckpt_resume_1_0.npz"), 1e-5)
+
+
 def test_the_debug_weight_check_names_a_diverged_weight(tmp_path):
     ok(case(2, "diverge", tmp_path, env={"ONNXTRAIN_CHECK_WEIGHTS_EVERY": "1"}))
     for rank in (0, 1):

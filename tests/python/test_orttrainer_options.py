@@ -159,8 +159,7 @@ NOT_IMPLEMENTED = [
     "distributed.pipeline_parallel.num_pipeline_micro_batches",
     "distributed.pipeline_parallel.pipeline_cut_info_string",
     "distributed.pipeline_parallel.sliced_schema", "distributed.pipeline_parallel.sliced_axes",
-    "distributed.pipeline_parallel.sliced_tensor_names", "distributed.deepspeed_zero_optimization.stage",
-    "mixed_precision.enabled"]
+    "distributed.pipeline_parallel.sliced_tensor_names", "mixed_precision.enabled"]
 NO_EFFECT = [
     "device.mem_limit", "graph_transformer.attn_dropout_recompute",
     "graph_transformer.gelu_recompute", "graph_transformer.transformer_layer_recompute",
@@ -455,12 +454,12 @@ def test_not_implemented_option_raises_naming_it(path):
 
 
 def test_not_implemented_options_named_together():
-    options = {"distributed": {"horizontal_parallel_size": 4, "deepspeed_zero_optimization": {"stage": 1}},
+    options = {"distributed": {"horizontal_parallel_size": 4, "pipeline_parallel": {"pipeline_parallel_size": 2}},
                "mixed_precision": {"enabled": True}}
     with pytest.raises(NotImplementedError) as e:
         check_supported(options)
     message = str(e.value)
-    for item in ("distributed.horizontal_parallel_size=4", "distributed.deepspeed_zero_optimization.stage=1",
+    for item in ("distributed.horizontal_parallel_size=4", "distributed.pipeline_parallel.pipeline_parallel_size=2",
                  "mixed_precision.enabled=True"):
         assert item in message
 

@@ -1,7 +1,8 @@
 """onnxtrain.training.checkpoint (onnxruntime.training.checkpoint): the experimental flat state and
 torch.save checkpoints round-trip through an ORTTrainer (training resumes bitwise); aggregation of
 rank files of ORTTrainer.save_checkpoint, weight averaging and conversion to a PyTorch state dict,
-checked against numpy and torch.nn.Module.load_state_dict; partitioned checkpoints raise
+checked against numpy and torch.nn.Module.load_state_dict; ZeRO stage 1 shards are merged;
+horizontally partitioned checkpoints raise
 NotImplementedError."""
 import json
 import os
@@ -224,11 +225,28 @@ def test_aggregate_errors(tmp_path):
     with pytest.raises(ValueError, match=r"ranks 0..2 of one run, got ranks \[0, 2\]"):
         ck.aggregate_checkpoints([p for p in paths if "rank1" not in p])
 
+    # ZeRO stage 1: each rank holds its block of every optimizer state, flat; aggregation
+    # concatenates the blocks in rank order back into the weights' shapes.
+    weights_ = state["model"]["full_precision"]
+
     def zero(r, s):
         s["trainer_options"]["zero_stage"] = 1
+        opt = {}
+        for w, states in state["optimizer"].items():
+            if w not in weights_:
+                opt[w] = states
+                continue
+            opt[w] = {}
+            for k, v in states.items():
+                v = np.asarray(v)
+                half = v.size // 2
+                opt[w][k] = v if v.shape != weights_[w].shape else v.ravel()[:half] if r == 0 else v.ravel()[half:]
+        s["optimizer"] = opt
 
-    with pytest.raises(NotImplementedError, match="partitioned.*zero_stage 1"):
-        ck.aggregate_checkpoints(rank_files(tmp_path / "c", state, 2, zero))
+    merged = ck.aggregate_checkpoints(rank_files(tmp_path / "c", state, 2, zero), pytorch_format=False)
+    for w, states in state["optimizer"].items():
+        for k, v in states.items():
+            np.testing.assert_array_equal(np.asarray(merged["optimizer"][w][k]), np.asarray(v), err_msg=f"{w} {k}")
     with pytest.raises(ValueError, match="non-empty list"):
         ck.aggregate_checkpoints([])
     with pytest.raises(ValueError, match="non-empty list"):

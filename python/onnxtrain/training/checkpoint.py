@@ -229,15 +229,16 @@ def _options(state, path):
 def aggregate_checkpoints(paths, pytorch_format=True):
     """Merges the checkpoint files of the ranks of one run (``ORTTrainer.save_checkpoint``) into one
     state: ``{name: torch.Tensor}`` with ``pytorch_format``, else the ``ORTTrainer.state_dict()`` schema
-    (world size 1). The files must be those of ranks 0..world_size-1; unpartitioned states must agree.
-    Partitioned (ZeRO stage > 0, horizontal parallel) checkpoints raise NotImplementedError."""
+    (world size 1). The files must be those of ranks 0..world_size-1; unpartitioned states must agree;
+    ZeRO stage 1 optimizer state is concatenated in rank order. Horizontally partitioned
+    checkpoints raise NotImplementedError."""
     if isinstance(paths, (str, os.PathLike)) or not paths:
         raise ValueError("paths must be a non-empty list of checkpoint files")
     loaded = []
     for p in paths:
         state, user = _load_state(p)
         opts = _options(state, p)
-        if opts.get("zero_stage", 0) > 0 or opts.get("horizontal_parallel_size", 1) > 1 or "partition_info" in state:
+        if opts.get("horizontal_parallel_size", 1) > 1 or "partition_info" in state:
             raise NotImplementedError(f"aggregate_checkpoints: '{p}' is partitioned (zero_stage "
                                       f"{opts.get('zero_stage')}, horizontal_parallel_size "
                                       f"{opts.get('horizontal_parallel_size')}): {_NOT_PARTITIONED}")
@@ -249,7 +250,11 @@ def aggregate_checkpoints(paths, pytorch_format=True):
         raise ValueError(f"aggregate_checkpoints: expected the files of ranks 0..{first['world_size'] - 1} of one run, "
                          f"got ranks {ranks}")
     merged = {"model": {"full_precision": {}}, "optimizer": {}}
-    for _, path, state, _ in loaded:
+    if first.get("zero_stage", 0) > 0:
+        from .orttrainer import _aggregate_rank_states
+        whole = _aggregate_rank_states([e[2] for e in loaded], [e[1] for e in loaded])
+        merged = {"model": whole["model"], "optimizer": whole.get("optimizer", {})}
+    for _, path, state, _ in ([] if first.get("zero_stage", 0) > 0 else loaded):
         opts = _options(state, path)
         for key in ("world_size", "mixed_precision", "optimizer_name"):
             if opts.get(key) != first.get(key):

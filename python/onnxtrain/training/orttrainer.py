@@ -301,6 +301,7 @@ class ORTTrainer:
         p.data_parallel_size = int(dist.data_parallel_size)
         p.allreduce_post_accumulation = bool(dist.allreduce_post_accumulation)
         p.enable_adasum = bool(dist.enable_adasum)
+        p.deepspeed_zero_stage = int(dist.deepspeed_zero_optimization.stage)
         paths = self.options.debug.graph_save_paths
         if paths.model_with_gradient_graph_path:
             p.model_with_gradient_graph_path = paths.model_with_gradient_graph_path
@@ -421,11 +422,13 @@ class ORTTrainer:
             "optimizer": optimizer,
             "trainer_options": {
                 "mixed_precision": bool(self.options.mixed_precision.enabled),
-                "zero_stage": int(self.options.distributed.deepspeed_zero_optimization.stage),
-                "world_rank": int(self.options.distributed.world_rank),
-                "world_size": int(self.options.distributed.world_size),
+                # The session's own job (the launcher fills options left at their defaults).
+                "zero_stage": int(self.options.distributed.deepspeed_zero_optimization.stage)
+                if self._session.world_size > 1 else 0,
+                "world_rank": int(self._session.world_rank),
+                "world_size": int(self._session.world_size),
                 "optimizer_name": name,
-                "data_parallel_size": int(self.options.distributed.data_parallel_size),
+                "data_parallel_size": int(self._session.world_size),
                 "horizontal_parallel_size": int(self.options.distributed.horizontal_parallel_size),
             },
             "train_step_info": {"optimization_step": int(self._train_step_info.optimization_step),
@@ -520,14 +523,63 @@ class ORTTrainer:
 
     def load_checkpoint(self, *paths, strict=True):
         """Loads a checkpoint written by save_checkpoint; returns its ``user_dict``."""
-        if len(paths) != 1:
-            raise NotImplementedError("load_checkpoint: aggregating several checkpoint files (distributed runs) is "
-                                      "not supported by onnxtrain yet; pass one file")
-        state, user = _read_checkpoint(paths[0])
+        if not paths:
+            raise TypeError("load_checkpoint: give the checkpoint file (or every rank's file of a distributed run)")
+        if len(paths) == 1:
+            state, user = _read_checkpoint(paths[0])
+        else:
+            read = [_read_checkpoint(p) for p in paths]
+            state, user = _aggregate_rank_states([r[0] for r in read], paths), read[0][1]
         if "optimizer" not in state:
             strict = False
         self.load_state_dict(state, strict=strict)
         return user
+
+
+def _aggregate_rank_states(states, paths):
+    """One state from the checkpoints of every rank of a data-parallel run (any order): the model
+    from rank 0 (every rank must hold the same), optimizer state whole from rank 0, or, under ZeRO
+    stage 1, each weight's parts concatenated in rank order into the weight's shape."""
+    opts = [s.get("trainer_options", {}) for s in states]
+    n = len(states)
+    ranks = [int(o.get("world_rank", -1)) for o in opts]
+    if sorted(ranks) != list(range(n)) or any(int(o.get("world_size", 0)) != n for o in opts):
+        raise ValueError(f"load_checkpoint: {n} files hold ranks {ranks} of world sizes "
+                         f"{[o.get('world_size') for o in opts]}: give the files of every rank of one run")
+    ordered = [states[ranks.index(r)] for r in range(n)]
+    model = ordered[0]["model"]["full_precision"]
+    for r, st in enumerate(ordered[1:], 1):
+        for w, v in st["model"]["full_precision"].items():
+            if w not in model or not np.array_equal(np.asarray(model[w]), np.asarray(v)):
+                raise ValueError(f"load_checkpoint: rank {r}'s weight {w!r} differs from rank 0's ({paths[ranks.index(r)]})")
+    merged = dict(ordered[0])
+    if "optimizer" in ordered[0]:
+        optimizer = {}
+        names = []
+        for st in ordered:
+            names += [w for w in st.get("optimizer", {}) if w not in names]
+        for w in names:
+            if w == "shared_optimizer_state" or w not in model:
+                optimizer[w] = next(st["optimizer"][w] for st in ordered if w in st["optimizer"])
+                continue
+            shape = np.asarray(model[w]).shape
+            entry = {}
+            keys = []
+            for st in ordered:
+                keys += [k for k in st["optimizer"].get(w, {}) if k not in keys]
+            for k in keys:
+                parts = [np.asarray(st["optimizer"][w][k]) for st in ordered if k in st["optimizer"].get(w, {})]
+                if parts[0].shape == shape or k == "Update_Count":
+                    entry[k] = parts[0]
+                    continue
+                flat = np.concatenate([p.ravel() for p in parts])
+                if flat.size != int(np.prod(shape)):
+                    raise ValueError(f"load_checkpoint: the ranks' parts of {k} of {w!r} hold {flat.size} values, the "
+                                     f"weight {int(np.prod(shape))}")
+                entry[k] = flat.reshape(shape)
+            optimizer[w] = entry
+        merged["optimizer"] = optimizer
+    return merged
 
 
 def _flatten(obj, prefix, arrays, meta):

@@ -31,7 +31,7 @@ distributed.data_parallel_size                      implemented          1 or wo
 distributed.horizontal_parallel_size                not implemented      beyond 1 (NotImplementedError)
 distributed.pipeline_parallel.*  (6 keys)           not implemented      any non-default value
 distributed.allreduce_post_accumulation             implemented          reduce once per accumulated update
-distributed.deepspeed_zero_optimization.stage       not implemented      stage 1
+distributed.deepspeed_zero_optimization.stage       implemented          stage 1: optimizer state partitioned
 distributed.enable_adasum                           implemented          Adasum (power-of-two world sizes)
 lr_scheduler                                        implemented
 mixed_precision.enabled                             not implemented      True (onnxtrain trains in float32)
@@ -413,7 +413,7 @@ class _ORTTrainerOptionsInternal(ORTTrainerOptions):
 IMPLEMENTED, NO_EFFECT, NOT_IMPLEMENTED, DEVICE = "implemented", "no effect", "not implemented", "device"
 
 _NOT_IMPLEMENTED_PREFIXES = ("distributed.horizontal_parallel_size", "distributed.pipeline_parallel.",
-                             "distributed.deepspeed_zero_optimization.", "mixed_precision.enabled")
+                             "mixed_precision.enabled")
 _NO_EFFECT_NOTES = {
     "device.mem_limit": "onnxruntime's CUDA arena limit",
     "graph_transformer.": "graph_transformer options only save memory or move float16 Casts",

@@ -198,6 +198,29 @@ def case_orttrainer(out, argv):
     np.savez(os.path.join(out, f"orttrainer_{world}_{rank}.npz"), **{k: np.asarray(v) for k, v in state.items()})
 
 
+def case_ortckpt(out, argv):
+    """ORTTrainer with ZeRO stage 1 on the ranks ("save": 10 steps, every rank saves its file, 10
+    more), or on one process ("resume": load_checkpoint of every rank's file, the last 10 steps)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import test_orttrainer as t
+    world, rank = onnxtrain.distributed.world_size(), onnxtrain.distributed.world_rank()
+    trainer = t.make_mlp_trainer({"distributed": {"deepspeed_zero_optimization": {"stage": 1}}})
+    half = 8 // world
+    batches = t.mlp_batches()
+    first = 0
+    if argv[0] == "resume":
+        trainer.train_step(*batches[0])  # builds the session (exported at the first step), then replaced
+        trainer.load_checkpoint(*[os.path.join(out, f"ort_rank{r}.npz") for r in range(int(argv[1]))])
+        first = 10
+    for i, (x, y) in enumerate(batches[first:], first):
+        trainer.train_step(x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half])
+        if argv[0] == "save" and i == 9:
+            trainer.save_checkpoint(os.path.join(out, f"ort_rank{rank}.npz"))
+    state = trainer._session.get_model_state()
+    state = state.get("full_precision", state)
+    np.savez(os.path.join(out, f"ortckpt_{argv[0]}_{world}_{rank}.npz"), **{k: np.asarray(v) for k, v in state.items()})
+
+
 def case_diverge(out, argv):
     """With the debug weight check every step, rank 1 changes a weight by itself at step 3."""
     sess = onnxtrain.TrainingSession(mlp_with_loss(), params_from([]))
@@ -213,7 +236,7 @@ def case_diverge(out, argv):
             return
 
 
-CASES = {"train": case_train, "ckpt": case_ckpt, "orttrainer": case_orttrainer, "diverge": case_diverge, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
+CASES = {"train": case_train, "ckpt": case_ckpt, "orttrainer": case_orttrainer, "ortckpt": case_ortckpt, "diverge": case_diverge, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]](sys.argv[2], sys.argv[3:])
