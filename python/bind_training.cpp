@@ -205,7 +205,12 @@ void bind_parameters(py::module_& m) {
         "Standard ONNX training graph (plus preview-training ops) instead of com.onnxtrain's fused operators.");
   field(c, "mixed_precision", &P::mixed_precision,
         "'' or 'fp32'; 'bf16': MatMul/Gemm/Conv and their gradients in bfloat16 (fp32 accumulation, fp32 master "
-        "weights, normalizations, softmax, losses and optimizer); 'fp16' raises NotImplemented.");
+        "weights, normalizations, softmax, losses and optimizer); 'fp16': the same in float16 with loss scaling "
+        "(an update whose gradients hold inf/NaN is skipped).");
+  field(c, "use_mixed_precision", &P::use_mixed_precision,
+        "onnxruntime's switch: True with mixed_precision '' trains in 'fp16' (loss scaling).");
+  field(c, "loss_scale", &P::loss_scale,
+        "fp16: 0 (dynamic: the fed loss scale, else the session's DynamicLossScaler), or a fixed loss scale > 0.");
   field(c, "lr_schedule", &P::lr_schedule, "Schedule used when the feed omits the learning rate; one of "
         "onnxtrain.lr_schedule_names() or ''.");
   field(c, "lr_schedule_params", &P::lr_schedule_params, "eta0, power_t, alpha, warmup, total, end_lr, power.");
@@ -508,6 +513,14 @@ void bind_training(py::module_& m) {
       .def("get_inputs", &TrainingSession::get_inputs)
       .def("get_outputs", &TrainingSession::get_outputs)
       .def("trained_weights", &TrainingSession::trained_weights)
+      .def_property_readonly("loss_scale_input_name", &TrainingSession::loss_scale_input_name,
+                             "fp16: name of the float32 [1] loss-scale input ('' otherwise).")
+      .def_property_readonly("all_finite_output_name", &TrainingSession::all_finite_output_name,
+                             "fp16: name of the bool [1] 'all gradients finite' output of update steps.")
+      .def_property_readonly("loss_scale", &TrainingSession::loss_scale,
+                             "fp16: the loss scale the session feeds when run() is given none (0 otherwise).")
+      .def_property_readonly("skipped_updates", &TrainingSession::skipped_updates,
+                             "fp16: updates skipped for a non-finite gradient.")
       .def("get_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_state()); })
       .def("get_model_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_model_state()); })
       .def("get_optimizer_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_optimizer_state()); })

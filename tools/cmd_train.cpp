@@ -302,6 +302,9 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
   const std::string wall = r.seconds < 60 ? fmt("%.1f s", r.seconds)
                                           : format_duration(r.seconds) + " (" + fmt("%.1f s", r.seconds) + ")";
   std::printf("time         %s wall, %.0f samples/s\n", wall.c_str(), double(r.samples) / std::max(1e-9, r.seconds));
+  if (!sess.loss_scale_input_name().empty())
+    std::printf("fp16         loss scale %s at the end, %lld updates skipped (inf/NaN gradients)\n",
+                format_number(sess.loss_scale()).c_str(), (long long)sess.skipped_updates());
   std::printf("final        train loss %s", format_number(final_loss).c_str());
   if (!std::isnan(final_metric)) std::printf(", train %s %s", metric.c_str(), percent_or_number(metric, final_metric).c_str());
   std::printf("\n");

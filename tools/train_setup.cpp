@@ -159,8 +159,9 @@ void add_optimizer_options(CLI::App& app, OptimizerArgs& a) {
       ->type_name("K")
       ->check(integer(1, 1 << 20));
   app.add_option("--precision", a.precision,
-                 "fp32 (default) or bf16: MatMul/Gemm and their gradients in bfloat16 with fp32 accumulation and "
-                 "fp32 master weights (fp16 is not implemented)")
+                 "fp32 (default), bf16 (MatMul/Gemm/Conv and their gradients in bfloat16 with fp32 accumulation "
+                 "and fp32 master weights) or fp16 (the same in float16 with dynamic loss scaling: updates with "
+                 "inf/NaN gradients are skipped)")
       ->type_name("P")
       ->check(choice({"fp32", "bf16", "fp16"}));
   app.add_option("--clip-norm", a.clip_norm, "clip the global gradient norm to X")->type_name("X")->check(number(1e-12, 1e30));

@@ -43,8 +43,22 @@ struct TrainingParameters {
   /// Precision of the matrix products: "" or "fp32" (everything in float32), "bf16" (MatMul, Gemm
   /// and Conv and their gradients in bfloat16 with fp32 accumulation, a Conv with one input channel
   /// per group excepted; normalizations, softmax, losses, the optimizer and the master weights in
-  /// float32). "fp16" (loss scaling) is not implemented.
+  /// float32), "fp16" (the same in float16, with loss scaling: the loss is multiplied by the loss
+  /// scale before it is differentiated, the gradients are unscaled and checked, and an update
+  /// whose gradients hold an infinity or a NaN is skipped — weights, optimizer state and the
+  /// step count unchanged). On a CPU without float16 arithmetic (AVX512-FP16) the float16
+  /// products run as exact float32 products of float16 operands: fp16's numerics, not its speed.
   std::string mixed_precision;
+  /// onnxruntime's switch for float16 mixed precision: true with mixed_precision "" means "fp16"
+  /// (with "bf16", bf16; with "fp32", an error).
+  bool use_mixed_precision = false;
+  /// fp16: the loss scale. 0 (default): dynamic — run() takes it from the feed under
+  /// TrainingSession::loss_scale_input_name() when given (onnxruntime's ORTTrainer feeds its
+  /// LossScaler's value), else from the session's own dynamic scaler (onnxruntime's
+  /// DynamicLossScaler: starts at 2^16, halves after a skipped update, doubles after 2000 applied
+  /// updates in a row, within [1, 2^24]; saved in checkpoints). > 0: that fixed scale when the
+  /// feed has none.
+  float loss_scale = 0.f;
   /// Learning-rate schedule used when the feed omits lr_params_feed_name ("" = the feed is required).
   std::string lr_schedule;
   std::map<std::string, double> lr_schedule_params;  ///< eta0, power_t, alpha, warmup, total, end_lr, power
@@ -136,9 +150,20 @@ class TrainingSession {
   std::vector<Value> eval(const std::vector<std::string>& output_names,
                           const std::vector<std::pair<std::string, Value>>& feeds);
 
-  std::vector<NodeArg> get_inputs() const;   ///< model inputs (the learning rate included)
+  std::vector<NodeArg> get_inputs() const;   ///< model inputs (the learning rate and the loss scale included)
   std::vector<NodeArg> get_outputs() const;  ///< outputs run() can return
   std::vector<std::string> trained_weights() const;
+
+  // ---- float16 mixed precision (TrainingParameters::mixed_precision "fp16"); "" / no-ops otherwise
+  /// Name of the float32 [1] loss-scale input run() accepts (onnxruntime's loss_scale_input_name).
+  std::string loss_scale_input_name() const;
+  /// Name of the bool [1] output "all gradients finite" of an update step (run() may return it).
+  std::string all_finite_output_name() const;
+  /// The loss scale the session feeds when run() is not given one (its dynamic scaler's current
+  /// value, or TrainingParameters::loss_scale); 0 without fp16.
+  double loss_scale() const;
+  /// Updates skipped for a non-finite gradient since the session started (or was restored).
+  int64_t skipped_updates() const;
 
   /// Every initializer (weights and statistics) by name, as copies.
   std::vector<std::pair<std::string, Tensor>> get_state() const;

@@ -96,8 +96,9 @@ class OutputTyper {
   }
 
   // Training-step operators (src/kernels/optimizer_spec.h), updating n tensors at once, each
-  // output in place over (and typed like) an input: optimizers (lr, step, grad_scale, W[n], G[n],
-  // states[n]...) -> W'[n], states'[n]...; AccumulateGradients (reset, A[n], G[n]) -> A'[n];
+  // output in place over (and typed like) an input: optimizers (lr, step, grad_scale,
+  // [update_signal,] W[n], G[n], states[n]...) -> W'[n], states'[n]...; AccumulateGradients
+  // (reset, A[n], G[n]) -> A'[n];
   // GlobalNormClip (G[n]) -> scale, norm (float64).
   bool training_step() {
     static const std::set<std::string> optimizers = {"SGDOptimizer",  "MomentumOptimizer", "AdamOptimizer",
@@ -106,6 +107,13 @@ class OutputTyper {
     const size_t I = n_.inputs.size(), O = r_.size();
     if (op == "GlobalNormClip") {
       all_outputs(TypeInfo::tensor(DType::kFloat64, {1}));
+      return true;
+    }
+    // LossScaleCheck (loss_scale, G[n]) -> grad_scale float64 [1], all_finite bool [1].
+    if (op == "LossScaleCheck") {
+      if (O != 2) fail(O, " outputs: expected grad_scale and all_finite");
+      r_[0] = TypeInfo::tensor(DType::kFloat64, {1});
+      r_[1] = TypeInfo::tensor(DType::kBool, {1});
       return true;
     }
     // Data parallel (src/kernels/cpu/collective_ops.cpp): GradientReduceStart (contribution, G[n])
@@ -126,7 +134,10 @@ class OutputTyper {
       return true;
     }
     size_t lead;
-    if (optimizers.count(op)) lead = 3;
+    if (optimizers.count(op)) {
+      const Attribute* gated = n_.attr("update_signal");  // input 3: update_signal
+      lead = gated && gated->type == AttrType::kInt && gated->i == 1 ? 4 : 3;
+    }
     else if (op == "AccumulateGradients") lead = 1;
     else return false;
     if (I < lead + O || O == 0 || I - lead - O == 0) fail(I, " inputs and ", O, " outputs do not form groups of tensors");

@@ -7,6 +7,7 @@
 // Node layout shared by every optimizer (n trained tensors, S = states.size()):
 //   inputs:  lr (float32, one element), step (int64, one element, 1-based),
 //            grad_scale (optional float64, one element: g = G * grad_scale first),
+//            update_signal (bool, one element; only with attribute update_signal = 1),
 //            W1..Wn, G1..Gn, then S groups of n state tensors (same dtype and shape as W)
 //   outputs: W1'..Wn', then the S groups' n outputs; every output overwrites its input in place.
 #pragma once
@@ -26,9 +27,17 @@ inline constexpr const char* kAccumulateGradients = "AccumulateGradients";
 /// GlobalNormClip(G1..Gn) -> scale[1] (, norm[1]), float64; attribute max_norm.
 inline constexpr const char* kGlobalNormClip = "GlobalNormClip";
 
-/// Input positions of an optimizer node.
+/// LossScaleCheck(loss_scale: float32 [1], G1..Gn) -> grad_scale: float64 [1], all_finite: bool [1]
+/// (gradients of a scaled loss: grad_scale = 1 / loss_scale times the clipping coefficient of
+/// attribute max_norm > 0; all_finite: no infinity or NaN in any gradient).
+inline constexpr const char* kLossScaleCheck = "LossScaleCheck";
+
+/// Input positions of an optimizer node. With attribute kOptimizerUpdateSignalAttr = 1, input
+/// kOptimizerUpdateSignalInput is a bool [1] (false: the node leaves weights and states
+/// unchanged) and the weights start one input later.
 inline constexpr size_t kOptimizerLrInput = 0, kOptimizerStepInput = 1, kOptimizerGradScaleInput = 2,
-                        kOptimizerFirstWeightInput = 3;
+                        kOptimizerFirstWeightInput = 3, kOptimizerUpdateSignalInput = 3;
+inline constexpr const char* kOptimizerUpdateSignalAttr = "update_signal";
 
 struct OptimizerFloatAttr {
   std::string name;

@@ -85,16 +85,19 @@ std::vector<Hyper> hyper_parameters(const OptimizerSpec& s, const OptimizerConfi
 // out[0] = W', out[1 + k] = S[k]'.
 class GroupEmitter {
  public:
-  GroupEmitter(Emitter& e, const OptimizerSpec& spec, const Hyper& h, const TrainingGraph& tg, std::string scale)
-      : e_(e), spec_(spec), h_(h), tg_(tg), scale_(std::move(scale)) {}
+  GroupEmitter(Emitter& e, const OptimizerSpec& spec, const Hyper& h, const TrainingGraph& tg, std::string scale,
+               std::string update_signal)
+      : e_(e), spec_(spec), h_(h), tg_(tg), scale_(std::move(scale)), update_signal_(std::move(update_signal)) {}
 
   std::vector<std::vector<std::string>> fused(const std::vector<std::string>& W, const std::vector<std::string>& G,
                                               const std::vector<std::vector<std::string>>& S) {
     std::vector<std::string> ins = {tg_.lr_input, tg_.step_input, scale_};
+    if (!update_signal_.empty()) ins.push_back(update_signal_);
     ins.insert(ins.end(), W.begin(), W.end());
     ins.insert(ins.end(), G.begin(), G.end());
     for (const auto& s : S) ins.insert(ins.end(), s.begin(), s.end());
     std::vector<ir::Attribute> attrs;
+    if (!update_signal_.empty()) attrs.push_back(Emitter::int_attr(kernels::kOptimizerUpdateSignalAttr, 1));
     for (const auto& a : spec_.float_attrs) attrs.push_back(Emitter::float_attr(a.name, h_.f.at(a.name)));
     for (const auto& a : spec_.int_attrs) attrs.push_back(Emitter::int_attr(a.name, h_.i.at(a.name)));
     const size_t n = W.size();
@@ -224,6 +227,7 @@ class GroupEmitter {
   const Hyper& h_;
   const TrainingGraph& tg_;
   std::string scale_;
+  std::string update_signal_;  // bool [1] (loss scaling): false skips the update
 };
 
 // Inserts the reduction of `grads` (gradients of tg.trained, same order) across the ranks:
@@ -238,8 +242,21 @@ std::vector<std::string> reduce_gradients(Emitter& e, TrainingGraph& tg, const s
   std::unordered_map<std::string, long> producer;
   for (size_t i = 0; i < before; ++i)
     for (const auto& o : g.nodes[i].outputs) producer[o] = long(i);
+  // The gradient builder names each weight's gradient through an Identity appended after the
+  // whole backward pass: read the value it copies, so that a bucket starts as soon as the
+  // backward node that computes its last gradient has run, while the rest of the backward pass
+  // goes on (the overlap of communication with compute).
+  std::vector<std::string> source(grads);
+  for (auto& s : source)
+    for (auto it = producer.find(s); it != producer.end(); it = producer.find(s)) {
+      const ir::Node& n = g.nodes[size_t(it->second)];
+      if (n.op_type != "Identity" || !n.domain.empty() || n.inputs.size() != 1 || n.inputs[0].empty() ||
+          !producer.count(n.inputs[0]))
+        break;
+      s = n.inputs[0];
+    }
   auto prod = [&](size_t i) {
-    auto it = producer.find(grads[i]);
+    auto it = producer.find(source[i]);
     return it == producer.end() ? -1L : it->second;
   };
   std::vector<size_t> order(grads.size());
@@ -263,7 +280,7 @@ std::vector<std::string> reduce_gradients(Emitter& e, TrainingGraph& tg, const s
       last = std::max(last, prod(i));
     }
     std::vector<std::string> ins = {tg.contribution_input};
-    for (size_t i : bucket) ins.push_back(grads[i]);
+    for (size_t i : bucket) ins.push_back(source[i]);
     const std::string token =
         e.add_n("GradientReduceStart", ins, 1, {mode}, kernels::kTrainingDomain, "reduce_token")[0];
     starts.emplace_back(last, std::move(g.nodes.back()));
@@ -385,10 +402,29 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
   if (dp.world_size > 1 && reduce_after) grads = reduce_gradients(e, tg, grads, dp);
 
   // Global-norm clipping: a scale (float64 [1]) every gradient is multiplied by.
-  std::string scale;
-  if (cfg.clip_grad_norm) {
-    if (!(cfg.max_grad_norm > 0) || !std::isfinite(cfg.max_grad_norm))
-      throw_error<InvalidArgument>("max_grad_norm must be > 0, got ", cfg.max_grad_norm);
+  std::string scale, update_signal;
+  if (cfg.clip_grad_norm && (!(cfg.max_grad_norm > 0) || !std::isfinite(cfg.max_grad_norm)))
+    throw_error<InvalidArgument>("max_grad_norm must be > 0, got ", cfg.max_grad_norm);
+  if (!cfg.loss_scale_input.empty()) {
+    // Loss scaling: one pass over the gradients checks them and gives the scale that unscales
+    // (and clips) them; a non-finite gradient skips the update.
+    if (cfg.portable)
+      throw_error<NotImplemented>("portable_training_graph with float16 mixed precision: the loss-scale check and "
+                                  "the skipped update are com.onnxtrain operators");
+    tg.loss_scale_input = cfg.loss_scale_input;
+    ir::Node check;
+    check.op_type = kernels::kLossScaleCheck;
+    check.domain = kernels::kTrainingDomain;
+    check.inputs = {cfg.loss_scale_input};
+    check.inputs.insert(check.inputs.end(), grads.begin(), grads.end());
+    check.outputs = {e.fresh("grad_scale"), e.fresh("all_gradients_finite")};
+    check.attrs = {Emitter::float_attr("max_norm", cfg.clip_grad_norm ? cfg.max_grad_norm : 0.f)};
+    e.append(std::move(check));
+    scale = g.nodes.back().outputs[0];
+    update_signal = g.nodes.back().outputs[1];
+    tg.all_finite_output = update_signal;
+    g.outputs.push_back(ir::ValueInfo{update_signal, ir::TypeInfo::tensor(DType::kBool, {1}), ""});
+  } else if (cfg.clip_grad_norm) {
     if (cfg.portable) {
       // norm = sqrt(sum of squares in double); scale = min(max_norm / (norm + 1e-6), 1)
       std::vector<std::string> sq;
@@ -468,7 +504,7 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
       G.push_back(grads[i]);
       for (size_t k = 0; k < spec.states.size(); ++k) S[k].push_back(state_of(w, spec.states[k] + "_" + w, init));
     }
-    GroupEmitter ge(e, spec, hyper[first], tg, scale);
+    GroupEmitter ge(e, spec, hyper[first], tg, scale, update_signal);
     const auto out = cfg.portable ? ge.portable(W, G, S) : ge.fused(W, G, S);
     for (size_t m = 0; m < members.size(); ++m) {
       const std::string& w = tg.trained[members[m]];
@@ -512,7 +548,8 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
   tg.model.metadata.emplace_back("onnxtrain.training_inputs",
                                  "lr=" + tg.lr_input + ",step=" + tg.step_input +
                                      (tg.reset_input.empty() ? "" : ",reset=" + tg.reset_input) +
-                                     (tg.contribution_input.empty() ? "" : ",contribution=" + tg.contribution_input));
+                                     (tg.contribution_input.empty() ? "" : ",contribution=" + tg.contribution_input) +
+                                     (tg.loss_scale_input.empty() ? "" : ",loss_scale=" + tg.loss_scale_input));
   ir::validate_graph(g);
 }
 

@@ -62,6 +62,11 @@ struct StepConfig {
   bool portable = false;           ///< standard ONNX (+ preview-training ops where they fit) only
   std::string lr_input = "Learning_Rate";
   DataParallelConfig data_parallel;
+  /// Loss scaling (float16 mixed precision): the float32 [1] graph input the differentiated loss
+  /// was multiplied by. The gradients are checked and unscaled by one LossScaleCheck node (which
+  /// also clips, when clip_grad_norm), the optimizer nodes skip the update when any gradient is
+  /// infinite or NaN, and the graph outputs that flag (TrainingGraph::all_finite_output).
+  std::string loss_scale_input;
 };
 
 /// A tensor a training step updates: after the step, initializer `state` holds value `value`.
@@ -82,6 +87,10 @@ struct TrainingGraph {
   /// float64 [1]: this rank's weight in the mean of the gradients (only with data parallelism).
   std::string contribution_input;
   int64_t reduce_buckets = 0;  ///< gradient reductions per update (data parallelism)
+  std::string loss_scale_input;   ///< float32 [1]: the loss scale (only with loss scaling)
+  /// bool [1] output: every gradient of this update was finite, so the update was applied (only
+  /// with loss scaling; computed by update steps, not by accumulation-only steps).
+  std::string all_finite_output;
   std::vector<std::string> trained;    ///< weights the optimizer updates
   std::vector<std::string> gradients;  ///< per trained weight: its gradient ("<w>_grad")
   std::vector<StateUpdate> updates;

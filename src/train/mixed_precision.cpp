@@ -25,7 +25,9 @@ ir::Attribute to_attr(DType dt) { return ir::Emitter::int_attr("to", int64_t(dt)
 
 }  // namespace
 
-ir::Model autocast_bf16(const ir::Model& m) {
+ir::Model autocast(const ir::Model& m, DType low) {
+  if (low != DType::kBFloat16 && low != DType::kFloat16)
+    throw_error<InvalidArgument>("autocast: ", dtype_name(low), " is not bfloat16 or float16");
   ir::Model r = m;
   r.graph = std::make_shared<ir::Graph>(*m.graph);
   ir::infer_types(r);
@@ -40,15 +42,16 @@ ir::Model autocast_bf16(const ir::Model& m) {
     names.insert(s);
     return s;
   };
-  std::map<std::string, std::string> as_bf16;  // float32 value -> its bfloat16 cast (one per value)
+  const std::string suffix = low == DType::kBFloat16 ? "_bf16" : "_fp16";
+  std::map<std::string, std::string> as_bf16;  // float32 value -> its low-precision cast (one per value)
   std::vector<ir::Node> out;
   for (ir::Node n : g.nodes) {
-    const bool candidate = n.domain.empty() && std::find(std::begin(kBf16Ops), std::end(kBf16Ops), n.op_type) != std::end(kBf16Ops);
+    const bool candidate = n.domain.empty() && std::find(std::begin(kAutocastOps), std::end(kAutocastOps), n.op_type) != std::end(kAutocastOps);
     bool all_f32 = candidate && !n.outputs.empty() && !n.outputs[0].empty();
     // A Conv with one input channel per group (a first layer on one-channel images, depthwise)
     // stays float32: little arithmetic per byte, and oneDNN's bf16 weight gradient ran 2x slower
     // than float32 there ([64, 1, 28, 28] with 16 3x3 filters).
-    if (all_f32 && n.op_type == "Conv" && n.inputs.size() > 1)
+    if (all_f32 && low == DType::kBFloat16 && n.op_type == "Conv" && n.inputs.size() > 1)
       if (const Tensor* w = g.initializer(n.inputs[1]); w && w->rank() > 1 && w->shape()[1] == 1) all_f32 = false;
     for (const auto& in : n.inputs) all_f32 = all_f32 && (in.empty() || elem_type(g, in) == DType::kFloat32);
     if (!all_f32) {
@@ -63,15 +66,15 @@ ir::Model autocast_bf16(const ir::Model& m) {
         c.op_type = "Cast";
         c.name = fresh("autocast_" + in);
         c.inputs = {in};
-        c.outputs = {fresh(in + "_bf16")};
-        c.attrs = {to_attr(DType::kBFloat16)};
+        c.outputs = {fresh(in + suffix)};
+        c.attrs = {to_attr(low)};
         it = as_bf16.emplace(in, c.outputs[0]).first;
         out.push_back(std::move(c));
       }
       in = it->second;
     }
     const std::string y = n.outputs[0];
-    n.outputs[0] = fresh(y + "_bf16");
+    n.outputs[0] = fresh(y + suffix);
     ir::Node back;
     back.op_type = "Cast";
     back.name = fresh("autocast_" + y);
@@ -84,6 +87,25 @@ ir::Model autocast_bf16(const ir::Model& m) {
   g.nodes = std::move(out);
   ir::infer_types(r);
   return r;
+}
+
+std::pair<std::string, std::string> add_loss_scale(ir::Model& m, const std::string& loss, const std::string& input) {
+  ir::Graph& g = *m.graph;
+  ir::Emitter e(m, g);
+  e.set_node_prefix("loss_scale_");
+  if (elem_type(g, loss) == DType::kUndefined) ir::infer_types(m);
+  const DType lt = elem_type(g, loss);
+  if (lt != DType::kFloat32 && lt != DType::kFloat64 && lt != DType::kFloat16 && lt != DType::kBFloat16)
+    throw_error<InvalidArgument>("loss scaling: the loss '", loss, "' is not a float tensor");
+  const std::string name = e.reserve(input) ? input : e.fresh(input);
+  const ir::TypeInfo type = ir::TypeInfo::tensor(DType::kFloat32, {1});
+  g.inputs.push_back(ir::ValueInfo{name, type, ""});
+  e.set_type(name, type);
+  // [1] * loss (a scalar) would broadcast to [1]: reshape the scale to the loss's rank-0 shape.
+  const std::string scale = e.reshape(name, e.ints({}));
+  const std::string out = e.add("Mul", {loss, lt == DType::kFloat32 ? scale : e.cast(scale, lt)}, {}, loss + "_scaled");
+  g.outputs.push_back(ir::ValueInfo{out, ir::TypeInfo::tensor(lt, {}), ""});
+  return {name, out};
 }
 
 }  // namespace onnxtrain::train

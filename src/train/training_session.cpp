@@ -13,10 +13,12 @@
 #include <cmath>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "api/session_impl.h"
 #include "distributed/comm.h"
@@ -33,6 +35,18 @@ namespace onnxtrain {
 
 using runtime::check_feed;
 using runtime::node_arg_of;
+
+namespace {
+
+// The precision a session trains in: mixed_precision, or "fp16" for onnxruntime's
+// use_mixed_precision ("" = fp32).
+std::string effective_precision(const TrainingParameters& p) {
+  if (p.mixed_precision == "fp32") return "";
+  if (p.mixed_precision.empty() && p.use_mixed_precision) return "fp16";
+  return p.mixed_precision;
+}
+
+}  // namespace
 
 namespace {
 
@@ -80,12 +94,15 @@ const std::vector<std::pair<std::string, FieldCheck>>& field_checks() {
          }
        }},
       {"mixed_precision", [](const TrainingParameters& p, const std::string& f) {
-         if (p.mixed_precision == "fp16")
-           throw_error<NotImplemented>("TrainingParameters.", f, " 'fp16' (float16 with loss scaling) is not "
-                                       "implemented; 'bf16' is");
-         if (!p.mixed_precision.empty() && p.mixed_precision != "fp32" && p.mixed_precision != "bf16")
-           throw_error<InvalidArgument>("TrainingParameters.", f, " must be '', 'fp32' or 'bf16', got '",
+         if (!p.mixed_precision.empty() && p.mixed_precision != "fp32" && p.mixed_precision != "bf16" &&
+             p.mixed_precision != "fp16")
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be '', 'fp32', 'bf16' or 'fp16', got '",
                                         p.mixed_precision, "'");
+       }},
+      {"loss_scale", [](const TrainingParameters& p, const std::string& f) {
+         if (!(p.loss_scale >= 0) || !std::isfinite(p.loss_scale))
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be finite and >= 0 (0: dynamic), got ",
+                                        p.loss_scale);
        }},
       {"lr_schedule_params", [](const TrainingParameters& p, const std::string&) {
          make_schedule(p);  // names an unknown key
@@ -135,6 +152,12 @@ void TrainingParameters::validate() const {
   if (pipeline_parallel_size > 1)
     throw_error<NotImplemented>("TrainingParameters.pipeline_parallel_size = ", pipeline_parallel_size,
                                 ": pipeline parallelism is not implemented; data parallelism is");
+  if (use_mixed_precision && mixed_precision == "fp32")
+    throw_error<InvalidArgument>("TrainingParameters.use_mixed_precision is true but mixed_precision is 'fp32'");
+  if (loss_scale > 0 && effective_precision(*this) != "fp16")
+    throw_error<InvalidArgument>("TrainingParameters.loss_scale applies to float16 mixed precision (mixed_precision "
+                                 "'fp16' or use_mixed_precision); this session trains in ",
+                                 effective_precision(*this).empty() ? "fp32" : effective_precision(*this));
   if (world_rank >= world_size && world_size > 1)
     throw_error<InvalidArgument>("TrainingParameters.world_rank ", world_rank, " is not below world_size ", world_size);
   if (data_parallel_size > 1 && world_size > 1 && data_parallel_size != world_size)
@@ -181,8 +204,16 @@ struct TrainingSession::Impl {
   int64_t step = 0;                           // optimizer steps taken
   int64_t micro = 0;                          // run() calls since the last update
   // What a step feeds besides the data: owned here, updated in place every step.
-  Value lr, step_count, reset, contribution;
-  size_t lr_slot = 0, step_slot = 0, reset_slot = 0, contribution_slot = 0;
+  Value lr, step_count, reset, contribution, loss_scale_value;
+  size_t lr_slot = 0, step_slot = 0, reset_slot = 0, contribution_slot = 0, loss_scale_slot = 0;
+  // float16 mixed precision: the session's dynamic loss scaler (onnxruntime's DynamicLossScaler
+  // rule), used when run() is not fed a loss scale.
+  bool fp16 = false;
+  double scale = 0;             // current loss scale
+  int64_t stable_steps = 0;     // applied updates since the scale last changed
+  int64_t skipped = 0;          // updates skipped for non-finite gradients
+  static constexpr double kInitialScale = 65536.0, kMinScale = 1.0, kMaxScale = 16777216.0;
+  static constexpr int64_t kScaleWindow = 2000;
   int rank = 0, world = 1;                    // data parallelism
   int64_t check_every = 0;                    // compare the ranks' weights every that many updates (0: never)
   std::vector<const Value*> ins;              // executor inputs, reused
@@ -190,6 +221,7 @@ struct TrainingSession::Impl {
   struct Requests {
     std::vector<std::string> outputs;
     size_t update = 0, accumulate = 0;
+    bool finite_appended = false;  // fp16: the update request returns all_finite last, unrequested
   };
   std::vector<Requests> requests;
   // Serializes the public calls: a step writes lr/step_count/reset and the counters above, and
@@ -394,7 +426,8 @@ void TrainingSession::Impl::check_ranks_agree() {
   opt("gradient_accumulation_steps", std::to_string(p.gradient_accumulation_steps));
   opt("enable_grad_norm_clip", std::to_string(p.enable_grad_norm_clip));
   opt("max_grad_norm", std::to_string(p.max_grad_norm));
-  opt("mixed_precision", p.mixed_precision);
+  opt("mixed_precision", effective_precision(p));
+  opt("loss_scale", std::to_string(p.loss_scale));
   opt("lr_schedule", p.lr_schedule);
   opt("allreduce_post_accumulation", std::to_string(p.allreduce_post_accumulation));
   opt("deepspeed_zero_stage", std::to_string(p.deepspeed_zero_stage));
@@ -467,8 +500,18 @@ void TrainingSession::Impl::init() {
   // bf16: the training graph differentiates a copy whose products run in bfloat16; the session's
   // model (weights, export, eval) stays float32.
   ir::Model autocast;
-  if (params.mixed_precision == "bf16") autocast = train::autocast_bf16(model);
-  tg = train::build_training_graph(autocast.graph ? autocast : model, params.loss_output_name, trained, running,
+  const std::string precision = effective_precision(params);
+  std::string loss_name = params.loss_output_name;
+  if (precision == "bf16") autocast = train::autocast(model, DType::kBFloat16);
+  if (precision == "fp16") {
+    // fp16: the products in float16, and the loss multiplied by the loss scale before it is
+    // differentiated (the gradients of the scaled loss are unscaled and checked before the update).
+    fp16 = true;
+    autocast = train::autocast(model, DType::kFloat16);
+    std::tie(sc.loss_scale_input, loss_name) = train::add_loss_scale(autocast, params.loss_output_name, "loss_scale");
+    scale = params.loss_scale > 0 ? double(params.loss_scale) : kInitialScale;
+  }
+  tg = train::build_training_graph(autocast.graph ? autocast : model, loss_name, trained, running,
                                    params.immutable_weights, sc,
                                    params.model_with_gradient_graph_path.empty() ? nullptr : &grad_model);
   optimizer_name = params.training_optimizer_name;
@@ -507,6 +550,11 @@ void TrainingSession::Impl::init() {
   contribution = Value::of(Tensor::zeros(DType::kFloat64, {1}));
   contribution.tensor.data<double>()[0] = 1.0 / double(world);
   if (!tg.contribution_input.empty()) contribution_slot = train_inputs.at(tg.contribution_input);
+  loss_scale_value = Value::of(Tensor::zeros(DType::kFloat32, {1}));
+  if (fp16) {
+    loss_scale_slot = train_inputs.at(tg.loss_scale_input);
+    user_outputs.push_back(tg.all_finite_output);
+  }
   ins.assign(train_exec->input_names().size(), nullptr);
   has_schedule = !params.lr_schedule.empty();
   if (has_schedule) schedule = make_schedule(params);
@@ -523,10 +571,10 @@ namespace {
 void order_feeds(const runtime::GraphExecutor& ex, const ir::Graph& g,
                  const std::unordered_map<std::string, size_t>& index,
                  const std::vector<std::pair<std::string, Value>>& feeds, const std::string& skip,
-                 std::vector<const Value*>& ins, bool require_all) {
+                 const std::string& skip2, std::vector<const Value*>& ins, bool require_all) {
   ins.assign(ex.input_names().size(), nullptr);
   for (const auto& [name, v] : feeds) {
-    if (name == skip) continue;
+    if (name == skip || (!skip2.empty() && name == skip2)) continue;
     auto it = index.find(name);
     const ir::ValueInfo* decl = nullptr;
     for (const auto& vi : g.inputs)
@@ -536,7 +584,8 @@ void order_feeds(const runtime::GraphExecutor& ex, const ir::Graph& g,
       for (const auto& vi : g.inputs)
         if (!g.initializer(vi.name)) names += (names.empty() ? "" : ", ") + vi.name;
       throw_error<InvalidArgument>("unknown input '", name, "' (the model's inputs are: ", names,
-                                   skip.empty() ? "" : ", and the learning rate '" + skip + "'", ")");
+                                   skip.empty() ? "" : ", and the learning rate '" + skip + "'",
+                                   skip2.empty() ? "" : ", the loss scale '" + skip2 + "'", ")");
     }
     if (ins[it->second]) throw_error<InvalidArgument>("input '", name, "' is fed twice");
     check_feed(*decl, v);
@@ -557,6 +606,13 @@ const TrainingSession::Impl::Requests& TrainingSession::Impl::requests_for(const
   accumulate.updates = tg.accumulate_step();
   Requests r;
   r.outputs = outputs;
+  // fp16: an update step always computes all_finite (the session reads it); when the caller did
+  // not ask for it, it comes last and is dropped.
+  if (fp16 && std::find(outputs.begin(), outputs.end(), tg.all_finite_output) == outputs.end()) {
+    update.outputs.push_back(tg.all_finite_output);
+    r.finite_appended = true;
+  }
+  // An accumulation-only step does not compute all_finite: asking for it there is an error.
   r.update = train_exec->add_request(std::move(update));
   r.accumulate = params.gradient_accumulation_steps > 1 ? train_exec->add_request(std::move(accumulate)) : r.update;
   requests.push_back(std::move(r));
@@ -591,7 +647,8 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
                                    n.size() > 5 && n.compare(n.size() - 5, 5, "_grad") == 0
                                        ? " (set TrainingParameters.set_gradients_as_graph_outputs to request gradients)"
                                        : "");
-  order_feeds(*train_exec, *model.graph, train_inputs, feeds, params.lr_params_feed_name, ins, false);
+  order_feeds(*train_exec, *model.graph, train_inputs, feeds, params.lr_params_feed_name, tg.loss_scale_input, ins,
+              false);
   lr.tensor.data<float>()[0] = rate;
   step_count.tensor.data<int64_t>()[0] = step + 1;
   reset.tensor.data<bool>()[0] = micro == 0;
@@ -599,16 +656,51 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
   ins[step_slot] = &step_count;
   if (!tg.reset_input.empty()) ins[reset_slot] = &reset;
   if (!tg.contribution_input.empty()) ins[contribution_slot] = &contribution;
+  if (fp16) {
+    // The loss scale: fed, else the session's own (dynamic scaler or TrainingParameters.loss_scale).
+    float ls = float(scale);
+    for (const auto& [name, v] : feeds)
+      if (name == tg.loss_scale_input) {
+        if (v.kind != Value::Kind::kTensor || v.tensor.dtype() != DType::kFloat32 || v.tensor.numel() != 1 ||
+            v.tensor.rank() > 1)
+          throw_error<InvalidArgument>("input '", name, "' (the loss scale) must be a float32 array of shape [1] or []");
+        ls = v.tensor.data<float>()[0];
+      }
+    if (!(ls > 0) || !std::isfinite(ls)) throw_error<InvalidArgument>("loss scale ", ls, " must be finite and > 0");
+    loss_scale_value.tensor.data<float>()[0] = ls;
+    ins[loss_scale_slot] = &loss_scale_value;
+  }
   for (size_t i = 0; i < ins.size(); ++i)
     if (!ins[i] && !train_exec->input_has_default(i))
       throw_error<InvalidArgument>("missing input '", train_exec->input_names()[i], "'");
   const Requests& req = requests_for(outs);
   const bool update = micro + 1 >= params.gradient_accumulation_steps;
+  if (fp16 && !update && std::find(outs.begin(), outs.end(), tg.all_finite_output) != outs.end())
+    throw_error<InvalidArgument>("output '", tg.all_finite_output, "' is computed by update steps only; this run (",
+                                 micro + 1, " of ", params.gradient_accumulation_steps, ") accumulates gradients");
   profiled(false, [&] { train_exec->run(ins, update ? req.update : req.accumulate, results); });
   if (update) {
-    ++step;
     micro = 0;
-    if (check_every > 0 && step % check_every == 0) check_weights_agree();
+    bool applied = true;
+    if (fp16) {
+      const auto at = req.finite_appended ? results.size() - 1
+                                          : size_t(std::find(outs.begin(), outs.end(), tg.all_finite_output) - outs.begin());
+      applied = *results[at].tensor.data<bool>();
+      if (req.finite_appended) results.pop_back();
+      // onnxruntime's DynamicLossScaler rule, applied whether or not this step's scale was fed.
+      if (!applied) {
+        ++skipped;
+        scale = params.loss_scale > 0 ? scale : std::max(kMinScale, scale / 2);
+        stable_steps = 0;
+      } else if (params.loss_scale == 0 && ++stable_steps >= kScaleWindow) {
+        scale = std::min(kMaxScale, scale * 2);
+        stable_steps = 0;
+      }
+    }
+    if (applied) {  // a skipped update leaves the step count (Adam's bias correction, the schedule)
+      ++step;
+      if (check_every > 0 && step % check_every == 0) check_weights_agree();
+    }
   } else {
     ++micro;
   }
@@ -617,7 +709,8 @@ std::vector<Value> TrainingSession::Impl::run_eval(const std::vector<std::string
                                                    const std::vector<std::pair<std::string, Value>>& feeds) {
   // Inputs the requested outputs do not need (labels for predictions) may be left out.
   std::vector<const Value*> eval_ins;
-  order_feeds(*eval_exec, *model.graph, eval_inputs, feeds, params.lr_params_feed_name, eval_ins, false);
+  order_feeds(*eval_exec, *model.graph, eval_inputs, feeds, params.lr_params_feed_name, tg.loss_scale_input, eval_ins,
+              false);
   std::vector<size_t> idx;
   for (const auto& n : outs) {
     auto it = eval_outputs.find(n);
@@ -684,6 +777,10 @@ std::vector<NodeArg> TrainingSession::get_inputs() const {
   lr.has_shape = true;
   lr.shape = {DimInfo{1, ""}};
   r.push_back(lr);
+  if (impl_->fp16) {
+    lr.name = impl_->tg.loss_scale_input;
+    r.push_back(lr);
+  }
   return r;
 }
 
@@ -697,6 +794,17 @@ std::vector<NodeArg> TrainingSession::get_outputs() const {
 }
 
 std::vector<std::string> TrainingSession::trained_weights() const { return impl_->trained; }
+
+std::string TrainingSession::loss_scale_input_name() const { return impl_->tg.loss_scale_input; }
+std::string TrainingSession::all_finite_output_name() const { return impl_->tg.all_finite_output; }
+double TrainingSession::loss_scale() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->fp16 ? impl_->scale : 0.0;
+}
+int64_t TrainingSession::skipped_updates() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->skipped;
+}
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::get_state() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -811,9 +919,35 @@ void TrainingSession::export_model_to(const std::string& path, const std::vector
 
 namespace {
 
-// A partitioned checkpoint: each rank's shard beside the manifest at `path`.
-std::string shard_path(const std::string& path, int64_t rank, int64_t world) {
-  return path + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world);
+// A partitioned checkpoint: each rank's shard beside the manifest at `path`, named after the
+// save's generation `gen` (chosen by rank 0 for every save), so that a save never overwrites the
+// shards the previous manifest names: until the new manifest replaces it, the previous checkpoint
+// stays whole.
+std::string shard_path(const std::string& path, const std::string& gen, int64_t rank, int64_t world) {
+  return path + "." + gen + ".rank" + std::to_string(rank) + "-of-" + std::to_string(world);
+}
+
+// Removes the shards of earlier saves of `path` (files "<name>.<gen>.rank<r>-of-<n>" beside it)
+// other than those in `keep`; errors are ignored (a stale shard is harmless, only disk space).
+void remove_stale_shards(const std::string& path, const std::set<std::string>& keep) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const std::string prefix = p.filename().string() + ".";
+  std::error_code ec;
+  fs::directory_iterator it(p.parent_path().empty() ? fs::path(".") : p.parent_path(), ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 || keep.count(name)) continue;
+    const std::string rest = name.substr(prefix.size());  // "<gen>.rank<r>-of-<n>"
+    const size_t dot = rest.find(".rank"), of = rest.rfind("-of-");
+    if (dot == std::string::npos || dot == 0 || of == std::string::npos || of < dot) continue;
+    auto digits = [](const std::string& x) {
+      return !x.empty() && std::all_of(x.begin(), x.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!digits(rest.substr(dot + 5, of - dot - 5)) || !digits(rest.substr(of + 4))) continue;
+    std::error_code rm;
+    fs::remove(it->path(), rm);
+  }
 }
 
 // Runs `write` on the ranks that write, then tells every rank whether all succeeded: a rank whose
@@ -851,9 +985,17 @@ void TrainingSession::save_checkpoint(const std::string& path, const std::map<st
     if (!sharded) {
       collective_write(comm, s.rank == 0, [&] { train::write_checkpoint(path, s.checkpoint(metadata)); },
                        "the checkpoint");
+      if (s.rank == 0) remove_stale_shards(path, {});
       return;
     }
-    collective_write(comm, true, [&] { train::write_checkpoint(shard_path(path, s.rank, s.world), s.checkpoint(metadata)); },
+    // The generation: a random number from rank 0, the same on every rank.
+    double nonce = 0;
+    if (s.rank == 0) nonce = double(std::random_device{}() & 0x7fffffffu);
+    comm.allreduce_sum(&nonce, 1, DType::kFloat64, "the checkpoint's generation");
+    char gen[16];
+    std::snprintf(gen, sizeof gen, "g%08x", unsigned(nonce));
+    collective_write(comm, true,
+                     [&] { train::write_checkpoint(shard_path(path, gen, s.rank, s.world), s.checkpoint(metadata)); },
                      "the checkpoint's shards");
     collective_write(comm, s.rank == 0, [&] {
       train::Checkpoint m;
@@ -865,9 +1007,15 @@ void TrainingSession::save_checkpoint(const std::string& path, const std::map<st
       m.text["sharded"] = "1";
       for (const auto& [k, v] : metadata) m.text["user/" + k] = v;
       m.text["optimizer"] = s.optimizer_name;
-      for (int r = 0; r < s.world; ++r)
-        m.text["shard/" + std::to_string(r)] = std::filesystem::path(shard_path(path, r, s.world)).filename().string();
+      std::set<std::string> shards;
+      for (int r = 0; r < s.world; ++r) {
+        const std::string name = std::filesystem::path(shard_path(path, gen, r, s.world)).filename().string();
+        m.text["shard/" + std::to_string(r)] = name;
+        shards.insert(name);
+      }
       train::write_checkpoint(path, m);
+      // The new manifest is durable: the shards of earlier saves are no longer named by any.
+      remove_stale_shards(path, shards);
     }, "the checkpoint's manifest");
     return;
   }
@@ -890,6 +1038,13 @@ train::Checkpoint TrainingSession::Impl::checkpoint(const std::map<std::string, 
   c.counters["micro_step"] = impl_->micro;
   c.counters["train_runs"] = int64_t(impl_->train_exec->run_counter());
   c.text["optimizer"] = impl_->optimizer_name;
+  if (impl_->fp16) {  // the dynamic loss scaler: a resumed run scales as the uninterrupted one
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", impl_->scale);
+    c.text["amp/loss_scale"] = buf;
+    c.counters["amp/stable_steps"] = impl_->stable_steps;
+    c.counters["amp/skipped_updates"] = impl_->skipped;
+  }
   return c;
 }
 
@@ -1054,9 +1209,22 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
   if (micro < 0 || micro >= s.params.gradient_accumulation_steps || step < 0)
     throw_error<InvalidArgument>("checkpoint '", path, "' holds step ", step, " and micro-step ", micro,
                                  ", impossible with gradient_accumulation_steps ", s.params.gradient_accumulation_steps);
+  double scale = s.scale;
+  if (s.fp16 && c.text.count("amp/loss_scale")) {
+    char* end = nullptr;
+    const std::string& v = c.text.at("amp/loss_scale");
+    scale = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !(scale > 0) || !std::isfinite(scale) || c.counters["amp/stable_steps"] < 0)
+      throw_error<InvalidArgument>("checkpoint '", path, "': damaged loss scaler state (loss scale '", v, "')");
+  }
   for (auto& [dst, src] : copies) dst->copy_from(*src);
   s.step = step;
   s.micro = micro;
+  if (s.fp16 && c.text.count("amp/loss_scale")) {
+    s.scale = scale;
+    s.stable_steps = c.counters["amp/stable_steps"];
+    s.skipped = c.counters["amp/skipped_updates"];
+  }
   s.train_exec->set_run_counter(uint64_t(c.counters["train_runs"]));
   std::map<std::string, std::string> meta;
   for (const auto& [k, v] : c.text)

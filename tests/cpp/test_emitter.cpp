@@ -160,11 +160,13 @@ TEST(Emitter, OnnxtrainTableCoversTheKernels) {
       ADD_FAILURE() << op << ": " << ex.what();
       continue;
     }
-    // GlobalNormClip's scale is float64 whatever the gradients' type; GradientReduceStart's token int64.
-    EXPECT_EQ(t.at(0).elem, op == "GlobalNormClip"        ? DType::kFloat64
-                            : op == "GradientReduceStart" ? DType::kInt64
-                                                          : kF32)
+    // GlobalNormClip's and LossScaleCheck's scale is float64 whatever the gradients' type (and
+    // LossScaleCheck's flag bool); GradientReduceStart's token int64.
+    EXPECT_EQ(t.at(0).elem, op == "GlobalNormClip" || op == "LossScaleCheck" ? DType::kFloat64
+                            : op == "GradientReduceStart"                    ? DType::kInt64
+                                                                             : kF32)
         << op;
+    if (op == "LossScaleCheck") EXPECT_EQ(t.at(1).elem, DType::kBool);
   }
   for (const auto& op : ir::onnxtrain_typed_ops()) EXPECT_TRUE(kernels.count(op)) << op << " has no kernel";
   ir::Node unknown = make_node("NoSuchGrad", {"a"}, {"o"});

@@ -344,7 +344,7 @@ TEST(OptimizerOps, OptimizerErrorsNameTheNode) {
                "step must be >= 1");
   expect_error(adam({Tensor::scalar<float>(NAN), t1, Tensor(), w, w, w, w}), "InvalidArgument", node, "not finite");
   expect_error(adam({lr, t1, Tensor(), w, w, w, w}, {attr_float("momentum", 0.5f)}), "InvalidModel", node,
-               "AdamOptimizer has no attribute 'momentum' (it has: alpha, beta, lambda, epsilon, do_bias_correction)");
+               "AdamOptimizer has no attribute 'momentum' (it has: alpha, beta, lambda, epsilon, do_bias_correction, update_signal)");
   expect_error(adam({lr, t1, Tensor(), w, w, w, w}, {attr_int("alpha", 1)}), "InvalidModel", node,
                "attribute 'alpha' has type");
   expect_error(adam({lr, t1, Tensor(), w, w, w, w}, {attr_int("do_bias_correction", 2)}), "InvalidModel", node,
@@ -427,6 +427,105 @@ TEST(OptimizerOps, GlobalNormClipMatchesTorchClipGradNorm) {
   }, "InvalidArgument", node, "gradient 1 (input 0) must be float or double, got int32");
   expect_error([&] { run_kernel("GlobalNormClip", {g}, {attr_float("max_norm", 1.f)}, training(2), InPlace::kAliased, {0}); },
                "InvalidArgument", node, "output 0 (scale) must be named");
+}
+
+// ---------------------------------------------------------------- loss scaling (float16)
+TEST(OptimizerOps, LossScaleCheckUnscalesClipsAndFlagsNonFinite) {
+  const uint32_t seed = 77;
+  std::mt19937 rng(seed);
+  std::vector<Tensor> grads;
+  double ss = 0;
+  for (const auto& d : mixed_tensors()) {
+    grads.push_back(random_tensor(d.dt, d.shape, rng, -300.0, 300.0));  // gradients of a scaled loss
+    for (double x : to_double(grads.back())) ss += x * x;
+  }
+  const float ls = 1024.f;
+  const double unscaled_norm = std::sqrt(ss) / double(ls);
+  for (float max_norm : {0.f, 0.5f, 1e6f}) {
+    double scale = 1.0 / double(ls);
+    if (max_norm > 0) scale *= std::min(1.0, double(max_norm) / (unscaled_norm + 1e-6));
+    std::vector<Tensor> ins = {Tensor::from_vector<float>({1}, {ls})};
+    ins.insert(ins.end(), grads.begin(), grads.end());
+    const auto a = run_kernel("LossScaleCheck", ins, {attr_float("max_norm", max_norm)}, training(2, 1), InPlace::kAliased);
+    const auto b = run_kernel("LossScaleCheck", ins, {attr_float("max_norm", max_norm)}, training(2, 2), InPlace::kSeparate);
+    EXPECT_TRUE(all_close(a.outputs[0], {1}, {scale}, 1e-13, 0)) << "max_norm " << max_norm << " seed " << seed;
+    EXPECT_TRUE(a.outputs[1].data<bool>()[0]) << "finite gradients flagged non-finite";
+    EXPECT_TRUE(same_bits(a.outputs[0], b.outputs[0])) << "thread count changed bits";
+  }
+  // One infinity or NaN anywhere, in either type: not finite, scale 0.
+  for (double bad : {double(INFINITY), -double(INFINITY), double(NAN)})
+    for (size_t k = 0; k < grads.size(); ++k) {
+      std::vector<Tensor> ins = {Tensor::from_vector<float>({1}, {ls})};
+      for (size_t j = 0; j < grads.size(); ++j) {
+        Tensor g = grads[j].clone();
+        if (j == k) {
+          if (g.dtype() == DType::kFloat32) g.data<float>()[g.numel() - 1] = float(bad);
+          else g.data<double>()[g.numel() / 2] = bad;
+        }
+        ins.push_back(g);
+      }
+      const auto r = run_kernel("LossScaleCheck", ins, {}, training(2, 2), InPlace::kSeparate);
+      EXPECT_FALSE(r.outputs[1].data<bool>()[0]) << bad << " in gradient " << k << " not detected";
+      EXPECT_EQ(r.outputs[0].data<double>()[0], 0.0);
+    }
+  const std::string node = "node_LossScaleCheck";
+  const Tensor g = Tensor::zeros(DType::kFloat32, {3});
+  expect_error([&] { run_kernel("LossScaleCheck", {Tensor::from_vector<float>({1}, {0.f}), g}, {}, training(2), InPlace::kAliased); },
+               "InvalidArgument", node, "loss_scale 0 must be finite and > 0");
+  expect_error([&] { run_kernel("LossScaleCheck", {Tensor::from_vector<double>({1}, {2.0}), g}, {}, training(2), InPlace::kAliased); },
+               "InvalidArgument", node, "loss_scale (input 0) must be float of shape [] or [1], got double[1]");
+  expect_error([&] { run_kernel("LossScaleCheck", {Tensor::from_vector<float>({1}, {2.f}), g}, {attr_float("max_norm", -1.f)},
+                                training(2), InPlace::kAliased); },
+               "InvalidModel", node, "max_norm must be finite and >= 0");
+}
+
+TEST(OptimizerOps, UpdateSignalFalseLeavesWeightsAndStates) {
+  // update_signal = 1: input 3 decides. True: the same update as without the attribute; false:
+  // every output equals its input, aliased or not.
+  for (const OptCase& c : optimizer_cases()) {
+    std::mt19937 rng(5);
+    const size_t S = num_states(c.opt);
+    std::vector<Tensor> w, g, s;
+    for (const auto& d : mixed_tensors()) {
+      w.push_back(random_tensor(d.dt, d.shape, rng));
+      g.push_back(random_tensor(d.dt, d.shape, rng));
+    }
+    for (size_t k = 0; k < S; ++k)
+      for (const auto& d : mixed_tensors()) s.push_back(random_tensor(d.dt, d.shape, rng, 0.0, 0.5));
+    const size_t n = w.size();
+    auto inputs = [&](int gate) {
+      std::vector<Tensor> ins = {Tensor::scalar<float>(0.1f), Tensor::scalar<int64_t>(2), Tensor::from_vector<double>({1}, {0.5})};
+      if (gate >= 0) ins.push_back(Tensor::from_vector<bool>({1}, {gate == 1}));
+      for (const auto* set : {&w, &g, &s})
+        for (const auto& t : *set) ins.push_back(t.clone());
+      return ins;
+    };
+    std::vector<ir::Attribute> gated = c.attrs;
+    gated.push_back(attr_int("update_signal", 1));
+    const auto plain = run_kernel(c.opt, inputs(-1), c.attrs, training(n * (1 + S)), InPlace::kSeparate);
+    const auto on = run_kernel(c.opt, inputs(1), gated, training(n * (1 + S), 2), InPlace::kAliased);
+    for (size_t k = 0; k < plain.outputs.size(); ++k)
+      EXPECT_TRUE(same_bits(plain.outputs[k], on.outputs[k])) << c.opt << " output " << k << " with update_signal true";
+    for (InPlace mode : {InPlace::kAliased, InPlace::kSeparate}) {
+      const auto off = run_kernel(c.opt, inputs(0), gated, training(n * (1 + S)), mode);
+      for (size_t k = 0; k < n; ++k) EXPECT_TRUE(same_bits(off.outputs[k], w[k])) << c.opt << " weight " << k << " changed";
+      for (size_t k = 0; k < s.size(); ++k)
+        EXPECT_TRUE(same_bits(off.outputs[n + k], s[k])) << c.opt << " state " << k << " changed";
+      for (size_t k = 0; k < off.inplace_of.size(); ++k)
+        EXPECT_EQ(off.inplace_of[k], int(k < n ? 4 + k : 4 + n + k)) << c.opt << ": output " << k << " not in place";
+    }
+  }
+  const std::string node = "node_SGDOptimizer";
+  const Tensor w = Tensor::zeros(DType::kFloat32, {3});
+  expect_error([&] {
+    run_kernel("SGDOptimizer", {Tensor::scalar<float>(0.1f), Tensor::scalar<int64_t>(1), Tensor(),
+                                Tensor::from_vector<float>({1}, {1.f}), w, w},
+               {attr_int("update_signal", 1)}, training(1), InPlace::kAliased);
+  }, "InvalidArgument", node, "update_signal (input 3) must be bool");
+  expect_error([&] {
+    run_kernel("SGDOptimizer", {Tensor::scalar<float>(0.1f), Tensor::scalar<int64_t>(1), Tensor(), w, w},
+               {attr_int("update_signal", 2)}, training(1), InPlace::kAliased);
+  }, "InvalidModel", node, "'update_signal' must be 0 or 1");
 }
 
 // ---------------------------------------------------------------- ai.onnx.preview.training

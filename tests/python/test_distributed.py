@@ -114,8 +114,8 @@ def test_options_refused_under_mpirun(tmp_path, options, error):
 def test_checkpoints_resume_on_the_same_or_another_number_of_ranks(tmp_path, zero):
     opts = [f"deepspeed_zero_stage={zero}"]
     ok(case(2, "ckpt", tmp_path, "save", *opts))
-    files = sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("ckpt"))
-    assert files == (["ckpt", "ckpt.rank0-of-2", "ckpt.rank1-of-2"] if zero else ["ckpt"]), files
+    files = ckpt_files(tmp_path)
+    assert files == (["ckpt", *shard_names(files, 2)] if zero else ["ckpt"]), files
     uninterrupted = load(tmp_path / "save_2_0.npz")
     ok(case(2, "ckpt", tmp_path, "resume", *opts))  # same number of ranks: bitwise the same
     for k, v in load(tmp_path / "resume_2_1.npz").items():
@@ -124,11 +124,44 @@ def test_checkpoints_resume_on_the_same_or_another_number_of_ranks(tmp_path, zer
     assert_same_weights(uninterrupted, load(tmp_path / "resume_1_0.npz"), 1e-5)
 
 
+def ckpt_files(d, prefix="ckpt"):
+    return sorted(f.name for f in d.iterdir() if f.name.startswith(prefix))
+
+
+def shard_names(files, world):
+    """The shards among `files`, checked to be one generation's "<name>.g<8 hex>.rank<r>-of-<world>"."""
+    import re
+    shards = [f for f in files if re.fullmatch(r".+\.g[0-9a-f]{8}\.rank[0-9]+-of-[0-9]+", f)]
+    gens = {f.split(".")[-2] for f in shards}
+    assert len(shards) == world and len(gens) == 1, files
+    assert sorted(f.rsplit(".", 1)[1] for f in shards) == [f"rank{r}-of-{world}" for r in range(world)], files
+    return shards
+
+
 def test_a_partitioned_checkpoint_missing_a_shard_is_refused(tmp_path):
     ok(case(2, "ckpt", tmp_path, "save", "deepspeed_zero_stage=1"))
-    os.remove(tmp_path / "ckpt.rank1-of-2")
+    missing = shard_names(ckpt_files(tmp_path), 2)[1]
+    os.remove(tmp_path / missing)
     r = case(1, "ckpt", tmp_path, "resume")
-    assert r.returncode != 0 and "ckpt.rank1-of-2" in r.stderr, r.stderr[-2000:]
+    assert r.returncode != 0 and missing in r.stderr, r.stderr[-2000:]
+
+
+def test_a_save_cut_off_before_its_manifest_keeps_the_previous_checkpoint(tmp_path):
+    """A second save writes new shards beside the old ones and replaces the manifest last, then removes
+    the old shards. A save killed after its shards but before its manifest (rebuilt here: the first
+    manifest and shards, plus the second save's shards) resumes the first checkpoint exactly."""
+    opts = ["deepspeed_zero_stage=1"]
+    ok(case(2, "ckpt", tmp_path, "save", *opts))
+    first = {f: (tmp_path / f).read_bytes() for f in ckpt_files(tmp_path)}
+    uninterrupted = load(tmp_path / "save_2_0.npz")
+    ok(case(2, "ckpt", tmp_path, "save", *opts))  # the same checkpoint saved again: a new generation
+    second = ckpt_files(tmp_path)
+    assert len(second) == 3 and not set(shard_names(second, 2)) & set(first), (sorted(first), second)
+    for f, data in first.items():  # the crash: the first manifest and shards, the second's shards
+        (tmp_path / f).write_bytes(data)
+    ok(case(2, "ckpt", tmp_path, "resume", *opts))
+    for k, v in load(tmp_path / "resume_2_1.npz").items():
+        assert v.tobytes() == uninterrupted[k].tobytes(), k
 
 
 @pytest.mark.parametrize("how", ["launcher", "explicit"])
@@ -282,7 +315,8 @@ def test_cli_under_mpirun_matches_one_process(tmp_path):
     # ZeRO stage 1 from the command line, with its partitioned checkpoint.
     zero = ok(mpirun(2, CLI, *args, "--zero-stage", 1, "--out", tmp_path / "zero.onnx", "--checkpoint-dir",
                      tmp_path / "ck"))
-    assert sorted(os.listdir(tmp_path / "ck")) == ["last.ckpt", "last.ckpt.rank0-of-2", "last.ckpt.rank1-of-2"]
+    files = ckpt_files(tmp_path / "ck", "last.ckpt")
+    assert files == ["last.ckpt", *shard_names(files, 2)], files
     a, b, z = ({i.name: numpy_helper.to_array(i) for i in onnx.load(str(tmp_path / f)).graph.initializer}
                for f in ("one.onnx", "two.onnx", "zero.onnx"))
     assert_same_weights(a, b, 1e-5)

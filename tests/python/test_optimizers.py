@@ -197,6 +197,6 @@ def test_unsupported_onnxruntime_fields_are_refused():
     data, _ = grad_feed_model(SHAPES)
     p = ot.TrainingParameters()
     p.loss_output_name = "loss"
-    p.use_mixed_precision = True
-    with pytest.raises(ValueError, match="use_mixed_precision"):
+    p.use_fp16_moments = True
+    with pytest.raises(ValueError, match="use_fp16_moments"):
         ot.TrainingSession(data, p)

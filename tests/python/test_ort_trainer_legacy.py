@@ -318,8 +318,6 @@ def test_helpers():
 
 # ----------------------------------------------------------------------- what onnxtrain lacks
 @pytest.mark.parametrize("kwargs, named", [
-    ({"use_mixed_precision": True}, "use_mixed_precision=True"),
-    ({"deepspeed_zero_stage": 1}, "deepspeed_zero_stage=1"),
     ({"device": "xla:0"}, "device='xla:0'"),
 ])
 def test_unimplemented_arguments_raise_naming_them(kwargs, named):
@@ -391,3 +389,55 @@ LEGACY_SCRIPT = """
 def test_legacy_script_under_the_alias(tmp_path):
     out = run_script(tmp_path, LEGACY_SCRIPT)
     assert "legacy ok ['0.bias', '0.weight', '2.bias', '2.weight']" in out
+
+
+# --------------------------------------------------------------------------------- mixed precision
+def test_use_mixed_precision_with_a_legacy_loss_scaler_tracks_torch():
+    """use_mixed_precision=True: float16 products, the scaler's loss scale fed after the learning
+    rate, update_loss_scale called with every update's flag. A scale of 2^22 overflows float16 at
+    first: those updates are skipped (global_step stays) and the scale halves until it fits; the
+    applied steps then track torch (fp32) within float16's rounding."""
+    scaler = LossScaler("ort_test_input_loss_scaler", True, loss_scale=float(1 << 22), up_scale_window=5)
+    trainer, ref = make_trainer("SGDOptimizer", use_mixed_precision=True, loss_scaler=scaler)
+    topt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    scales, flags = [], []
+    for x, y in batches(16):
+        scales.append(scaler.loss_scale_)
+        before = trainer.global_step_
+        loss, prob = trainer.train_step(x, y, torch.tensor([0.1]))
+        assert tuple(prob.shape) == (8, 4)
+        flags.append(trainer.global_step_ > before)
+        if flags[-1]:  # applied: torch takes the same step
+            topt.zero_grad()
+            loss_fn(ref(x), y).backward()
+            topt.step()
+    skipped = flags.count(False)
+    assert 1 <= skipped < 16 and not flags[0] and trainer.session.skipped_updates == skipped
+    # the legacy rule: halved per skipped update, doubled after up_scale_window applied ones
+    from test_mixed_precision import reference_scales
+    assert scales == reference_scales(flags, float(1 << 22), window=5)[0]
+    assert max_weight_rel(trainer, ref) < 2e-2
+
+
+def test_use_mixed_precision_without_a_scaler_returns_all_finite():
+    trainer, _ = make_trainer("SGDOptimizer", use_mixed_precision=True)
+    (x, y), = batches(1)
+    loss, prob, finite = trainer.train_step(x, y, torch.tensor([0.1]), torch.tensor([256.0]))
+    assert finite.dtype == torch.bool and bool(finite.reshape(-1)[0]) and trainer.global_step_ == 1
+    loss, prob, finite = trainer.train_step(x, y, Learning_Rate=torch.tensor([0.1]), loss_scale=torch.tensor([3e38]))
+    assert not bool(finite.reshape(-1)[0]) and trainer.global_step_ == 1  # overflow: skipped
+    with pytest.raises(ValueError, match="loss scale"):
+        trainer.train_step(x, y, torch.tensor([0.1]))
+
+
+def test_deepspeed_zero_stage_one_process():
+    """deepspeed_zero_stage=1 on one process: nothing to partition, the same steps as stage 0."""
+    a, _ = make_trainer("AdamOptimizer", adam_attributes, deepspeed_zero_stage=1)
+    b, _ = make_trainer("AdamOptimizer", adam_attributes)
+    for x, y in batches(3):
+        a.train_step(x, y, torch.tensor([0.01]))
+        b.train_step(x, y, torch.tensor([0.01]))
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, b.state_dict()[k]), k
+    with pytest.raises(ValueError, match="deepspeed_zero_stage"):
+        make_trainer("SGDOptimizer", deepspeed_zero_stage=2)

@@ -344,8 +344,6 @@ def test_model_desc_mismatches_are_named(tmp_path, desc, message):
 
 
 def test_unimplemented_options_raise_naming_them():
-    with pytest.raises(NotImplementedError, match="mixed_precision.enabled"):
-        make_mlp_trainer({"mixed_precision": {"enabled": True}})
     with pytest.raises(NotImplementedError, match="distributed.horizontal_parallel_size"):
         make_mlp_trainer({"distributed": {"horizontal_parallel_size": 2}})
 
@@ -445,3 +443,51 @@ def test_fetches_and_all_finite():
     t._train_step_info.fetches = []
     loss, prob = t.train_step(x, y)
     assert np.isfinite(float(loss))
+
+
+# ----------------------------------------------------------------------- mixed precision (fp16)
+def test_mixed_precision_with_the_default_dynamic_loss_scaler():
+    """mixed_precision.enabled: a DynamicLossScaler by default, its scale fed each step and updated
+    from the all-finite flag; a skipped update does not count as an optimization step; the loss
+    tracks the fp32 trainer."""
+    from onnxtrain.training import amp
+    batches = mlp_batches()
+    ref = make_mlp_trainer()
+    ref_losses = [float(ref.train_step(x, y)[0]) for x, y in batches]
+    t = make_mlp_trainer({"mixed_precision": {"enabled": True}})
+    scaler = t.options.mixed_precision.loss_scaler
+    assert isinstance(scaler, amp.DynamicLossScaler) and scaler.loss_scale == 65536.0
+    losses, flags = [], []
+    for x, y in batches:
+        losses.append(float(t.train_step(x, y)[0]))
+        flags.append(t._train_step_info.all_finite)
+    assert scaler.input_name == t._session.loss_scale_input_name
+    assert t._train_step_info.optimization_step == sum(flags) and t._session.skipped_updates == flags.count(False)
+    if all(flags):
+        assert max(abs(a - b) / b for a, b in zip(losses, ref_losses)) < 2e-2
+    assert t._session.is_output_fp32_node("loss")
+
+
+def test_mixed_precision_custom_scaler_and_skipped_steps():
+    """A scale of 2^22 overflows float16: the first updates are skipped and the scale halves per
+    skip (DynamicLossScaler's rule); a scaler with automatic_update=False is left alone (static)."""
+    from onnxtrain.training import amp
+    batches = mlp_batches()
+    scaler = amp.DynamicLossScaler(loss_scale=float(1 << 22), up_scale_window=4)
+    t = make_mlp_trainer({"mixed_precision": {"enabled": True, "loss_scaler": scaler}})
+    fed, flags = [], []
+    for x, y in batches:
+        fed.append(scaler.loss_scale)
+        t.train_step(x, y)
+        flags.append(t._train_step_info.all_finite)
+    skipped = flags.count(False)
+    assert 1 <= skipped < len(batches) and not flags[0]
+    from test_mixed_precision import reference_scales
+    assert fed == reference_scales(flags, float(1 << 22), window=4)[0] and t._train_step_info.optimization_step == len(batches) - skipped
+    static = amp.DynamicLossScaler(automatic_update=False, loss_scale=128.0)
+    s = make_mlp_trainer({"mixed_precision": {"enabled": True, "loss_scaler": static}})
+    for x, y in batches[:3]:
+        s.train_step(x, y)
+    assert static.loss_scale == 128.0 and s._train_step_info.optimization_step == 3
+    with pytest.raises(ValueError, match="Loss Scaler cannot be specified when Mixed Precision is not enabled"):
+        make_mlp_trainer({"mixed_precision": {"enabled": False, "loss_scaler": amp.DynamicLossScaler()}})

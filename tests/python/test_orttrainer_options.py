@@ -159,7 +159,7 @@ NOT_IMPLEMENTED = [
     "distributed.pipeline_parallel.num_pipeline_micro_batches",
     "distributed.pipeline_parallel.pipeline_cut_info_string",
     "distributed.pipeline_parallel.sliced_schema", "distributed.pipeline_parallel.sliced_axes",
-    "distributed.pipeline_parallel.sliced_tensor_names", "mixed_precision.enabled"]
+    "distributed.pipeline_parallel.sliced_tensor_names"]
 NO_EFFECT = [
     "device.mem_limit", "graph_transformer.attn_dropout_recompute",
     "graph_transformer.gelu_recompute", "graph_transformer.transformer_layer_recompute",
@@ -454,13 +454,11 @@ def test_not_implemented_option_raises_naming_it(path):
 
 
 def test_not_implemented_options_named_together():
-    options = {"distributed": {"horizontal_parallel_size": 4, "pipeline_parallel": {"pipeline_parallel_size": 2}},
-               "mixed_precision": {"enabled": True}}
+    options = {"distributed": {"horizontal_parallel_size": 4, "pipeline_parallel": {"pipeline_parallel_size": 2}}}
     with pytest.raises(NotImplementedError) as e:
         check_supported(options)
     message = str(e.value)
-    for item in ("distributed.horizontal_parallel_size=4", "distributed.pipeline_parallel.pipeline_parallel_size=2",
-                 "mixed_precision.enabled=True"):
+    for item in ("distributed.horizontal_parallel_size=4", "distributed.pipeline_parallel.pipeline_parallel_size=2"):
         assert item in message
 
 
@@ -514,8 +512,8 @@ def test_other_devices_not_implemented(device):
 
 def test_check_supported_reads_attributes_set_after_construction():
     opts = ORTTrainerOptions()
-    opts.mixed_precision.enabled = True
-    with pytest.raises(NotImplementedError, match="mixed_precision.enabled"):
+    opts.distributed.horizontal_parallel_size = 2
+    with pytest.raises(NotImplementedError, match="distributed.horizontal_parallel_size"):
         check_supported(opts)
 
 

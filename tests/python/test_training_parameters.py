@@ -34,6 +34,8 @@ VALUES = {
     "deterministic_compute": True,
     "portable_training_graph": True,
     "mixed_precision": "bf16",
+    "use_mixed_precision": True,
+    "loss_scale": 128.0,
     "lr_schedule": "cosine",
     "lr_schedule_params": {"eta0": 0.1, "total": 10.0},
     "world_rank": 1,

@@ -26,11 +26,18 @@ The trainer is a thin layer over onnxtrain's ``TrainingSession``, as onnxruntime
   optimizer state, ``Moment_1_<w>`` / ``Moment_2_<w>`` (Adam, Lamb), ``Update_Count_<w>`` (Adam) or
   ``Step`` (Lamb) as int64 [1] counting from 1 at the first update, as onnxruntime did.
 
+* ``use_mixed_precision=True`` trains in float16 mixed precision with loss scaling: the loss scale
+  is an input of the step after the learning rate (``loss_scaler.loss_scale_`` when a legacy
+  ``LossScaler`` is given, which is then updated from every update step's all-finite flag); an
+  update whose gradients hold an infinity or a NaN is skipped and does not advance
+  ``global_step``. Without a loss scaler, an update step's results end with that flag
+  (``all_finite``), as in onnxruntime.
+
 What onnxtrain does not implement raises ``onnxtrain.NotImplemented`` (a NotImplementedError)
-naming the argument: ``use_mixed_precision=True``, ``deepspeed_zero_stage`` > 0, a device other
-than CPU or CUDA. ``world_rank``, ``world_size``, ``allreduce_post_accumulation`` and
-``enable_adasum`` train data-parallel over MPI (launch with mpirun; each rank feeds its own batch,
-gradients averaged, as in onnxruntime-training). As with ``ORTTrainerOptions``, a CUDA ``device``
+naming the argument: a device other than CPU or CUDA. ``world_rank``, ``world_size``,
+``allreduce_post_accumulation``, ``enable_adasum`` and ``deepspeed_zero_stage`` (0 or 1) train
+data-parallel over MPI (launch with mpirun; each rank feeds its own batch, gradients averaged, as
+in onnxruntime-training). As with ``ORTTrainerOptions``, a CUDA ``device``
 is accepted and training runs on CPU (UserWarning), and ``use_memory_efficient_gradient`` is
 accepted without effect (the memory-aware gradient builder computes the same gradients).
 """
@@ -92,9 +99,10 @@ class ModelDescription:
 
 
 class LossScaler:
-    """onnxruntime's legacy loss scaler (used with mixed precision, which onnxtrain does not
-    implement): doubles ``loss_scale_`` after ``up_scale_window`` finite steps, halves it on a
-    non-finite one, within [min_loss_scale, max_loss_scale], when ``is_dynamic_scale``."""
+    """onnxruntime's legacy loss scaler (``use_mixed_precision=True``): the trainer feeds
+    ``loss_scale_`` and calls ``update_loss_scale(all_finite)`` after every update step, which
+    doubles it after ``up_scale_window`` finite steps and halves it on a non-finite one, within
+    [min_loss_scale, max_loss_scale], when ``is_dynamic_scale``."""
 
     def __init__(self, loss_scale_input_name, is_dynamic_scale, loss_scale=float(1 << 16), up_scale_window=2000,
                  min_loss_scale=1.0, max_loss_scale=float(1 << 24)):
@@ -278,7 +286,11 @@ class ORTTrainer:
         self.global_step_ = global_step  # optimizer updates (the argument of get_lr_this_step)
         self.get_lr_this_step_ = get_lr_this_step
         self.loss_scaler_ = loss_scaler
-        self.loss_scale_input_name = "default_loss_scale_input_name"
+        # Mixed precision: the loss scale comes after the learning rate (named as onnxruntime's
+        # loss scaler names it, for keyword arguments).
+        self.loss_scale_input_name = getattr(loss_scaler, "loss_scale_input_name_", None) or "loss_scale"
+        self.input_desc_with_lr_and_loss_scale = [*self.input_desc_with_lr,
+                                                  IODescription(self.loss_scale_input_name, [], None)]
         self.session = None
         self.state_dict_ = None
         self.strict_ = False
@@ -360,6 +372,8 @@ class ORTTrainer:
         p.world_rank, p.world_size = int(self.world_rank), int(self.world_size)
         p.allreduce_post_accumulation = bool(self.allreduce_post_accumulation_)
         p.enable_adasum = bool(self.enable_adasum)
+        p.deepspeed_zero_stage = int(self.deepspeed_zero_stage_)
+        p.use_mixed_precision = bool(self.use_mixed_precision)
         if self.optimized_model_filepath:
             p.model_with_training_graph_path = os.fspath(self.optimized_model_filepath)
         config = _optimizer_config(self.training_optimizer_name_, self.map_optimizer_attributes_, trainable)
@@ -422,24 +436,57 @@ class ORTTrainer:
         ``get_lr_this_step`` is given); ``fetches``: names of the outputs to return. Returns the
         model_desc outputs (or the fetches) as torch tensors, one alone."""
         fetches = kwargs.pop("fetches", None)
-        values = self._bind(self.input_desc_with_lr, args, kwargs)
+        mixed = bool(self.use_mixed_precision)
+        descs = self.input_desc_with_lr_and_loss_scale if mixed else self.input_desc_with_lr
         lr_name = self.learning_rate_description_.name_
+        ls_name = self.loss_scale_input_name
+        if self.get_lr_this_step_ is not None and lr_name not in kwargs:
+            # the learning rate is computed: positional values are the model inputs (then the loss scale)
+            descs = [d for d in descs if d.name_ != lr_name]
+        if mixed and self.loss_scaler_ is not None and ls_name not in kwargs:
+            descs = [d for d in descs if d.name_ != ls_name]
+        values = self._bind(descs, args, kwargs)
         if self.get_lr_this_step_ is not None:
             if lr_name in values:
                 raise ValueError(f"the learning rate '{lr_name}' is given while get_lr_this_step computes it")
             values[lr_name] = self.get_lr_this_step_(self.global_step_)
-        missing = [d.name_ for d in self.input_desc_with_lr if d.name_ not in values]
+        if mixed and self.loss_scaler_ is not None:
+            if ls_name in values:
+                raise ValueError(f"the loss scale '{ls_name}' is given while loss_scaler provides it")
+            values[ls_name] = self.loss_scaler_.loss_scale_
+        want = self.input_desc_with_lr_and_loss_scale if mixed else self.input_desc_with_lr
+        missing = [d.name_ for d in want if d.name_ not in values]
         if missing:
-            raise ValueError(f"train_step: missing inputs {missing} (the learning rate comes after the model inputs)")
+            raise ValueError(f"train_step: missing inputs {missing} (the learning rate comes after the model inputs"
+                             f"{', then the loss scale' if mixed else ''})")
         self._ensure_session(values)
         lr = np.asarray(_to_numpy(values[lr_name]), dtype=np.float32).reshape(-1)
         if lr.size != 1:
             raise ValueError(f"the learning rate '{lr_name}' must hold one value, got shape {lr.shape}")
         feed = {d.name_: _to_numpy(values[d.name_]) for d in self.model_desc_.inputs_}
         feed[lr_name] = lr
-        results = self.session.run(self._fetch_names(fetches), feed)
+        names = self._fetch_names(fetches)
+        finite = None
+        if mixed:
+            scale = np.asarray(_to_numpy(values[ls_name]), dtype=np.float32).reshape(-1)
+            if scale.size != 1:
+                raise ValueError(f"the loss scale '{ls_name}' must hold one value, got shape {scale.shape}")
+            feed[self.session.loss_scale_input_name] = scale
+            if (self.current_step + 1) % self.gradient_accumulation_steps == 0:
+                finite = self.session.all_finite_output_name
+                if finite not in names:
+                    names = [*names, finite]
+        results = self.session.run(names, feed)
         self.current_step += 1
-        if self.current_step % self.gradient_accumulation_steps == 0:
+        if finite is not None:
+            all_finite = bool(np.asarray(results[names.index(finite)]).reshape(-1)[0])
+            if self.loss_scaler_ is not None:
+                self.loss_scaler_.update_loss_scale(all_finite)
+            if all_finite:  # an update skipped for inf/NaN gradients is not an optimization step
+                self.global_step_ += 1
+            if fetches is None and self.loss_scaler_ is not None:
+                results = results[:-1]  # the flag is for the scaler; without one the caller gets it
+        elif self.current_step % self.gradient_accumulation_steps == 0:
             self.global_step_ += 1
         return self._results(results)
 
@@ -532,10 +579,8 @@ def _check_supported(device, world_rank, world_size, use_mixed_precision, deepsp
     """Raises onnxtrain.NotImplemented naming what onnxtrain does not implement; warns for what it
     accepts without effect (as check_supported does for ORTTrainerOptions)."""
     unsupported = []
-    if use_mixed_precision:
-        unsupported.append("use_mixed_precision=True (onnxtrain trains in float32)")
-    if deepspeed_zero_stage:
-        unsupported.append(f"deepspeed_zero_stage={deepspeed_zero_stage!r}")
+    if deepspeed_zero_stage not in (0, 1):
+        raise ValueError(f"deepspeed_zero_stage must be 0 or 1 (ZeRO stage 1), got {deepspeed_zero_stage!r}")
     kind = _device_kind(str(device))
     if kind == "other":
         unsupported.append(f"device={str(device)!r} (CPU, or CUDA run on CPU)")

@@ -13,9 +13,9 @@ from ..capi.onnxruntime_pybind11_state import get_available_providers
 # onnxruntime fields for features onnxtrain does not have: accepted at their default value only
 # (TrainingSession refuses another value, naming the field).
 _UNSUPPORTED = {
-    "use_mixed_precision": False, "num_pipeline_micro_batches": 1, "pipeline_cut_info_string": "",
+    "num_pipeline_micro_batches": 1, "pipeline_cut_info_string": "",
     "sliced_schema": {}, "sliced_axes": {}, "sliced_tensor_names": [],
-    "use_fp16_moments": False, "loss_scale": 0.0, "use_memory_efficient_gradient": False,
+    "use_fp16_moments": False, "use_memory_efficient_gradient": False,
     "attn_dropout_recompute": False, "gelu_recompute": False, "transformer_layer_recompute": False,
     "number_recompute_layers": 0, "propagate_cast_ops_level": -1, "propagate_cast_ops_allow": [],
     "model_after_graph_transforms_path": "",
@@ -28,9 +28,9 @@ class TrainingParameters(_C.TrainingParameters):
     The fields onnxtrain implements are the C++ struct's, bound one by one: assigning a wrong type
     or value (an unknown optimizer, accumulation steps < 1, ...) raises ValueError naming the
     field; sets and dicts read back as frozenset / read-only mappings (assign a new value to
-    change them). Fields of onnxruntime features onnxtrain does not implement (mixed precision,
-    distributed, pipeline parallelism, recomputation) exist, and a TrainingSession refuses
-    non-default values for them. Unknown fields raise AttributeError.
+    change them). Fields of onnxruntime features onnxtrain does not implement (float16 moments,
+    pipeline parallelism, recomputation) exist, and a TrainingSession refuses non-default values
+    for them. Unknown fields raise AttributeError.
     """
 
     __slots__ = ("_unsupported",)
@@ -124,6 +124,38 @@ class TrainingSession:
 
     def get_inputs(self):
         return self._sess.get_inputs()
+
+    @property
+    def loss_scale_input_name(self):
+        """Float16 mixed precision: name of the float32 [1] loss-scale input (onnxruntime's
+        ``loss_scale_input_name``); '' otherwise."""
+        return self._sess.loss_scale_input_name
+
+    @property
+    def all_finite_output_name(self):
+        """Float16 mixed precision: name of the bool [1] output telling whether every gradient of the
+        update was finite (the update is skipped otherwise); '' otherwise."""
+        return self._sess.all_finite_output_name
+
+    @property
+    def loss_scale(self):
+        """Float16 mixed precision: the loss scale the session feeds when ``run`` is given none (its
+        dynamic scaler's current value, or ``parameters.loss_scale``); 0 otherwise."""
+        return self._sess.loss_scale
+
+    @property
+    def skipped_updates(self):
+        """Float16 mixed precision: updates skipped because a gradient held an infinity or a NaN."""
+        return self._sess.skipped_updates
+
+    def is_output_fp32_node(self, output_name):
+        """onnxruntime's check that an output stays float32 under mixed precision. onnxtrain keeps
+        every model output in its own type (the products alone run in low precision): True for a
+        float32 output."""
+        for o in self._sess.get_outputs():
+            if o.name == output_name:
+                return o.type == "tensor(float)"
+        raise ValueError(f"{output_name!r} is not an output of the training session")
 
     def get_outputs(self):
         return self._sess.get_outputs()

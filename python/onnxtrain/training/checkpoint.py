@@ -2,9 +2,11 @@
 over an ``ORTTrainer`` (flat ``{name: torch.Tensor}`` state, files written with ``torch.save`` as
 onnxruntime wrote them) and ``aggregate_checkpoints`` over files of ``ORTTrainer.save_checkpoint``.
 
-onnxtrain trains in one process, so its checkpoints are never partitioned: aggregation merges the
-replicas of a data-parallel run (checking they agree); ZeRO- or Megatron-partitioned checkpoints,
-which need the partition layout of a distributed run, raise NotImplementedError. onnxtrain adds
+``aggregate_checkpoints`` merges the files of the ranks of a data-parallel run: replicas (checked to
+agree) or ZeRO stage 1 parts (optimizer state concatenated in rank order). The experimental
+functions handle unpartitioned files only: ZeRO rank files (``<prefix>.ZeRO.<rank>.<size>.ort.pt``)
+and Megatron (horizontally) partitioned checkpoints raise NotImplementedError — save and resume
+ZeRO runs with ``ORTTrainer.save_checkpoint`` / ``load_checkpoint(*paths)``. onnxtrain adds
 ``average_checkpoints`` (weight averaging) and ``to_pytorch_state_dict``.
 """
 import os
@@ -18,8 +20,8 @@ from .orttrainer import _read_checkpoint
 _OPTIMIZER_PREFIXES = ("Moment_1_", "Moment_2_", "Update_Count_")
 _SINGLE_NAME = "{prefix}.ort.pt"
 _ZERO_NAME = "{prefix}.ZeRO.{world_rank}.{world_size}.ort.pt"
-_NOT_PARTITIONED = ("onnxtrain trains in one process and does not support partitioned (ZeRO / Megatron) "
-                    "checkpoints yet: merging them needs the partition layout of the distributed run")
+_NOT_PARTITIONED = ("the experimental checkpoint functions do not handle partitioned (ZeRO / Megatron) files; "
+                    "ZeRO stage 1 runs save and resume with ORTTrainer.save_checkpoint / load_checkpoint(*paths)")
 
 
 def _torch():
@@ -69,8 +71,12 @@ def _split_state_dict(state_dict):
 def _to_trainer_state(flat):
     """Flat onnxruntime state -> ORTTrainer.state_dict() schema (model and optimizer parts)."""
     split = _split_state_dict(flat)
-    if split["fp16_param"]:
-        raise NotImplementedError(f"mixed-precision weights {sorted(split['fp16_param'])}: onnxtrain keeps none")
+    # onnxruntime's fp16 runs saved float16 copies "<w>_fp16" beside the float32 master weights:
+    # onnxtrain casts the masters on the fly, so a copy whose master is present carries nothing.
+    orphans = sorted(k for k in split["fp16_param"] if k[:-len("_fp16")] not in split["fp32_param"])
+    if orphans:
+        raise NotImplementedError(f"mixed-precision weights {orphans} without their float32 master weights: onnxtrain "
+                                  "trains from float32 masters")
     state = {"model": {"full_precision": {k: _numpy(v) for k, v in split["fp32_param"].items()}}, "optimizer": {}}
     for k, v in split["optimizer"].items():
         if k == "Step":

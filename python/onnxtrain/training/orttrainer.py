@@ -178,6 +178,12 @@ class ORTTrainer:
         elif not isinstance(options, ORTTrainerOptions):
             raise TypeError(f"options must be an ORTTrainerOptions, got {type(options).__name__}")
         check_supported(options)
+        mp = options.mixed_precision
+        if mp.enabled and mp.loss_scaler is None:  # onnxruntime's default
+            from .amp import DynamicLossScaler
+            mp.loss_scaler = DynamicLossScaler()
+        elif not mp.enabled and mp.loss_scaler is not None:
+            raise ValueError("Loss Scaler cannot be specified when Mixed Precision is not enabled")
         if loss_fn is not None and not callable(loss_fn):
             raise ValueError("loss_fn must be callable")
         self.options = options
@@ -302,6 +308,7 @@ class ORTTrainer:
         p.allreduce_post_accumulation = bool(dist.allreduce_post_accumulation)
         p.enable_adasum = bool(dist.enable_adasum)
         p.deepspeed_zero_stage = int(dist.deepspeed_zero_optimization.stage)
+        p.use_mixed_precision = bool(self.options.mixed_precision.enabled)
         paths = self.options.debug.graph_save_paths
         if paths.model_with_gradient_graph_path:
             p.model_with_gradient_graph_path = paths.model_with_gradient_graph_path
@@ -315,6 +322,8 @@ class ORTTrainer:
                 paths.model_with_training_graph_after_optimization_path
         self._lr_feed = p.lr_params_feed_name
         self._session = TrainingSession(model.SerializeToString(), p, self.options.session_options)
+        if self.options.mixed_precision.enabled:
+            self.options.mixed_precision.loss_scaler.input_name = self._session.loss_scale_input_name
         if paths.model_with_training_graph_after_optimization_path and \
                 p.model_with_training_graph_path != paths.model_with_training_graph_after_optimization_path:
             import shutil
@@ -360,12 +369,32 @@ class ORTTrainer:
         feed[self._lr_feed] = np.array([lr], dtype=np.float32)
         names = [d.name for d in self.model_desc.outputs]
         fetches = list(self._train_step_info.fetches or [])
-        results = self._session.run(fetches or names, feed)
+        request = fetches or names
+        scaler = self.options.mixed_precision.loss_scaler if self.options.mixed_precision.enabled else None
+        update = (self._train_step_info.step + 1) % self.options.batch.gradient_accumulation_steps == 0
+        finite_name = None
+        if scaler is not None:
+            # Mixed precision: the scaler's loss scale is fed, and an update step also returns
+            # whether every gradient was finite (the session skipped the update otherwise).
+            feed[self._session.loss_scale_input_name] = np.array([scaler.loss_scale], dtype=np.float32)
+            if update:
+                finite_name = self._session.all_finite_output_name
+                request = [*request, finite_name]
+        results = self._session.run(request, feed)
         self._train_step_info.step += 1
-        if self._train_step_info.step % self.options.batch.gradient_accumulation_steps == 0:
-            self._train_step_info.optimization_step += 1
-        self._train_step_info.all_finite = bool(all(np.all(np.isfinite(r)) for r in results
-                                                    if isinstance(r, np.ndarray) and r.dtype.kind == "f"))
+        if finite_name is not None:
+            all_finite = bool(np.asarray(results[-1]).reshape(-1)[0])
+            results = results[:-1]
+            self._train_step_info.all_finite = all_finite
+            if getattr(scaler, "automatic_update", True):
+                scaler.update(self._train_step_info)
+            if all_finite:  # onnxruntime counts an optimization step only once it is applied
+                self._train_step_info.optimization_step += 1
+        else:
+            if update:
+                self._train_step_info.optimization_step += 1
+            self._train_step_info.all_finite = bool(all(np.all(np.isfinite(r)) for r in results
+                                                        if isinstance(r, np.ndarray) and r.dtype.kind == "f"))
         return self._wrap(results)
 
     def eval_step(self, *args, **kwargs):

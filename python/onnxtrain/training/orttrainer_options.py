@@ -34,8 +34,10 @@ distributed.allreduce_post_accumulation             implemented          reduce 
 distributed.deepspeed_zero_optimization.stage       implemented          stage 1: optimizer state partitioned
 distributed.enable_adasum                           implemented          Adasum (power-of-two world sizes)
 lr_scheduler                                        implemented
-mixed_precision.enabled                             not implemented      True (onnxtrain trains in float32)
-mixed_precision.loss_scaler                         implemented          as in onnxruntime, consulted only with
+mixed_precision.enabled                             implemented          float16 products, fp32 master weights,
+                                                                         loss scaling, skipped inf/NaN updates
+mixed_precision.loss_scaler                         implemented          as in onnxruntime (default
+                                                                         DynamicLossScaler); ValueError without
                                                                          mixed precision
 graph_transformer.attn_dropout_recompute            no effect            memory-saving recomputation, same results
 graph_transformer.gelu_recompute                    no effect            idem
@@ -412,8 +414,7 @@ class _ORTTrainerOptionsInternal(ORTTrainerOptions):
 
 IMPLEMENTED, NO_EFFECT, NOT_IMPLEMENTED, DEVICE = "implemented", "no effect", "not implemented", "device"
 
-_NOT_IMPLEMENTED_PREFIXES = ("distributed.horizontal_parallel_size", "distributed.pipeline_parallel.",
-                             "mixed_precision.enabled")
+_NOT_IMPLEMENTED_PREFIXES = ("distributed.horizontal_parallel_size", "distributed.pipeline_parallel.")
 _NO_EFFECT_NOTES = {
     "device.mem_limit": "onnxruntime's CUDA arena limit",
     "graph_transformer.": "graph_transformer options only save memory or move float16 Casts",

@@ -19,6 +19,10 @@
 // AccumulateGradients(reset, A1..n, G1..n) -> A1..n': A' = reset ? G : A + G
 // GlobalNormClip(G1..n) -> scale[1], norm[1] (float64): norm = sqrt(sum g^2) (double, tensors in
 //   order), coef = max_norm / (norm + 1e-6), scale = coef < 1 ? coef : 1 (torch's clip_grad_norm_)
+// LossScaleCheck(loss_scale, G1..n) -> scale[1], all_finite[1]: the same over gradients of a loss
+//   multiplied by loss_scale, unscaled (scale includes 1 / loss_scale), all_finite = no inf/NaN
+// With attribute update_signal = 1 an optimizer takes input 3, update_signal (bool [1]), before
+//   the weights: false leaves every weight and state as it was (the step is skipped).
 //
 // ai.onnx.preview.training (R, T, X1..n, G1..n, states) -> X1..n', states', on the same updates:
 //   Adagrad   g = norm_coefficient X + G; H' = H + g^2; X' = X - R / (1 + T decay_factor) g / (sqrt(H') + eps)
@@ -322,8 +326,12 @@ class OptimizerKernel final : public Kernel {
  public:
   OptimizerKernel(const KernelInfo& info, const OptimizerSpec& spec) : algo_(algo_of(spec.name)), spec_(&spec) {
     for (const auto& a : info.node().attrs)
-      if (!spec_->has_float(a.name) && !spec_->has_int(a.name))
-        info.fail(spec_->name, " has no attribute '", a.name, "' (it has: ", spec_->attr_list(), ")");
+      if (!spec_->has_float(a.name) && !spec_->has_int(a.name) && a.name != kOptimizerUpdateSignalAttr)
+        info.fail(spec_->name, " has no attribute '", a.name, "' (it has: ", spec_->attr_list(), ", ",
+                  kOptimizerUpdateSignalAttr, ")");
+    const int64_t gated = info.attr_int(kOptimizerUpdateSignalAttr, 0);
+    if (gated != 0 && gated != 1) info.fail("attribute '", kOptimizerUpdateSignalAttr, "' must be 0 or 1, got ", gated);
+    first_ = kOptimizerFirstWeightInput + size_t(gated);
     auto f = [&](const char* n) { return spec_->has_float(n) ? info.attr_float(n, spec_->float_default(n)) : 0.f; };
     auto flag = [&](const char* n) {
       if (!spec_->has_int(n)) return false;
@@ -344,15 +352,16 @@ class OptimizerKernel final : public Kernel {
   }
 
   void prepare(PrepareContext& ctx) override {
-    const size_t S = spec_->states.size(), groups = 2 + S, first = kOptimizerFirstWeightInput;
+    const size_t S = spec_->states.size(), groups = 2 + S, first = first_;
     const size_t nin = ctx.num_inputs();
     if (nin < first + groups || (nin - first) % groups != 0)
-      ctx.fail("expects lr, step, grad_scale (may be empty) and ", groups, " groups of n tensors (weights, gradients",
-               S ? ", " : "", state_list(), "), got ", nin, " inputs");
+      ctx.fail("expects lr, step, grad_scale (may be empty)", gated() ? ", update_signal" : "", " and ", groups,
+               " groups of n tensors (weights, gradients", S ? ", " : "", state_list(), "), got ", nin, " inputs");
     n_ = (nin - first) / groups;
     check_scalar(ctx, kOptimizerLrInput, "lr", DType::kFloat32);
     check_scalar(ctx, kOptimizerStepInput, "step", DType::kInt64);
     if (ctx.has_input(kOptimizerGradScaleInput)) check_scalar(ctx, kOptimizerGradScaleInput, "grad_scale", DType::kFloat64);
+    if (gated()) check_scalar(ctx, kOptimizerUpdateSignalInput, "update_signal", DType::kBool);
     require_named_outputs(ctx, n_ * (1 + S));
     set_.clear();
     for (size_t i = 0; i < n_; ++i) {
@@ -380,7 +389,7 @@ class OptimizerKernel final : public Kernel {
     if (t < 1) ctx.fail("step must be >= 1 (the 1-based index of this update), got ", t);
     const double scale =
         ctx.has_input(kOptimizerGradScaleInput) ? *ctx.input(kOptimizerGradScaleInput).data<double>() : 1.0;
-    const size_t first = kOptimizerFirstWeightInput, S = spec_->states.size();
+    const size_t first = first_, S = spec_->states.size();
     for (size_t i = 0; i < n_; ++i) {
       Slot& p = slots_[i];
       p.w = ctx.input(first + i).raw_data();
@@ -390,6 +399,16 @@ class OptimizerKernel final : public Kernel {
         p.s[s] = ctx.input(first + (2 + s) * n_ + i).raw_data();
         p.so[s] = ctx.output((1 + s) * n_ + i).raw_data();
       }
+    }
+    if (gated() && !*ctx.input(kOptimizerUpdateSignalInput).data<bool>()) {
+      // Skipped update (a non-finite gradient under loss scaling): every output keeps its input.
+      for (size_t i = 0; i < n_; ++i) {
+        const size_t bytes = size_t(set_.numel(i)) * dtype_size(set_.dtype[i]);
+        if (slots_[i].wo != slots_[i].w) std::memcpy(slots_[i].wo, slots_[i].w, bytes);
+        for (size_t s = 0; s < S; ++s)
+          if (slots_[i].so[s] != slots_[i].s[s]) std::memcpy(slots_[i].so[s], slots_[i].s[s], bytes);
+      }
+      return;
     }
     const double nlr = -double(lr);
     switch (algo_) {
@@ -429,6 +448,7 @@ class OptimizerKernel final : public Kernel {
   }
 
  private:
+  bool gated() const { return first_ != kOptimizerFirstWeightInput; }
   std::string state_list() const {
     std::string r;
     for (const auto& s : spec_->states) r += (r.empty() ? "" : ", ") + s;
@@ -470,6 +490,7 @@ class OptimizerKernel final : public Kernel {
   const OptimizerSpec* spec_ = nullptr;
   float lambda_ = 0, momentum_ = 0, alpha_ = 0, beta_ = 0, eps_ = 0, lr_decay_ = 0, ratio_min_ = 0, ratio_max_ = 0;
   bool nesterov_ = false, bias_ = false;
+  size_t first_ = kOptimizerFirstWeightInput;  // first weight input (after update_signal when gated)
   size_t n_ = 0;
   TensorSet set_;
   BlockSet blocks_;
@@ -522,6 +543,30 @@ class AccumulateGradientsKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- GlobalNormClip
+// Sum of the squares of inputs first.. (the tensors of `set`), in double, over fixed blocks of
+// the concatenation, each summed sequentially from 0 (one block of up to kNormBlock elements is
+// exactly the sequential sum over the tensors in order), added in block order: the same bits for
+// any thread count. The workspace holds `blocks` partial sums. Not finite when an element is not
+// (float32 squares cannot overflow a double sum).
+double sum_of_squares(RunContext& ctx, const TensorSet& set, size_t first, int64_t blocks) {
+  double* partial = static_cast<double*>(ctx.workspace());
+  parallel_for(blocks, std::max<int64_t>(1, kGrain / kNormBlock), [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      double s = 0;
+      set.pieces(j * kNormBlock, std::min(set.total(), (j + 1) * kNormBlock), [&](size_t k, int64_t lo, int64_t hi) {
+        float_or_double(set.dtype[k], [&]<class T>() {
+          const T* p = ctx.input(first + k).data<T>();
+          for (int64_t i = lo; i < hi; ++i) s = std::fma(double(p[i]), double(p[i]), s);
+        });
+      });
+      partial[j] = s;
+    }
+  });
+  double total = 0;
+  for (int64_t j = 0; j < blocks; ++j) total += partial[j];
+  return total;
+}
+
 class GlobalNormClipKernel final : public Kernel {
  public:
   explicit GlobalNormClipKernel(const KernelInfo& info) {
@@ -545,27 +590,60 @@ class GlobalNormClipKernel final : public Kernel {
     ctx.request_workspace(size_t(std::max<int64_t>(blocks_, 1)) * sizeof(double));
   }
   void run(RunContext& ctx) override {
-    double* partial = static_cast<double*>(ctx.workspace());
-    // Blocks of the concatenation, each summed sequentially from 0: one block (up to kNormBlock
-    // elements in all) is exactly the sequential sum over the tensors in order.
-    parallel_for(blocks_, std::max<int64_t>(1, kGrain / kNormBlock), [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) {
-        double s = 0;
-        set_.pieces(j * kNormBlock, std::min(set_.total(), (j + 1) * kNormBlock), [&](size_t k, int64_t lo, int64_t hi) {
-          float_or_double(set_.dtype[k], [&]<class T>() {
-            const T* p = ctx.input(k).data<T>();
-            for (int64_t i = lo; i < hi; ++i) s = std::fma(double(p[i]), double(p[i]), s);
-          });
-        });
-        partial[j] = s;
-      }
-    });
-    double total = 0;
-    for (int64_t j = 0; j < blocks_; ++j) total += partial[j];
-    const double norm = std::sqrt(total);
+    const double norm = std::sqrt(sum_of_squares(ctx, set_, 0, blocks_));
     const double coef = double(max_norm_) / (norm + 1e-6);
     *ctx.output(0).data<double>() = coef < 1.0 ? coef : 1.0;
     if (ctx.has_output(1)) *ctx.output(1).data<double>() = norm;
+  }
+
+ private:
+  float max_norm_ = 0;
+  int64_t blocks_ = 0;
+  TensorSet set_;
+};
+
+// ---------------------------------------------------------------- LossScaleCheck
+// LossScaleCheck(loss_scale: float32 [1], G1..Gn) -> grad_scale: float64 [1], all_finite: bool [1]
+// The gradients of a loss multiplied by loss_scale: all_finite = every element is finite;
+// grad_scale = 1 / loss_scale, times the clipping coefficient min(max_norm / (norm + 1e-6), 1)
+// of the unscaled norm norm = sqrt(sum g^2) / loss_scale when attribute max_norm > 0 (0: no
+// clipping). One pass over the gradients. A non-finite step gives grad_scale 0.
+class LossScaleCheckKernel final : public Kernel {
+ public:
+  explicit LossScaleCheckKernel(const KernelInfo& info) {
+    for (const auto& a : info.node().attrs)
+      if (a.name != "max_norm") info.fail("LossScaleCheck has no attribute '", a.name, "' (it has: max_norm)");
+    max_norm_ = info.attr_float("max_norm", 0.f);
+    if (!(max_norm_ >= 0.f) || !std::isfinite(max_norm_)) info.fail("max_norm must be finite and >= 0, got ", max_norm_);
+  }
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.num_inputs() < 2) ctx.fail("expects the loss scale and at least one gradient");
+    check_scalar(ctx, 0, "loss_scale", DType::kFloat32);
+    if (ctx.num_outputs() != 2 || !ctx.has_output(0) || !ctx.has_output(1))
+      ctx.fail("expects two named outputs (grad_scale, all_finite), got ", ctx.num_outputs());
+    set_.clear();
+    for (size_t i = 1; i < ctx.num_inputs(); ++i) {
+      check_float_tensor(ctx, i, "gradient " + std::to_string(i));
+      set_.add(ctx.input_dtype(i), shape_numel(ctx.input_shape(i)));
+    }
+    ctx.set_output(0, DType::kFloat64, {1});
+    ctx.set_output(1, DType::kBool, {1});
+    blocks_ = (set_.total() + kNormBlock - 1) / kNormBlock;
+    ctx.request_workspace(size_t(std::max<int64_t>(blocks_, 1)) * sizeof(double));
+    ctx.set_nondeterministic();  // depends on the step's gradients: never folded
+  }
+  void run(RunContext& ctx) override {
+    const double ls = double(*ctx.input(0).data<float>());
+    if (!(ls > 0) || !std::isfinite(ls)) ctx.fail("loss_scale ", ls, " must be finite and > 0");
+    const double total = sum_of_squares(ctx, set_, 1, blocks_);
+    const bool finite = std::isfinite(total);
+    double scale = 1.0 / ls;
+    if (finite && max_norm_ > 0) {
+      const double coef = double(max_norm_) / (std::sqrt(total) / ls + 1e-6);
+      if (coef < 1.0) scale *= coef;
+    }
+    *ctx.output(0).data<double>() = finite ? scale : 0.0;
+    *ctx.output(1).data<bool>() = finite;
   }
 
  private:
@@ -701,6 +779,8 @@ void register_training(KernelRegistry& r) {
   }
   r.add(kTrainingDomain, kAccumulateGradients, kTrainingOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<AccumulateGradientsKernel>(i); });
+  r.add(kTrainingDomain, kLossScaleCheck, kTrainingOpset, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossScaleCheckKernel>(i); });
   r.add(kTrainingDomain, kGlobalNormClip, kTrainingOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GlobalNormClipKernel>(i); });
 }
