@@ -81,6 +81,24 @@ def test_two_ranks_match_one_rank_with_the_global_batch(tmp_path, options):
     assert nbytes >= 20 * per_step * 4 * n_params
 
 
+def test_small_buckets_start_during_the_backward_pass(tmp_path):
+    """64-byte buckets: one reduction per gradient, each started right after the backward node that
+    computes it (before the rest of the backward pass), and the same weights as one process."""
+    ok(case(1, "train", tmp_path))
+    ok(case(2, "train", tmp_path, "bucket:64"))
+    assert_same_weights(load(tmp_path / "weights_1_0.npz"), load(tmp_path / "weights_2_0.npz"), 1e-5)
+    nodes = onnx.load(str(tmp_path / "training_graph.onnx")).graph.node
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
+    starts = [i for i, n in enumerate(nodes) if n.op_type == "GradientReduceStart"]
+    backward = [i for i, n in enumerate(nodes) if n.name.startswith("grad_") and n.op_type != "Identity"]
+    assert len(starts) == 4, [nodes[i].op_type for i in starts]
+    assert starts[0] < backward[-1], "the first reduction waits for the whole backward pass"
+    for i in starts:  # right after the producer of its gradient (the gradient's own backward node)
+        assert producer[nodes[i].input[1]] == i - 1 and nodes[i - 1].name.startswith("grad_"), nodes[i - 1].name
+    collectives = float((tmp_path / "stats_2_0.txt").read_text().split()[0])
+    assert collectives == 2 + 20 * 4
+
+
 @pytest.mark.parametrize("options", [[], ["enable_grad_norm_clip=1", "max_grad_norm=0.05"],
                                      ["gradient_accumulation_steps=2", "training_optimizer_name=MomentumOptimizer"]],
                          ids=["adam", "clipped", "momentum_accumulated"])

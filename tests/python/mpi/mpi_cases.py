@@ -64,11 +64,18 @@ def params_from(argv):
 
 
 def case_train(out, argv):
-    """20 steps of a global batch of 16 rows: rank r feeds its rows; writes the final weights."""
+    """20 steps of a global batch of 16 rows: rank r feeds its rows; writes the final weights.
+    "bucket:N" sets onnxtrain.allreduce_bucket_bytes to N and saves the training graph (rank 0)."""
     steps, global_batch = 20, 16
     opts = [a for a in argv if "=" in a]
     p = params_from(opts)
-    sess = onnxtrain.TrainingSession(mlp_with_loss(), p)
+    so = onnxtrain.SessionOptions()
+    for a in argv:
+        if a.startswith("bucket:"):
+            so.add_session_config_entry("onnxtrain.allreduce_bucket_bytes", a.split(":")[1])
+            if onnxtrain.distributed.launch_info()["rank"] == 0:
+                p.model_with_training_graph_path = os.path.join(out, "training_graph.onnx")
+    sess = onnxtrain.TrainingSession(mlp_with_loss(), p, so)
     world, rank = sess.world_size, sess.world_rank
     X, Y = data(steps, global_batch)
     lr = np.array([0.01], np.float32)
