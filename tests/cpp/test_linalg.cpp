@@ -87,7 +87,7 @@ TEST(Linalg, MatMulDouble) { check_matmul(DType::kFloat64, 12, 30); }
 TEST(Linalg, MatMulInt32) { check_matmul(DType::kInt32, 13, 20); }
 TEST(Linalg, MatMulInt64) { check_matmul(DType::kInt64, 14, 20); }
 TEST(Linalg, MatMulUInt32) { check_matmul(DType::kUInt32, 15, 10); }
-TEST(Linalg, MatMulFloat16) { check_matmul(DType::kFloat16, 16, 10); }
+TEST(Linalg, MatMulFloat16) { check_matmul(DType::kFloat16, 16, 30); }  // widened to float32
 TEST(Linalg, MatMulBFloat16) { check_matmul(DType::kBFloat16, 17, 30); }  // oneDNN's bf16 matmul
 
 // com.onnxtrain.FusedMatMul: the operands stored transposed (last two dims swapped) give the
@@ -119,7 +119,7 @@ TEST(Linalg, FusedMatMulTransposedOperands) {
       return s;
     };
     const Shape sa = operand(ra, M, K), sb = operand(rb, K, N);
-    const DType dt = t % 3 == 2 ? DType::kFloat64 : DType::kFloat32;
+    const DType dt = t % 3 == 2 ? DType::kFloat64 : t % 5 == 4 ? DType::kFloat16 : DType::kFloat32;
     const std::vector<double> a = to_double(random_tensor(dt, sa, rng)), b = to_double(random_tensor(dt, sb, rng));
     Shape so;
     const auto expect = ref_matmul(a, sa, b, sb, &so);
@@ -198,7 +198,9 @@ TEST(Linalg, GemmRandom) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> dim(1, 50), coin(0, 1), cshape(0, 6);
   for (int t = 0; t < 60; ++t) {
-    const DType dt = t % 5 == 4 ? DType::kFloat64 : t % 7 == 6 ? DType::kInt64 : t % 6 == 5 ? DType::kBFloat16 : DType::kFloat32;
+    const DType dt = t % 5 == 4 ? DType::kFloat64 : t % 7 == 6 ? DType::kInt64 : t % 6 == 5 ? DType::kBFloat16
+                     : t % 8 == 3                                                    ? DType::kFloat16
+                                                                                     : DType::kFloat32;
     const int64_t M = dim(rng), N = dim(rng), K = dim(rng);
     const bool ta = coin(rng), tb = coin(rng);
     const float alpha = dt == DType::kInt64 ? 1.f : std::uniform_real_distribution<float>(-2, 2)(rng);
@@ -228,8 +230,9 @@ TEST(Linalg, GemmRandom) {
     if (cs) in.push_back(c);
     auto y = run_node("Gemm", in,
                       {attr_int("transA", ta), attr_int("transB", tb), attr_float("alpha", alpha), attr_float("beta", beta)}, o);
-    // bfloat16: inputs exact, fp32 accumulation, one rounding of the output (8 bits).
-    const double tol = dt == DType::kFloat64 ? 1e-9 : dt == DType::kInt64 ? 0 : dt == DType::kBFloat16 ? 1e-2 : 1e-4;
+    // bfloat16 / float16: inputs exact, fp32 accumulation, one rounding of the output (8 / 11 bits).
+    const double tol = dt == DType::kFloat64 ? 1e-9 : dt == DType::kInt64 ? 0 : dt == DType::kBFloat16 ? 1e-2
+                       : dt == DType::kFloat16 ? 2e-3 : 1e-4;
     EXPECT_TRUE(all_close(y[0], {M, N}, e, tol, tol)) << dtype_name(dt) << " Gemm M=" << M << " N=" << N << " K=" << K << " ta=" << ta
                                                       << " tb=" << tb << " C" << str(sc) << " seed " << seed
                                                       << " trial " << t;

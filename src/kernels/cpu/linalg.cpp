@@ -3,8 +3,9 @@
 //   Gemm    Y[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C   C broadcast to [M, N]
 //   Einsum  Y = einsum(equation, X...)   lowered to gather/sum (diagonals, traces, transposes) and
 //           batched matrix products, contracting operands left to right.
-// float32 goes through oneDNN (matmul primitive, sgemm); float64 through the blocked gemm; the other
-// types through a plain loop (correct, not fast).
+// float32 goes through oneDNN (matmul primitive, sgemm); float64 through the blocked gemm; float16
+// is widened to float32 (exact), multiplied there and rounded back, as float16 hardware with fp32
+// accumulation does; the other types through a plain loop (correct, not fast).
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu_provider.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/registry.h"
 
@@ -69,6 +71,17 @@ void matmul2d(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, c
   }
 }
 
+// ---------------------------------------------------------------- float16 through float32
+size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+// float16 <-> float32 over n elements, split over the threads in blocks.
+void widen_all(const float16* x, float* y, int64_t n) {
+  parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { ew::widen(x + b, y + b, e - b); });
+}
+void narrow_all(const float* x, float16* y, int64_t n) {
+  parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { ew::narrow(x + b, y + b, e - b); });
+}
+
 // ---------------------------------------------------------------- batched matrix product
 // C[b] = op(A)[ia(b)] @ op(B)[ib(b)] over the broadcast of the batch shapes.
 //   A: [a_batch..., M, K] ([..., K, M] when ta), B: [b_batch..., K, N] ([..., N, K] when tb),
@@ -79,6 +92,17 @@ class BatchedMatMul {
  public:
   /// False when the batch shapes do not broadcast.
   bool prepare(DType dt, Shape a_batch, Shape b_batch, int64_t M, int64_t K, int64_t N, bool ta, bool tb) {
+    if (dt == DType::kFloat16) {
+      // float16: the float32 product of the widened operands (exact), rounded back to float16.
+      widened_ = std::make_shared<BatchedMatMul>();
+      a_numel_ = shape_numel(a_batch) * M * K;
+      b_numel_ = shape_numel(b_batch) * K * N;
+      if (!widened_->prepare(DType::kFloat32, std::move(a_batch), std::move(b_batch), M, K, N, ta, tb)) return false;
+      batch_ = widened_->batch();
+      dt_ = dt, M_ = M, K_ = K, N_ = N, nbatch_ = shape_numel(batch_);
+      return true;
+    }
+    widened_.reset();
     dt_ = dt, M_ = M, K_ = K, N_ = N, ta_ = ta, tb_ = tb, rows_ = M;
     const size_t r = std::max(a_batch.size(), b_batch.size());
     a_batch.insert(a_batch.begin(), r - a_batch.size(), 1);
@@ -141,10 +165,26 @@ class BatchedMatMul {
     run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node(),
         CpuContext::of(ctx).stream());
   }
-  size_t workspace_bytes() const { return op_.valid() ? op_.workspace_bytes() : 0; }
+  size_t workspace_bytes() const {
+    if (widened_)
+      return widened_->workspace_bytes() +
+             4 * (align64(size_t(a_numel_)) + align64(size_t(b_numel_)) + align64(size_t(nbatch_ * M_ * N_)));
+    return op_.valid() ? op_.workspace_bytes() : 0;
+  }
 
   void run(const void* a, const void* b, void* c, void* ws, const ir::Node& node, dnnl::stream& stream) {
     if (nbatch_ == 0 || M_ == 0 || N_ == 0) return;
+    if (widened_) {
+      float* a32 = static_cast<float*>(ws);
+      float* b32 = a32 + align64(size_t(a_numel_));
+      float* c32 = b32 + align64(size_t(b_numel_));
+      void* rest = c32 + align64(size_t(nbatch_ * M_ * N_));
+      widen_all(static_cast<const float16*>(a), a32, a_numel_);
+      widen_all(static_cast<const float16*>(b), b32, b_numel_);
+      widened_->run(a32, b32, c32, rest, node, stream);
+      narrow_all(c32, static_cast<float16*>(c), nbatch_ * M_ * N_);
+      return;
+    }
     if (op_.valid()) {
       op_.bind(DNNL_ARG_SRC, a);
       op_.bind(DNNL_ARG_WEIGHTS, b);
@@ -210,6 +250,8 @@ class BatchedMatMul {
 
   DType dt_ = DType::kFloat32;
   int64_t M_ = 0, K_ = 0, N_ = 0, nbatch_ = 0;
+  std::shared_ptr<BatchedMatMul> widened_;  // float16: the float32 product it runs through
+  int64_t a_numel_ = 0, b_numel_ = 0;         // float16: elements of A and B
   int64_t rows_ = 0;  // rows of each product (M, or batch*M when A's batch folds into the rows)
   bool ta_ = false, tb_ = false, tiny_ = false;
   Shape batch_;
@@ -329,11 +371,37 @@ class GemmKernel final : public Kernel {
     ctx.set_output(0, dt, {M_, N_});
     op_ = dnnl_util::DnnlOp();
     tiny_ = dt == DType::kFloat32 && tiny_product(M_ * K_ * N_);
-    if (float_type(dt) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_) make_dnnl(dt, has_c_ && beta_ != 0.f);
-    ctx.request_workspace(op_.valid() ? op_.workspace_bytes() : 0);
+    // float16: oneDNN's float32 product of the widened operands (exact), rounded back.
+    widen_ = dt == DType::kFloat16 && !tiny_product(M_ * K_ * N_);
+    const DType compute = widen_ ? DType::kFloat32 : dt;
+    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_) make_dnnl(compute, has_c_ && beta_ != 0.f);
+    widen_ = widen_ && op_.valid();
+    const size_t a_n = size_t(a[0] * a[1]), b_n = size_t(b[0] * b[1]), c_n = has_c_ ? size_t(c_rows_ * c_cols_) : 0;
+    ctx.request_workspace((op_.valid() ? op_.workspace_bytes() : 0) +
+                          (widen_ ? 4 * (align64(a_n) + align64(b_n) + align64(size_t(M_ * N_)) + align64(c_n)) : 0));
+    a_numel_ = int64_t(a_n), b_numel_ = int64_t(b_n);
   }
   void run(RunContext& ctx) override {
     const Tensor& A = ctx.input(0);
+    if (widen_) {
+      float* a32 = static_cast<float*>(ctx.workspace());
+      float* b32 = a32 + align64(size_t(a_numel_));
+      float* y32 = b32 + align64(size_t(b_numel_));
+      float* c32 = y32 + align64(size_t(M_ * N_));
+      void* rest = c32 + align64(has_c_ ? size_t(c_rows_ * c_cols_) : 0);
+      widen_all(A.data<float16>(), a32, a_numel_);
+      widen_all(ctx.input(1).data<float16>(), b32, b_numel_);
+      if (has_c_ && beta_ != 0.f) {  // C widened, then broadcast into Y's rows
+        widen_all(ctx.input(2).data<float16>(), c32, c_rows_ * c_cols_);
+        fill_c(c32, y32);
+      }
+      op_.bind(DNNL_ARG_SRC, a32);
+      op_.bind(DNNL_ARG_WEIGHTS, b32);
+      op_.bind(DNNL_ARG_DST, y32);
+      op_.execute(rest, CpuContext::of(ctx).stream());
+      narrow_all(y32, ctx.output(0).data<float16>(), M_ * N_);
+      return;
+    }
     if (op_.valid()) {
       void* y = ctx.output(0).raw_data();
       if (has_c_ && beta_ != 0.f) {
@@ -402,8 +470,8 @@ class GemmKernel final : public Kernel {
   float alpha_, beta_;
   bool legacy_no_broadcast_;
   dnnl_util::DnnlOp op_;
-  bool has_c_ = false, tiny_ = false;
-  int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1;
+  bool has_c_ = false, tiny_ = false, widen_ = false;
+  int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1, a_numel_ = 0, b_numel_ = 0;
 };
 
 // ---------------------------------------------------------------- Einsum
