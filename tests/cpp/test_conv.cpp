@@ -178,6 +178,7 @@ TEST(Conv, RandomBFloat16) { check_conv(false, DType::kBFloat16, 108, 40); }
 TEST(Conv, TransposeRandomFloat) { check_conv(true, DType::kFloat32, 104, 120); }
 TEST(Conv, TransposeRandomDouble) { check_conv(true, DType::kFloat64, 105, 60); }
 TEST(Conv, TransposeRandomBFloat16) { check_conv(true, DType::kBFloat16, 106, 15); }
+TEST(Conv, TransposeRandomFloat16) { check_conv(true, DType::kFloat16, 109, 15); }
 
 // Channel counts large enough for oneDNN's blocked kernels (and the reorders around them).
 TEST(Conv, BlockedLayouts) {
@@ -191,14 +192,15 @@ TEST(Conv, BlockedLayouts) {
       c.pad_e = c.pad_b;
       if (transposed) c.out_pad = {s - 1, 0};
       Shape xs = {c.N, C, 9, 10}, ws = transposed ? Shape{C, M / G, k, k} : Shape{M, C / G, k, k};
-      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {  // bf16: oneDNN's bf16 kernels, one output rounding
+      // bf16: oneDNN's bf16 kernels, one output rounding; float16: widened into oneDNN's float32 kernels
+      for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
         Tensor x = random_tensor(dt, xs, rng), w = random_tensor(dt, ws, rng), b = random_tensor(dt, {M}, rng);
         Shape ys;
         auto e = ref_conv(c, transposed, to_double(x), to_double(w), to_double(b), &ys);
         RunOptions o;
         o.threads = 2;
         auto y = run_node(transposed ? "ConvTranspose" : "Conv", {x, w, b}, c.attrs(transposed), o);
-        const double tol = dt == DType::kBFloat16 ? 2e-2 : 1e-4;
+        const double tol = dt == DType::kBFloat16 ? 2e-2 : dt == DType::kFloat16 ? 3e-3 : 1e-4;
         EXPECT_TRUE(all_close(y[0], ys, e, tol, tol)) << dtype_name(dt) << " " << c.describe() << (transposed ? " transposed" : "");
       }
     }

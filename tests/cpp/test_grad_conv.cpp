@@ -281,6 +281,7 @@ TEST(GradConv, KernelRandomFloat16) { check_grad_kernel(false, DType::kFloat16, 
 TEST(GradConv, KernelTransposeRandomFloat) { check_grad_kernel(true, DType::kFloat32, 204, 80); }
 TEST(GradConv, KernelTransposeRandomDouble) { check_grad_kernel(true, DType::kFloat64, 205, 40); }
 TEST(GradConv, KernelRandomBFloat16) { check_grad_kernel(false, DType::kBFloat16, 207, 20); }
+TEST(GradConv, KernelTransposeRandomFloat16) { check_grad_kernel(true, DType::kFloat16, 208, 10); }
 
 // Channel counts that select oneDNN's blocked layouts (and reorders) in both backward primitives.
 TEST(GradConv, KernelBlockedLayouts) {
@@ -293,14 +294,16 @@ TEST(GradConv, KernelBlockedLayouts) {
       if (transposed) g.op = {s - 1, 0};
       // bfloat16 (the bf16 mixed-precision mode): oneDNN's bf16 backward kernels, inputs exact, fp32
       // accumulation, the outputs rounded once to 8 significant bits.
-      for (DType dt : {DType::kFloat32, DType::kBFloat16}) {
+      // float16: widened into oneDNN's float32 kernels, the outputs rounded once to 11 bits.
+      for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
         Tensor x = random_tensor(dt, g.xshape(), rng), w = random_tensor(dt, g.wshape(), rng),
                dy = random_tensor(dt, g.yshape(), rng);
         std::vector<double> dx, dw, db;
         ref_grads(g, to_double(x), to_double(w), to_double(dy), &dx, &dw, &db);
         auto out = run_grad_node(transposed ? "ConvTransposeGrad" : "ConvGrad", {dy, x, w}, g.attrs(), {true, true, true}, 2);
-        const bool bf = dt == DType::kBFloat16;
-        const double rt = bf ? 1e-2 : 1e-4, at = bf ? 5e-2 : 1e-4, atw = bf ? 2e-1 : 1e-3;
+        const bool bf = dt == DType::kBFloat16, half = dt == DType::kFloat16;
+        const double rt = bf ? 1e-2 : half ? 2e-3 : 1e-4, at = bf ? 5e-2 : half ? 1e-2 : 1e-4,
+                     atw = bf ? 2e-1 : half ? 3e-2 : 1e-3;
         EXPECT_TRUE(all_close(out[0], g.xshape(), dx, rt, at)) << dtype_name(dt) << " dX " << g.describe();
         EXPECT_TRUE(all_close(out[1], g.wshape(), dw, rt, atw)) << dtype_name(dt) << " dW " << g.describe();
         EXPECT_TRUE(all_close(out[2], {g.M}, db, rt, atw)) << dtype_name(dt) << " dB " << g.describe();

@@ -20,6 +20,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu_provider.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/window.h"
 #include "kernels/registry.h"
@@ -360,6 +361,26 @@ void bias_grad(const T* dy, int64_t N, int64_t M, int64_t P, T* db) {
   });
 }
 
+// float16 through oneDNN's float32 kernels: each argument gets a float32 copy in the workspace
+// (inputs widened exactly before the primitive runs, outputs rounded back after it).
+struct Fp16Stage {
+  std::vector<int64_t> numel;  // per argument, in carving order
+  size_t bytes() const {
+    size_t b = 0;
+    for (int64_t n : numel) b += align64(size_t(n) * 4);
+    return b;
+  }
+  /// The float32 buffers of the arguments, carved from `ws`, which then points past them.
+  std::vector<float*> carve(char*& ws) const {
+    std::vector<float*> r;
+    for (int64_t n : numel) {
+      r.push_back(reinterpret_cast<float*>(ws));
+      ws += align64(size_t(n) * 4);
+    }
+    return r;
+  }
+};
+
 // Element type of input 0, a float type that every other present input shares.
 DType float_inputs(const PrepareContext& ctx) {
   const DType dt = ctx.input_dtype(0);
@@ -392,8 +413,12 @@ class ConvKernel final : public Kernel {
       return;
     }
     DnnlConv d;
-    if (!empty && dnnl_conv(p_, x, dt_, &d) && make_dnnl(d)) {
-      ctx.request_workspace(op_.workspace_bytes());
+    stage_.numel.clear();
+    const DType compute = dt_ == DType::kFloat16 ? DType::kFloat32 : dt_;  // float16 staged through float32
+    if (!empty && dnnl_conv(p_, x, compute, &d) && make_dnnl(d)) {
+      if (dt_ == DType::kFloat16)
+        stage_.numel = {shape_numel(x), shape_numel(ctx.input_shape(1)), has_bias_ ? p_.M : 0, shape_numel(p_.y)};
+      ctx.request_workspace(stage_.bytes() + op_.workspace_bytes());
       return;
     }
     ctx.request_workspace(generic_workspace());
@@ -408,11 +433,23 @@ class ConvKernel final : public Kernel {
       return;
     }
     if (op_.valid()) {
-      op_.bind(DNNL_ARG_SRC, ctx.input(0).raw_data());
-      op_.bind(DNNL_ARG_WEIGHTS, ctx.input(1).raw_data());
+      const void *x = ctx.input(0).raw_data(), *w = ctx.input(1).raw_data();
+      void* y = ctx.output(0).raw_data();
+      char* ws = static_cast<char*>(ctx.workspace());
+      std::vector<float*> f32;
+      if (!stage_.numel.empty()) {  // float16: widened copies, a float32 output
+        f32 = stage_.carve(ws);
+        ew::widen_all(static_cast<const float16*>(x), f32[0], stage_.numel[0]);
+        ew::widen_all(static_cast<const float16*>(w), f32[1], stage_.numel[1]);
+        if (bias) ew::widen_all(static_cast<const float16*>(bias), f32[2], stage_.numel[2]);
+        x = f32[0], w = f32[1], bias = bias ? f32[2] : nullptr, y = f32[3];
+      }
+      op_.bind(DNNL_ARG_SRC, x);
+      op_.bind(DNNL_ARG_WEIGHTS, w);
       if (bias) op_.bind(DNNL_ARG_BIAS, bias);
-      op_.bind(DNNL_ARG_DST, ctx.output(0).raw_data());
-      op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
+      op_.bind(DNNL_ARG_DST, y);
+      op_.execute(ws, CpuContext::of(ctx).stream());
+      if (!f32.empty()) ew::narrow_all(f32[3], ctx.output(0).data<float16>(), stage_.numel[3]);
       return;
     }
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
@@ -580,6 +617,7 @@ class ConvKernel final : public Kernel {
   DType dt_ = DType::kFloat32;
   bool has_bias_ = false, depthwise_ = false;
   dnnl_util::DnnlOp op_;
+  Fp16Stage stage_;  // float16 run through the float32 primitive (empty otherwise)
 };
 
 // ------------------------------------------------------------ gradients
@@ -608,11 +646,18 @@ class ConvGradKernel final : public Kernel {
     weights_op_ = dnnl_util::DnnlOp();
     empty_ = shape_numel(p_.y) == 0 || shape_numel(x) == 0 || p_.kk == 0;
     DnnlConv d;
-    if (!empty_ && dnnl_conv(p_, x, dt_, &d)) {
+    const DType compute = dt_ == DType::kFloat16 ? DType::kFloat32 : dt_;  // float16 staged through float32
+    if (!empty_ && dnnl_conv(p_, x, compute, &d)) {
       if (want_[0]) make_data(d);
       if (want_[1]) make_weights(d, want_[2]);
     }
-    size_t ws = std::max(data_op_.workspace_bytes(), weights_op_.workspace_bytes());
+    const bool all_dnnl = (!want_[0] || data_op_.valid()) && (!want_[1] || weights_op_.valid());
+    stage_.numel.clear();
+    if (dt_ == DType::kFloat16 && all_dnnl && !empty_)  // dY, X, W, dX, dW, dB
+      stage_.numel = {shape_numel(p_.y), shape_numel(x), shape_numel(ctx.input_shape(2)), want_[0] ? shape_numel(x) : 0,
+                      want_[1] ? shape_numel(ctx.input_shape(2)) : 0, want_[2] ? p_.M : 0};
+    if (dt_ == DType::kFloat16 && !all_dnnl) data_op_ = dnnl_util::DnnlOp(), weights_op_ = dnnl_util::DnnlOp();
+    size_t ws = std::max(data_op_.workspace_bytes(), weights_op_.workspace_bytes()) + stage_.bytes();
     if ((want_[0] && !data_op_.valid()) || (want_[1] && !weights_op_.valid())) ws = std::max(ws, generic_workspace());
     ctx.request_workspace(ws);
   }
@@ -626,21 +671,38 @@ class ConvGradKernel final : public Kernel {
         if (t) std::memset(t->raw_data(), 0, t->nbytes());
       return;
     }
+    // Arguments as the primitives see them: the tensors, or (float16) their float32 stage.
+    const void *dy = dY.raw_data(), *x = X.raw_data(), *w = W.raw_data();
+    void* o[3] = {out[0] ? out[0]->raw_data() : nullptr, out[1] ? out[1]->raw_data() : nullptr,
+                  out[2] ? out[2]->raw_data() : nullptr};
+    char* ws = static_cast<char*>(ctx.workspace());
+    std::vector<float*> f32;
+    if (!stage_.numel.empty()) {
+      f32 = stage_.carve(ws);
+      ew::widen_all(dY.data<float16>(), f32[0], stage_.numel[0]);
+      if (out[1]) ew::widen_all(X.data<float16>(), f32[1], stage_.numel[1]);
+      if (out[0]) ew::widen_all(W.data<float16>(), f32[2], stage_.numel[2]);
+      dy = f32[0], x = f32[1], w = f32[2];
+      for (size_t i = 0; i < 3; ++i)
+        if (o[i]) o[i] = f32[3 + i];
+    }
     if (out[0] && data_op_.valid()) {
-      data_op_.bind(DNNL_ARG_DIFF_DST, dY.raw_data());
-      data_op_.bind(DNNL_ARG_WEIGHTS, W.raw_data());
-      data_op_.bind(DNNL_ARG_DIFF_SRC, out[0]->raw_data());
-      data_op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
-      out[0] = nullptr;
+      data_op_.bind(DNNL_ARG_DIFF_DST, dy);
+      data_op_.bind(DNNL_ARG_WEIGHTS, w);
+      data_op_.bind(DNNL_ARG_DIFF_SRC, o[0]);
+      data_op_.execute(ws, CpuContext::of(ctx).stream());
     }
     if (out[1] && weights_op_.valid()) {
-      weights_op_.bind(DNNL_ARG_SRC, X.raw_data());
-      weights_op_.bind(DNNL_ARG_DIFF_DST, dY.raw_data());
-      weights_op_.bind(DNNL_ARG_DIFF_WEIGHTS, out[1]->raw_data());
-      if (out[2]) weights_op_.bind(DNNL_ARG_DIFF_BIAS, out[2]->raw_data());
-      weights_op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
-      out[1] = out[2] = nullptr;
+      weights_op_.bind(DNNL_ARG_SRC, x);
+      weights_op_.bind(DNNL_ARG_DIFF_DST, dy);
+      weights_op_.bind(DNNL_ARG_DIFF_WEIGHTS, o[1]);
+      if (out[2]) weights_op_.bind(DNNL_ARG_DIFF_BIAS, o[2]);
+      weights_op_.execute(ws, CpuContext::of(ctx).stream());
     }
+    for (size_t i = 0; i < 3 && !f32.empty(); ++i)
+      if (out[i]) ew::narrow_all(f32[3 + i], out[i]->data<float16>(), stage_.numel[3 + i]);
+    if (out[0] && data_op_.valid()) out[0] = nullptr;
+    if (out[1] && weights_op_.valid()) out[1] = out[2] = nullptr;
     if (!out[0] && !out[1] && !out[2]) return;
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
       auto ptr = [](Tensor* t) { return t ? t->data<T>() : nullptr; };
@@ -744,6 +806,7 @@ class ConvGradKernel final : public Kernel {
   bool want_[3] = {false, false, false};
   bool empty_ = false;
   dnnl_util::DnnlOp data_op_, weights_op_;
+  Fp16Stage stage_;  // float16 run through the float32 primitives: dY, X, W, dX, dW, dB (empty otherwise)
 };
 
 KernelFactory conv_factory(bool grad, bool transposed) {

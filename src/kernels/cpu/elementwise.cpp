@@ -34,6 +34,13 @@ void narrow(const float* x, float16* y, int64_t n) {
   for (; i < n; ++i) y[i] = float16(x[i]);
 }
 
+void widen_all(const float16* x, float* y, int64_t n) {
+  parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { widen(x + b, y + b, e - b); });
+}
+void narrow_all(const float* x, float16* y, int64_t n) {
+  parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { narrow(x + b, y + b, e - b); });
+}
+
 void widen(const bfloat16* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t u = uint32_t(x[i].bits) << 16;

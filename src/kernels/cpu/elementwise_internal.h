@@ -42,6 +42,9 @@ void widen(const float16* x, float* y, int64_t n);
 void widen(const bfloat16* x, float* y, int64_t n);
 void narrow(const float* x, float16* y, int64_t n);
 void narrow(const float* x, bfloat16* y, int64_t n);
+/// widen / narrow of n elements split over the threads (float16 staged through float32 kernels).
+void widen_all(const float16* x, float* y, int64_t n);
+void narrow_all(const float* x, float16* y, int64_t n);
 
 // ---------------------------------------------------------------- value conversion
 /// v rounded to float toward zero, with the last bit set when inexact ("round to odd"): rounding

@@ -74,13 +74,8 @@ void matmul2d(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, c
 // ---------------------------------------------------------------- float16 through float32
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
-// float16 <-> float32 over n elements, split over the threads in blocks.
-void widen_all(const float16* x, float* y, int64_t n) {
-  parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { ew::widen(x + b, y + b, e - b); });
-}
-void narrow_all(const float* x, float16* y, int64_t n) {
-  parallel_for(n, 1 << 16, [&](int64_t b, int64_t e) { ew::narrow(x + b, y + b, e - b); });
-}
+using ew::narrow_all;
+using ew::widen_all;
 
 // ---------------------------------------------------------------- batched matrix product
 // C[b] = op(A)[ia(b)] @ op(B)[ib(b)] over the broadcast of the batch shapes.
