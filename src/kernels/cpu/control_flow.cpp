@@ -7,6 +7,7 @@
 //   Loop (M: int64 scalar?, cond: bool?, v[N])    -> v_final[N], scan[K] (per-iteration values
 //        stacked on a new first axis); body(i, cond, v[N]) -> (cond, v[N], scan[K]).
 //        Iterates while i < M (when given) and cond (the input, then each body output).
+#include <cstring>
 #include <limits>
 #include <unordered_map>
 
@@ -152,7 +153,16 @@ class LoopKernel final : public Kernel {
         wanted.push_back(1 + carried_ + k);
         scan_out.push_back(carried_ + k);
       }
-    std::vector<std::vector<Tensor>> scans(scan_out.size());
+    // Scan outputs accumulate in one growing buffer each (no tensor per iteration: a loop of
+    // millions of small iterations would otherwise leave millions of allocations to free).
+    struct Scan {
+      DType dt = DType::kUndefined;
+      Shape shape;
+      int64_t count = 0;
+      std::vector<char> bytes;       // numeric types
+      std::vector<Tensor> strings;   // string tensors, one per iteration
+    };
+    std::vector<Scan> scans(scan_out.size());
 
     Value iter = Value::of(Tensor::scalar<int64_t>(0));
     Value cond_v = Value::of(Tensor::scalar<bool>(true));
@@ -173,16 +183,25 @@ class LoopKernel final : public Kernel {
       for (size_t i = 0; i < carried_; ++i) inputs[2 + i] = &state[i];
       for (size_t k = 0; k < scan_out.size(); ++k) {
         Value& v = out[1 + carried_ + k];
+        Scan& sc = scans[k];
         if (v.kind != Value::Kind::kTensor)
           ctx.fail("scan output ", scan_out[k] - carried_, " must be a tensor in every iteration");
-        if (!scans[k].empty() && (v.tensor.shape() != scans[k][0].shape() || v.tensor.dtype() != scans[k][0].dtype()))
-          ctx.fail("scan output ", scan_out[k] - carried_, " is ", v.tensor.describe(), " in iteration ", trips,
-                   " but ", scans[k][0].describe(), " in iteration 0");
-        scan_bytes += v.tensor.nbytes();
+        if (sc.count == 0) sc.dt = v.tensor.dtype(), sc.shape = v.tensor.shape();
+        if (v.tensor.shape() != sc.shape || v.tensor.dtype() != sc.dt)
+          ctx.fail("scan output ", scan_out[k] - carried_, " is ", v.tensor.describe(), " in iteration ", trips, " but ",
+                   dtype_name(sc.dt), shape_to_string(sc.shape), " in iteration 0");
+        const bool text = sc.dt == DType::kString;
+        scan_bytes += text ? uint64_t(v.tensor.numel()) * 32 + 64 : v.tensor.nbytes();
         if (scan_bytes > allocation_limit())
           ctx.fail("scan outputs after ", trips + 1, " iterations need ", scan_bytes, " bytes, over ",
                    allocation_limit_text());
-        scans[k].push_back(std::move(v.tensor));
+        if (text) {
+          sc.strings.push_back(std::move(v.tensor));
+        } else {
+          const char* b = static_cast<const char*>(v.tensor.raw_data());
+          sc.bytes.insert(sc.bytes.end(), b, b + v.tensor.nbytes());
+        }
+        ++sc.count;
       }
     }
 
@@ -199,7 +218,8 @@ class LoopKernel final : public Kernel {
     }
     for (size_t k = 0; k < scan_out.size(); ++k) {
       const size_t o = scan_out[k];
-      if (scans[k].empty()) {  // zero iterations: [0, declared dims...] when the body declares them
+      const Scan& sc = scans[k];
+      if (sc.count == 0) {  // zero iterations: [0, declared dims...] when the body declares them
         const auto& type = body_.graph->outputs[1 + o].type;
         Shape shape{0};
         bool known = type.has_shape;
@@ -211,14 +231,18 @@ class LoopKernel final : public Kernel {
         ctx.allocate_output(o, type.elem == DType::kUndefined ? DType::kFloat32 : type.elem, shape);
         continue;
       }
-      Shape shape = scans[k][0].shape();
-      shape.insert(shape.begin(), int64_t(scans[k].size()));
-      Tensor& y = ctx.allocate_output(o, scans[k][0].dtype(), shape);
-      const int64_t per = scans[k][0].numel();
-      for (size_t i = 0; i < scans[k].size(); ++i) {
-        Tensor dst = Tensor::wrap(y.dtype(), scans[k][0].shape(),
+      Shape shape = sc.shape;
+      shape.insert(shape.begin(), sc.count);
+      Tensor& y = ctx.allocate_output(o, sc.dt, shape);
+      if (sc.dt != DType::kString) {
+        if (!sc.bytes.empty()) std::memcpy(y.raw_data(), sc.bytes.data(), sc.bytes.size());
+        continue;
+      }
+      const int64_t per = shape_numel(sc.shape);
+      for (size_t i = 0; i < sc.strings.size(); ++i) {
+        Tensor dst = Tensor::wrap(y.dtype(), sc.shape,
                                   static_cast<char*>(y.raw_data()) + size_t(i) * size_t(per) * dtype_size(y.dtype()));
-        dst.copy_from(scans[k][i]);
+        dst.copy_from(sc.strings[i]);
       }
     }
   }
