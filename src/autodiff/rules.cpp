@@ -288,6 +288,13 @@ void rules_elementwise(Table& t) {
     if (!c.portable()) return c.set_GI(0, c.custom("ReluGrad", {c.GO(0), c.O(0)}, 1)[0]);
     c.set_GI(0, where_else_zero(c, c.op("Greater", {c.I(0), c.scalar_like(0.0, c.I(0))}), c.GO(0)));
   });
+  // com.onnxtrain.Gelu (train/fusion.h fuses the exported erf GELU): one GeluGrad pass, reading the
+  // forward's 1 + erf(x / sqrt(2)) when the node outputs it.
+  t.add("Gelu", [](Ctx& c) {
+    std::vector<std::string> in = {c.GO(0), c.I(0)};
+    if (c.num_outputs() > 1 && !c.O(1).empty()) in.push_back(c.O(1));
+    c.set_GI(0, c.custom("GeluGrad", in, 1)[0]);
+  }, {0}, 1, 1000, "com.onnxtrain");
   t.add("LeakyRelu", [](Ctx& c) {
     const std::string& x = c.I(0);
     const double alpha = c.attr_float("alpha", 0.01f);
@@ -1984,6 +1991,8 @@ const std::vector<Entry>& table() {
       {"SumToShape", {0}},                          // (G, shape) -> Y
       {"FusedMatMul", {0}},                         // (A, B) -> op(A) @ op(B)
       {"ReluGrad", {0}},                            // (dY, Y) -> dX
+      {"Gelu", {0}},                                // (X) -> Y, 1 + erf(X / sqrt(2))
+      {"GeluGrad", {1}},                            // (dY, X[, A]) -> dX
       {"ConvGrad", {1, 2, 2}},                      // (dY, X, W) -> dX, dW, dB
       {"ConvTransposeGrad", {1, 2, 2}},             // (dY, X, W) -> dX, dW, dB
       {"MaxPoolGrad", {1}},                         // (dY, X[, indices]) -> dX

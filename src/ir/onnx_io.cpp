@@ -1112,6 +1112,48 @@ bool add_missing_ranks(onnx::ModelProto& p) {
   return added;
 }
 
+// ONNX's inference does not know the com.onnxtrain operators. Those that keep their input's type and
+// shape (the fused GELU and the elementwise gradient kernels: a training graph's forward can hold
+// them, and a saved training graph their gradients) get their outputs typed here from that input,
+// so that a next round carries on downstream; returns whether any was typed.
+bool add_custom_types(onnx::ModelProto& p) {
+  static const std::unordered_map<std::string, int> same_as = {
+      {"Gelu", 0}, {"GeluGrad", 1}, {"ReluGrad", 0}, {"SoftmaxGrad", 0}, {"LogSoftmaxGrad", 0}};
+  onnx::GraphProto& g = *p.mutable_graph();
+  std::unordered_map<std::string, onnx::TypeProto> types;
+  std::unordered_set<std::string> typed;
+  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
+    for (const auto& v : *list)
+      if (v.has_type() && v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0) {
+        types[v.name()] = v.type();
+        typed.insert(v.name());
+      }
+  for (const auto& t : g.initializer()) {
+    onnx::TypeProto tp;
+    tp.mutable_tensor_type()->set_elem_type(t.data_type());
+    for (int64_t d : t.dims()) tp.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+    types[t.name()] = tp;
+  }
+  bool added = false;
+  for (const auto& n : g.node()) {
+    if (n.domain() != "com.onnxtrain") continue;
+    auto rule = same_as.find(n.op_type());
+    if (rule == same_as.end() || n.input_size() <= rule->second) continue;
+    auto src = types.find(n.input(rule->second));
+    if (src == types.end()) continue;
+    for (const auto& o : n.output()) {
+      if (o.empty() || typed.count(o)) continue;
+      auto* v = g.add_value_info();
+      v->set_name(o);
+      *v->mutable_type() = src->second;
+      types[o] = src->second;
+      typed.insert(o);
+      added = true;
+    }
+  }
+  return added;
+}
+
 }  // namespace
 
 void infer_types(Model& m) {
@@ -1133,13 +1175,21 @@ void infer_types(Model& m) {
     // Data propagation follows Shape -> Gather -> Concat -> Reshape chains (exported attention).
     onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/true);
     onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
-    for (int round = 0; round < 8 && add_missing_ranks(p); ++round)
+    for (int round = 0; round < 8; ++round) {
+      const bool ranks = add_missing_ranks(p), custom = add_custom_types(p);
+      if (!ranks && !custom) break;
       onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
+    }
   } catch (const std::exception&) {
     return;
   }
   std::unordered_set<std::string> known;
   for (const auto& v : m.graph->value_info) known.insert(v.name);
+  // Graph outputs declared without a type take the inferred one.
+  for (auto& o : m.graph->outputs)
+    if (o.type.kind == TypeInfo::Kind::kUnknown)
+      for (const auto& v : p.graph().output())
+        if (v.name() == o.name && v.has_type()) o.type = type_from_proto(v.type());
   for (const auto& v : p.graph().value_info()) {
     if (known.count(v.name())) continue;
     ValueInfo vi;

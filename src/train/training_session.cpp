@@ -27,6 +27,7 @@
 #include "runtime/feeds.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
+#include "train/fusion.h"
 #include "train/mixed_precision.h"
 #include "train/attach_optimizer.h"
 #include "train/training_graph.h"
@@ -499,19 +500,20 @@ void TrainingSession::Impl::init() {
   ir::Model grad_model;
   // bf16: the training graph differentiates a copy whose products run in bfloat16; the session's
   // model (weights, export, eval) stays float32.
-  ir::Model autocast;
+  // The forward graph differentiated: GELUs fused (default mode), products in low precision.
+  ir::Model autocast = params.portable_training_graph ? model : train::fuse_gelu(model);
   const std::string precision = effective_precision(params);
   std::string loss_name = params.loss_output_name;
-  if (precision == "bf16") autocast = train::autocast(model, DType::kBFloat16);
+  if (precision == "bf16") autocast = train::autocast(autocast, DType::kBFloat16);
   if (precision == "fp16") {
     // fp16: the products in float16, and the loss multiplied by the loss scale before it is
     // differentiated (the gradients of the scaled loss are unscaled and checked before the update).
     fp16 = true;
-    autocast = train::autocast(model, DType::kFloat16);
+    autocast = train::autocast(autocast, DType::kFloat16);
     std::tie(sc.loss_scale_input, loss_name) = train::add_loss_scale(autocast, params.loss_output_name, "loss_scale");
     scale = params.loss_scale > 0 ? double(params.loss_scale) : kInitialScale;
   }
-  tg = train::build_training_graph(autocast.graph ? autocast : model, loss_name, trained, running,
+  tg = train::build_training_graph(autocast, loss_name, trained, running,
                                    params.immutable_weights, sc,
                                    params.model_with_gradient_graph_path.empty() ? nullptr : &grad_model);
   optimizer_name = params.training_optimizer_name;

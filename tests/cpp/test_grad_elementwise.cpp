@@ -183,6 +183,73 @@ TEST(GradElementwise, ReluGradKernel) {
                onnxtrain::Error);
 }
 
+// com.onnxtrain.Gelu (fused out of the exported erf GELU by train/fusion.h): its gradient rule
+// (GeluGrad reading the forward's A, or recomputing it) against central differences, with the
+// optional A output read and not.
+GRAD_COVERS(GradElementwise, Gelu, "com.onnxtrain.Gelu");
+TEST(GradElementwise, Gelu) {
+  std::mt19937 rng(410);
+  for (size_t outs : {1, 2}) {
+    GradCheck g = make("Gelu", {random_tensor(kF64, {3, 7}, rng, -4, 4)}, 410, 1e-6, 1e-8);
+    g.domain = "com.onnxtrain";
+    g.num_outputs = outs;
+    EXPECT_TRUE(check_gradient(g)) << outs << " outputs";
+  }
+}
+
+// The Gelu and GeluGrad kernels against the definition in double: y = x Phi(x), A = 1 + erf(x/sqrt2),
+// dX = dY (Phi(x) + x phi(x)); every float type, NaN and infinities, the gradient with A given and
+// recomputed; float32 y bitwise equal to the unfused nodes (Div, Erf, Add, Mul, Mul).
+TEST(GradElementwise, GeluKernels) {
+  std::mt19937 rng(411);
+  RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.opset = 1;
+  o.num_outputs = 2;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
+    const Shape shape = {5, 39};  // blocks of 8 and a tail
+    std::vector<double> x = to_double(random_tensor(dt, shape, rng, -6, 6)), dy = to_double(random_tensor(dt, shape, rng));
+    x[0] = 0, x[1] = 30, x[2] = -30, x[3] = 1e-30, x[4] = inf;
+    std::vector<double> y(x.size()), a(x.size()), dx(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {  // x = inf: y = inf, A = 2 (dX: inf * 0, NaN)
+      a[i] = 1 + std::erf(x[i] / std::sqrt(2.0));
+      y[i] = 0.5 * x[i] * a[i];
+      dx[i] = dy[i] * (0.5 * a[i] + x[i] * std::exp(-0.5 * x[i] * x[i]) / std::sqrt(2 * M_PI));
+    }
+    const bool half = dt == DType::kFloat16 || dt == DType::kBFloat16;
+    const double tol = dt == DType::kFloat64 ? 1e-12 : half ? (dt == DType::kBFloat16 ? 1e-2 : 2e-3) : 2e-6;
+    const Tensor X = from_double(dt, shape, x), dY = from_double(dt, shape, dy);
+    auto f = run_node("Gelu", {X}, {}, o);
+    EXPECT_TRUE(all_close(f[0], shape, y, tol, tol)) << dtype_name(dt) << " Y";
+    EXPECT_TRUE(all_close(f[1], shape, a, tol, tol)) << dtype_name(dt) << " A";
+    RunOptions og = o;
+    og.num_outputs = 1;
+    auto g3 = run_node("GeluGrad", {dY, X, f[1]}, {}, og);
+    auto g2 = run_node("GeluGrad", {dY, X}, {}, og);
+    EXPECT_TRUE(all_close(g3[0], shape, dx, tol, tol)) << dtype_name(dt) << " dX (A given)";
+    EXPECT_TRUE(all_close(g2[0], shape, dx, tol, tol)) << dtype_name(dt) << " dX (A recomputed)";
+    if (dt == DType::kFloat32) {  // the unfused arithmetic, node by node
+      RunOptions p;
+      auto d = run_node("Div", {X, Tensor::scalar<float>(1.41421356237309515f)}, {}, p);
+      auto e = run_node("Erf", {d[0]}, {}, p);
+      auto a1 = run_node("Add", {e[0], Tensor::scalar<float>(1.f)}, {}, p);
+      auto m1 = run_node("Mul", {X, a1[0]}, {}, p);
+      auto y1 = run_node("Mul", {m1[0], Tensor::scalar<float>(0.5f)}, {}, p);
+      EXPECT_TRUE(same_bits(f[0], y1[0])) << "fused GELU differs from the unfused nodes";
+      EXPECT_TRUE(same_bits(f[1], a1[0]));
+    }
+    std::vector<double> xn = x;
+    xn[5] = std::nan("");
+    auto fn = run_node("Gelu", {from_double(dt, shape, xn)}, {}, o);
+    EXPECT_TRUE(std::isnan(to_double(fn[0])[5])) << dtype_name(dt) << ": NaN must propagate";
+  }
+  RunOptions og = o;
+  og.num_outputs = 1;
+  EXPECT_THROW(run_node("GeluGrad", {random_tensor(DType::kFloat32, {3}, rng), random_tensor(DType::kFloat32, {4}, rng)}, {}, og),
+               onnxtrain::Error);
+}
+
 // PRelu: the slope broadcasts to x (unidirectionally); its gradient sums over the broadcast dims.
 GRAD_COVERS(GradElementwise, PRelu, "PRelu");
 TEST(GradElementwise, PRelu) {

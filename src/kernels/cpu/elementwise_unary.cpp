@@ -2,6 +2,8 @@
 //   Y[i] = f(X[i])                        Y: shape(X), X's dtype
 //   PRelu: Y = X < 0 ? slope * X : X      slope broadcasts to X (unidirectional)
 //   Clip:  Y = min(max(X, lo), hi)        lo/hi: attributes (opset < 11) or optional scalar inputs
+//   com.onnxtrain.Gelu(X) -> Y[, A]:      A = 1 + erf(X / sqrt(2)), Y = (X * A) * 0.5
+//   com.onnxtrain.GeluGrad(dY, X[, A]):   dX = dY * (0.5 A + X phi(X)), phi(x) = exp(-x^2/2) / sqrt(2 pi)
 // float16/bfloat16 compute in float; float32 Exp/Log/Tanh/Sigmoid/Erf use the AVX2 versions of
 // elementwise_simd.h (max error 1-2 ulp, documented there).
 #include "kernels/cpu/elementwise_internal.h"
@@ -231,6 +233,118 @@ KernelFactory simple(Op op) {
   return unary<FloatTypes>(op);
 }
 
+// ---------------------------------------------------------------- GELU (com.onnxtrain)
+// Forward and backward of the exact GELU that train/fusion.h fuses out of torch.onnx's exported
+// arithmetic. The forward repeats that arithmetic in the same order with the same float32
+// constants (x / 1.4142135f, erf, + 1, * x, * 0.5): in float32 its bits are those of the unfused
+// nodes; float64 divides by sqrt(2) in double; float16/bfloat16 compute in float and round once at
+// the end instead of after every node. The
+// gradient d/dx [x Phi(x)] = Phi(x) + x phi(x) with Phi = A / 2 reads the forward's A (or
+// recomputes it).
+constexpr float kSqrt2f = 1.41421356237309515f;      // float(sqrt(2)): the exported constant
+constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+
+class GeluKernel final : public Kernel {
+ public:
+  explicit GeluKernel(const KernelInfo&) {}
+  void prepare(PrepareContext& ctx) override {
+    dispatch<FloatTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
+    if (ctx.num_outputs() < 1 || ctx.num_outputs() > 2) ctx.fail("expects outputs Y and optional A, got ", ctx.num_outputs());
+    for (size_t k = 0; k < ctx.num_outputs(); ++k)
+      if (ctx.has_output(k)) ctx.set_output(k, ctx.input_dtype(0), ctx.input_shape(0));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    void* y = ctx.has_output(0) ? ctx.output(0).raw_data() : nullptr;
+    void* a = ctx.num_outputs() > 1 && ctx.has_output(1) ? ctx.output(1).raw_data() : nullptr;
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using C = compute_t<T>;
+      const T* X = x.data<T>();
+      T* Y = static_cast<T*>(y);
+      T* A = static_cast<T*>(a);
+      parallel_for(x.numel(), 16384, [&](int64_t b, int64_t e) {
+        int64_t i = b;
+#if OT_EW_SIMD
+        if constexpr (std::is_same_v<T, float>) {
+          auto one = [&](const float* xp, float* yp, float* ap) {
+            const __m256 v = _mm256_loadu_ps(xp);
+            const __m256 av = _mm256_add_ps(vmath::erf(_mm256_div_ps(v, _mm256_set1_ps(kSqrt2f))), _mm256_set1_ps(1.0f));
+            if (yp) _mm256_storeu_ps(yp, _mm256_mul_ps(_mm256_mul_ps(v, av), _mm256_set1_ps(0.5f)));
+            if (ap) _mm256_storeu_ps(ap, av);
+          };
+          for (; i + 8 <= e; i += 8) one(X + i, Y ? Y + i : nullptr, A ? A + i : nullptr);
+          if (i < e) {  // the tail through a padded vector: the same erf as the blocks (and the Erf kernel)
+            alignas(32) float xb[8] = {}, yb[8], ab[8];
+            std::copy(X + i, X + e, xb);
+            one(xb, yb, ab);
+            if (Y) std::copy(yb, yb + (e - i), Y + i);
+            if (A) std::copy(ab, ab + (e - i), A + i);
+          }
+          return;
+        }
+#endif
+        const C s2 = std::is_same_v<C, double> ? C(std::sqrt(2.0)) : C(kSqrt2f);
+        for (; i < e; ++i) {
+          const C v = C(X[i]);
+          const C av = C(erf_any(C(v / s2))) + C(1);
+          if (Y) Y[i] = T((v * av) * C(0.5f));
+          if (A) A[i] = T(av);
+        }
+      });
+    });
+  }
+};
+
+class GeluGradKernel final : public Kernel {
+ public:
+  explicit GeluGradKernel(const KernelInfo&) {}
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.num_inputs() < 2 || ctx.num_inputs() > 3 || !ctx.has_input(0) || !ctx.has_input(1))
+      ctx.fail("expects inputs (dY, X) and optional A, got ", ctx.num_inputs());
+    const DType dt = ctx.input_dtype(1);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      if (ctx.has_input(i) && (ctx.input_dtype(i) != dt || ctx.input_shape(i) != ctx.input_shape(1)))
+        ctx.fail("input ", i, " is ", dtype_name(ctx.input_dtype(i)), shape_to_string(ctx.input_shape(i)), ", X is ",
+                 dtype_name(dt), shape_to_string(ctx.input_shape(1)));
+    ctx.set_output(0, dt, ctx.input_shape(1));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(1);
+    const bool has_a = ctx.num_inputs() > 2 && ctx.has_input(2);
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using C = compute_t<T>;
+      const T* dY = ctx.input(0).data<T>();
+      const T* X = x.data<T>();
+      const T* A = has_a ? ctx.input(2).data<T>() : nullptr;
+      T* dX = ctx.output(0).data<T>();
+      parallel_for(x.numel(), 16384, [&](int64_t b, int64_t e) {
+        int64_t i = b;
+#if OT_EW_SIMD
+        if constexpr (std::is_same_v<T, float>) {
+          const __m256 half = _mm256_set1_ps(0.5f), c = _mm256_set1_ps(float(kInvSqrt2Pi));
+          for (; i + 8 <= e; i += 8) {
+            const __m256 v = _mm256_loadu_ps(X + i);
+            const __m256 av = A ? _mm256_loadu_ps(A + i)
+                                : _mm256_add_ps(vmath::erf(_mm256_div_ps(v, _mm256_set1_ps(kSqrt2f))), _mm256_set1_ps(1.0f));
+            const __m256 phi = _mm256_mul_ps(vmath::exp(_mm256_mul_ps(_mm256_mul_ps(v, v), _mm256_set1_ps(-0.5f))), c);
+            const __m256 d = _mm256_fmadd_ps(v, phi, _mm256_mul_ps(half, av));
+            _mm256_storeu_ps(dX + i, _mm256_mul_ps(_mm256_loadu_ps(dY + i), d));
+          }
+        }
+#endif
+        const C s2 = std::is_same_v<C, double> ? C(std::sqrt(2.0)) : C(kSqrt2f);
+        for (; i < e; ++i) {
+          const C v = C(X[i]);
+          const C av = A ? C(A[i]) : C(erf_any(C(v / s2))) + C(1);
+          const C phi = C(std::exp(-0.5 * double(v) * double(v)) * kInvSqrt2Pi);
+          dX[i] = T(C(dY[i]) * (C(0.5f) * av + v * phi));
+        }
+      });
+    });
+  }
+};
+
 }  // namespace
 
 void register_elementwise_unary(KernelRegistry& r) {
@@ -240,6 +354,10 @@ void register_elementwise_unary(KernelRegistry& r) {
   r.add("Sign", 9, M, unary<NumericTypes>(SignOp{}));
   r.add("Relu", 1, M, unary<FloatAndSigned>(ReluOp{}));
   r.add("Erf", 9, M, unary<NumericTypes>(ErfOp{}));
+  r.add("com.onnxtrain", "Gelu", 1, M,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GeluKernel>(i); });
+  r.add("com.onnxtrain", "GeluGrad", 1, M,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GeluGradKernel>(i); });
   r.add("Sqrt", 1, M, simple(SqrtOp{}));
   r.add("Reciprocal", 1, M, simple(ReciprocalOp{}));
   r.add("Exp", 1, M, simple(ExpOp{}));

@@ -1,0 +1,146 @@
+#include "train/fusion.h"
+
+#include "ir/onnx_io.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace onnxtrain::train {
+
+namespace {
+
+// The value of a one-element float32 constant (initializer or Constant node output), else NaN.
+class Constants {
+ public:
+  explicit Constants(const ir::Graph& g) : g_(g) {
+    for (const auto& n : g.nodes)
+      if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1)
+        if (const ir::Attribute* a = n.attr("value"); a && a->type == ir::AttrType::kTensor) const_[n.outputs[0]] = &a->t;
+  }
+  double scalar(const std::string& name) const {
+    const Tensor* t = g_.initializer(name);
+    if (!t) {
+      auto it = const_.find(name);
+      if (it == const_.end()) return NAN;
+      t = it->second;
+    }
+    if (t->dtype() != DType::kFloat32 || t->numel() != 1 || t->rank() > 1) return NAN;
+    return double(t->data<float>()[0]);
+  }
+
+ private:
+  const ir::Graph& g_;
+  std::unordered_map<std::string, const Tensor*> const_;
+};
+
+bool is(const ir::Node& n, const char* op) { return n.op_type == op && n.domain.empty() && n.outputs.size() == 1; }
+
+}  // namespace
+
+ir::Model fuse_gelu(const ir::Model& m, int* fused) {
+  ir::Model r = m;
+  r.graph = std::make_shared<ir::Graph>(*m.graph);
+  // Types first: ONNX's inference does not know the fused node, so what follows it keeps its
+  // shapes from the value_info recorded now.
+  ir::infer_types(r);
+  ir::Graph& g = *r.graph;
+  if (fused) *fused = 0;
+  const Constants k(g);
+  std::unordered_map<std::string, size_t> producer;
+  std::unordered_map<std::string, int> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+    for (const auto& in : g.nodes[i].inputs) ++readers[in];
+    for (const auto& s : ir::implicit_inputs(g.nodes[i])) ++readers[s];
+  }
+  std::set<std::string> graph_outputs;
+  for (const auto& o : g.outputs) graph_outputs.insert(o.name);
+  // `v`, read once, by no subgraph and not a graph output: the fusion may consume it.
+  auto private_value = [&](const std::string& v) { return readers[v] == 1 && !graph_outputs.count(v); };
+  auto node_of = [&](const std::string& v) -> ir::Node* {
+    auto it = producer.find(v);
+    return it == producer.end() ? nullptr : &g.nodes[it->second];
+  };
+  // The operand of a binary node other than the one whose value is `c` (a constant) — "" unless
+  // exactly one operand is the constant `c`.
+  auto other_than_constant = [&](const ir::Node& n, double c) -> std::string {
+    if (n.inputs.size() != 2) return "";
+    const bool a = k.scalar(n.inputs[0]) == c, b = k.scalar(n.inputs[1]) == c;
+    if (a == b) return "";
+    return a ? n.inputs[1] : n.inputs[0];
+  };
+  const double sqrt2 = double(float(std::sqrt(2.0)));
+  std::vector<bool> drop(g.nodes.size(), false);
+  std::map<size_t, ir::Node> replace;  // index of the pattern's last node -> the Gelu node
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& erf = g.nodes[i];
+    if (!is(erf, "Erf") || erf.inputs.size() != 1) continue;
+    ir::Node* div = node_of(erf.inputs[0]);
+    if (!div || !is(*div, "Div") || div->inputs.size() != 2 || k.scalar(div->inputs[1]) != sqrt2 ||
+        !private_value(erf.inputs[0]) || !private_value(erf.outputs[0]))
+      continue;
+    const std::string x = div->inputs[0];
+    // Add(erf, 1)
+    size_t add_i = SIZE_MAX;
+    for (size_t j = i + 1; j < g.nodes.size() && add_i == SIZE_MAX; ++j)
+      if (is(g.nodes[j], "Add") && other_than_constant(g.nodes[j], 1.0) == erf.outputs[0]) add_i = j;
+    if (add_i == SIZE_MAX || !private_value(g.nodes[add_i].outputs[0])) continue;
+    const std::string a = g.nodes[add_i].outputs[0];
+    // Mul(x, a) then Mul(., 0.5), or Mul(x, 0.5) then Mul(., a); either operand order.
+    auto consumer = [&](const std::string& v) -> size_t {
+      for (size_t j = 0; j < g.nodes.size(); ++j)
+        for (const auto& in : g.nodes[j].inputs)
+          if (in == v) return j;
+      return SIZE_MAX;
+    };
+    auto is_mul_of = [&](size_t j, const std::string& p, const std::string& q) {
+      if (j == SIZE_MAX || !is(g.nodes[j], "Mul") || g.nodes[j].inputs.size() != 2) return false;
+      const auto& in = g.nodes[j].inputs;
+      return (in[0] == p && in[1] == q) || (in[0] == q && in[1] == p);
+    };
+    size_t m1 = consumer(a), m2 = SIZE_MAX;
+    if (is_mul_of(m1, x, a)) {  // (x * a) * 0.5
+      const std::string xa = g.nodes[m1].outputs[0];
+      m2 = consumer(xa);
+      if (!private_value(xa) || m2 == SIZE_MAX || !is(g.nodes[m2], "Mul") || other_than_constant(g.nodes[m2], 0.5) != xa)
+        continue;
+    } else {  // (x * 0.5) * a
+      if (m1 == SIZE_MAX || !is(g.nodes[m1], "Mul")) continue;
+      const auto& in = g.nodes[m1].inputs;
+      const std::string half = in[0] == a ? in[1] : in[0];
+      ir::Node* h = node_of(half);
+      if (!h || !is(*h, "Mul") || other_than_constant(*h, 0.5) != x || !private_value(half)) continue;
+      m2 = m1;
+      m1 = producer[half];
+    }
+    ir::Node gelu;
+    gelu.op_type = "Gelu";
+    gelu.domain = "com.onnxtrain";
+    gelu.name = erf.name.empty() ? "Gelu_" + std::to_string(i) : erf.name + "_gelu";
+    gelu.inputs = {x};
+    gelu.outputs = {g.nodes[m2].outputs[0], a};
+    const size_t last = std::max<size_t>({producer[erf.inputs[0]], i, add_i, m1, m2});
+    for (size_t j : {producer[erf.inputs[0]], i, add_i, m1, m2}) drop[j] = true;
+    replace[last] = std::move(gelu);
+    if (fused) ++*fused;
+  }
+  if (replace.empty()) return r;
+  std::vector<ir::Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = replace.find(i); it != replace.end()) nodes.push_back(std::move(it->second));
+    else if (!drop[i]) nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  std::set<std::string> defined;
+  for (const auto& n : g.nodes) defined.insert(n.outputs.begin(), n.outputs.end());
+  std::erase_if(g.value_info, [&](const ir::ValueInfo& v) {
+    return !defined.count(v.name) && !g.is_input(v.name) && !g.initializer(v.name);
+  });
+  if (!r.opsets.count("com.onnxtrain")) r.opsets["com.onnxtrain"] = 1;
+  return r;
+}
+
+}  // namespace onnxtrain::train
