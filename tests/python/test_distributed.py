@@ -81,6 +81,24 @@ def test_two_ranks_match_one_rank_with_the_global_batch(tmp_path, options):
     assert nbytes >= 20 * per_step * 4 * n_params
 
 
+@pytest.mark.parametrize("zero", [0, 1], ids=["stage0", "zero1"])
+def test_fp16_loss_scaling_under_data_parallelism(tmp_path, zero):
+    """fp16 with the session's dynamic loss scaler: every rank checks the same reduced gradients, so
+    the ranks skip the same updates and stay bitwise equal; the result tracks one process with the
+    global batch (within float16's rounding of the per-shard products)."""
+    opts = ["mixed_precision=fp16", f"deepspeed_zero_stage={zero}"]
+    ok(case(1, "train", tmp_path, "mixed_precision=fp16"))
+    ok(case(2, "train", tmp_path, *opts))
+    tag = "_zero" if zero else ""
+    one = load(tmp_path / "weights_1_0.npz")
+    r0, r1 = load(tmp_path / f"weights{tag}_2_0.npz"), load(tmp_path / f"weights{tag}_2_1.npz")
+    for k in r0:
+        assert r0[k].tobytes() == r1[k].tobytes(), f"{k} differs between the ranks"
+    assert_same_weights(one, r0, 5e-3)
+    moved = max(np.abs(one[k] - v).max() for k, v in load_initial().items())
+    assert moved > 1e-3
+
+
 def test_small_buckets_start_during_the_backward_pass(tmp_path):
     """64-byte buckets: one reduction per gradient, each started right after the backward node that
     computes it (before the rest of the backward pass), and the same weights as one process."""
