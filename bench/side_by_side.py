@@ -51,8 +51,8 @@ same 10 batches; at least 30, then stopping once 6 s are spent). PyTorch runs in
   default    OPENBLAS_CORETYPE=Haswell (the setting of this project's machines)
   best       OPENBLAS_CORETYPE unset, ATEN_CPU_CAPABILITY=avx512 (avx2 without AVX-512), glibc's
              MALLOC_TRIM_THRESHOLD_ / MALLOC_MMAP_THRESHOLD_ large so that freed memory is kept, and
-             OMP_WAIT_POLICY=PASSIVE (onnxtrain's own setting; spinning waits make PyTorch's 2-thread
-             steps ~30x slower when another process holds a core)
+             OMP_WAIT_POLICY=PASSIVE (spinning waits made PyTorch's 2-thread steps ~30x slower when
+             another process held a core)
   best_spin  the same with libgomp's default spinning waits (faster on a quiet machine)
 and the reference is the fastest of the three for each row ("PyTorch's best"); scikit-learn runs in
 default and best as well. onnxtrain runs in the default environment. Achieved GFLOP/s count the model's FLOPs
@@ -161,9 +161,9 @@ def environments(base, cpu):
     # largest threshold glibc accepts; a larger value is ignored).
     best["MALLOC_TRIM_THRESHOLD_"] = str(1 << 40)
     best["MALLOC_MMAP_THRESHOLD_"] = str(32 << 20)
-    # OpenMP threads sleep rather than spin when waiting, as onnxtrain sets for itself at import:
-    # with libgomp's spinning, PyTorch's 2-thread step is ~30x slower whenever another process holds
-    # one of the two cores (measured: MLP step 108 ms instead of 4 ms).
+    # OpenMP threads sleep rather than spin when waiting: with libgomp's spinning, PyTorch's 2-thread
+    # step was ~30x slower whenever another process held one of the two cores (measured: MLP step
+    # 108 ms instead of 4 ms). onnxtrain keeps libgomp's default.
     best["OMP_WAIT_POLICY"] = "PASSIVE"
     # The same with libgomp's default spinning waits, PyTorch's own setting: faster on a quiet
     # machine. PyTorch's best is the faster of the two.

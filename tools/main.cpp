@@ -40,17 +40,6 @@ std::string one_line(std::string s) {
   return s;
 }
 
-// libgomp's default makes idle OpenMP threads spin. When the cores are shared with other
-// processes, spinning threads take the time slices the threads with work need: the digits demo
-// with 2 threads on 2 cores, one of them busy elsewhere, ran 60x slower (883 vs 55,000 samples/s)
-// than with sleeping waits. libgomp reads its settings when it is loaded, before main, so unless
-// the user chose a policy the CLI re-runs itself once with OMP_WAIT_POLICY=PASSIVE.
-void prefer_passive_openmp_waits(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);  // returns only on failure: then go on with the default
-}
-
 // The help of one command, as `onnxtrain <command> --help` prints it.
 std::string command_help(const cli::Command& c) {
   CLI::App app;
@@ -62,7 +51,6 @@ std::string command_help(const cli::Command& c) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  prefer_passive_openmp_waits(argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     if (argc >= 3 && !std::strcmp(argv[1], "help"))
       for (const auto& c : commands())

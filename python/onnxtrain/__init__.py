@@ -7,13 +7,10 @@ exception classes of ``onnxruntime.capi.onnxruntime_pybind11_state`` — and onn
 batches, validation, exact checkpoints) over a TrainingSession. ``python3 -m onnxtrain.ort_alias
 script.py`` runs an unchanged onnxruntime script on onnxtrain.
 """
-import os as _os
-
-# Sleeping rather than spinning OpenMP waits (see tools/main.cpp): libgomp reads this when it is
-# loaded, so it applies when onnxtrain is imported before anything else that loads libgomp.
-if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
-    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-
+# OpenMP waits: libgomp's default (idle threads spin briefly before they sleep). Sleeping waits
+# (OMP_WAIT_POLICY=PASSIVE) made every parallel region pay a thread wake-up, ~40 us on these
+# virtual machines: 2-thread steps 15-30 % slower (bench/side_by_side.py, Nov 2026), and no faster
+# when another process holds a core. Set OMP_WAIT_POLICY before importing to choose otherwise.
 __version__ = "0.1.0"
 # The onnxruntime Python API level onnxtrain provides: what ``onnxruntime.__version__`` reads under
 # the alias (onnxtrain.ort_alias), so that version checks in onnxruntime scripts pass.
