@@ -1154,6 +1154,32 @@ bool add_custom_types(onnx::ModelProto& p) {
   return added;
 }
 
+// Whether every node of `g` (subgraphs included) that has an ONNX schema satisfies it (required
+// attributes present and typed, input and output counts): ONNX's inference functions assume it
+// and some dereference a missing required attribute (Scan-8 without num_scan_inputs crashed
+// inside libonnx, found by the gradient fuzz target).
+bool nodes_match_schemas(const onnx::GraphProto& g, const std::unordered_map<std::string, int>& opsets, int depth = 0) {
+  if (depth > 64) return false;
+  for (const auto& n : g.node()) {
+    const std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
+    auto it = opsets.find(domain);
+    if (it != opsets.end())
+      if (const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), it->second, domain)) {
+        try {
+          schema->Verify(n);
+        } catch (const std::exception&) {
+          return false;
+        }
+      }
+    for (const auto& a : n.attribute()) {
+      if (a.has_g() && !nodes_match_schemas(a.g(), opsets, depth + 1)) return false;
+      for (const auto& sg : a.graphs())
+        if (!nodes_match_schemas(sg, opsets, depth + 1)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void infer_types(Model& m) {
@@ -1171,6 +1197,10 @@ void infer_types(Model& m) {
   }
   onnx::ModelProto p;
   model_to_proto(lite, &p);
+  std::unordered_map<std::string, int> opsets;
+  for (const auto& o : p.opset_import()) opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = int(o.version());
+  // A node that breaks its schema: no inference (best effort); the kernel or rule names the problem.
+  if (!nodes_match_schemas(p.graph(), opsets)) return;
   try {
     // Data propagation follows Shape -> Gather -> Concat -> Reshape chains (exported attention).
     onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/true);
