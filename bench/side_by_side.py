@@ -404,7 +404,9 @@ def run_steps(step, loss_of, steps, min_steps, mode, save_output):
     return result
 
 
-def child_onnxtrain(spec):
+def onnxtrain_step(spec):
+    """The onnxtrain session of a child spec (workload, work, mode, threads): returns step(i), which
+    runs batch i (a training step or an inference), and loss_of(outputs)."""
     import onnxtrain as ot
     w, work, mode = spec["workload"], spec["work"], spec["mode"]
     cfg = WORKLOADS[w]
@@ -446,7 +448,12 @@ def child_onnxtrain(spec):
         def step(i):
             return sess.run(["logits"], feeds[i])
 
-    return run_steps(step, lambda out: float(np.asarray(out[0])), spec["steps"], spec["min_steps"], mode,
+    return step, lambda out: float(np.asarray(out[0]))
+
+
+def child_onnxtrain(spec):
+    step, loss_of = onnxtrain_step(spec)
+    return run_steps(step, loss_of, spec["steps"], spec["min_steps"], spec["mode"],
                      lambda out: np.save(spec["output_file"], np.asarray(out[0])))
 
 

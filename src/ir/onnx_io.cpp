@@ -1154,6 +1154,83 @@ bool add_custom_types(onnx::ModelProto& p) {
   return added;
 }
 
+// ONNX 1.12's LayerNormalization inference, when the node asks for Mean and InvStdDev, copies the
+// dimensions before a negative axis without checking the axis against the rank: axis < -rank reads
+// out of bounds (SEGV inside libonnx, found by the gradient fuzz target; no other operator of
+// opsets <= 17 does so with out-of-range axis, axes, perm or split attributes). Such nodes go to
+// ONNX with their first output only; add_layernorm_stats types the statistics of the main graph's
+// ones afterwards when X's rank is known and the axis lies within it (a bad axis is the kernel's
+// error to name).
+struct HiddenStats {
+  std::string x;
+  int64_t axis = -1;
+  int32_t stash = onnx::TensorProto::FLOAT;
+  std::vector<std::string> outputs;  // Mean, InvStdDev
+};
+
+void hide_layernorm_stats(onnx::GraphProto& g, std::vector<HiddenStats>* hidden, int depth = 0) {
+  if (depth > 64) return;
+  for (auto& n : *g.mutable_node()) {
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) hide_layernorm_stats(*a.mutable_g(), nullptr, depth + 1);
+      for (auto& sg : *a.mutable_graphs()) hide_layernorm_stats(sg, nullptr, depth + 1);
+    }
+    if (n.op_type() != "LayerNormalization" || (!n.domain().empty() && n.domain() != "ai.onnx") ||
+        n.output_size() < 2 || n.input_size() < 1)
+      continue;
+    HiddenStats h;
+    h.x = n.input(0);
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "axis") h.axis = a.i();
+      if (a.name() == "stash_type") h.stash = int32_t(a.i());
+    }
+    if (h.axis >= 0) continue;
+    h.outputs.assign(n.output().begin() + 1, n.output().end());
+    n.mutable_output()->DeleteSubrange(1, n.output_size() - 1);
+    if (hidden) hidden->push_back(std::move(h));
+  }
+}
+
+bool add_layernorm_stats(onnx::ModelProto& p, const std::vector<HiddenStats>& hidden) {
+  if (hidden.empty()) return false;
+  onnx::GraphProto& g = *p.mutable_graph();
+  std::unordered_map<std::string, std::vector<int64_t>> shapes;  // -1: unknown dimension
+  std::unordered_set<std::string> typed;
+  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
+    for (const auto& v : *list) {
+      if (!v.type().has_tensor_type()) continue;
+      if (v.type().tensor_type().elem_type() != 0) typed.insert(v.name());
+      if (!v.type().tensor_type().has_shape()) continue;
+      auto& dims = shapes[v.name()];
+      for (const auto& d : v.type().tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+    }
+  for (const auto& t : g.initializer()) shapes[t.name()].assign(t.dims().begin(), t.dims().end());
+  bool added = false;
+  for (const auto& h : hidden) {
+    auto x = shapes.find(h.x);
+    if (x == shapes.end()) continue;
+    const int64_t rank = int64_t(x->second.size());
+    if (h.axis < -rank) continue;
+    const int64_t axis = h.axis + rank;
+    for (const auto& o : h.outputs) {
+      if (o.empty() || typed.count(o)) continue;
+      auto* v = g.add_value_info();
+      v->set_name(o);
+      auto* t = v->mutable_type()->mutable_tensor_type();
+      t->set_elem_type(h.stash);
+      auto* shape = t->mutable_shape();
+      for (int64_t d = 0; d < rank; ++d) {
+        auto* dim = shape->add_dim();
+        if (d >= axis) dim->set_dim_value(1);
+        else if (x->second[size_t(d)] >= 0) dim->set_dim_value(x->second[size_t(d)]);
+      }
+      typed.insert(o);
+      added = true;
+    }
+  }
+  return added;
+}
+
 // Whether every node of `g` (subgraphs included) that has an ONNX schema satisfies it (required
 // attributes present and typed, input and output counts): ONNX's inference functions assume it
 // and some dereference a missing required attribute (Scan-8 without num_scan_inputs crashed
@@ -1201,13 +1278,15 @@ void infer_types(Model& m) {
   for (const auto& o : p.opset_import()) opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = int(o.version());
   // A node that breaks its schema: no inference (best effort); the kernel or rule names the problem.
   if (!nodes_match_schemas(p.graph(), opsets)) return;
+  std::vector<HiddenStats> hidden;
+  hide_layernorm_stats(*p.mutable_graph(), &hidden);
   try {
     // Data propagation follows Shape -> Gather -> Concat -> Reshape chains (exported attention).
     onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/true);
     onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
     for (int round = 0; round < 8; ++round) {
-      const bool ranks = add_missing_ranks(p), custom = add_custom_types(p);
-      if (!ranks && !custom) break;
+      const bool ranks = add_missing_ranks(p), custom = add_custom_types(p), stats = add_layernorm_stats(p, hidden);
+      if (!ranks && !custom && !stats) break;
       onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
     }
   } catch (const std::exception&) {

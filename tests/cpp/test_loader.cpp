@@ -344,3 +344,72 @@ TEST(Loader, UnboundedShapeFromDataIsRefused) {
     EXPECT_NE(std::string(e.what()).find("huge"), std::string::npos) << e.what();
   }
 }
+
+namespace {
+// X[3, 4] -> LayerNormalization(axis) -> (Y, Mean, InvStdDev); Z = Mean + Mean.
+std::string layernorm_stats_model(int64_t axis) {
+  onnx::ModelProto m = add_model();
+  auto* g = m.mutable_graph();
+  g->clear_node();
+  g->clear_initializer();
+  g->clear_output();
+  g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->clear_dim();
+  for (int64_t d : {3, 4}) g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(1);
+  w->add_dims(4);
+  for (int i = 0; i < 4; ++i) w->add_float_data(1.f);
+  auto* n = g->add_node();
+  n->set_op_type("LayerNormalization");
+  for (const char* i : {"x", "w"}) n->add_input(i);
+  for (const char* o : {"y", "mean", "inv_std"}) n->add_output(o);
+  auto* a = n->add_attribute();
+  a->set_name("axis");
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(axis);
+  auto* add = g->add_node();
+  add->set_op_type("Add");
+  for (const char* i : {"mean", "mean"}) add->add_input(i);
+  add->add_output("z");
+  for (const char* o : {"y", "z"}) g->add_output()->set_name(o);
+  return m.SerializeAsString();
+}
+
+const ir::ValueInfo* find_info(const ir::Model& m, const std::string& name) {
+  for (const auto& v : m.graph->value_info)
+    if (v.name == name) return &v;
+  for (const auto& v : m.graph->outputs)
+    if (v.name == name) return &v;
+  return nullptr;
+}
+}  // namespace
+
+// ONNX 1.12's LayerNormalization inference reads out of bounds when Mean/InvStdDev are requested
+// with axis < -rank (a SEGV inside libonnx found by the gradient fuzz target): infer_types keeps
+// such a model alive, and still types the statistics (and what follows them) for a valid axis.
+TEST(Loader, InferTypesLayerNormStatistics) {
+  for (int64_t axis : {-1, -2, 1}) {
+    const std::string bytes = layernorm_stats_model(axis);
+    ir::Model m = ir::load_model_bytes(bytes.data(), bytes.size());
+    ir::infer_types(m);
+    const int64_t kept = axis < 0 ? axis + 2 : axis;  // Mean: X's dims before the axis, then ones
+    for (const char* name : {"mean", "inv_std", "z"}) {
+      const ir::ValueInfo* v = find_info(m, name);
+      ASSERT_NE(v, nullptr) << name << " axis " << axis;
+      ASSERT_EQ(v->type.elem, DType::kFloat32) << name;
+      ASSERT_TRUE(v->type.has_shape) << name;
+      ASSERT_EQ(v->type.dims.size(), 2u) << name;
+      EXPECT_EQ(v->type.dims[0].value, kept >= 1 ? 3 : 1) << name << " axis " << axis;
+      EXPECT_EQ(v->type.dims[1].value, 1) << name << " axis " << axis;
+    }
+  }
+  for (int64_t axis : {-3, -65537}) {
+    const std::string bytes = layernorm_stats_model(axis);
+    ir::Model m = ir::load_model_bytes(bytes.data(), bytes.size());
+    EXPECT_NO_THROW(ir::infer_types(m)) << axis;
+    const ir::ValueInfo* y = find_info(m, "y");
+    ASSERT_NE(y, nullptr);
+    EXPECT_EQ(y->type.elem, DType::kFloat32) << "Y is still typed with axis " << axis;
+  }
+}

@@ -1,5 +1,6 @@
 // MaxPool (with Indices), AveragePool, LpPool and the global pools against naive double-precision
 // references on random geometries.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -240,4 +241,27 @@ TEST(Pool, ErrorsNameNode) {
   expect_error("AveragePool", {1, 1, 4, 4}, {attr_ints("kernel_shape", {2, 2})}, "not supported", DType::kInt8);
   expect_error("LpPool", {1, 1, 4, 4}, {attr_ints("kernel_shape", {2, 2}), attr_int("p", 0)}, "p must be positive");
   expect_error("GlobalAveragePool", {1, 1, 0, 3}, {}, "empty spatial");
+  // int64 attribute values whose geometry overflows (a UBSan report in the structured fuzz target).
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  expect_error("MaxPool", {1, 1, 4, 4}, {attr_ints("kernel_shape", {2, 2}), attr_ints("pads", {0, 0, big, 0})},
+               "overflows int64");
+  expect_error("AveragePool", {1, 1, 4, 4}, {attr_ints("kernel_shape", {2, 2}), attr_ints("dilations", {big, 1})},
+               "overflows int64");
+  expect_error("MaxPool", {1, 1, 4, 4}, {attr_ints("kernel_shape", {3, 3}), attr_ints("dilations", {big / 2 + 1, 1})},
+               "overflows int64");
+}
+
+// A stride of 2^63 - 1 is a valid (if odd) value: one window per spatial dim, with SAME_UPPER
+// padding and with ceil_mode (whose would-be second window starts past int64).
+TEST(Pool, HugeStride) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  Tensor x = Tensor::zeros(DType::kFloat32, {1, 1, 4, 4});
+  for (int i = 0; i < 16; ++i) x.data<float>()[i] = float((i * 7) % 16);
+  for (const auto& extra : {attr_string("auto_pad", "SAME_UPPER"), attr_int("ceil_mode", 1)}) {
+    auto out = run_node("MaxPool", {x}, {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {big, big}), extra});
+    ASSERT_EQ(out[0].shape(), (Shape{1, 1, 1, 1})) << extra.name;
+    // The first 2x2 window (SAME_UPPER pads only at the end): x[0,0], x[0,1], x[1,0], x[1,1].
+    const float* p = x.data<float>();
+    EXPECT_EQ(out[0].data<float>()[0], std::max({p[0], p[1], p[4], p[5]})) << extra.name;
+  }
 }

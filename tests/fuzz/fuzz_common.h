@@ -36,7 +36,7 @@ class ByteSource {
   size_t pos_ = 0;
 };
 
-/// Session options for fuzzing: one thread, a 256 MiB session memory limit.
+/// Session options for fuzzing: one thread, a 16 MiB session memory limit.
 onnxtrain::SessionOptions fuzz_session_options();
 
 /// Feeds for every declared tensor input: fixed dims as declared (free dims 2, unknown rank 1-D),

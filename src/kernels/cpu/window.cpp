@@ -25,7 +25,27 @@ void WindowAttrs::read(const KernelInfo& info) {
 
 namespace {
 
-// Fills nd, in, kernel, stride, dilation and the explicit pads of g (checking attribute lengths).
+// int64 arithmetic on attribute values and dims that fails naming the node instead of overflowing
+// (a stride or pad of 2^63 - 1, or a dim of 2^62 beside a zero one, are valid int64 values).
+int64_t add(const PrepareContext& ctx, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) ctx.fail("window geometry overflows int64 (", a, " + ", b, ")");
+  return r;
+}
+int64_t sub(const PrepareContext& ctx, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) ctx.fail("window geometry overflows int64 (", a, " - ", b, ")");
+  return r;
+}
+int64_t mul(const PrepareContext& ctx, int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) ctx.fail("window geometry overflows int64 (", a, " * ", b, ")");
+  return r;
+}
+
+// Fills nd, in, kernel, stride, dilation and the explicit pads of g (checking attribute lengths, and
+// that the kernel's extent and the padded input fit int64, so that WindowGeom::extent and the
+// kernels' index arithmetic within them cannot overflow).
 void common(const PrepareContext& ctx, const WindowAttrs& a, const Shape& in, const Shape& kernel, WindowGeom* g) {
   const size_t nd = in.size();
   g->nd = nd;
@@ -44,8 +64,11 @@ void common(const PrepareContext& ctx, const WindowAttrs& a, const Shape& in, co
   if (a.auto_pad == "NOTSET" && !a.pads.empty())
     for (size_t i = 0; i < nd; ++i) g->pad_b[i] = a.pads[i], g->pad_e[i] = a.pads[nd + i];
   g->out_pad.assign(nd, 0);
-  for (size_t i = 0; i < nd; ++i)
+  for (size_t i = 0; i < nd; ++i) {
     if (kernel[i] <= 0) ctx.fail("kernel size must be positive, got ", shape_to_string(kernel));
+    add(ctx, mul(ctx, kernel[i] - 1, g->dilation[i]), 1);
+    add(ctx, add(ctx, in[i], g->pad_b[i]), g->pad_e[i]);
+  }
 }
 
 }  // namespace
@@ -57,8 +80,8 @@ WindowGeom forward_geometry(const PrepareContext& ctx, const WindowAttrs& a, con
   for (size_t i = 0; i < g.nd; ++i) {
     const int64_t dk = g.extent(i), s = g.stride[i];
     if (a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER") {
-      g.out[i] = (in[i] + s - 1) / s;
-      const int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * s + dk - in[i]);
+      g.out[i] = in[i] / s + (in[i] % s != 0);  // ceil(in / s) without in + s - 1
+      const int64_t total = std::max<int64_t>(0, sub(ctx, add(ctx, mul(ctx, g.out[i] - 1, s), dk), in[i]));
       const int64_t small = total / 2;
       g.pad_b[i] = a.auto_pad == "SAME_UPPER" ? small : total - small;
       g.pad_e[i] = total - g.pad_b[i];
@@ -68,9 +91,12 @@ WindowGeom forward_geometry(const PrepareContext& ctx, const WindowAttrs& a, con
     if (span < 0)
       ctx.fail("window of extent ", dk, " is larger than the padded input (", in[i] + g.pad_b[i] + g.pad_e[i],
                ") along spatial dim ", i, ": the output would be empty");
-    g.out[i] = (a.ceil_mode ? (span + s - 1) / s : span / s) + 1;
-    // ceil_mode: a last window that starts inside the end padding is dropped (as in PyTorch).
-    if (a.ceil_mode && (g.out[i] - 1) * s >= in[i] + g.pad_b[i]) --g.out[i];
+    g.out[i] = span / s + (a.ceil_mode && span % s != 0) + 1;
+    // ceil_mode: a last window that starts inside the end padding is dropped (as in PyTorch); a
+    // start past int64 is past the input too.
+    int64_t last_start;
+    if (a.ceil_mode && (__builtin_mul_overflow(g.out[i] - 1, s, &last_start) || last_start >= in[i] + g.pad_b[i]))
+      --g.out[i];
   }
   return g;
 }
@@ -94,9 +120,10 @@ WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, 
   const bool same = a.auto_pad == "SAME_UPPER" || a.auto_pad == "SAME_LOWER";
   g.out.resize(nd);
   for (size_t i = 0; i < nd; ++i) {
-    const int64_t full = g.stride[i] * (in[i] - 1) + g.out_pad[i] + g.extent(i);
+    const int64_t full = add(ctx, add(ctx, mul(ctx, g.stride[i], in[i] - 1), g.out_pad[i]), g.extent(i));
     if (!output_shape.empty() || same) {
-      const int64_t want = !output_shape.empty() ? output_shape[i] : in[i] * g.stride[i];
+      const int64_t want = !output_shape.empty() ? output_shape[i] : mul(ctx, in[i], g.stride[i]);
+      if (want < 0) ctx.fail("output_shape ", want, " is negative along spatial dim ", i);
       // A negative total extends the output past the full result (zeros there); halves round down
       // as in the ONNX reference, so the extra unit lands at the end.
       const int64_t total = full - want;
@@ -104,7 +131,7 @@ WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, 
       g.pad_b[i] = a.auto_pad == "SAME_UPPER" ? half : total - half;
       g.pad_e[i] = total - g.pad_b[i];
     }
-    g.out[i] = full - g.pad_b[i] - g.pad_e[i];
+    g.out[i] = sub(ctx, sub(ctx, full, g.pad_b[i]), g.pad_e[i]);
     if (g.out[i] <= 0) ctx.fail("pads leave an empty output along spatial dim ", i);
   }
   return g;
