@@ -772,6 +772,16 @@ EinsumTerms einsum_terms(Ctx& c) {
     else terms.back() += ch;
   }
   if (terms.size() != c.num_inputs()) c.fail("equation '", eq, "' has ", terms.size(), " terms for ", c.num_inputs(), " inputs");
+  // Letters and at most one "..." per term (a stray '.' or a second arrow would derail the label
+  // arithmetic below; found by the gradient fuzz target).
+  auto check_term = [&](const std::string& term) {
+    const size_t at = term.find("...");
+    for (size_t k = 0; k < term.size(); ++k)
+      if (!is_letter(term[k]) && (at == std::string::npos || k < at || k >= at + 3))
+        c.fail("equation '", eq, "': term '", term, "' may hold only letters and one '...'");
+  };
+  for (const auto& term : terms) check_term(term);
+  if (arrow != std::string::npos) check_term(eq.substr(arrow + 2));
   std::string used;
   for (char ch : eq)
     if (is_letter(ch)) used += ch;
@@ -782,10 +792,14 @@ EinsumTerms einsum_terms(Ctx& c) {
   std::vector<int64_t> ell(terms.size(), 0);
   int64_t ell_rank = 0;
   for (size_t i = 0; i < terms.size(); ++i) {
-    if (terms[i].find("...") == std::string::npos) continue;
+    const bool has_ell = terms[i].find("...") != std::string::npos;
     const int64_t r = c.rank(c.I(i));
+    const int64_t labels = int64_t(terms[i].size()) - (has_ell ? 3 : 0);
+    if (r >= 0 && (has_ell ? labels > r : labels != r))
+      c.fail("equation '", eq, "': term '", terms[i], "' has ", labels, " labels for input ", i, " of rank ", r);
+    if (!has_ell) continue;
     if (r < 0) c.fail("the rank of input ", i, " is unknown (needed for the ellipsis)");
-    ell[i] = r - int64_t(terms[i].size() - 3);
+    ell[i] = r - labels;
     ell_rank = std::max(ell_rank, ell[i]);
   }
   if (ell_rank > int64_t(t.unused.size())) c.fail("too many labels");

@@ -125,6 +125,25 @@ TEST(GradLinalg, EinsumEllipsisNeedsRank) {
   }
 }
 
+// Malformed equations get an error naming the node from the rule (a stray '.' derailed the label
+// arithmetic into std::out_of_range: gradient fuzz finding), as do terms whose label count
+// disagrees with the input's rank.
+TEST(GradLinalg, EinsumBadEquations) {
+  for (const char* eq : {"...iOptio..i", "i.j->i", "ij->i->j", "......i", "ij->i", "...ijkl->i"}) {
+    ir::Model m = one_node_model("Einsum", {ir::ValueInfo{"a", ir::TypeInfo::tensor(DType::kFloat32, {3, 5, 5}), ""}},
+                                 {attr_string("equation", eq)}, 1, 17);
+    // The loss declared float (ONNX's inference gives up on the bad equation): the rule is reached.
+    m.graph->outputs[0].type = ir::TypeInfo::tensor(DType::kFloat32, {});
+    try {
+      onnxtrain::autodiff::build_gradient_model(m, {"loss"}, {"a"}, "loss");
+      ADD_FAILURE() << "expected an error for " << eq;
+    } catch (const onnxtrain::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("node_Einsum"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("equation"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Exported attention: a fused projection sliced at a computed offset, reshaped to a shape
 // assembled at run time, then multiplied. ONNX 1.12 leaves the Slice and Reshape outputs without a
 // rank; type inference supplies their ranks so that the MatMul rule knows them. The gradient

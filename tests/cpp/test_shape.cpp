@@ -265,7 +265,8 @@ TEST(Shape, SumToShapeMatchesNaiveReference) {
   const uint32_t seed = 99;
   std::mt19937 rng(seed);
   const std::vector<std::pair<onnxtrain::Shape, onnxtrain::Shape>> cases = {
-      {{2, 3, 4}, {3, 1}}, {{2, 3, 4}, {4}}, {{2, 3, 4}, {2, 1, 4}}, {{5}, {1}}, {{2, 3}, {}}, {{2, 3}, {2, 3}}};
+      {{2, 3, 4}, {3, 1}}, {{2, 3, 4}, {4}}, {{2, 3, 4}, {2, 1, 4}}, {{5}, {1}}, {{2, 3}, {}}, {{2, 3}, {2, 3}},
+      {{2, 0}, {1}}, {{0, 3}, {3}}};  // empty gradients: zeros (a UBSan division by zero, fuzz finding)
   for (const auto& [gs, ts] : cases) {
     Tensor g = ot_test::random_tensor(onnxtrain::DType::kFloat64, gs, rng);
     auto gv = ot_test::to_double(g);

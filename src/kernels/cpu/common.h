@@ -153,6 +153,7 @@ struct BroadcastPlan {
   /// input i elements in_offsets[i] + k * inner_step[i].
   template <class F>
   void for_runs(int64_t r0, int64_t r1, F&& f) const {
+    if (r0 >= r1) return;  // nothing to walk (and an empty shape's zero dims must not divide r0)
     const size_t nin = inner_step.size();
     const size_t nd = outer_dims.size();
     int64_t idx[16] = {0};
