@@ -15,6 +15,7 @@
 // A per-sample weight input (weight_name, shape [N]) multiplies each sample's loss; with mean
 // reduction the sum is divided by the sum of the weights. Penalties add l1 sum|w| + l2 sum(w^2).
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <sstream>
 
@@ -31,6 +32,7 @@ namespace {
 using E = ir::Emitter;
 
 double kwarg_number(const std::map<std::string, std::string>& kw, const std::string& k, double dflt);
+int64_t kwarg_integer(const std::map<std::string, std::string>& kw, const std::string& k, int64_t dflt);
 
 struct Kwargs {
   std::map<std::string, std::string> kv;
@@ -101,6 +103,18 @@ double kwarg_number(const std::map<std::string, std::string>& kw, const std::str
   if (end == it->second.c_str() || *end != '\0')
     throw_error<InvalidArgument>("add_loss_output: ", k, "=", it->second, " is not a number");
   return v;
+}
+
+// An integer argument, exactly (ignore_index=1.5, "3x" or 10^30 are errors, not 1, 3 or a crash).
+int64_t kwarg_integer(const std::map<std::string, std::string>& kw, const std::string& k, int64_t dflt) {
+  auto it = kw.find(k);
+  if (it == kw.end()) return dflt;
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (end == it->second.c_str() || *end != '\0' || errno == ERANGE)
+    throw_error<InvalidArgument>("add_loss_output: ", k, "=", it->second, " is not an integer (int64)");
+  return int64_t(v);
 }
 
 Tensor floats_tensor(DType dt, const std::vector<float>& v) {
@@ -252,7 +266,7 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
     std::vector<std::string> ins{S, y};
     if (!cw.empty()) ins.push_back(w.constant(floats_tensor(dt, parse_floats(cw, "class_weights")), "class_weights"));
     std::vector<ir::Attribute> attrs{E::string_attr("reduction", reduction)};
-    if (!ignore.empty()) attrs.push_back(E::int_attr("ignore_index", std::stoll(ignore)));
+    if (!ignore.empty()) attrs.push_back(E::int_attr("ignore_index", kwarg_integer(kw.kv, "ignore_index", 0)));
     if (smoothing > 0 && !cw.empty())
       throw_error<NotImplemented>("add_loss_output: label_smoothing together with class_weights is not supported");
     if (smoothing > 0 && !ignore.empty())
@@ -341,7 +355,7 @@ Objective loss_objective(const std::string& kind, const std::map<std::string, st
     case LossFamily::kRegression: o.metric = Metric::kR2; break;
     case LossFamily::kClassification:
       o.metric = Metric::kAccuracy;
-      if (kwargs.count("ignore_index")) o.ignore_index = int64_t(kwarg_number(kwargs, "ignore_index", 0));
+      if (kwargs.count("ignore_index")) o.ignore_index = kwarg_integer(kwargs, "ignore_index", 0);
       break;
     case LossFamily::kBinary: {
       // log: probabilities of two classes [N, 2] are scored by argmax, one column by a threshold.

@@ -601,3 +601,15 @@ def test_model_file_rewritten_while_loading(tmp_path):
         stop.set()
         t.join()
     assert ok + failed == 300
+
+
+@pytest.mark.parametrize("value", ["abc", "3x", 1.5, "99999999999999999999999"])
+def test_add_loss_output_ignore_index_must_be_an_integer(value):
+    """ignore_index is read exactly: not truncated (1.5 -> 1, '3x' -> 3) nor a bare 'stoll' error."""
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ValueError, match="ignore_index=.* is not an integer"):
+        ot.add_loss_output(m, "cross_entropy", ignore_index=value)
+    assert ot.add_loss_output(m, "cross_entropy", ignore_index=-100) is not None
