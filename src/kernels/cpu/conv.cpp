@@ -187,22 +187,34 @@ struct ConvParams {
       ctx.fail("kernel_shape ", shape_to_string(attrs.kernel), " does not match W ", shape_to_string(w));
     N = x[0], C = x[1];
     if (C % group != 0) ctx.fail("group ", group, " does not divide the ", C, " input channels");
+    int64_t w1_groups;  // W's channels times group: C (forward) or M (transposed)
+    if (__builtin_mul_overflow(w[1], group, &w1_groups))
+      ctx.fail("W ", shape_to_string(w), " with group ", group, " overflows int64 channels");
     if (!transposed) {
       M = w[0];
-      if (w[1] * group != C)
-        ctx.fail("W ", shape_to_string(w), " expects ", w[1] * group, " input channels (group ", group, "), X has ", C);
+      if (w1_groups != C)
+        ctx.fail("W ", shape_to_string(w), " expects ", w1_groups, " input channels (group ", group, "), X has ", C);
       if (M % group != 0) ctx.fail("group ", group, " does not divide the ", M, " output channels");
       g = forward_geometry(ctx, attrs, in, kernel);
     } else {
       if (w[0] != C) ctx.fail("W ", shape_to_string(w), " expects ", w[0], " input channels, X has ", C);
-      M = w[1] * group;
+      M = w1_groups;
       g = transposed_geometry(ctx, attrs, in, kernel, output_padding, output_shape);
     }
     y = {N, M};
     y.insert(y.end(), g.out.begin(), g.out.end());
-    kk = shape_numel(kernel);
-    pin = shape_numel(g.in);
-    pout = shape_numel(g.out);
+    // Dims of 2^62 are legal beside a zero one (no elements), but their products must fit int64
+    // (a UBSan report in the structured fuzz target).
+    int64_t y_numel, w_numel;
+    if (!checked_numel(kernel, &kk) || !checked_numel(g.in, &pin) || !checked_numel(g.out, &pout) ||
+        !checked_numel(y, &y_numel) || !checked_numel(w, &w_numel))
+      ctx.fail("sizes overflow int64: X ", shape_to_string(x), ", W ", shape_to_string(w), ", Y ", shape_to_string(y));
+    // The work buffers' sizes (im2col columns, float32 staging) too: with N = 0 they are not bounded by X.
+    int64_t unused;
+    for (const Shape& sizes : {Shape{C / group, kk, pout}, Shape{M / group, kk, pin}, Shape{C, pin}, Shape{M, pout},
+                               Shape{C, M / group, kk}})
+      if (!checked_numel(sizes, &unused))
+        ctx.fail("work buffer sizes overflow int64: X ", shape_to_string(x), ", W ", shape_to_string(w));
     view.G = group;
     view.kk = kk;
     view.g = g;
