@@ -17,7 +17,7 @@ using Shape = std::vector<int64_t>;
 
 /// Product of dims; false when a dim is negative or the product overflows int64.
 bool checked_numel(const Shape& shape, int64_t* out);
-/// Product of dims (caller guarantees validity).
+/// Product of dims; throws InvalidArgument when it overflows int64 (0 when a dim is 0).
 int64_t shape_numel(const Shape& shape);
 /// "[2, 3, 4]"
 std::string shape_to_string(const Shape& shape);

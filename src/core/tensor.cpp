@@ -55,7 +55,12 @@ bool checked_numel(const Shape& shape, int64_t* out) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) {
+      // Dims of 2^62 are legal beside a zero one (no elements); a product past int64 is not.
+      if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+      throw_error<InvalidArgument>("shape ", shape_to_string(shape), " has more elements than int64 holds");
+    }
   return n;
 }
 

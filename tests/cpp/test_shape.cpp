@@ -288,3 +288,21 @@ TEST(Shape, SumToShapeMatchesNaiveReference) {
                                  {}, [] { ot_test::RunOptions o; o.domain = "com.onnxtrain"; return o; }()),
                onnxtrain::InvalidArgument);
 }
+
+// shape_numel: the exact product, 0 for a zero dim whatever the others, and an error (not a wrapped
+// value) when the product leaves int64 (UB the structured fuzz target reported from kernels'
+// output-shape arithmetic).
+TEST(Shape, NumelOverflowIsAnError) {
+  const int64_t h = int64_t(1) << 62;
+  EXPECT_EQ(onnxtrain::shape_numel({}), 1);
+  EXPECT_EQ(onnxtrain::shape_numel({2, 3, 4}), 24);
+  EXPECT_EQ(onnxtrain::shape_numel({h, 1}), h);
+  EXPECT_EQ(onnxtrain::shape_numel({h, h, 0}), 0);
+  EXPECT_EQ(onnxtrain::shape_numel({0, h, h}), 0);
+  EXPECT_THROW(onnxtrain::shape_numel({h, 2}), onnxtrain::InvalidArgument);
+  EXPECT_THROW(onnxtrain::shape_numel({h, h}), onnxtrain::InvalidArgument);
+  int64_t n = 0;
+  EXPECT_FALSE(onnxtrain::checked_numel({h, 4}, &n));
+  EXPECT_TRUE(onnxtrain::checked_numel({h, 0, h}, &n));
+  EXPECT_EQ(n, 0);
+}
