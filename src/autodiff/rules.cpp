@@ -170,9 +170,12 @@ std::vector<int64_t> reduced_axes(Ctx& c, bool axes_input) {
   if (axes.empty()) return axes;
   const int64_t r = c.rank(c.I(0));
   if (r < 0) c.fail("input rank unknown");
-  for (auto& a : axes)
+  for (auto& a : axes) {
+    if (a < -r || a >= r) c.fail("axis ", a, " is out of range for an input of rank ", r);  // (gradient fuzz finding)
     if (a < 0) a += r;
+  }
   std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
   return axes;
 }
 

@@ -9,6 +9,7 @@
 
 #include "autodiff/builder.h"
 #include "grad_check.h"
+#include "grad_linalg_util.h"
 #include "test_grad_util.h"
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
@@ -180,6 +181,32 @@ TEST(GradReduce, SumNoopWithEmptyAxes) {
     EXPECT_TRUE(check_gradient(g)) << "noop " << noop;
     g.portable = true;
     EXPECT_TRUE(check_gradient(g)) << "noop " << noop << " (portable)";
+  }
+}
+
+// Axes outside [-rank, rank) get an error naming the node from the rule (the opset < 8 Tile path
+// indexed its masks with them: heap-buffer-overflow found by the gradient fuzz target); repeated
+// axes reduce once.
+TEST(GradReduce, AxesOutOfRange) {
+  for (int64_t opset : {6, 11, 13}) {
+    for (const std::vector<int64_t>& axes : std::vector<std::vector<int64_t>>{{2}, {-3}, {24958}}) {
+      std::vector<ir::Attribute> attrs = {attr_int("keepdims", 0)};
+      if (opset < 13) attrs.push_back(attr_ints("axes", axes));
+      std::vector<ir::ValueInfo> ins = {ir::ValueInfo{"a", ir::TypeInfo::tensor(DType::kFloat32, {3, 4}), ""}};
+      ir::Model m = one_node_model("ReduceSum", ins, attrs, 1, opset);
+      if (opset >= 13) {  // axes as a constant input
+        m.graph->initializers.emplace_back("axes", Tensor::from_vector<int64_t>({int64_t(axes.size())}, axes));
+        m.graph->nodes[0].inputs.push_back("axes");
+      }
+      m.graph->outputs[0].type = ir::TypeInfo::tensor(DType::kFloat32, {});
+      try {
+        onnxtrain::autodiff::build_gradient_model(m, {"loss"}, {"a"}, "loss");
+        ADD_FAILURE() << "expected an error for axes " << axes[0] << " at opset " << opset;
+      } catch (const onnxtrain::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("node_ReduceSum"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+      }
+    }
   }
 }
 
