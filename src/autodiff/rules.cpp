@@ -1737,6 +1737,7 @@ std::string resize_grad_portable(Ctx& c) {
       (coord == "tf_half_pixel_for_nn" && (rounding == "ceil" || rounding == "round_prefer_ceil")))
     return "";
   const int64_t r = int64_t(xs->size());
+  if (int64_t(ys->size()) != r) return "";  // a declared output type of another rank: not expressible
   const bool crop = coord == "tf_crop_and_resize";
   if ((crop && int64_t(roi->size()) != 2 * r) || (!scales->empty() && int64_t(scales->size()) != r)) return "";
   std::vector<ir::Attribute> at;
