@@ -1232,9 +1232,9 @@ bool add_layernorm_stats(onnx::ModelProto& p, const std::vector<HiddenStats>& hi
 }
 
 // Whether every node of `g` (subgraphs included) that has an ONNX schema satisfies it (required
-// attributes present and typed, input and output counts): ONNX's inference functions assume it
-// and some dereference a missing required attribute (Scan-8 without num_scan_inputs crashed
-// inside libonnx, found by the gradient fuzz target).
+// attributes present and typed, input and output counts) and has positive strides: ONNX's
+// inference functions assume it and some dereference a missing required attribute (Scan-8
+// without num_scan_inputs crashed inside libonnx, found by the gradient fuzz target).
 bool nodes_match_schemas(const onnx::GraphProto& g, const std::unordered_map<std::string, int>& opsets, int depth = 0) {
   if (depth > 64) return false;
   for (const auto& n : g.node()) {
@@ -1248,6 +1248,14 @@ bool nodes_match_schemas(const onnx::GraphProto& g, const std::unordered_map<std
           return false;
         }
       }
+    // ONNX 1.12's convPoolShapeInference divides by every stride: a zero one is a SIGFPE inside
+    // libonnx (gradient fuzz finding; probed: Conv, ConvInteger, QLinearConv, AveragePool,
+    // MaxPool, LpPool). Such a node breaks its operator's contract as surely as a schema violation.
+    if (domain.empty())
+      for (const auto& a : n.attribute())
+        if (a.name() == "strides")
+          for (int64_t v : a.ints())
+            if (v <= 0) return false;
     for (const auto& a : n.attribute()) {
       if (a.has_g() && !nodes_match_schemas(a.g(), opsets, depth + 1)) return false;
       for (const auto& sg : a.graphs())

@@ -413,3 +413,29 @@ TEST(Loader, InferTypesLayerNormStatistics) {
     EXPECT_EQ(y->type.elem, DType::kFloat32) << "Y is still typed with axis " << axis;
   }
 }
+
+// ONNX 1.12's convPoolShapeInference divides by each stride (SIGFPE inside libonnx for a zero one:
+// gradient fuzz finding): infer_types leaves such a graph untyped instead of calling it.
+TEST(Loader, InferTypesZeroStride) {
+  onnx::ModelProto m = add_model();
+  auto* g = m.mutable_graph();
+  g->clear_node();
+  g->clear_initializer();
+  auto* shape = g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shape->clear_dim();
+  for (int64_t d : {1, 1, 4, 4}) shape->add_dim()->set_dim_value(d);
+  auto* n = g->add_node();
+  n->set_op_type("MaxPool");
+  n->add_input("x");
+  n->add_output("y");
+  for (const auto& [name, vals] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"kernel_shape", {2, 2}}, {"strides", {0, 1}}}) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : vals) a->add_ints(v);
+  }
+  const std::string bytes = m.SerializeAsString();
+  ir::Model model = ir::load_model_bytes(bytes.data(), bytes.size());
+  EXPECT_NO_THROW(ir::infer_types(model));
+}

@@ -471,6 +471,15 @@ void pad_maps(const PrepareContext& ctx, PadMode mode, const Shape& in, DType dt
       ctx.fail("pads ", shape_to_string(pads), " give a negative or overflowing size on axis ", a, " of ", shape_to_string(in));
   }
   check_output_size(ctx, *out, dt);
+  // One index per output position and axis: with a zero dim elsewhere, an axis of 2^40 passes the
+  // output's size check but not this one (an out-of-memory in the structured fuzz target).
+  int64_t entries = 0;
+  for (int64_t d : *out)
+    if (__builtin_add_overflow(entries, d, &entries)) {
+      entries = -1;
+      break;
+    }
+  check_table_size(ctx, entries, sizeof(int64_t), "the pad index maps");
   maps->assign(size_t(r), {});
   for (size_t a = 0; a < size_t(r); ++a) {
     const int64_t lo = std::max<int64_t>(-begin[a], 0);
