@@ -1191,6 +1191,64 @@ void hide_layernorm_stats(onnx::GraphProto& g, std::vector<HiddenStats>* hidden,
   }
 }
 
+// ONNX 1.12's MaxUnpool inference dereferences the type of its indices input without checking it
+// exists (SEGV inside libonnx when that input is untyped: gradient fuzz finding). MaxUnpool nodes go
+// to ONNX under a domain it does not know (skipped); add_unpool_types gives the main graph's ones
+// X's element type and rank afterwards (the kernel computes the dims).
+struct HiddenUnpool {
+  std::string x, y;
+};
+
+void hide_max_unpool(onnx::GraphProto& g, std::vector<HiddenUnpool>* hidden, int depth = 0) {
+  if (depth > 64) return;
+  for (auto& n : *g.mutable_node()) {
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) hide_max_unpool(*a.mutable_g(), nullptr, depth + 1);
+      for (auto& sg : *a.mutable_graphs()) hide_max_unpool(sg, nullptr, depth + 1);
+    }
+    if (n.op_type() != "MaxUnpool" || (!n.domain().empty() && n.domain() != "ai.onnx")) continue;
+    n.set_domain("onnxtrain.uninferred");
+    if (hidden && n.input_size() >= 1 && n.output_size() >= 1) hidden->push_back({n.input(0), n.output(0)});
+  }
+}
+
+bool add_unpool_types(onnx::ModelProto& p, const std::vector<HiddenUnpool>& hidden) {
+  if (hidden.empty()) return false;
+  onnx::GraphProto& g = *p.mutable_graph();
+  std::unordered_map<std::string, const onnx::TypeProto*> types;
+  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
+    for (const auto& v : *list)
+      if (v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0) types[v.name()] = &v.type();
+  std::vector<std::pair<std::string, onnx::TypeProto>> add;
+  for (const auto& h : hidden) {
+    if (types.count(h.y)) continue;
+    onnx::TypeProto t;
+    auto* tt = t.mutable_tensor_type();
+    if (auto x = types.find(h.x); x != types.end()) {
+      tt->set_elem_type(x->second->tensor_type().elem_type());
+      if (x->second->tensor_type().has_shape())
+        for (int i = 0; i < x->second->tensor_type().shape().dim_size(); ++i) tt->mutable_shape()->add_dim();
+    } else {
+      bool found = false;
+      for (const auto& init : g.initializer())
+        if (init.name() == h.x) {
+          tt->set_elem_type(init.data_type());
+          for (int i = 0; i < init.dims_size(); ++i) tt->mutable_shape()->add_dim();
+          found = true;
+          break;
+        }
+      if (!found) continue;
+    }
+    add.emplace_back(h.y, std::move(t));
+  }
+  for (auto& [name, t] : add) {
+    auto* v = g.add_value_info();
+    v->set_name(name);
+    *v->mutable_type() = std::move(t);
+  }
+  return !add.empty();
+}
+
 bool add_layernorm_stats(onnx::ModelProto& p, const std::vector<HiddenStats>& hidden) {
   if (hidden.empty()) return false;
   onnx::GraphProto& g = *p.mutable_graph();
@@ -1288,13 +1346,19 @@ void infer_types(Model& m) {
   if (!nodes_match_schemas(p.graph(), opsets)) return;
   std::vector<HiddenStats> hidden;
   hide_layernorm_stats(*p.mutable_graph(), &hidden);
+  std::vector<HiddenUnpool> unpools;
+  hide_max_unpool(*p.mutable_graph(), &unpools);
+  auto* hidden_domain = p.add_opset_import();  // declared, so that ONNX skips its nodes rather than failing
+  hidden_domain->set_domain("onnxtrain.uninferred");
+  hidden_domain->set_version(1);
   try {
     // Data propagation follows Shape -> Gather -> Concat -> Reshape chains (exported attention).
     onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/true);
     onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
     for (int round = 0; round < 8; ++round) {
-      const bool ranks = add_missing_ranks(p), custom = add_custom_types(p), stats = add_layernorm_stats(p, hidden);
-      if (!ranks && !custom && !stats) break;
+      const bool ranks = add_missing_ranks(p), custom = add_custom_types(p), stats = add_layernorm_stats(p, hidden),
+                 unpool = add_unpool_types(p, unpools);
+      if (!ranks && !custom && !stats && !unpool) break;
       onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
     }
   } catch (const std::exception&) {

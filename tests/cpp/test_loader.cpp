@@ -439,3 +439,40 @@ TEST(Loader, InferTypesZeroStride) {
   ir::Model model = ir::load_model_bytes(bytes.data(), bytes.size());
   EXPECT_NO_THROW(ir::infer_types(model));
 }
+
+// ONNX 1.12's MaxUnpool inference dereferences an untyped indices input (SEGV inside libonnx:
+// gradient fuzz finding): MaxUnpool is kept away from ONNX's inference and its output typed with
+// X's element type and rank.
+TEST(Loader, InferTypesMaxUnpool) {
+  for (bool typed_indices : {false, true}) {
+    onnx::ModelProto m = add_model();
+    auto* g = m.mutable_graph();
+    g->clear_node();
+    g->clear_initializer();
+    g->clear_output();
+    auto* shape = g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : {1, 1, 2, 2}) shape->add_dim()->set_dim_value(d);
+    auto* idx = g->add_input();
+    idx->set_name("i");
+    if (typed_indices) idx->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::INT64);
+    auto* n = g->add_node();
+    n->set_op_type("MaxUnpool");
+    n->add_input("x");
+    n->add_input("i");
+    n->add_output("y");
+    auto* a = n->add_attribute();
+    a->set_name("kernel_shape");
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : {2, 2}) a->add_ints(v);
+    g->add_output()->set_name("y");
+    const std::string bytes = m.SerializeAsString();
+    ir::Model model = ir::load_model_bytes(bytes.data(), bytes.size());
+    ASSERT_NO_THROW(ir::infer_types(model));
+    const ir::ValueInfo* y = find_info(model, "y");
+    ASSERT_NE(y, nullptr);
+    EXPECT_EQ(y->type.elem, DType::kFloat32);
+    ASSERT_TRUE(y->type.has_shape);
+    EXPECT_EQ(y->type.dims.size(), 4u);
+  }
+}
