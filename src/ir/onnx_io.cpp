@@ -62,7 +62,7 @@ struct ExternalFile {
   ExternalFile(const ExternalFile&) = delete;
   ExternalFile& operator=(const ExternalFile&) = delete;
   ExternalFile(ExternalFile&& o) noexcept
-      : fd(o.fd), offset(o.offset), length(o.length), location(std::move(o.location)) {
+      : fd(o.fd), offset(o.offset), length(o.length), location(std::move(o.location)), opened(o.opened) {
     o.fd = -1;
   }
   ~ExternalFile() {
@@ -77,7 +77,15 @@ struct ExternalFile {
       if (r <= 0) throw_error<InvalidModel>("tensor '", what, "': short read from external data '", location, "'");
       done += uint64_t(r);
     }
+    // A file written while it is read can yield bytes of neither version (a truncate and rewrite
+    // racing the read gave zeros): the same size and times before and after, or an error.
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size != opened.st_size || st.st_mtim.tv_sec != opened.st_mtim.tv_sec ||
+        st.st_mtim.tv_nsec != opened.st_mtim.tv_nsec || st.st_ctim.tv_sec != opened.st_ctim.tv_sec ||
+        st.st_ctim.tv_nsec != opened.st_ctim.tv_nsec)
+      throw_error<InvalidModel>("tensor '", what, "': external data '", location, "' changed while it was read");
   }
+  struct stat opened {};  ///< fstat at open
 };
 
 // Opens the external data of `p` after checking that the location is relative, free of "..",
@@ -137,6 +145,7 @@ ExternalFile open_external(const onnx::TensorProto& p, const std::string& what, 
   struct stat st;
   if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
     throw_error<InvalidModel>("tensor '", what, "': external data '", location, "' is not a regular file");
+  f.opened = st;
   const uint64_t size = uint64_t(st.st_size);
   if (!has_length) {
     if (offset > size)
