@@ -1177,16 +1177,36 @@ struct HiddenStats {
   std::vector<std::string> outputs;  // Mean, InvStdDev
 };
 
-void hide_layernorm_stats(onnx::GraphProto& g, std::vector<HiddenStats>* hidden, int depth = 0) {
+// ONNX 1.12's MaxUnpool inference dereferences the type of its indices input without checking it
+// exists (SEGV inside libonnx when that input is untyped: gradient fuzz finding). MaxUnpool nodes go
+// to ONNX under a domain it does not know (skipped); add_unpool_types gives the main graph's ones
+// X's element type and rank afterwards (the kernel computes the dims).
+struct HiddenUnpool {
+  std::string x, y;
+};
+
+// Hides from ONNX's inference, in the graph and its subgraphs, what crashes it: LayerNormalization
+// statistics with a negative axis and MaxUnpool nodes. The main graph's ones are recorded (hidden
+// is null in subgraphs, left untyped) for add_layernorm_stats and add_unpool_types.
+struct Hidden {
+  std::vector<HiddenStats> stats;
+  std::vector<HiddenUnpool> unpools;
+};
+
+void hide_from_onnx_inference(onnx::GraphProto& g, Hidden* hidden, int depth = 0) {
   if (depth > 64) return;
   for (auto& n : *g.mutable_node()) {
     for (auto& a : *n.mutable_attribute()) {
-      if (a.has_g()) hide_layernorm_stats(*a.mutable_g(), nullptr, depth + 1);
-      for (auto& sg : *a.mutable_graphs()) hide_layernorm_stats(sg, nullptr, depth + 1);
+      if (a.has_g()) hide_from_onnx_inference(*a.mutable_g(), nullptr, depth + 1);
+      for (auto& sg : *a.mutable_graphs()) hide_from_onnx_inference(sg, nullptr, depth + 1);
     }
-    if (n.op_type() != "LayerNormalization" || (!n.domain().empty() && n.domain() != "ai.onnx") ||
-        n.output_size() < 2 || n.input_size() < 1)
+    if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+    if (n.op_type() == "MaxUnpool") {
+      n.set_domain("onnxtrain.uninferred");
+      if (hidden && n.input_size() >= 1 && n.output_size() >= 1) hidden->unpools.push_back({n.input(0), n.output(0)});
       continue;
+    }
+    if (n.op_type() != "LayerNormalization" || n.output_size() < 2 || n.input_size() < 1) continue;
     HiddenStats h;
     h.x = n.input(0);
     for (const auto& a : n.attribute()) {
@@ -1196,28 +1216,7 @@ void hide_layernorm_stats(onnx::GraphProto& g, std::vector<HiddenStats>* hidden,
     if (h.axis >= 0) continue;
     h.outputs.assign(n.output().begin() + 1, n.output().end());
     n.mutable_output()->DeleteSubrange(1, n.output_size() - 1);
-    if (hidden) hidden->push_back(std::move(h));
-  }
-}
-
-// ONNX 1.12's MaxUnpool inference dereferences the type of its indices input without checking it
-// exists (SEGV inside libonnx when that input is untyped: gradient fuzz finding). MaxUnpool nodes go
-// to ONNX under a domain it does not know (skipped); add_unpool_types gives the main graph's ones
-// X's element type and rank afterwards (the kernel computes the dims).
-struct HiddenUnpool {
-  std::string x, y;
-};
-
-void hide_max_unpool(onnx::GraphProto& g, std::vector<HiddenUnpool>* hidden, int depth = 0) {
-  if (depth > 64) return;
-  for (auto& n : *g.mutable_node()) {
-    for (auto& a : *n.mutable_attribute()) {
-      if (a.has_g()) hide_max_unpool(*a.mutable_g(), nullptr, depth + 1);
-      for (auto& sg : *a.mutable_graphs()) hide_max_unpool(sg, nullptr, depth + 1);
-    }
-    if (n.op_type() != "MaxUnpool" || (!n.domain().empty() && n.domain() != "ai.onnx")) continue;
-    n.set_domain("onnxtrain.uninferred");
-    if (hidden && n.input_size() >= 1 && n.output_size() >= 1) hidden->push_back({n.input(0), n.output(0)});
+    if (hidden) hidden->stats.push_back(std::move(h));
   }
 }
 
@@ -1353,10 +1352,8 @@ void infer_types(Model& m) {
   for (const auto& o : p.opset_import()) opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = int(o.version());
   // A node that breaks its schema: no inference (best effort); the kernel or rule names the problem.
   if (!nodes_match_schemas(p.graph(), opsets)) return;
-  std::vector<HiddenStats> hidden;
-  hide_layernorm_stats(*p.mutable_graph(), &hidden);
-  std::vector<HiddenUnpool> unpools;
-  hide_max_unpool(*p.mutable_graph(), &unpools);
+  Hidden hidden;
+  hide_from_onnx_inference(*p.mutable_graph(), &hidden);
   auto* hidden_domain = p.add_opset_import();  // declared, so that ONNX skips its nodes rather than failing
   hidden_domain->set_domain("onnxtrain.uninferred");
   hidden_domain->set_version(1);
@@ -1365,8 +1362,8 @@ void infer_types(Model& m) {
     onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/true);
     onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
     for (int round = 0; round < 8; ++round) {
-      const bool ranks = add_missing_ranks(p), custom = add_custom_types(p), stats = add_layernorm_stats(p, hidden),
-                 unpool = add_unpool_types(p, unpools);
+      const bool ranks = add_missing_ranks(p), custom = add_custom_types(p), stats = add_layernorm_stats(p, hidden.stats),
+                 unpool = add_unpool_types(p, hidden.unpools);
       if (!ranks && !custom && !stats && !unpool) break;
       onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
     }
