@@ -48,8 +48,11 @@ status=0
 # max_len: models and structured cases are up to 256 KiB (the conformance seeds); binary data files
 # 64 KiB; CSV 8 KiB (its parser's cases show in short texts, and long ones only slow the campaign).
 case "$TARGET" in model|gradient|structured) MAXLEN=262144 ;; csv) MAXLEN=8192 ;; *) MAXLEN=65536 ;; esac
+# -entropic=0: libFuzzer's entropic schedule updated per-input feature frequencies on every
+# execution, 42 % of the structured target's time (perf; 70,000 features): the plain schedule runs
+# 1.6x the executions per second. Pass -entropic=1 to have it back.
 START=$(date +%s)
-"$BUILD_DIR/fuzz_${TARGET}" "$CORPUS" -max_total_time="$SECONDS_" -max_len="$MAXLEN" -timeout=20 \
+"$BUILD_DIR/fuzz_${TARGET}" "$CORPUS" -max_total_time="$SECONDS_" -max_len="$MAXLEN" -timeout=20 -entropic=0 \
   -rss_limit_mb=3072 -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$ARTIFACTS/" "$@" \
   >"$LOG" 2>&1 || status=$?
 execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*$' || true)

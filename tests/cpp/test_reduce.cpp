@@ -162,6 +162,22 @@ TEST(Reduce, IntegerTypes) {
   check_reduce("ReduceL1", DType::kInt64, 307, 20, 0, 0);
 }
 
+// Integer means divide exactly (truncating toward zero, as onnxruntime): a float64 quotient loses
+// the low bits past 2^53 and, at INT64_MAX, overflowed its conversion back (a fuzz finding).
+TEST(Reduce, IntegerMeanIsExactNearTheLimits) {
+  const int64_t big = int64_t(1) << 60;
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {
+      {{INT64_MAX}, INT64_MAX}, {{INT64_MIN}, INT64_MIN}, {{big + 1, big + 3}, big + 2}, {{-7, -8}, -7}, {{7, 8}, 7}};
+  for (const auto& [values, mean] : cases) {
+    ReduceCase c;
+    c.shape = {int64_t(values.size())};
+    c.keepdims = false;
+    auto y = run_reduce("ReduceMean", Tensor::from_vector<int64_t>(c.shape, values), c, RunOptions{});
+    ASSERT_EQ(y[0].numel(), 1);
+    EXPECT_EQ(y[0].data<int64_t>()[0], mean) << str(values);
+  }
+}
+
 TEST(Reduce, HalfTypesAccumulateInFloat) {
   check_reduce("ReduceSum", DType::kFloat16, 401, 15, 2e-3, 2e-3);
   check_reduce("ReduceMean", DType::kBFloat16, 402, 15, 1e-2, 1e-2);

@@ -171,6 +171,12 @@ TEST(Shape, RangeTypes) {
       [&] { run_node("Range", {Tensor::scalar<float>(0), Tensor::scalar<float>(NAN), Tensor::scalar<float>(1)}); }, "node_Range",
       "no element count");
   expect_error<onnxtrain::InvalidArgument>([&] { run_node("Range", {s(0), Tensor::scalar<int32_t>(3), s(1)}); }, "node_Range", "one type");
+  // The whole int64 line in steps of 2^62: every element fits, although 3 * 2^62 does not.
+  auto y = run_node("Range", {Tensor::scalar<int64_t>(INT64_MIN), Tensor::scalar<int64_t>(INT64_MAX),
+                              Tensor::scalar<int64_t>(int64_t(1) << 62)});
+  ASSERT_EQ(y[0].numel(), 4);
+  const int64_t q = int64_t(1) << 62;
+  EXPECT_EQ(std::vector<int64_t>(y[0].data<int64_t>(), y[0].data<int64_t>() + 4), (std::vector<int64_t>{INT64_MIN, -q, 0, q}));
 }
 
 TEST(Shape, ExpandRandom) {

@@ -206,7 +206,9 @@ struct RedOp {
   }
   T fin(A a, int64_t o, int64_t n) const {
     if constexpr (K == RK::kMean) {
-      if constexpr (std::is_integral_v<A>) return n ? T(double(a) / double(n)) : T(0);
+      // Integers: exact division truncating toward zero, as onnxruntime's integer mean (a float64
+      // quotient lost the low bits past 2^53 and overflowed the conversion near the type's limits).
+      if constexpr (std::is_integral_v<A>) return n ? T(a / A(n)) : T(0);
       return T(double(a) / double(n));
     }
     if constexpr (K == RK::kL2) return to<T>(std::sqrt(double(a)));

@@ -358,7 +358,9 @@ class RangeKernel final : public Kernel {
       const T s = *ctx.input(0).data<T>(), d = *ctx.input(2).data<T>();
       T* p = y.data<T>();
       for (int64_t i = 0; i < y.numel(); ++i) {
-        if constexpr (std::is_integral_v<T>) p[i] = T(int64_t(s) + i * int64_t(d));
+        // Every element lies between start and limit, but i * delta alone may not fit (start
+        // INT64_MIN, delta 2^62): two's-complement wrapping arithmetic lands on the exact value.
+        if constexpr (std::is_integral_v<T>) p[i] = T(int64_t(uint64_t(int64_t(s)) + uint64_t(i) * uint64_t(int64_t(d))));
         else p[i] = T(double(s) + double(i) * double(d));
       }
     });
