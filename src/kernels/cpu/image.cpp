@@ -686,23 +686,30 @@ class SpaceDepthKernel final : public Kernel {
     const Shape& xs = ctx.input_shape(0);
     if (xs.size() != 4) ctx.fail("input must be 4-D [N, C, H, W], got ", shape_to_string(xs));
     const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], b = b_;
+    // Products in checked int64: a huge blocksize, or huge dims beside a zero one, overflow.
+    auto mul = [&](int64_t p, int64_t q) {
+      int64_t r = 0;
+      if (__builtin_mul_overflow(p, q, &r))
+        ctx.fail("blocksize ", b, " with input ", shape_to_string(xs), " overflows int64 (", p, " * ", q, ")");
+      return r;
+    };
+    const int64_t bb = mul(b, b), hw = mul(H, W);
     Shape ys;
     if (to_space_) {
-      if (C % (b * b) != 0) ctx.fail("channels ", C, " are not divisible by blocksize^2 = ", b * b);
-      const int64_t c = C / (b * b);
-      ys = {N, c, H * b, W * b};
+      if (C % bb != 0) ctx.fail("channels ", C, " are not divisible by blocksize^2 = ", bb);
+      const int64_t c = C / bb;
+      ys = {N, c, mul(H, b), mul(W, b)};
       // Y viewed as [N, c, H, b(i), W, b(j)]; X as [N, C, H, W] with channel (i*b + j)*c + ch (DCR)
       // or ch*b*b + i*b + j (CRD).
-      const int64_t hw = H * W;
       dims_ = {N, c, H, b, W, b};
-      strides_ = {C * hw, (crd_ ? b * b : 1) * hw, W, (crd_ ? b : b * c) * hw, 1, (crd_ ? 1 : c) * hw};
+      strides_ = {mul(C, hw), mul(crd_ ? bb : 1, hw), W, mul(crd_ ? b : mul(b, c), hw), 1, mul(crd_ ? 1 : c, hw)};
     } else {
       if (H % b != 0 || W % b != 0) ctx.fail("spatial size ", H, "x", W, " is not divisible by blocksize ", b);
       const int64_t h = H / b, w = W / b;
-      ys = {N, C * b * b, h, w};
+      ys = {N, mul(C, bb), h, w};
       // Y viewed as [N, b(i), b(j), C, h, w]; X[n, ch, y*b + i, x*b + j].
       dims_ = {N, b, b, C, h, w};
-      strides_ = {C * H * W, W, 1, H * W, b * W, b};
+      strides_ = {mul(C, hw), W, 1, hw, mul(b, W), b};
     }
     check_output_size(ctx, ys, ctx.input_dtype(0));
     ctx.set_output(0, ctx.input_dtype(0), ys);
