@@ -116,7 +116,7 @@ Shape shape_from(py::handle obj, const char* what) {
   }
   int64_t n;
   if (!checked_numel(shape, &n))
-    throw_error<InvalidArgument>(what, ": shape ", shape_to_string(shape), " has more elements than int64 can count");
+    throw_error<InvalidArgument>(what, ": shape ", shape_to_string(shape), " has dims multiplying past 2^52 (zero dims aside)");
   return shape;
 }
 

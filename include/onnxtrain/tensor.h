@@ -15,9 +15,15 @@ namespace onnxtrain {
 
 using Shape = std::vector<int64_t>;
 
-/// Product of dims; false when a dim is negative or the product overflows int64.
+/// Largest product of a shape's dims, zero dims left out (2^52: past any memory, with headroom for
+/// kernels' index arithmetic). A zero dim makes a tensor empty, but the other dims still size strides,
+/// loop bounds and index tables: [0, 2^62, 4] is refused rather than overflowing int64 in them.
+inline constexpr int64_t kMaxShapeExtent = int64_t(1) << 52;
+/// Product of dims; false when a dim is negative or the dims other than zeros multiply past
+/// kMaxShapeExtent.
 bool checked_numel(const Shape& shape, int64_t* out);
-/// Product of dims; throws InvalidArgument when it overflows int64 (0 when a dim is 0).
+/// Product of dims; throws InvalidArgument past kMaxShapeExtent (with a negative dim, an unknown
+/// extent: the plain product, throwing only when it overflows int64).
 int64_t shape_numel(const Shape& shape);
 /// "[2, 3, 4]"
 std::string shape_to_string(const Shape& shape);

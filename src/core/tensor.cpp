@@ -44,20 +44,29 @@ std::string allocation_limit_text() {
 }
 
 bool checked_numel(const Shape& shape, int64_t* out) {
-  int64_t n = 1;
+  int64_t extent = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     if (d < 0) return false;
-    if (__builtin_mul_overflow(n, d, &n)) return false;
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(extent, d, &extent) || extent > kMaxShapeExtent) return false;
   }
-  *out = n;
+  *out = empty ? 0 : extent;
   return true;
 }
 
 int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
+  int64_t n = 0;
+  if (checked_numel(shape, &n)) return n;
+  if (std::none_of(shape.begin(), shape.end(), [](int64_t d) { return d < 0; }))
+    throw_error<InvalidArgument>("shape ", shape_to_string(shape), " has dims multiplying past 2^52 (zero dims aside)");
+  // A negative dim (an unknown extent of a declared shape): the plain product, the caller's to judge.
+  n = 1;
   for (int64_t d : shape)
     if (__builtin_mul_overflow(n, d, &n)) {
-      // Dims of 2^62 are legal beside a zero one (no elements); a product past int64 is not.
       if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
       throw_error<InvalidArgument>("shape ", shape_to_string(shape), " has more elements than int64 holds");
     }
@@ -78,7 +87,7 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
   int64_t n;
   if (!checked_numel(shape, &n))
     throw_error<InvalidArgument>("invalid tensor shape ", shape_to_string(shape),
-                                 " (negative dimension or element count overflows int64)");
+                                 " (a negative dim, or dims other than zeros multiplying past 2^52)");
   const uint64_t esize = dtype_size(dtype);
   uint64_t bytes;
   if (__builtin_mul_overflow(uint64_t(n), esize, &bytes) || bytes > allocation_limit())

@@ -199,7 +199,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in,
   int64_t n;
   if (!checked_numel(shape, &n))
     throw_error<InvalidModel>("tensor '", what, "' has dimensions ", shape_to_string(shape),
-                              " whose element count overflows int64");
+                              " multiplying past 2^52 (zero dims aside)");
   const uint64_t esize = dtype_size(dt);
   uint64_t nbytes;
   if (__builtin_mul_overflow(uint64_t(n), esize, &nbytes))

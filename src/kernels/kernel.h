@@ -173,7 +173,11 @@ class PrepareContext {
   /// Sequence output (always dynamic).
   void set_output_sequence(size_t i, DType elem);
   /// Scratch memory for run(), carved from the plan's arena.
-  void request_workspace(size_t bytes) { workspace_ = std::max(workspace_, bytes); }
+  /// Refused (naming the node) past the allocation limit.
+  void request_workspace(size_t bytes) {
+    if (bytes > allocation_limit()) fail("scratch memory of ", bytes, " bytes is over ", allocation_limit_text());
+    workspace_ = std::max(workspace_, bytes);
+  }
   /// Marks the node as random or stateful: never constant-folded.
   void set_nondeterministic() { deterministic_ = false; }
   /// The node reads only the shapes (and dtypes) of its inputs, never their data (Shape, Size):

@@ -185,6 +185,43 @@ TEST(BadInput, HugeShapesAreRefusedBeforeAllocating) {
   EXPECT_EQ(failure_of([] { Tensor::empty(DType::kFloat32, {1 << 20, 1 << 20}); }).code, int(ErrorCode::kFail));
 }
 
+// A zero dim empties a tensor, but its other dims still size strides, loop bounds and tables:
+// dims other than zeros multiplying past 2^52 are refused wherever a shape is made (found by the
+// structured fuzzer and a review: [0, 2^62, 4] overflowed broadcast strides, reductions, Flatten,
+// Concat, Gather, Softmax, LayerNorm's scratch size). Beside them, integer edges of single kernels.
+TEST(BadInput, ShapeExtentsAndIntegerEdgesOfKernels) {
+  const int64_t big = int64_t(1) << 62, k52 = int64_t(1) << 52;
+  auto i64 = [](std::vector<int64_t> v) { return Tensor::from_vector<int64_t>({int64_t(v.size())}, v); };
+  auto f32 = [](Shape s) { return Tensor::zeros(DType::kFloat32, std::move(s)); };
+  check_cases({
+      {"empty tensor with dims past 2^52", [&] { Tensor::empty(DType::kFloat32, {0, big, 4}); }, ErrorCode::kInvalidArgument,
+       {"[0, 4611686018427387904, 4]", "2^52"}},
+      {"shape_numel past 2^52", [&] { shape_numel({4, 0, k52}); }, ErrorCode::kInvalidArgument, {"2^52"}},
+      {"Expand to [0, 2^62, 4]", [&] { ot_test::run_node("Expand", {f32({1}), i64({0, big, 4})}); },
+       ErrorCode::kInvalidArgument, {"node_Expand"}},
+      {"Reshape to [0, 2^62, 4]", [&] { ot_test::run_node("Reshape", {f32({0}), i64({0, big, 4})}, {ot_test::attr_int("allowzero", 1)}, {.opset = 14}); },
+       ErrorCode::kInvalidArgument, {"node_Reshape"}},
+      {"Pad cropping past the axis", [&] { ot_test::run_node("Pad", {f32({5}), i64({INT64_MIN, INT64_MAX})}); },
+       ErrorCode::kInvalidArgument, {"node_Pad", "crop more than the 5 elements"}},
+      {"ConvTranspose output_shape past int64", [&] {
+         ot_test::run_node("ConvTranspose", {f32({1, 1, 0}), f32({1, 1, 1})},
+                           {ot_test::attr_ints("strides", {big}), ot_test::attr_ints("output_shape", {INT64_MAX})});
+       }, ErrorCode::kInvalidArgument, {"node_ConvTranspose"}},
+      {"LayerNormalization scratch of 16 TiB", [&] { ot_test::run_node("LayerNormalization", {f32({0, int64_t(1) << 40}), f32({1})}); },
+       ErrorCode::kInvalidArgument, {"node_LayerNormalization", "scratch memory"}},
+  });
+  // At the bound: an empty tensor of extent 2^52 is fine.
+  EXPECT_EQ(Tensor::empty(DType::kFloat32, {0, k52}).numel(), 0);
+  EXPECT_EQ(shape_numel({-1, 4}), -4);  // unknown extents of declared shapes keep the plain product
+  // Integers wrap as numpy's (two's complement): PRelu's product, CumSum's running sum.
+  const int32_t m30 = -(int32_t(1) << 30);
+  auto p = ot_test::run_node("PRelu", {Tensor::from_vector<int32_t>({2}, {m30, int32_t(1) << 30}), Tensor::from_vector<int32_t>({1}, {4})});
+  EXPECT_EQ(p[0].data<int32_t>()[0], 0);  // -2^30 * 4 = -2^32 = 0 mod 2^32
+  EXPECT_EQ(p[0].data<int32_t>()[1], int32_t(1) << 30);
+  auto c = ot_test::run_node("CumSum", {i64({INT64_MAX, 1}), Tensor::scalar<int64_t>(0)});
+  EXPECT_EQ(c[0].data<int64_t>()[1], INT64_MIN);
+}
+
 TEST(BadInput, ModelFilesEveryLoader) {
   TempDir dir;
   const Mlp m = mlp();

@@ -138,7 +138,7 @@ TEST(Loader, ElementCountOverflow) {
   w->clear_dims();
   w->add_dims(int64_t(1) << 40);
   w->add_dims(int64_t(1) << 40);
-  expect_error<InvalidModel>(bytes_of(m), "overflows");
+  expect_error<InvalidModel>(bytes_of(m), "multiplying past 2^52");
 }
 
 TEST(Loader, HugeDimsWithoutDataDoNotAllocate) {

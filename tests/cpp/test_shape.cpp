@@ -298,17 +298,25 @@ TEST(Shape, SumToShapeMatchesNaiveReference) {
 // shape_numel: the exact product, 0 for a zero dim whatever the others, and an error (not a wrapped
 // value) when the product leaves int64 (UB the structured fuzz target reported from kernels'
 // output-shape arithmetic).
+// Dims other than zeros multiply to at most 2^52 (onnxtrain::kMaxShapeExtent): a zero dim empties a
+// tensor, but its other dims still size strides and loops, so [0, 2^62, 2^62] is refused too.
 TEST(Shape, NumelOverflowIsAnError) {
-  const int64_t h = int64_t(1) << 62;
+  const int64_t h = int64_t(1) << 62, k = onnxtrain::kMaxShapeExtent;
+  EXPECT_EQ(k, int64_t(1) << 52);
   EXPECT_EQ(onnxtrain::shape_numel({}), 1);
   EXPECT_EQ(onnxtrain::shape_numel({2, 3, 4}), 24);
-  EXPECT_EQ(onnxtrain::shape_numel({h, 1}), h);
-  EXPECT_EQ(onnxtrain::shape_numel({h, h, 0}), 0);
-  EXPECT_EQ(onnxtrain::shape_numel({0, h, h}), 0);
-  EXPECT_THROW(onnxtrain::shape_numel({h, 2}), onnxtrain::InvalidArgument);
+  EXPECT_EQ(onnxtrain::shape_numel({k, 1}), k);
+  EXPECT_EQ(onnxtrain::shape_numel({0, k}), 0);
+  EXPECT_EQ(onnxtrain::shape_numel({k / 2, 0, 2}), 0);
+  EXPECT_THROW(onnxtrain::shape_numel({h, 1}), onnxtrain::InvalidArgument);
+  EXPECT_THROW(onnxtrain::shape_numel({k, 2}), onnxtrain::InvalidArgument);
+  EXPECT_THROW(onnxtrain::shape_numel({h, h, 0}), onnxtrain::InvalidArgument);
+  EXPECT_THROW(onnxtrain::shape_numel({0, h, h}), onnxtrain::InvalidArgument);
   EXPECT_THROW(onnxtrain::shape_numel({h, h}), onnxtrain::InvalidArgument);
-  int64_t n = 0;
+  int64_t n = -1;
   EXPECT_FALSE(onnxtrain::checked_numel({h, 4}, &n));
-  EXPECT_TRUE(onnxtrain::checked_numel({h, 0, h}, &n));
+  EXPECT_FALSE(onnxtrain::checked_numel({h, 0, h}, &n));
+  EXPECT_FALSE(onnxtrain::checked_numel({2, -1}, &n));
+  EXPECT_TRUE(onnxtrain::checked_numel({k, 0, 1}, &n));
   EXPECT_EQ(n, 0);
 }

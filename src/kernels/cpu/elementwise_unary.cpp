@@ -169,7 +169,7 @@ struct ShrinkOp {
 struct PReluOp {
   template <class C>
   C operator()(C x, C slope) const {
-    return select(x < C(0), static_cast<C>(slope * x), x);
+    return select(x < C(0), static_cast<C>(wrap_mul(slope, x)), x);  // integers wrap, as Mul's
   }
 };
 

@@ -469,6 +469,10 @@ void pad_maps(const PrepareContext& ctx, PadMode mode, const Shape& in, DType dt
     int64_t& o = (*out)[a];
     if (__builtin_add_overflow(in[a], begin[a], &o) || __builtin_add_overflow(o, end[a], &o) || o < 0)
       ctx.fail("pads ", shape_to_string(pads), " give a negative or overflowing size on axis ", a, " of ", shape_to_string(in));
+    // A negative pad crops; one past the axis's extent (INT64_MIN beside INT64_MAX sums to a valid
+    // size) would crop elements that are not there.
+    if (begin[a] < -in[a] || end[a] < -in[a])
+      ctx.fail("pads ", shape_to_string(pads), " crop more than the ", in[a], " elements of axis ", a, " of ", shape_to_string(in));
   }
   check_output_size(ctx, *out, dt);
   // One index per output position and axis: with a zero dim elsewhere, an axis of 2^40 passes the

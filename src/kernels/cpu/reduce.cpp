@@ -562,11 +562,11 @@ class CumSumKernel final : public Kernel {
             if (exclusive_) {
               for (int64_t j = 0; j < m; ++j) {
                 q[j] = T(acc[j]);
-                acc[j] += A(compute_t<T>(p[j]));
+                acc[j] = wrap_add(acc[j], A(compute_t<T>(p[j])));  // integers wrap
               }
             } else {
               for (int64_t j = 0; j < m; ++j) {
-                acc[j] += A(compute_t<T>(p[j]));
+                acc[j] = wrap_add(acc[j], A(compute_t<T>(p[j])));  // integers wrap
                 q[j] = T(acc[j]);
               }
             }

@@ -126,8 +126,8 @@ WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, 
       if (want < 0) ctx.fail("output_shape ", want, " is negative along spatial dim ", i);
       // A negative total extends the output past the full result (zeros there); halves round down
       // as in the ONNX reference, so the extra unit lands at the end.
-      const int64_t total = full - want;
-      const int64_t half = total >= 0 ? total / 2 : -((1 - total) / 2);
+      const int64_t total = sub(ctx, full, want);
+      const int64_t half = total >= 0 ? total / 2 : -(sub(ctx, 1, total) / 2);
       g.pad_b[i] = a.auto_pad == "SAME_UPPER" ? half : total - half;
       g.pad_e[i] = total - g.pad_b[i];
     }
