@@ -686,7 +686,7 @@ class SpaceDepthKernel final : public Kernel {
     const Shape& xs = ctx.input_shape(0);
     if (xs.size() != 4) ctx.fail("input must be 4-D [N, C, H, W], got ", shape_to_string(xs));
     const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], b = b_;
-    // Products in checked int64: a huge blocksize, or huge dims beside a zero one, overflow.
+    // Products in checked int64: a blocksize of 2^32 or more overflows blocksize^2 and H * b.
     auto mul = [&](int64_t p, int64_t q) {
       int64_t r = 0;
       if (__builtin_mul_overflow(p, q, &r))

@@ -26,7 +26,7 @@ void WindowAttrs::read(const KernelInfo& info) {
 namespace {
 
 // int64 arithmetic on attribute values and dims that fails naming the node instead of overflowing
-// (a stride or pad of 2^63 - 1, or a dim of 2^62 beside a zero one, are valid int64 values).
+// (a stride or pad of 2^63 - 1 is a valid attribute value).
 int64_t add(const PrepareContext& ctx, int64_t a, int64_t b) {
   int64_t r;
   if (__builtin_add_overflow(a, b, &r)) ctx.fail("window geometry overflows int64 (", a, " + ", b, ")");
