@@ -10,6 +10,9 @@
 # checkpoints, by the binary itself); crashes land in build-fuzz/artifacts/TARGET/ and make the
 # script fail. Each crash, once fixed, belongs in tests/fuzz/regressions/TARGET/ (replayed by ctest).
 # The last line is the campaign's summary: executions, coverage, corpus size, findings.
+# On several cores pass -fork=N: N child processes fuzz the shared corpus (the executions add up);
+# the script passes -ignore_timeouts=0 -ignore_ooms=0 so that a hang or an allocation past
+# -malloc_limit_mb stops a forked campaign as it stops a plain one (fork mode ignores them unless told).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 2 ]; then
@@ -53,9 +56,12 @@ case "$TARGET" in model|gradient|structured) MAXLEN=262144 ;; csv) MAXLEN=8192 ;
 # 1.6x the executions per second. Pass -entropic=1 to have it back.
 START=$(date +%s)
 "$BUILD_DIR/fuzz_${TARGET}" "$CORPUS" -max_total_time="$SECONDS_" -max_len="$MAXLEN" -timeout=20 -entropic=0 \
-  -rss_limit_mb=3072 -malloc_limit_mb=1024 -print_final_stats=1 -artifact_prefix="$ARTIFACTS/" "$@" \
+  -rss_limit_mb=3072 -malloc_limit_mb=1024 -print_final_stats=1 -ignore_timeouts=0 -ignore_ooms=0 -artifact_prefix="$ARTIFACTS/" "$@" \
   >"$LOG" 2>&1 || status=$?
 execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*$' || true)
+if [ -z "$execs" ]; then  # fork mode: the parent prints running totals as "#N: cov: ..."
+  execs=$(grep -o '^#[0-9]*: cov' "$LOG" | tail -1 | grep -o '[0-9]*' || true)
+fi
 cov=$(grep -o 'cov: [0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*' || true)
 ft=$(grep -o 'ft: [0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*' || true)
 # slow-unit-* files are inputs over -report_slow_units seconds (10 by default; a loaded machine
