@@ -386,3 +386,47 @@ TEST(GradPool, KernelErrors) {
   expect_error({Tensor::zeros(DType::kFloat32, {1, 1, 2, 2}), x, Tensor::from_vector<int64_t>({1, 1, 2, 2}, {0, 1, 9, 3})},
                "outside its plane");
 }
+
+TEST(GradPool, WindowsFarWiderThanTheInput) {
+  // kernel_shape [2^16 + 1, 2^16 + 1, 1] centred by its pads on a 2x3x2 input: every window covers
+  // the whole of the first two dims, so Y[., ., k] is the max / mean / L2 norm of X[:, :, k], and
+  // the gradients go to the first maximum / spread evenly. The offsets table was sized by the
+  // kernel (2^32 positions, 32 GiB) rather than by the input.
+  const int64_t K = (int64_t(1) << 16) + 1, h = (K - 1) / 2;
+  std::mt19937 rng(120);
+  const Shape xs = {1, 1, 2, 3, 2};
+  std::vector<double> xv(12);
+  for (auto& v : xv) v = std::uniform_real_distribution<double>(-2, 2)(rng);
+  const Tensor x = from_double(DType::kFloat32, xs, xv);
+  std::vector<double> dyv(12);
+  for (auto& v : dyv) v = std::uniform_real_distribution<double>(-1, 1)(rng);
+  const Tensor dy = from_double(DType::kFloat32, xs, dyv);
+  auto attrs = [&] {
+    return std::vector<ir::Attribute>{attr_ints("kernel_shape", {K, K, 1}), attr_ints("pads", {h, h, 0, h, h, 0})};
+  };
+  // Naive references over the 6 inputs of each k (X[i, k] at xv[2 i + k]).
+  std::vector<double> mx(12), mean(12), l2(12), dmax(12, 0.0), davg(12, 0.0);
+  for (int k = 0; k < 2; ++k) {
+    int first = k;
+    double s = 0, s2 = 0, g = 0;
+    for (int i = 0; i < 6; ++i) {
+      const double v = xv[size_t(2 * i + k)];
+      if (v > xv[size_t(first)]) first = 2 * i + k;
+      s += v, s2 += v * v, g += dyv[size_t(2 * i + k)];
+    }
+    for (int i = 0; i < 6; ++i) {
+      mx[size_t(2 * i + k)] = xv[size_t(first)], mean[size_t(2 * i + k)] = s / 6, l2[size_t(2 * i + k)] = std::sqrt(s2);
+      davg[size_t(2 * i + k)] = g / 6;
+    }
+    dmax[size_t(first)] = g;
+  }
+  EXPECT_TRUE(all_close(run_node("MaxPool", {x}, attrs())[0], xs, mx));
+  EXPECT_TRUE(all_close(run_node("AveragePool", {x}, attrs())[0], xs, mean));
+  auto lp = attrs();
+  lp.push_back(attr_int("p", 2));
+  EXPECT_TRUE(all_close(run_node("LpPool", {x}, lp)[0], xs, l2));
+  RunOptions o;
+  o.domain = "com.onnxtrain";
+  EXPECT_TRUE(all_close(run_node("MaxPoolGrad", {dy, x}, attrs(), o)[0], xs, dmax));
+  EXPECT_TRUE(all_close(run_node("AveragePoolGrad", {dy, x}, attrs(), o)[0], xs, davg));
+}

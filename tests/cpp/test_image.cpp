@@ -247,6 +247,31 @@ TEST(Image, ResizeManyAxesCubicAndInnerBlocks) {
   }
 }
 
+TEST(Image, ResizeTapsPerValueAreBounded) {
+  // Cubic over 6 axes (4^6 = 4096 taps per output value) runs as the naive reference says; over 8
+  // axes (65,536 taps, on a 256-element tensor) it is refused at plan time, naming the node.
+  std::mt19937 rng(809);
+  ResizeCase c;
+  c.mode = "cubic";
+  const Shape xs(6, 2), ys(6, 3);
+  const Tensor x = random_tensor(DType::kFloat64, xs, rng, -2, 2);
+  std::vector<double> scales(6, 1.5), lengths(6, 3.0), roi(12, 0.0);
+  auto y = run_node("Resize", {x, Tensor(), Tensor(), Tensor::from_vector<int64_t>({6}, std::vector<int64_t>(ys))},
+                    resize_attrs(c));
+  EXPECT_TRUE(all_close(y[0], ys, ref_resize(to_double(x), xs, ys, scales, lengths, roi, c), 1e-9, 1e-9));
+  const Tensor x8 = Tensor::zeros(DType::kFloat32, Shape(8, 2));
+  for (bool constants : {false, true}) {
+    RunOptions o;
+    o.inputs_as_constants = constants;
+    expect_error<onnxtrain::InvalidArgument>(
+        [&] {
+          run_node("Resize", {x8, Tensor(), Tensor(), Tensor::from_vector<int64_t>({8}, std::vector<int64_t>(8, 3))},
+                   resize_attrs(c), o);
+        },
+        {"node_Resize", "more than 4096 input values per output value", "nearest"});
+  }
+}
+
 TEST(Image, ResizeOpset10And11) {
   const uint32_t seed = 909;
   std::mt19937 rng(seed);

@@ -295,6 +295,7 @@ bool resize_tables(const PrepareContext& ctx, int64_t opset, const ResizeAttrs& 
 
 class ResizeKernel final : public Kernel {
  public:
+  static constexpr int64_t kMaxTapsPerValue = 4096;
   explicit ResizeKernel(const KernelInfo& info) : opset_(info.opset()), a_(read_resize_attrs(info, info.opset())) {}
 
   void prepare(PrepareContext& ctx) override {
@@ -331,11 +332,18 @@ class ResizeKernel final : public Kernel {
       p_.wf.insert(p_.wf.begin(), std::vector<float>(t.w.begin(), t.w.end()));
       if (d + 1 != last) {
         p_.rows *= t.out;
-        p_.combos *= t.K;
+        p_.combos = std::min(p_.combos * t.K, kMaxTapsPerValue + 1);  // saturated: checked below
       }
       p_.gather = p_.gather && t.K == 1;
       p_.any_outside = p_.any_outside || t.any_outside;
     }
+    // Each output value combines the taps of every interpolated axis: 4^r for cubic over r axes.
+    // Past 4096 (6 cubic or 12 linear axes; onnxruntime interpolates 2 or 3) a small tensor of
+    // high rank would cost 4^r operations per value and 4^(r-1) scratch entries per thread.
+    const int64_t taps = p_.combos * (last > first ? tables[last - 1].K : 1);
+    if (taps > kMaxTapsPerValue)
+      ctx.fail("interpolating more than ", kMaxTapsPerValue, " input values per output value (the product ",
+               "of the taps of the interpolated axes) is not supported: use mode 'nearest' or fewer interpolated axes");
     p_.axes.assign(tables.begin() + long(first), tables.begin() + long(last));
     if (p_.any_outside && dt == DType::kString) ctx.fail("extrapolation needs a numeric element type");
     if (!p_.gather && p_.inner == 1 && !p_.axes.empty()) {

@@ -371,7 +371,7 @@ class LRNKernel final : public Kernel, LRNAttrs {
       const T* X = x.data<T>();
       T* Y = ctx.output(0).data<T>();
       const A k = A(alpha_ / double(size_)), bias = A(bias_), beta = A(beta_);
-      parallel_for(NC, grain_for(S * size_), [&](int64_t r0, int64_t r1) {
+      parallel_for(NC, grain_for(S * std::min(size_, C)), [&](int64_t r0, int64_t r1) {
         constexpr int64_t B = 256;
         A acc[B];
         for (int64_t r = r0; r < r1; ++r) {

@@ -44,13 +44,22 @@ T lowest() {
 struct PoolTables {
   const WindowGeom& g;
   size_t L;
-  int64_t pin, OW, rows, dl, KL, outer_window;
+  int64_t pin, OW, rows, dl, KL;
+  // The most valid outer window positions of one row: along each dim at most min(kernel, input),
+  // as valid positions land on distinct inputs. A kernel_shape of [2^25, 2^25, 1] thus sizes the
+  // offsets table by the input, not by its 2^50 positions.
+  int64_t max_offs;
+  // The valid window elements of one output at most (a task's cost, for the parallel grain).
+  int64_t max_window;
   int64_t full_begin = 0, full_end = 0;  // columns whose last-dim window is whole
   std::vector<int64_t> istride, lo, hi, pad_n, col0;
 
   explicit PoolTables(const WindowGeom& geom) : g(geom), L(geom.nd - 1) {
     pin = shape_numel(g.in), OW = g.out[L], rows = shape_numel(g.out) / std::max<int64_t>(OW, 1);
-    dl = g.dilation[L], KL = g.kernel[L], outer_window = dim_product(g.kernel, 0, L);
+    dl = g.dilation[L], KL = g.kernel[L];
+    max_offs = 1;
+    for (size_t d = 0; d < L; ++d) max_offs *= std::min(g.kernel[d], g.in[d]);
+    max_window = max_offs * std::min(KL, g.in[L]);  // <= the plane's size
     istride = contiguous_strides(g.in);
     const size_t ow_n = size_t(OW);
     lo.resize(ow_n), hi.resize(ow_n), pad_n.resize(ow_n), col0.resize(ow_n);
@@ -215,9 +224,10 @@ void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom&
   using Acc = PoolAcc<K, T>;
   const PoolTables t(g);
   const int64_t pin = t.pin, OW = t.OW, rows = t.rows;
-  parallel_for(planes * rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(OW * shape_numel(g.kernel), 1)),
+  const double row_cost = std::max(1.0, double(OW) * double(t.max_window));  // double: no overflow
+  parallel_for(planes * rows, std::max<int64_t>(1, int64_t(32768 / row_cost)),
                [&](int64_t r0, int64_t r1) {
-    std::vector<int64_t> offs(static_cast<size_t>(t.outer_window));
+    std::vector<int64_t> offs(static_cast<size_t>(t.max_offs));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t plane = r / rows;
       int64_t count_pad;
@@ -260,7 +270,7 @@ void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom&
 inline size_t pool_grad_scratch(const PoolTables& t, DType dt) {
   const size_t sums = dt == DType::kFloat16 || dt == DType::kBFloat16 ? size_t(t.pin) * sizeof(float) : 0;
   // Rounded to 64 bytes: each thread's block (and the int64 offsets at its start) stays aligned.
-  return ((size_t(t.outer_window) * sizeof(int64_t) + 63) / 64 * 64 + sums + 63) / 64 * 64;
+  return ((size_t(t.max_offs) * sizeof(int64_t) + 63) / 64 * 64 + sums + 63) / 64 * 64;
 }
 
 // `scratch`: pool_grad_scratch bytes for each thread of the budget (the plan's workspace).
@@ -274,7 +284,7 @@ void pool_grad_loop(const T* x, const T* y, const T* dy, const int64_t* ind, T* 
   parallel_for(planes, 1, [&](int64_t p0, int64_t p1) {
     char* mine = scratch + size_t(omp_get_thread_num()) * per_thread;
     int64_t* offs = reinterpret_cast<int64_t*>(mine);
-    C* buf = reinterpret_cast<C*>(mine + (size_t(t.outer_window) * sizeof(int64_t) + 63) / 64 * 64);
+    C* buf = reinterpret_cast<C*>(mine + (size_t(t.max_offs) * sizeof(int64_t) + 63) / 64 * 64);
     for (int64_t plane = p0; plane < p1; ++plane) {
       const T* xp = x + plane * pin;
       C* gx = std::is_same_v<T, C> ? reinterpret_cast<C*>(dx + plane * pin) : buf;
