@@ -58,12 +58,18 @@ START=$(date +%s)
 "$BUILD_DIR/fuzz_${TARGET}" "$CORPUS" -max_total_time="$SECONDS_" -max_len="$MAXLEN" -timeout=20 -entropic=0 \
   -rss_limit_mb=3072 -malloc_limit_mb=1024 -print_final_stats=1 -ignore_timeouts=0 -ignore_ooms=0 -artifact_prefix="$ARTIFACTS/" "$@" \
   >"$LOG" 2>&1 || status=$?
-execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*$' || true)
-if [ -z "$execs" ]; then  # fork mode: the parent prints running totals as "#N: cov: ..."
-  execs=$(grep -o '^#[0-9]*: cov' "$LOG" | tail -1 | grep -o '[0-9]*' || true)
+if grep -q '^INFO: -fork=' "$LOG"; then
+  # Fork mode: the parent's running totals, "#N: cov: C ft: F ..." (a child's own stats may follow
+  # when the campaign is interrupted, so those are not read); its cov, the union of the children's
+  # coverage, is counted otherwise than a plain campaign's (larger: not comparable).
+  last=$(grep '^#[0-9]*: cov' "$LOG" | tail -1 || true)
+  execs=$(echo "$last" | grep -o '^#[0-9]*' | grep -o '[0-9]*' || true)
+else
+  last=$(grep -E '^#[0-9]+' "$LOG" | grep 'cov: ' | tail -1 || true)
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*$' || true)
 fi
-cov=$(grep -o 'cov: [0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*' || true)
-ft=$(grep -o 'ft: [0-9]*' "$LOG" | tail -1 | grep -o '[0-9]*' || true)
+cov=$(echo "$last" | grep -o 'cov: [0-9]*' | grep -o '[0-9]*' || true)
+ft=$(echo "$last" | grep -o 'ft: [0-9]*' | grep -o '[0-9]*' || true)
 # slow-unit-* files are inputs over -report_slow_units seconds (10 by default; a loaded machine
 # makes them), kept for a look but not findings.
 crashes=$(ls "$ARTIFACTS" | grep -vc '^slow-unit-' || true)
