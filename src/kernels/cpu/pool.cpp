@@ -51,6 +51,8 @@ struct PoolTables {
   int64_t max_offs;
   // The valid window elements of one output at most (a task's cost, for the parallel grain).
   int64_t max_window;
+  // Bytes of a per-thread table of max_offs window offsets, rounded to 64 (what follows stays aligned).
+  size_t offs_bytes() const { return (size_t(max_offs) * sizeof(int64_t) + 63) / 64 * 64; }
   int64_t full_begin = 0, full_end = 0;  // columns whose last-dim window is whole
   std::vector<int64_t> istride, lo, hi, pad_n, col0;
 
@@ -270,7 +272,7 @@ void pool_loop(const T* x, T* y, int64_t* ind, int64_t planes, const WindowGeom&
 inline size_t pool_grad_scratch(const PoolTables& t, DType dt) {
   const size_t sums = dt == DType::kFloat16 || dt == DType::kBFloat16 ? size_t(t.pin) * sizeof(float) : 0;
   // Rounded to 64 bytes: each thread's block (and the int64 offsets at its start) stays aligned.
-  return ((size_t(t.max_offs) * sizeof(int64_t) + 63) / 64 * 64 + sums + 63) / 64 * 64;
+  return (t.offs_bytes() + sums + 63) / 64 * 64;
 }
 
 // `scratch`: pool_grad_scratch bytes for each thread of the budget (the plan's workspace).
@@ -284,7 +286,7 @@ void pool_grad_loop(const T* x, const T* y, const T* dy, const int64_t* ind, T* 
   parallel_for(planes, 1, [&](int64_t p0, int64_t p1) {
     char* mine = scratch + size_t(omp_get_thread_num()) * per_thread;
     int64_t* offs = reinterpret_cast<int64_t*>(mine);
-    C* buf = reinterpret_cast<C*>(mine + (size_t(t.max_offs) * sizeof(int64_t) + 63) / 64 * 64);
+    C* buf = reinterpret_cast<C*>(mine + t.offs_bytes());
     for (int64_t plane = p0; plane < p1; ++plane) {
       const T* xp = x + plane * pin;
       C* gx = std::is_same_v<T, C> ? reinterpret_cast<C*>(dx + plane * pin) : buf;
