@@ -1,7 +1,8 @@
 // ONNX backend conformance runner. Runs every case of the ONNX 1.12 backend test suite (node/ and
-// simple/) in a child process (a crash or hang fails that case only), compares each output and
-// prints "N passed, M failed, K skipped". A case is skipped only when it uses an operator outside
-// the Foundation list that onnxtrain has no kernel for; the skip names the operator.
+// simple/) in a child process (a crash or hang fails that case only; --in-process runs them in this
+// process, as the sanitizer build does), compares each output and prints "N passed, M failed,
+// K skipped". A case is skipped only when it uses an operator outside the Foundation list that
+// onnxtrain has no kernel for; the skip names the operator.
 #include <dirent.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/onnx-data_pb.h>
@@ -331,6 +332,19 @@ CaseResult run_case(const std::string& dir) {
   return r;
 }
 
+// Runs one case in this process (--in-process): no timeout, and a crash ends the run, which is what
+// the sanitizer build wants: its findings stop the run, and leaks are checked at exit over all cases.
+CaseResult run_here(const std::string& dir) {
+  CaseResult r;
+  try {
+    r = run_case(dir);
+  } catch (const std::exception& e) {
+    r.kind = CaseResult::kFail;
+    r.detail = std::string("error: ") + e.what();
+  }
+  return r;
+}
+
 // Runs one case in a child with a timeout; parses "P|F|S detail" from a pipe.
 CaseResult run_isolated(const std::string& dir, int timeout_s) {
   int fds[2];
@@ -339,13 +353,7 @@ CaseResult run_isolated(const std::string& dir, int timeout_s) {
   if (pid < 0) return {CaseResult::kFail, "fork failed"};
   if (pid == 0) {
     close(fds[0]);
-    CaseResult r;
-    try {
-      r = run_case(dir);
-    } catch (const std::exception& e) {
-      r.kind = CaseResult::kFail;
-      r.detail = std::string("error: ") + e.what();
-    }
+    const CaseResult r = run_here(dir);
     std::string line = std::string(r.kind == CaseResult::kPass ? "P" : r.kind == CaseResult::kSkip ? "S" : "F") +
                        " " + r.detail;
     for (auto& c : line)
@@ -399,7 +407,7 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("ONNXTRAIN_CONFORMANCE_DIR")) root = env;
   std::string report, filter;
   int timeout_s = 120;
-  bool verbose = false;
+  bool verbose = false, in_process = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--root" && i + 1 < argc) {
@@ -413,10 +421,12 @@ int main(int argc, char** argv) {
       timeout_s = std::atoi(argv[++i]);
     } else if (a == "--level" && i + 1 < argc) {
       g_level = std::atoi(argv[++i]);
+    } else if (a == "--in-process") {
+      in_process = true;
     } else if (a == "-v" || a == "--verbose") {
       verbose = true;
     } else {
-      std::cerr << "usage: onnxtrain_conformance [--root DIR] [--report FILE] [--filter SUBSTR] [--timeout S] [--level 0|99] [-v]\n";
+      std::cerr << "usage: onnxtrain_conformance [--root DIR] [--report FILE] [--filter SUBSTR] [--timeout S] [--level 0|99] [--in-process] [-v]\n";
       return 2;
     }
   }
@@ -437,7 +447,7 @@ int main(int argc, char** argv) {
       if (!filter.empty() && c.find(filter) == std::string::npos) continue;
       const std::string dir = root + "/" + sub + "/" + c;
       if (!exists(dir + "/model.onnx")) continue;
-      CaseResult r = run_isolated(dir, timeout_s);
+      CaseResult r = in_process ? run_here(dir) : run_isolated(dir, timeout_s);
       std::set<std::string> ops;
       try {
         ir::Model m = ir::load_model_file(dir + "/model.onnx");
