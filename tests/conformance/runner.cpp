@@ -245,7 +245,7 @@ std::string apply_errata(const std::string& dir, ir::Model& m) {
   return "";
 }
 
-// Runs in the child process.
+// Runs one case (in the child of run_isolated, or in this process through run_here).
 CaseResult run_case(const std::string& dir) {
   CaseResult r;
   ir::Model m = ir::load_model_file(dir + "/model.onnx");
@@ -407,7 +407,7 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("ONNXTRAIN_CONFORMANCE_DIR")) root = env;
   std::string report, filter;
   int timeout_s = 120;
-  bool verbose = false, in_process = false;
+  bool verbose = false, in_process = false, timeout_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--root" && i + 1 < argc) {
@@ -419,6 +419,7 @@ int main(int argc, char** argv) {
       filter = argv[++i];
     } else if (a == "--timeout" && i + 1 < argc) {
       timeout_s = std::atoi(argv[++i]);
+      timeout_given = true;
     } else if (a == "--level" && i + 1 < argc) {
       g_level = std::atoi(argv[++i]);
     } else if (a == "--in-process") {
@@ -429,6 +430,10 @@ int main(int argc, char** argv) {
       std::cerr << "usage: onnxtrain_conformance [--root DIR] [--report FILE] [--filter SUBSTR] [--timeout S] [--level 0|99] [--in-process] [-v]\n";
       return 2;
     }
+  }
+  if (in_process && timeout_given) {  // a case run in this process cannot be stopped at a timeout
+    std::cerr << "onnxtrain_conformance: --timeout has no effect with --in-process; give one or the other\n";
+    return 2;
   }
   if (root.empty()) root = "../shared/conformance/onnx-1.12";
   if (!exists(root + "/node")) {
