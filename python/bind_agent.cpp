@@ -29,12 +29,15 @@ void check_devices(const std::vector<std::shared_ptr<OrtDeviceObj>>& devices) {
     if (d) device_of(*d);  // InvalidArgument for a device this build cannot use
 }
 
-std::vector<const Value*> values_of(const OrtValueVectorObj& v, const char* what) {
+// The values of `v` for a run that releases the GIL: `held` keeps them alive for the run, whatever
+// another thread does to `v` meanwhile; the pointers point into `held`.
+std::vector<const Value*> values_of(const OrtValueVectorObj& v, const char* what, std::vector<OrtValuePtr>& held) {
+  held = v.values;
   std::vector<const Value*> r;
-  r.reserve(v.values.size());
-  for (size_t k = 0; k < v.values.size(); ++k) {
-    if (!v.values[k]) throw_error<InvalidArgument>(what, ": entry ", k, " is None");
-    r.push_back(&v.values[k]->value);
+  r.reserve(held.size());
+  for (size_t k = 0; k < held.size(); ++k) {
+    if (!held[k]) throw_error<InvalidArgument>(what, ": entry ", k, " is None");
+    r.push_back(&held[k]->value);
   }
   return r;
 }
@@ -138,7 +141,8 @@ void bind_agent(py::module_& m) {
              py::object cache, std::shared_ptr<RunOptions> run_options) {
             if (!cache.is_none() && !py::isinstance<OrtValueCacheObj>(cache))
               throw_error<InvalidArgument>("TrainingAgent.run_forward: cache must be an OrtValueCache or None");
-            const auto ins = values_of(feeds, "TrainingAgent.run_forward: feeds");
+            std::vector<OrtValuePtr> held;
+            const auto ins = values_of(feeds, "TrainingAgent.run_forward: feeds", held);
             std::vector<Value> out;
             {
               py::gil_scoped_release nogil;
@@ -153,7 +157,8 @@ void bind_agent(py::module_& m) {
           "run_backward",
           [](AgentObj& a, const OrtValueVectorObj& feeds, OrtValueVectorObj& fetches, PartialRunState& state,
              std::shared_ptr<RunOptions> run_options) {
-            const auto grads = values_of(feeds, "TrainingAgent.run_backward: feeds");
+            std::vector<OrtValuePtr> held;
+            const auto grads = values_of(feeds, "TrainingAgent.run_backward: feeds", held);
             std::vector<Value> out;
             {
               py::gil_scoped_release nogil;

@@ -430,6 +430,8 @@ OrtValuePtr ortvalue_from_array(py::handle obj, const OrtDeviceObj& device) {
   return out;
 }
 
+bool ortvalue_is_readonly(const OrtValueObj& v) { return is_readonly_array(v.owner); }
+
 OrtValuePtr ortvalue_from_value(Value v) {
   auto out = std::make_shared<OrtValueObj>();
   out->value = std::move(v);

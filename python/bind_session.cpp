@@ -68,12 +68,16 @@ std::shared_ptr<OrtValueObj> c_ortvalue(py::handle v, const std::string& what) {
   throw_error<InvalidArgument>(what, ": expected an OrtValue, got ", std::string(py::str(v.get_type().attr("__name__"))));
 }
 
-// The Value a feed stands for: an OrtValue's own (borrowed: the feed dict keeps it alive), or one
+// The Value a feed stands for: an OrtValue's own (its C object held in `hold` for the run: the
+// run releases the GIL, and another thread may drop the feed dict's reference meanwhile), or one
 // converted from numpy / lists into `owned`.
 const Value& value_of_feed(InferenceSession& sess, const std::string& name, py::handle v, std::vector<py::object>& hold,
                            std::vector<std::unique_ptr<Value>>& owned) {
   if (!py::isinstance<py::array>(v))  // numpy arrays first: no OrtValue attribute lookups (~1 us a feed)
-    if (auto p = maybe_c_ortvalue(v)) return p->value;
+    if (auto p = maybe_c_ortvalue(v)) {
+      hold.push_back(py::cast(p));
+      return p->value;
+    }
   if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
     // As onnxruntime: a list fed to a tensor input is that tensor, of the input's element type; an
     // empty list fed to a sequence input has the sequence's element type.
@@ -407,8 +411,11 @@ void bind_session(py::module_& m) {
                                            feeds.values.size(), " values");
             if (!fetch_devices.is_none())
               for (auto d : fetch_devices) device_of(d.cast<OrtDeviceObj&>());
+            // The run releases the GIL: the values are held here, not read through `feeds` (which
+            // another thread may change meanwhile).
+            const std::vector<OrtValuePtr> held = feeds.values;
             std::vector<std::pair<std::string, const Value*>> f;
-            for (size_t i = 0; i < feed_names.size(); ++i) f.emplace_back(feed_names[i], &feeds.values[i]->value);
+            for (size_t i = 0; i < feed_names.size(); ++i) f.emplace_back(feed_names[i], &held[i]->value);
             fetches.values = ortvalues_of(run_session(s, names_or_all(s, fetch_names), f, ro.get()));
           },
           py::arg("run_options"), py::arg("feed_names"), py::arg("feeds"), py::arg("fetch_names"), py::arg("fetches"),
@@ -418,17 +425,25 @@ void bind_session(py::module_& m) {
           "run_with_iobinding",
           [](PySession& s, IOBindingObj& b, std::shared_ptr<RunOptions> ro) {
             if (b.session.get() != &s) throw_error<InvalidArgument>("run_with_iobinding: the binding belongs to another session");
+            // The run releases the GIL, and another thread may rebind or clear the binding meanwhile:
+            // the bound values are held here for the whole run (the run reads these, whatever the
+            // binding holds by then).
+            const auto inputs = b.inputs;
+            const auto outputs = b.outputs;
+            for (const auto& [n, v] : outputs)
+              if (v && ortvalue_is_readonly(*v))
+                throw_error<InvalidArgument>("run_with_iobinding: output '", n, "' is bound to read-only memory");
             std::vector<std::pair<std::string, const Value*>> f;
-            for (const auto& [n, v] : b.inputs) f.emplace_back(n, &v->value);
+            for (const auto& [n, v] : inputs) f.emplace_back(n, &v->value);
             std::vector<std::string> names;
-            for (const auto& o : b.outputs) names.push_back(o.first);
+            for (const auto& o : outputs) names.push_back(o.first);
             names = names_or_all(s, std::move(names));
             auto out = run_session(s, names, f, ro.get());
-            b.results.clear();
+            std::vector<OrtValuePtr> results;
             for (size_t i = 0; i < out.size(); ++i) {
-              const OrtValuePtr pre = i < b.outputs.size() ? b.outputs[i].second : nullptr;
+              const OrtValuePtr pre = i < outputs.size() ? outputs[i].second : nullptr;
               if (!pre) {
-                b.results.push_back(ortvalue_from_value(std::move(out[i])));
+                results.push_back(ortvalue_from_value(std::move(out[i])));
                 continue;
               }
               Tensor& dst = pre->value.tensor;
@@ -437,8 +452,9 @@ void bind_session(py::module_& m) {
                                              out[i].is_tensor() ? out[i].tensor.describe() : std::string("not a tensor"),
                                              " but the buffer bound to it is ", dst.describe());
               dst.copy_from(out[i].tensor);
-              b.results.push_back(pre);
+              results.push_back(pre);
             }
+            b.results = std::move(results);
           },
           py::arg("iobinding"), py::arg("run_options") = nullptr,
           "Runs with the bound inputs; outputs go to the bound buffers or to new values (get_outputs).")
@@ -502,6 +518,10 @@ void bind_session(py::module_& m) {
           "bind_ortvalue_output",
           [](IOBindingObj& b, const std::string& name, std::shared_ptr<OrtValueObj> v) {
             if (!v->value.is_tensor()) throw_error<InvalidArgument>("bind_ortvalue_output('", name, "'): the OrtValue holds no tensor");
+            if (ortvalue_is_readonly(*v))
+              throw_error<InvalidArgument>("bind_ortvalue_output('", name, "'): the OrtValue views read-only memory "
+                                           "(an immutable buffer or a numpy array with writeable=False); the run "
+                                           "writes into a bound output");
             set_by_name(b.outputs, name, std::move(v));
           },
           py::arg("name"), py::arg("ortvalue"), "Binds output `name` to an OrtValue, written in place by the run.")

@@ -78,4 +78,5 @@ PYBIND11_MODULE(_C, m) {
   bind_ortvalue(m);
   bind_training(m);
   bind_agent(m);
+  bind_files(m);
 }

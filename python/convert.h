@@ -68,5 +68,7 @@ void bind_training(py::module_& m);
 void bind_sessions(py::module_& m);
 /// TrainingAgent, PartialGraphExecutionState, OrtValueCache, ModuleGraphBuilder (bind_agent.cpp).
 void bind_agent(py::module_& m);
+/// The one file writer for the Python writers: AtomicFile, write_file_atomic (bind_files.cpp).
+void bind_files(py::module_& m);
 
 }  // namespace onnxtrain::python

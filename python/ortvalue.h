@@ -71,6 +71,9 @@ std::shared_ptr<void> python_keepalive(py::object o);
 /// the viewed array (value.tensor.storage()) and `owner` is that array. Throws InvalidArgument for
 /// non-arrays, unsupported dtypes and devices other than the CPU.
 OrtValuePtr ortvalue_from_array(py::handle array, const OrtDeviceObj& device);
+/// True when `v` views memory Python says may not be written: a numpy array (or a view of an
+/// immutable buffer such as `bytes`) whose writeable flag is off.
+bool ortvalue_is_readonly(const OrtValueObj& v);
 /// Wraps a Value (a run's result, a sequence, an empty optional) into a new C OrtValue (owner None).
 OrtValuePtr ortvalue_from_value(Value v);
 /// A run's results as new C OrtValues (what fills an OrtValueVector).

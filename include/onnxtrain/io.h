@@ -61,8 +61,13 @@ std::vector<double> tensor_to_doubles(const Tensor& t);
 /// Reads a whole regular file (IOError when missing, not a regular file or unreadable; `what`
 /// names it in messages, e.g. "model file").
 std::string read_file(const std::string& path, const std::string& what = "file");
-/// Writes `bytes` to `path` atomically: temporary file beside it, fsync, rename, fsync of the
-/// folder. A failure leaves any previous file at `path` untouched.
+/// Writes `bytes` to `path` by onnxtrain's one file-writing rule (every model, checkpoint and
+/// output file follows it): a regular file (or nothing) is replaced atomically (temporary file
+/// beside it, fsync, rename, fsync of the folder; its permission bits kept); a character device or
+/// FIFO (/dev/null, a pipe) and this process's descriptors (/dev/stdout, /dev/fd/N) are written
+/// through, never replaced; a symbolic link is followed and stays a link (what it names obeys the
+/// same rule); a directory, socket or block device is refused. Throws IOError naming `path`; a
+/// failure leaves no temporary file and any previous file at `path` untouched.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace onnxtrain

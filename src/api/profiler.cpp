@@ -5,10 +5,10 @@
 
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "ir/ir.h"
+#include "core/atomic_file.h"
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::api {
@@ -119,29 +119,21 @@ std::string Profiler::end() {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%d_%H-%M-%S", &tm);
   const std::string path = prefix_ + "_" + stamp + ".json";
-  const std::string tmp = path + ".tmp";
   std::vector<std::string> events;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events.swap(events_);
   }
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw_error<IOError>("cannot write the profile '", tmp, "'");
-    f << "[\n";
-    for (size_t i = 0; i < events.size(); ++i) f << events[i] << (i + 1 < events.size() ? ",\n" : "\n");
-    f << "]\n";
-    f.flush();
-    if (!f) {
-      f.close();
-      std::remove(tmp.c_str());
-      throw_error<IOError>("cannot write the profile '", tmp, "'");
-    }
+  core::AtomicFile f(path, "profile");
+  std::string buf = "[\n";
+  for (size_t i = 0; i < events.size(); ++i) {
+    buf += events[i];
+    buf += i + 1 < events.size() ? ",\n" : "\n";
+    if (buf.size() >= (1u << 20)) f.write(buf), buf.clear();
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw_error<IOError>("cannot write the profile '", path, "'");
-  }
+  buf += "]\n";
+  f.write(buf);
+  f.commit();
   return path;
 }
 

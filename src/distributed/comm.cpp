@@ -162,6 +162,11 @@ CommStats Comm::stats() {
   return impl_->stats;
 }
 
+size_t Comm::unwaited() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->pending_what.size();
+}
+
 void Comm::reset_stats() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->stats = {};

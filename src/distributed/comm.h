@@ -59,6 +59,8 @@ class Comm {
 
   CommStats stats();
   void reset_stats();
+  /// Jobs submitted and not waited for yet, finished or not (each holds an entry until its wait).
+  size_t unwaited();
 
   struct Impl;
 

@@ -15,7 +15,10 @@
 #include <climits>
 #include <cstring>
 #include <functional>
+#include <optional>
 
+#include "core/atomic_file.h"
+#include "ir/emitter.h"
 #include "ir/proto.h"
 
 namespace onnxtrain::ir {
@@ -564,6 +567,23 @@ void check_domains(const Model& m, const Graph& g) {
   }
 }
 
+// Operators only a session places in a graph it builds itself: the data-parallel collectives
+// (src/train/attach_optimizer.cpp), whose kernels exchange buffers with the other ranks' plans
+// through the session's communicator. A model read from a file or from bytes never holds them:
+// refused here, naming the node, before any kernel sees it.
+void refuse_session_internal_ops(const Graph& g) {
+  static const char* const kInternal[] = {"GradientReduceStart", "GradientReduceWait", "ZeroAllGather"};
+  for (const auto& n : g.nodes) {
+    if (n.domain == kOnnxtrainDomain)
+      for (const char* op : kInternal)
+        if (n.op_type == op)
+          throw_error<InvalidGraph>(n.describe(), ": ", kOnnxtrainDomain, ".", op,
+                                    " is internal to data-parallel training: only a TrainingSession places it in "
+                                    "the graph it builds, a model may not contain it");
+    for (const Graph* sg : n.subgraphs()) refuse_session_internal_ops(*sg);
+  }
+}
+
 }  // namespace
 
 Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
@@ -610,6 +630,7 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
   check_domains(m, *m.graph);
   int counter = 0;
   inline_functions(m, *m.graph, 0, counter);
+  refuse_session_internal_ops(*m.graph);
   validate_graph(*m.graph);
   return m;
 }
@@ -843,74 +864,18 @@ std::string temp_name(const std::string& path, const char* kind) {
   return path + "." + kind + "." + std::to_string(::getpid()) + "." + std::to_string(seq++);
 }
 
-void fsync_dir(const std::string& dir) {
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-// A new file written under a temporary name beside `target`; commit() renames it over the target.
-// Until then (and when anything fails) the temporary file is removed, the target untouched.
-class TempFile {
+// A file written by the one writer (core/atomic_file.h): a temporary file beside the target that
+// commit() renames over it, or a device / FIFO written through. Until then (and when anything
+// fails) the temporary file is removed, the target untouched.
+class TempFile : public core::AtomicFile {
  public:
-  explicit TempFile(const std::string& target) : target_(target), tmp_(temp_name(target, "tmp")) {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw_error<IOError>("cannot create '", tmp_, "': ", errno_text());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!tmp_.empty()) ::unlink(tmp_.c_str());
-  }
-
-  void write(const void* data, uint64_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      ssize_t w = ::write(fd_, p, size_t(std::min<uint64_t>(n, uint64_t(1) << 30)));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw_error<IOError>("cannot write '", target_, "': ", w < 0 ? errno_text() : "no space written");
-      p += w;
-      n -= uint64_t(w);
-    }
-  }
+  TempFile(const std::string& target, const char* what) : AtomicFile(target, what) {}
   // Serializes `msg` straight into the file (no copy of it in memory).
   void write_message(const google::protobuf::MessageLite& msg) {
-    google::protobuf::io::FileOutputStream out(fd_);
+    google::protobuf::io::FileOutputStream out(fd());
     if (!msg.SerializeToZeroCopyStream(&out) || !out.Flush())
-      throw_error<IOError>("cannot write '", target_, "': ",
-                           out.GetErrno() ? std::strerror(out.GetErrno()) : "serialization failed");
+      fail(out.GetErrno() ? std::strerror(out.GetErrno()) : "serialization failed");
   }
-  void write_zeros(uint64_t n) {
-    static const char zeros[4096] = {};
-    while (n > 0) {
-      const uint64_t k = std::min<uint64_t>(n, sizeof(zeros));
-      write(zeros, k);
-      n -= k;
-    }
-  }
-  // fsync and close; the file is complete on disk.
-  void finish() {
-    const int fd = fd_;
-    fd_ = -1;
-    if (::fsync(fd) != 0) {
-      std::string err = errno_text();
-      ::close(fd);
-      throw_error<IOError>("cannot flush '", target_, "': ", err);
-    }
-    if (::close(fd) != 0) throw_error<IOError>("cannot flush '", target_, "': ", errno_text());
-  }
-  void commit() {
-    if (::rename(tmp_.c_str(), target_.c_str()) != 0)
-      throw_error<IOError>("cannot rename '", tmp_, "' to '", target_, "': ", errno_text());
-    tmp_.clear();
-  }
-
- private:
-  std::string target_, tmp_;
-  int fd_ = -1;
 };
 
 // Keeps the file at `path` (if any) under a temporary hard link while a new one replaces it, so
@@ -962,11 +927,9 @@ void inline_proto(const Model& m, onnx::ModelProto* p) {
 }
 
 void write_proto_atomic(const std::string& path, const onnx::ModelProto& p) {
-  TempFile f(path);
+  TempFile f(path, "model file");
   f.write_message(p);
-  f.finish();
   f.commit();
-  fsync_dir(dirname_of(path));
 }
 
 }  // namespace
@@ -980,11 +943,7 @@ std::string serialize_model(const Model& m) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-  TempFile f(path);
-  f.write(bytes.data(), bytes.size());
-  f.finish();
-  f.commit();
-  fsync_dir(dirname_of(path));
+  core::write_file_atomic(path, bytes.data(), bytes.size());
 }
 
 void save_model(const Model& m, const std::string& path, const ModelSaveOptions& options) {
@@ -1021,7 +980,12 @@ void save_model(const Model& m, const std::string& path, const ModelSaveOptions&
                                  " bytes or more in external data, over protobuf's 2 GiB limit");
   const std::string dir = dirname_of(path);
   const std::string data_path = dir + "/" + location;
-  TempFile data(data_path);
+  // The loader refuses external data through a symbolic link (it must stay in the model's folder):
+  // a link there is refused rather than followed to a model that would not load.
+  if (struct stat st; ::lstat(data_path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    throw_error<IOError>("cannot write external data file '", data_path, "': it is a symbolic link, and external data "
+                         "is read only from a file in the model's folder (remove the link or give another location)");
+  TempFile data(data_path, "external data file");
   uint64_t pos = 0;
   for (const auto& [t, offset] : plan.tensors) {
     data.write_zeros(offset - pos);
@@ -1029,20 +993,20 @@ void save_model(const Model& m, const std::string& path, const ModelSaveOptions&
     pos = offset + t->nbytes();
   }
   data.finish();
-  TempFile model(path);
+  TempFile model(path, "model file");
   model.write_message(p);
   model.finish();
   // The data file goes in place first, the model (which points to it) last; a failure in between
-  // puts the previous data file back.
-  Keeper previous(data_path);
+  // puts the previous data file back (a data file written through to a device or FIFO is gone).
+  std::optional<Keeper> previous;
+  if (!data.streams()) previous.emplace(data.target());
   try {
     data.commit();
     model.commit();
   } catch (...) {
-    previous.restore();
+    if (previous) previous->restore();
     throw;
   }
-  fsync_dir(dir);
 }
 
 Tensor load_tensor_bytes(const void* data, size_t size, const std::string& what, const std::string& base_dir) {

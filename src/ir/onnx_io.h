@@ -26,10 +26,12 @@ std::string serialize_model(const Model& m);
 
 /// Writes `m` to `path` atomically. With external data the tensors are streamed from memory to
 /// the data file (offsets of tensors of 4 KiB or more aligned to 4 KiB, others to 64 bytes) and
-/// the model records them with a relative `location`. Both files are written as temporaries,
-/// fsynced, then renamed; on failure neither is left half-written and previous files at both
-/// paths are kept. Throws IOError naming the file, InvalidArgument for a bad location or a model
-/// too large for its mode.
+/// the model records them with a relative `location`. Both files follow the one writer's rule
+/// (core/atomic_file.h): written as temporaries, fsynced, then renamed (a device or FIFO written
+/// through, a symbolic link followed), except that a symbolic link at the data file's path is
+/// refused (the loader reads external data only from a file in the model's folder); on failure
+/// neither is left half-written and previous files at both paths are kept. Throws IOError naming
+/// the file, InvalidArgument for a bad location or a model too large for its mode.
 void save_model(const Model& m, const std::string& path, const ModelSaveOptions& options = {});
 
 /// Decodes a serialized TensorProto (such as the conformance suite's input_0.pb).
@@ -40,7 +42,8 @@ std::string serialize_tensor(const Tensor& t, const std::string& name);
 
 /// Reads a whole regular file, refusing empty or oversized files. Throws IOError / InvalidModel.
 std::string read_file(const std::string& path, const char* what, uint64_t max_bytes);
-/// Writes `bytes` to `path` atomically: temporary file beside it, fsync, rename, fsync the folder.
+/// Writes `bytes` to `path` by the one writer's rule (core/atomic_file.h): atomically for a regular
+/// file, written through for a device or FIFO, through symbolic links; IOError otherwise.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 /// Runs ONNX's type and shape inference and records the result in the graph's value_info

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -150,12 +151,15 @@ ExecOptions with_subgraphs(ExecOptions o) {
   return o;
 }
 
-// Returns a frame to its plan's pool.
+// Returns a frame to its plan's pool, or frees it when the pool is full (a burst of partial runs
+// in flight does not pin its memory for the plan's life).
 void recycle(Plan& plan, std::unique_ptr<Frame> f) {
   reset_frame(plan, *f);
   std::lock_guard<std::mutex> lock(plan.pool_mu);
-  plan.pool.push_back(std::move(f));
+  if (plan.pool.size() < Plan::kMaxPooledFrames) plan.pool.push_back(std::move(f));
 }
+
+std::atomic<uint64_t> g_next_executor_id{1};
 
 }  // namespace
 
@@ -172,7 +176,7 @@ PartialRun& PartialRun::operator=(PartialRun&& o) noexcept {
     frame_ = std::move(o.frame_);
     phase_ = o.phase_;
     o.phase_ = Phase::kFresh;
-    o.owner_ = nullptr;
+    o.owner_ = 0;
   }
   return *this;
 }
@@ -199,12 +203,56 @@ GraphExecutor::GraphExecutor(std::shared_ptr<const ir::Graph> graph, OpsetMap op
       opsets_(std::move(opsets)),
       options_(with_subgraphs(std::move(options))),
       index_(*graph_, std::move(outer_names), std::move(mutable_initializers)),
-      providers_(options_) {
+      providers_(options_),
+      id_(g_next_executor_id.fetch_add(1)) {
   for (size_t i = 0; i < index_.input_names.size(); ++i)
     input_default_.push_back(i < graph_->inputs.size() && graph_->initializer(index_.input_names[i]) != nullptr);
 }
 
 GraphExecutor::~GraphExecutor() = default;
+
+size_t GraphExecutor::shared_arena_bytes() const {
+  size_t n = 0;
+  for (const auto& [dev, block] : arenas_) n += block.bytes;
+  return n;
+}
+
+size_t GraphExecutor::pooled_frames() {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto& [key, plan] : plans_) {
+    std::lock_guard<std::mutex> pl(plan->pool_mu);
+    n += plan->pool.size();
+  }
+  return n;
+}
+
+void GraphExecutor::drop_main_frames() {
+  for (auto& [key, plan] : plans_) plan->main.reset();
+  if (last_plan_) last_plan_->main.reset();
+}
+
+Frame& GraphExecutor::main_frame(Plan& plan) {
+  bool fits = true;
+  for (const auto& [dev, bytes] : plan.arenas) {
+    auto it = arenas_.find(dev);
+    if (bytes > 0 && (it == arenas_.end() || it->second.bytes < arena_align(bytes))) fits = false;
+  }
+  if (!fits) {
+    // Every main frame views the arenas about to grow: they go first, then the old blocks, so the
+    // old and the new block are never held together.
+    drop_main_frames();
+    for (const auto& [dev, bytes] : plan.arenas) {
+      ArenaBlock& block = arenas_[dev];
+      if (block.bytes >= arena_align(bytes)) continue;
+      block = ArenaBlock{};
+      block.memory = allocate_arena(providers_, dev, bytes);
+      block.bytes = arena_align(bytes);
+    }
+  }
+  if (!plan.main) plan.main = make_frame(plan, providers_, &arenas_);
+  return *plan.main;
+}
 
 PlanStats GraphExecutor::last_stats() const { return last_plan_ ? last_plan_->stats : PlanStats{}; }
 
@@ -302,7 +350,10 @@ std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& 
     for (size_t o : outputs) key_.push_back(int64_t(o));
   auto it = plans_.find(key_);
   if (it != plans_.end()) return it->second;
-  if (plans_.size() >= 64) plans_.clear();  // bound the cache: shapes that keep changing rebuild
+  if (plans_.size() >= 64) {  // bound the cache: shapes that keep changing rebuild
+    drop_main_frames();
+    plans_.clear();
+  }
   PlanRequest built;
   const PlanRequest* req = &built;
   if (request_tag >= 0) {
@@ -429,18 +480,25 @@ void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t r
   ScopedAllocationLimit memory(options_.memory_limit);
   last_plan_ = find_plan(inputs, request_tag, outputs);
   Plan& plan = *last_plan_;
-  if (!plan.main) plan.main = make_frame(plan, providers_);
-  Frame& f = *plan.main;
+  Frame& f = main_frame(plan);
   f.run_index = run_counter_;
+  f.scratch.swap(scratch_);  // dynamic steps' workspaces: the executor's, shared like the arenas
+  auto finish = [&] {
+    reset_frame(plan, f);  // leave the plan reusable
+    f.scratch.swap(scratch_);
+    if (!options_.keep_memory) {  // the run's memory goes back now
+      plan.main.reset();
+      arenas_.clear();
+      std::vector<char>().swap(scratch_);
+    }
+  };
   try {
     execute(plan, f, 0, true, true, inputs, results);
   } catch (...) {
-    reset_frame(plan, f);  // leave the plan reusable
-    if (!options_.keep_memory) plan.main.reset();
+    finish();
     throw;
   }
-  reset_frame(plan, f);
-  if (!options_.keep_memory) plan.main.reset();  // the run's memory goes back now
+  finish();
   ++run_counter_;
 }
 
@@ -450,14 +508,14 @@ void GraphExecutor::run_forward(const std::vector<const Value*>& inputs, size_t 
   if (request >= requests_.size()) throw_error<InvalidArgument>("unknown request ", request);
   const PlanRequest& req = requests_[request];
   if (!req.partial()) throw_error<InvalidArgument>("request ", request, " has no backward part: run it with run()");
-  if (state.pending())
-    throw_error<InvalidArgument>("this PartialRun holds a forward pass whose backward part has not run yet");
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i])
       for (const auto& [in, like] : req.backward_inputs)
         if (in == index_.input_names[i])
           throw_error<InvalidArgument>("input '", in, "' is a backward input: feed it to run_backward");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);  // a state used by two threads at once is checked by one at a time
+  if (state.pending())
+    throw_error<InvalidArgument>("this PartialRun holds a forward pass whose backward part has not run yet");
   ThreadScope threads(options_.num_threads);
   ScopedAllocationLimit memory(options_.memory_limit);
   std::shared_ptr<Plan> plan = find_plan(inputs, int64_t(request), {});
@@ -480,7 +538,7 @@ void GraphExecutor::run_forward(const std::vector<const Value*>& inputs, size_t 
   }
   ++run_counter_;
   state.release();
-  state.owner_ = this;
+  state.owner_ = id_;
   state.request_ = request;
   state.plan_ = std::move(plan);
   state.frame_ = std::move(f);
@@ -489,11 +547,12 @@ void GraphExecutor::run_forward(const std::vector<const Value*>& inputs, size_t 
 
 void GraphExecutor::run_backward(PartialRun& state, const std::vector<const Value*>& grads,
                                  std::vector<Value>& results) {
+  std::lock_guard<std::mutex> lock(mu_);  // a state used by two threads at once is checked by one at a time
   if (state.phase_ == PartialRun::Phase::kFinished)
     throw_error<InvalidArgument>("the backward part of this PartialRun already ran: each forward pass is used once");
   if (state.phase_ == PartialRun::Phase::kFresh || !state.frame_)
     throw_error<InvalidArgument>("this PartialRun has not run a forward pass: call run_forward first");
-  if (state.owner_ != this) throw_error<InvalidArgument>("this PartialRun ran its forward pass on another executor");
+  if (state.owner_ != id_) throw_error<InvalidArgument>("this PartialRun ran its forward pass on another executor");
   Plan& plan = *state.plan_;
   const PlanRequest& req = requests_[state.request_];
   if (grads.size() != req.backward_inputs.size())
@@ -507,7 +566,6 @@ void GraphExecutor::run_backward(PartialRun& state, const std::vector<const Valu
                                    !g ? std::string("nothing")
                                       : g->kind == Value::Kind::kTensor ? g->tensor.describe() : "a non-tensor value");
   }
-  std::lock_guard<std::mutex> lock(mu_);
   ThreadScope threads(options_.num_threads);
   ScopedAllocationLimit memory(options_.memory_limit);
   Frame& f = *state.frame_;

@@ -48,7 +48,7 @@ class PartialRun {
 
   enum class Phase { kFresh, kForwardDone, kFinished };
   void release();
-  const GraphExecutor* owner_ = nullptr;
+  uint64_t owner_ = 0;  ///< GraphExecutor::id() of the executor that ran the forward part (0: none)
   size_t request_ = 0;
   std::shared_ptr<Plan> plan_;
   std::unique_ptr<Frame> frame_;
@@ -69,6 +69,11 @@ class GraphExecutor {
   const std::vector<std::string>& output_names() const { return index_.output_names; }
   const ir::Graph& graph() const { return *graph_; }
   const ExecOptions& options() const { return options_; }
+  /// Identifies this executor for the process's lifetime: never 0, never reused by a later
+  /// executor (unlike its address).
+  uint64_t id() const { return id_; }
+  /// The executor that ran the forward part of `state` (its id), 0 when none did.
+  static uint64_t owner_of(const PartialRun& state) { return state.owner_; }
 
   /// True when input i has an initializer default (may be left unfed).
   bool input_has_default(size_t i) const { return input_default_[i]; }
@@ -109,6 +114,10 @@ class GraphExecutor {
   /// The node of every step of the last run's plan (nodes folded at plan time have none).
   std::vector<const ir::Node*> last_step_nodes() const;
   size_t num_plans() const { return plans_.size(); }
+  /// Bytes of the arenas that plain runs share (the largest plan's so far, per device).
+  size_t shared_arena_bytes() const;
+  /// Frames kept for later partial runs, over the cached plans (at most Plan::kMaxPooledFrames each).
+  size_t pooled_frames();
 
  private:
   struct KeyHash {
@@ -121,6 +130,8 @@ class GraphExecutor {
                  std::vector<Value>& results);
   void execute(Plan& plan, Frame& f, int phase, bool bind, bool finish, const std::vector<const Value*>& inputs,
                std::vector<Value>& results);
+  Frame& main_frame(Plan& plan);
+  void drop_main_frames();
 
   std::shared_ptr<const ir::Graph> graph_;
   OpsetMap opsets_;
@@ -130,11 +141,17 @@ class GraphExecutor {
   std::vector<bool> input_default_;
   std::vector<PlanRequest> requests_;
 
+  const uint64_t id_;
   std::mutex mu_;
   std::vector<int64_t> key_;
   std::unordered_map<std::vector<int64_t>, std::shared_ptr<Plan>, KeyHash> plans_;
   std::shared_ptr<Plan> last_plan_;
   uint64_t run_counter_ = 0;
+  // Plain runs are serialized (mu_), so the main frames of every plan borrow the same arenas and
+  // scratch, sized by the largest plan so far: memory follows the largest run, not the number of
+  // input shapes seen.
+  ArenaSet arenas_;
+  std::vector<char> scratch_;
 };
 
 }  // namespace onnxtrain::runtime

@@ -162,10 +162,12 @@ struct Plan {
   size_t num_ptrs = 0;
   PlanStats stats;
 
-  // Frames: `main` serves plain runs; partial runs take frames from the pool.
+  // Frames: `main` serves plain runs (made by the executor over the arenas it shares between its
+  // plans); partial runs take frames from the pool, which keeps at most kMaxPooledFrames.
   std::unique_ptr<Frame> main;
   std::mutex pool_mu;
   std::vector<std::unique_ptr<Frame>> pool;
+  static constexpr size_t kMaxPooledFrames = 2;
 
   Plan();
   ~Plan();
@@ -181,8 +183,20 @@ struct Frame {
   uint64_t run_index = 0;
 };
 
-/// Creates a frame for `plan`: values from the slot templates, fresh arenas, pointer tables.
-std::unique_ptr<Frame> make_frame(const Plan& plan, const ProviderSet& providers);
+/// Arena memory of one device: the block and its size in bytes.
+struct ArenaBlock {
+  std::shared_ptr<void> memory;
+  size_t bytes = 0;
+};
+using ArenaSet = std::map<Device, ArenaBlock>;
+
+/// A block of `bytes` (rounded up to kArenaAlign) from the allocator of device `dev`'s provider.
+std::shared_ptr<void> allocate_arena(const ProviderSet& providers, const Device& dev, size_t bytes);
+
+/// Creates a frame for `plan`: values from the slot templates, pointer tables, and arenas — fresh
+/// ones, or the blocks of `shared` (each at least as large as the plan's arena of its device),
+/// which the frame then holds a reference to.
+std::unique_ptr<Frame> make_frame(const Plan& plan, const ProviderSet& providers, const ArenaSet* shared = nullptr);
 
 namespace planner {
 

@@ -810,16 +810,27 @@ void wire(Plan& plan, const PlanRequest& req) {
 
 }  // namespace planner
 
-std::unique_ptr<Frame> make_frame(const Plan& plan, const ProviderSet& ps) {
+std::shared_ptr<void> allocate_arena(const ProviderSet& ps, const Device& dev, size_t bytes) {
+  Allocator& a = ps.providers[ps.of_device(dev)]->allocator();
+  void* p = a.allocate(arena_align(bytes), kArenaAlign);
+  return std::shared_ptr<void>(p, [&a](void* q) { a.deallocate(q); });
+}
+
+std::unique_ptr<Frame> make_frame(const Plan& plan, const ProviderSet& ps, const ArenaSet* shared) {
   auto f = std::make_unique<Frame>();
   const auto& slots = plan.slots;
   f->values.resize(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) f->values[i] = slots[i].value;
   for (const auto& [dev, bytes] : plan.arenas) {
     if (bytes == 0) continue;
-    Allocator& a = ps.providers[ps.of_device(dev)]->allocator();
-    void* p = a.allocate(arena_align(bytes), kArenaAlign);
-    f->arenas[dev] = std::shared_ptr<void>(p, [&a](void* q) { a.deallocate(q); });
+    if (shared) {
+      auto it = shared->find(dev);
+      if (it == shared->end() || it->second.bytes < arena_align(bytes))
+        throw_error<RuntimeError>("internal error: the shared arena of ", dev.name(), " is smaller than the plan's");
+      f->arenas[dev] = it->second.memory;
+    } else {
+      f->arenas[dev] = allocate_arena(ps, dev, bytes);
+    }
   }
   auto base = [&](const Device& d) { return static_cast<char*>(f->arenas.count(d) ? f->arenas.at(d).get() : nullptr); };
   for (size_t i = 0; i < slots.size(); ++i)
@@ -866,8 +877,8 @@ std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, c
   planner::assign_inplace(*plan, options.inplace_aliasing);
   planner::layout_arena(*plan, providers, options.reuse_memory);
   planner::wire(*plan, req);
-  // Static workspaces' pointers are per frame: make_frame resolves ws_offset against its arena.
-  plan->main = make_frame(*plan, providers);
+  // No frame yet: the executor makes one per run in flight (a plain run's over the arenas it
+  // shares between its plans), and static workspaces' pointers resolve against that frame's arena.
   return plan;
 }
 

@@ -13,8 +13,7 @@
 namespace onnxtrain {
 
 struct PartialRunState::Impl {
-  runtime::PartialRun run;
-  const TrainingAgent* agent = nullptr;
+  runtime::PartialRun run;  // knows the executor (by id, never by address) that ran its forward part
 };
 
 PartialRunState::PartialRunState() : impl_(std::make_unique<Impl>()) {}
@@ -124,7 +123,6 @@ std::vector<Value> TrainingAgent::run_forward(const std::vector<const Value*>& f
   TerminateScope scope(run_options);
   std::vector<Value> results;
   a.exec->run_forward(ins, a.request, state.impl_->run, results);
-  state.impl_->agent = this;
   return results;
 }
 
@@ -133,7 +131,9 @@ std::vector<Value> TrainingAgent::run_backward(const std::vector<const Value*>& 
   if (!state.pending())
     throw_error<InvalidArgument>("TrainingAgent.run_backward: the PartialGraphExecutionState holds no forward run "
                                  "(run_forward first; each forward run takes one backward run)");
-  if (state.impl_->agent != this)
+  // Each agent runs its own executor: the state's executor id (unique for the process's life, unlike
+  // an address a later agent may reuse) says whose forward run it holds.
+  if (runtime::GraphExecutor::owner_of(state.impl_->run) != impl_->exec->id())
     throw_error<InvalidArgument>("TrainingAgent.run_backward: the PartialGraphExecutionState belongs to another agent");
   for (size_t k = 0; k < grads.size(); ++k)
     if (!grads[k]) throw_error<InvalidArgument>("TrainingAgent.run_backward: gradient ", k, " is empty");

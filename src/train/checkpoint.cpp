@@ -5,10 +5,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 
+#include "core/atomic_file.h"
 #include "onnxtrain/error.h"
 
 namespace onnxtrain::train {
@@ -70,17 +70,6 @@ struct Reader {
   }
 };
 
-void write_all(int fd, const void* data, uint64_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, size_t(std::min<uint64_t>(n, 1u << 30)));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw_error<IOError>("cannot write checkpoint '", path, "': ", std::strerror(errno));
-    p += w;
-    n -= uint64_t(w);
-  }
-}
-
 void read_all(int fd, void* data, uint64_t n, uint64_t off, const std::string& path) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
@@ -91,11 +80,6 @@ void read_all(int fd, void* data, uint64_t n, uint64_t off, const std::string& p
     n -= uint64_t(r);
     off += uint64_t(r);
   }
-}
-
-std::string dir_of(const std::string& path) {
-  auto pos = path.find_last_of('/');
-  return pos == std::string::npos ? "." : pos == 0 ? "/" : path.substr(0, pos);
 }
 
 struct Fd {
@@ -143,35 +127,15 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   const uint64_t data_start = head;  // no padding: every byte is checked
   const uint64_t total = data_start + off + 16 + 8;
 
-  static std::atomic<uint64_t> seq{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(seq++);
-  Fd f;
-  f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (f.fd < 0) throw_error<IOError>("cannot create '", tmp, "': ", std::strerror(errno));
-  try {
-    write_all(f.fd, pre.buf.data(), pre.buf.size(), path);
-    write_all(f.fd, h.buf.data(), h.buf.size(), path);
-    for (const auto& [name, t] : c.tensors) write_all(f.fd, t.raw_data(), t.nbytes(), path);
-    Writer tail;
-    tail.buf.append(kEndMagic, 16);
-    tail.u64(total);
-    write_all(f.fd, tail.buf.data(), tail.buf.size(), path);
-    if (::fsync(f.fd) != 0) throw_error<IOError>("cannot flush checkpoint '", path, "': ", std::strerror(errno));
-    ::close(f.fd);
-    f.fd = -1;
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      throw_error<IOError>("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno));
-  } catch (...) {
-    if (f.fd >= 0) ::close(f.fd);
-    f.fd = -1;
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  int dfd = ::open(dir_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  core::AtomicFile f(path, "checkpoint");
+  f.write(pre.buf.data(), pre.buf.size());
+  f.write(h.buf.data(), h.buf.size());
+  for (const auto& [name, t] : c.tensors) f.write(t.raw_data(), t.nbytes());
+  Writer tail;
+  tail.buf.append(kEndMagic, 16);
+  tail.u64(total);
+  f.write(tail.buf.data(), tail.buf.size());
+  f.commit();
 }
 
 Checkpoint read_checkpoint(const std::string& path) {

@@ -1,6 +1,7 @@
 // Checkpoint files: versioned, a CRC32 per tensor and for the header, 64-bit offsets (files over
-// 2 GiB work), written atomically (temporary file in the same folder, fsync, rename, fsync of the
-// folder) so a process killed mid-write leaves the previous checkpoint intact.
+// 2 GiB work), written by the one atomic writer (core/atomic_file.h: temporary file in the same
+// folder, fsync, rename, fsync of the folder; devices and FIFOs written through, symbolic links
+// followed) so a process killed mid-write leaves the previous checkpoint intact.
 //
 //   "ONNXTRAIN-CKPT\0\0" | u32 version | u32 header crc | u64 header bytes | header |
 //   tensor data (back to back) | "ONNXTRAIN-END\0\0\0" | u64 total file size

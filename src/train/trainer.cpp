@@ -133,6 +133,81 @@ std::string fingerprint(const Dataset& d) {
   return std::to_string(h);
 }
 
+// Data parallelism: what every rank's fit must share to run the same batches and steps as the
+// others (each rank reads the same data and trains on its share of every batch): the data's size
+// and layout, the options that fix the batches, the run's position, and the data's contents.
+// Compared over every rank when fit starts; on a difference every rank throws the same
+// InvalidArgument naming the first fact that differs and the ranks' values of it.
+struct RankFact {
+  std::string what, value;  // value reads after "rank N ": "has 96 samples"
+};
+
+// "float samples of shape [4, 3]": element type and the shape of one sample (the first axis dropped).
+std::string per_sample(const Tensor& t) {
+  std::string s = std::string(dtype_name(t.dtype())) + " samples of shape [";
+  for (size_t k = 1; k < t.shape().size(); ++k) s += (k > 1 ? ", " : "") + std::to_string(t.shape()[k]);
+  return s + "]";
+}
+
+void add_data_facts(std::vector<RankFact>& f, const std::string& which, const Dataset& d) {
+  f.push_back({"the " + which + " data", "has " + std::to_string(d.size()) + " samples"});
+  if (d.empty()) return;
+  std::string names;
+  for (const auto& [n, t] : d.arrays()) names += (names.empty() ? "" : ", ") + n;
+  f.push_back({"the " + which + " data's arrays", "has [" + names + "]"});
+  for (const auto& [n, t] : d.arrays()) f.push_back({which + " array '" + n + "'", "has " + per_sample(t)});
+}
+
+void check_ranks_agree(const std::vector<RankFact>& mine) {
+  std::string text;
+  auto put = [&](const std::string& x) {
+    const uint32_t n = uint32_t(x.size());
+    text.append(reinterpret_cast<const char*>(&n), 4);
+    text += x;
+  };
+  for (const auto& f : mine) put(f.what), put(f.value);
+  const std::vector<std::string> all =
+      distributed::Comm::world().allgather_bytes(text, "the start-of-fit comparison of the ranks' data and options");
+  std::vector<std::vector<RankFact>> facts(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::string& t = all[r];
+    size_t pos = 0;
+    auto get = [&](std::string& x) {
+      uint32_t n = 0;
+      if (t.size() - pos < 4) return false;
+      std::memcpy(&n, t.data() + pos, 4);
+      if (t.size() - pos - 4 < n) return false;
+      x = t.substr(pos + 4, n);
+      pos += 4 + size_t(n);
+      return true;
+    };
+    RankFact f;
+    while (get(f.what) && get(f.value)) facts[r].push_back(f);
+  }
+  size_t most = 0;
+  for (const auto& f : facts) most = std::max(most, f.size());
+  for (size_t i = 0; i < most; ++i) {
+    auto value = [&](size_t r) { return i < facts[r].size() ? facts[r][i].value : std::string("has nothing there"); };
+    std::vector<size_t> differ;
+    for (size_t r = 1; r < facts.size(); ++r)
+      if (value(r) != value(0)) differ.push_back(r);
+    if (differ.empty()) continue;
+    std::string what;
+    for (const auto& f : facts)
+      if (i < f.size()) {
+        what = f[i].what;
+        break;
+      }
+    std::string msg = "rank 0 " + value(0);
+    for (size_t k = 0; k < differ.size() && k < 8; ++k) msg += ", rank " + std::to_string(differ[k]) + " " + value(differ[k]);
+    if (differ.size() > 8) msg += ", and " + std::to_string(differ.size() - 8) + " more ranks";
+    if (differ.size() + 1 < facts.size()) msg += " (the other ranks as rank 0)";
+    throw_error<InvalidArgument>("Trainer::fit: data-parallel ranks disagree on ", what, ": ", msg,
+                                 "; every rank must give fit the same data and options (each trains on its share "
+                                 "of every batch)");
+  }
+}
+
 std::string hex(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%a", v);  // exact
@@ -371,6 +446,7 @@ struct Trainer::Impl {
                                });
   }
   void check_inputs(const Dataset& train) const;
+  void check_ranks_agree(const Dataset& train, const Dataset& validation, const std::string& data_fp) const;
 };
 
 Trainer::Trainer(TrainingSession& session, TrainerOptions options)
@@ -416,13 +492,36 @@ void Trainer::Impl::check_inputs(const Dataset& train) const {
   if (objective.metric != Metric::kNone) train.at(objective.label_name);
 }
 
+void Trainer::Impl::check_ranks_agree(const Dataset& train, const Dataset& validation, const std::string& fp) const {
+  std::vector<RankFact> f;
+  add_data_facts(f, "training", train);
+  add_data_facts(f, "validation", validation);
+  auto option = [&](const char* field, const std::string& v) { f.push_back({std::string("TrainerOptions.") + field, "has " + v}); };
+  option("batch_size", std::to_string(opt.batch_size));
+  option("epochs", std::to_string(opt.epochs));
+  option("steps", std::to_string(opt.steps));
+  option("shuffle", opt.shuffle ? "true" : "false");
+  option("drop_last", opt.drop_last ? "true" : "false");
+  option("seed", std::to_string(opt.seed));
+  option("validation_split", hex(opt.validation_split));
+  option("learning_rate", opt.learning_rate ? hex(*opt.learning_rate) : "none");
+  option("checkpoint_every", std::to_string(opt.checkpoint_every));
+  option("objective.loss_output", "'" + objective.loss_output + "'");
+  option("objective.loss_summed", objective.loss_summed ? "true" : "false");
+  f.push_back({"the run's position", "is at step " + std::to_string(steps) + " (epoch " + std::to_string(epoch) +
+                                         ", batch " + std::to_string(position) + ")"});
+  f.push_back({"the data's contents", "has fingerprint " + fp});
+  onnxtrain::check_ranks_agree(f);
+}
+
 FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const TrainerCallbacks& cb) {
   Impl& s = *impl_;
   if (s.running) throw_error<InvalidArgument>("Trainer::fit is already running");
   TrainingSession& sess = *s.session;
   const TrainingParameters& params = sess.parameters();
-  const TrainingPlan plan = Trainer::plan(s.opt, train_in.size(), !validation.empty(), params.gradient_accumulation_steps);
   const std::string fp = fingerprint(train_in) + "/" + (validation.empty() ? "-" : fingerprint(validation));
+  if (sess.world_size() > 1) s.check_ranks_agree(train_in, validation, fp);  // before anything a rank may refuse alone
+  const TrainingPlan plan = Trainer::plan(s.opt, train_in.size(), !validation.empty(), params.gradient_accumulation_steps);
   if (!s.data_fp.empty() && s.data_fp != fp)
     throw_error<InvalidArgument>("Trainer::fit: the data differs from the data of the run it continues");
 

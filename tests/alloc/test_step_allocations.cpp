@@ -14,6 +14,8 @@
 #include <cstring>
 #include <random>
 
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "ir/ir.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/training.h"
@@ -235,17 +237,44 @@ Counted count_steps(const std::string& optimizer, int64_t accumulation, bool cli
 
 }  // namespace
 
+namespace {
+
+// oneDNN 2.6's float32 matmul on this CPU: brgemm-based from AVX-512 on (its buffers in the
+// scratchpad the plan provides), "gemm:jit" below (it allocates its packing buffers on every call).
+std::string dnnl_matmul_impl() {
+  using dnnl::memory;
+  const memory::desc a({32, 64}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc b({64, 128}, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc c({32, 128}, memory::data_type::f32, memory::format_tag::ab);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, dnnl::engine(dnnl::engine::kind::cpu, 0));
+  return pd.impl_info_str();
+}
+
+}  // namespace
+
 TEST(StepAllocations, SteadyStateTrainingStepAllocatesNothing) {
   for (int threads : {1, 2})
     for (const char* opt : {"SGDOptimizer", "MomentumOptimizer", "AdamOptimizer", "AdamWOptimizer", "LambOptimizer",
                             "AdagradOptimizer"}) {
       const Counted c = count_steps(opt, 1, false, false, true, threads);
       EXPECT_EQ(c.allocs, 0) << opt << ", " << threads << " threads: " << c.bytes << " bytes per step";
-      // oneDNN's own per-call bookkeeping: small and fixed, whatever the model's size.
-      EXPECT_LE(c.dnnl_max, 256) << opt;
       std::printf("%s, %d threads: onnxtrain %ld allocations per step; oneDNN %ld (largest %ld bytes)\n", opt,
                   threads, c.allocs, c.dnnl_allocs, c.dnnl_max);
     }
+}
+
+TEST(StepAllocations, OneDnnMakesOnlySmallBookkeepingAllocations) {
+  const std::string impl = dnnl_matmul_impl();
+  if (impl.rfind("gemm", 0) == 0)
+    GTEST_SKIP() << "oneDNN's float32 matmul on this CPU is '" << impl << "', which allocates its packing buffers "
+                 << "on every call (oneDNN 2.6 has brgemm matmuls from AVX-512 on only)";
+  for (int threads : {1, 2}) {
+    const Counted c = count_steps("AdamOptimizer", 1, false, false, true, threads);
+    // oneDNN's own per-call bookkeeping (its argument map): small and fixed, whatever the model's size.
+    EXPECT_LE(c.dnnl_max, 256) << threads << " threads, matmul '" << impl << "'";
+  }
 }
 
 TEST(StepAllocations, AccumulationClippingAndBatchNormAllocateNothing) {

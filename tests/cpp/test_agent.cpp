@@ -171,3 +171,30 @@ TEST(TrainingAgent, Errors) {
   // The plain run of the training graph names the cut.
   expect_error([&] { session.run({"W_grad"}, {{"X", x.tensor}, {"W", W}, {"b", b}}); }, "YieldOp marks the cut");
 }
+
+TEST(TrainingAgent, StateOfADestroyedAgentIsRefused) {
+  // An agent knows its states by its executor's id, never by an address: agents made after one is
+  // destroyed (often at its address) refuse its pending state instead of running it.
+  std::mt19937 rng(5);
+  Tensor W, b;
+  const std::string model = relu_model(rng, W, b);
+  ModuleGraphBuilder builder;
+  builder.initialize(model, config());
+  builder.build();
+  const std::string train = builder.get_model();
+  InferenceSession session(train.data(), train.size());
+  const Value x = Value::of(Tensor::zeros(DType::kFloat32, {2, kIn})), w = Value::of(W), bv = Value::of(b);
+  const Value g = Value::of(Tensor::zeros(DType::kFloat32, {2, kOut}));
+  PartialRunState state;
+  {
+    auto first = std::make_unique<TrainingAgent>(session, std::vector<std::string>{"X", "W", "b"},
+                                                 std::vector<std::string>{"W_grad"});
+    first->run_forward({&x, &w, &bv}, state);
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto next = std::make_unique<TrainingAgent>(session, std::vector<std::string>{"X", "W", "b"},
+                                                std::vector<std::string>{"W_grad"});
+    expect_error([&] { next->run_backward({&g}, state); }, "belongs to another agent");
+  }
+  EXPECT_TRUE(state.pending());
+}

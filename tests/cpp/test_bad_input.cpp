@@ -19,6 +19,7 @@
 #include "onnxtrain/io.h"
 #include "onnxtrain/session.h"
 #include "onnxtrain/training.h"
+#include "test_grad_util.h"
 #include "test_util.h"
 
 using namespace onnxtrain;
@@ -483,4 +484,78 @@ TEST(BadInput, BoolBytesOtherThanZeroOrOne) {
   EXPECT_EQ(yb[0], 1);
   EXPECT_EQ(yb[1], 0);
   EXPECT_EQ(yb[2], 0);
+}
+
+namespace {
+
+// One com.onnxtrain collective node between declared float inputs and outputs, serialized.
+std::string collective_model(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs,
+                             std::vector<ir::Attribute> attrs, bool in_a_function) {
+  ir::Model m;
+  m.opsets = {{"", 17}, {"com.onnxtrain", 1}};
+  m.graph = std::make_shared<ir::Graph>();
+  for (const auto& i : ins) m.graph->inputs.push_back(ot_test::value_info(i, i == "token" ? DType::kInt64 : DType::kFloat32, {4}));
+  ir::Node n = make_node(op, ins, outs, std::move(attrs), "com.onnxtrain");
+  n.name = "hostile";
+  if (in_a_function) {  // inside an If branch: subgraphs are checked too
+    auto body = std::make_shared<ir::Graph>();
+    body->nodes.push_back(n);
+    for (const auto& o : outs) body->outputs.push_back(ot_test::value_info(o, DType::kFloat32, {4}));
+    m.graph->inputs.push_back(ot_test::value_info("cond", DType::kBool, {}));
+    ir::Node branch = make_node("If", {"cond"}, outs, {ot_test::attr_graph("then_branch", body), ot_test::attr_graph("else_branch", body)});
+    m.graph->nodes.push_back(branch);
+  } else {
+    m.graph->nodes.push_back(n);
+  }
+  for (const auto& o : outs) m.graph->outputs.push_back(ot_test::value_info(o, DType::kFloat32, {4}));
+  return ir::serialize_model(m);
+}
+
+}  // namespace
+
+TEST(BadInput, DataParallelCollectivesInAModelAreRefusedAtLoad) {
+  // GradientReduceStart/Wait and ZeroAllGather exchange buffers with other ranks' plans: only a
+  // TrainingSession places them, in the graph it builds. From a file or bytes, every surface
+  // refuses them at load, naming the node (before: they ran, trusted their inputs' sizes and
+  // copied heap bytes into outputs, or waited for the communication timeout and ended the process).
+  struct Case {
+    std::string op;
+    std::vector<std::string> ins, outs;
+    std::vector<ir::Attribute> attrs;
+  };
+  const std::vector<Case> cases = {
+      {"GradientReduceStart", {"c", "G"}, {"token"}, {}},
+      {"GradientReduceWait", {"token", "G"}, {"R"}, {}},
+      {"ZeroAllGather", {"P", "W"}, {"W2"}, {ot_test::attr_int("pieces", 1)}},
+  };
+  TempDir dir;
+  for (const auto& c : cases)
+    for (bool nested : {false, true}) {
+      const std::string bytes = collective_model(c.op, c.ins, c.outs, c.attrs, nested);
+      const std::string want = "node 'hostile': com.onnxtrain." + c.op + " is internal to data-parallel training";
+      const std::string e1 = ot_test::thrown_by([&] { InferenceSession s(bytes.data(), bytes.size()); });
+      EXPECT_NE(e1.find(want), std::string::npos) << e1;
+      const std::string path = dir.path + "/m.onnx";
+      std::ofstream(path, std::ios::binary) << bytes;
+      const std::string e2 = ot_test::thrown_by([&] { InferenceSession s(path); });
+      EXPECT_NE(e2.find(want), std::string::npos) << e2;
+      TrainingParameters p;
+      p.loss_output_name = c.outs[0];
+      const std::string e3 = ot_test::thrown_by([&] { TrainingSession s(bytes.data(), bytes.size(), p); });
+      EXPECT_NE(e3.find(want), std::string::npos) << e3;
+      const std::string e4 = ot_test::thrown_by([&] { GradientGraphBuilder(bytes, {}, {}, c.outs[0]); });
+      EXPECT_NE(e4.find(want), std::string::npos) << e4;
+    }
+}
+
+TEST(BadInput, GradientReduceWaitRefusesATokenNoStartIssued) {
+  // The kernel itself (reachable only from graphs a session built): a token no Start of this run
+  // issued fails at once, before any wait on the communicator.
+  ot_test::RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.opset = 1;
+  const std::string e = ot_test::thrown_by([&] {
+    ot_test::run_node("GradientReduceWait", {Tensor::from_vector<int64_t>({1}, {424242}), Tensor::zeros(DType::kFloat32, {4})}, {}, o);
+  });
+  EXPECT_NE(e.find("no reduction in flight for token 424242"), std::string::npos) << e;
 }

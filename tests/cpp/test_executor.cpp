@@ -250,3 +250,38 @@ TEST(Executor, ViewsOfDynamicAliasesKeepTheirMemoryAlive) {
   auto y = run(ex, {Tensor::from_vector<float>({64}, xv), i64({1000})});
   EXPECT_TRUE(ot_test::all_close(y[0].tensor, {64}, want));
 }
+
+TEST(Executor, PlansOfManyShapesShareOneArena) {
+  // 21 batch sizes: one plan each, but the arena plain runs use is the largest plan's (grown when a
+  // larger one comes), not the sum of the plans' arenas; every result stays exact.
+  runtime::GraphExecutor ex(relu_chain(4), kOpsets, ExecOptions{});
+  size_t largest = 0, sum = 0;
+  std::mt19937 rng(12);
+  for (int n : {3, 1, 7, 21, 2, 9, 14, 5, 11, 18, 6, 4, 20, 8, 13, 10, 17, 12, 15, 19, 16}) {
+    const Tensor x = ot_test::random_tensor(DType::kFloat32, {n, 1024}, rng);
+    const auto y = run(ex, {x});
+    std::vector<double> want = ot_test::to_double(x);
+    for (double& v : want) v = v > 0 ? v : 0;
+    ASSERT_TRUE(ot_test::all_close(y[0].tensor, {n, 1024}, want)) << n;
+    const size_t a = ex.last_stats().arena_bytes;
+    EXPECT_EQ(a, size_t(2 * n * 4096));  // two alternating buffers of the chain
+    largest = std::max(largest, a);
+    sum += a;
+  }
+  EXPECT_EQ(ex.num_plans(), 21u);
+  EXPECT_EQ(ex.shared_arena_bytes(), runtime::arena_align(largest));
+  EXPECT_LT(ex.shared_arena_bytes() * 10, sum);
+  // Plans made before the arena grew still run right over the grown one.
+  const Tensor x = ot_test::random_tensor(DType::kFloat32, {3, 1024}, rng);
+  std::vector<double> want = ot_test::to_double(x);
+  for (double& v : want) v = v > 0 ? v : 0;
+  EXPECT_TRUE(ot_test::all_close(run(ex, {x})[0].tensor, {3, 1024}, want));
+}
+
+TEST(Executor, WithoutMemoryPatternNothingIsKeptBetweenRuns) {
+  ExecOptions o;
+  o.keep_memory = false;
+  runtime::GraphExecutor ex(relu_chain(4), kOpsets, o);
+  run(ex, {Tensor::zeros(DType::kFloat32, {8, 1024})});
+  EXPECT_EQ(ex.shared_arena_bytes(), 0u);
+}

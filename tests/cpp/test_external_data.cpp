@@ -25,26 +25,12 @@
 #include "test_util.h"
 
 using namespace onnxtrain;
+using ot_test::list_dir;
+using ot_test::slurp;
 using ot_test::TempDir;
+using ot_test::write_text;
 
 namespace {
-
-std::set<std::string> list_dir(const std::string& dir) {
-  std::set<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.insert(e->d_name);
-    closedir(d);
-  }
-  return names;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void write_text(const std::string& path, const std::string& s) { std::ofstream(path, std::ios::binary) << s; }
 
 // Bytes [offset, offset + length) of a file.
 std::string file_range(const std::string& path, uint64_t offset, uint64_t length) {

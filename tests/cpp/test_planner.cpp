@@ -438,3 +438,51 @@ TEST(PartialExecution, AbandonedForwardReleasesItsMemory) {
   a.ex.run_backward(s, {&d}, r);
   EXPECT_TRUE(ot_test::all_close(r[0].tensor, {3, 4}, x_t_dy(x.tensor, d.tensor)));
 }
+
+TEST(PartialExecution, ManyForwardsInFlightPoolAtMostAFewFrames) {
+  // 300 forward parts in flight need 300 frames; once their backward parts ran, the plan keeps at
+  // most Plan::kMaxPooledFrames of them for later runs (the rest is freed), every result exact.
+  Agent a;
+  std::mt19937 rng(8);
+  std::vector<Value> xs, ds;
+  for (int i = 0; i < 300; ++i) {
+    xs.push_back(Value::of(ot_test::random_tensor(DType::kFloat32, {2, 3}, rng)));
+    ds.push_back(Value::of(ot_test::random_tensor(DType::kFloat32, {2, 4}, rng)));
+  }
+  std::vector<PartialRun> states(300);
+  std::vector<Value> r;
+  for (size_t i = 0; i < states.size(); ++i) a.ex.run_forward(a.feeds(xs[i]), a.req, states[i], r);
+  EXPECT_EQ(a.ex.pooled_frames(), 0u);
+  for (size_t i = 0; i < states.size(); ++i) {
+    a.ex.run_backward(states[i], {&ds[i]}, r);
+    ASSERT_TRUE(ot_test::all_close(r[0].tensor, {3, 4}, x_t_dy(xs[i].tensor, ds[i].tensor))) << i;
+  }
+  EXPECT_EQ(a.ex.pooled_frames(), Plan::kMaxPooledFrames);
+}
+
+TEST(PartialExecution, StateOfADestroyedExecutorIsRefusedByItsSuccessor) {
+  // Executors are told apart by an id that is never reused, not by an address a later executor
+  // may get: a state whose executor is gone is refused, not run against freed plans.
+  std::mt19937 rng(9);
+  Value x = Value::of(ot_test::random_tensor(DType::kFloat32, {2, 3}, rng));
+  Value d = Value::of(ot_test::random_tensor(DType::kFloat32, {2, 4}, rng));
+  std::vector<Value> r;
+  PartialRun s;
+  uint64_t first = 0;
+  {
+    auto a = std::make_unique<Agent>();
+    first = a->ex.id();
+    a->ex.run_forward(a->feeds(x), a->req, s, r);
+  }
+  for (int i = 0; i < 4; ++i) {  // new executors, some likely at the freed one's address
+    auto b = std::make_unique<Agent>();
+    EXPECT_NE(b->ex.id(), first);
+    try {
+      b->ex.run_backward(s, {&d}, r);
+      ADD_FAILURE() << "a state of a destroyed executor was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("another executor"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_TRUE(s.pending());  // still holds its forward run, freed with it
+}

@@ -1,16 +1,36 @@
 #include "test_util.h"
 
+#include <dirent.h>
+
 #include "test_provider.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "core/parallel.h"
 #include "kernels/kernel.h"
 #include "runtime/executor.h"
 
 namespace ot_test {
+
+std::set<std::string> list_dir(const std::string& dir) {
+  std::set<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..")) names.insert(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void write_text(const std::string& path, const std::string& s) { std::ofstream(path, std::ios::binary) << s; }
 
 using namespace onnxtrain;
 

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ struct TempDir {
   }
   ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
 };
+
+/// Names in a folder (without "." and ".."); empty when it cannot be read.
+std::set<std::string> list_dir(const std::string& dir);
+/// A whole file's bytes ("" when it cannot be read).
+std::string slurp(const std::string& path);
+/// Writes `s` to `path` (a plain, non-atomic write: test fixtures).
+void write_text(const std::string& path, const std::string& s);
 
 using onnxtrain::DType;
 using onnxtrain::Shape;

@@ -358,3 +358,57 @@ def test_cli_under_mpirun_matches_one_process(tmp_path):
     assert_same_weights(a, b, 1e-5)
     assert b["W"].tobytes() == z["W"].tobytes()
     assert np.abs(a["W"] - W).max() > 1e-3
+
+
+@pytest.mark.parametrize("what, message", [
+    ("rows", "data-parallel ranks disagree on the training data: rank 0 has 96 samples, rank 1 has 64 samples"),
+    ("shape", "data-parallel ranks disagree on training array 'X': rank 0 has float samples of shape [4, 3], "
+              "rank 1 has float samples of shape [5, 3]"),
+])
+def test_ranks_given_different_data_all_fail_at_the_start_of_fit(tmp_path, what, message):
+    """Rank 1 gets fewer rows, or rows of another shape: every rank's fit raises the same
+    InvalidArgument naming the difference and each rank's value, at once (not after the 60 s
+    communication timeout), and every rank exits non-zero; none reports success."""
+    t0 = time.monotonic()
+    r = case(2, "fitdata", tmp_path, what, timeout=180)
+    elapsed = time.monotonic() - t0
+    assert r.returncode != 0, r.stdout[-2000:] + r.stderr[-2000:]
+    for rank in (0, 1):
+        text = (tmp_path / f"fitdata_{rank}.txt").read_text()
+        assert message in text, f"rank {rank}: {text}"
+    assert elapsed < 40, f"the job took {elapsed:.0f} s to stop"
+    ok(case(2, "fitdata", tmp_path, "same"))  # the same data on both ranks: fit runs
+    assert all((tmp_path / f"fitdata_{rank}.txt").read_text() == "no error" for rank in (0, 1))
+
+
+def test_cli_ranks_given_different_data_fail_naming_it(tmp_path):
+    """`mpirun -np 1 onnxtrain train --data a.npz : -np 1 onnxtrain train --data b.npz` with b.npz
+    shorter: the job fails at once with the difference named (not rank 0 succeeding while rank 1
+    times out blaming a dead rank)."""
+    rng = np.random.default_rng(0)
+    W = (0.3 * rng.standard_normal((4, 2))).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["y"])], "m",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])], [numpy_helper.from_array(W, "W")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    for name, n in (("a", 96), ("b", 64)):
+        X = rng.standard_normal((n, 4)).astype(np.float32)
+        np.savez(tmp_path / f"{name}.npz", X=X, label=(X @ W).astype(np.float32))
+    common = [tmp_path / "m.onnx", "--loss", "squared_error", "--optimizer", "sgd", "--lr", 0.01, "--batch-size", 16,
+              "--epochs", 2, "--progress", "none", "--out", tmp_path / "out.onnx"]
+    exe = shutil.which("mpirun")
+    t0 = time.monotonic()
+    r = subprocess.run([exe, "--allow-run-as-root", "--oversubscribe",
+                        "-np", "1", CLI, "train", *map(str, common), "--data", str(tmp_path / "a.npz"), ":",
+                        "-np", "1", CLI, "train", *map(str, common), "--data", str(tmp_path / "b.npz")],
+                       capture_output=True, text=True, timeout=180)
+    elapsed = time.monotonic() - t0
+    text = r.stdout + r.stderr
+    assert r.returncode != 0, text[-3000:]
+    assert "rank 0 has 96 samples, rank 1 has 64 samples" in text, text[-3000:]
+    assert "did not complete within" not in text, text[-3000:]
+    assert elapsed < 40, f"the job took {elapsed:.0f} s to stop"
+    assert not (tmp_path / "out.onnx").exists()

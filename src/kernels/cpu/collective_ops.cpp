@@ -33,13 +33,25 @@ namespace onnxtrain::kernels::cpu {
 namespace {
 
 // Buffers of the reductions in flight, by token (a Start kernel owns the buffer; the Wait of the
-// same run reads it).
+// same run reads it). A Wait finds its token here before it waits on the communicator, so a token
+// that no Start issued is an error, never a wait on a collective that does not exist.
 struct Pending {
   const void* data = nullptr;
   int64_t count = 0;
+  DType dtype = DType::kUndefined;
 };
 std::mutex g_mu;
 std::unordered_map<int64_t, Pending> g_pending;
+
+// Removes token `t` from the reductions in flight; true when it was there (its Wait never took it).
+bool take_pending(int64_t t, Pending* out = nullptr) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_pending.find(t);
+  if (it == g_pending.end()) return false;
+  if (out) *out = it->second;
+  g_pending.erase(it);
+  return true;
+}
 
 void check_bucket(PrepareContext& ctx, size_t first, DType& dt, std::vector<int64_t>& sizes) {
   sizes.clear();
@@ -61,6 +73,8 @@ class GradientReduceStartKernel final : public Kernel {
     if (mode_ != "mean" && mode_ != "adasum") info.fail("mode must be 'mean' or 'adasum', got '", mode_, "'");
     what_ = "the gradient reduction of " + info.node().name;
   }
+  // A reduction still in flight writes into buf_: it completes before the buffer goes.
+  ~GradientReduceStartKernel() override { settle(); }
   void prepare(PrepareContext& ctx) override {
     if (ctx.num_inputs() < 2) ctx.fail("expects the contribution and at least one gradient");
     if (ctx.input_dtype(0) != DType::kFloat64 || shape_numel(ctx.input_shape(0)) != 1)
@@ -72,6 +86,7 @@ class GradientReduceStartKernel final : public Kernel {
     ctx.set_nondeterministic();
   }
   void run(RunContext& ctx) override {
+    settle();  // a run that failed between this node and its Wait left its reduction in flight
     distributed::Comm& comm = distributed::Comm::world();
     const int n = comm.size();
     const size_t es = dtype_size(dt_);
@@ -114,16 +129,33 @@ class GradientReduceStartKernel final : public Kernel {
     const auto ticket = int64_t(comm.submit(std::move(job), what_, count_ * int64_t(es)));
     {
       std::lock_guard<std::mutex> lock(g_mu);
-      g_pending[ticket] = Pending{data, count_};
+      g_pending[ticket] = Pending{data, count_, dt_};
     }
+    issued_ = ticket;
     ctx.output(0).data<int64_t>()[0] = ticket;
   }
 
  private:
+  // The reduction this kernel issued last, when no Wait took it (the run stopped in between):
+  // waited for (its job still reads and writes buf_) and forgotten, so nothing accumulates in the
+  // table of reductions in flight or in the communicator's finished jobs.
+  void settle() {
+    if (issued_ < 0) return;
+    const int64_t t = issued_;
+    issued_ = -1;
+    if (!take_pending(t)) return;  // its Wait took it
+    try {
+      distributed::Comm::world().wait(distributed::Comm::Ticket(t));
+    } catch (const std::exception&) {
+      // the job failed; its error was the failed run's concern, the buffer is free again
+    }
+  }
+
   std::string mode_, what_;
   DType dt_ = DType::kFloat32;
   std::vector<int64_t> sizes_;
   int64_t count_ = 0;
+  int64_t issued_ = -1;
   std::vector<char> buf_, block_;
 };
 
@@ -140,15 +172,17 @@ class GradientReduceWaitKernel final : public Kernel {
   }
   void run(RunContext& ctx) override {
     const int64_t ticket = ctx.input(0).data<int64_t>()[0];
-    distributed::Comm::world().wait(distributed::Comm::Ticket(ticket));
     Pending p;
-    {
-      std::lock_guard<std::mutex> lock(g_mu);
-      auto it = g_pending.find(ticket);
-      if (it == g_pending.end()) ctx.fail("no reduction in flight for token ", ticket);
-      p = it->second;
-      g_pending.erase(it);
+    if (!take_pending(ticket, &p))
+      ctx.fail("no reduction in flight for token ", ticket, " (the token of a GradientReduceStart of this run)");
+    int64_t count = 0;
+    for (int64_t s : sizes_) count += s;
+    if (p.dtype != dt_ || p.count != count) {
+      distributed::Comm::world().wait(distributed::Comm::Ticket(ticket));  // its buffer is in use until then
+      ctx.fail("token ", ticket, " is a reduction of ", p.count, " ", dtype_name(p.dtype), " elements; the gradients "
+               "given to this node hold ", count, " ", dtype_name(dt_), " elements");
     }
+    distributed::Comm::world().wait(distributed::Comm::Ticket(ticket));
     const size_t es = dtype_size(dt_);
     int64_t off = 0;
     for (size_t i = 0; i < sizes_.size(); ++i) {
@@ -165,15 +199,23 @@ class GradientReduceWaitKernel final : public Kernel {
 
 class ZeroAllGatherKernel final : public Kernel {
  public:
-  explicit ZeroAllGatherKernel(const KernelInfo& info) : pieces_(size_t(info.attr_int("pieces"))) {}
+  explicit ZeroAllGatherKernel(const KernelInfo& info) {
+    const int64_t pieces = info.attr_int("pieces");
+    if (pieces < 0 || pieces >= int64_t(info.node().inputs.size()))
+      info.fail("attribute pieces = ", pieces, " must count the parts among the ", info.node().inputs.size(), " inputs");
+    pieces_ = size_t(pieces);
+  }
   void prepare(PrepareContext& ctx) override {
     if (ctx.num_inputs() < pieces_ + 1 || ctx.num_outputs() != ctx.num_inputs() - pieces_)
       ctx.fail("expects ", pieces_, " parts, then n weights and n outputs");
+    for (size_t i = 0; i < pieces_; ++i)
+      if (!ctx.has_input(i) || ctx.input_kind(i) != Value::Kind::kTensor) ctx.fail("part ", i, " must be a tensor");
     std::vector<int64_t> part_sizes;
     DType pdt = DType::kUndefined;
-    if (pieces_ > 0) {
-      for (size_t i = 0; i < pieces_; ++i) part_sizes.push_back(shape_numel(ctx.input_shape(i)));
-      pdt = ctx.input_dtype(0);
+    for (size_t i = 0; i < pieces_; ++i) {
+      part_sizes.push_back(shape_numel(ctx.input_shape(i)));
+      if (i == 0) pdt = ctx.input_dtype(0);
+      if (ctx.input_dtype(i) != pdt) ctx.fail("the parts differ in element type");
     }
     check_bucket(ctx, pieces_, dt_, sizes_);
     if (pieces_ > 0 && pdt != dt_) ctx.fail("the parts and the weights differ in element type");
@@ -189,14 +231,16 @@ class ZeroAllGatherKernel final : public Kernel {
     const int64_t block = (total_ + n - 1) / n;
     const int64_t lo = std::min(total_, block * rank), hi = std::min(total_, block * (rank + 1));
     const size_t es = dtype_size(dt_);
-    flat_.resize(size_t(block * n) * es);
-    // This rank's parts into its block.
+    // This rank's parts fill its block exactly: checked before anything is copied.
     int64_t got = 0;
+    for (size_t i = 0; i < pieces_; ++i) got += part_sizes_[i];
+    if (got != hi - lo) ctx.fail("the parts hold ", got, " elements, this rank's block ", hi - lo);
+    flat_.resize(size_t(block * n) * es);
+    got = 0;
     for (size_t i = 0; i < pieces_; ++i) {
       std::memcpy(flat_.data() + size_t(lo + got) * es, ctx.input(i).raw_data(), size_t(part_sizes_[i]) * es);
       got += part_sizes_[i];
     }
-    if (got != hi - lo) ctx.fail("the parts hold ", got, " elements, this rank's block ", hi - lo);
     char* data = flat_.data();
     const DType dt = dt_;
     comm.run([=] { distributed::raw::allgather(data, data, block, dt, "the ZeRO allgather of the weights"); },
@@ -209,7 +253,7 @@ class ZeroAllGatherKernel final : public Kernel {
   }
 
  private:
-  size_t pieces_;
+  size_t pieces_ = 0;
   DType dt_ = DType::kFloat32;
   std::vector<int64_t> sizes_, part_sizes_;
   int64_t total_ = 0;
@@ -217,6 +261,11 @@ class ZeroAllGatherKernel final : public Kernel {
 };
 
 }  // namespace
+
+size_t reductions_in_flight() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_pending.size();
+}
 
 void register_collectives(KernelRegistry& r) {
   r.add(kTrainingDomain, "ZeroAllGather", kTrainingOpset, kMaxOpsetAll,

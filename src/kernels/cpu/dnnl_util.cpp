@@ -16,9 +16,25 @@ dnnl::engine& cpu_engine() {
   return eng;
 }
 
+bool bf16_available() {
+  // oneDNN 2.6 has bfloat16 kernels from AVX-512 on (native with AVX512-BF16 or AMX): asked once
+  // with a small matmul, which fails to be created (or is only the reference kernel) without them.
+  static const bool ok = [] {
+    try {
+      using dnnl::memory;
+      const memory::desc a({16, 16}, memory::data_type::bf16, memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, a), default_attr(), cpu_engine());
+      return !is_reference(pd);
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
 std::optional<dnnl::memory::data_type> float_type(DType dt) {
   if (dt == DType::kFloat32) return dnnl::memory::data_type::f32;
-  if (dt == DType::kBFloat16) return dnnl::memory::data_type::bf16;
+  if (dt == DType::kBFloat16 && bf16_available()) return dnnl::memory::data_type::bf16;
   return std::nullopt;
 }
 

@@ -28,9 +28,11 @@ dnnl::engine& cpu_engine();
 /// oneDNN dims of a shape.
 inline dnnl::memory::dims dims(const Shape& s) { return dnnl::memory::dims(s.begin(), s.end()); }
 /// The oneDNN data type of the float types its matmul and convolution kernels run: float32, and
-/// bfloat16 (natively with AVX512-BF16 or AMX, else converted inside its kernels; fp32
-/// accumulation either way); none for the others.
+/// bfloat16 where bf16_available() (natively with AVX512-BF16 or AMX, else converted inside its
+/// AVX-512 kernels; fp32 accumulation either way); none for the others (the kernels' own loops).
 std::optional<dnnl::memory::data_type> float_type(DType dt);
+/// True when oneDNN has optimized bfloat16 kernels on this CPU (AVX-512 or newer).
+bool bf16_available();
 /// Plain row-major float32 memory descriptor of a shape.
 dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 /// Primitive attributes every kernel should start from (user scratchpad).

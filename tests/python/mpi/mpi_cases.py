@@ -243,7 +243,52 @@ def case_diverge(out, argv):
             return
 
 
-CASES = {"train": case_train, "ckpt": case_ckpt, "orttrainer": case_orttrainer, "ortckpt": case_ortckpt, "diverge": case_diverge, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
+def seq_with_loss():
+    """Y = (mean over axis 1 of X [N, T, 3]) W, W [3, 2]; mean squared error against label [N, 2]:
+    any T runs (the per-sample shape of X can differ between ranks without the model refusing it)."""
+    w = np.array([[0.3, -0.2], [0.1, 0.4], [-0.5, 0.2]], np.float32)
+    nodes = [
+        helper.make_node("ReduceMean", ["X"], ["m"], axes=[1], keepdims=0),
+        helper.make_node("MatMul", ["m", "W"], ["Y"]),
+        helper.make_node("Sub", ["Y", "label"], ["d"]),
+        helper.make_node("Mul", ["d", "d"], ["d2"]),
+        helper.make_node("ReduceMean", ["d2"], ["loss"], keepdims=0),
+    ]
+    g = helper.make_graph(
+        nodes, "seq",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", "T", 3]),
+         helper.make_tensor_value_info("label", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+         helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 2])],
+        [numpy_helper.from_array(w, "W")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def case_fitdata(out, argv):
+    """Trainer.fit on data that differs on rank 1: fewer rows (argv[0] == "rows": 64 against 96) or
+    another per-sample shape ("shape": X [N, 5, 3] against [N, 4, 3]); "same": no difference. Each
+    rank writes fit's error ("no error") to fitdata_<rank>.txt; after a barrier (both have written)
+    a rank whose fit failed exits with status 3."""
+    rank = onnxtrain.distributed.world_rank()
+    rows = 64 if rank == 1 and argv[0] == "rows" else 96
+    steps = 5 if rank == 1 and argv[0] == "shape" else 4
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((rows, steps, 3)).astype(np.float32)
+    label = rng.standard_normal((rows, 2)).astype(np.float32)
+    sess = onnxtrain.TrainingSession(seq_with_loss(), params_from([]))
+    trainer = onnxtrain.Trainer(sess, batch_size=16, epochs=2, learning_rate=0.01)
+    try:
+        trainer.fit({"X": X, "label": label})
+        message = "no error"
+    except ValueError as e:
+        message = str(e)
+    with open(os.path.join(out, f"fitdata_{rank}.txt"), "w") as f:
+        f.write(message)
+    onnxtrain.distributed.barrier()
+    sys.exit(0 if message == "no error" else 3)
+
+
+CASES = {"fitdata": case_fitdata, "train": case_train, "ckpt": case_ckpt, "orttrainer": case_orttrainer, "ortckpt": case_ortckpt, "diverge": case_diverge, "construct": case_construct, "adasum": case_adasum, "mismatch": case_mismatch, "fault": case_fault}
 
 if __name__ == "__main__":
     CASES[sys.argv[1]](sys.argv[2], sys.argv[3:])
