@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxtrain
 from onnxtrain.training import amp, optim
-from onnxtrain.training._utils import TrainStepInfo
+from onnxtrain.training import TrainStepInfo
 from onnxtrain.training.optim import lr_scheduler
 
 INF = float("inf")

@@ -569,8 +569,8 @@ class ORTTrainer:
         for i, init in enumerate(onx.graph.initializer):
             if init.name in state:
                 onx.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.asarray(state[init.name]), init.name))
-        with open(os.fspath(path), "wb") as f:
-            f.write(onx.SerializeToString())
+        from .._files import write_bytes
+        write_bytes(path, onx.SerializeToString(), "model file")
         self.onnx_model_ = onx
 
 
@@ -640,23 +640,32 @@ def _checkpoint_name(prefix):
 def save_checkpoint(model, checkpoint_dir, checkpoint_prefix="ORT_checkpoint", checkpoint_state_dict=None,
                     include_optimizer_state=True):
     """``torch.save`` of ``{'model': model.state_dict(include_optimizer_state), **checkpoint_state_dict}``
-    to ``<checkpoint_dir>/<checkpoint_prefix>.ort.pt`` (a warning when it is overwritten)."""
+    to ``<checkpoint_dir>/<checkpoint_prefix>.ort.pt`` (a warning when it is overwritten). The prefix
+    must be a plain name and the state plain data (what ``load_checkpoint`` reads back): else
+    ``InvalidArgument`` before anything is written."""
     torch = _torch()
+    from .. import _plain_torch
+    _plain_torch.check_prefix(checkpoint_prefix)
     state = {} if checkpoint_state_dict is None else checkpoint_state_dict
     state.update({"model": model.state_dict(include_optimizer_state)})
     if not os.path.isdir(checkpoint_dir):
         raise AssertionError(f"ERROR: Checkpoint directory doesn't exist: {checkpoint_dir}")
     path = os.path.join(checkpoint_dir, _checkpoint_name(checkpoint_prefix))
+    _plain_torch.check(state, path)
     if os.path.exists(path):
         warnings.warn(f"{path} already exists, overwriting.")
-    torch.save(state, path)
+    from .._files import atomic_open
+    with atomic_open(path, "checkpoint") as f:
+        torch.save(state, f)
 
 
 def load_checkpoint(model, checkpoint_dir, checkpoint_prefix="ORT_checkpoint", strict=False):
     """Loads ``<checkpoint_dir>/<checkpoint_prefix>.ort.pt`` into ``model`` (load_state_dict of its
     'model' entry); returns the other entries. ZeRO-partitioned checkpoints (several files) raise
-    NotImplementedError."""
-    torch = _torch()
+    NotImplementedError. Only tensors and plain containers are read (nothing in the file is run):
+    anything else, or a damaged file, raises ``InvalidArgument`` naming the file."""
+    from .. import _plain_torch
+    _plain_torch.check_prefix(checkpoint_prefix)
     files = sorted(f for f in os.listdir(checkpoint_dir) if f.startswith(checkpoint_prefix) and f.endswith(".ort.pt"))
     if not files:
         raise AssertionError(f"No checkpoint files found with prefix \"{checkpoint_prefix}\" in directory "
@@ -664,6 +673,7 @@ def load_checkpoint(model, checkpoint_dir, checkpoint_prefix="ORT_checkpoint", s
     if files != [_checkpoint_name(checkpoint_prefix)]:
         raise _NotImplemented(f"load_checkpoint: {files} look like a ZeRO-partitioned checkpoint, which onnxtrain does "
                               "not implement (one file, <prefix>.ort.pt, only)")
-    state = torch.load(os.path.join(checkpoint_dir, files[0]), map_location="cpu")
+    path = os.path.join(checkpoint_dir, files[0])
+    state = _plain_torch.load_checkpoint(path, "save_checkpoint")
     model.load_state_dict(state.pop("model"), strict=strict)
     return state

@@ -3,8 +3,10 @@ post-processing of the exported graph (parameters fed as inputs, BatchNorm runni
 
 Absolute imports only: ``import torch`` here must be PyTorch, not this package.
 """
+import contextlib
 import inspect
 import io
+import os
 import warnings
 
 import numpy as np
@@ -27,7 +29,10 @@ class InputSpec:
 
     ``names``: one name per tensor (the forward parameter's name; ``<name>_<i>`` for the items of
     ``*args``; the keyword for ``**kwargs``). ``key``: hashable signature (names, dtypes, shapes,
-    constants). ``tensors``: the call's tensors in that order."""
+    constants). ``tensors``: the call's tensors in that order. ``batch``: the first dimension of
+    the first tensor of one or more dimensions (None without one); ``dynamic[i]``: tensor i has
+    that first dimension (its first axis is exported as the dynamic axis ``batch``);
+    ``batch_key``: the signature with those first dimensions left out."""
 
     def __init__(self, signature, args, kwargs):
         try:
@@ -43,6 +48,16 @@ class InputSpec:
                                  v, key) for i, v in enumerate(bound.args)]
         self._kwargs = {k: self._slot(k, v, key) for k, v in bound.kwargs.items()}
         self.key = tuple(key)
+        self.batch = next((t.shape[0] for t in self.tensors if t.dim() >= 1), None)
+
+    @property
+    def dynamic(self):
+        return [t.dim() >= 1 and t.shape[0] == self.batch for t in self.tensors]
+
+    @property
+    def batch_key(self):
+        dyn = {n for n, d in zip(self.names, self.dynamic) if d}
+        return tuple(e[:3] + (("batch",) + e[3][1:],) if e[0] == "tensor" and e[1] in dyn else e for e in self.key)
 
     def _slot(self, name, value, key):
         if isinstance(value, torch.Tensor):
@@ -56,10 +71,10 @@ class InputSpec:
                 raise TypeError(f"ORTModule: input '{name}' has dtype {value.dtype}, which onnxtrain does not support")
             self.names.append(name)
             self.tensors.append(value)
-            key.append((name, value.dtype, tuple(value.shape)))  # requires_grad picks the runner, not the export
+            key.append(("tensor", name, value.dtype, tuple(value.shape)))  # requires_grad picks the runner only
             return ("tensor", len(self.tensors) - 1)
         if isinstance(value, _CONSTANT_TYPES):
-            key.append((name, type(value).__name__, value))
+            key.append(("const", name, type(value).__name__, value))
             return ("const", value)
         raise TypeError(f"ORTModule: input '{name}' is a {type(value).__module__}.{type(value).__qualname__}; "
                         "supported inputs are torch.Tensor and constant Python scalars (bool, int, float, str, None)")
@@ -122,16 +137,22 @@ class BatchNormStat:
     """A training-mode BatchNormalization node whose batch statistics come out of the graph so
     that ORTModule updates the module's running_mean / running_var as PyTorch does."""
 
-    def __init__(self, module, mean_output, var_output, mean_input, var_input, count):
+    def __init__(self, module, mean_output, var_output, mean_input, var_input, count, size_output=None):
         self.module = module            # the torch BatchNorm module
         self.mean_output = mean_output  # graph output: batch mean
         self.var_output = var_output    # graph output: biased batch variance
         self.mean_input = mean_input    # initializer names fed with zeros in training graphs
         self.var_input = var_input
-        self.count = count              # elements per channel (for the unbiased variance)
+        self.count = count              # elements per channel (for the unbiased variance), or None:
+        self.size_output = size_output  # then the graph output holding the element count of the input
 
-    def update(self, mean, var):
-        """Applies PyTorch's running-statistics update with the batch's mean and biased variance."""
+    def outputs(self):
+        """The graph outputs this node adds, in order."""
+        return [self.mean_output, self.var_output] + ([self.size_output] if self.size_output else [])
+
+    def update(self, mean, var, size=None):
+        """Applies PyTorch's running-statistics update with the batch's mean and biased variance
+        (``size``: the input's element count, when the graph's shapes are dynamic)."""
         m = self.module
         with torch.no_grad():
             if m.num_batches_tracked is not None:
@@ -139,9 +160,45 @@ class BatchNormStat:
             momentum = m.momentum
             if momentum is None:  # cumulative moving average
                 momentum = 1.0 / float(m.num_batches_tracked)
-            unbiased = var * (self.count / max(self.count - 1, 1))
+            count = self.count if self.count is not None else int(size) // max(mean.numel(), 1)
+            unbiased = var * (count / max(count - 1, 1))
             m.running_mean.mul_(1 - momentum).add_(mean, alpha=momentum)
             m.running_var.mul_(1 - momentum).add_(unbiased, alpha=momentum)
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+# Operators whose outputs are random in a training-mode graph: such a graph cannot be compared with
+# PyTorch's outputs value by value (different random streams).
+_RANDOM_OPS = {"Dropout", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
+               "Multinomial"}
+
+
+def _user_tracer_warning(w):
+    """A TracerWarning raised from outside PyTorch's own code (torch ignores its library's ones by
+    default: ``TracerWarning.ignore_lib_warnings``): the user's Python saw a traced value."""
+    if not issubclass(w.category, torch.jit.TracerWarning):
+        return False
+    f = os.path.abspath(w.filename or "")
+    return not f.startswith(_TORCH_DIR) or f.startswith(os.path.join(_TORCH_DIR, "jit") + os.sep)
+
+
+@contextlib.contextmanager
+def quiet_run(module, record=None):
+    """Runs the wrapped module outside training: no grad, PyTorch's random state and the module's
+    buffers restored afterwards, warnings not shown (the TracerWarnings raised outside PyTorch
+    appended to ``record`` when given)."""
+    buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
+    try:
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
+            yield
+        if record is not None:
+            record.extend(w for w in caught if _user_tracer_warning(w))
+    finally:
+        with torch.no_grad():
+            for n, b in module.named_buffers():
+                if n in buffers:
+                    b.copy_(buffers[n])
 
 
 class ExportedGraph:
@@ -151,20 +208,26 @@ class ExportedGraph:
     batch statistics as extra outputs after the module's outputs); ``input_names``: graph inputs (the
     call's tensors that the graph reads, in call order) with ``input_index`` their positions among
     the call's tensors; ``init_names`` with ``init_refs`` ((owner module, attribute) of each);
-    ``output_names`` (module outputs) and ``structure``; ``bn_stats``."""
+    ``output_names`` (module outputs) and ``structure``; ``bn_stats``. With ``dynamic``, the first
+    axis of the tensors of ``spec.dynamic`` is exported as the dynamic axis ``batch``.
+    ``tracer_warnings``: the TracerWarnings the export raised outside PyTorch's own code (the user's
+    Python read a traced value: the graph holds the value of this call). ``random``: the graph has
+    random operators (Dropout in training mode)."""
 
-    def __init__(self, module, spec, opset_version):
+    def __init__(self, module, spec, opset_version, dynamic=False):
         self.training = training = module.training
+        self.dynamic = dynamic
+        self.batch = spec.batch
         wrapper = _FlatModule(module, spec)
-        buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
         f = io.BytesIO()
         names = spec.names
+        axes = {n: {0: "batch"} for n, d in zip(names, spec.dynamic) if d} if dynamic else None
+        self.tracer_warnings = []
         try:
             # The export runs the module once: keep the user's random stream and buffers as they were.
-            with torch.random.fork_rng(devices=[]), warnings.catch_warnings(), torch.no_grad():
-                warnings.simplefilter("ignore")
+            with quiet_run(module, self.tracer_warnings):
                 torch.onnx.export(wrapper, tuple(t.detach() for t in spec.tensors), f, input_names=names,
-                                  opset_version=opset_version, do_constant_folding=False,
+                                  dynamic_axes=axes, opset_version=opset_version, do_constant_folding=False,
                                   # PRESERVE: the module's own mode, and (unlike EVAL) no Conv+BatchNorm
                                   # fusion folding parameters into constants in eval mode.
                                   training=torch.onnx.TrainingMode.PRESERVE,
@@ -174,11 +237,6 @@ class ExportedGraph:
         except Exception as e:
             raise ORTModuleExportError(f"ORTModule: torch.onnx.export failed on {type(module).__qualname__}: "
                                        f"{type(e).__name__}: {e}") from e
-        finally:
-            with torch.no_grad():
-                for n, b in module.named_buffers():
-                    if n in buffers:
-                        b.copy_(buffers[n])
         self.structure = wrapper.structure
         model = onnx.load_model_from_string(f.getvalue())
         graph = model.graph
@@ -191,6 +249,7 @@ class ExportedGraph:
                                        "return a computed tensor (e.g. x.clone())")
         self._map_initializers(module, graph)
         self.bn_stats = self._batchnorm_stats(model, module) if training else []
+        self.random = any(n.op_type in _RANDOM_OPS and (training or n.op_type != "Dropout") for n in graph.node)
         self.model = model
 
     def _map_initializers(self, module, graph):
@@ -242,9 +301,8 @@ class ExportedGraph:
             sub = inits[n.input[3]][0]
             if not isinstance(sub, torch.nn.modules.batchnorm._BatchNorm):
                 continue
-            shape = shapes.get(n.input[0])
-            if not shape or any(d <= 0 for d in shape):
-                raise ORTModuleExportError(f"ORTModule: the input shape of BatchNormalization '{n.name}' is unknown")
+            shape = shapes.get(n.input[0]) or [0]  # unknown: counted at run time, as a dynamic shape is
+            channels = next(list(i.dims) for i in graph.initializer if i.name == n.input[3])
             outs = list(n.output) + [""] * (3 - len(n.output))
             for j in (1, 2):
                 if not outs[j]:
@@ -258,9 +316,16 @@ class ExportedGraph:
                 n.attribute.append(onnx.helper.make_attribute("momentum", 0.0))
             elem = next(i.data_type for i in graph.initializer if i.name == n.input[3])
             for j in (1, 2):
-                graph.output.append(onnx.helper.make_tensor_value_info(outs[j], elem, [shape[1]]))
-            stats.append(BatchNormStat(sub, outs[1], outs[2], n.input[3], n.input[4],
-                                       int(np.prod(shape)) // shape[1]))
+                graph.output.append(onnx.helper.make_tensor_value_info(outs[j], elem, channels))
+            if len(shape) >= 2 and all(d > 0 for d in shape):
+                stats.append(BatchNormStat(sub, outs[1], outs[2], n.input[3], n.input[4],
+                                           int(np.prod(shape)) // shape[1]))
+                continue
+            # A dynamic (batch) dimension: the element count comes out of the graph with each run.
+            size = f"__ortmodule_bn{k}_size"
+            graph.node.append(onnx.helper.make_node("Size", [n.input[0]], [size], name=f"__ortmodule_bn{k}_size"))
+            graph.output.append(onnx.helper.make_tensor_value_info(size, onnx.TensorProto.INT64, []))
+            stats.append(BatchNormStat(sub, outs[1], outs[2], n.input[3], n.input[4], None, size))
         return stats
 
 

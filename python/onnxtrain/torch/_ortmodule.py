@@ -2,7 +2,9 @@
 
 Absolute imports only: ``import torch`` here must be PyTorch, not this package.
 """
-import os
+import collections
+import threading
+import warnings
 
 import torch
 import torch.utils.dlpack
@@ -10,10 +12,16 @@ import torch.utils.dlpack
 from onnxtrain.capi import _pybind_state as C
 from onnxtrain.capi._values import _c_device
 from onnxtrain.capi.onnxruntime_inference_collection import InferenceSession
-from onnxtrain.torch._export import (ExportedGraph, InputSpec, ORTModuleExportError, forward_signature,
-                                     inference_model, unflatten_outputs)
+from onnxtrain.torch._export import (ExportedGraph, InputSpec, ORTModuleExportError, flatten_outputs,
+                                     forward_signature, inference_model, quiet_run, unflatten_outputs)
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# torch.onnx.export keeps global state (opset, export mode, the module's training flag), and the
+# caches below are shared by the threads calling one ORTModule: exports, gradient-graph builds and
+# session creations run one at a time, process-wide.
+_LOCK = threading.RLock()
+# Relative (norm) error under which a graph's outputs at a new batch size agree with PyTorch's.
+_AGREE_RTOL = {torch.float16: 2e-2, torch.bfloat16: 5e-2}
 
 
 class DebugOptions:
@@ -47,10 +55,12 @@ class _Graphs:
     """Everything built for one export: the graph, its forward-only session and its training
     runners (one per pattern of inputs and parameters requiring gradients)."""
 
-    def __init__(self, owner, exported, index):
+    def __init__(self, owner, exported, index, key):
         self.owner = owner
         self.exported = exported
         self.index = index
+        self.key = key              # the cache key of the signature it was exported for
+        self.validated = False      # dynamic: checked against PyTorch at another batch size
         self.infer_session = None
         self.runners = {}
         e = exported
@@ -84,31 +94,76 @@ class _Graphs:
         """Updates the BatchNorm buffers from the batch statistics after the module outputs."""
         pos = self.n_outputs
         for s in self.exported.bn_stats:
-            s.update(outputs[pos], outputs[pos + 1])
-            pos += 2
+            n = len(s.outputs())
+            s.update(*outputs[pos:pos + n])
+            pos += n
 
     def _save(self, suffix, data):
         o = self.owner._debug
         if o.save_onnx:
-            with open(f"{o.onnx_prefix}_{self.index}_{suffix}.onnx", "wb") as f:
-                f.write(data if isinstance(data, bytes) else data.SerializeToString())
+            from .._files import write_bytes
+            write_bytes(f"{o.onnx_prefix}_{self.index}_{suffix}.onnx",
+                        data if isinstance(data, bytes) else data.SerializeToString(), "model file")
 
-    def run_inference(self, call_tensors):
-        """Forward only (no gradient): InferenceSession on the exported model, weights as inputs."""
+    def _infer(self, call_tensors):
+        """Every output of the forward-only InferenceSession (module outputs, then statistics)."""
         e = self.exported
         if self.infer_session is None:
-            data = inference_model(e.model, e.init_names)
-            self._save("inference", data)
-            self.infer_session = InferenceSession(data, self.owner._session_options())
-            self.infer_feed_names = e.input_names + e.init_names
-            self.infer_fetch_names = e.output_names + [n for s in e.bn_stats for n in (s.mean_output, s.var_output)]
+            with _LOCK:
+                if self.infer_session is None:
+                    data = inference_model(e.model, e.init_names)
+                    self._save("inference", data)
+                    self.infer_feed_names = e.input_names + e.init_names
+                    self.infer_fetch_names = e.output_names + [n for s in e.bn_stats for n in s.outputs()]
+                    self.infer_session = InferenceSession(data, self.owner._session_options())
         fetches = C.OrtValueVector()
         self.infer_session.run_with_ortvaluevector(None, self.infer_feed_names,
                                                    self.feeds(call_tensors, self.weights()),
                                                    self.infer_fetch_names, fetches, None)
-        out = _to_torch(fetches)
+        return _to_torch(fetches)
+
+    def run_inference(self, call_tensors):
+        """Forward only (no gradient): InferenceSession on the exported model, weights as inputs."""
+        out = self._infer(call_tensors)
         self.apply_bn_stats(out)
         return out[:self.n_outputs]
+
+    def disagreement(self, spec):
+        """Why this dynamic graph cannot serve the call of ``spec`` (another batch size than the
+        export's), or None: its outputs must agree with PyTorch's forward on the same call (shapes and
+        dtypes only for a graph with random operators). Neither run changes the module's state."""
+        try:
+            ours = self._infer(spec.tensors)[:self.n_outputs]
+        except Exception as e:  # e.g. a Reshape to the export's batch size
+            return f"it fails at batch size {spec.batch}: {type(e).__name__}: {str(e).strip()[:300]}"
+        module = self.owner._original_module
+        try:
+            with _LOCK, quiet_run(module):  # one at a time: quiet_run swaps the process's warning filters
+                args, kwargs = spec.call_arguments([t.detach() for t in spec.tensors])
+                ref, _ = flatten_outputs(module(*args, **kwargs))
+        except Exception as e:
+            return f"PyTorch's forward failed at batch size {spec.batch}: {type(e).__name__}: {e}"
+        if len(ours) != len(ref):
+            return f"{len(ours)} outputs, PyTorch's forward gives {len(ref)}"
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return (f"output {i} is {a.dtype}{list(a.shape)} at batch size {spec.batch}, PyTorch's "
+                        f"{b.dtype}{list(b.shape)}")
+            if self.exported.random:
+                continue
+            if a.dtype not in _FLOAT_DTYPES:
+                if not torch.equal(a, b):
+                    return f"output {i} differs from PyTorch's at batch size {spec.batch}"
+                continue
+            a64, b64 = a.double(), b.double()
+            fa, fb = torch.isfinite(a64), torch.isfinite(b64)
+            if not torch.equal(fa, fb) or not torch.equal(a64[~fa].nan_to_num(), b64[~fb].nan_to_num()):
+                return f"output {i} has other non-finite values than PyTorch's at batch size {spec.batch}"
+            err = float((a64[fa] - b64[fb]).norm())
+            if err > _AGREE_RTOL.get(a.dtype, 1e-3) * float(b64[fb].norm()) + 1e-12 * max(b64.numel(), 1):
+                return (f"output {i} differs from PyTorch's at batch size {spec.batch} (relative error "
+                        f"{err / max(float(b64[fb].norm()), 1e-30):.2g})")
+        return None
 
     def runner(self, call_tensors, weights):
         e = self.exported
@@ -118,7 +173,10 @@ class _Graphs:
         key = inputs_rg + weights_rg
         r = self.runners.get(key)
         if r is None:
-            r = self.runners[key] = _TrainingRunner(self, inputs_rg, weights_rg)
+            with _LOCK:
+                r = self.runners.get(key)
+                if r is None:
+                    r = self.runners[key] = _TrainingRunner(self, inputs_rg, weights_rg)
         return r
 
 
@@ -180,7 +238,12 @@ class _TrainingRunner:
 
 
 class _ORTModuleFunction(torch.autograd.Function):
-    """forward(ctx, graphs, runner, n_call, *call_tensors_then_weights) -> module outputs."""
+    """forward(ctx, graphs, runner, n_call, *call_tensors_then_weights) -> module outputs.
+
+    The engine keeps the inputs', weights' and outputs' memory (shared through DLPack) for the
+    backward: all are saved with ``save_for_backward``, so that an in-place change of any of them
+    between forward and backward raises PyTorch's "modified by an inplace operation" error instead of
+    giving wrong gradients."""
 
     @staticmethod
     def forward(ctx, graphs, runner, n_call, *tensors):
@@ -193,6 +256,7 @@ class _ORTModuleFunction(torch.autograd.Function):
         outputs = outputs[:graphs.n_outputs]
         ctx.output_meta = [(o.shape, o.dtype) for o in outputs]
         ctx.mark_non_differentiable(*[o for o in outputs if o.dtype not in _FLOAT_DTYPES])
+        ctx.save_for_backward(*tensors, *outputs)
         return tuple(outputs)
 
     @staticmethod
@@ -201,6 +265,7 @@ class _ORTModuleFunction(torch.autograd.Function):
         if ctx.state is None:
             raise RuntimeError("ORTModule: backward through the same forward twice (retain_graph=True) is not "
                                "supported; run the forward again")
+        ctx.saved_tensors  # noqa: B018 (PyTorch's version check: raises if one was modified in place)
         state, ctx.state = ctx.state, None
         full = []
         for g, (shape, dtype) in zip(grads, ctx.output_meta):
@@ -219,8 +284,13 @@ class ORTModule(torch.nn.Module):
     """Wraps a ``torch.nn.Module`` so that its forward and backward run in onnxtrain.
 
     The module is exported with ``torch.onnx.export`` on the first call (training-mode export when
-    the module is in training mode), again when the input names, shapes, dtypes, constant
-    arguments or the training mode change (graphs are cached per signature). With gradients
+    the module is in training mode), with the first axis of the inputs that share the first input's
+    first dimension as a dynamic ``batch`` axis; again when the input names, other dimensions,
+    dtypes, constant arguments or the training mode change. The first call at another batch size
+    checks the graph against PyTorch's forward; a graph that disagrees, or whose export read a
+    traced value in Python (a ``TracerWarning``, shown to the user), is kept for its own shapes only
+    and each new shape is exported again. At most ``max_cached_graphs`` (8) graphs are kept, the
+    least recently used dropped first. With gradients
     needed (grad mode on and an input or parameter requiring grad) the gradient graph is built by
     ``OrtModuleGraphBuilder`` and run by ``TrainingAgent`` in a ``torch.autograd.Function``:
     ``loss.backward()`` fills the ``.grad`` of the module's parameters, so any torch optimizer
@@ -244,7 +314,10 @@ class ORTModule(torch.nn.Module):
         object.__setattr__(self, "_opset", int(opset_version))
         object.__setattr__(self, "_user_session_options", session_options)
         object.__setattr__(self, "_signature", forward_signature(module))
-        object.__setattr__(self, "_graphs", {})
+        object.__setattr__(self, "_graphs", collections.OrderedDict())  # cache key -> _Graphs, LRU order
+        object.__setattr__(self, "_static_only", collections.OrderedDict())  # batch key -> why not dynamic
+        object.__setattr__(self, "_exports", 0)
+        object.__setattr__(self, "_lock", threading.RLock())  # the cache, and one export at a time per module
 
     @property
     def module(self):
@@ -258,14 +331,77 @@ class ORTModule(torch.nn.Module):
         so.intra_op_num_threads = torch.get_num_threads()
         return so
 
-    def _graphs_for(self, spec):
-        key = (self._original_module.training, spec.key)
+    #: How many exported graphs (with their sessions) one ORTModule keeps, least recently used dropped.
+    max_cached_graphs = 8
+
+    def _cached(self, key):
         g = self._graphs.get(key)
-        if g is None:
-            exported = ExportedGraph(self._original_module, spec, self._opset)
-            g = self._graphs[key] = _Graphs(self, exported, len(self._graphs))
-            g._save("exported", exported.model)
+        if g is not None:
+            self._graphs.move_to_end(key)
         return g
+
+    def _cache(self, key, g):
+        self._graphs[key] = g
+        self._graphs.move_to_end(key)
+        while len(self._graphs) > max(int(self.max_cached_graphs), 1):
+            self._graphs.popitem(last=False)
+
+    def _export(self, spec, key, dynamic):
+        """Exports the module for ``spec``; None when the dynamic export fails (the caller exports
+        with static shapes, which raises the error if the module cannot be exported at all)."""
+        module = self._original_module
+        try:
+            with _LOCK:
+                exported = ExportedGraph(module, spec, self._opset, dynamic=dynamic)
+        except ORTModuleExportError:
+            if dynamic:
+                return None
+            raise
+        for w in exported.tracer_warnings:
+            warnings.warn_explicit(
+                f"ORTModule: exporting {type(module).__qualname__}, its Python read a traced value ({w.message}). "
+                "The exported graph holds this call's value: a later call whose data differs may compute "
+                "something else than PyTorch (each new shape is exported again)", w.category, w.filename, w.lineno)
+        object.__setattr__(self, "_exports", self._exports + 1)
+        g = _Graphs(self, exported, self._exports - 1, key)
+        g._save("exported", exported.model)
+        return g
+
+    def _graphs_for(self, spec):
+        training = self._original_module.training
+        exact = (training, spec.key)
+        with self._lock:
+            g = self._cached(exact)
+            if g is not None:
+                return g
+            batch_key = (training, "batch", spec.batch_key) if spec.batch is not None else None
+            if batch_key is not None and batch_key not in self._static_only:
+                g = self._cached(batch_key)
+                if g is None:
+                    g = self._export(spec, exact, dynamic=True)
+                    if g is not None and not g.exported.tracer_warnings:
+                        self._cache(batch_key, g)
+                        return g
+                    why = "its export raised TracerWarnings" if g is not None else "its dynamic export failed"
+                elif g.validated or spec.batch == g.exported.batch:
+                    return g
+                else:
+                    why = g.disagreement(spec)
+                    if why is None:
+                        g.validated = True
+                        return g
+                    del self._graphs[batch_key]  # it still serves the shapes it was exported for
+                    self._cache(g.key, g)
+                    g = None
+                self._static_only[batch_key] = why
+                while len(self._static_only) > 256:
+                    self._static_only.popitem(last=False)
+                if g is not None:  # exported with tracer warnings: serves its own shapes only
+                    self._cache(exact, g)
+                    return g
+            g = self._export(spec, exact, dynamic=False)
+            self._cache(exact, g)
+            return g
 
     def forward(self, *args, **kwargs):
         """Runs the wrapped module's forward in onnxtrain (see the class docstring)."""

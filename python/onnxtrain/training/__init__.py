@@ -6,7 +6,7 @@ files), ``experimental.export_gradient_graph``; ``TrainingParameters`` /
 ``add_loss_output`` and ``get_train_initializer``."""
 from . import amp, checkpoint, experimental, optim  # noqa: F401
 from ._session import TrainingParameters, TrainingSession, add_loss_output, get_train_initializer  # noqa: F401
-from ._utils import TrainStepInfo  # noqa: F401
+from ._step_info import TrainStepInfo  # noqa: F401
 from .orttrainer import ORTTrainer  # noqa: F401
 from .orttrainer_options import ORTTrainerOptions, PropagateCastOpsStrategy  # noqa: F401
 

@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 
+from .. import _plain_torch
 from .orttrainer import _read_checkpoint
 
 _OPTIMIZER_PREFIXES = ("Moment_1_", "Moment_2_", "Update_Count_")
@@ -114,9 +115,13 @@ def _get_checkpoint_name(prefix, is_partitioned, world_rank=None, world_size=Non
 def experimental_save_checkpoint(ort_trainer, checkpoint_dir, checkpoint_prefix="ORT_checkpoint",
                                  checkpoint_state_dict=None, include_optimizer_state=True):
     """Writes ``{'model': experimental_state_dict(...), **checkpoint_state_dict}`` with ``torch.save``
-    to ``<checkpoint_dir>/<checkpoint_prefix>.ort.pt`` (overwriting it with a warning, as onnxruntime did)."""
+    to ``<checkpoint_dir>/<checkpoint_prefix>.ort.pt`` (overwriting it with a warning, as onnxruntime did).
+    ``checkpoint_prefix`` must be a plain name (no separator, ``..`` or NUL) and
+    ``checkpoint_state_dict`` plain data (tensors, dicts, lists, tuples, str, int, float, bool, None):
+    else ``InvalidArgument`` before anything is written."""
     warnings.warn("experimental_save_checkpoint() will be deprecated soon. "
                   "Please use ORTTrainer.save_checkpoint() instead.", DeprecationWarning)
+    _plain_torch.check_prefix(checkpoint_prefix)
     if not os.path.isdir(checkpoint_dir):
         raise FileNotFoundError(f"checkpoint_dir ({checkpoint_dir}) directory doesn't exist")
     if checkpoint_state_dict is not None and not isinstance(checkpoint_state_dict, dict):
@@ -129,15 +134,12 @@ def experimental_save_checkpoint(ort_trainer, checkpoint_dir, checkpoint_prefix=
     name = _get_checkpoint_name(checkpoint_prefix, dist.deepspeed_zero_optimization.stage, dist.world_rank,
                                 dist.world_size)
     path = os.path.join(checkpoint_dir, name)
+    _plain_torch.check(content, path)  # what the loader accepts: nothing but plain data
     if os.path.exists(path):
         warnings.warn(f"{path} already exists, overwriting.")
-    tmp = path + ".tmp"
-    try:
-        _torch().save(content, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    from .._files import atomic_open
+    with atomic_open(path, "checkpoint") as f:
+        _torch().save(content, f)
 
 
 def _rank_of(path):
@@ -159,9 +161,11 @@ def _list_checkpoint_files(checkpoint_dir, checkpoint_prefix, extension=".ort.pt
 def experimental_load_checkpoint(ort_trainer, checkpoint_dir, checkpoint_prefix="ORT_checkpoint", strict=False):
     """Loads ``<checkpoint_dir>/<checkpoint_prefix>.ort.pt`` (experimental_save_checkpoint's, or
     onnxruntime's) into the trainer; returns the file's other entries. Several ZeRO rank files raise
-    NotImplementedError."""
+    NotImplementedError. Only tensors and plain containers are read (nothing in the file is run): a
+    file holding anything else, or damaged, raises ``InvalidArgument`` naming it."""
     warnings.warn("experimental_load_checkpoint() will be deprecated soon. "
                   "Please use ORTTrainer.load_checkpoint() instead.", DeprecationWarning)
+    _plain_torch.check_prefix(checkpoint_prefix)
     files = _list_checkpoint_files(checkpoint_dir, checkpoint_prefix)
     if len(files) > 1:
         raise NotImplementedError(f"experimental_load_checkpoint: {len(files)} files with prefix "
@@ -175,9 +179,7 @@ def experimental_load_checkpoint(ort_trainer, checkpoint_dir, checkpoint_prefix=
         raise FileNotFoundError(f"Couldn't find checkpoint file {path}.")
     if dist.deepspeed_zero_optimization.stage:
         raise NotImplementedError(f"experimental_load_checkpoint with ZeRO enabled: {_NOT_PARTITIONED}")
-    content = _torch().load(path, map_location="cpu")
-    if not isinstance(content, dict) or "model" not in content:
-        raise ValueError(f"'{path}' is not a checkpoint of experimental_save_checkpoint (no 'model' entry)")
+    content = _plain_torch.load_checkpoint(path, "experimental_save_checkpoint")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         experimental_load_state_dict(ort_trainer, content.pop("model"), strict=strict)

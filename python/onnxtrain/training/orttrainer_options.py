@@ -77,6 +77,7 @@ import warnings
 from collections.abc import Mapping
 
 from ..capi._module_graph import PropagateCastOpsStrategy
+from ..capi._pybind_state import SessionOptions
 
 __all__ = ["ORTTrainerOptions", "PropagateCastOpsStrategy", "OPTION_SUPPORT", "unsupported_enabled",
            "ignored_options", "check_supported"]
@@ -152,7 +153,6 @@ def _instance_check(module, class_name, method):
 
 
 def _is_session_options(value):
-    from .. import SessionOptions
     return isinstance(value, SessionOptions)
 
 

@@ -31,20 +31,10 @@ def _check_path(path):
 
 
 def _save(model, path):
-    """Writes the model atomically; past protobuf's 2 GiB limit the weights go to ``<file>.data``."""
-    import onnx
-    if model.ByteSize() > _PROTOBUF_LIMIT:
-        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=os.path.basename(path) + ".data")
-        return
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Writes the model by onnxtrain's one writer (onnxtrain._files); past protobuf's 2 GiB limit the
+    weights go to ``<file>.data``."""
+    from ..._files import save_model
+    save_model(model, path)
 
 
 def export_gradient_graph(model, loss_fn, example_input, example_labels, gradient_graph_path, opset_version=12):

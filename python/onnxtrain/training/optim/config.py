@@ -22,6 +22,7 @@ Mapping (onnxruntime kernel semantics -> onnxtrain):
 import math
 from enum import IntEnum, unique
 
+from ..._C import optimizer_hyperparameters
 from .._utils import ConfigError, check, check_number
 
 _NAMES = ("AdamOptimizer", "LambOptimizer", "SGDOptimizer")
@@ -200,10 +201,8 @@ class _OptimizerConfig:
         global gradient norm to ``max_norm_clip`` for Adam and Lamb only. ``max_grad_norm`` is
         present when clipping is on.
         """
-        import onnxtrain
-
         name, per_weight = self.to_training_parameters_attributes(weight_names, frozen_weights)
-        table = onnxtrain.optimizer_hyperparameters(name)
+        table = optimizer_hyperparameters(name)
         floats, ints = {}, {}
         for w, attrs in per_weight.items():
             floats[w], ints[w] = {}, {}
