@@ -41,6 +41,24 @@ std::shared_ptr<ir::Graph> training_mode_graph(const ir::Graph& g, int64_t opset
 
 }  // namespace
 
+NodeArg node_arg_of(const ir::ValueInfo& v) {
+  NodeArg a;
+  a.name = v.name;
+  a.type = v.type.to_string();
+  if (v.type.kind == ir::TypeInfo::Kind::kTensor) {
+    a.type = dtype_tensor_string(v.type.elem);
+    a.elem = v.type.elem;
+    a.has_shape = v.type.has_shape;
+    for (const auto& d : v.type.dims) a.shape.push_back(DimInfo{d.value, d.param});
+  } else if (v.type.inner) {
+    const auto& in = *v.type.inner;
+    std::string inner = in.kind == ir::TypeInfo::Kind::kTensor ? dtype_tensor_string(in.elem) : in.to_string();
+    a.type = (v.type.kind == ir::TypeInfo::Kind::kSequence ? "seq(" : "optional(") + inner + ")";
+    a.elem = in.elem;
+  }
+  return a;
+}
+
 void InferenceSession::Impl::init() {
   apply_model_session_options(model, options);
   if (options.config("session.load_model_format", "ONNX") != "ONNX")
@@ -125,7 +143,7 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
     }
     ex = exec_training.get();
   }
-  runtime::RunHooks hooks = runtime::terminate_hooks(run_options);
+  runtime::RunHooks hooks = terminate_hooks(run_options);
   if (profiler.active()) hooks.on_node = [this](runtime::NodeEvent&& ev) { profiler.node_event(ev); };
   std::vector<Value> result;
   {

@@ -8,11 +8,18 @@
 #include "onnxtrain/session.h"
 #include "runtime/executor.h"
 #include "runtime/feeds.h"
+#include "runtime/run_hooks.h"
 
 namespace onnxtrain {
 
 using runtime::check_feed;
-using runtime::node_arg_of;
+
+/// The public description of a declared value (name, type string, element type, shape).
+NodeArg node_arg_of(const ir::ValueInfo& v);
+
+/// The terminate flag of `o` as run hooks (none when `o` or its flag is null); throws Terminated
+/// when the flag is already set: the run is not started.
+runtime::RunHooks terminate_hooks(const RunOptions* o);
 
 struct InferenceSession::Impl {
   ir::Model model;

@@ -23,6 +23,14 @@ uint64_t default_seed() { return g_default_seed.load(); }
 
 RunOptions::RunOptions() : terminate(std::make_shared<std::atomic<bool>>(false)) {}
 
+runtime::RunHooks terminate_hooks(const RunOptions* o) {
+  runtime::RunHooks hooks;
+  if (!o || !o->terminate) return hooks;
+  if (o->terminate->load()) throw Terminated("the run was not started: RunOptions.terminate is set");
+  hooks.terminate = o->terminate.get();
+  return hooks;
+}
+
 namespace {
 
 int64_t json_int(const nlohmann::json& v, const std::string& key) {

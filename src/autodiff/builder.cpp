@@ -9,7 +9,7 @@
 
 #include "autodiff/rule_context.h"
 #include "ir/emitter.h"
-#include "ir/onnx_io.h"
+#include "ir/infer.h"
 
 namespace onnxtrain::autodiff {
 

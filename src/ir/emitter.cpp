@@ -21,6 +21,13 @@ std::map<std::string, std::vector<size_t>>& custom_op_types() {
   return table;
 }
 
+// com.onnxtrain operators of the table that are elementwise in their source input: their outputs
+// have its shape too (custom_output_types; the emitter records element types only).
+bool elementwise_op(const std::string& op) {
+  static const std::set<std::string> ops = {"Gelu", "GeluGrad", "ReluGrad", "SoftmaxGrad", "LogSoftmaxGrad"};
+  return ops.count(op) > 0;
+}
+
 TypeInfo without_shape(const TypeInfo& t) {
   TypeInfo r = t;
   r.has_shape = false;
@@ -42,21 +49,16 @@ TypeInfo wrap(TypeInfo::Kind kind, const TypeInfo& inner) {
 }
 
 // Derives the output types of one node; throws NotImplemented / InvalidGraph naming it.
+// `elementwise_shapes`: the table's elementwise operators give their outputs the source's shape.
 class OutputTyper {
  public:
-  OutputTyper(const Node& n, const std::map<std::string, int64_t>& opsets, const TypeLookup& type_of)
-      : n_(n), opsets_(opsets), type_of_(type_of), r_(n.outputs.size()) {}
+  OutputTyper(const Node& n, const std::map<std::string, int64_t>& opsets, const TypeLookup& type_of,
+              bool elementwise_shapes = false)
+      : n_(n), opsets_(opsets), type_of_(type_of), r_(n.outputs.size()), elementwise_shapes_(elementwise_shapes) {}
 
   std::vector<TypeInfo> run() {
+    if (onnxtrain_rule()) return r_;
     const std::string domain = normalize_domain(n_.domain);
-    if (domain == kOnnxtrainDomain) {
-      custom();
-      return r_;
-    }
-    if (domain == kMicrosoftDomain && n_.op_type == "YieldOp") {  // output k: the gradient of input k
-      for (size_t k = 0; k < r_.size(); ++k) r_[k] = k < n_.inputs.size() ? in_or_unknown(k) : TypeInfo();
-      return r_;
-    }
     auto it = opsets_.find(domain);
     if (it == opsets_.end()) fail("domain '", domain, "' is not imported");
     schema_ = onnx::OpSchemaRegistry::Schema(n_.op_type, int(it->second), domain);
@@ -67,6 +69,12 @@ class OutputTyper {
     for (size_t k = 0; k < r_.size(); ++k) r_[k] = from_schema(k);
     if (domain.empty()) add_trivial_shapes();
     return r_;
+  }
+
+  // Only onnxtrain's own rule: nullopt for an operator it does not cover.
+  std::optional<std::vector<TypeInfo>> run_onnxtrain_rule() {
+    if (!onnxtrain_rule()) return std::nullopt;
+    return std::move(r_);
   }
 
  private:
@@ -150,16 +158,33 @@ class OutputTyper {
     return true;
   }
 
+  // Operators outside ONNX's registry that onnxtrain types (com.onnxtrain, com.microsoft's
+  // YieldOp); false for the others.
+  bool onnxtrain_rule() {
+    const std::string domain = normalize_domain(n_.domain);
+    if (domain == kOnnxtrainDomain) {
+      custom();
+      return true;
+    }
+    if (domain == kMicrosoftDomain && n_.op_type == "YieldOp") {  // output k: the gradient of input k
+      for (size_t k = 0; k < r_.size(); ++k) r_[k] = k < n_.inputs.size() ? in_or_unknown(k) : TypeInfo();
+      return true;
+    }
+    return false;
+  }
+
   void custom() {
     if (training_step()) return;
     const auto& table = custom_op_types();
     auto it = table.find(n_.op_type);
     if (it == table.end()) fail("com.onnxtrain operator ", n_.op_type, " is not in the emitter's table");
+    const bool shaped = elementwise_shapes_ && elementwise_op(n_.op_type);
     for (size_t k = 0; k < r_.size(); ++k) {
       const size_t from = it->second[std::min(k, it->second.size() - 1)];
       if (from >= n_.inputs.size() || n_.inputs[from].empty())
         fail("output ", k, " has the type of input ", from, ", which is absent");
-      r_[k] = in_or_unknown(from);
+      const TypeInfo* t = shaped ? in(from) : nullptr;
+      r_[k] = t ? *t : in_or_unknown(from);
     }
   }
 
@@ -362,6 +387,7 @@ class OutputTyper {
   const std::map<std::string, int64_t>& opsets_;
   const TypeLookup& type_of_;
   std::vector<TypeInfo> r_;
+  const bool elementwise_shapes_;
   const onnx::OpSchema* schema_ = nullptr;
 };
 
@@ -376,6 +402,15 @@ void fill(Tensor& t, double value) {
 std::vector<TypeInfo> output_types(const Node& n, const std::map<std::string, int64_t>& opsets,
                                    const TypeLookup& type_of) {
   return OutputTyper(n, opsets, type_of).run();
+}
+
+std::vector<TypeInfo> custom_output_types(const Node& n, const TypeLookup& type_of) {
+  static const std::map<std::string, int64_t> kNoOpsets;
+  auto r = OutputTyper(n, kNoOpsets, type_of, /*elementwise_shapes=*/true).run_onnxtrain_rule();
+  if (!r)
+    throw_error<NotImplemented>("cannot type the outputs of ", n.describe(), ": onnxtrain has no rule for domain '",
+                                n.domain, "'");
+  return std::move(*r);
 }
 
 std::optional<Shape> static_shape(const TypeInfo* t) {

@@ -42,6 +42,14 @@ using TypeLookup = std::function<const TypeInfo*(const std::string&)>;
 std::vector<TypeInfo> output_types(const Node& n, const std::map<std::string, int64_t>& opsets,
                                    const TypeLookup& type_of);
 
+/// Types of the outputs of a node that ONNX's schema registry does not know, by onnxtrain's own rule
+/// (the one used by output_types and by infer_types): com.onnxtrain operators from the table in
+/// emitter.cpp and the training-step operators, com.microsoft's YieldOp. The table's elementwise
+/// operators (Gelu, ReluGrad, ...) give their outputs the source input's whole type, the others its
+/// element type; an output whose source's type is unknown is kUnknown. Throws NotImplemented naming
+/// the node for an operator onnxtrain has no rule for, or when a source input is absent.
+std::vector<TypeInfo> custom_output_types(const Node& n, const TypeLookup& type_of);
+
 /// The shape of `t` when every dimension is a number (null or no shape: nullopt).
 std::optional<Shape> static_shape(const TypeInfo* t);
 

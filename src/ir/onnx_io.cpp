@@ -3,22 +3,19 @@
 #include "ir/onnx_io.h"
 
 #include <fcntl.h>
-#include <onnx/defs/schema.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
-#include <onnx/shape_inference/implementation.h>
+#include <onnx/defs/schema.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <functional>
-#include <optional>
 
 #include "core/atomic_file.h"
 #include "ir/emitter.h"
+#include "ir/external_data.h"
 #include "ir/proto.h"
 
 namespace onnxtrain::ir {
@@ -28,144 +25,6 @@ namespace {
 constexpr uint64_t kProtobufLimit = uint64_t(INT_MAX);  // protobuf refuses messages >= 2 GiB
 
 std::string errno_text() { return std::strerror(errno); }
-
-bool parse_u64(const std::string& s, uint64_t* out) {
-  if (s.empty() || s.size() > 20) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    if (__builtin_mul_overflow(v, uint64_t(10), &v) || __builtin_add_overflow(v, uint64_t(c - '0'), &v))
-      return false;
-  }
-  *out = v;
-  return true;
-}
-
-std::vector<std::string> split_path(const std::string& p) {
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : p) {
-    if (c == '/') {
-      if (!cur.empty()) parts.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) parts.push_back(cur);
-  return parts;
-}
-
-// An opened, validated byte range of an external data file.
-struct ExternalFile {
-  int fd = -1;
-  uint64_t offset = 0, length = 0;
-  std::string location;
-  ExternalFile() = default;
-  ExternalFile(const ExternalFile&) = delete;
-  ExternalFile& operator=(const ExternalFile&) = delete;
-  ExternalFile(ExternalFile&& o) noexcept
-      : fd(o.fd), offset(o.offset), length(o.length), location(std::move(o.location)), opened(o.opened) {
-    o.fd = -1;
-  }
-  ~ExternalFile() {
-    if (fd >= 0) ::close(fd);
-  }
-  void read_into(void* dst, const std::string& what) {
-    char* out = static_cast<char*>(dst);
-    uint64_t done = 0;
-    while (done < length) {
-      ssize_t r = ::pread(fd, out + done, size_t(std::min<uint64_t>(length - done, 1u << 30)), off_t(offset + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) throw_error<InvalidModel>("tensor '", what, "': short read from external data '", location, "'");
-      done += uint64_t(r);
-    }
-    // A file written while it is read can yield bytes of neither version (a truncate and rewrite
-    // racing the read gave zeros): the same size and times before and after, or an error.
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size != opened.st_size || st.st_mtim.tv_sec != opened.st_mtim.tv_sec ||
-        st.st_mtim.tv_nsec != opened.st_mtim.tv_nsec || st.st_ctim.tv_sec != opened.st_ctim.tv_sec ||
-        st.st_ctim.tv_nsec != opened.st_ctim.tv_nsec)
-      throw_error<InvalidModel>("tensor '", what, "': external data '", location, "' changed while it was read");
-  }
-  struct stat opened {};  ///< fstat at open
-};
-
-// Opens the external data of `p` after checking that the location is relative, free of "..",
-// free of symlinks, and that the range lies inside the file and holds exactly expected_bytes.
-ExternalFile open_external(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir,
-                           uint64_t expected_bytes) {
-  std::string location;
-  uint64_t offset = 0, length = 0;
-  bool has_length = false;
-  for (const auto& kv : p.external_data()) {
-    if (kv.key() == "location") {
-      location = kv.value();
-    } else if (kv.key() == "offset") {
-      if (!parse_u64(kv.value(), &offset))
-        throw_error<InvalidModel>("tensor '", what, "': external data offset '", kv.value(),
-                                  "' is not a non-negative integer");
-    } else if (kv.key() == "length") {
-      if (!parse_u64(kv.value(), &length))
-        throw_error<InvalidModel>("tensor '", what, "': external data length '", kv.value(),
-                                  "' is not a non-negative integer");
-      has_length = true;
-    }
-  }
-  if (location.empty()) throw_error<InvalidModel>("tensor '", what, "': external data has no location");
-  if (base_dir.empty())
-    throw_error<InvalidModel>("tensor '", what, "' uses external data ('", location,
-                              "') but the model was loaded from bytes without a base directory");
-  if (location[0] == '/')
-    throw_error<InvalidModel>("tensor '", what, "': external data location '", location, "' is absolute");
-  if (location.find('\0') != std::string::npos)
-    throw_error<InvalidModel>("tensor '", what, "': external data location contains a NUL byte");
-  auto parts = split_path(location);
-  if (parts.empty()) throw_error<InvalidModel>("tensor '", what, "': external data location is empty");
-  for (const auto& c : parts)
-    if (c == "..")
-      throw_error<InvalidModel>("tensor '", what, "': external data location '", location,
-                                "' contains '..' (it must stay inside the model's folder)");
-  std::string path = base_dir;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    path += "/" + parts[i];
-    struct stat st;
-    if (lstat(path.c_str(), &st) != 0)
-      throw_error<InvalidModel>("tensor '", what, "': external data file '", location, "' cannot be read: ",
-                                errno_text());
-    if (S_ISLNK(st.st_mode))
-      throw_error<InvalidModel>("tensor '", what, "': external data location '", location,
-                                "' goes through a symbolic link ('", parts[i], "')");
-    if (i + 1 == parts.size() && !S_ISREG(st.st_mode))
-      throw_error<InvalidModel>("tensor '", what, "': external data location '", location,
-                                "' is not a regular file");
-  }
-  ExternalFile f;
-  f.location = location;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (f.fd < 0)
-    throw_error<InvalidModel>("tensor '", what, "': cannot open external data '", location, "': ", errno_text());
-  struct stat st;
-  if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
-    throw_error<InvalidModel>("tensor '", what, "': external data '", location, "' is not a regular file");
-  f.opened = st;
-  const uint64_t size = uint64_t(st.st_size);
-  if (!has_length) {
-    if (offset > size)
-      throw_error<InvalidModel>("tensor '", what, "': external data offset ", offset, " is past the end of '",
-                                location, "' (", size, " bytes)");
-    length = size - offset;
-  }
-  if (length > size || offset > size - length)
-    throw_error<InvalidModel>("tensor '", what, "': external data range offset ", offset, " length ", length,
-                              " runs past the end of '", location, "' (", size, " bytes)");
-  if (length != expected_bytes)
-    throw_error<InvalidModel>("tensor '", what, "': external data length ", length, " does not match its ",
-                              expected_bytes, " bytes (element count x element size)");
-  f.offset = offset;
-  f.length = length;
-  return f;
-}
 
 template <class Dst, class Src>
 void copy_typed(const Src& src, Tensor& t) {
@@ -221,10 +80,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in,
     throw_error<InvalidModel>("string tensor '", what, "' must use string_data");
 
   if (external) {
-    // The file range is validated (and must hold exactly nbytes) before the tensor is allocated.
-    ExternalFile f = open_external(p, what, base_dir, nbytes);
-    Tensor t = Tensor::empty(dt, shape);
-    f.read_into(t.raw_data(), what);
+    Tensor t = read_external_data(p, what, base_dir, dt, shape, nbytes);
     normalize_bools(t);
     return t;
   }
@@ -637,57 +493,6 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
 
 namespace {
 
-// Tensors headed for the external data file while a model is converted to its proto: initializers
-// of at least `threshold` bytes (strings and empty tensors stay inline), laid out in order.
-struct ExternalPlan {
-  std::string location;
-  uint64_t threshold = 1;
-  std::vector<std::pair<const Tensor*, uint64_t>> tensors;  // tensor, offset in the data file
-  uint64_t end = 0;                                         // size of the data file
-  int64_t inline_growth = 0;  // how much larger the proto is with these tensors inline (see add)
-
-  bool takes(const Tensor& t) const {
-    return t.dtype() != DType::kString && t.nbytes() > 0 && t.nbytes() >= threshold;
-  }
-  // Writes `t` as a reference into the data file.
-  void add(const Tensor& t, const std::string& name, onnx::TensorProto* p);
-};
-
-size_t varint_size(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-void ExternalPlan::add(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
-  p->Clear();
-  p->set_name(name);
-  p->set_data_type(static_cast<int>(t.dtype()));
-  for (int64_t d : t.shape()) p->add_dims(d);
-  const uint64_t head = p->ByteSizeLong(), n = t.nbytes();
-  // Page-aligned for tensors of a page or more (mappable), 64-byte aligned (SIMD) below.
-  const uint64_t align = n >= 4096 ? 4096 : 64;
-  const uint64_t offset = (end + align - 1) / align * align;
-  p->set_data_location(onnx::TensorProto::EXTERNAL);
-  auto entry = [&](const char* key, const std::string& value) {
-    auto* e = p->add_external_data();
-    e->set_key(key);
-    e->set_value(value);
-  };
-  entry("location", location);
-  entry("offset", std::to_string(offset));
-  entry("length", std::to_string(n));
-  tensors.emplace_back(&t, offset);
-  end = offset + n;
-  // The same tensor inline: its header plus a raw_data field, each length-prefixed in its parent
-  // (the parents' own prefixes may grow a few bytes more: this is a lower bound).
-  const uint64_t external = p->ByteSizeLong(), inlined = head + 1 + varint_size(n) + n;
-  inline_growth += int64_t(inlined + varint_size(inlined)) - int64_t(external + varint_size(external));
-}
-
 void graph_to_proto(const Graph& g, onnx::GraphProto* p, ExternalPlan* ext);
 
 void attribute_to_proto(const Attribute& a, onnx::AttributeProto* p, ExternalPlan* ext) {
@@ -769,6 +574,14 @@ void model_to_proto(const Model& m, onnx::ModelProto* p, ExternalPlan* ext) {
 
 void model_to_proto(const Model& m, onnx::ModelProto* p) { model_to_proto(m, p, nullptr); }
 
+void node_to_proto(const Node& n, onnx::NodeProto* p) { node_to_proto(n, p, nullptr); }
+
+void write_message(core::AtomicFile& f, const google::protobuf::MessageLite& msg) {
+  google::protobuf::io::FileOutputStream out(f.fd());
+  if (!msg.SerializeToZeroCopyStream(&out) || !out.Flush())
+    f.fail(out.GetErrno() ? std::strerror(out.GetErrno()) : "serialization failed");
+}
+
 std::string read_file(const std::string& path, const char* what, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -809,12 +622,6 @@ std::string read_file(const std::string& path, const char* what, uint64_t max_by
 }
 
 namespace {
-std::string dirname_of(const std::string& path) {
-  auto pos = path.find_last_of('/');
-  if (pos == std::string::npos) return ".";
-  if (pos == 0) return "/";
-  return path.substr(0, pos);
-}
 
 Model parse_model(const void* data, size_t size, const std::string& base_dir, const std::string& origin) {
   if (size == 0) throw_error<InvalidModel>(origin, " is empty (0 bytes)");
@@ -829,11 +636,12 @@ Model parse_model(const void* data, size_t size, const std::string& base_dir, co
   if (!p.has_graph()) throw_error<InvalidModel>(origin, " is not an ONNX model: it has no graph");
   return model_from_proto(p, base_dir);
 }
+
 }  // namespace
 
 Model load_model_file(const std::string& path) {
   std::string bytes = read_file(path, "model file", kProtobufLimit - 1);
-  return parse_model(bytes.data(), bytes.size(), dirname_of(path), "model file '" + path + "'");
+  return parse_model(bytes.data(), bytes.size(), core::dirname_of(path), "model file '" + path + "'");
 }
 
 Model load_model_bytes(const void* data, size_t size, const std::string& base_dir) {
@@ -859,64 +667,10 @@ uint64_t inline_size_estimate(const Model& m) {
                                "file instead, where its weights go to external data beside it");
 }
 
-std::string temp_name(const std::string& path, const char* kind) {
-  static std::atomic<uint64_t> seq{0};
-  return path + "." + kind + "." + std::to_string(::getpid()) + "." + std::to_string(seq++);
-}
-
-// A file written by the one writer (core/atomic_file.h): a temporary file beside the target that
-// commit() renames over it, or a device / FIFO written through. Until then (and when anything
-// fails) the temporary file is removed, the target untouched.
-class TempFile : public core::AtomicFile {
- public:
-  TempFile(const std::string& target, const char* what) : AtomicFile(target, what) {}
-  // Serializes `msg` straight into the file (no copy of it in memory).
-  void write_message(const google::protobuf::MessageLite& msg) {
-    google::protobuf::io::FileOutputStream out(fd());
-    if (!msg.SerializeToZeroCopyStream(&out) || !out.Flush())
-      fail(out.GetErrno() ? std::strerror(out.GetErrno()) : "serialization failed");
-  }
-};
-
-// Keeps the file at `path` (if any) under a temporary hard link while a new one replaces it, so
-// that a failure later in the same save can put the previous one back; forgotten on success.
-class Keeper {
- public:
-  explicit Keeper(const std::string& path) : path_(path) {
-    struct stat st;
-    if (::lstat(path.c_str(), &st) != 0) return;
-    existed_ = true;
-    if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) return;  // a folder: replacing it fails anyway
-    kept_ = temp_name(path, "keep");
-    if (::link(path.c_str(), kept_.c_str()) != 0 && ::rename(path.c_str(), kept_.c_str()) != 0) kept_.clear();
-  }
-  Keeper(const Keeper&) = delete;
-  Keeper& operator=(const Keeper&) = delete;
-  ~Keeper() {
-    if (!kept_.empty()) ::unlink(kept_.c_str());
-  }
-  // Puts the previous file back (or removes the new one where there was none).
-  void restore() {
-    if (!kept_.empty()) {
-      if (::rename(kept_.c_str(), path_.c_str()) == 0) kept_.clear();
-    } else if (!existed_) {
-      ::unlink(path_.c_str());
-    }
-  }
-
- private:
-  std::string path_, kept_;
-  bool existed_ = false;
-};
-
 std::string basename_of(const std::string& path) {
   auto pos = path.find_last_of('/');
   return pos == std::string::npos ? path : path.substr(pos + 1);
 }
-
-}  // namespace
-
-namespace {
 
 // The model's proto with every tensor inline; refused before anything is copied when it would
 // pass protobuf's limit.
@@ -927,8 +681,8 @@ void inline_proto(const Model& m, onnx::ModelProto* p) {
 }
 
 void write_proto_atomic(const std::string& path, const onnx::ModelProto& p) {
-  TempFile f(path, "model file");
-  f.write_message(p);
+  core::AtomicFile f(path, "model file");
+  write_message(f, p);
   f.commit();
 }
 
@@ -978,35 +732,7 @@ void save_model(const Model& m, const std::string& path, const ModelSaveOptions&
     throw_error<InvalidArgument>("save_model: '", path, "' serializes to ", skeleton, " bytes even with its ",
                                  plan.tensors.size(), " initializers of ", plan.threshold,
                                  " bytes or more in external data, over protobuf's 2 GiB limit");
-  const std::string dir = dirname_of(path);
-  const std::string data_path = dir + "/" + location;
-  // The loader refuses external data through a symbolic link (it must stay in the model's folder):
-  // a link there is refused rather than followed to a model that would not load.
-  if (struct stat st; ::lstat(data_path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
-    throw_error<IOError>("cannot write external data file '", data_path, "': it is a symbolic link, and external data "
-                         "is read only from a file in the model's folder (remove the link or give another location)");
-  TempFile data(data_path, "external data file");
-  uint64_t pos = 0;
-  for (const auto& [t, offset] : plan.tensors) {
-    data.write_zeros(offset - pos);
-    data.write(t->raw_data(), t->nbytes());
-    pos = offset + t->nbytes();
-  }
-  data.finish();
-  TempFile model(path, "model file");
-  model.write_message(p);
-  model.finish();
-  // The data file goes in place first, the model (which points to it) last; a failure in between
-  // puts the previous data file back (a data file written through to a device or FIFO is gone).
-  std::optional<Keeper> previous;
-  if (!data.streams()) previous.emplace(data.target());
-  try {
-    data.commit();
-    model.commit();
-  } catch (...) {
-    if (previous) previous->restore();
-    throw;
-  }
+  write_with_external_data(p, plan, path, core::dirname_of(path) + "/" + location);
 }
 
 Tensor load_tensor_bytes(const void* data, size_t size, const std::string& what, const std::string& base_dir) {
@@ -1021,333 +747,6 @@ std::string serialize_tensor(const Tensor& t, const std::string& name) {
   onnx::TensorProto p;
   tensor_to_proto(t, name, &p);
   return p.SerializeAsString();
-}
-
-namespace {
-
-// ONNX 1.12 types the outputs of Slice and Reshape without a shape when the starts, ends or target
-// shape are computed at run time (exported attention slices a fused projection at a computed
-// offset, then reshapes to a Concat of Shape gathers), and with them everything downstream. Their
-// ranks are known all the same: Slice keeps its data's rank, Reshape takes the length of its shape
-// input. Records those ranks (dimensions unknown) so that a next round of inference carries on
-// from there; returns whether it recorded any.
-bool add_missing_ranks(onnx::ModelProto& p) {
-  onnx::GraphProto& g = *p.mutable_graph();
-  struct Known {
-    int32_t elem = 0;
-    int rank = -1;        // -1: no shape
-    int64_t length = -1;  // rank 1: the dimension when known
-  };
-  std::unordered_map<std::string, Known> known;
-  auto note = [&](const onnx::ValueInfoProto& v) {
-    if (!v.type().has_tensor_type()) return;
-    const auto& t = v.type().tensor_type();
-    Known k{t.elem_type(), t.has_shape() ? t.shape().dim_size() : -1, -1};
-    if (k.rank == 1 && t.shape().dim(0).has_dim_value()) k.length = t.shape().dim(0).dim_value();
-    known[v.name()] = k;
-  };
-  for (const auto& v : g.input()) note(v);
-  for (const auto& v : g.value_info()) note(v);
-  for (const auto& t : g.initializer())
-    known[t.name()] = Known{t.data_type(), t.dims_size(), t.dims_size() == 1 ? t.dims(0) : -1};
-  std::unordered_map<std::string, int> slot;  // value_info index by name
-  for (int i = 0; i < g.value_info_size(); ++i) slot[g.value_info(i).name()] = i;
-  for (const auto& v : g.output()) slot[v.name()] = -1;  // typed where declared: left alone
-  bool added = false;
-  for (const auto& n : g.node()) {
-    if ((!n.domain().empty() && n.domain() != "ai.onnx") || n.output_size() < 1 || n.output(0).empty()) continue;
-    const bool slice = n.op_type() == "Slice", reshape = n.op_type() == "Reshape";
-    if (!(slice || (reshape && n.input_size() >= 2))) continue;
-    auto in = known.find(n.input(0));
-    if (in == known.end() || in->second.elem == 0) continue;
-    if (auto out = known.find(n.output(0)); out != known.end() && out->second.rank >= 0) continue;
-    int64_t rank = -1;
-    if (slice) rank = in->second.rank;
-    else if (auto s = known.find(n.input(1)); s != known.end()) rank = s->second.length;
-    if (rank < 0) continue;
-    onnx::ValueInfoProto* v;
-    if (auto s = slot.find(n.output(0)); s != slot.end()) {
-      if (s->second < 0) continue;
-      v = g.mutable_value_info(s->second);
-    } else {
-      v = g.add_value_info();
-      v->set_name(n.output(0));
-      slot[n.output(0)] = g.value_info_size() - 1;
-    }
-    auto* t = v->mutable_type()->mutable_tensor_type();
-    if (t->elem_type() == 0) t->set_elem_type(in->second.elem);
-    auto* shape = t->mutable_shape();
-    shape->clear_dim();
-    for (int64_t d = 0; d < rank; ++d) shape->add_dim();
-    known[n.output(0)] = Known{t->elem_type(), int(rank), -1};
-    added = true;
-  }
-  return added;
-}
-
-// ONNX's inference does not know the com.onnxtrain operators. Those that keep their input's type and
-// shape (the fused GELU and the elementwise gradient kernels: a training graph's forward can hold
-// them, and a saved training graph their gradients) get their outputs typed here from that input,
-// so that a next round carries on downstream; returns whether any was typed.
-bool add_custom_types(onnx::ModelProto& p) {
-  static const std::unordered_map<std::string, int> same_as = {
-      {"Gelu", 0}, {"GeluGrad", 1}, {"ReluGrad", 0}, {"SoftmaxGrad", 0}, {"LogSoftmaxGrad", 0}};
-  onnx::GraphProto& g = *p.mutable_graph();
-  std::unordered_map<std::string, onnx::TypeProto> types;
-  std::unordered_set<std::string> typed;
-  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
-    for (const auto& v : *list)
-      if (v.has_type() && v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0) {
-        types[v.name()] = v.type();
-        typed.insert(v.name());
-      }
-  for (const auto& t : g.initializer()) {
-    onnx::TypeProto tp;
-    tp.mutable_tensor_type()->set_elem_type(t.data_type());
-    for (int64_t d : t.dims()) tp.mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
-    types[t.name()] = tp;
-  }
-  bool added = false;
-  for (const auto& n : g.node()) {
-    if (n.domain() != "com.onnxtrain") continue;
-    auto rule = same_as.find(n.op_type());
-    if (rule == same_as.end() || n.input_size() <= rule->second) continue;
-    auto src = types.find(n.input(rule->second));
-    if (src == types.end()) continue;
-    for (const auto& o : n.output()) {
-      if (o.empty() || typed.count(o)) continue;
-      auto* v = g.add_value_info();
-      v->set_name(o);
-      *v->mutable_type() = src->second;
-      types[o] = src->second;
-      typed.insert(o);
-      added = true;
-    }
-  }
-  return added;
-}
-
-// ONNX 1.12's LayerNormalization inference, when the node asks for Mean and InvStdDev, copies the
-// dimensions before a negative axis without checking the axis against the rank: axis < -rank reads
-// out of bounds (SEGV inside libonnx, found by the gradient fuzz target; no other operator of
-// opsets <= 17 does so with out-of-range axis, axes, perm or split attributes). Such nodes go to
-// ONNX with their first output only; add_layernorm_stats types the statistics of the main graph's
-// ones afterwards when X's rank is known and the axis lies within it (a bad axis is the kernel's
-// error to name).
-struct HiddenStats {
-  std::string x;
-  int64_t axis = -1;
-  int32_t stash = onnx::TensorProto::FLOAT;
-  std::vector<std::string> outputs;  // Mean, InvStdDev
-};
-
-// ONNX 1.12's MaxUnpool inference dereferences the type of its indices input without checking it
-// exists (SEGV inside libonnx when that input is untyped: gradient fuzz finding). MaxUnpool nodes go
-// to ONNX under a domain it does not know (skipped); add_unpool_types gives the main graph's ones
-// X's element type and rank afterwards (the kernel computes the dims).
-struct HiddenUnpool {
-  std::string x, y;
-};
-
-// Hides from ONNX's inference, in the graph and its subgraphs, what crashes it: LayerNormalization
-// statistics with a negative axis and MaxUnpool nodes. The main graph's ones are recorded (hidden
-// is null in subgraphs, left untyped) for add_layernorm_stats and add_unpool_types.
-struct Hidden {
-  std::vector<HiddenStats> stats;
-  std::vector<HiddenUnpool> unpools;
-};
-
-void hide_from_onnx_inference(onnx::GraphProto& g, Hidden* hidden, int depth = 0) {
-  if (depth > 64) return;
-  for (auto& n : *g.mutable_node()) {
-    for (auto& a : *n.mutable_attribute()) {
-      if (a.has_g()) hide_from_onnx_inference(*a.mutable_g(), nullptr, depth + 1);
-      for (auto& sg : *a.mutable_graphs()) hide_from_onnx_inference(sg, nullptr, depth + 1);
-    }
-    if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
-    if (n.op_type() == "MaxUnpool") {
-      n.set_domain("onnxtrain.uninferred");
-      if (hidden && n.input_size() >= 1 && n.output_size() >= 1) hidden->unpools.push_back({n.input(0), n.output(0)});
-      continue;
-    }
-    if (n.op_type() != "LayerNormalization" || n.output_size() < 2 || n.input_size() < 1) continue;
-    HiddenStats h;
-    h.x = n.input(0);
-    for (const auto& a : n.attribute()) {
-      if (a.name() == "axis") h.axis = a.i();
-      if (a.name() == "stash_type") h.stash = int32_t(a.i());
-    }
-    if (h.axis >= 0) continue;
-    h.outputs.assign(n.output().begin() + 1, n.output().end());
-    n.mutable_output()->DeleteSubrange(1, n.output_size() - 1);
-    if (hidden) hidden->stats.push_back(std::move(h));
-  }
-}
-
-bool add_unpool_types(onnx::ModelProto& p, const std::vector<HiddenUnpool>& hidden) {
-  if (hidden.empty()) return false;
-  onnx::GraphProto& g = *p.mutable_graph();
-  std::unordered_map<std::string, const onnx::TypeProto*> types;
-  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
-    for (const auto& v : *list)
-      if (v.type().has_tensor_type() && v.type().tensor_type().elem_type() != 0) types[v.name()] = &v.type();
-  std::vector<std::pair<std::string, onnx::TypeProto>> add;
-  for (const auto& h : hidden) {
-    if (types.count(h.y)) continue;
-    onnx::TypeProto t;
-    auto* tt = t.mutable_tensor_type();
-    if (auto x = types.find(h.x); x != types.end()) {
-      tt->set_elem_type(x->second->tensor_type().elem_type());
-      if (x->second->tensor_type().has_shape())
-        for (int i = 0; i < x->second->tensor_type().shape().dim_size(); ++i) tt->mutable_shape()->add_dim();
-    } else {
-      bool found = false;
-      for (const auto& init : g.initializer())
-        if (init.name() == h.x) {
-          tt->set_elem_type(init.data_type());
-          for (int i = 0; i < init.dims_size(); ++i) tt->mutable_shape()->add_dim();
-          found = true;
-          break;
-        }
-      if (!found) continue;
-    }
-    add.emplace_back(h.y, std::move(t));
-  }
-  for (auto& [name, t] : add) {
-    auto* v = g.add_value_info();
-    v->set_name(name);
-    *v->mutable_type() = std::move(t);
-  }
-  return !add.empty();
-}
-
-bool add_layernorm_stats(onnx::ModelProto& p, const std::vector<HiddenStats>& hidden) {
-  if (hidden.empty()) return false;
-  onnx::GraphProto& g = *p.mutable_graph();
-  std::unordered_map<std::string, std::vector<int64_t>> shapes;  // -1: unknown dimension
-  std::unordered_set<std::string> typed;
-  for (const auto* list : {&g.input(), &g.value_info(), &g.output()})
-    for (const auto& v : *list) {
-      if (!v.type().has_tensor_type()) continue;
-      if (v.type().tensor_type().elem_type() != 0) typed.insert(v.name());
-      if (!v.type().tensor_type().has_shape()) continue;
-      auto& dims = shapes[v.name()];
-      for (const auto& d : v.type().tensor_type().shape().dim()) dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
-    }
-  for (const auto& t : g.initializer()) shapes[t.name()].assign(t.dims().begin(), t.dims().end());
-  bool added = false;
-  for (const auto& h : hidden) {
-    auto x = shapes.find(h.x);
-    if (x == shapes.end()) continue;
-    const int64_t rank = int64_t(x->second.size());
-    if (h.axis < -rank) continue;
-    const int64_t axis = h.axis + rank;
-    for (const auto& o : h.outputs) {
-      if (o.empty() || typed.count(o)) continue;
-      auto* v = g.add_value_info();
-      v->set_name(o);
-      auto* t = v->mutable_type()->mutable_tensor_type();
-      t->set_elem_type(h.stash);
-      auto* shape = t->mutable_shape();
-      for (int64_t d = 0; d < rank; ++d) {
-        auto* dim = shape->add_dim();
-        if (d >= axis) dim->set_dim_value(1);
-        else if (x->second[size_t(d)] >= 0) dim->set_dim_value(x->second[size_t(d)]);
-      }
-      typed.insert(o);
-      added = true;
-    }
-  }
-  return added;
-}
-
-// Whether every node of `g` (subgraphs included) that has an ONNX schema satisfies it (required
-// attributes present and typed, input and output counts) and has positive strides: ONNX's
-// inference functions assume it and some dereference a missing required attribute (Scan-8
-// without num_scan_inputs crashed inside libonnx, found by the gradient fuzz target).
-bool nodes_match_schemas(const onnx::GraphProto& g, const std::unordered_map<std::string, int>& opsets, int depth = 0) {
-  if (depth > 64) return false;
-  for (const auto& n : g.node()) {
-    const std::string domain = n.domain() == "ai.onnx" ? "" : n.domain();
-    auto it = opsets.find(domain);
-    if (it != opsets.end())
-      if (const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type(), it->second, domain)) {
-        try {
-          schema->Verify(n);
-        } catch (const std::exception&) {
-          return false;
-        }
-      }
-    // ONNX 1.12's convPoolShapeInference divides by every stride: a zero one is a SIGFPE inside
-    // libonnx (gradient fuzz finding; probed: Conv, ConvInteger, QLinearConv, AveragePool,
-    // MaxPool, LpPool). Such a node breaks its operator's contract as surely as a schema violation.
-    if (domain.empty())
-      for (const auto& a : n.attribute())
-        if (a.name() == "strides")
-          for (int64_t v : a.ints())
-            if (v <= 0) return false;
-    for (const auto& a : n.attribute()) {
-      if (a.has_g() && !nodes_match_schemas(a.g(), opsets, depth + 1)) return false;
-      for (const auto& sg : a.graphs())
-        if (!nodes_match_schemas(sg, opsets, depth + 1)) return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
-
-void infer_types(Model& m) {
-  // Large initializers only contribute their type and shape: pass them as typed graph inputs so
-  // the proto copy stays small (small ones keep their values for ONNX's data propagation).
-  Model lite = m;
-  lite.graph = std::make_shared<Graph>(*m.graph);
-  lite.graph->initializers.clear();
-  for (const auto& [name, t] : m.graph->initializers) {
-    if (t.nbytes() <= 4096) {
-      lite.graph->initializers.emplace_back(name, t);
-    } else if (!m.graph->is_input(name)) {
-      lite.graph->inputs.push_back(ValueInfo{name, TypeInfo::tensor(t.dtype(), t.shape()), ""});
-    }
-  }
-  onnx::ModelProto p;
-  model_to_proto(lite, &p);
-  std::unordered_map<std::string, int> opsets;
-  for (const auto& o : p.opset_import()) opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = int(o.version());
-  // A node that breaks its schema: no inference (best effort); the kernel or rule names the problem.
-  if (!nodes_match_schemas(p.graph(), opsets)) return;
-  Hidden hidden;
-  hide_from_onnx_inference(*p.mutable_graph(), &hidden);
-  auto* hidden_domain = p.add_opset_import();  // declared, so that ONNX skips its nodes rather than failing
-  hidden_domain->set_domain("onnxtrain.uninferred");
-  hidden_domain->set_version(1);
-  try {
-    // Data propagation follows Shape -> Gather -> Concat -> Reshape chains (exported attention).
-    onnx::ShapeInferenceOptions options(/*check_type=*/false, /*error_mode=*/0, /*data_prop=*/true);
-    onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
-    for (int round = 0; round < 8; ++round) {
-      const bool ranks = add_missing_ranks(p), custom = add_custom_types(p), stats = add_layernorm_stats(p, hidden.stats),
-                 unpool = add_unpool_types(p, hidden.unpools);
-      if (!ranks && !custom && !stats && !unpool) break;
-      onnx::shape_inference::InferShapes(p, onnx::OpSchemaRegistry::Instance(), options);
-    }
-  } catch (const std::exception&) {
-    return;
-  }
-  std::unordered_set<std::string> known;
-  for (const auto& v : m.graph->value_info) known.insert(v.name);
-  // Graph outputs declared without a type take the inferred one.
-  for (auto& o : m.graph->outputs)
-    if (o.type.kind == TypeInfo::Kind::kUnknown)
-      for (const auto& v : p.graph().output())
-        if (v.name() == o.name && v.has_type()) o.type = type_from_proto(v.type());
-  for (const auto& v : p.graph().value_info()) {
-    if (known.count(v.name())) continue;
-    ValueInfo vi;
-    vi.name = v.name();
-    vi.type = type_from_proto(v.type());
-    m.graph->value_info.push_back(std::move(vi));
-  }
 }
 
 bool onnx_schema_exists(const std::string& domain, const std::string& op, int64_t opset) {

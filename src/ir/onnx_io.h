@@ -1,5 +1,6 @@
 // ONNX file <-> IR conversion. Everything read from a file is validated here; failures throw
 // InvalidModel / InvalidGraph / NotImplemented / IOError naming the tensor, node or value.
+// Tensors in external data files: ir/external_data.h; typing the IR: ir/infer.h.
 #pragma once
 
 #include <string>
@@ -45,10 +46,6 @@ std::string read_file(const std::string& path, const char* what, uint64_t max_by
 /// Writes `bytes` to `path` by the one writer's rule (core/atomic_file.h): atomically for a regular
 /// file, written through for a device or FIFO, through symbolic links; IOError otherwise.
 void write_file_atomic(const std::string& path, const std::string& bytes);
-
-/// Runs ONNX's type and shape inference and records the result in the graph's value_info
-/// (best effort: failures leave value_info as it was).
-void infer_types(Model& m);
 
 /// Names of the ONNX operators known to the ONNX schema registry for (domain, opset).
 bool onnx_schema_exists(const std::string& domain, const std::string& op, int64_t opset);

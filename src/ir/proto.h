@@ -7,6 +7,10 @@
 
 #include "ir/ir.h"
 
+namespace onnxtrain::core {
+class AtomicFile;
+}
+
 namespace onnxtrain::ir {
 
 /// Decodes a TensorProto with full validation. `what` names the tensor in errors.
@@ -16,5 +20,9 @@ TypeInfo type_from_proto(const onnx::TypeProto& p);
 void type_to_proto(const TypeInfo& t, onnx::TypeProto* p);
 Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir);
 void model_to_proto(const Model& m, onnx::ModelProto* p);
+/// One node (its attributes' tensors and subgraphs inline).
+void node_to_proto(const Node& n, onnx::NodeProto* p);
+/// Serializes `msg` straight into `f` (no copy of it in memory); failures are f's IOError.
+void write_message(core::AtomicFile& f, const google::protobuf::MessageLite& msg);
 
 }  // namespace onnxtrain::ir

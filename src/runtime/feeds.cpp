@@ -2,24 +2,6 @@
 
 namespace onnxtrain::runtime {
 
-NodeArg node_arg_of(const ir::ValueInfo& v) {
-  NodeArg a;
-  a.name = v.name;
-  a.type = v.type.to_string();
-  if (v.type.kind == ir::TypeInfo::Kind::kTensor) {
-    a.type = dtype_tensor_string(v.type.elem);
-    a.elem = v.type.elem;
-    a.has_shape = v.type.has_shape;
-    for (const auto& d : v.type.dims) a.shape.push_back(DimInfo{d.value, d.param});
-  } else if (v.type.inner) {
-    const auto& in = *v.type.inner;
-    std::string inner = in.kind == ir::TypeInfo::Kind::kTensor ? dtype_tensor_string(in.elem) : in.to_string();
-    a.type = (v.type.kind == ir::TypeInfo::Kind::kSequence ? "seq(" : "optional(") + inner + ")";
-    a.elem = in.elem;
-  }
-  return a;
-}
-
 void check_feed(const ir::ValueInfo& decl, const Value& v) {
   const auto& t = decl.type;
   if (t.kind == ir::TypeInfo::Kind::kTensor) {

@@ -1,8 +1,5 @@
 #include "runtime/run_hooks.h"
 
-#include "onnxtrain/error.h"
-#include "onnxtrain/session.h"
-
 #include <chrono>
 
 namespace onnxtrain::runtime {
@@ -19,14 +16,6 @@ ScopedRunHooks::~ScopedRunHooks() { tls_hooks = prev_; }
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-RunHooks terminate_hooks(const RunOptions* o) {
-  RunHooks hooks;
-  if (!o || !o->terminate) return hooks;
-  if (o->terminate->load()) throw Terminated("the run was not started: RunOptions.terminate is set");
-  hooks.terminate = o->terminate.get();
-  return hooks;
 }
 
 }  // namespace onnxtrain::runtime

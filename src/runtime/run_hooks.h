@@ -13,9 +13,6 @@
 
 #include "onnxtrain/tensor.h"
 
-namespace onnxtrain {
-struct RunOptions;
-}
 namespace onnxtrain::ir {
 struct Node;
 }
@@ -34,10 +31,6 @@ struct RunHooks {
   const std::atomic<bool>* terminate = nullptr;  ///< checked before every node
   std::function<void(NodeEvent&&)> on_node;       ///< called after every node when set
 };
-
-/// The terminate flag of `o` as hooks (none when `o` or its flag is null); throws Terminated when
-/// the flag is already set: the run is not started.
-RunHooks terminate_hooks(const RunOptions* o);
 
 /// The hooks installed on this thread (null when none).
 RunHooks* current_run_hooks();

@@ -1,14 +1,12 @@
 #include "train/attach_optimizer.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <unordered_map>
 
 #include "autodiff/builder.h"
 #include "ir/emitter.h"
 #include "kernels/optimizer_spec.h"
-#include "onnxtrain/training.h"
 
 namespace onnxtrain::train {
 
@@ -30,7 +28,7 @@ const OptimizerSpec& optimizer_spec(const std::string& name) {
   const OptimizerSpec* s = kernels::find_optimizer_spec(name);
   if (!s) {
     std::string all;
-    for (const auto& n : onnxtrain::optimizer_names()) all += (all.empty() ? "" : ", ") + n;
+    for (const auto& k : kernels::optimizer_specs()) all += (all.empty() ? "" : ", ") + k.name;
     throw_error<InvalidArgument>("TrainingParameters.training_optimizer_name: unknown optimizer '", name,
                                  "' (known: ", all, ")");
   }
@@ -439,11 +437,10 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     }
   }
 
-  // ZeRO stage 1: this rank's block [zero_lo, zero_hi) of the flattened, concatenated weights.
+  // ZeRO stage 1: this rank's block of the flattened, concatenated weights.
   const bool zero = dp.world_size > 1 && dp.zero_stage == 1;
-  std::vector<int64_t> offset(tg.trained.size() + 1, 0);
-  for (size_t i = 0; i < tg.trained.size(); ++i) offset[i + 1] = offset[i] + g.initializer(tg.trained[i])->numel();
-  int64_t zero_lo = 0, zero_hi = 0;
+  std::vector<int64_t> numels;
+  for (const auto& w : tg.trained) numels.push_back(g.initializer(w)->numel());
   std::vector<std::string> piece_out(tg.trained.size());  // updated piece of each weight (ZeRO)
   if (zero) {
     if (spec.name == "LambOptimizer")
@@ -452,16 +449,9 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
       if (g.initializer(w)->dtype() != g.initializer(tg.trained[0])->dtype())
         throw_error<NotImplemented>("deepspeed_zero_stage 1 with weights of several element types ('", tg.trained[0],
                                     "' and '", w, "')");
-    const int64_t block = (offset.back() + dp.world_size - 1) / dp.world_size;
-    zero_lo = std::min(offset.back(), block * dp.rank);
-    zero_hi = std::min(offset.back(), block * (dp.rank + 1));
   }
   // Part [lo, hi) of weight i in this rank's block (empty: lo == hi).
-  auto piece_of = [&](size_t i) {
-    const int64_t lo = std::clamp(zero_lo - offset[i], int64_t(0), offset[i + 1] - offset[i]);
-    const int64_t hi = std::clamp(zero_hi - offset[i], int64_t(0), offset[i + 1] - offset[i]);
-    return std::pair<int64_t, int64_t>(lo, hi);
-  };
+  auto piece_of = [&](size_t i) { return zero_part(numels, i, dp.rank, dp.world_size); };
   auto slice_flat = [&](const std::string& v, int64_t lo, int64_t hi) {
     return e.add("Slice", {e.reshape(v, e.ints({-1})), e.ints({lo}), e.ints({hi})});
   };
@@ -577,29 +567,15 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
   return tg;
 }
 
+std::pair<int64_t, int64_t> zero_part(const std::vector<int64_t>& numels, size_t i, int rank, int world) {
+  int64_t total = 0, offset = 0;
+  for (size_t k = 0; k < numels.size(); ++k) {
+    if (k == i) offset = total;
+    total += numels[k];
+  }
+  const int64_t block = (total + world - 1) / world;
+  const int64_t lo = std::min(total, block * rank), hi = std::min(total, block * (rank + 1));
+  return {std::clamp(lo - offset, int64_t(0), numels[i]), std::clamp(hi - offset, int64_t(0), numels[i])};
+}
+
 }  // namespace onnxtrain::train
-
-namespace onnxtrain {
-
-std::vector<std::string> optimizer_names() {
-  std::vector<std::string> r;
-  for (const auto& s : kernels::optimizer_specs()) r.push_back(s.name);
-  return r;
-}
-
-std::vector<OptimizerHyperparameter> optimizer_hyperparameters(const std::string& name) {
-  const kernels::OptimizerSpec& s = train::optimizer_spec(name);
-  std::vector<OptimizerHyperparameter> r;
-  auto shortest = [](float v) {  // the double of the float's shortest decimal form: 0.9f gives 0.9
-    char buf[32];
-    auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
-    *end = '\0';
-    return std::strtod(buf, nullptr);
-  };
-  for (const auto* attrs : {&s.float_attrs, &s.state_init_attrs})
-    for (const auto& a : *attrs) r.push_back({a.name, shortest(a.dflt), false});
-  for (const auto& a : s.int_attrs) r.push_back({a.name, double(a.dflt), true});
-  return r;
-}
-
-}  // namespace onnxtrain

@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ir/ir.h"
@@ -100,6 +101,12 @@ struct TrainingGraph {
   /// (value, state) pairs applied by a step that only accumulates gradients.
   std::vector<std::pair<std::string, std::string>> accumulate_step() const;
 };
+
+/// ZeRO stage 1: the part [first, second) of trained weight `i` (flattened) that rank `rank` of
+/// `world` updates: the trained weights, of `numels` elements in trained order, flattened,
+/// concatenated and split in `world` blocks of equal size (the last one shorter); empty (first ==
+/// second) when the rank's block holds none of it.
+std::pair<int64_t, int64_t> zero_part(const std::vector<int64_t>& numels, size_t i, int rank, int world);
 
 /// Appends accumulation, clipping and the optimizer to tg.model, a gradient model with a
 /// gradient output tg.gradients[i] for each weight tg.trained[i]. Throws InvalidArgument naming an

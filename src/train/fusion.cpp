@@ -1,6 +1,6 @@
 #include "train/fusion.h"
 
-#include "ir/onnx_io.h"
+#include "ir/infer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -14,18 +14,17 @@
 // label_smoothing, class_weights (comma-separated), pos_weight.
 // A per-sample weight input (weight_name, shape [N]) multiplies each sample's loss; with mean
 // reduction the sum is divided by the sum of the weights. Penalties add l1 sum|w| + l2 sum(w^2).
+#include "train/loss_builder.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
 
 #include "ir/emitter.h"
-#include "ir/onnx_io.h"
-#include "onnxtrain/trainer.h"
-#include "onnxtrain/training.h"
-#include "train/training_graph.h"
+#include "ir/infer.h"
 
-namespace onnxtrain {
+namespace onnxtrain::train {
 
 namespace {
 
@@ -127,11 +126,9 @@ Tensor floats_tensor(DType dt, const std::vector<float>& v) {
 
 }  // namespace
 
-std::string add_loss_output(const std::string& model_bytes, const std::string& score_name, const std::string& loss_name,
-                            const std::string& label_name, const std::string& weight_name,
-                            const std::map<std::string, std::map<std::string, float>>& penalty, const std::string& output,
-                            const std::map<std::string, std::string>& kwargs_in) {
-  ir::Model m = ir::load_model_bytes(model_bytes.data(), model_bytes.size());
+void add_loss(ir::Model& m, const std::string& kind, const std::string& loss_name, const std::string& label_name,
+              const std::string& weight_name, const std::map<std::string, std::map<std::string, float>>& penalty,
+              const std::string& output, const std::map<std::string, std::string>& kwargs_in) {
   ir::infer_types(m);
   ir::Graph& g = *m.graph;
   if (g.outputs.empty()) throw_error<InvalidArgument>("add_loss_output: the model has no output");
@@ -171,7 +168,6 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
   if (!weight_name.empty() && !w.reserve(weight_name))
     throw_error<InvalidArgument>("add_loss_output: the model already has a value named '", weight_name, "'");
   Kwargs kw{kwargs_in, {}};
-  const std::string kind = score_name;
   const LossKind& lk = loss_kind(kind);
   const bool classif = lk.family == LossFamily::kClassification;
   const std::string reduction = kw.str("reduction", lk.default_reduction);
@@ -332,7 +328,6 @@ std::string add_loss_output(const std::string& model_bytes, const std::string& s
   for (const auto& o : g.outputs) outs.push_back(o);
   g.outputs = outs;
   ir::validate_graph(g);
-  return ir::serialize_model(m);
 }
 
 std::vector<std::string> loss_names() {
@@ -369,9 +364,4 @@ Objective loss_objective(const std::string& kind, const std::map<std::string, st
   return o;
 }
 
-std::vector<std::string> get_train_initializer(const std::string& model_bytes) {
-  ir::Model m = ir::load_model_bytes(model_bytes.data(), model_bytes.size());
-  return train::trainable_initializers(m);
-}
-
-}  // namespace onnxtrain
+}  // namespace onnxtrain::train

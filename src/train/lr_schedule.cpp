@@ -53,8 +53,6 @@ double LrSchedule::value(int64_t t) const {
   return end_lr + (eta0 - end_lr) * std::pow(1.0 - progress, power);  // polynomial
 }
 
-}  // namespace onnxtrain::train
+const std::vector<std::string>& lr_schedule_kinds() { return kKinds; }
 
-namespace onnxtrain {
-std::vector<std::string> lr_schedule_names() { return train::kKinds; }
-}  // namespace onnxtrain
+}  // namespace onnxtrain::train

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace onnxtrain::train {
 
@@ -29,8 +30,9 @@ struct LrSchedule {
   double value(int64_t t) const;
 };
 
-/// Throws InvalidArgument naming the known kinds (onnxtrain::lr_schedule_names()) unless `kind`
-/// is one.
+/// The schedule kinds, in a fixed order (onnxtrain::lr_schedule_names()).
+const std::vector<std::string>& lr_schedule_kinds();
+/// Throws InvalidArgument naming the known kinds unless `kind` is one.
 void check_lr_schedule_kind(const std::string& kind);
 
 }  // namespace onnxtrain::train

@@ -8,24 +8,12 @@
 #include "onnxtrain/error.h"
 #include "onnxtrain/io.h"
 
-namespace onnxtrain {
+namespace onnxtrain::train {
 
-const char* metric_name(Metric m) {
-  switch (m) {
-    case Metric::kAccuracy: return "accuracy";
-    case Metric::kBinaryAccuracy: return "binary_accuracy";
-    case Metric::kR2: return "r2";
-    default: return "none";
-  }
+double scalar_loss(const Tensor& t, const std::string& name) {
+  if (t.numel() != 1) throw_error<InvalidArgument>("the loss output '", name, "' is ", t.describe(), ", not a scalar");
+  return tensor_to_doubles(t)[0];
 }
-
-Metric parse_metric(const std::string& name) {
-  for (Metric m : {Metric::kNone, Metric::kAccuracy, Metric::kBinaryAccuracy, Metric::kR2})
-    if (name == metric_name(m)) return m;
-  throw_error<InvalidArgument>("unknown metric '", name, "' (known: none, accuracy, binary_accuracy, r2)");
-}
-
-namespace train {
 
 void ScoreAccumulator::add(const Tensor& score, const Tensor& label) {
   if (metric_ == Metric::kNone) return;
@@ -110,5 +98,4 @@ void ScoreAccumulator::from_text(const std::string& t) {
   }
 }
 
-}  // namespace train
-}  // namespace onnxtrain
+}  // namespace onnxtrain::train

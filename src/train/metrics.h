@@ -1,5 +1,5 @@
 // Running score metrics over batches (accuracy, binary accuracy, R²), with an exact text form for
-// the trainer's checkpoints.
+// the trainer's checkpoints, and the loss of a batch.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,9 @@
 #include "onnxtrain/trainer.h"
 
 namespace onnxtrain::train {
+
+/// The value of loss output `name` as a double; InvalidArgument when it is not a scalar.
+double scalar_loss(const Tensor& t, const std::string& name);
 
 /// Accumulates Objective::metric over batches of (scores, labels).
 class ScoreAccumulator {

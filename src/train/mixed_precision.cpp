@@ -6,7 +6,7 @@
 #include <set>
 
 #include "ir/emitter.h"
-#include "ir/onnx_io.h"
+#include "ir/infer.h"
 
 namespace onnxtrain::train {
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <random>
 
+#include "ir/infer.h"
 #include "ir/onnx_io.h"
 #include "ir/proto.h"
 #include "onnxtrain/session.h"

@@ -7,7 +7,7 @@
 
 #include "api/session_impl.h"
 #include "ir/emitter.h"
-#include "ir/onnx_io.h"
+#include "ir/infer.h"
 #include "runtime/run_hooks.h"
 
 namespace onnxtrain {
@@ -38,7 +38,7 @@ struct TerminateScope {
   runtime::RunHooks hooks;
   runtime::ScopedRunHooks scope;
   explicit TerminateScope(const RunOptions* o)
-      : hooks(runtime::terminate_hooks(o)), scope(hooks.terminate ? &hooks : nullptr) {}
+      : hooks(terminate_hooks(o)), scope(hooks.terminate ? &hooks : nullptr) {}
 };
 
 }  // namespace

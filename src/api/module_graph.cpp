@@ -5,6 +5,7 @@
 
 #include "autodiff/builder.h"
 #include "ir/emitter.h"
+#include "ir/infer.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/agent.h"
 

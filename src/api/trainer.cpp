@@ -1,4 +1,5 @@
-// The training loop (include/onnxtrain/trainer.h): datasets, evaluation, and the Trainer.
+// The training loop (include/onnxtrain/trainer.h): the Trainer (datasets, the objective and
+// evaluation are in dataset.cpp).
 //
 // Run state, all of it in the checkpoint's "trainer." metadata so that a resumed run is bitwise
 // the uninterrupted one: the generator state at the start of the epoch in progress (the epoch's
@@ -18,85 +19,11 @@
 
 #include "onnxtrain/checkpoint.h"
 #include "onnxtrain/error.h"
-#include "onnxtrain/io.h"
 #include "distributed/comm.h"
+#include "distributed/rank_agreement.h"
 #include "train/metrics.h"
 
 namespace onnxtrain {
-
-// ------------------------------------------------------------------------------------------------
-// Dataset
-
-Dataset::Dataset(std::vector<std::pair<std::string, Tensor>> arrays) : arrays_(std::move(arrays)) {
-  for (size_t i = 0; i < arrays_.size(); ++i) {
-    const auto& [name, t] = arrays_[i];
-    if (!t.defined()) throw_error<InvalidArgument>("dataset array '", name, "' is undefined");
-    if (t.rank() == 0) throw_error<InvalidArgument>("dataset array '", name, "' is a scalar; it needs a first axis of samples");
-    for (size_t j = 0; j < i; ++j)
-      if (arrays_[j].first == name) throw_error<InvalidArgument>("dataset holds array '", name, "' twice");
-    if (i == 0) size_ = t.dim(0);
-    else if (t.dim(0) != size_)
-      throw_error<InvalidArgument>("dataset array '", name, "' has ", t.dim(0), " samples, array '", arrays_[0].first,
-                                   "' has ", size_);
-  }
-}
-
-const Tensor* Dataset::find(const std::string& name) const {
-  for (const auto& [n, t] : arrays_)
-    if (n == name) return &t;
-  return nullptr;
-}
-
-const Tensor& Dataset::at(const std::string& name) const {
-  if (const Tensor* t = find(name)) return *t;
-  std::string names;
-  for (const auto& [n, t] : arrays_) names += (names.empty() ? "" : ", ") + n;
-  throw_error<InvalidArgument>("the data has no array '", name, "' (its arrays: ", names, ")");
-}
-
-namespace {
-
-// Rows idx[begin, end) of `t`, copied.
-Tensor take_rows(const Tensor& t, const std::vector<int64_t>& idx, size_t begin, size_t end) {
-  Shape s = t.shape();
-  s[0] = int64_t(end - begin);
-  Tensor out = Tensor::empty(t.dtype(), s);
-  const int64_t rows = t.dim(0);
-  const size_t per = rows ? size_t(t.numel() / rows) : 0;  // elements per sample
-  for (size_t i = begin; i < end; ++i)
-    if (idx[i] < 0 || idx[i] >= rows)
-      throw_error<InvalidArgument>("sample index ", idx[i], " is out of range [0, ", rows, ")");
-  if (t.dtype() == DType::kString) {
-    const std::string* src = t.data<std::string>();
-    std::string* dst = out.data<std::string>();
-    for (size_t i = begin; i < end; ++i)
-      std::copy(src + size_t(idx[i]) * per, src + size_t(idx[i] + 1) * per, dst + (i - begin) * per);
-    return out;
-  }
-  const size_t row = per * dtype_size(t.dtype());
-  const auto* src = static_cast<const char*>(t.raw_data());
-  auto* dst = static_cast<char*>(out.raw_data());
-  for (size_t i = begin; i < end; ++i) std::memcpy(dst + (i - begin) * row, src + size_t(idx[i]) * row, row);
-  return out;
-}
-
-}  // namespace
-
-Dataset Dataset::take(const std::vector<int64_t>& idx, size_t begin, size_t end) const {
-  if (begin > end || end > idx.size())
-    throw_error<InvalidArgument>("Dataset::take: range [", begin, ", ", end, ") of ", idx.size(), " indices");
-  std::vector<std::pair<std::string, Tensor>> r;
-  for (const auto& [n, t] : arrays_) r.emplace_back(n, take_rows(t, idx, begin, end));
-  return Dataset(std::move(r));
-}
-
-Dataset Dataset::slice(int64_t begin, int64_t end) const {
-  if (begin < 0 || begin > end || end > size_)
-    throw_error<InvalidArgument>("Dataset::slice: [", begin, ", ", end, ") is not within the ", size_, " samples");
-  std::vector<int64_t> idx(size_t(end - begin));
-  std::iota(idx.begin(), idx.end(), begin);
-  return take(idx, 0, idx.size());
-}
 
 namespace {
 
@@ -137,10 +64,9 @@ std::string fingerprint(const Dataset& d) {
 // others (each rank reads the same data and trains on its share of every batch): the data's size
 // and layout, the options that fix the batches, the run's position, and the data's contents.
 // Compared over every rank when fit starts; on a difference every rank throws the same
-// InvalidArgument naming the first fact that differs and the ranks' values of it.
-struct RankFact {
-  std::string what, value;  // value reads after "rank N ": "has 96 samples"
-};
+// InvalidArgument naming the first fact that differs and the ranks' values of it (a fact's value
+// reads after "rank N ": "has 96 samples").
+using distributed::RankFact;
 
 // "float samples of shape [4, 3]": element type and the shape of one sample (the first axis dropped).
 std::string per_sample(const Tensor& t) {
@@ -158,120 +84,13 @@ void add_data_facts(std::vector<RankFact>& f, const std::string& which, const Da
   for (const auto& [n, t] : d.arrays()) f.push_back({which + " array '" + n + "'", "has " + per_sample(t)});
 }
 
-void check_ranks_agree(const std::vector<RankFact>& mine) {
-  std::string text;
-  auto put = [&](const std::string& x) {
-    const uint32_t n = uint32_t(x.size());
-    text.append(reinterpret_cast<const char*>(&n), 4);
-    text += x;
-  };
-  for (const auto& f : mine) put(f.what), put(f.value);
-  const std::vector<std::string> all =
-      distributed::Comm::world().allgather_bytes(text, "the start-of-fit comparison of the ranks' data and options");
-  std::vector<std::vector<RankFact>> facts(all.size());
-  for (size_t r = 0; r < all.size(); ++r) {
-    const std::string& t = all[r];
-    size_t pos = 0;
-    auto get = [&](std::string& x) {
-      uint32_t n = 0;
-      if (t.size() - pos < 4) return false;
-      std::memcpy(&n, t.data() + pos, 4);
-      if (t.size() - pos - 4 < n) return false;
-      x = t.substr(pos + 4, n);
-      pos += 4 + size_t(n);
-      return true;
-    };
-    RankFact f;
-    while (get(f.what) && get(f.value)) facts[r].push_back(f);
-  }
-  size_t most = 0;
-  for (const auto& f : facts) most = std::max(most, f.size());
-  for (size_t i = 0; i < most; ++i) {
-    auto value = [&](size_t r) { return i < facts[r].size() ? facts[r][i].value : std::string("has nothing there"); };
-    std::vector<size_t> differ;
-    for (size_t r = 1; r < facts.size(); ++r)
-      if (value(r) != value(0)) differ.push_back(r);
-    if (differ.empty()) continue;
-    std::string what;
-    for (const auto& f : facts)
-      if (i < f.size()) {
-        what = f[i].what;
-        break;
-      }
-    std::string msg = "rank 0 " + value(0);
-    for (size_t k = 0; k < differ.size() && k < 8; ++k) msg += ", rank " + std::to_string(differ[k]) + " " + value(differ[k]);
-    if (differ.size() > 8) msg += ", and " + std::to_string(differ.size() - 8) + " more ranks";
-    if (differ.size() + 1 < facts.size()) msg += " (the other ranks as rank 0)";
-    throw_error<InvalidArgument>("Trainer::fit: data-parallel ranks disagree on ", what, ": ", msg,
-                                 "; every rank must give fit the same data and options (each trains on its share "
-                                 "of every batch)");
-  }
-}
-
 std::string hex(double v) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%a", v);  // exact
   return buf;
 }
 
-double scalar_loss(const Tensor& t, const std::string& name) {
-  if (t.numel() != 1) throw_error<InvalidArgument>("the loss output '", name, "' is ", t.describe(), ", not a scalar");
-  return tensor_to_doubles(t)[0];
-}
-
 }  // namespace
-
-// ------------------------------------------------------------------------------------------------
-// Evaluation
-
-void Objective::validate(const std::string& owner) const {
-  if (loss_output.empty()) throw_error<InvalidArgument>(owner, ".loss_output is empty");
-  if (metric != Metric::kNone && score_output.empty())
-    throw_error<InvalidArgument>(owner, ".score_output is empty: metric '", metric_name(metric),
-                                 "' needs the output it scores");
-  if (metric == Metric::kNone && !score_output.empty())
-    throw_error<InvalidArgument>(owner, ".score_output '", score_output, "' is set but ", owner, ".metric is none");
-  if (metric != Metric::kNone && label_name.empty()) throw_error<InvalidArgument>(owner, ".label_name is empty");
-  if (!std::isfinite(threshold)) throw_error<InvalidArgument>(owner, ".threshold must be finite, got ", threshold);
-  if (ignore_index && metric != Metric::kAccuracy)
-    throw_error<InvalidArgument>(owner, ".ignore_index goes with metric accuracy, not ", metric_name(metric));
-}
-
-EvalResult evaluate(const Dataset& data, const Objective& o, int64_t batch_size, const BatchRunner& run) {
-  o.validate();
-  if (batch_size < 1) throw_error<InvalidArgument>("evaluate: batch_size must be >= 1, got ", batch_size);
-  if (data.size() < 1) throw_error<InvalidArgument>("evaluate: the data holds no samples");
-  if (o.metric != Metric::kNone) data.at(o.label_name);  // names a missing label array up front
-  std::vector<std::string> names{o.loss_output};
-  if (o.metric != Metric::kNone) names.push_back(o.score_output);
-  if (o.loss_weighted) batch_size = data.size();
-  train::ScoreAccumulator acc(o);
-  double total = 0;
-  for (int64_t b = 0; b < data.size(); b += batch_size) {
-    const int64_t e = std::min(data.size(), b + batch_size);
-    const Dataset batch = data.slice(b, e);
-    const std::vector<Tensor> out = run(batch.arrays(), names);
-    if (out.size() != names.size())
-      throw_error<RuntimeError>("evaluate: the batch runner returned ", out.size(), " outputs for ", names.size());
-    const double l = scalar_loss(out[0], o.loss_output);
-    total += o.loss_summed ? l : l * double(e - b);
-    if (o.metric != Metric::kNone) acc.add(out[1], batch.at(o.label_name));
-  }
-  EvalResult r;
-  r.samples = data.size();
-  r.loss = o.loss_summed ? total : total / double(data.size());
-  r.metric = acc.value();
-  r.correct = acc.correct();
-  r.counted = acc.total();
-  return r;
-}
-
-EvalResult evaluate(InferenceSession& session, const Dataset& data, const Objective& objective, int64_t batch_size) {
-  return evaluate(data, objective, batch_size,
-                  [&](const std::vector<std::pair<std::string, Tensor>>& batch, const std::vector<std::string>& names) {
-                    return session.run(names, batch);
-                  });
-}
 
 // ------------------------------------------------------------------------------------------------
 // Options and plan
@@ -511,7 +330,23 @@ void Trainer::Impl::check_ranks_agree(const Dataset& train, const Dataset& valid
   f.push_back({"the run's position", "is at step " + std::to_string(steps) + " (epoch " + std::to_string(epoch) +
                                          ", batch " + std::to_string(position) + ")"});
   f.push_back({"the data's contents", "has fingerprint " + fp});
-  onnxtrain::check_ranks_agree(f);
+  const auto d = distributed::first_disagreement(distributed::Comm::world(), f,
+                                                 "the start-of-fit comparison of the ranks' data and options");
+  if (!d) return;
+  auto value = [&](size_t r) { return d->facts[r] ? d->facts[r]->value : std::string("has nothing there"); };
+  std::string what;
+  for (const auto& x : d->facts)
+    if (x) {
+      what = x->what;
+      break;
+    }
+  std::string msg = "rank 0 " + value(0);
+  for (size_t k = 0; k < d->ranks.size() && k < 8; ++k) msg += ", rank " + std::to_string(d->ranks[k]) + " " + value(d->ranks[k]);
+  if (d->ranks.size() > 8) msg += ", and " + std::to_string(d->ranks.size() - 8) + " more ranks";
+  if (d->ranks.size() + 1 < d->facts.size()) msg += " (the other ranks as rank 0)";
+  throw_error<InvalidArgument>("Trainer::fit: data-parallel ranks disagree on ", what, ": ", msg,
+                               "; every rank must give fit the same data and options (each trains on its share "
+                               "of every batch)");
 }
 
 FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const TrainerCallbacks& cb) {
@@ -664,7 +499,7 @@ FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const
       feeds.emplace_back(params.lr_params_feed_name, lr_value);
     }  // else the session's schedule gives it
     sess.run(names, feeds, outs);
-    double loss = scalar_loss(outs[0].tensor, s.objective.loss_output);
+    double loss = train::scalar_loss(outs[0].tensor, s.objective.loss_output);
     if (W > 1) {
       double v[2] = {share * loss, (cb.should_stop && cb.should_stop()) || s.stop ? 1.0 : 0.0};
       distributed::Comm::world().allreduce_sum(v, 2, DType::kFloat64, "the trainer's loss and stop requests");
