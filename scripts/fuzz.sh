@@ -10,6 +10,12 @@
 # checkpoints, by the binary itself); crashes land in build-fuzz/artifacts/TARGET/ and make the
 # script fail. Each crash, once fixed, belongs in tests/fuzz/regressions/TARGET/ (replayed by ctest).
 # The last line is the campaign's summary: executions, coverage, corpus size, findings.
+# The structured target's seeds include graphs of the internal operators (com.onnxtrain,
+# com.microsoft, ai.onnx.preview.training), made with onnxtrain's Python module from a normal
+# build: build/python, or PYTHON_BUILD_DIR/python (without it, the conformance seeds only).
+# CORPUS=DIR fuzzes another corpus folder and SEED_ARGS passes options to make_seeds.py, e.g. a
+# campaign on the internal operators alone:
+#   CORPUS=build-fuzz/corpus/structured-internal SEED_ARGS=--internal-only scripts/fuzz.sh structured 3600
 # On several cores pass -fork=N: N child processes fuzz the shared corpus (the executions add up);
 # the script passes -ignore_timeouts=0 -ignore_ooms=0 so that a hang or an allocation past
 # -malloc_limit_mb stops a forked campaign as it stops a plain one (fork mode ignores them unless told).
@@ -33,14 +39,15 @@ if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
     -DONNXTRAIN_FUZZ=ON -DONNXTRAIN_BUILD_TESTS=OFF -DONNXTRAIN_BUILD_PYTHON=OFF ${CMAKE_ARGS:-} >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "${JOBS:-$(nproc)}" --target "fuzz_${TARGET}" >/dev/null
-CORPUS="$BUILD_DIR/corpus/$TARGET"
+CORPUS=${CORPUS:-"$BUILD_DIR/corpus/$TARGET"}
 ARTIFACTS="$BUILD_DIR/artifacts/$TARGET"
 mkdir -p "$CORPUS" "$ARTIFACTS"
 if [ -z "$(ls -A "$CORPUS")" ]; then
   if [ "$TARGET" = checkpoint ]; then
     ONNXTRAIN_FUZZ_WRITE_SEEDS="$CORPUS" "$BUILD_DIR/fuzz_checkpoint"
   else
-    /usr/bin/python3 tests/fuzz/make_seeds.py "$TARGET" "$CORPUS"
+    PYTHONPATH="${PYTHON_BUILD_DIR:-build}/python${PYTHONPATH:+:$PYTHONPATH}" \
+      /usr/bin/python3 tests/fuzz/make_seeds.py "$TARGET" "$CORPUS" ${SEED_ARGS:-}
   fi
 fi
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=1:allocator_may_return_null=1${ASAN_EXTRA:+:$ASAN_EXTRA}"

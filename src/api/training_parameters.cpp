@@ -9,7 +9,7 @@
 #include <sstream>
 #include <utility>
 
-#include "kernels/optimizer_spec.h"
+#include "ops/optimizers.h"
 #include "onnxtrain/error.h"
 #include "train/attach_optimizer.h"
 
@@ -212,12 +212,12 @@ std::vector<std::string> lr_schedule_names() { return train::lr_schedule_kinds()
 
 std::vector<std::string> optimizer_names() {
   std::vector<std::string> r;
-  for (const auto& s : kernels::optimizer_specs()) r.push_back(s.name);
+  for (const auto& s : ops::optimizer_specs()) r.push_back(s.name);
   return r;
 }
 
 std::vector<OptimizerHyperparameter> optimizer_hyperparameters(const std::string& name) {
-  const kernels::OptimizerSpec& s = train::optimizer_spec(name);
+  const ops::OptimizerSpec& s = train::optimizer_spec(name);
   std::vector<OptimizerHyperparameter> r;
   auto shortest = [](float v) {  // the double of the float's shortest decimal form: 0.9f gives 0.9
     char buf[32];

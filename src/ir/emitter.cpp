@@ -9,24 +9,11 @@
 
 #include "ir/proto.h"
 #include "onnxtrain/error.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::ir {
 
 namespace {
-
-// com.onnxtrain operators declared by their users (declare_onnxtrain_op_types): output k has the
-// element type of input from[k] (the last entry repeats for further outputs).
-std::map<std::string, std::vector<size_t>>& custom_op_types() {
-  static std::map<std::string, std::vector<size_t>> table;
-  return table;
-}
-
-// com.onnxtrain operators of the table that are elementwise in their source input: their outputs
-// have its shape too (custom_output_types; the emitter records element types only).
-bool elementwise_op(const std::string& op) {
-  static const std::set<std::string> ops = {"Gelu", "GeluGrad", "ReluGrad", "SoftmaxGrad", "LogSoftmaxGrad"};
-  return ops.count(op) > 0;
-}
 
 TypeInfo without_shape(const TypeInfo& t) {
   TypeInfo r = t;
@@ -103,61 +90,6 @@ class OutputTyper {
     for (auto& o : r_) o = t;
   }
 
-  // Training-step operators (src/kernels/optimizer_spec.h), updating n tensors at once, each
-  // output in place over (and typed like) an input: optimizers (lr, step, grad_scale,
-  // [update_signal,] W[n], G[n], states[n]...) -> W'[n], states'[n]...; AccumulateGradients
-  // (reset, A[n], G[n]) -> A'[n];
-  // GlobalNormClip (G[n]) -> scale, norm (float64).
-  bool training_step() {
-    static const std::set<std::string> optimizers = {"SGDOptimizer",  "MomentumOptimizer", "AdamOptimizer",
-                                                     "AdamWOptimizer", "LambOptimizer",     "AdagradOptimizer"};
-    const std::string& op = n_.op_type;
-    const size_t I = n_.inputs.size(), O = r_.size();
-    if (op == "GlobalNormClip") {
-      all_outputs(TypeInfo::tensor(DType::kFloat64, {1}));
-      return true;
-    }
-    // LossScaleCheck (loss_scale, G[n]) -> grad_scale float64 [1], all_finite bool [1].
-    if (op == "LossScaleCheck") {
-      if (O != 2) fail(O, " outputs: expected grad_scale and all_finite");
-      r_[0] = TypeInfo::tensor(DType::kFloat64, {1});
-      r_[1] = TypeInfo::tensor(DType::kBool, {1});
-      return true;
-    }
-    // Data parallel (src/kernels/cpu/collective_ops.cpp): GradientReduceStart (contribution, G[n])
-    // -> token int64 [1]; GradientReduceWait (token, G[n]) -> R[n] typed like G[n].
-    if (op == "GradientReduceStart") {
-      all_outputs(TypeInfo::tensor(DType::kInt64, {1}));
-      return true;
-    }
-    // ZeroAllGather (parts[p], W[n]) -> W'[n] typed like W[n].
-    if (op == "ZeroAllGather") {
-      if (I < O) fail(I, " inputs and ", O, " outputs: expected the parts and then the n weights");
-      for (size_t k = 0; k < O; ++k) r_[k] = in_or_unknown(I - O + k);
-      return true;
-    }
-    if (op == "GradientReduceWait") {
-      if (I != O + 1) fail(I, " inputs and ", O, " outputs: expected the token and n gradients for n outputs");
-      for (size_t k = 0; k < O; ++k) r_[k] = in_or_unknown(1 + k);
-      return true;
-    }
-    size_t lead;
-    if (optimizers.count(op)) {
-      const Attribute* gated = n_.attr("update_signal");  // input 3: update_signal
-      lead = gated && gated->type == AttrType::kInt && gated->i == 1 ? 4 : 3;
-    }
-    else if (op == "AccumulateGradients") lead = 1;
-    else return false;
-    if (I < lead + O || O == 0 || I - lead - O == 0) fail(I, " inputs and ", O, " outputs do not form groups of tensors");
-    const size_t n = I - lead - O;
-    for (size_t k = 0; k < O; ++k) {
-      const size_t q = k / n, i = k % n;
-      const size_t from = lead + (q == 0 ? i : (q + 1) * n + i);
-      r_[k] = from < I ? in_or_unknown(from) : TypeInfo();
-    }
-    return true;
-  }
-
   // Operators outside ONNX's registry that onnxtrain types (com.onnxtrain, com.microsoft's
   // YieldOp); false for the others.
   bool onnxtrain_rule() {
@@ -173,18 +105,43 @@ class OutputTyper {
     return false;
   }
 
+  // com.onnxtrain: the operator table's rule (src/ops/onnxtrain_ops.h).
   void custom() {
-    if (training_step()) return;
-    const auto& table = custom_op_types();
-    auto it = table.find(n_.op_type);
-    if (it == table.end()) fail("com.onnxtrain operator ", n_.op_type, " is not in the emitter's table");
-    const bool shaped = elementwise_shapes_ && elementwise_op(n_.op_type);
-    for (size_t k = 0; k < r_.size(); ++k) {
-      const size_t from = it->second[std::min(k, it->second.size() - 1)];
-      if (from >= n_.inputs.size() || n_.inputs[from].empty())
-        fail("output ", k, " has the type of input ", from, ", which is absent");
-      const TypeInfo* t = shaped ? in(from) : nullptr;
-      r_[k] = t ? *t : in_or_unknown(from);
+    const ops::OpDef* d = ops::find_op(n_.op_type);
+    if (!d) fail(ops::kDomain, " has no operator ", n_.op_type, " (src/ops/onnxtrain_ops.cpp)");
+    const size_t I = n_.inputs.size(), O = r_.size();
+    auto like = [&](size_t from) {
+      if (from >= I || n_.inputs[from].empty()) fail("output typed like input ", from, ", which is absent");
+      const TypeInfo* t = elementwise_shapes_ && d->same_shape ? in(from) : nullptr;
+      return t ? *t : in_or_unknown(from);
+    };
+    switch (d->rule) {
+      case ops::TypeRule::kLikeInputs:
+        for (size_t k = 0; k < O; ++k) r_[k] = like(d->like[std::min(k, d->like.size() - 1)]);
+        break;
+      case ops::TypeRule::kFixed:
+        for (size_t k = 0; k < O; ++k) {
+          const ops::FixedType& f = d->fixed[std::min(k, d->fixed.size() - 1)];
+          r_[k] = TypeInfo::tensor(f.dtype, f.shape);
+        }
+        break;
+      case ops::TypeRule::kLikeTrailing:
+        if (I < O) fail(I, " inputs and ", O, " outputs: the outputs update the last ", O, " inputs");
+        for (size_t k = 0; k < O; ++k) r_[k] = in_or_unknown(I - O + k);
+        break;
+      case ops::TypeRule::kGroups: {
+        size_t lead = d->lead;
+        const Attribute* gated = n_.attr(ops::kOptimizerUpdateSignalAttr);
+        if (d->optimizer && gated && gated->type == AttrType::kInt && gated->i == 1) ++lead;
+        if (I < lead + O || O == 0 || I - lead - O == 0) fail(I, " inputs and ", O, " outputs do not form groups of tensors");
+        const size_t n = I - lead - O;
+        for (size_t k = 0; k < O; ++k) {
+          const size_t q = k / n, i = k % n;
+          const size_t from = lead + (q == 0 ? i : (q + 1) * n + i);
+          r_[k] = from < I ? in_or_unknown(from) : TypeInfo();
+        }
+        break;
+      }
     }
   }
 
@@ -421,17 +378,6 @@ std::optional<Shape> static_shape(const TypeInfo* t) {
     s.push_back(d.value);
   }
   return s;
-}
-
-bool declare_onnxtrain_op_types(const std::map<std::string, std::vector<size_t>>& ops) {
-  for (const auto& [op, from] : ops) custom_op_types()[op] = from;
-  return true;
-}
-
-std::vector<std::string> onnxtrain_typed_ops() {
-  std::vector<std::string> r;
-  for (const auto& [op, from] : custom_op_types()) r.push_back(op);
-  return r;
 }
 
 Tensor float_tensor(DType dt, double value, const Shape& shape) {

@@ -16,10 +16,12 @@
 #include <vector>
 
 #include "ir/ir.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::ir {
 
-inline constexpr const char* kOnnxtrainDomain = "com.onnxtrain";
+/// onnxtrain's operator domain (the operator table's, src/ops/onnxtrain_ops.h).
+inline constexpr const char* kOnnxtrainDomain = ops::kDomain;
 /// onnxruntime's contrib domain; onnxtrain knows its YieldOp (the forward/backward cut of a
 /// training graph built by OrtModuleGraphBuilder).
 inline constexpr const char* kMicrosoftDomain = "com.microsoft";
@@ -35,7 +37,7 @@ using TypeLookup = std::function<const TypeInfo*(const std::string&)>;
 ///    when those inputs' types are unknown, so is the output's (kUnknown, not an error);
 ///  - attribute-typed outputs (Cast.to, ConstantOfShape.value, *Like/Random* dtype, ...), control
 ///    flow (If, Loop, Scan: the body's outputs), sequences and optionals are handled explicitly;
-///  - com.onnxtrain operators: the table in emitter.cpp (output k has the element type of input j).
+///  - com.onnxtrain operators: the rule of their row in the operator table (src/ops/onnxtrain_ops.h).
 /// Shapes only where trivially known (constants, Shape, Size, Cast, Identity).
 /// Throws NotImplemented naming the node when the operator is unknown or an output type is not
 /// determined; InvalidGraph when inputs bound to one type parameter have different element types.
@@ -43,21 +45,15 @@ std::vector<TypeInfo> output_types(const Node& n, const std::map<std::string, in
                                    const TypeLookup& type_of);
 
 /// Types of the outputs of a node that ONNX's schema registry does not know, by onnxtrain's own rule
-/// (the one used by output_types and by infer_types): com.onnxtrain operators from the table in
-/// emitter.cpp and the training-step operators, com.microsoft's YieldOp. The table's elementwise
-/// operators (Gelu, ReluGrad, ...) give their outputs the source input's whole type, the others its
-/// element type; an output whose source's type is unknown is kUnknown. Throws NotImplemented naming
+/// (the one used by output_types and by infer_types): com.onnxtrain operators by their row of the
+/// operator table (src/ops/onnxtrain_ops.h), com.microsoft's YieldOp. The table's elementwise
+/// operators (same_shape: Gelu, ReluGrad, ...) give their outputs the source input's whole type,
+/// the others its element type; an output whose source's type is unknown is kUnknown. Throws NotImplemented naming
 /// the node for an operator onnxtrain has no rule for, or when a source input is absent.
 std::vector<TypeInfo> custom_output_types(const Node& n, const TypeLookup& type_of);
 
 /// The shape of `t` when every dimension is a number (null or no shape: nullopt).
 std::optional<Shape> static_shape(const TypeInfo* t);
-
-/// The com.onnxtrain operators output_types knows (its table), for coverage checks.
-std::vector<std::string> onnxtrain_typed_ops();
-/// Declares com.onnxtrain operators' output types (output k has the element type of input
-/// from[k]; the last entry repeats), next to the code that emits them (the gradient rules).
-bool declare_onnxtrain_op_types(const std::map<std::string, std::vector<size_t>>& ops);
 
 /// A scalar or filled tensor of float type `dt` (float, double, float16, bfloat16) holding `value`.
 /// Throws NotImplemented for other element types.

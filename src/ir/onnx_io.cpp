@@ -14,9 +14,9 @@
 #include <cstring>
 
 #include "core/atomic_file.h"
-#include "ir/emitter.h"
 #include "ir/external_data.h"
 #include "ir/proto.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::ir {
 
@@ -423,19 +423,17 @@ void check_domains(const Model& m, const Graph& g) {
   }
 }
 
-// Operators only a session places in a graph it builds itself: the data-parallel collectives
-// (src/train/attach_optimizer.cpp), whose kernels exchange buffers with the other ranks' plans
-// through the session's communicator. A model read from a file or from bytes never holds them:
+// Operators only a session places in a graph it builds itself (session_internal in the operator
+// table: the data-parallel collectives, whose kernels exchange buffers with the other ranks' plans
+// through the session's communicator). A model read from a file or from bytes never holds them:
 // refused here, naming the node, before any kernel sees it.
 void refuse_session_internal_ops(const Graph& g) {
-  static const char* const kInternal[] = {"GradientReduceStart", "GradientReduceWait", "ZeroAllGather"};
   for (const auto& n : g.nodes) {
-    if (n.domain == kOnnxtrainDomain)
-      for (const char* op : kInternal)
-        if (n.op_type == op)
-          throw_error<InvalidGraph>(n.describe(), ": ", kOnnxtrainDomain, ".", op,
-                                    " is internal to data-parallel training: only a TrainingSession places it in "
-                                    "the graph it builds, a model may not contain it");
+    if (n.domain == ops::kDomain)
+      if (const ops::OpDef* d = ops::find_op(n.op_type); d && d->session_internal)
+        throw_error<InvalidGraph>(n.describe(), ": ", ops::kDomain, ".", n.op_type,
+                                  " is internal to data-parallel training: only a TrainingSession places it in "
+                                  "the graph it builds, a model may not contain it");
     for (const Graph* sg : n.subgraphs()) refuse_session_internal_ops(*sg);
   }
 }

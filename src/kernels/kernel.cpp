@@ -3,6 +3,7 @@
 #include <onnx/defs/schema.h>
 
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain {
 
@@ -82,14 +83,27 @@ DType PrepareContext::input_dtype(size_t i) const {
   return inputs_[i].dtype;
 }
 
+namespace {
+
+// A sequence has neither a shape nor a tensor value: a kernel that read one as a tensor found no
+// data at run time, or waited for its value (null: "not known yet") forever. Kernels that take
+// sequences (Identity, control flow) look at input_kind first.
+void require_tensor(const PrepareContext& ctx, size_t i) {
+  if (ctx.input_kind(i) != Value::Kind::kTensor) ctx.fail("input ", i, " is a sequence, expected a tensor");
+}
+
+}  // namespace
+
 const Shape& PrepareContext::input_shape(size_t i) const {
   if (!has_input(i)) fail("input ", i, " is missing");
+  require_tensor(*this, i);
   return inputs_[i].shape;
 }
 
 const Tensor* PrepareContext::input_value(size_t i) const {
-  if (!has_input(i) || !inputs_[i].value || inputs_[i].value->kind != Value::Kind::kTensor) return nullptr;
-  return &inputs_[i].value->tensor;
+  if (!has_input(i)) return nullptr;
+  require_tensor(*this, i);
+  return inputs_[i].value ? &inputs_[i].value->tensor : nullptr;
 }
 
 void PrepareContext::set_output(size_t i, DType dtype, Shape shape) {
@@ -162,6 +176,17 @@ void KernelRegistry::add(const std::string& domain, const std::string& op, int64
 }
 
 void KernelRegistry::add(Entry e) {
+  // A com.onnxtrain kernel implements a row of the operator table, which says which inputs it
+  // reads in host memory.
+  if (e.domain == ops::kDomain) {
+    const ops::OpDef* d = ops::find_op(e.op);
+    if (!d)
+      throw_error<InvalidArgument>("internal: kernel ", e.op, " of domain ", ops::kDomain,
+                                   " has no row in the operator table (src/ops/onnxtrain_ops.cpp)");
+    if (!e.host_inputs.empty() && e.host_inputs != d->host_inputs)
+      throw_error<InvalidArgument>("internal: kernel ", e.op, " registers host inputs other than its table row's");
+    e.host_inputs = d->host_inputs;
+  }
   auto key = std::make_pair(e.domain, e.op);
   entries_[key].push_back(std::move(e));
 }
@@ -190,8 +215,21 @@ const KernelRegistry& KernelRegistry::global() { return cpu_provider().registry(
 namespace {
 
 // A standard operator's input and output counts against its ONNX schema, so that kernels may index
-// the inputs the schema requires: a malformed node is an error naming it, never a crash.
+// the inputs the schema requires and write the outputs it requires: a malformed node is an error
+// naming it, never a crash.
 void check_arity(const ir::Node& node, int64_t opset) {
+  const int nin = int(node.inputs.size()), nout = int(node.outputs.size());
+  if (node.domain == ops::kDomain) {  // counts from the operator table
+    const ops::OpDef* d = ops::find_op(node.op_type);
+    if (!d) return;
+    if (nin < d->min_inputs || (d->max_inputs >= 0 && nin > d->max_inputs))
+      throw_error<InvalidGraph>(node.describe(), ": ", nin, " inputs, ", node.op_type, " takes ",
+                                ops::count_range(d->min_inputs, d->max_inputs));
+    if (nout < d->min_outputs || (d->max_outputs >= 0 && nout > d->max_outputs))
+      throw_error<InvalidGraph>(node.describe(), ": ", nout, " outputs, ", node.op_type, " has ",
+                                ops::count_range(d->min_outputs, d->max_outputs));
+    return;
+  }
   if (!node.domain.empty() && node.domain != "ai.onnx.preview.training") return;
   // Opsets newer than the ONNX library's own (onnxtrain's kernels may know them) are not checked:
   // the library would answer with an older schema.
@@ -200,7 +238,6 @@ void check_arity(const ir::Node& node, int64_t opset) {
   if (range == ranges.end() || opset > range->second.second) return;
   const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(node.op_type, int(opset), node.domain);
   if (!schema) return;
-  const int nin = int(node.inputs.size()), nout = int(node.outputs.size());
   if (nin < schema->min_input() || nin > schema->max_input())
     throw_error<InvalidGraph>(node.describe(), ": ", nin, " inputs, the ", node.op_type, " schema allows ",
                               schema->min_input(), " to ", schema->max_input());
@@ -211,6 +248,10 @@ void check_arity(const ir::Node& node, int64_t opset) {
   for (size_t i = 0; i < formal.size() && i < node.inputs.size(); ++i)
     if (formal[i].GetOption() == onnx::OpSchema::Single && node.inputs[i].empty())
       throw_error<InvalidGraph>(node.describe(), ": required input ", i, " ('", formal[i].GetName(), "') is missing");
+  const auto& formal_out = schema->outputs();
+  for (size_t i = 0; i < formal_out.size() && i < node.outputs.size(); ++i)
+    if (formal_out[i].GetOption() == onnx::OpSchema::Single && node.outputs[i].empty())
+      throw_error<InvalidGraph>(node.describe(), ": required output ", i, " ('", formal_out[i].GetName(), "') is unnamed");
 }
 
 }  // namespace

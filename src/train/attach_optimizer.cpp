@@ -6,14 +6,15 @@
 
 #include "autodiff/builder.h"
 #include "ir/emitter.h"
-#include "kernels/optimizer_spec.h"
+#include "ops/onnxtrain_ops.h"
+#include "ops/optimizers.h"
 
 namespace onnxtrain::train {
 
 namespace {
 
 using ir::Emitter;
-using kernels::OptimizerSpec;
+using ops::OptimizerSpec;
 
 // Effective hyper-parameters of one weight.
 struct Hyper {
@@ -25,10 +26,10 @@ struct Hyper {
 }  // namespace
 
 const OptimizerSpec& optimizer_spec(const std::string& name) {
-  const OptimizerSpec* s = kernels::find_optimizer_spec(name);
+  const OptimizerSpec* s = ops::find_optimizer_spec(name);
   if (!s) {
     std::string all;
-    for (const auto& k : kernels::optimizer_specs()) all += (all.empty() ? "" : ", ") + k.name;
+    for (const auto& k : ops::optimizer_specs()) all += (all.empty() ? "" : ", ") + k.name;
     throw_error<InvalidArgument>("TrainingParameters.training_optimizer_name: unknown optimizer '", name,
                                  "' (known: ", all, ")");
   }
@@ -95,11 +96,11 @@ class GroupEmitter {
     ins.insert(ins.end(), G.begin(), G.end());
     for (const auto& s : S) ins.insert(ins.end(), s.begin(), s.end());
     std::vector<ir::Attribute> attrs;
-    if (!update_signal_.empty()) attrs.push_back(Emitter::int_attr(kernels::kOptimizerUpdateSignalAttr, 1));
+    if (!update_signal_.empty()) attrs.push_back(Emitter::int_attr(ops::kOptimizerUpdateSignalAttr, 1));
     for (const auto& a : spec_.float_attrs) attrs.push_back(Emitter::float_attr(a.name, h_.f.at(a.name)));
     for (const auto& a : spec_.int_attrs) attrs.push_back(Emitter::int_attr(a.name, h_.i.at(a.name)));
     const size_t n = W.size();
-    auto outs = e_.add_n(spec_.name, std::move(ins), n * (1 + S.size()), std::move(attrs), kernels::kTrainingDomain,
+    auto outs = e_.add_n(spec_.name, std::move(ins), n * (1 + S.size()), std::move(attrs), ops::kDomain,
                          "updated");
     std::vector<std::vector<std::string>> r(1 + S.size());
     for (size_t k = 0; k < r.size(); ++k) r[k].assign(outs.begin() + long(k * n), outs.begin() + long((k + 1) * n));
@@ -111,15 +112,16 @@ class GroupEmitter {
                                                  const std::vector<std::vector<std::string>>& S) {
     std::vector<std::string> G;
     for (const auto& g : G_in) G.push_back(scale_.empty() ? g : mul(g, e_.cast_like(scale_, g)));
-    const std::string& name = spec_.name;
-    if (name == "MomentumOptimizer" || name == "AdagradOptimizer") return preview(W, G, S);
+    using A = ops::OptimizerAlgorithm;
+    const A algo = spec_.algorithm;
+    if (algo == A::kMomentum || algo == A::kAdagrad) return preview(W, G, S);
     std::vector<std::vector<std::string>> r(1 + S.size());
     for (size_t i = 0; i < W.size(); ++i) {
       std::vector<std::string> st;
       for (const auto& s : S) st.push_back(s[i]);
-      std::vector<std::string> o = name == "SGDOptimizer" ? sgd(W[i], G[i])
-                                   : name == "LambOptimizer" ? lamb(W[i], G[i], st)
-                                                             : adam(W[i], G[i], st, name == "AdamWOptimizer");
+      std::vector<std::string> o = algo == A::kSgd    ? sgd(W[i], G[i])
+                                   : algo == A::kLamb ? lamb(W[i], G[i], st)
+                                                      : adam(W[i], G[i], st, algo == A::kAdamW);
       for (size_t k = 0; k < o.size(); ++k) r[k].push_back(o[k]);
     }
     return r;
@@ -193,7 +195,7 @@ class GroupEmitter {
   // Momentum and Adagrad as the preview-training operators (one node for the group).
   std::vector<std::vector<std::string>> preview(const std::vector<std::string>& W, const std::vector<std::string>& G,
                                                 const std::vector<std::vector<std::string>>& S) {
-    const bool momentum = spec_.name == "MomentumOptimizer";
+    const bool momentum = spec_.algorithm == ops::OptimizerAlgorithm::kMomentum;
     const std::string R = e_.reshape(tg_.lr_input, e_.ints({}));
     // Adagrad's T counts the updates before this one (r = R / (1 + T decay)); Momentum ignores it
     // here (beta = 1).
@@ -280,11 +282,11 @@ std::vector<std::string> reduce_gradients(Emitter& e, TrainingGraph& tg, const s
     std::vector<std::string> ins = {tg.contribution_input};
     for (size_t i : bucket) ins.push_back(source[i]);
     const std::string token =
-        e.add_n("GradientReduceStart", ins, 1, {mode}, kernels::kTrainingDomain, "reduce_token")[0];
+        e.add_n("GradientReduceStart", ins, 1, {mode}, ops::kDomain, "reduce_token")[0];
     starts.emplace_back(last, std::move(g.nodes.back()));
     g.nodes.pop_back();
     ins[0] = token;
-    const auto reduced = e.add_n("GradientReduceWait", ins, bucket.size(), {}, kernels::kTrainingDomain, "reduced");
+    const auto reduced = e.add_n("GradientReduceWait", ins, bucket.size(), {}, ops::kDomain, "reduced");
     for (size_t k = 0; k < bucket.size(); ++k) out[bucket[k]] = reduced[k];
     ++tg.reduce_buckets;
   }
@@ -370,8 +372,8 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
   const DataParallelConfig& dp = cfg.data_parallel;
   if (dp.world_size > 1) {
     if (cfg.portable)
-      throw_error<NotImplemented>("portable_training_graph with data parallelism: the gradient reductions are "
-                                  "com.onnxtrain operators");
+      throw_error<NotImplemented>("portable_training_graph with data parallelism: the gradient reductions are ",
+                                  ops::kDomain, " operators");
     tg.contribution_input = input("DataParallelContribution", DType::kFloat64, false);
   }
   const bool reduce_after = dp.post_accumulation && cfg.accumulation_steps > 1;
@@ -391,7 +393,7 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
       std::vector<std::string> ins = {tg.reset_input};
       ins.insert(ins.end(), acc.begin(), acc.end());
       ins.insert(ins.end(), grads.begin(), grads.end());
-      upd = e.add_n(kernels::kAccumulateGradients, std::move(ins), acc.size(), {}, kernels::kTrainingDomain, "accumulated");
+      upd = e.add_n(ops::kAccumulateGradients, std::move(ins), acc.size(), {}, ops::kDomain, "accumulated");
     }
     for (size_t i = 0; i < acc.size(); ++i)
       tg.updates.push_back({StateUpdate::Kind::kAccumulator, upd[i], acc[i], tg.trained[i], tg.trained[i]});
@@ -408,11 +410,11 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     // (and clips) them; a non-finite gradient skips the update.
     if (cfg.portable)
       throw_error<NotImplemented>("portable_training_graph with float16 mixed precision: the loss-scale check and "
-                                  "the skipped update are com.onnxtrain operators");
+                                  "the skipped update are ", ops::kDomain, " operators");
     tg.loss_scale_input = cfg.loss_scale_input;
     ir::Node check;
-    check.op_type = kernels::kLossScaleCheck;
-    check.domain = kernels::kTrainingDomain;
+    check.op_type = ops::kLossScaleCheck;
+    check.domain = ops::kDomain;
     check.inputs = {cfg.loss_scale_input};
     check.inputs.insert(check.inputs.end(), grads.begin(), grads.end());
     check.outputs = {e.fresh("grad_scale"), e.fresh("all_gradients_finite")};
@@ -432,8 +434,8 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
                                              e.add("Add", {norm, e.scalar(DType::kFloat64, 1e-6)})});
       scale = e.add("Min", {coef, e.scalar(DType::kFloat64, 1.0)});
     } else {
-      scale = e.add_n(kernels::kGlobalNormClip, grads, 1, {Emitter::float_attr("max_norm", cfg.max_grad_norm)},
-                      kernels::kTrainingDomain, "grad_scale")[0];
+      scale = e.add_n(ops::kGlobalNormClip, grads, 1, {Emitter::float_attr("max_norm", cfg.max_grad_norm)},
+                      ops::kDomain, "grad_scale")[0];
     }
   }
 
@@ -443,7 +445,7 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
   for (const auto& w : tg.trained) numels.push_back(g.initializer(w)->numel());
   std::vector<std::string> piece_out(tg.trained.size());  // updated piece of each weight (ZeRO)
   if (zero) {
-    if (spec.name == "LambOptimizer")
+    if (spec.algorithm == ops::OptimizerAlgorithm::kLamb)
       throw_error<NotImplemented>("deepspeed_zero_stage 1 with LambOptimizer: its trust ratio needs whole weights");
     for (const auto& w : tg.trained)
       if (g.initializer(w)->dtype() != g.initializer(tg.trained[0])->dtype())
@@ -514,7 +516,7 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     const int64_t pieces = int64_t(ins.size());
     ins.insert(ins.end(), tg.trained.begin(), tg.trained.end());
     const auto full = e.add_n("ZeroAllGather", ins, tg.trained.size(), {Emitter::int_attr("pieces", pieces)},
-                              kernels::kTrainingDomain, "gathered");
+                              ops::kDomain, "gathered");
     for (size_t i = 0; i < tg.trained.size(); ++i)
       tg.updates.push_back({StateUpdate::Kind::kWeight, full[i], tg.trained[i], tg.trained[i], tg.trained[i]});
   }

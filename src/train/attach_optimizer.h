@@ -4,7 +4,7 @@
 // and accumulators are initializers that the step updates in place (StateUpdate); the learning
 // rate, the step count and (when accumulating) the accumulation reset flag are graph inputs.
 //
-//   fused (default)  com.onnxtrain operators (src/kernels/optimizer_spec.h): AccumulateGradients,
+//   fused (default)  com.onnxtrain operators (src/ops/onnxtrain_ops.h, optimizers.h): AccumulateGradients,
 //                    GlobalNormClip, SGDOptimizer, MomentumOptimizer, AdamOptimizer, ...
 //   portable         standard ONNX operators, plus the ai.onnx.preview.training Momentum and
 //                    Adagrad operators whose arithmetic matches torch.optim's: the saved training
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "ir/ir.h"
-#include "kernels/optimizer_spec.h"
+#include "ops/optimizers.h"
 #include "train/training_graph.h"
 
 namespace onnxtrain::train {
@@ -39,7 +39,7 @@ struct OptimizerConfig {
 /// The optimizer table's entry for OptimizerConfig::name `name` (onnxruntime-training's
 /// training_optimizer_name values; onnxtrain::optimizer_names() lists them); InvalidArgument
 /// naming the known ones otherwise.
-const kernels::OptimizerSpec& optimizer_spec(const std::string& name);
+const ops::OptimizerSpec& optimizer_spec(const std::string& name);
 
 /// Data parallelism: how gradients are combined across the ranks of an MPI job.
 struct DataParallelConfig {

@@ -1,12 +1,13 @@
 #include "train/fusion.h"
 
-#include "ir/infer.h"
-
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 #include <unordered_map>
+
+#include "ir/infer.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::train {
 
@@ -118,7 +119,7 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused) {
     }
     ir::Node gelu;
     gelu.op_type = "Gelu";
-    gelu.domain = "com.onnxtrain";
+    gelu.domain = ops::kDomain;
     gelu.name = erf.name.empty() ? "Gelu_" + std::to_string(i) : erf.name + "_gelu";
     gelu.inputs = {x};
     gelu.outputs = {g.nodes[m2].outputs[0], a};
@@ -139,7 +140,7 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused) {
   std::erase_if(g.value_info, [&](const ir::ValueInfo& v) {
     return !defined.count(v.name) && !g.is_input(v.name) && !g.initializer(v.name);
   });
-  if (!r.opsets.count("com.onnxtrain")) r.opsets["com.onnxtrain"] = 1;
+  if (!r.opsets.count(ops::kDomain)) r.opsets[ops::kDomain] = ops::kOpset;
   return r;
 }
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <map>
 
-#include "kernels/optimizer_spec.h"
+#include "ops/optimizers.h"
 #include "test_util.h"
 
 namespace ot_test {
@@ -16,7 +16,7 @@ std::string thrown_by(const std::function<void()>& f);  // test_reduce.cpp
 
 using namespace ot_test;
 using onnxtrain::shape_to_string;
-namespace ok = onnxtrain::kernels;
+namespace ok = onnxtrain::ops;
 
 namespace {
 

@@ -6,14 +6,23 @@
 // an attribute value, a declared dim, an element type, a node's input, an index constant, a feed's
 // shape, type or values — and serializes it again; kernels must then reject with a typed error
 // naming the node (or compute), never read or write out of bounds.
-// Seeds: the conformance cases (model.onnx + test_data_set_0/input_*.pb), made by make_seeds.py.
+// Internal operators (com.onnxtrain gradient kernels, optimizers, accumulation, clipping, loss
+// scaling; com.microsoft.YieldOp; ai.onnx.preview.training) are reachable from any user model, so
+// the mutator also leaves outputs unnamed, adds or drops outputs, changes a node's operator among
+// the registered internal ones or its domain, and swaps a node's input for another value of the
+// same element type.
+// Seeds: the conformance cases (model.onnx + test_data_set_0/input_*.pb) and graphs of the internal
+// operators (gradient graphs, training graphs, OrtModuleGraphBuilder graphs, single nodes), made by
+// make_seeds.py.
 #include <onnx/onnx_pb.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "fuzz_common.h"
 #include "ir/onnx_io.h"
+#include "kernels/kernel.h"
 
 extern "C" size_t LLVMFuzzerMutate(uint8_t* data, size_t size, size_t max_size);
 
@@ -168,6 +177,94 @@ bool mutate_type(onnx::TypeProto* type, Rng& r) {
   return true;
 }
 
+/// Leaves an output unnamed, drops the last one or adds one (extra outputs of a node are refused,
+/// unnamed ones have no buffer: kernels must not write them).
+bool mutate_node_outputs(onnx::NodeProto* n, Rng& r) {
+  const int64_t what = pick(r, 3);
+  if (what == 0 && n->output_size() > 0) {
+    n->set_output(int(pick(r, n->output_size())), "");
+  } else if (what == 1 && n->output_size() > 1) {
+    n->mutable_output()->RemoveLast();
+  } else {
+    n->add_output("fuzz_out_" + std::to_string(n->output_size()));
+  }
+  return true;
+}
+
+/// The domains whose operators are internal or training-only, and the operators registered there
+/// (read from the kernel registry, so that new internal kernels are fuzzed without a list here).
+const std::vector<std::pair<std::string, std::string>>& internal_ops() {
+  static const auto ops = [] {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (const auto& [domain, op] : onnxtrain::KernelRegistry::global().ops())
+      if (domain == "com.onnxtrain" || domain == "ai.onnx.preview.training") v.emplace_back(domain, op);
+    v.emplace_back("com.microsoft", "YieldOp");
+    return v;
+  }();
+  return ops;
+}
+
+void import_domain(onnx::ModelProto* m, const std::string& domain) {
+  for (const auto& o : m->opset_import())
+    if (o.domain() == domain || (domain.empty() && o.domain() == "ai.onnx")) return;
+  auto* o = m->add_opset_import();
+  o->set_domain(domain);
+  o->set_version(domain.empty() ? 17 : 1);
+}
+
+/// Turns a node into another internal operator (keeping its inputs, outputs and attributes), or
+/// moves it to another domain.
+bool mutate_op(onnx::ModelProto* m, onnx::NodeProto* n, Rng& r) {
+  if (pick(r, 3) == 0) {
+    static const char* domains[] = {"", "com.onnxtrain", "com.microsoft", "ai.onnx.preview.training"};
+    n->set_domain(domains[pick(r, 4)]);
+  } else {
+    const auto& ops = internal_ops();
+    const auto& [domain, op] = ops[size_t(pick(r, int64_t(ops.size())))];
+    n->set_domain(domain);
+    n->set_op_type(op);
+  }
+  import_domain(m, n->domain());
+  return true;
+}
+
+/// Element type of every value the graph declares (inputs, initializers, value_info, outputs).
+std::map<std::string, int> declared_types(const onnx::GraphProto& g) {
+  std::map<std::string, int> types;
+  auto add = [&](const onnx::ValueInfoProto& v) {
+    if (v.type().has_tensor_type()) types[v.name()] = v.type().tensor_type().elem_type();
+  };
+  for (const auto& v : g.input()) add(v);
+  for (const auto& v : g.value_info()) add(v);
+  for (const auto& v : g.output()) add(v);
+  for (const auto& t : g.initializer()) types[t.name()] = t.data_type();
+  return types;
+}
+
+/// Replaces one input of a node by another value of the same element type (a gradient for a
+/// moment, dY for X, a shape input for indices), or swaps two of its inputs.
+bool swap_same_typed_input(onnx::GraphProto* g, onnx::NodeProto* n, Rng& r) {
+  if (n->input_size() == 0) return false;
+  const int i = int(pick(r, n->input_size()));
+  const auto types = declared_types(*g);
+  const auto it = types.find(n->input(i));
+  std::vector<std::string> same;
+  if (it != types.end())
+    for (const auto& [name, t] : types)
+      if (t == it->second && name != n->input(i)) same.push_back(name);
+  if (!same.empty() && pick(r, 4) != 0) {
+    n->set_input(i, same[size_t(pick(r, int64_t(same.size())))]);
+  } else {
+    if (n->input_size() < 2) return false;
+    const int j = int(pick(r, n->input_size()));
+    if (i == j) return false;
+    const std::string t = n->input(i);
+    n->set_input(i, n->input(j));
+    n->set_input(j, t);
+  }
+  return true;
+}
+
 bool mutate_node_input(onnx::GraphProto* g, onnx::NodeProto* n, Rng& r) {
   std::vector<std::string> names;
   for (const auto& i : g->input()) names.push_back(i.name());
@@ -266,9 +363,11 @@ bool mutate_case(Case* c, Rng& r) {
   std::vector<onnx::NodeProto*> nodes;
   collect_nodes(g, &nodes);
   bool changed = false;
-  switch (pick(r, 7)) {
+  onnx::NodeProto* node = nodes.empty() ? nullptr : nodes[size_t(pick(r, int64_t(nodes.size())))];
+  onnx::NodeProto* top = g->node_size() > 0 ? g->mutable_node(int(pick(r, g->node_size()))) : nullptr;
+  switch (pick(r, 10)) {
     case 0:
-      if (!nodes.empty()) changed = mutate_attribute(nodes[pick(r, int64_t(nodes.size()))], r);
+      if (node) changed = mutate_attribute(node, r);
       break;
     case 1: {
       const int64_t k = g->input_size() + g->output_size() + g->value_info_size();
@@ -281,9 +380,18 @@ bool mutate_case(Case* c, Rng& r) {
       break;
     }
     case 2:
-      if (g->node_size() > 0) changed = mutate_node_input(g, g->mutable_node(int(pick(r, g->node_size()))), r);
+      if (top) changed = mutate_node_input(g, top, r);
       break;
     case 3: changed = mutate_initializer(g, r); break;
+    case 4:
+      if (node) changed = mutate_node_outputs(node, r);
+      break;
+    case 5:
+      if (node) changed = mutate_op(&m, node, r);
+      break;
+    case 6:
+      if (top) changed = swap_same_typed_input(g, top, r);
+      break;
     default:
       if (!c->feeds.empty()) changed = mutate_feed(&c->feeds[size_t(pick(r, int64_t(c->feeds.size())))], r);
       break;

@@ -18,11 +18,15 @@
 namespace onnxtrain::kernels::cpu {
 
 /// Reads input i, the 1-D int64 shape of the tensor a backward kernel produces (shape(X)); false
-/// when its value is unknown now (prepare runs again at run time).
+/// when its value is unknown now (prepare runs again at run time, with every value known). A
+/// missing shape input is an error, not a value to wait for: a node whose inputs are all constant
+/// runs right after prepare (folding), its output never allocated.
 inline bool read_shape_value(const PrepareContext& ctx, size_t i, DType dt, Shape* out) {
+  if (!ctx.has_input(i)) ctx.fail("the shape input (input ", i, ") is missing");
+  if (ctx.input_rank(i) != 1 || ctx.input_dtype(i) != DType::kInt64)
+    ctx.fail("shape input must be 1-D int64, got ", dtype_name(ctx.input_dtype(i)), shape_to_string(ctx.input_shape(i)));
   const Tensor* t = ctx.input_value(i);
   if (!t) return false;
-  if (t->rank() != 1 || t->dtype() != DType::kInt64) ctx.fail("shape input must be 1-D int64, got ", t->describe());
   *out = read_int_list(*t);
   check_output_size(ctx, *out, dt);
   return true;
@@ -78,7 +82,9 @@ class FoldPlan {
       std::memcpy(static_cast<void*>(dx), dy, size_t(numel_) * sizeof(T));
       return;
     }
-    C* buf[2] = {static_cast<C*>(ws), static_cast<C*>(ws) + mid_};
+    // Intermediates alternate between two buffers (one with two steps, none with one: then the
+    // workspace may be null, and no offset is formed from it).
+    C* buf[2] = {static_cast<C*>(ws), steps_.size() > 2 ? static_cast<C*>(ws) + mid_ : nullptr};
     for (size_t s = 0; s < steps_.size(); ++s) {
       const bool first = s == 0, last = s + 1 == steps_.size();
       const C* prev = first ? nullptr : buf[(s - 1) % 2];

@@ -25,7 +25,7 @@
 
 #include "distributed/adasum.h"
 #include "distributed/comm.h"
-#include "kernels/optimizer_spec.h"
+#include "ops/onnxtrain_ops.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels::cpu {
@@ -268,11 +268,11 @@ size_t reductions_in_flight() {
 }
 
 void register_collectives(KernelRegistry& r) {
-  r.add(kTrainingDomain, "ZeroAllGather", kTrainingOpset, kMaxOpsetAll,
+  r.add(ops::kDomain, "ZeroAllGather", ops::kOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<ZeroAllGatherKernel>(i); });
-  r.add(kTrainingDomain, "GradientReduceStart", kTrainingOpset, kMaxOpsetAll,
+  r.add(ops::kDomain, "GradientReduceStart", ops::kOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GradientReduceStartKernel>(i); });
-  r.add(kTrainingDomain, "GradientReduceWait", kTrainingOpset, kMaxOpsetAll,
+  r.add(ops::kDomain, "GradientReduceWait", ops::kOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GradientReduceWaitKernel>(i); });
 }
 

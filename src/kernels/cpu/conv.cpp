@@ -24,6 +24,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/window.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -833,8 +834,8 @@ KernelFactory conv_factory(bool grad, bool transposed) {
 void register_conv(KernelRegistry& r) {
   r.add("Conv", 1, kMaxOpsetAll, conv_factory(false, false));
   r.add("ConvTranspose", 1, kMaxOpsetAll, conv_factory(false, true));
-  r.add("com.onnxtrain", "ConvGrad", 1, kMaxOpsetAll, conv_factory(true, false));
-  r.add("com.onnxtrain", "ConvTransposeGrad", 1, kMaxOpsetAll, conv_factory(true, true));
+  r.add(ops::kDomain, "ConvGrad", 1, kMaxOpsetAll, conv_factory(true, false));
+  r.add(ops::kDomain, "ConvTransposeGrad", 1, kMaxOpsetAll, conv_factory(true, true));
 }
 
 }  // namespace onnxtrain::kernels::cpu

@@ -5,6 +5,7 @@
 //   Where: Y = C ? X : Z    Y: broadcast(C, X, Z), X's dtype (any, strings included)
 //   com.onnxtrain.ReluGrad(dY, Y): dX = Y > 0 ? dY : 0
 #include "kernels/cpu/elementwise_internal.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -104,7 +105,7 @@ void register_elementwise_logic(KernelRegistry& r) {
   r.add("IsNaN", 9, M, unary<FloatTypes, true>([](auto x) { return x != x; }));
   // com.onnxtrain.ReluGrad(dY, Y) -> dX = Y > 0 ? dY : 0 (the ReLU gradient in one pass; Y: the
   // forward output, NaN gives 0 as Where(Greater(Y, 0), dY, 0) does). Same shapes.
-  r.add("com.onnxtrain", "ReluGrad", 1, M,
+  r.add(ops::kDomain, "ReluGrad", 1, M,
         binary<FloatTypes>([](auto dy, auto y) { return y > decltype(y)(0) ? dy : decltype(dy)(0); }));
   r.add("IsInf", 10, M, unary_attr<FloatTypes, true>([](const KernelInfo& i) {
           return IsInfOp{i.attr_int("detect_negative", 1) != 0, i.attr_int("detect_positive", 1) != 0};

@@ -7,6 +7,7 @@
 // float16/bfloat16 compute in float; float32 Exp/Log/Tanh/Sigmoid/Erf use the AVX2 versions of
 // elementwise_simd.h (max error 1-2 ulp, documented there).
 #include "kernels/cpu/elementwise_internal.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -354,9 +355,9 @@ void register_elementwise_unary(KernelRegistry& r) {
   r.add("Sign", 9, M, unary<NumericTypes>(SignOp{}));
   r.add("Relu", 1, M, unary<FloatAndSigned>(ReluOp{}));
   r.add("Erf", 9, M, unary<NumericTypes>(ErfOp{}));
-  r.add("com.onnxtrain", "Gelu", 1, M,
+  r.add(ops::kDomain, "Gelu", 1, M,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GeluKernel>(i); });
-  r.add("com.onnxtrain", "GeluGrad", 1, M,
+  r.add(ops::kDomain, "GeluGrad", 1, M,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GeluGradKernel>(i); });
   r.add("Sqrt", 1, M, simple(SqrtOp{}));
   r.add("Reciprocal", 1, M, simple(ReciprocalOp{}));

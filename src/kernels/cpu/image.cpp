@@ -18,6 +18,7 @@
 #include "kernels/cpu/backward.h"
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -755,7 +756,7 @@ void register_image(KernelRegistry& r) {
     return std::make_unique<SpaceDepthKernel>(i, false);
   });
   // Backward kernel of the Resize gradient rule (src/autodiff/rules.cpp).
-  r.add("com.onnxtrain", "ResizeGrad", 1, kMaxOpsetAll,
+  r.add(ops::kDomain, "ResizeGrad", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<ResizeGradKernel>(i); });
 }
 

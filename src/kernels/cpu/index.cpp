@@ -17,6 +17,7 @@
 #include "kernels/cpu/backward.h"
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -664,10 +665,10 @@ void register_index(KernelRegistry& r) {
     return std::make_unique<OneHotKernel>(i, true);
   });
   // Backward kernels of the gradient rules (src/autodiff/rules.cpp): inputs shape(X), indices, dY.
-  r.add("com.onnxtrain", "GatherGrad", 1, kMaxOpsetAll,
+  r.add(ops::kDomain, "GatherGrad", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GatherGradKernel>(i); });
-  r.add("com.onnxtrain", "GatherElementsGrad", 1, kMaxOpsetAll, scatter(false, true));
-  r.add("com.onnxtrain", "GatherNDGrad", 1, kMaxOpsetAll, scatter(true, true));
+  r.add(ops::kDomain, "GatherElementsGrad", 1, kMaxOpsetAll, scatter(false, true));
+  r.add(ops::kDomain, "GatherNDGrad", 1, kMaxOpsetAll, scatter(true, true));
 }
 
 }  // namespace onnxtrain::kernels::cpu

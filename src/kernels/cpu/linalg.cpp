@@ -17,6 +17,7 @@
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -820,7 +821,7 @@ void register_linalg(KernelRegistry& r) {
   r.add<MatMulKernel>("MatMul", 1, kMaxOpsetAll);
   r.add<GemmKernel>("Gemm", 1, kMaxOpsetAll);
   r.add<EinsumKernel>("Einsum", 12, kMaxOpsetAll);
-  r.add("com.onnxtrain", "FusedMatMul", 1, kMaxOpsetAll,
+  r.add(ops::kDomain, "FusedMatMul", 1, kMaxOpsetAll,
         [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<FusedMatMulKernel>(info); });
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -233,7 +234,7 @@ void register_loss(KernelRegistry& r) {
     r.add(softmax ? "SoftmaxCrossEntropyLoss" : "NegativeLogLikelihoodLoss", 12, kMaxOpsetAll,
           [softmax](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossKernel>(i, softmax); });
   for (bool softmax : {false, true})
-    r.add("com.onnxtrain", softmax ? "SoftmaxCrossEntropyLossGrad" : "NegativeLogLikelihoodLossGrad", 1, kMaxOpsetAll,
+    r.add(ops::kDomain, softmax ? "SoftmaxCrossEntropyLossGrad" : "NegativeLogLikelihoodLossGrad", 1, kMaxOpsetAll,
           [softmax](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossGradKernel>(i, softmax); });
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -743,8 +744,8 @@ void register_movement(KernelRegistry& r) {
   r.add<TriluKernel>("Trilu", 14, kMaxOpsetAll);
   r.add<NonZeroKernel>("NonZero", 9, kMaxOpsetAll);
   // Backward kernels of the gradient rules (src/autodiff/rules.cpp).
-  r.add("com.onnxtrain", "SliceGrad", 1, kMaxOpsetAll, slice(true));
-  r.add("com.onnxtrain", "PadGrad", 1, kMaxOpsetAll,
+  r.add(ops::kDomain, "SliceGrad", 1, kMaxOpsetAll, slice(true));
+  r.add(ops::kDomain, "PadGrad", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<PadGradKernel>(i); });
 }
 

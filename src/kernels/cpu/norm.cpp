@@ -12,7 +12,7 @@
 //   LRN(X[N,C,S..]) Y = X / (bias + alpha / size * sum_{c' in window(c)} X[c']^2)^beta
 //   Dropout(X, ratio, training_mode) Y = X * mask / (1 - ratio), mask = U(0,1) >= ratio;
 //       inference: Y = X (a view), mask all true
-// Backward kernels (com.onnxtrain), after the forward ones:
+// Backward kernels (com.onnxtrain), each right after its forward kernel:
 //   BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale[C], dB[C] (, dmean[C], dvar[C])
 //   LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB (normalized shape)
 //   LRNGrad(dY, X) -> dX;  DropoutGrad(dY, mask, ratio?, training_mode?) -> dX
@@ -23,6 +23,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -183,6 +184,158 @@ class BatchNormKernel final : public Kernel {
   int64_t n_ = 0, c_ = 0, s_ = 0;
 };
 
+// ---------------------------------------------------------------- BatchNormalizationGrad
+// BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale, dB (, dmean, dvar)
+// attributes epsilon, training_mode, spatial (the forward node's mode). Per channel, sums over N, S:
+//   training: mu, sigma2 = the batch's moments, inv = 1 / sqrt(sigma2 + eps), xhat = (x - mu) inv,
+//     dscale = sum(dy xhat), dB = sum(dy), dx = scale inv (dy - dB / M - xhat dscale / M)
+//   inference: mu, sigma2 = mean, var: dx = scale inv dy, dscale and dB as above,
+//     dmean = -scale inv dB, dvar = -scale inv^2 / 2 dscale
+// so dx = a dy + b x + d per channel: one pass gathers the sums (training moments shifted by the
+// channel's first element, in float64), one writes dx. S = 1 ([N, C]) vectorizes over channels.
+class BatchNormGradKernel final : public Kernel {
+ public:
+  explicit BatchNormGradKernel(const KernelInfo& info) {
+    eps_ = info.attr_float("epsilon", 1e-5f);
+    training_ = info.attr_int("training_mode", 0) != 0;
+    spatial_ = info.attr_int("spatial", 1) != 0;
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(1);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(1);
+    if (s.size() < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(s));
+    if (ctx.input_shape(0) != s || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
+    n_ = s[0];
+    c_ = spatial_ ? s[1] : dim_product(s, 1, s.size());
+    s_ = spatial_ ? dim_product(s, 2, s.size()) : 1;
+    check_param(ctx, 2, "scale", c_);
+    if (!training_) {
+      check_param(ctx, 3, "mean", c_);
+      check_param(ctx, 4, "var", c_);
+    }
+    if (ctx.num_outputs() > 5) ctx.fail("has ", ctx.num_outputs(), " outputs, expected at most 5 (dX, dscale, dB, dmean, dvar)");
+    if (training_ && (ctx.has_output(3) || ctx.has_output(4)))
+      ctx.fail("dmean and dvar (outputs 3 and 4) exist only in inference mode (training_mode = 0)");
+    if (ctx.has_output(0)) ctx.set_output(0, dt, s);
+    for (size_t k = 1; k < ctx.num_outputs(); ++k) {
+      const size_t src = k <= 2 ? 2 : k;  // dscale, dB like scale; dmean, dvar like mean, var
+      if (ctx.has_output(k)) ctx.set_output(k, ctx.input_dtype(src), ctx.input_shape(src));
+    }
+    ctx.request_workspace(size_t(c_) * 10 * sizeof(double));
+  }
+  void run(RunContext& ctx) override {
+    const int64_t N = n_, C = c_, S = s_;
+    double* scale = static_cast<double*>(ctx.workspace());
+    double *mean = scale + C, *var = mean + C, *a = var + C, *b = a + C, *d = b + C;
+    double *sdy = d + C, *sdyxhat = sdy + C, *dmean = sdyxhat + C, *dvar = dmean + C;
+    load_as(ctx.input(2), scale, ctx.node());
+    if (!training_) {
+      load_as(ctx.input(3), mean, ctx.node());
+      load_as(ctx.input(4), var, ctx.node());
+    }
+    const double M = double(N * S), eps = eps_;
+    // From the sums of channel c (shifted by k): sx = sum(x - k), sxx = sum((x - k)^2),
+    // sg = sum(dy), sgx = sum(dy (x - k)).
+    auto finish = [&](int64_t c, double k, double sx, double sxx, double sg, double sgx) {
+      double mu = mean[c], v = var[c];
+      if (training_) {
+        const double m1 = M > 0 ? sx / M : 0.0;
+        mu = k + m1;
+        v = M > 0 ? std::max(sxx / M - m1 * m1, 0.0) : 0.0;
+      }
+      const double inv = 1.0 / std::sqrt(v + eps), sgxhat = inv * (sgx - (mu - k) * sg);
+      a[c] = scale[c] * inv;
+      b[c] = training_ && M > 0 ? -a[c] * inv * sgxhat / M : 0.0;
+      d[c] = training_ && M > 0 ? -a[c] * sg / M - b[c] * mu : 0.0;
+      sdy[c] = sg;
+      sdyxhat[c] = sgxhat;
+      dmean[c] = -a[c] * sg;
+      dvar[c] = -0.5 * a[c] * inv * sgxhat;
+    };
+    const Tensor& x = ctx.input(1);
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using Cm = compute_t<T>;
+      const T* X = x.data<T>();
+      const T* dY = ctx.input(0).data<T>();
+      T* dX = ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr;  // unnamed: parameter gradients only
+      if (N * S == 0) {
+        for (int64_t c = 0; c < C; ++c) finish(c, 0, 0, 0, 0, 0);
+        return;
+      }
+      if (S == 1) {  // rows of C channels: vectorized over channels, blocks of B channels per task
+        constexpr int64_t B = 512;
+        parallel_for((C + B - 1) / B, grain_for(B * N), [&](int64_t b0, int64_t b1) {
+          double sx[B], sxx[B], sg[B], sgx[B], k[B];
+          for (int64_t blk = b0; blk < b1; ++blk) {
+            const int64_t c0 = blk * B, m = std::min(B, C - c0);
+            for (int64_t j = 0; j < m; ++j) {
+              k[j] = training_ ? double(Cm(X[c0 + j])) : mean[c0 + j];
+              sx[j] = sxx[j] = sg[j] = sgx[j] = 0;
+            }
+            for (int64_t n = 0; n < N; ++n) {
+              const T *p = X + n * C + c0, *q = dY + n * C + c0;
+#pragma omp simd
+              for (int64_t j = 0; j < m; ++j) {
+                const double xc = double(Cm(p[j])) - k[j], g = double(Cm(q[j]));
+                sx[j] += xc;
+                sxx[j] += xc * xc;
+                sg[j] += g;
+                sgx[j] += g * xc;
+              }
+            }
+            for (int64_t j = 0; j < m; ++j) finish(c0 + j, k[j], sx[j], sxx[j], sg[j], sgx[j]);
+            for (int64_t n = 0; dX && n < N; ++n) {
+              const T *p = X + n * C + c0, *q = dY + n * C + c0;
+              T* o = dX + n * C + c0;
+#pragma omp simd
+              for (int64_t j = 0; j < m; ++j) o[j] = T(Cm(a[c0 + j] * double(Cm(q[j])) + b[c0 + j] * double(Cm(p[j])) + d[c0 + j]));
+            }
+          }
+        });
+        return;
+      }
+      parallel_for(C, grain_for(2 * N * S), [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const double k = training_ ? double(Cm(X[c * S])) : mean[c];
+          Lanes<double, 4> l;  // sum(x - k), sum((x - k)^2), sum(dy), sum(dy (x - k))
+          auto add = [&](int64_t k2, const T* p, const T* q) {
+            const double xc = double(Cm(*p)) - k, g = double(Cm(*q));
+            l.a[0][k2] += xc;
+            l.a[1][k2] += xc * xc;
+            l.a[2][k2] += g;
+            l.a[3][k2] += g * xc;
+          };
+          for (int64_t n = 0; n < N; ++n) {
+            const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
+            int64_t j = 0;
+            for (; j + l.W <= S; j += l.W)
+#pragma omp simd
+              for (int64_t k2 = 0; k2 < l.W; ++k2) add(k2, p + j + k2, q + j + k2);
+            for (int64_t k2 = 0; j < S; ++j, ++k2) add(k2, p + j, q + j);
+          }
+          finish(c, k, l.sum(0), l.sum(1), l.sum(2), l.sum(3));
+          const Cm ca = Cm(a[c]), cb = Cm(b[c]), cd = Cm(d[c]);
+          for (int64_t n = 0; dX && n < N; ++n) {
+            const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
+            T* o = dX + (n * C + c) * S;
+#pragma omp simd
+            for (int64_t j = 0; j < S; ++j) o[j] = T(ca * Cm(q[j]) + cb * Cm(p[j]) + cd);
+          }
+        }
+      });
+    });
+    const double* outs[] = {nullptr, sdyxhat, sdy, dmean, dvar};
+    for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), 5); ++k)
+      if (ctx.has_output(k) && (k <= 2 || !training_)) store_as(ctx.output(k), outs[k], ctx.node());
+  }
+
+ private:
+  float eps_;
+  bool training_, spatial_;
+  int64_t n_ = 0, c_ = 0, s_ = 0;
+};
+
 // ---------------------------------------------------------------- InstanceNormalization
 class InstanceNormKernel final : public Kernel {
  public:
@@ -340,346 +493,6 @@ class LayerNormKernel final : public Kernel {
   int64_t rows_ = 0, cols_ = 0;
 };
 
-// ---------------------------------------------------------------- LRN
-// Attributes of LRN (and LRNGrad).
-struct LRNAttrs {
-  int64_t size_;
-  float alpha_, beta_, bias_;
-  explicit LRNAttrs(const KernelInfo& info)
-      : size_(info.attr_int("size")), alpha_(info.attr_float("alpha", 1e-4f)), beta_(info.attr_float("beta", 0.75f)),
-        bias_(info.attr_float("bias", 1.0f)) {
-    if (size_ <= 0 || size_ > (int64_t(1) << 31)) info.fail("size must be in [1, 2^31], got ", size_);
-  }
-};
-
-class LRNKernel final : public Kernel, LRNAttrs {
- public:
-  explicit LRNKernel(const KernelInfo& info) : LRNAttrs(info) {}
-  void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(0);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    if (ctx.input_rank(0) < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(ctx.input_shape(0)));
-    ctx.set_output(0, dt, ctx.input_shape(0));
-  }
-  void run(RunContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    const int64_t C = x.dim(1), S = dim_product(x.shape(), 2, x.rank()), NC = x.numel() / std::max<int64_t>(S, 1);
-    const int64_t before = (size_ - 1) / 2, after = size_ / 2;  // floor((size-1)/2), ceil((size-1)/2)
-    if (S == 0) return;
-    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
-      using A = compute_t<T>;
-      const T* X = x.data<T>();
-      T* Y = ctx.output(0).data<T>();
-      const A k = A(alpha_ / double(size_)), bias = A(bias_), beta = A(beta_);
-      parallel_for(NC, grain_for(S * std::min(size_, C)), [&](int64_t r0, int64_t r1) {
-        constexpr int64_t B = 256;
-        A acc[B];
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t c = r % C, lo = std::max<int64_t>(0, c - before), hi = std::min(C - 1, c + after);
-          for (int64_t j0 = 0; j0 < S; j0 += B) {
-            const int64_t m = std::min(B, S - j0);
-            std::fill(acc, acc + m, A(0));
-            for (int64_t cc = lo; cc <= hi; ++cc) {
-              const T* p = X + (r - c + cc) * S + j0;
-#pragma omp simd
-              for (int64_t j = 0; j < m; ++j) acc[j] += A(p[j]) * A(p[j]);
-            }
-            const T* p = X + r * S + j0;
-            for (int64_t j = 0; j < m; ++j) Y[r * S + j0 + j] = T(A(p[j]) / std::pow(bias + k * acc[j], beta));
-          }
-        }
-      });
-    });
-  }
-};
-
-// ---------------------------------------------------------------- Dropout
-// Training mode: opset >= 12 the training_mode input (default false); opset 7-11 the session's
-// ExecOptions::training; opset < 7 additionally is_test = 0.
-// Random numbers: with a `seed` attribute, numpy's legacy generator (MT19937 seeded with
-// init_genrand(seed), 53-bit doubles from two draws), seeded once per kernel and advancing across
-// runs, so the first run reproduces np.random.seed(seed); np.random.uniform(0, 1, shape).
-// Without one, a counter-based hash of (ExecOptions::seed, node name, run counter, element): the
-// same in every thread split.
-class DropoutKernel final : public Kernel {
- public:
-  explicit DropoutKernel(const KernelInfo& info) : opset_(info.opset()) {
-    if (opset_ < 12) {
-      ratio_ = info.attr_float("ratio", 0.5f);
-      train_ = info.options().training && (opset_ >= 7 || info.attr_int("is_test", 0) == 0);
-    }
-    if (info.has_attr("seed")) {
-      seeded_ = true;
-      mt_.seed(uint32_t(info.attr_int("seed")));
-    }
-    key_ = info.options().seed ^ (std::hash<std::string>{}(info.node().name) * 0x9e3779b97f4a7c15ull);
-  }
-  void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(0);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    const Shape& s = ctx.input_shape(0);
-    mode_ = train_ ? Mode::kTrain : Mode::kInfer;
-    if (opset_ >= 12) {
-      mode_ = Mode::kInfer;
-      if (ctx.has_input(2)) {
-        if (ctx.input_dtype(2) != DType::kBool || shape_numel(ctx.input_shape(2)) != 1)
-          ctx.fail("training_mode must be a bool scalar, got ", dtype_name(ctx.input_dtype(2)), shape_to_string(ctx.input_shape(2)));
-        const Tensor* t = ctx.input_value(2);
-        mode_ = !t ? Mode::kRuntime : *t->data<bool>() ? Mode::kTrain : Mode::kInfer;
-      }
-      if (ctx.has_input(1)) {
-        if (!dtype_is_float(ctx.input_dtype(1)) || shape_numel(ctx.input_shape(1)) != 1)
-          ctx.fail("ratio must be a float scalar, got ", dtype_name(ctx.input_dtype(1)), shape_to_string(ctx.input_shape(1)));
-        if (const Tensor* r = ctx.input_value(1); r && mode_ == Mode::kTrain) check_ratio(ctx, read_scalar_as_double(*r));
-      }
-    } else if (train_) {
-      check_ratio(ctx, ratio_);
-    }
-    // A constant ratio of 0 keeps every element in both modes: the output is the input.
-    if (opset_ >= 12) {
-      const Tensor* r = ctx.has_input(1) ? ctx.input_value(1) : nullptr;
-      keep_all_ = r && read_scalar_as_double(*r) == 0;
-    } else {
-      keep_all_ = ratio_ == 0;
-    }
-    if (mode_ == Mode::kInfer || keep_all_)
-      ctx.set_output_alias(0, 0, s);
-    else
-      ctx.set_output(0, dt, s);
-    if (mode_ != Mode::kInfer) ctx.set_nondeterministic();
-    if (ctx.has_output(1)) ctx.set_output(1, opset_ >= 10 ? DType::kBool : dt, s);
-  }
-  void run(RunContext& ctx) override {
-    const Tensor& x = ctx.input(0);
-    Tensor& y = ctx.output(0);
-    bool train = mode_ == Mode::kTrain;
-    if (mode_ == Mode::kRuntime) train = *ctx.input(2).data<bool>();
-    double ratio = ratio_;
-    if (opset_ >= 12) ratio = ctx.has_input(1) ? read_scalar_as_double(ctx.input(1)) : 0.5;
-    if (train) check_ratio(ctx, ratio);
-    Tensor* mask = ctx.has_output(1) ? &ctx.output(1) : nullptr;
-    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
-      using C = compute_t<T>;
-      const T* X = x.data<T>();
-      T* Y = y.data<T>();
-      const int64_t n = x.numel();
-      auto put_mask = [&](int64_t i, bool keep) {
-        if (!mask) return;
-        if (mask->dtype() == DType::kBool)
-          mask->data<bool>()[i] = keep;
-        else
-          mask->data<T>()[i] = T(C(keep ? 1 : 0));
-      };
-      auto keep_everything = [&] {
-        if (!ctx.output_aliases_input(0, 0)) y.copy_from(x);
-        if (mask && mask->dtype() == DType::kBool) std::fill_n(mask->data<bool>(), n, true);
-        else if (mask) std::fill_n(mask->data<T>(), n, T(C(1)));
-      };
-      if (!train || keep_all_) return keep_everything();
-      const C denom = C(1.0f - float(ratio));
-      auto apply = [&](int64_t i, double u) {
-        const bool keep = u >= ratio;
-        Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
-        put_mask(i, keep);
-      };
-      if (seeded_) {
-        for (int64_t i = 0; i < n; ++i) {
-          const uint32_t a = uint32_t(mt_()) >> 5, b = uint32_t(mt_()) >> 6;
-          apply(i, (double(a) * 67108864.0 + double(b)) / 9007199254740992.0);
-        }
-      } else {
-        const uint64_t key = mix(key_ + 0x632be59bd9b4e019ull * ++runs_);
-        if (ratio == 0) return keep_everything();  // u >= 0 always: no draws (the stream is counter-based)
-        auto uniform = [key](int64_t i) { return double(mix(key ^ uint64_t(i)) >> 11) * 0x1.0p-53; };
-        bool* mb = mask && mask->dtype() == DType::kBool ? mask->data<bool>() : nullptr;
-        parallel_for(n, 16384, [&](int64_t i0, int64_t i1) {
-          if (mb) {  // the common case without the per-element mask type test
-            for (int64_t i = i0; i < i1; ++i) {
-              const bool keep = uniform(i) >= ratio;
-              Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
-              mb[i] = keep;
-            }
-            return;
-          }
-          for (int64_t i = i0; i < i1; ++i) apply(i, uniform(i));
-        });
-      }
-    });
-  }
-
- private:
-  enum class Mode { kInfer, kTrain, kRuntime };
-  template <class Ctx>
-  static void check_ratio(const Ctx& ctx, double r) {
-    if (!(r >= 0.0 && r < 1.0)) ctx.fail("ratio must be in [0, 1), got ", r);
-  }
-  static uint64_t mix(uint64_t z) {  // splitmix64 finalizer
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-
-  int64_t opset_;
-  double ratio_ = 0.5;
-  bool train_ = false, seeded_ = false, keep_all_ = false;
-  Mode mode_ = Mode::kInfer;
-  std::mt19937 mt_;
-  uint64_t key_, runs_ = 0;
-};
-
-
-// ================================================================ backward kernels (com.onnxtrain)
-
-// ---------------------------------------------------------------- BatchNormalizationGrad
-// BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale, dB (, dmean, dvar)
-// attributes epsilon, training_mode, spatial (the forward node's mode). Per channel, sums over N, S:
-//   training: mu, sigma2 = the batch's moments, inv = 1 / sqrt(sigma2 + eps), xhat = (x - mu) inv,
-//     dscale = sum(dy xhat), dB = sum(dy), dx = scale inv (dy - dB / M - xhat dscale / M)
-//   inference: mu, sigma2 = mean, var: dx = scale inv dy, dscale and dB as above,
-//     dmean = -scale inv dB, dvar = -scale inv^2 / 2 dscale
-// so dx = a dy + b x + d per channel: one pass gathers the sums (training moments shifted by the
-// channel's first element, in float64), one writes dx. S = 1 ([N, C]) vectorizes over channels.
-class BatchNormGradKernel final : public Kernel {
- public:
-  explicit BatchNormGradKernel(const KernelInfo& info) {
-    eps_ = info.attr_float("epsilon", 1e-5f);
-    training_ = info.attr_int("training_mode", 0) != 0;
-    spatial_ = info.attr_int("spatial", 1) != 0;
-  }
-  void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(1);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    const Shape& s = ctx.input_shape(1);
-    if (s.size() < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(s));
-    if (ctx.input_shape(0) != s || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
-    n_ = s[0];
-    c_ = spatial_ ? s[1] : dim_product(s, 1, s.size());
-    s_ = spatial_ ? dim_product(s, 2, s.size()) : 1;
-    check_param(ctx, 2, "scale", c_);
-    if (!training_) {
-      check_param(ctx, 3, "mean", c_);
-      check_param(ctx, 4, "var", c_);
-    }
-    if (ctx.has_output(0)) ctx.set_output(0, dt, s);
-    for (size_t k = 1; k < ctx.num_outputs(); ++k) {
-      const size_t src = k <= 2 ? 2 : k;  // dscale, dB like scale; dmean, dvar like mean, var
-      if (ctx.has_output(k) && k <= 4 && (k <= 2 || !training_)) ctx.set_output(k, ctx.input_dtype(src), ctx.input_shape(src));
-    }
-    ctx.request_workspace(size_t(c_) * 10 * sizeof(double));
-  }
-  void run(RunContext& ctx) override {
-    const int64_t N = n_, C = c_, S = s_;
-    double* scale = static_cast<double*>(ctx.workspace());
-    double *mean = scale + C, *var = mean + C, *a = var + C, *b = a + C, *d = b + C;
-    double *sdy = d + C, *sdyxhat = sdy + C, *dmean = sdyxhat + C, *dvar = dmean + C;
-    load_as(ctx.input(2), scale, ctx.node());
-    if (!training_) {
-      load_as(ctx.input(3), mean, ctx.node());
-      load_as(ctx.input(4), var, ctx.node());
-    }
-    const double M = double(N * S), eps = eps_;
-    // From the sums of channel c (shifted by k): sx = sum(x - k), sxx = sum((x - k)^2),
-    // sg = sum(dy), sgx = sum(dy (x - k)).
-    auto finish = [&](int64_t c, double k, double sx, double sxx, double sg, double sgx) {
-      double mu = mean[c], v = var[c];
-      if (training_) {
-        const double m1 = M > 0 ? sx / M : 0.0;
-        mu = k + m1;
-        v = M > 0 ? std::max(sxx / M - m1 * m1, 0.0) : 0.0;
-      }
-      const double inv = 1.0 / std::sqrt(v + eps), sgxhat = inv * (sgx - (mu - k) * sg);
-      a[c] = scale[c] * inv;
-      b[c] = training_ && M > 0 ? -a[c] * inv * sgxhat / M : 0.0;
-      d[c] = training_ && M > 0 ? -a[c] * sg / M - b[c] * mu : 0.0;
-      sdy[c] = sg;
-      sdyxhat[c] = sgxhat;
-      dmean[c] = -a[c] * sg;
-      dvar[c] = -0.5 * a[c] * inv * sgxhat;
-    };
-    const Tensor& x = ctx.input(1);
-    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
-      using Cm = compute_t<T>;
-      const T* X = x.data<T>();
-      const T* dY = ctx.input(0).data<T>();
-      T* dX = ctx.has_output(0) ? ctx.output(0).data<T>() : nullptr;  // unnamed: parameter gradients only
-      if (N * S == 0) {
-        for (int64_t c = 0; c < C; ++c) finish(c, 0, 0, 0, 0, 0);
-        return;
-      }
-      if (S == 1) {  // rows of C channels: vectorized over channels, blocks of B channels per task
-        constexpr int64_t B = 512;
-        parallel_for((C + B - 1) / B, grain_for(B * N), [&](int64_t b0, int64_t b1) {
-          double sx[B], sxx[B], sg[B], sgx[B], k[B];
-          for (int64_t blk = b0; blk < b1; ++blk) {
-            const int64_t c0 = blk * B, m = std::min(B, C - c0);
-            for (int64_t j = 0; j < m; ++j) {
-              k[j] = training_ ? double(Cm(X[c0 + j])) : mean[c0 + j];
-              sx[j] = sxx[j] = sg[j] = sgx[j] = 0;
-            }
-            for (int64_t n = 0; n < N; ++n) {
-              const T *p = X + n * C + c0, *q = dY + n * C + c0;
-#pragma omp simd
-              for (int64_t j = 0; j < m; ++j) {
-                const double xc = double(Cm(p[j])) - k[j], g = double(Cm(q[j]));
-                sx[j] += xc;
-                sxx[j] += xc * xc;
-                sg[j] += g;
-                sgx[j] += g * xc;
-              }
-            }
-            for (int64_t j = 0; j < m; ++j) finish(c0 + j, k[j], sx[j], sxx[j], sg[j], sgx[j]);
-            for (int64_t n = 0; dX && n < N; ++n) {
-              const T *p = X + n * C + c0, *q = dY + n * C + c0;
-              T* o = dX + n * C + c0;
-#pragma omp simd
-              for (int64_t j = 0; j < m; ++j) o[j] = T(Cm(a[c0 + j] * double(Cm(q[j])) + b[c0 + j] * double(Cm(p[j])) + d[c0 + j]));
-            }
-          }
-        });
-        return;
-      }
-      parallel_for(C, grain_for(2 * N * S), [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) {
-          const double k = training_ ? double(Cm(X[c * S])) : mean[c];
-          Lanes<double, 4> l;  // sum(x - k), sum((x - k)^2), sum(dy), sum(dy (x - k))
-          auto add = [&](int64_t k2, const T* p, const T* q) {
-            const double xc = double(Cm(*p)) - k, g = double(Cm(*q));
-            l.a[0][k2] += xc;
-            l.a[1][k2] += xc * xc;
-            l.a[2][k2] += g;
-            l.a[3][k2] += g * xc;
-          };
-          for (int64_t n = 0; n < N; ++n) {
-            const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
-            int64_t j = 0;
-            for (; j + l.W <= S; j += l.W)
-#pragma omp simd
-              for (int64_t k2 = 0; k2 < l.W; ++k2) add(k2, p + j + k2, q + j + k2);
-            for (int64_t k2 = 0; j < S; ++j, ++k2) add(k2, p + j, q + j);
-          }
-          finish(c, k, l.sum(0), l.sum(1), l.sum(2), l.sum(3));
-          const Cm ca = Cm(a[c]), cb = Cm(b[c]), cd = Cm(d[c]);
-          for (int64_t n = 0; dX && n < N; ++n) {
-            const T *p = X + (n * C + c) * S, *q = dY + (n * C + c) * S;
-            T* o = dX + (n * C + c) * S;
-#pragma omp simd
-            for (int64_t j = 0; j < S; ++j) o[j] = T(ca * Cm(q[j]) + cb * Cm(p[j]) + cd);
-          }
-        }
-      });
-    });
-    const double* outs[] = {nullptr, sdyxhat, sdy, dmean, dvar};
-    for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), 5); ++k)
-      if (ctx.has_output(k) && (k <= 2 || !training_)) store_as(ctx.output(k), outs[k], ctx.node());
-  }
-
- private:
-  float eps_;
-  bool training_, spatial_;
-  int64_t n_ = 0, c_ = 0, s_ = 0;
-};
-
 // ---------------------------------------------------------------- LayerNormalizationGrad
 // LayerNormalizationGrad(dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB (attribute axis; dScale
 // and dB in the normalized shape dims[axis:]: the rule sums them to the parameters' shapes).
@@ -790,6 +603,74 @@ class LayerNormGradKernel final : public Kernel {
   int64_t rows_ = 0, cols_ = 0, groups_ = 1;
 };
 
+// ---------------------------------------------------------------- LRN
+// Attributes of LRN (and LRNGrad).
+struct LRNAttrs {
+  int64_t size_;
+  float alpha_, beta_, bias_;
+  explicit LRNAttrs(const KernelInfo& info)
+      : size_(info.attr_int("size")), alpha_(info.attr_float("alpha", 1e-4f)), beta_(info.attr_float("beta", 0.75f)),
+        bias_(info.attr_float("bias", 1.0f)) {
+    if (size_ <= 0 || size_ > (int64_t(1) << 31)) info.fail("size must be in [1, 2^31], got ", size_);
+  }
+  /// X (input i): a float tensor of rank >= 2 ([N, C, S..]); its element type.
+  static DType check_x(const PrepareContext& ctx, size_t i) {
+    const DType dt = ctx.input_dtype(i);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    if (ctx.input_rank(i) < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(ctx.input_shape(i)));
+    return dt;
+  }
+  /// Channels of c's window, [c - (size-1)/2, c + size/2] clipped to [0, C): first and last.
+  std::pair<int64_t, int64_t> window(int64_t c, int64_t C) const {
+    return {std::max<int64_t>(0, c - (size_ - 1) / 2), std::min(C - 1, c + size_ / 2)};
+  }
+  /// Channels whose window holds c (the transposed window), clipped to [0, C): first and last.
+  std::pair<int64_t, int64_t> windows_holding(int64_t c, int64_t C) const {
+    return {std::max<int64_t>(0, c - size_ / 2), std::min(C - 1, c + (size_ - 1) / 2)};
+  }
+  /// acc[j] = sum of x^2 over c's window at column j < m; x0 points at channel 0, channels S apart.
+  template <class A, class T>
+  void window_square_sums(const T* x0, int64_t S, int64_t c, int64_t C, int64_t m, A* acc) const {
+    std::fill(acc, acc + m, A(0));
+    const auto [lo, hi] = window(c, C);
+    for (int64_t cc = lo; cc <= hi; ++cc) {
+      const T* p = x0 + cc * S;
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) acc[j] += A(p[j]) * A(p[j]);
+    }
+  }
+};
+
+class LRNKernel final : public Kernel, LRNAttrs {
+ public:
+  explicit LRNKernel(const KernelInfo& info) : LRNAttrs(info) {}
+  void prepare(PrepareContext& ctx) override { ctx.set_output(0, check_x(ctx, 0), ctx.input_shape(0)); }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const int64_t C = x.dim(1), S = dim_product(x.shape(), 2, x.rank()), NC = x.numel() / std::max<int64_t>(S, 1);
+    if (S == 0) return;
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using A = compute_t<T>;
+      const T* X = x.data<T>();
+      T* Y = ctx.output(0).data<T>();
+      const A k = A(alpha_ / double(size_)), bias = A(bias_), beta = A(beta_);
+      parallel_for(NC, grain_for(S * std::min(size_, C)), [&](int64_t r0, int64_t r1) {
+        constexpr int64_t B = 256;
+        A acc[B];
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t c = r % C;
+          for (int64_t j0 = 0; j0 < S; j0 += B) {
+            const int64_t m = std::min(B, S - j0);
+            window_square_sums(X + (r - c) * S + j0, S, c, C, m, acc);
+            const T* p = X + r * S + j0;
+            for (int64_t j = 0; j < m; ++j) Y[r * S + j0 + j] = T(A(p[j]) / std::pow(bias + k * acc[j], beta));
+          }
+        }
+      });
+    });
+  }
+};
+
 // ---------------------------------------------------------------- LRNGrad
 // LRNGrad(dY, X) -> dX (attributes of the LRN node). d_c = bias + alpha / size sum_{window(c)} x^2,
 // window(c) = [c - (size-1)/2, c + size/2]:
@@ -798,16 +679,13 @@ class LRNGradKernel final : public Kernel, LRNAttrs {
  public:
   explicit LRNGradKernel(const KernelInfo& info) : LRNAttrs(info) {}
   void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(1);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    if (ctx.input_rank(1) < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(ctx.input_shape(1)));
+    const DType dt = check_x(ctx, 1);
     if (ctx.input_shape(0) != ctx.input_shape(1) || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
     ctx.set_output(0, dt, ctx.input_shape(1));
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(1);
     const int64_t N = x.dim(0), C = x.dim(1), S = dim_product(x.shape(), 2, x.rank());
-    const int64_t before = (size_ - 1) / 2, after = size_ / 2;
     constexpr int64_t B = 64;
     const int64_t nb = (S + B - 1) / B;
     if (S == 0 || C == 0) return;
@@ -824,12 +702,7 @@ class LRNGradKernel final : public Kernel, LRNAttrs {
           const int64_t base = n * C * S + j0;
           for (int64_t c = 0; c < C; ++c) {
             A* dp = dpow.data() + c * B;
-            std::fill(dp, dp + m, A(0));
-            for (int64_t cc = std::max<int64_t>(0, c - before); cc <= std::min(C - 1, c + after); ++cc) {
-              const T* p = X + base + cc * S;
-#pragma omp simd
-              for (int64_t j = 0; j < m; ++j) dp[j] += A(p[j]) * A(p[j]);
-            }
+            window_square_sums(X + base, S, c, C, m, dp);
             const T *p = X + base + c * S, *q = dY + base + c * S;
             for (int64_t j = 0; j < m; ++j) {
               const A dd = bias + k * dp[j];
@@ -839,7 +712,8 @@ class LRNGradKernel final : public Kernel, LRNAttrs {
           }
           for (int64_t c = 0; c < C; ++c) {
             A back[B] = {};
-            for (int64_t cc = std::max<int64_t>(0, c - after); cc <= std::min(C - 1, c + before); ++cc)
+            const auto [lo, hi] = windows_holding(c, C);
+            for (int64_t cc = lo; cc <= hi; ++cc)
 #pragma omp simd
               for (int64_t j = 0; j < m; ++j) back[j] += tt[size_t(cc * B + j)];
             const T *p = X + base + c * S, *q = dY + base + c * S;
@@ -851,6 +725,153 @@ class LRNGradKernel final : public Kernel, LRNAttrs {
     });
   }
 };
+
+// ---------------------------------------------------------------- Dropout
+// Dropout's optional inputs ratio (a float scalar) and training_mode (a bool scalar), at input
+// positions `ratio` and `training_mode` (DropoutGrad's follow dY and the mask).
+void check_dropout_scalars(const PrepareContext& ctx, size_t ratio, size_t training_mode) {
+  if (ctx.has_input(training_mode) &&
+      (ctx.input_dtype(training_mode) != DType::kBool || shape_numel(ctx.input_shape(training_mode)) != 1))
+    ctx.fail("training_mode must be a bool scalar, got ", dtype_name(ctx.input_dtype(training_mode)),
+             shape_to_string(ctx.input_shape(training_mode)));
+  if (ctx.has_input(ratio) && (!dtype_is_float(ctx.input_dtype(ratio)) || shape_numel(ctx.input_shape(ratio)) != 1))
+    ctx.fail("ratio must be a float scalar, got ", dtype_name(ctx.input_dtype(ratio)), shape_to_string(ctx.input_shape(ratio)));
+}
+
+// A training ratio: kept values are divided by 1 - ratio.
+template <class Ctx>
+void check_ratio(const Ctx& ctx, double r) {
+  if (!(r >= 0.0 && r < 1.0)) ctx.fail("ratio must be in [0, 1), got ", r);
+}
+
+// Training mode: opset >= 12 the training_mode input (default false); opset 7-11 the session's
+// ExecOptions::training; opset < 7 additionally is_test = 0.
+// Random numbers: with a `seed` attribute, numpy's legacy generator (MT19937 seeded with
+// init_genrand(seed), 53-bit doubles from two draws), seeded once per kernel and advancing across
+// runs, so the first run reproduces np.random.seed(seed); np.random.uniform(0, 1, shape).
+// Without one, a counter-based hash of (ExecOptions::seed, node name, run counter, element): the
+// same in every thread split.
+class DropoutKernel final : public Kernel {
+ public:
+  explicit DropoutKernel(const KernelInfo& info) : opset_(info.opset()) {
+    if (opset_ < 12) {
+      ratio_ = info.attr_float("ratio", 0.5f);
+      train_ = info.options().training && (opset_ >= 7 || info.attr_int("is_test", 0) == 0);
+    }
+    if (info.has_attr("seed")) {
+      seeded_ = true;
+      mt_.seed(uint32_t(info.attr_int("seed")));
+    }
+    key_ = info.options().seed ^ (std::hash<std::string>{}(info.node().name) * 0x9e3779b97f4a7c15ull);
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape& s = ctx.input_shape(0);
+    mode_ = train_ ? Mode::kTrain : Mode::kInfer;
+    if (opset_ >= 12) {
+      mode_ = Mode::kInfer;
+      check_dropout_scalars(ctx, 1, 2);
+      if (ctx.has_input(2)) {
+        const Tensor* t = ctx.input_value(2);
+        mode_ = !t ? Mode::kRuntime : *t->data<bool>() ? Mode::kTrain : Mode::kInfer;
+      }
+      if (const Tensor* r = ctx.has_input(1) ? ctx.input_value(1) : nullptr; r && mode_ == Mode::kTrain)
+        check_ratio(ctx, read_scalar_as_double(*r));
+    } else if (train_) {
+      check_ratio(ctx, ratio_);
+    }
+    // A constant ratio of 0 keeps every element in both modes: the output is the input.
+    if (opset_ >= 12) {
+      const Tensor* r = ctx.has_input(1) ? ctx.input_value(1) : nullptr;
+      keep_all_ = r && read_scalar_as_double(*r) == 0;
+    } else {
+      keep_all_ = ratio_ == 0;
+    }
+    if (mode_ == Mode::kInfer || keep_all_)
+      ctx.set_output_alias(0, 0, s);
+    else
+      ctx.set_output(0, dt, s);
+    if (mode_ != Mode::kInfer) ctx.set_nondeterministic();
+    if (ctx.has_output(1)) ctx.set_output(1, opset_ >= 10 ? DType::kBool : dt, s);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    bool train = mode_ == Mode::kTrain;
+    if (mode_ == Mode::kRuntime) train = *ctx.input(2).data<bool>();
+    double ratio = ratio_;
+    if (opset_ >= 12) ratio = ctx.has_input(1) ? read_scalar_as_double(ctx.input(1)) : 0.5;
+    if (train) check_ratio(ctx, ratio);
+    Tensor* mask = ctx.has_output(1) ? &ctx.output(1) : nullptr;
+    dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
+      using C = compute_t<T>;
+      const T* X = x.data<T>();
+      T* Y = y.data<T>();
+      const int64_t n = x.numel();
+      auto put_mask = [&](int64_t i, bool keep) {
+        if (!mask) return;
+        if (mask->dtype() == DType::kBool)
+          mask->data<bool>()[i] = keep;
+        else
+          mask->data<T>()[i] = T(C(keep ? 1 : 0));
+      };
+      auto keep_everything = [&] {
+        if (!ctx.output_aliases_input(0, 0)) y.copy_from(x);
+        if (mask && mask->dtype() == DType::kBool) std::fill_n(mask->data<bool>(), n, true);
+        else if (mask) std::fill_n(mask->data<T>(), n, T(C(1)));
+      };
+      if (!train || keep_all_) return keep_everything();
+      const C denom = C(1.0f - float(ratio));
+      auto apply = [&](int64_t i, double u) {
+        const bool keep = u >= ratio;
+        Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
+        put_mask(i, keep);
+      };
+      if (seeded_) {
+        for (int64_t i = 0; i < n; ++i) {
+          const uint32_t a = uint32_t(mt_()) >> 5, b = uint32_t(mt_()) >> 6;
+          apply(i, (double(a) * 67108864.0 + double(b)) / 9007199254740992.0);
+        }
+      } else {
+        const uint64_t key = mix(key_ + 0x632be59bd9b4e019ull * ++runs_);
+        if (ratio == 0) return keep_everything();  // u >= 0 always: no draws (the stream is counter-based)
+        auto uniform = [key](int64_t i) { return double(mix(key ^ uint64_t(i)) >> 11) * 0x1.0p-53; };
+        bool* mb = mask && mask->dtype() == DType::kBool ? mask->data<bool>() : nullptr;
+        parallel_for(n, 16384, [&](int64_t i0, int64_t i1) {
+          if (mb) {  // the common case without the per-element mask type test
+            for (int64_t i = i0; i < i1; ++i) {
+              const bool keep = uniform(i) >= ratio;
+              Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
+              mb[i] = keep;
+            }
+            return;
+          }
+          for (int64_t i = i0; i < i1; ++i) apply(i, uniform(i));
+        });
+      }
+    });
+  }
+
+ private:
+  enum class Mode { kInfer, kTrain, kRuntime };
+  static uint64_t mix(uint64_t z) {  // splitmix64 finalizer
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+
+  int64_t opset_;
+  double ratio_ = 0.5;
+  bool train_ = false, seeded_ = false, keep_all_ = false;
+  Mode mode_ = Mode::kInfer;
+  std::mt19937 mt_;
+  uint64_t key_, runs_ = 0;
+};
+
+
+// ================================================================ backward kernels (com.onnxtrain)
 
 // ---------------------------------------------------------------- DropoutGrad
 // DropoutGrad(dY, mask, ratio?, training_mode?) -> dX = dY mask / (1 - ratio) in training mode,
@@ -868,6 +889,7 @@ class DropoutGradKernel final : public Kernel {
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
     if (ctx.input_shape(1) != ctx.input_shape(0) || (ctx.input_dtype(1) != DType::kBool && ctx.input_dtype(1) != dt))
       ctx.fail("mask must be a bool or ", dtype_name(dt), " tensor of shape ", shape_to_string(ctx.input_shape(0)));
+    check_dropout_scalars(ctx, 2, 3);
     // A constant ratio of 0: dX = dY in both modes, the gradient passed through without a copy.
     const Tensor* r = ctx.has_input(2) ? ctx.input_value(2) : nullptr;
     pass_ = ctx.has_input(2) ? r && read_scalar_as_double(*r) == 0 : ratio_ == 0;
@@ -884,6 +906,7 @@ class DropoutGradKernel final : public Kernel {
       if (!ctx.output_aliases_input(0, 0)) ctx.output(0).copy_from(dy);
       return;
     }
+    check_ratio(ctx, ratio);
     const Tensor& mask = ctx.input(1);
     dispatch<FloatTypes>(dy.dtype(), ctx.node(), [&]<class T>() {
       using C = compute_t<T>;
@@ -917,7 +940,7 @@ void register_norm(KernelRegistry& r) {
   r.add<LRNKernel>("LRN", 1, kMaxOpsetAll);
   r.add<DropoutKernel>("Dropout", 1, kMaxOpsetAll);
   auto custom = [&r]<class K>(const char* op) {
-    r.add("com.onnxtrain", op, 1, kMaxOpsetAll, [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<K>(i); });
+    r.add(ops::kDomain, op, 1, kMaxOpsetAll, [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<K>(i); });
   };
   custom.operator()<BatchNormGradKernel>("BatchNormalizationGrad");
   custom.operator()<LayerNormGradKernel>("LayerNormalizationGrad");

@@ -1,5 +1,5 @@
 // The update step of training as operators: optimizers, gradient accumulation, global-norm
-// clipping (domain com.onnxtrain, table in kernels/optimizer_spec.h), and the ONNX
+// clipping (domain com.onnxtrain, rows of src/ops/optimizers.h), and the ONNX
 // ai.onnx.preview.training optimizers. One node updates n tensors; every update output
 // overwrites its input in place (set_output_inplace) and is correct whether or not the planner
 // makes them the same memory: per element, all inputs are read before any output is written.
@@ -40,10 +40,23 @@
 #include <cstring>
 
 #include "kernels/cpu/common.h"
-#include "kernels/optimizer_spec.h"
+#include "ops/onnxtrain_ops.h"
 #include "kernels/registry.h"
 
 namespace onnxtrain::kernels::cpu {
+
+using ops::find_optimizer_spec;
+using ops::kAccumulateGradients;
+using ops::kGlobalNormClip;
+using ops::kLossScaleCheck;
+using ops::kOptimizerFirstWeightInput;
+using ops::kOptimizerGradScaleInput;
+using ops::kOptimizerLrInput;
+using ops::kOptimizerStepInput;
+using ops::kOptimizerUpdateSignalAttr;
+using ops::kOptimizerUpdateSignalInput;
+using ops::OptimizerSpec;
+using ops::optimizer_specs;
 
 namespace {
 
@@ -310,21 +323,11 @@ void require_named_outputs(PrepareContext& ctx, size_t expected) {
 }
 
 // ---------------------------------------------------------------- com.onnxtrain optimizers
-enum class Algo { kSgd, kMomentum, kAdam, kAdamW, kLamb, kAdagrad };
-
-// The update rule of each optimizer of the spec table.
-Algo algo_of(const std::string& name) {
-  static const std::pair<const char*, Algo> algos[] = {
-      {"SGDOptimizer", Algo::kSgd},   {"MomentumOptimizer", Algo::kMomentum}, {"AdamOptimizer", Algo::kAdam},
-      {"AdamWOptimizer", Algo::kAdamW}, {"LambOptimizer", Algo::kLamb},         {"AdagradOptimizer", Algo::kAdagrad}};
-  for (const auto& [n, a] : algos)
-    if (name == n) return a;
-  throw_error<NotImplemented>("internal: optimizer ", name, " of optimizer_spec.h has no kernel");
-}
+using Algo = ops::OptimizerAlgorithm;
 
 class OptimizerKernel final : public Kernel {
  public:
-  OptimizerKernel(const KernelInfo& info, const OptimizerSpec& spec) : algo_(algo_of(spec.name)), spec_(&spec) {
+  OptimizerKernel(const KernelInfo& info, const OptimizerSpec& spec) : algo_(spec.algorithm), spec_(&spec) {
     for (const auto& a : info.node().attrs)
       if (!spec_->has_float(a.name) && !spec_->has_int(a.name) && a.name != kOptimizerUpdateSignalAttr)
         info.fail(spec_->name, " has no attribute '", a.name, "' (it has: ", spec_->attr_list(), ", ",
@@ -773,15 +776,14 @@ void register_training(KernelRegistry& r) {
   preview("Adam", Preview::kAdam);
 
   for (const OptimizerSpec& spec : optimizer_specs()) {
-    algo_of(spec.name);  // every optimizer of the table has its rule
-    r.add(kTrainingDomain, spec.name, kTrainingOpset, kMaxOpsetAll,
+    r.add(ops::kDomain, spec.name, ops::kOpset, kMaxOpsetAll,
           [&spec](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<OptimizerKernel>(i, spec); });
   }
-  r.add(kTrainingDomain, kAccumulateGradients, kTrainingOpset, kMaxOpsetAll,
+  r.add(ops::kDomain, kAccumulateGradients, ops::kOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<AccumulateGradientsKernel>(i); });
-  r.add(kTrainingDomain, kLossScaleCheck, kTrainingOpset, kMaxOpsetAll,
+  r.add(ops::kDomain, kLossScaleCheck, ops::kOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossScaleCheckKernel>(i); });
-  r.add(kTrainingDomain, kGlobalNormClip, kTrainingOpset, kMaxOpsetAll,
+  r.add(ops::kDomain, kGlobalNormClip, ops::kOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GlobalNormClipKernel>(i); });
 }
 

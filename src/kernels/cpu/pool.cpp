@@ -22,6 +22,7 @@
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/window.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -737,7 +738,7 @@ void register_pool(KernelRegistry& r) {
   r.add("GlobalMaxPool", 1, kMaxOpsetAll, pool(PoolKind::kMax, true));
   r.add("GlobalAveragePool", 1, kMaxOpsetAll, pool(PoolKind::kAvg, true));
   r.add("GlobalLpPool", 1, kMaxOpsetAll, pool(PoolKind::kLp, true));
-  const char* d = "com.onnxtrain";
+  const char* d = ops::kDomain;
   r.add(d, "MaxPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kMax, false, true));
   r.add(d, "AveragePoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kAvg, false, true));
   r.add(d, "LpPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kLp, false, true));

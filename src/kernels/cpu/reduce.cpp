@@ -20,6 +20,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -978,9 +979,9 @@ void register_reduce(KernelRegistry& r) {
   add_softmax<SM::kSoftmax>(r, "Softmax");
   add_softmax<SM::kLogSoftmax>(r, "LogSoftmax");
   add_softmax<SM::kHardmax>(r, "Hardmax");
-  r.add("com.onnxtrain", "SoftmaxGrad", 1, kMaxOpsetAll,
+  r.add(ops::kDomain, "SoftmaxGrad", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SoftmaxGradKernel<false>>(i); });
-  r.add("com.onnxtrain", "LogSoftmaxGrad", 1, kMaxOpsetAll,
+  r.add(ops::kDomain, "LogSoftmaxGrad", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SoftmaxGradKernel<true>>(i); });
   r.add<TopKKernel>("TopK", 1, kMaxOpsetAll);
 }

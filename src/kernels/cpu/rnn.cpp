@@ -30,6 +30,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -467,6 +468,13 @@ struct RnnConfig {
         ctx.fail("sequence_lens must be int32, got ", dtype_name(lt));
       expect(ctx, kSeqLens, "sequence_lens", {batch_});
     }
+    // Every buffer holds at most seq * batch rows of (gates + 2) * H values per direction (the
+    // projected gates, the training reserve, the gate gradients). X bounds seq * batch only when
+    // input_size > 0: with X [2^52, 1, 0] these sizes overflowed int64 (a workspace sized by the
+    // wrapped product, then a heap overflow). Within 2^52 elements no product below overflows.
+    int64_t bound;
+    if (!checked_numel(Shape{dirs_, seq_, batch_, (gates() + 2) * H_}, &bound))
+      ctx.fail("X ", shape_to_string(x), " and hidden size ", H_, " need buffers of more than 2^52 elements");
     return dt;
   }
   void expect(PrepareContext& ctx, int i, const char* name, const Shape& want) const {
@@ -1314,9 +1322,9 @@ void register_rnn(KernelRegistry& r) {
   // Training: the forward with its reserve (pre-activations, states) and the backward.
   auto train = [&]<Cell C>(const char* op) {
     const std::string name = op;
-    r.add("com.onnxtrain", name + "Train", 1, kMaxOpsetAll,
+    r.add(ops::kDomain, name + "Train", 1, kMaxOpsetAll,
           [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<RecurrentKernel<C>>(info, true); });
-    r.add("com.onnxtrain", name + "Grad", 1, kMaxOpsetAll,
+    r.add(ops::kDomain, name + "Grad", 1, kMaxOpsetAll,
           [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<RecurrentGradKernel<C>>(info); });
   };
   train.operator()<Cell::kRnn>("RNN");

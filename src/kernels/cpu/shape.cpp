@@ -13,6 +13,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -413,6 +414,7 @@ class SumToShapeKernel final : public Kernel {
  public:
   explicit SumToShapeKernel(const KernelInfo&) {}
   void prepare(PrepareContext& ctx) override {
+    if (!ctx.has_input(1)) ctx.fail("the target shape (input 1) is missing");  // not a value to wait for
     const Tensor* st = ctx.input_value(1);
     const DType dt = ctx.input_dtype(0);
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
@@ -479,7 +481,7 @@ void register_shape(KernelRegistry& r) {
   r.add<ConstantOfShapeKernel>("ConstantOfShape", 9, kMaxOpsetAll);
   r.add<RangeKernel>("Range", 11, kMaxOpsetAll);
   r.add<ExpandKernel>("Expand", 8, kMaxOpsetAll);
-  r.add("com.onnxtrain", "SumToShape", 1, kMaxOpsetAll,
+  r.add(ops::kDomain, "SumToShape", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SumToShapeKernel>(i); });
 }
 

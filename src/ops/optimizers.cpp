@@ -1,26 +1,30 @@
-#include "kernels/optimizer_spec.h"
+#include "ops/optimizers.h"
 
 #include <cmath>
 
 #include "onnxtrain/error.h"
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::ops {
 
 const std::vector<OptimizerSpec>& optimizer_specs() {
+  using A = OptimizerAlgorithm;
   static const std::vector<OptimizerSpec> specs = {
-      {"SGDOptimizer", {}, {{"lambda", 0.f}}, {}, {}},
-      {"MomentumOptimizer", {"Momentum"}, {{"momentum", 0.9f}, {"lambda", 0.f}}, {{"nesterov", 0}}, {}},
-      {"AdamOptimizer",
+      {"SGDOptimizer", A::kSgd, {}, {{"lambda", 0.f}}, {}, {}, "d = g + lambda w; w -= lr d"},
+      {"MomentumOptimizer", A::kMomentum, {"Momentum"}, {{"momentum", 0.9f}, {"lambda", 0.f}}, {{"nesterov", 0}}, {},
+       "d = g + lambda w; b = t == 1 ? d : momentum b + d; w -= lr (nesterov ? d + momentum b : b)"},
+      {"AdamOptimizer", A::kAdam,
        {"Moment_1", "Moment_2"},
        {{"alpha", 0.9f}, {"beta", 0.999f}, {"lambda", 0.f}, {"epsilon", 1e-8f}},
        {{"do_bias_correction", 1}},
-       {}},
-      {"AdamWOptimizer",
+       {},
+       "g += lambda w; m, v: moments (alpha, beta); w -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + epsilon)"},
+      {"AdamWOptimizer", A::kAdamW,
        {"Moment_1", "Moment_2"},
        {{"alpha", 0.9f}, {"beta", 0.999f}, {"lambda", 0.01f}, {"epsilon", 1e-8f}},
        {{"do_bias_correction", 1}},
-       {}},
-      {"LambOptimizer",
+       {},
+       "w *= 1 - lr lambda, then Adam's step without the L2 term"},
+      {"LambOptimizer", A::kLamb,
        {"Moment_1", "Moment_2"},
        {{"alpha", 0.9f},
         {"beta", 0.999f},
@@ -29,12 +33,14 @@ const std::vector<OptimizerSpec>& optimizer_specs() {
         {"ratio_min", -INFINITY},
         {"ratio_max", INFINITY}},
        {{"do_bias_correction", 0}},
-       {}},
-      {"AdagradOptimizer",
+       {},
+       "m, v as Adam; r = (m / bc1) / (sqrt(v / bc2) + epsilon) + lambda w; w -= lr clamp(|w| / |r|, ratio_min, ratio_max) r"},
+      {"AdagradOptimizer", A::kAdagrad,
        {"Sum"},
        {{"lr_decay", 0.f}, {"lambda", 0.f}, {"epsilon", 1e-10f}},
        {},
-       {{"initial_accumulator_value", 0.f}}},
+       {{"initial_accumulator_value", 0.f}},
+       "g += lambda w; s += g g; w -= lr / (1 + (t - 1) lr_decay) g / (sqrt(s) + epsilon)"},
   };
   return specs;
 }
@@ -77,4 +83,4 @@ std::string OptimizerSpec::attr_list() const {
   return all.empty() ? "none" : all;
 }
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::ops

@@ -1,8 +1,10 @@
-// The optimizers of a training step, as com.onnxtrain operators: one table of their names,
-// state buffers and attributes with defaults. The kernels (cpu/optimizer_ops.cpp) take their
-// defaults from it; the pass that appends the update nodes to the training graph (src/train/)
-// reads it to name state initializers and validate user attributes. Names are
-// onnxruntime-training's `training_optimizer_name` values and attribute names.
+// The optimizers of a training step, as com.onnxtrain operators: their names, update algorithm,
+// state buffers and attributes with defaults — the optimizer rows of the operator table
+// (src/ops/onnxtrain_ops.h). The kernels (src/kernels/cpu/optimizer_ops.cpp) dispatch on the
+// algorithm and take their defaults from here; the pass that appends the update nodes to the
+// training graph (src/train/attach_optimizer.cpp) reads it to name state initializers and validate
+// user attributes. Names are onnxruntime-training's `training_optimizer_name` values and attribute
+// names.
 //
 // Node layout shared by every optimizer (n trained tensors, S = states.size()):
 //   inputs:  lr (float32, one element), step (int64, one element, 1-based),
@@ -16,17 +18,12 @@
 #include <string>
 #include <vector>
 
-namespace onnxtrain::kernels {
+namespace onnxtrain::ops {
 
-/// Domain of the training operators (and of the gradient kernels).
-inline constexpr const char* kTrainingDomain = "com.onnxtrain";
-/// Operator opset of the optimizer, AccumulateGradients and GlobalNormClip kernels.
-inline constexpr int64_t kTrainingOpset = 1;
 /// AccumulateGradients(reset, A1..An, G1..Gn) -> A1'..An' in place: A' = reset ? G : A + G.
 inline constexpr const char* kAccumulateGradients = "AccumulateGradients";
 /// GlobalNormClip(G1..Gn) -> scale[1] (, norm[1]), float64; attribute max_norm.
 inline constexpr const char* kGlobalNormClip = "GlobalNormClip";
-
 /// LossScaleCheck(loss_scale: float32 [1], G1..Gn) -> grad_scale: float64 [1], all_finite: bool [1]
 /// (gradients of a scaled loss: grad_scale = 1 / loss_scale times the clipping coefficient of
 /// attribute max_norm > 0; all_finite: no infinity or NaN in any gradient).
@@ -39,6 +36,9 @@ inline constexpr size_t kOptimizerLrInput = 0, kOptimizerStepInput = 1, kOptimiz
                         kOptimizerFirstWeightInput = 3, kOptimizerUpdateSignalInput = 3;
 inline constexpr const char* kOptimizerUpdateSignalAttr = "update_signal";
 
+/// The update rule an optimizer row runs.
+enum class OptimizerAlgorithm : uint8_t { kSgd, kMomentum, kAdam, kAdamW, kLamb, kAdagrad };
+
 struct OptimizerFloatAttr {
   std::string name;
   float dflt;
@@ -50,12 +50,14 @@ struct OptimizerIntAttr {
 
 struct OptimizerSpec {
   std::string name;                          ///< op type, e.g. "AdamOptimizer"
+  OptimizerAlgorithm algorithm;              ///< its update rule
   std::vector<std::string> states;           ///< state buffer names, e.g. {"Moment_1", "Moment_2"}
   std::vector<OptimizerFloatAttr> float_attrs;  ///< node attributes
   std::vector<OptimizerIntAttr> int_attrs;      ///< node attributes
   /// Attributes the pass applies when it creates the state initializers (the value every state
   /// element starts from); never node attributes. Adagrad: initial_accumulator_value.
   std::vector<OptimizerFloatAttr> state_init_attrs;
+  std::string doc;                           ///< one line: the update it computes
 
   /// Default of a float / int node attribute; throws InvalidArgument when the optimizer has none.
   float float_default(const std::string& attr) const;
@@ -71,4 +73,4 @@ const std::vector<OptimizerSpec>& optimizer_specs();
 /// The spec named `name`, or null.
 const OptimizerSpec* find_optimizer_spec(const std::string& name);
 
-}  // namespace onnxtrain::kernels
+}  // namespace onnxtrain::ops

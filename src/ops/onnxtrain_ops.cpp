@@ -1,0 +1,191 @@
+#include "ops/onnxtrain_ops.h"
+
+#include <algorithm>
+
+#include "onnxtrain/error.h"
+
+namespace onnxtrain::ops {
+
+namespace {
+
+constexpr int kAny = -1;
+
+// The fields every row has.
+OpDef row(std::string name, int min_in, int max_in, int min_out, int max_out, TypeRule rule, std::string doc,
+          std::vector<size_t> host, bool internal = false) {
+  OpDef d;
+  d.name = std::move(name);
+  d.min_inputs = min_in, d.max_inputs = max_in, d.min_outputs = min_out, d.max_outputs = max_out;
+  d.rule = rule;
+  d.host_inputs = std::move(host);
+  d.session_internal = internal;
+  d.doc = std::move(doc);
+  return d;
+}
+
+// A row typed like inputs: `like[k]` for output k (the last repeating).
+OpDef like(std::string name, int min_in, int max_in, int min_out, int max_out, std::vector<size_t> from,
+           std::string doc, std::vector<size_t> host = {}, bool same_shape = false) {
+  OpDef d = row(std::move(name), min_in, max_in, min_out, max_out, TypeRule::kLikeInputs, std::move(doc), std::move(host));
+  d.like = std::move(from);
+  d.same_shape = same_shape;
+  return d;
+}
+
+// An elementwise row: outputs typed and shaped like input `from`.
+OpDef elementwise(std::string name, int min_in, int max_in, int max_out, size_t from, std::string doc) {
+  return like(std::move(name), min_in, max_in, 1, max_out, {from}, std::move(doc), {}, true);
+}
+
+OpDef fixed(std::string name, int min_in, int min_out, int max_out, std::vector<FixedType> types, std::string doc,
+            std::vector<size_t> host = {}, bool internal = false) {
+  OpDef d = row(std::move(name), min_in, kAny, min_out, max_out, TypeRule::kFixed, std::move(doc), std::move(host), internal);
+  d.fixed = std::move(types);
+  return d;
+}
+
+OpDef trailing(std::string name, int min_in, std::string doc, bool internal, std::vector<size_t> host = {}) {
+  return row(std::move(name), min_in, kAny, 1, kAny, TypeRule::kLikeTrailing, std::move(doc), std::move(host), internal);
+}
+
+OpDef groups(std::string name, size_t lead, std::vector<size_t> host, std::string doc,
+             const OptimizerSpec* optimizer = nullptr) {
+  OpDef d = row(std::move(name), int(lead) + 2, kAny, 1, kAny, TypeRule::kGroups, std::move(doc), std::move(host));
+  d.lead = lead;
+  d.optimizer = optimizer;
+  return d;
+}
+
+std::vector<OpDef> build() {
+  const FixedType f64_1{DType::kFloat64, {1}}, bool_1{DType::kBool, {1}}, i64_1{DType::kInt64, {1}};
+  std::vector<OpDef> t = {
+      // Elementwise forward and backward.
+      elementwise("Gelu", 1, 1, 2, 0, "(X) -> Y[, A]: the exact GELU, Y = X (1 + erf(X / sqrt 2)) / 2; A = 1 + erf(X / sqrt 2) kept for GeluGrad"),
+      elementwise("GeluGrad", 2, 3, 1, 1, "(dY, X[, A]) -> dX = dY (A / 2 + X phi(X))"),
+      elementwise("ReluGrad", 2, 2, 1, 0, "(dY, Y) -> dX = Y > 0 ? dY : 0"),
+      elementwise("SoftmaxGrad", 2, 2, 1, 0, "(dY, Y) -> dX = Y (dY - sum(dY Y)) over attribute axis"),
+      elementwise("LogSoftmaxGrad", 2, 2, 1, 0, "(dY, Y) -> dX = dY - exp(Y) sum(dY) over attribute axis"),
+      like("DropoutGrad", 2, 4, 1, 1, {0}, "(dY, mask[, ratio, training_mode]) -> dX = dY mask / (1 - ratio)"),
+      // Shapes, movement, indexing.
+      like("SumToShape", 2, 2, 1, 1, {0}, "(G, shape) -> Y: G summed over its broadcast axes down to shape", {1}),
+      like("SliceGrad", 4, 6, 1, 1, {0}, "(dY, shape(X), starts, ends[, axes, steps]) -> dX: zeros with dY at the slice",
+           {1, 2, 3, 4, 5}),
+      like("PadGrad", 3, 4, 1, 1, {0}, "(dY, shape(X), pads[, axes]) -> dX: dY cropped (reflect/edge: folded back); attribute mode",
+           {1, 2, 3}),
+      like("GatherGrad", 3, 3, 1, 1, {2}, "(shape(X), indices, dY) -> dX: dY added at the gathered rows (axis); duplicates accumulate", {0}),
+      like("GatherElementsGrad", 3, 3, 1, 1, {2}, "(shape(X), indices, dY) -> dX: dY added at the gathered elements (axis)", {0}),
+      like("GatherNDGrad", 3, 3, 1, 1, {2}, "(shape(X), indices, dY) -> dX: dY added at the gathered slices (batch_dims)", {0}),
+      like("ResizeGrad", 3, 5, 1, 1, {0},
+           "(dY, roi, scales, sizes, shape(X)) -> dX (forward opset 10: dY, scales, shape(X)): the transposed interpolation of "
+           "Resize (its attributes, forward_opset)",
+           {1, 2, 3, 4}),
+      // Products, convolution, pooling.
+      like("FusedMatMul", 2, 2, 1, 1, {0}, "(A, B) -> op(A) @ op(B), op transposing the last two axes (transA, transB)"),
+      like("ConvGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the Conv; unneeded outputs unnamed)"),
+      like("ConvTransposeGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the ConvTranspose)"),
+      like("MaxPoolGrad", 2, 3, 1, 1, {1}, "(dY, X[, indices]) -> dX: dY routed to each window's maximum"),
+      like("AveragePoolGrad", 2, 2, 1, 1, {1}, "(dY, X) -> dX: dY spread over each window (count_include_pad)"),
+      like("LpPoolGrad", 3, 3, 1, 1, {1}, "(dY, X, Y) -> dX = dY |x|^(p-1) sign(x) / y^(p-1) per window"),
+      like("GlobalMaxPoolGrad", 2, 2, 1, 1, {1}, "(dY, X) -> dX: dY routed to each channel's maximum"),
+      like("GlobalAveragePoolGrad", 2, 2, 1, 1, {1}, "(dY, X) -> dX = dY / spatial size, broadcast"),
+      like("GlobalLpPoolGrad", 3, 3, 1, 1, {1}, "(dY, X, Y) -> dX, as LpPoolGrad over the whole spatial extent"),
+      // Normalization, losses.
+      like("BatchNormalizationGrad", 3, 5, 1, 5, {1, 2, 2, 3, 4},
+           "(dY, X, scale[, mean, var]) -> dX, dscale, dB[, dmean, dvar] (batch statistics when mean and var are absent)"),
+      like("LayerNormalizationGrad", 5, 5, 1, 3, {1}, "(dY, X, Scale, Mean, InvStdDev) -> dX, dScale, dB (attribute axis)"),
+      like("LRNGrad", 2, 2, 1, 1, {1}, "(dY, X) -> dX (LRN's attributes)"),
+      like("SoftmaxCrossEntropyLossGrad", 3, 4, 1, 1, {1}, "(dloss, log_prob, labels[, weights]) -> dscores (reduction, ignore_index)"),
+      like("NegativeLogLikelihoodLossGrad", 3, 4, 1, 1, {1}, "(dloss, input, labels[, weights]) -> dinput (reduction, ignore_index)"),
+      // Recurrent networks: the forward with its training reserve, and the backward from it.
+      like("LSTMTrain", 3, 8, 1, 4, {0}, "LSTM's inputs -> LSTM's outputs, then the reserve LSTMGrad reads (LSTM's attributes, layout at any opset)"),
+      like("GRUTrain", 3, 6, 1, 3, {0}, "GRU's inputs -> GRU's outputs, then the reserve GRUGrad reads"),
+      like("RNNTrain", 3, 6, 1, 3, {0}, "RNN's inputs -> RNN's outputs, then the reserve RNNGrad reads"),
+      like("LSTMGrad", 3, kAny, 1, kAny, {0}, "(LSTM's inputs, reserve, dY, dY_h, dY_c) -> gradients of LSTM's inputs"),
+      like("GRUGrad", 3, kAny, 1, kAny, {0}, "(GRU's inputs, reserve, dY, dY_h) -> gradients of GRU's inputs"),
+      like("RNNGrad", 3, kAny, 1, kAny, {0}, "(RNN's inputs, reserve, dY, dY_h) -> gradients of RNN's inputs"),
+      // The training step.
+      groups(kAccumulateGradients, 1, {0}, "(reset, A1..An, G1..Gn) -> A1'..An' in place: A' = reset ? G : A + G"),
+      fixed(kGlobalNormClip, 1, 1, 2, {f64_1},
+            "(G1..Gn) -> scale[, norm] (float64 [1]): norm = sqrt(sum g^2), scale = min(1, max_norm / (norm + 1e-6))"),
+      fixed(kLossScaleCheck, 2, 2, 2, {f64_1, bool_1},
+            "(loss_scale, G1..Gn) -> grad_scale (float64 [1]), all_finite (bool [1]): 1 / loss_scale times the clip coefficient (max_norm > 0)",
+            {0}),
+      // Data parallelism: only a TrainingSession places these, in the graph it builds.
+      fixed("GradientReduceStart", 2, 1, 1, {i64_1},
+            "(contribution, G1..Gn) -> token (int64 [1]): queues the reduction of the bucket over the ranks (mode mean | adasum)",
+            {0}, true),
+      trailing("GradientReduceWait", 2, "(token, G1..Gn) -> R1..Rn: waits for the token's reduction (the G give the shapes)", true, {0}),
+      trailing("ZeroAllGather", 1, "(P1..Pp, W1..Wn) -> W1'..Wn' in place: ZeRO stage 1's allgather of every rank's updated block (attribute pieces = p)",
+               true),
+  };
+  for (const OptimizerSpec& s : optimizer_specs())
+    t.push_back(groups(s.name, kOptimizerFirstWeightInput, {kOptimizerLrInput, kOptimizerStepInput, kOptimizerGradScaleInput},
+                       "(lr, step, grad_scale[, update_signal], W1..Wn, G1..Gn, states) -> W', states' in place: " + s.doc,
+                       &s));
+  std::sort(t.begin(), t.end(), [](const OpDef& a, const OpDef& b) { return a.name < b.name; });
+  return t;
+}
+
+std::string type_rule(const OpDef& d) {
+  auto list = [](const std::vector<size_t>& v) {
+    std::string s;
+    for (size_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+    return s;
+  };
+  switch (d.rule) {
+    case TypeRule::kLikeInputs:
+      return (d.like.size() == 1 ? "like input " : "like inputs ") + list(d.like) + (d.same_shape ? " (shape too)" : "");
+    case TypeRule::kFixed: {
+      std::string s;
+      for (const auto& f : d.fixed) {
+        std::string shape;
+        for (int64_t x : f.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(x);
+        s += (s.empty() ? "" : "; ") + std::string(dtype_name(f.dtype)) + " [" + shape + "]";
+      }
+      return s;
+    }
+    case TypeRule::kLikeTrailing: return "like the last inputs";
+    case TypeRule::kGroups: return "like the groups after input " + std::to_string(d.lead - 1);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string count_range(int lo, int hi) {
+  if (hi == kAny) return std::to_string(lo) + " or more";
+  return lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi);
+}
+
+const std::vector<OpDef>& onnxtrain_ops() {
+  static const std::vector<OpDef> t = build();
+  return t;
+}
+
+const OpDef* find_op(const std::string& name) {
+  const auto& t = onnxtrain_ops();
+  auto it = std::lower_bound(t.begin(), t.end(), name, [](const OpDef& d, const std::string& n) { return d.name < n; });
+  return it != t.end() && it->name == name ? &*it : nullptr;
+}
+
+std::string operators_markdown() {
+  std::string s =
+      "# The " + std::string(kDomain) + " operators\n\n"
+      "Generated from the operator table (`src/ops/onnxtrain_ops.cpp`, `operators_markdown()`): do not edit by hand. "
+      "`OpTable.DocsAreCurrent` fails when this page differs from the table; `ONNXTRAIN_WRITE_DOCS=1 "
+      "build/onnxtrain_tests --gtest_filter=OpTable.DocsAreCurrent` rewrites it.\n\n"
+      "Every operator has opset " + std::to_string(kOpset) + " of domain `" + kDomain +
+      "`. Inputs and outputs: counts accepted; types: how the outputs are typed; host: inputs read in host "
+      "memory on any device; session: only a TrainingSession places it (refused in a loaded model).\n\n"
+      "| operator | inputs | outputs | types | host | session | what it computes |\n"
+      "|---|---|---|---|---|---|---|\n";
+  for (const OpDef& d : onnxtrain_ops()) {
+    std::string host;
+    for (size_t h : d.host_inputs) host += (host.empty() ? "" : ", ") + std::to_string(h);
+    s += "| " + d.name + " | " + count_range(d.min_inputs, d.max_inputs) + " | " + count_range(d.min_outputs, d.max_outputs) +
+         " | " + type_rule(d) + " | " + host + " | " + (d.session_internal ? "yes" : "") + " | " + d.doc + " |\n";
+  }
+  return s;
+}
+
+}  // namespace onnxtrain::ops
