@@ -1,4 +1,5 @@
-// Helpers shared by CPU kernels: dtype dispatch, axis handling, numpy broadcasting.
+// Helpers shared by CPU kernels: dtype dispatch, small tensor values, numpy broadcast iteration
+// (shape logic any provider uses is in kernels/shape/common.h).
 #pragma once
 
 #include <algorithm>
@@ -9,8 +10,19 @@
 
 #include "core/parallel.h"
 #include "kernels/kernel.h"
+#include "kernels/shape/common.h"
 
 namespace onnxtrain::kernels::cpu {
+
+// The provider-neutral shape helpers (kernels/shape/common.h), under the names CPU kernels use.
+using shape::broadcast_shapes;
+using shape::check_output_size;
+using shape::check_table_size;
+using shape::contiguous_strides;
+using shape::dim_product;
+using shape::normalize_axis;
+using shape::read_int_list;
+using shape::read_scalar_as_double;
 
 // ---------------------------------------------------------------- dtype dispatch
 template <class... Ts>
@@ -104,34 +116,7 @@ V wrap_neg(V a) {
   else return -a;
 }
 
-// ---------------------------------------------------------------- axes
-/// Maps axis in [-rank, rank) to [0, rank); fails naming the node otherwise.
-template <class Ctx>
-int64_t normalize_axis(const Ctx& ctx, int64_t axis, int64_t rank, const char* what = "axis") {
-  if (axis < -rank || axis >= rank)
-    ctx.fail(what, " ", axis, " is out of range for rank ", rank);
-  return axis < 0 ? axis + rank : axis;
-}
-
-/// Reads a 1-D (or scalar) int32/int64 tensor as int64 values.
-std::vector<int64_t> read_int_list(const Tensor& t);
-/// Reads a scalar of any numeric type as double.
-double read_scalar_as_double(const Tensor& t);
-
-/// Product of shape[begin:end].
-inline int64_t dim_product(const Shape& s, size_t begin, size_t end) {
-  int64_t p = 1;
-  for (size_t i = begin; i < end && i < s.size(); ++i) p *= s[i];
-  return p;
-}
-
-/// Row-major strides of a shape.
-std::vector<int64_t> contiguous_strides(const Shape& s);
-
 // ---------------------------------------------------------------- broadcasting
-/// Numpy broadcast of shapes; returns false when incompatible.
-bool broadcast_shapes(const std::vector<Shape>& shapes, Shape* out);
-
 /// Iteration plan for an n-ary elementwise op with numpy broadcasting. Built in prepare(), used
 /// in run(): the output is walked in contiguous runs of `inner` elements; in each run every input
 /// advances by 0 or 1 per element (inner_step).
@@ -185,30 +170,6 @@ struct BroadcastPlan {
 /// Grain (runs per chunk) so that one chunk holds roughly `target` elements.
 inline int64_t grain_for(int64_t inner, int64_t target = 32768) {
   return std::max<int64_t>(1, target / std::max<int64_t>(inner, 1));
-}
-
-/// Fails naming the node when a tensor of `shape` and `dt` cannot exist (negative dimension,
-/// element count overflowing int64) or would exceed the allocation limit in force (the session's
-/// memory limit): shapes computed from data or attributes, checked before anything is allocated.
-template <class Ctx>
-void check_output_size(const Ctx& ctx, const Shape& shape, DType dt) {
-  int64_t n;
-  uint64_t bytes;
-  if (!checked_numel(shape, &n) || __builtin_mul_overflow(uint64_t(n), uint64_t(dtype_size(dt)), &bytes))
-    ctx.fail("output shape ", shape_to_string(shape), " is invalid or too large (negative dimension or element count "
-             "overflowing int64)");
-  if (bytes > allocation_limit())
-    ctx.fail("output shape ", shape_to_string(shape), " is too large: ", bytes, " bytes of ", dtype_name(dt), ", over ",
-             allocation_limit_text());
-}
-
-/// Tables a kernel builds on the host (count entries of entry_bytes each, `what` names them) are
-/// refused past the allocation limit, before anything is allocated.
-template <class Ctx>
-void check_table_size(const Ctx& ctx, int64_t count, size_t entry_bytes, const char* what) {
-  uint64_t bytes;
-  if (count < 0 || __builtin_mul_overflow(uint64_t(count), uint64_t(entry_bytes), &bytes) || bytes > allocation_limit())
-    ctx.fail(what, " of ", count, " entries is too large (", entry_bytes, " bytes each), over ", allocation_limit_text());
 }
 
 }  // namespace onnxtrain::kernels::cpu

@@ -22,11 +22,16 @@
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/window.h"
+#include "kernels/shape/window.h"
 #include "kernels/registry.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
+
+using shape::forward_geometry;
+using shape::transposed_geometry;
+using shape::WindowAttrs;
+using shape::WindowGeom;
 
 namespace {
 

@@ -17,6 +17,7 @@
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/registry.h"
+#include "kernels/shape/matmul.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
@@ -255,6 +256,15 @@ class BatchedMatMul {
   dnnl_util::DnnlOp op_;
 };
 
+// Prepares `mm` for the product `g` describes and declares output 0 and the workspace.
+void prepare_product(PrepareContext& ctx, BatchedMatMul& mm, DType dt, const shape::MatMulGeom& g, bool ta, bool tb) {
+  if (!mm.prepare(dt, g.a_batch, g.b_batch, g.M, g.K, g.N, ta, tb))
+    ctx.fail("internal: batch dimensions ", shape_to_string(g.a_batch), " and ", shape_to_string(g.b_batch),
+             " do not broadcast");
+  ctx.set_output(0, dt, g.output);
+  ctx.request_workspace(mm.workspace_bytes());
+}
+
 // ---------------------------------------------------------------- MatMul
 // A [..., M, K] @ B [..., K, N]; a 1-D A is [1, K] (M dropped), a 1-D B is [K, 1] (N dropped).
 class MatMulKernel final : public Kernel {
@@ -265,22 +275,8 @@ class MatMulKernel final : public Kernel {
     if (ctx.input_dtype(1) != dt)
       ctx.fail("inputs have different element types (", dtype_name(dt), " and ", dtype_name(ctx.input_dtype(1)), ")");
     dispatch<MatMulTypes>(dt, ctx.node(), [&]<class T>() {});
-    Shape a = ctx.input_shape(0), b = ctx.input_shape(1);
-    if (a.empty() || b.empty()) ctx.fail("MatMul operands must have rank >= 1, got ", shape_to_string(a), " and ", shape_to_string(b));
-    const bool a1 = a.size() == 1, b1 = b.size() == 1;
-    if (a1) a.insert(a.begin(), 1);
-    if (b1) b.push_back(1);
-    const int64_t M = a[a.size() - 2], K = a.back(), N = b.back();
-    if (b[b.size() - 2] != K)
-      ctx.fail("inner dimensions differ: ", shape_to_string(ctx.input_shape(0)), " @ ", shape_to_string(ctx.input_shape(1)));
-    if (!mm_.prepare(dt, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), M, K, N, false, false))
-      ctx.fail("batch dimensions of ", shape_to_string(ctx.input_shape(0)), " and ", shape_to_string(ctx.input_shape(1)),
-               " cannot be broadcast");
-    Shape y = mm_.batch();
-    if (!a1) y.push_back(M);
-    if (!b1) y.push_back(N);
-    ctx.set_output(0, dt, y);
-    ctx.request_workspace(mm_.workspace_bytes());
+    const shape::MatMulGeom g = shape::matmul_geometry(ctx, ctx.input_shape(0), ctx.input_shape(1));
+    prepare_product(ctx, mm_, dt, g, false, false);
   }
   void run(RunContext& ctx) override { mm_.run(ctx); }
 
@@ -306,18 +302,8 @@ class FusedMatMulKernel final : public Kernel {
     if (ctx.input_dtype(1) != dt)
       ctx.fail("inputs have different element types (", dtype_name(dt), " and ", dtype_name(ctx.input_dtype(1)), ")");
     dispatch<MatMulTypes>(dt, ctx.node(), [&]<class T>() {});
-    const Shape &a = ctx.input_shape(0), &b = ctx.input_shape(1);
-    if (a.size() < 2 || b.size() < 2)
-      ctx.fail("operands must have rank >= 2, got ", shape_to_string(a), " and ", shape_to_string(b));
-    const int64_t M = ta_ ? a.back() : a[a.size() - 2], K = ta_ ? a[a.size() - 2] : a.back();
-    const int64_t Kb = tb_ ? b.back() : b[b.size() - 2], N = tb_ ? b[b.size() - 2] : b.back();
-    if (K != Kb) ctx.fail("inner dimensions differ: ", shape_to_string(a), (ta_ ? "^T" : ""), " @ ", shape_to_string(b), (tb_ ? "^T" : ""));
-    if (!mm_.prepare(dt, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2), M, K, N, ta_, tb_))
-      ctx.fail("batch dimensions of ", shape_to_string(a), " and ", shape_to_string(b), " cannot be broadcast");
-    Shape y = mm_.batch();
-    y.push_back(M), y.push_back(N);
-    ctx.set_output(0, dt, y);
-    ctx.request_workspace(mm_.workspace_bytes());
+    const shape::MatMulGeom g = shape::fused_matmul_geometry(ctx, ctx.input_shape(0), ctx.input_shape(1), ta_, tb_);
+    prepare_product(ctx, mm_, dt, g, ta_, tb_);
   }
   void run(RunContext& ctx) override { mm_.run(ctx); }
 
@@ -342,29 +328,16 @@ class GemmKernel final : public Kernel {
     dispatch<MatMulTypes>(dt, ctx.node(), [&]<class T>() {});
     const Shape& a = ctx.input_shape(0);
     const Shape& b = ctx.input_shape(1);
-    if (a.size() != 2 || b.size() != 2)
-      ctx.fail("A and B must be 2-D, got ", shape_to_string(a), " and ", shape_to_string(b));
-    M_ = ta_ ? a[1] : a[0];
-    K_ = ta_ ? a[0] : a[1];
-    N_ = tb_ ? b[0] : b[1];
-    const int64_t kb = tb_ ? b[1] : b[0];
-    if (kb != K_)
-      ctx.fail("inner dimensions differ: op(A) is [", M_, ", ", K_, "], op(B) is [", kb, ", ", N_, "]");
     has_c_ = ctx.has_input(2);
     if (!has_c_ && ctx.opset() < 11) ctx.fail("input C is required before opset 11");
-    if (has_c_) {
-      const Shape& c = ctx.input_shape(2);
-      bool ok = c.size() <= 2;
-      for (size_t i = 0; ok && i < c.size(); ++i) {
-        const int64_t want = (c.size() == 2 && i == 0) ? M_ : N_;
-        ok = c[i] == want || (c[i] == 1 && !legacy_no_broadcast_);
-      }
-      if (legacy_no_broadcast_ && c.size() != 2) ok = false;
-      if (!ok) ctx.fail("C of shape ", shape_to_string(c), " does not broadcast to [", M_, ", ", N_, "]");
-      c_rows_ = c.size() == 2 ? c[0] : 1;
-      c_cols_ = c.empty() ? 1 : c.back();
+    const Shape* c = has_c_ ? &ctx.input_shape(2) : nullptr;
+    const shape::MatMulGeom g = shape::gemm_geometry(ctx, a, b, c, ta_, tb_, legacy_no_broadcast_);
+    M_ = g.M, K_ = g.K, N_ = g.N;
+    if (c) {
+      c_rows_ = c->size() == 2 ? (*c)[0] : 1;
+      c_cols_ = c->empty() ? 1 : c->back();
     }
-    ctx.set_output(0, dt, {M_, N_});
+    ctx.set_output(0, dt, g.output);
     op_ = dnnl_util::DnnlOp();
     tiny_ = dt == DType::kFloat32 && tiny_product(M_ * K_ * N_);
     // float16: oneDNN's float32 product of the widened operands (exact), rounded back.

@@ -20,9 +20,15 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
+#include "kernels/shape/reduce.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
+
+using shape::axes_mask;
+using shape::AxisSplit;
+using shape::read_ints;
+using shape::softmax_split;
 
 namespace {
 
@@ -64,35 +70,6 @@ struct Walk {
   }
 };
 
-// [outer, n, inner] view of a tensor around one axis.
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-  AxisSplit() = default;
-  AxisSplit(const Shape& s, size_t axis)
-      : outer(dim_product(s, 0, axis)), n(axis < s.size() ? s[axis] : 1), inner(dim_product(s, axis + 1, s.size())) {}
-};
-
-// Reads a small int tensor (axes, k, axis inputs) naming the node on a wrong type.
-template <class Ctx>
-std::vector<int64_t> read_ints(const Ctx& ctx, const Tensor& t, const char* what) {
-  if (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32)
-    ctx.fail(what, " must be int32 or int64, got ", dtype_name(t.dtype()));
-  if (t.rank() > 1) ctx.fail(what, " must be a scalar or 1-D, got shape ", shape_to_string(t.shape()));
-  return read_int_list(t);
-}
-
-// Reduced-axes mask from an axes list (negative axes wrap; duplicates fail). Empty: all axes.
-template <class Ctx>
-std::vector<bool> axes_mask(const Ctx& ctx, const std::vector<int64_t>& axes, size_t rank) {
-  std::vector<bool> m(rank, axes.empty());
-  for (int64_t a : axes) {
-    const int64_t k = normalize_axis(ctx, a, int64_t(rank), "axes value");
-    if (m[size_t(k)]) ctx.fail("axis ", a, " appears twice in axes");
-    m[size_t(k)] = true;
-  }
-  return m;
-}
-
 // ---------------------------------------------------------------- reduction layout
 struct ReduceLayout {
   Shape out_shape;
@@ -104,16 +81,10 @@ struct ReduceLayout {
 
   template <class Ctx>
   void init(const Ctx& ctx, const Shape& in, const std::vector<bool>& mask, bool keepdims) {
-    out_shape.clear();
+    out_shape = shape::reduced_shape(in, mask, keepdims);
     red_numel = 1;
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (mask[i]) {
-        red_numel *= in[i];
-        if (keepdims) out_shape.push_back(1);
-      } else {
-        out_shape.push_back(in[i]);
-      }
-    }
+    for (size_t i = 0; i < in.size(); ++i)
+      if (mask[i]) red_numel *= in[i];
     out_numel = shape_numel(out_shape);
     // Collapse from the innermost dim outwards: groups of (dim, stride, reduced).
     struct G {
@@ -624,22 +595,6 @@ void exp_inplace(C* v, int64_t n) {
 // Opset < 13: X is coerced to 2-D [prod(dims[:axis]), prod(dims[axis:])] (default axis 1);
 // opset >= 13: along one axis (default -1).
 enum class SM { kSoftmax, kLogSoftmax, kHardmax };
-
-// [outer, n, inner] view of a softmax-family input: coerced to 2-D at axis (opset < 13: inner is
-// 1) or along one axis.
-AxisSplit softmax_split(const PrepareContext& ctx, const Shape& s, int64_t axis, bool coerce) {
-  const int64_t rank = int64_t(s.size());
-  if (coerce) {
-    const int64_t a = axis < 0 ? axis + rank : axis;
-    if (a < 0 || a > rank) ctx.fail("axis ", axis, " is out of range for rank ", rank);
-    AxisSplit r;
-    r.outer = dim_product(s, 0, size_t(a));
-    r.n = dim_product(s, size_t(a), s.size());
-    return r;
-  }
-  if (rank == 0) ctx.fail("input must have rank >= 1");
-  return AxisSplit(s, size_t(normalize_axis(ctx, axis, rank)));
-}
 
 template <SM K>
 class SoftmaxKernel final : public Kernel {

@@ -1,8 +1,8 @@
-#include "kernels/cpu/window.h"
+#include "kernels/shape/window.h"
 
 #include <algorithm>
 
-namespace onnxtrain::kernels::cpu {
+namespace onnxtrain::kernels::shape {
 
 void WindowAttrs::read(const KernelInfo& info) {
   auto_pad = info.attr_string("auto_pad", "NOTSET");
@@ -137,4 +137,4 @@ WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, 
   return g;
 }
 
-}  // namespace onnxtrain::kernels::cpu
+}  // namespace onnxtrain::kernels::shape

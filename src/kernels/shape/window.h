@@ -1,3 +1,4 @@
+// Provider-neutral shape logic (src/kernels/shape/: any provider's kernels use it, none copies it).
 // Sliding-window geometry shared by Conv, ConvTranspose and the pooling operators: the
 // attributes (auto_pad, kernel_shape, strides, pads, dilations, ceil_mode) and the output size.
 //   forward:    out = floor_or_ceil((in + pad_b + pad_e - dk) / stride) + 1,  dk = (k - 1) * dilation + 1
@@ -11,7 +12,7 @@
 
 #include "kernels/kernel.h"
 
-namespace onnxtrain::kernels::cpu {
+namespace onnxtrain::kernels::shape {
 
 struct WindowAttrs {
   std::string auto_pad = "NOTSET";
@@ -38,4 +39,4 @@ WindowGeom forward_geometry(const PrepareContext& ctx, const WindowAttrs& a, con
 WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, const Shape& in, const Shape& kernel,
                                const std::vector<int64_t>& output_padding, std::vector<int64_t> output_shape);
 
-}  // namespace onnxtrain::kernels::cpu
+}  // namespace onnxtrain::kernels::shape

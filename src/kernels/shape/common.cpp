@@ -1,0 +1,76 @@
+#include "kernels/shape/common.h"
+
+#include <algorithm>
+
+namespace onnxtrain::kernels::shape {
+
+std::vector<int64_t> read_int_list(const Tensor& t) {
+  std::vector<int64_t> r(size_t(t.numel()));
+  if (t.dtype() == DType::kInt64) {
+    const int64_t* p = t.data<int64_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) r[size_t(i)] = p[i];
+  } else if (t.dtype() == DType::kInt32) {
+    const int32_t* p = t.data<int32_t>();
+    for (int64_t i = 0; i < t.numel(); ++i) r[size_t(i)] = p[i];
+  } else {
+    throw_error<InvalidArgument>("expected an int32 or int64 tensor, got ", t.describe());
+  }
+  return r;
+}
+
+double read_scalar_as_double(const Tensor& t) {
+  if (t.numel() != 1) throw_error<InvalidArgument>("expected a single value, got ", t.describe());
+  double v = 0;
+  switch (t.dtype()) {
+    case DType::kFloat32: v = *t.data<float>(); break;
+    case DType::kFloat64: v = *t.data<double>(); break;
+    case DType::kFloat16: v = float(*t.data<float16>()); break;
+    case DType::kBFloat16: v = float(*t.data<bfloat16>()); break;
+    case DType::kInt8: v = *t.data<int8_t>(); break;
+    case DType::kInt16: v = *t.data<int16_t>(); break;
+    case DType::kInt32: v = *t.data<int32_t>(); break;
+    case DType::kInt64: v = double(*t.data<int64_t>()); break;
+    case DType::kUInt8: v = *t.data<uint8_t>(); break;
+    case DType::kUInt16: v = *t.data<uint16_t>(); break;
+    case DType::kUInt32: v = *t.data<uint32_t>(); break;
+    case DType::kUInt64: v = double(*t.data<uint64_t>()); break;
+    case DType::kBool: v = *t.data<bool>() ? 1 : 0; break;
+    default: throw_error<InvalidArgument>("expected a numeric scalar, got ", t.describe());
+  }
+  return v;
+}
+
+std::vector<int64_t> contiguous_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+bool broadcast_shapes(const std::vector<Shape>& shapes, Shape* out) {
+  size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  Shape r(rank, 1);
+  for (const auto& s : shapes) {
+    const size_t off = rank - s.size();
+    for (size_t i = 0; i < s.size(); ++i) {
+      const int64_t d = s[i];
+      int64_t& o = r[off + i];
+      if (d == o) continue;
+      if (d == 1) continue;
+      if (o == 1) {
+        o = d;
+        continue;
+      }
+      return false;
+    }
+  }
+  // A zero-sized dimension broadcast against 1 stays 0 (handled above since d==0 replaces o==1).
+  *out = std::move(r);
+  return true;
+}
+
+}  // namespace onnxtrain::kernels::shape

@@ -1,0 +1,63 @@
+// Provider-neutral shape logic (src/kernels/shape/: any provider's kernels use it, none copies it).
+// Axes, values of host inputs, dimension products, strides, numpy broadcasting and the size checks
+// every kernel applies to the shapes it computes before anything is allocated.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernel.h"
+
+namespace onnxtrain::kernels::shape {
+
+/// Maps axis in [-rank, rank) to [0, rank); fails naming the node otherwise.
+template <class Ctx>
+int64_t normalize_axis(const Ctx& ctx, int64_t axis, int64_t rank, const char* what = "axis") {
+  if (axis < -rank || axis >= rank)
+    ctx.fail(what, " ", axis, " is out of range for rank ", rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+/// Reads a 1-D (or scalar) int32/int64 tensor as int64 values (a host input: shape, axes, pads).
+std::vector<int64_t> read_int_list(const Tensor& t);
+/// Reads a scalar of any numeric type as double.
+double read_scalar_as_double(const Tensor& t);
+
+/// Product of shape[begin:end].
+inline int64_t dim_product(const Shape& s, size_t begin, size_t end) {
+  int64_t p = 1;
+  for (size_t i = begin; i < end && i < s.size(); ++i) p *= s[i];
+  return p;
+}
+
+/// Row-major strides of a shape.
+std::vector<int64_t> contiguous_strides(const Shape& s);
+
+/// Numpy broadcast of shapes; returns false when incompatible.
+bool broadcast_shapes(const std::vector<Shape>& shapes, Shape* out);
+
+/// Fails naming the node when a tensor of `shape` and `dt` cannot exist (negative dimension,
+/// element count overflowing int64) or would exceed the allocation limit in force (the session's
+/// memory limit): shapes computed from data or attributes, checked before anything is allocated.
+template <class Ctx>
+void check_output_size(const Ctx& ctx, const Shape& shape, DType dt) {
+  int64_t n;
+  uint64_t bytes;
+  if (!checked_numel(shape, &n) || __builtin_mul_overflow(uint64_t(n), uint64_t(dtype_size(dt)), &bytes))
+    ctx.fail("output shape ", shape_to_string(shape), " is invalid or too large (negative dimension or element count "
+             "overflowing int64)");
+  if (bytes > allocation_limit())
+    ctx.fail("output shape ", shape_to_string(shape), " is too large: ", bytes, " bytes of ", dtype_name(dt), ", over ",
+             allocation_limit_text());
+}
+
+/// Tables a kernel builds on the host (count entries of entry_bytes each, `what` names them) are
+/// refused past the allocation limit, before anything is allocated.
+template <class Ctx>
+void check_table_size(const Ctx& ctx, int64_t count, size_t entry_bytes, const char* what) {
+  uint64_t bytes;
+  if (count < 0 || __builtin_mul_overflow(uint64_t(count), uint64_t(entry_bytes), &bytes) || bytes > allocation_limit())
+    ctx.fail(what, " of ", count, " entries is too large (", entry_bytes, " bytes each), over ", allocation_limit_text());
+}
+
+}  // namespace onnxtrain::kernels::shape

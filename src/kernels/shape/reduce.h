@@ -1,0 +1,50 @@
+// Provider-neutral shape logic (src/kernels/shape/: any provider's kernels use it, none copies it).
+// Reductions and the softmax family: axes lists (attribute or input), the reduced-axes mask, the
+// output shape, and the [outer, n, inner] view around one axis.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/shape/common.h"
+
+namespace onnxtrain::kernels::shape {
+
+/// [outer, n, inner] view of a tensor around one axis.
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+  AxisSplit() = default;
+  AxisSplit(const Shape& s, size_t axis)
+      : outer(dim_product(s, 0, axis)), n(axis < s.size() ? s[axis] : 1), inner(dim_product(s, axis + 1, s.size())) {}
+};
+
+/// Reads a small int tensor (axes, k, axis inputs: int32 or int64, scalar or 1-D), naming the
+/// node on a wrong type.
+template <class Ctx>
+std::vector<int64_t> read_ints(const Ctx& ctx, const Tensor& t, const char* what) {
+  if (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32)
+    ctx.fail(what, " must be int32 or int64, got ", dtype_name(t.dtype()));
+  if (t.rank() > 1) ctx.fail(what, " must be a scalar or 1-D, got shape ", shape_to_string(t.shape()));
+  return read_int_list(t);
+}
+
+/// Reduced-axes mask from an axes list (negative axes wrap; duplicates fail). Empty: all axes.
+template <class Ctx>
+std::vector<bool> axes_mask(const Ctx& ctx, const std::vector<int64_t>& axes, size_t rank) {
+  std::vector<bool> m(rank, axes.empty());
+  for (int64_t a : axes) {
+    const int64_t k = normalize_axis(ctx, a, int64_t(rank), "axes value");
+    if (m[size_t(k)]) ctx.fail("axis ", a, " appears twice in axes");
+    m[size_t(k)] = true;
+  }
+  return m;
+}
+
+/// The output shape of a reduction over the axes `mask` marks: dropped, or kept as 1 (keepdims).
+Shape reduced_shape(const Shape& in, const std::vector<bool>& mask, bool keepdims);
+
+/// [outer, n, inner] view of a softmax-family input: coerced to 2-D at axis (opset < 13: inner is
+/// 1) or along one axis.
+AxisSplit softmax_split(const PrepareContext& ctx, const Shape& s, int64_t axis, bool coerce);
+
+}  // namespace onnxtrain::kernels::shape
