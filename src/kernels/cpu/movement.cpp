@@ -13,6 +13,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/registry.h"
+#include "kernels/shape/movement.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
@@ -54,14 +55,6 @@ bool StridedCopy::init(const Shape& dims, const std::vector<int64_t>& ss, const 
 
 namespace {
 
-// Fails unless every input has input 0's element type.
-void check_same_dtype(const PrepareContext& ctx, size_t first, size_t last) {
-  for (size_t i = first; i < last; ++i)
-    if (ctx.has_input(i) && ctx.input_dtype(i) != ctx.input_dtype(0))
-      ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ",
-               dtype_name(ctx.input_dtype(0)));
-}
-
 // Reads an optional 1-D integer input; false when it exists but its value is unknown now.
 bool read_list_input(const PrepareContext& ctx, size_t i, const char* what, std::vector<int64_t>* out,
                      bool* present = nullptr) {
@@ -87,22 +80,9 @@ class TransposeKernel final : public Kernel {
   void prepare(PrepareContext& ctx) override {
     const Shape& in = ctx.input_shape(0);
     const size_t r = in.size();
-    std::vector<int64_t> perm = perm_;
-    if (!has_perm_)
-      for (size_t i = 0; i < r; ++i) perm.push_back(int64_t(r - 1 - i));
-    if (perm.size() != r) ctx.fail("perm ", shape_to_string(perm), " does not match rank ", r);
-    std::vector<bool> seen(r, false);
-    for (int64_t p : perm) {
-      if (p < 0 || p >= int64_t(r) || seen[size_t(p)]) ctx.fail("perm ", shape_to_string(perm), " is not a permutation");
-      seen[size_t(p)] = true;
-    }
-    const auto st = contiguous_strides(in);
-    Shape out(r);
-    std::vector<int64_t> ss(r);
-    for (size_t i = 0; i < r; ++i) {
-      out[i] = in[size_t(perm[i])];
-      ss[i] = st[size_t(perm[i])];
-    }
+    const std::vector<int64_t> perm = shape::transpose_perm(ctx, perm_, has_perm_, r);
+    const Shape out = shape::permuted(in, perm);
+    const std::vector<int64_t> ss = shape::permuted(contiguous_strides(in), perm);
     if (!copy_.init(out, ss, contiguous_strides(out))) ctx.fail("rank ", r, " is too large");
     if (copy_.is_identity()) ctx.set_output_alias(0, 0, out);
     else ctx.set_output(0, ctx.input_dtype(0), out);
@@ -153,38 +133,10 @@ class ConcatKernel final : public Kernel {
     axis_ = info.attr_int("axis", 1);
   }
   void prepare(PrepareContext& ctx) override {
-    const size_t n = ctx.num_inputs();
-    if (n == 0) ctx.fail("needs at least one input");
-    check_same_dtype(ctx, 0, n);
-    // Legacy models concatenate 1-D empty tensors with tensors of another rank: skip those.
-    size_t ref = 0;
-    for (size_t i = 0; i < n; ++i)
-      if (!is_empty_1d(ctx, i)) {
-        ref = i;
-        break;
-      }
-    const Shape& s0 = ctx.input_shape(ref);
-    const int64_t r = int64_t(s0.size());
-    if (r == 0) ctx.fail("cannot concatenate scalars");
-    const int64_t axis = normalize_axis(ctx, axis_, r);
-    Shape out = s0;
-    out[size_t(axis)] = 0;
-    std::vector<size_t> used;
-    for (size_t i = 0; i < n; ++i) {
-      if (!ctx.has_input(i)) ctx.fail("input ", i, " is missing");
-      const Shape& s = ctx.input_shape(i);
-      if (s.size() != s0.size()) {
-        if (is_empty_1d(ctx, i)) continue;
-        ctx.fail("input ", i, " has rank ", s.size(), ", expected ", r);
-      }
-      for (size_t d = 0; d < s.size(); ++d)
-        if (int64_t(d) != axis && s[d] != s0[d])
-          ctx.fail("input ", i, " has shape ", shape_to_string(s), ", incompatible with ", shape_to_string(s0),
-                   " outside axis ", axis);
-      if (__builtin_add_overflow(out[size_t(axis)], s[size_t(axis)], &out[size_t(axis)])) ctx.fail("output too large");
-      used.push_back(i);
-    }
-    check_output_size(ctx, out, ctx.input_dtype(0));
+    shape::ConcatGeom g = shape::concat_geometry(ctx, axis_);
+    const int64_t axis = g.axis;
+    const Shape& out = g.output;
+    const std::vector<size_t>& used = g.used;
     const int64_t outer = dim_product(out, 0, size_t(axis)), inner = dim_product(out, size_t(axis) + 1, out.size());
     outer_ = outer;
     row_ = out[size_t(axis)] * inner;
@@ -205,9 +157,6 @@ class ConcatKernel final : public Kernel {
   }
 
  private:
-  static bool is_empty_1d(const PrepareContext& ctx, size_t i) {
-    return ctx.has_input(i) && ctx.input_rank(i) == 1 && ctx.input_shape(i)[0] == 0;
-  }
   int64_t axis_, outer_ = 0, row_ = 0;
   std::vector<size_t> used_;     // inputs taking part (legacy empty 1-D inputs left out)
   std::vector<int64_t> widths_;  // their columns per row

@@ -40,6 +40,13 @@ double read_scalar_as_double(const Tensor& t) {
   return v;
 }
 
+void check_same_dtype(const PrepareContext& ctx, size_t first, size_t last) {
+  for (size_t i = first; i < last; ++i)
+    if (ctx.has_input(i) && ctx.input_dtype(i) != ctx.input_dtype(0))
+      ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ",
+               dtype_name(ctx.input_dtype(0)));
+}
+
 std::vector<int64_t> contiguous_strides(const Shape& s) {
   std::vector<int64_t> st(s.size());
   int64_t acc = 1;

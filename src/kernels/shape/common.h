@@ -23,6 +23,9 @@ std::vector<int64_t> read_int_list(const Tensor& t);
 /// Reads a scalar of any numeric type as double.
 double read_scalar_as_double(const Tensor& t);
 
+/// Inputs first..last-1 (those present) have input 0's element type; fails naming the node.
+void check_same_dtype(const PrepareContext& ctx, size_t first, size_t last);
+
 /// Product of shape[begin:end].
 inline int64_t dim_product(const Shape& s, size_t begin, size_t end) {
   int64_t p = 1;
