@@ -222,10 +222,11 @@ void check_arity(const ir::Node& node, int64_t opset) {
   if (node.domain == ops::kDomain) {  // counts from the operator table
     const ops::OpDef* d = ops::find_op(node.op_type);
     if (!d) return;
-    if (nin < d->min_inputs || (d->max_inputs >= 0 && nin > d->max_inputs))
+    auto within = [](int n, int lo, int hi) { return n >= lo && (hi < 0 || n <= hi); };  // hi -1: any number
+    if (!within(nin, d->min_inputs, d->max_inputs))
       throw_error<InvalidGraph>(node.describe(), ": ", nin, " inputs, ", node.op_type, " takes ",
                                 ops::count_range(d->min_inputs, d->max_inputs));
-    if (nout < d->min_outputs || (d->max_outputs >= 0 && nout > d->max_outputs))
+    if (!within(nout, d->min_outputs, d->max_outputs))
       throw_error<InvalidGraph>(node.describe(), ": ", nout, " outputs, ", node.op_type, " has ",
                                 ops::count_range(d->min_outputs, d->max_outputs));
     return;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "onnxtrain/error.h"
+#include "onnxtrain/tensor.h"
 
 namespace onnxtrain::ops {
 
@@ -126,22 +127,20 @@ std::vector<OpDef> build() {
   return t;
 }
 
+// "0, 2, 3": input positions for the generated page.
+std::string positions(const std::vector<size_t>& v) {
+  std::string s;
+  for (size_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
 std::string type_rule(const OpDef& d) {
-  auto list = [](const std::vector<size_t>& v) {
-    std::string s;
-    for (size_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
-    return s;
-  };
   switch (d.rule) {
     case TypeRule::kLikeInputs:
-      return (d.like.size() == 1 ? "like input " : "like inputs ") + list(d.like) + (d.same_shape ? " (shape too)" : "");
+      return (d.like.size() == 1 ? "like input " : "like inputs ") + positions(d.like) + (d.same_shape ? " (shape too)" : "");
     case TypeRule::kFixed: {
       std::string s;
-      for (const auto& f : d.fixed) {
-        std::string shape;
-        for (int64_t x : f.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(x);
-        s += (s.empty() ? "" : "; ") + std::string(dtype_name(f.dtype)) + " [" + shape + "]";
-      }
+      for (const auto& f : d.fixed) s += (s.empty() ? "" : "; ") + std::string(dtype_name(f.dtype)) + " " + shape_to_string(f.shape);
       return s;
     }
     case TypeRule::kLikeTrailing: return "like the last inputs";
@@ -179,12 +178,10 @@ std::string operators_markdown() {
       "memory on any device; session: only a TrainingSession places it (refused in a loaded model).\n\n"
       "| operator | inputs | outputs | types | host | session | what it computes |\n"
       "|---|---|---|---|---|---|---|\n";
-  for (const OpDef& d : onnxtrain_ops()) {
-    std::string host;
-    for (size_t h : d.host_inputs) host += (host.empty() ? "" : ", ") + std::to_string(h);
+  for (const OpDef& d : onnxtrain_ops())
     s += "| " + d.name + " | " + count_range(d.min_inputs, d.max_inputs) + " | " + count_range(d.min_outputs, d.max_outputs) +
-         " | " + type_rule(d) + " | " + host + " | " + (d.session_internal ? "yes" : "") + " | " + d.doc + " |\n";
-  }
+         " | " + type_rule(d) + " | " + positions(d.host_inputs) + " | " + (d.session_internal ? "yes" : "") + " | " + d.doc +
+         " |\n";
   return s;
 }
 

@@ -1,5 +1,5 @@
 // Operator coverage, measured rather than listed: every kernel registered by an execution provider
-// has a reference test, and every com.onnxtrain operator of the table a kernel and a test. A
+// has a reference test, and every com.onnxtrain operator of the table a test. A
 // registration is covered when an ONNX conformance case runs a node of it (expected outputs from
 // ONNX's reference implementation), or when a C++ test names it as a string literal (the tests run
 // kernels by name against naive double references: run_node("Op", ...), the gradient tests'
@@ -54,7 +54,7 @@ std::set<std::string> test_literals() {
   static const std::regex literal("\"([A-Za-z0-9_.]+)\"");
   std::set<std::string> lits;
   for (const auto& name : ot_test::list_dir(dir)) {
-    if (name.size() < 3 || (name.substr(name.size() - 4) != ".cpp" && name.substr(name.size() - 2) != ".h")) continue;
+    if (!name.ends_with(".cpp") && !name.ends_with(".h")) continue;
     if (name == "test_op_coverage.cpp") continue;  // this file names no operator
     const std::string text = ot_test::slurp(dir + "/" + name);
     for (auto it = std::sregex_iterator(text.begin(), text.end(), literal); it != std::sregex_iterator(); ++it)
@@ -107,13 +107,11 @@ TEST(OpCoverage, EveryKernelRegistrationHasAReferenceTest) {
   expect_covered(ot_test::test_provider().name(), ot_test::test_provider().registry(), conformance, literals);
 }
 
-// The table and the CPU registry describe the same com.onnxtrain operators, and each is tested.
-TEST(OpCoverage, EveryTableOperatorHasAKernelAndATest) {
+// Every com.onnxtrain operator of the table is tested (that each has a CPU kernel and each kernel a
+// row: Emitter.OnnxtrainTableCoversTheKernels).
+TEST(OpCoverage, EveryTableOperatorHasATest) {
   const auto literals = test_literals();
-  const KernelRegistry& reg = cpu_provider().registry();
-  for (const ops::OpDef& d : ops::onnxtrain_ops()) {
-    EXPECT_TRUE(reg.knows(ops::kDomain, d.name)) << ops::kDomain << "." << d.name << " has a table row but no CPU kernel";
+  for (const ops::OpDef& d : ops::onnxtrain_ops())
     EXPECT_TRUE(named_by_a_test(ops::kDomain, d.name, literals))
         << ops::kDomain << "." << d.name << " has a table row but no test: no C++ test names it, none tests its forward's gradient";
-  }
 }

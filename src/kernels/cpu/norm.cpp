@@ -84,6 +84,14 @@ void check_param(PrepareContext& ctx, size_t i, const char* what, int64_t numel)
     ctx.fail(what, " has shape ", shape_to_string(ctx.input_shape(i)), ", expected ", numel, " elements");
 }
 
+// Input i, [N, C, S..] (`what` names it): a float tensor of rank >= 2; its element type.
+DType check_nc_input(const PrepareContext& ctx, size_t i, const char* what) {
+  const DType dt = ctx.input_dtype(i);
+  dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+  if (ctx.input_rank(i) < 2) ctx.fail(what, " must have rank >= 2, got shape ", shape_to_string(ctx.input_shape(i)));
+  return dt;
+}
+
 // ---------------------------------------------------------------- BatchNormalization
 // Opset < 14: training when outputs beyond Y are requested (and, opset < 7, is_test = 0); the
 // outputs are running mean/var and the batch's saved mean/var. Opset >= 14: training_mode.
@@ -99,10 +107,8 @@ class BatchNormKernel final : public Kernel {
     torch_var_ = info.options().torch_running_var;
   }
   void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(0);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const DType dt = check_nc_input(ctx, 0, "X");
     const Shape& s = ctx.input_shape(0);
-    if (s.size() < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(s));
     n_ = s[0];
     c_ = spatial_ ? s[1] : dim_product(s, 1, s.size());
     s_ = spatial_ ? dim_product(s, 2, s.size()) : 1;
@@ -201,10 +207,8 @@ class BatchNormGradKernel final : public Kernel {
     spatial_ = info.attr_int("spatial", 1) != 0;
   }
   void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(1);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const DType dt = check_nc_input(ctx, 1, "X");
     const Shape& s = ctx.input_shape(1);
-    if (s.size() < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(s));
     if (ctx.input_shape(0) != s || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
     n_ = s[0];
     c_ = spatial_ ? s[1] : dim_product(s, 1, s.size());
@@ -341,10 +345,8 @@ class InstanceNormKernel final : public Kernel {
  public:
   explicit InstanceNormKernel(const KernelInfo& info) { eps_ = info.attr_float("epsilon", 1e-5f); }
   void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(0);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    const DType dt = check_nc_input(ctx, 0, "input");
     const Shape& s = ctx.input_shape(0);
-    if (s.size() < 2) ctx.fail("input must have rank >= 2, got shape ", shape_to_string(s));
     c_ = s[1];
     check_param(ctx, 1, "scale", c_);
     check_param(ctx, 2, "B", c_);
@@ -613,13 +615,6 @@ struct LRNAttrs {
         bias_(info.attr_float("bias", 1.0f)) {
     if (size_ <= 0 || size_ > (int64_t(1) << 31)) info.fail("size must be in [1, 2^31], got ", size_);
   }
-  /// X (input i): a float tensor of rank >= 2 ([N, C, S..]); its element type.
-  static DType check_x(const PrepareContext& ctx, size_t i) {
-    const DType dt = ctx.input_dtype(i);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    if (ctx.input_rank(i) < 2) ctx.fail("X must have rank >= 2, got shape ", shape_to_string(ctx.input_shape(i)));
-    return dt;
-  }
   /// Channels of c's window, [c - (size-1)/2, c + size/2] clipped to [0, C): first and last.
   std::pair<int64_t, int64_t> window(int64_t c, int64_t C) const {
     return {std::max<int64_t>(0, c - (size_ - 1) / 2), std::min(C - 1, c + size_ / 2)};
@@ -644,7 +639,7 @@ struct LRNAttrs {
 class LRNKernel final : public Kernel, LRNAttrs {
  public:
   explicit LRNKernel(const KernelInfo& info) : LRNAttrs(info) {}
-  void prepare(PrepareContext& ctx) override { ctx.set_output(0, check_x(ctx, 0), ctx.input_shape(0)); }
+  void prepare(PrepareContext& ctx) override { ctx.set_output(0, check_nc_input(ctx, 0, "X"), ctx.input_shape(0)); }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
     const int64_t C = x.dim(1), S = dim_product(x.shape(), 2, x.rank()), NC = x.numel() / std::max<int64_t>(S, 1);
@@ -679,7 +674,7 @@ class LRNGradKernel final : public Kernel, LRNAttrs {
  public:
   explicit LRNGradKernel(const KernelInfo& info) : LRNAttrs(info) {}
   void prepare(PrepareContext& ctx) override {
-    const DType dt = check_x(ctx, 1);
+    const DType dt = check_nc_input(ctx, 1, "X");
     if (ctx.input_shape(0) != ctx.input_shape(1) || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
     ctx.set_output(0, dt, ctx.input_shape(1));
   }
