@@ -1,5 +1,5 @@
 // Helpers of the backward kernels (com.onnxtrain.*Grad, the custom operators gradient rules emit):
-// shape inputs, zero-filled outputs, and the adjoint of a separable per-axis gather, the backward
+// zero-filled outputs (shape inputs: kernels/shape/common.h), and the adjoint of a separable per-axis gather, the backward
 // of Pad (edge, reflect, wrap) and Resize:
 //   forward, per axis a:  Y[.., o, ..] = sum_k w_a[o, k] * X[.., idx_a[o, k], ..]   (idx < 0: no tap)
 //   backward:             dX = fold_{r-1}(... fold_0(dY)), fold_a: Z[.., s, ..] += w_a[o, k] * dY[.., o, ..]
@@ -16,21 +16,6 @@
 #include "kernels/cpu/common.h"
 
 namespace onnxtrain::kernels::cpu {
-
-/// Reads input i, the 1-D int64 shape of the tensor a backward kernel produces (shape(X)); false
-/// when its value is unknown now (prepare runs again at run time, with every value known). A
-/// missing shape input is an error, not a value to wait for: a node whose inputs are all constant
-/// runs right after prepare (folding), its output never allocated.
-inline bool read_shape_value(const PrepareContext& ctx, size_t i, DType dt, Shape* out) {
-  if (!ctx.has_input(i)) ctx.fail("the shape input (input ", i, ") is missing");
-  if (ctx.input_rank(i) != 1 || ctx.input_dtype(i) != DType::kInt64)
-    ctx.fail("shape input must be 1-D int64, got ", dtype_name(ctx.input_dtype(i)), shape_to_string(ctx.input_shape(i)));
-  const Tensor* t = ctx.input_value(i);
-  if (!t) return false;
-  *out = read_int_list(*t);
-  check_output_size(ctx, *out, dt);
-  return true;
-}
 
 /// Fills y with zero bytes (0 of every numeric type), in parallel.
 inline void zero_fill(Tensor& y) {

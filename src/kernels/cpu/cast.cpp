@@ -9,7 +9,6 @@
 // "nan", "inf", "-inf"; bools "True"/"False". Parsing accepts surrounding blanks, a sign, "NaN",
 // "INF", "infinity" (any case), and for integer targets either an integer or a float.
 #include <charconv>
-#include <map>
 
 #include "kernels/cpu/elementwise_internal.h"
 
@@ -139,34 +138,14 @@ void cast_range(const From* x, To* y, int64_t n, const RunContext& ctx) {
   }
 }
 
-DType dtype_from_name(const KernelInfo& info, const std::string& name) {
-  static const std::map<std::string, DType> names = {
-      {"FLOAT", DType::kFloat32}, {"UINT8", DType::kUInt8},    {"INT8", DType::kInt8},
-      {"UINT16", DType::kUInt16}, {"INT16", DType::kInt16},    {"INT32", DType::kInt32},
-      {"INT64", DType::kInt64},   {"STRING", DType::kString},  {"BOOL", DType::kBool},
-      {"FLOAT16", DType::kFloat16}, {"DOUBLE", DType::kFloat64}, {"UINT32", DType::kUInt32},
-      {"UINT64", DType::kUInt64}, {"BFLOAT16", DType::kBFloat16}};
-  auto it = names.find(name);
-  if (it == names.end()) info.fail("unknown type name '", name, "' in attribute 'to'");
-  return it->second;
-}
-
 class CastKernel final : public Kernel {
  public:
   /// like = true: CastLike (target dtype from input 1).
   CastKernel(const KernelInfo& info, bool like) : like_(like) {
-    if (like_) return;
-    const ir::Attribute* a = info.node().attr("to");
-    if (a && a->type == ir::AttrType::kString) to_ = dtype_from_name(info, a->s);
-    else to_ = static_cast<DType>(info.attr_int("to"));
-    if (!dtype_supported(to_))
-      throw_error<NotImplemented>(info.node().describe(), ": cast to element type ", dtype_name(to_),
-                                  " is not supported");
+    if (!like_) to_ = shape::read_cast_to(info);
   }
   void prepare(PrepareContext& ctx) override {
-    if (like_) to_ = ctx.input_dtype(1);
-    dispatch<AllTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
-    dispatch<AllTypes>(to_, ctx.node(), [&]<class T>() {});
+    to_ = shape::cast_target(ctx, like_, to_);
     if (ctx.input_dtype(0) == to_) ctx.set_output_alias(0, 0, ctx.input_shape(0));
     else ctx.set_output(0, to_, ctx.input_shape(0));
   }

@@ -25,8 +25,9 @@
 
 #include "distributed/adasum.h"
 #include "distributed/comm.h"
-#include "ops/onnxtrain_ops.h"
 #include "kernels/registry.h"
+#include "kernels/shape/collective.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -53,35 +54,17 @@ bool take_pending(int64_t t, Pending* out = nullptr) {
   return true;
 }
 
-void check_bucket(PrepareContext& ctx, size_t first, DType& dt, std::vector<int64_t>& sizes) {
-  sizes.clear();
-  for (size_t i = first; i < ctx.num_inputs(); ++i) {
-    if (!ctx.has_input(i) || ctx.input_kind(i) != Value::Kind::kTensor) ctx.fail("input ", i, " must be a tensor");
-    const DType d = ctx.input_dtype(i);
-    if (d != DType::kFloat32 && d != DType::kFloat64) ctx.fail("gradient ", i - first + 1, " is ", dtype_name(d), ", not float");
-    if (i == first) dt = d;
-    if (d != dt) ctx.fail("gradients of one bucket share their element type");
-    sizes.push_back(shape_numel(ctx.input_shape(i)));
-  }
-  if (sizes.empty()) ctx.fail("a bucket holds at least one gradient");
-}
-
 class GradientReduceStartKernel final : public Kernel {
  public:
-  explicit GradientReduceStartKernel(const KernelInfo& info) {
-    mode_ = info.attr_string("mode", "mean");
-    if (mode_ != "mean" && mode_ != "adasum") info.fail("mode must be 'mean' or 'adasum', got '", mode_, "'");
-    what_ = "the gradient reduction of " + info.node().name;
-  }
+  explicit GradientReduceStartKernel(const KernelInfo& info)
+      : mode_(shape::read_reduce_mode(info)), what_("the gradient reduction of " + info.node().name) {}
   // A reduction still in flight writes into buf_: it completes before the buffer goes.
   ~GradientReduceStartKernel() override { settle(); }
   void prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() < 2) ctx.fail("expects the contribution and at least one gradient");
-    if (ctx.input_dtype(0) != DType::kFloat64 || shape_numel(ctx.input_shape(0)) != 1)
-      ctx.fail("input 0 (the contribution) must be float64 [1]");
-    check_bucket(ctx, 1, dt_, sizes_);
-    count_ = 0;
-    for (int64_t s : sizes_) count_ += s;
+    const shape::Bucket b = shape::check_gradient_reduce_start(ctx);
+    dt_ = b.dtype;
+    sizes_ = b.sizes;
+    count_ = b.count;
     ctx.set_output(0, DType::kInt64, {1});
     ctx.set_nondeterministic();
   }
@@ -92,7 +75,7 @@ class GradientReduceStartKernel final : public Kernel {
     const size_t es = dtype_size(dt_);
     const int64_t padded = (count_ + n - 1) / n * n;  // reduce-scatter blocks of equal size
     buf_.resize(size_t(padded) * es);
-    const double c = mode_ == "adasum" ? 1.0 : ctx.input(0).data<double>()[0];
+    const double c = mode_ == shape::ReduceMode::kAdasum ? 1.0 : ctx.input(0).data<double>()[0];
     int64_t off = 0;
     for (size_t i = 0; i < sizes_.size(); ++i) {
       const Tensor& g = ctx.input(1 + i);
@@ -114,7 +97,7 @@ class GradientReduceStartKernel final : public Kernel {
     const int rank = comm.rank();
     const char* what = what_.c_str();
     std::function<void()> job;
-    if (mode_ == "adasum") {
+    if (mode_ == shape::ReduceMode::kAdasum) {
       job = [=, sizes = sizes_] { distributed::adasum_allreduce(data, dt, sizes, rank, n, what); };
     } else if (n <= 2) {
       job = [=, count = count_] { distributed::raw::allreduce_sum(data, count, dt, what); };
@@ -151,7 +134,8 @@ class GradientReduceStartKernel final : public Kernel {
     }
   }
 
-  std::string mode_, what_;
+  shape::ReduceMode mode_;
+  std::string what_;
   DType dt_ = DType::kFloat32;
   std::vector<int64_t> sizes_;
   int64_t count_ = 0;
@@ -163,10 +147,10 @@ class GradientReduceWaitKernel final : public Kernel {
  public:
   explicit GradientReduceWaitKernel(const KernelInfo&) {}
   void prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() < 2 || ctx.num_outputs() != ctx.num_inputs() - 1)
-      ctx.fail("expects the token and n gradients, and n outputs");
-    if (ctx.input_dtype(0) != DType::kInt64) ctx.fail("input 0 (the token) must be int64");
-    check_bucket(ctx, 1, dt_, sizes_);
+    const shape::Bucket b = shape::check_gradient_reduce_wait(ctx);
+    dt_ = b.dtype;
+    sizes_ = b.sizes;
+    count_ = b.count;
     for (size_t i = 0; i < sizes_.size(); ++i) ctx.set_output(i, dt_, ctx.input_shape(1 + i));
     ctx.set_nondeterministic();
   }
@@ -175,12 +159,10 @@ class GradientReduceWaitKernel final : public Kernel {
     Pending p;
     if (!take_pending(ticket, &p))
       ctx.fail("no reduction in flight for token ", ticket, " (the token of a GradientReduceStart of this run)");
-    int64_t count = 0;
-    for (int64_t s : sizes_) count += s;
-    if (p.dtype != dt_ || p.count != count) {
+    if (p.dtype != dt_ || p.count != count_) {
       distributed::Comm::world().wait(distributed::Comm::Ticket(ticket));  // its buffer is in use until then
       ctx.fail("token ", ticket, " is a reduction of ", p.count, " ", dtype_name(p.dtype), " elements; the gradients "
-               "given to this node hold ", count, " ", dtype_name(dt_), " elements");
+               "given to this node hold ", count_, " ", dtype_name(dt_), " elements");
     }
     distributed::Comm::world().wait(distributed::Comm::Ticket(ticket));
     const size_t es = dtype_size(dt_);
@@ -195,33 +177,18 @@ class GradientReduceWaitKernel final : public Kernel {
  private:
   DType dt_ = DType::kFloat32;
   std::vector<int64_t> sizes_;
+  int64_t count_ = 0;
 };
 
 class ZeroAllGatherKernel final : public Kernel {
  public:
-  explicit ZeroAllGatherKernel(const KernelInfo& info) {
-    const int64_t pieces = info.attr_int("pieces");
-    if (pieces < 0 || pieces >= int64_t(info.node().inputs.size()))
-      info.fail("attribute pieces = ", pieces, " must count the parts among the ", info.node().inputs.size(), " inputs");
-    pieces_ = size_t(pieces);
-  }
+  explicit ZeroAllGatherKernel(const KernelInfo& info) : pieces_(shape::read_zero_pieces(info)) {}
   void prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() < pieces_ + 1 || ctx.num_outputs() != ctx.num_inputs() - pieces_)
-      ctx.fail("expects ", pieces_, " parts, then n weights and n outputs");
-    for (size_t i = 0; i < pieces_; ++i)
-      if (!ctx.has_input(i) || ctx.input_kind(i) != Value::Kind::kTensor) ctx.fail("part ", i, " must be a tensor");
-    std::vector<int64_t> part_sizes;
-    DType pdt = DType::kUndefined;
-    for (size_t i = 0; i < pieces_; ++i) {
-      part_sizes.push_back(shape_numel(ctx.input_shape(i)));
-      if (i == 0) pdt = ctx.input_dtype(0);
-      if (ctx.input_dtype(i) != pdt) ctx.fail("the parts differ in element type");
-    }
-    check_bucket(ctx, pieces_, dt_, sizes_);
-    if (pieces_ > 0 && pdt != dt_) ctx.fail("the parts and the weights differ in element type");
-    total_ = 0;
-    for (int64_t n : sizes_) total_ += n;
-    part_sizes_ = part_sizes;
+    const shape::ZeroGeom g = shape::check_zero_all_gather(ctx, pieces_);
+    dt_ = g.weights.dtype;
+    sizes_ = g.weights.sizes;
+    total_ = g.weights.count;
+    part_sizes_ = g.part_sizes;
     for (size_t i = 0; i < sizes_.size(); ++i) ctx.set_output_inplace(i, pieces_ + i);
     ctx.set_nondeterministic();
   }

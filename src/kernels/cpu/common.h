@@ -23,6 +23,10 @@ using shape::dim_product;
 using shape::normalize_axis;
 using shape::read_int_list;
 using shape::read_scalar_as_double;
+using shape::read_list_input;
+using shape::read_shape_value;
+using shape::all_dynamic;
+using shape::check_same_dtype;
 
 // ---------------------------------------------------------------- dtype dispatch
 template <class... Ts>

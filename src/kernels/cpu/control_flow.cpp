@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
+#include "kernels/shape/control_flow.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -36,8 +37,6 @@ struct Subgraph {
     if (!info.options().subgraphs) info.fail("no subgraph runner: control flow runs inside an executor");
     exec = info.options().subgraphs(graph, info.opsets(), info.options(), std::move(free));
   }
-  size_t num_inputs() const { return graph->inputs.size(); }
-  size_t num_outputs() const { return graph->outputs.size(); }
 
   /// Runs with `inputs` for the declared inputs; outer-scope values come from ctx.
   std::vector<Value> run(const RunContext& ctx, const std::vector<const Value*>& inputs,
@@ -56,18 +55,6 @@ bool read_cond(const RunContext& ctx, const Value& v, const char* what) {
   return *v.tensor.data<bool>();
 }
 
-// Output dtypes for prepare: the subgraph's declared element types where known.
-void set_dynamic_outputs(PrepareContext& ctx, const ir::Graph& g, size_t first_graph_output) {
-  for (size_t i = 0; i < ctx.num_outputs(); ++i) {
-    if (!ctx.has_output(i)) continue;
-    const size_t go = first_graph_output + i;
-    const DType dt = go < g.outputs.size() && g.outputs[go].type.kind == ir::TypeInfo::Kind::kTensor
-                         ? g.outputs[go].type.elem
-                         : DType::kUndefined;
-    ctx.set_output_dynamic(i, dt);
-  }
-}
-
 // Indices of the node outputs it names (what a subgraph run must produce), offset by `first`.
 std::vector<size_t> requested_outputs(const RunContext& ctx, size_t first) {
   std::vector<size_t> r;
@@ -80,20 +67,11 @@ std::vector<size_t> requested_outputs(const RunContext& ctx, size_t first) {
 class IfKernel final : public Kernel {
  public:
   explicit IfKernel(const KernelInfo& info) : then_(info, "then_branch"), else_(info, "else_branch") {
-    const size_t n = info.node().outputs.size();
-    for (const Subgraph* b : {&then_, &else_})
-      if (b->num_outputs() != n)
-        info.fail(b == &then_ ? "then_branch" : "else_branch", " has ", b->num_outputs(), " outputs, the node has ", n);
-    for (const Subgraph* b : {&then_, &else_})
-      if (b->num_inputs() != 0) info.fail("a branch of If takes no inputs, got ", b->num_inputs());
+    shape::check_if_branches(info, *then_.graph, *else_.graph);
   }
   void prepare(PrepareContext& ctx) override {
-    if (!ctx.has_input(0)) ctx.fail("cond is missing");
-    if (ctx.input_kind(0) != Value::Kind::kTensor || ctx.input_dtype(0) != DType::kBool)
-      ctx.fail("cond must be a bool tensor, got ", dtype_name(ctx.input_dtype(0)));
-    if (shape_numel(ctx.input_shape(0)) != 1)
-      ctx.fail("cond must hold one element, got shape ", shape_to_string(ctx.input_shape(0)));
-    set_dynamic_outputs(ctx, *then_.graph, 0);
+    shape::check_if_cond(ctx);
+    shape::subgraph_outputs_dynamic(ctx, *then_.graph, 0);
   }
   void run(RunContext& ctx) override {
     Subgraph& branch = read_cond(ctx, ctx.input_value(0), "cond") ? then_ : else_;
@@ -111,32 +89,14 @@ class IfKernel final : public Kernel {
 class LoopKernel final : public Kernel {
  public:
   explicit LoopKernel(const KernelInfo& info) : body_(info, "body") {
-    const auto& n = info.node();
-    if (n.inputs.size() < 2) info.fail("Loop takes M and cond (possibly empty) first, got ", n.inputs.size(), " inputs");
-    carried_ = n.inputs.size() - 2;
-    for (size_t i = 2; i < n.inputs.size(); ++i)
-      if (n.inputs[i].empty()) info.fail("loop-carried input ", i - 2, " has no name");
-    if (body_.num_inputs() != carried_ + 2)
-      info.fail("body has ", body_.num_inputs(), " inputs; expected 2 + ", carried_, " loop-carried values");
-    if (body_.num_outputs() < carried_ + 1)
-      info.fail("body has ", body_.num_outputs(), " outputs; expected at least 1 + ", carried_);
-    scans_ = body_.num_outputs() - 1 - carried_;
-    if (n.outputs.size() != carried_ + scans_)
-      info.fail("the node has ", n.outputs.size(), " outputs; its body yields ", carried_, " loop-carried and ", scans_,
-                " scan outputs");
+    const shape::LoopCounts c = shape::loop_counts(info, *body_.graph);
+    carried_ = c.carried;
+    scans_ = c.scans;
   }
 
   void prepare(PrepareContext& ctx) override {
-    if (ctx.has_input(0)) {
-      const DType dt = ctx.input_dtype(0);
-      if (ctx.input_kind(0) != Value::Kind::kTensor || (dt != DType::kInt64 && dt != DType::kInt32) ||
-          shape_numel(ctx.input_shape(0)) != 1)
-        ctx.fail("M must be a single int64, got ", dtype_name(dt), shape_to_string(ctx.input_shape(0)));
-    }
-    if (ctx.has_input(1) && (ctx.input_kind(1) != Value::Kind::kTensor || ctx.input_dtype(1) != DType::kBool ||
-                             shape_numel(ctx.input_shape(1)) != 1))
-      ctx.fail("cond must be a single bool, got ", dtype_name(ctx.input_dtype(1)), shape_to_string(ctx.input_shape(1)));
-    set_dynamic_outputs(ctx, *body_.graph, 1);
+    shape::check_loop_inputs(ctx);
+    shape::subgraph_outputs_dynamic(ctx, *body_.graph, 1);
   }
 
   void run(RunContext& ctx) override {

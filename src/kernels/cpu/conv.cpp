@@ -28,9 +28,6 @@
 
 namespace onnxtrain::kernels::cpu {
 
-using shape::forward_geometry;
-using shape::transposed_geometry;
-using shape::WindowAttrs;
 using shape::WindowGeom;
 
 namespace {
@@ -159,63 +156,15 @@ struct ConvView {
 };
 
 // ------------------------------------------------------------ shapes of one node
-// Attributes and resolved geometry of a Conv / ConvTranspose node, shared by the forward and the
-// gradient kernels.
-struct ConvParams {
-  bool transposed = false;
-  WindowAttrs attrs;
-  int64_t group = 1;
-  std::vector<int64_t> output_padding, output_shape;
-  WindowGeom g;  // the node's geometry (ConvTranspose: in = its input's spatial dims)
-  int64_t N = 0, C = 0, M = 0, kk = 1, pin = 1, pout = 1;
-  Shape y;        // the node's output shape
+// Attributes and resolved shapes of a Conv / ConvTranspose node (shape::ConvShape, shared by the
+// forward and the gradient kernels) and the direct convolution's view of them.
+struct ConvParams : shape::ConvShape {
   ConvView view;  // the direct convolution
 
-  void read(const KernelInfo& info, bool t) {
-    transposed = t;
-    attrs.read(info);
-    group = info.attr_int("group", 1);
-    if (group < 1) info.fail("group must be positive, got ", group);
-    if (t) {
-      output_padding = info.attr_ints("output_padding", {});
-      output_shape = info.attr_ints("output_shape", {});
-    }
-  }
-
-  // Checks X[N, C, D...] and W against the attributes and resolves the geometry.
+  // shape::ConvShape::resolve, then the direct convolution's work buffers (im2col columns,
+  // float32 staging: with N = 0 they are not bounded by X) must fit int64, and its view.
   void resolve(const PrepareContext& ctx, const Shape& x, const Shape& w) {
-    if (x.size() < 3) ctx.fail("X must be [N, C, spatial...], got ", shape_to_string(x));
-    if (w.size() != x.size()) ctx.fail("W ", shape_to_string(w), " and X ", shape_to_string(x), " differ in rank");
-    const size_t nd = x.size() - 2;
-    if (nd > 14) ctx.fail("too many spatial dims (", nd, ")");
-    const Shape in(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
-    if (!attrs.kernel.empty() && attrs.kernel != kernel)
-      ctx.fail("kernel_shape ", shape_to_string(attrs.kernel), " does not match W ", shape_to_string(w));
-    N = x[0], C = x[1];
-    if (C % group != 0) ctx.fail("group ", group, " does not divide the ", C, " input channels");
-    int64_t w1_groups;  // W's channels times group: C (forward) or M (transposed)
-    if (__builtin_mul_overflow(w[1], group, &w1_groups))
-      ctx.fail("W ", shape_to_string(w), " with group ", group, " overflows int64 channels");
-    if (!transposed) {
-      M = w[0];
-      if (w1_groups != C)
-        ctx.fail("W ", shape_to_string(w), " expects ", w1_groups, " input channels (group ", group, "), X has ", C);
-      if (M % group != 0) ctx.fail("group ", group, " does not divide the ", M, " output channels");
-      g = forward_geometry(ctx, attrs, in, kernel);
-    } else {
-      if (w[0] != C) ctx.fail("W ", shape_to_string(w), " expects ", w[0], " input channels, X has ", C);
-      M = w1_groups;
-      g = transposed_geometry(ctx, attrs, in, kernel, output_padding, output_shape);
-    }
-    y = {N, M};
-    y.insert(y.end(), g.out.begin(), g.out.end());
-    // Dims of 2^62 are legal beside a zero one (no elements), but their products must fit int64
-    // (a UBSan report in the structured fuzz target).
-    int64_t y_numel, w_numel;
-    if (!checked_numel(kernel, &kk) || !checked_numel(g.in, &pin) || !checked_numel(g.out, &pout) ||
-        !checked_numel(y, &y_numel) || !checked_numel(w, &w_numel))
-      ctx.fail("sizes overflow int64: X ", shape_to_string(x), ", W ", shape_to_string(w), ", Y ", shape_to_string(y));
-    // The work buffers' sizes (im2col columns, float32 staging) too: with N = 0 they are not bounded by X.
+    shape::ConvShape::resolve(ctx, x, w);
     int64_t unused;
     for (const Shape& sizes : {Shape{C / group, kk, pout}, Shape{M / group, kk, pin}, Shape{C, pin}, Shape{M, pout},
                                Shape{C, M / group, kk}})
@@ -399,27 +348,16 @@ struct Fp16Stage {
   }
 };
 
-// Element type of input 0, a float type that every other present input shares.
-DType float_inputs(const PrepareContext& ctx) {
-  const DType dt = ctx.input_dtype(0);
-  dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-  for (size_t i = 1; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i) && ctx.input_dtype(i) != dt)
-      ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt));
-  return dt;
-}
-
 class ConvKernel final : public Kernel {
  public:
   ConvKernel(const KernelInfo& info, bool transposed) { p_.read(info, transposed); }
 
   void prepare(PrepareContext& ctx) override {
-    dt_ = float_inputs(ctx);
+    dt_ = shape::float_inputs(ctx);
     const Shape& x = ctx.input_shape(0);
     p_.resolve(ctx, x, ctx.input_shape(1));
+    shape::check_conv_bias(ctx, p_);
     has_bias_ = ctx.has_input(2);
-    if (has_bias_ && (ctx.input_rank(2) != 1 || ctx.input_shape(2)[0] != p_.M))
-      ctx.fail("B ", shape_to_string(ctx.input_shape(2)), " must be [", p_.M, "]");
     ctx.set_output(0, dt_, p_.y);
 
     op_ = dnnl_util::DnnlOp();
@@ -650,12 +588,10 @@ class ConvGradKernel final : public Kernel {
   ConvGradKernel(const KernelInfo& info, bool transposed) { p_.read(info, transposed); }
 
   void prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() != 3 || !ctx.has_input(1) || !ctx.has_input(2)) ctx.fail("expects the inputs (dY, X, W)");
-    dt_ = float_inputs(ctx);
+    dt_ = shape::conv_grad_inputs(ctx);
     const Shape& x = ctx.input_shape(1);
     p_.resolve(ctx, x, ctx.input_shape(2));
-    if (ctx.input_shape(0) != p_.y)
-      ctx.fail("dY ", shape_to_string(ctx.input_shape(0)), " does not match the output shape ", shape_to_string(p_.y));
+    shape::check_conv_grad_dy(ctx, p_);
     for (size_t i = 0; i < 3; ++i) want_[i] = ctx.has_output(i);
     if (want_[0]) ctx.set_output(0, dt_, x);
     if (want_[1]) ctx.set_output(1, dt_, ctx.input_shape(2));

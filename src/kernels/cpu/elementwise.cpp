@@ -60,30 +60,13 @@ void narrow(const float* x, bfloat16* y, int64_t n) {
 }
 
 // ---------------------------------------------------------------- broadcasting
-BroadcastPlan binary_plan(const PrepareContext& ctx, Bcast mode, bool legacy_broadcast, int64_t legacy_axis) {
-  const Shape& sa = ctx.input_shape(0);
-  Shape sb = ctx.input_shape(1);
-  if (mode == Bcast::kLegacy) {
-    // Opset <= 6: without broadcast=1 the shapes must match; with it, B's dims line up with A's
-    // from `axis` (default: trailing), i.e. B gets trailing 1s.
-    if (!legacy_broadcast && sa != sb)
-      ctx.fail("shapes ", shape_to_string(sa), " and ", shape_to_string(sb),
-               " differ and the broadcast attribute is not set (opset < 7)");
-    const int64_t ra = int64_t(sa.size()), rb = int64_t(sb.size());
-    if (rb > ra) ctx.fail("B has rank ", rb, ", more than A's ", ra, " (legacy broadcasting)");
-    const int64_t axis = legacy_axis == INT64_MIN ? ra - rb : normalize_axis(ctx, legacy_axis, ra);
-    if (axis + rb > ra) ctx.fail("B of shape ", shape_to_string(sb), " does not fit A at axis ", axis);
-    sb.resize(size_t(ra - axis), 1);
-  }
-  // PRelu-1/6: "if Slope is of size 1, the value is shared across channels", otherwise one value per
-  // channel (axis 1), as PyTorch's PReLU(num_parameters=C) exported at those opsets.
-  if (mode == Bcast::kChannel && sb.size() == 1 && sa.size() >= 2 && sb[0] == sa[1] && sb[0] != 1)
-    sb.resize(sa.size() - 1, 1);
+BroadcastPlan binary_plan(const PrepareContext& ctx, const shape::BinaryAttrs& at) {
+  const shape::BinaryGeom g = shape::binary_geometry(ctx, at);
   BroadcastPlan plan;
-  if (!plan.init({sa, sb}))
-    ctx.fail("shapes ", shape_to_string(sa), " and ", shape_to_string(ctx.input_shape(1)), " cannot be broadcast");
-  if (mode != Bcast::kNumpy && plan.out_shape != sa)
-    ctx.fail("shape ", shape_to_string(ctx.input_shape(1)), " cannot be broadcast to ", shape_to_string(sa));
+  // The shapes broadcast: only the plan's limit of collapsed dims is left to fail on, reported as
+  // shapes that do not broadcast.
+  if (!plan.init({g.a, g.b}))
+    ctx.fail("shapes ", shape_to_string(g.a), " and ", shape_to_string(ctx.input_shape(1)), " cannot be broadcast");
   return plan;
 }
 
@@ -213,14 +196,10 @@ T pow_value(T a, U b) {
 
 class PowKernel final : public Kernel {
  public:
-  explicit PowKernel(const KernelInfo& info)
-      : mode_(info.opset() < 7 ? Bcast::kLegacy : Bcast::kNumpy),
-        legacy_broadcast_(info.attr_int("broadcast", 0) != 0),
-        legacy_axis_(info.attr_int("axis", INT64_MIN)) {}
+  explicit PowKernel(const KernelInfo& info) : at_(shape::read_binary_attrs(info, Bcast::kNumpy)) {}
   void prepare(PrepareContext& ctx) override {
-    dispatch<NumericTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
-    dispatch<NumericTypes>(ctx.input_dtype(1), ctx.node(), [&]<class T>() {});
-    plan_ = binary_plan(ctx, mode_, legacy_broadcast_, legacy_axis_);
+    shape::check_pow_types(ctx);
+    plan_ = binary_plan(ctx, at_);
     ctx.set_output(0, ctx.input_dtype(0), plan_.out_shape);
   }
   void run(RunContext& ctx) override {
@@ -265,9 +244,7 @@ class PowKernel final : public Kernel {
     }
   }
 
-  Bcast mode_;
-  bool legacy_broadcast_;
-  int64_t legacy_axis_;
+  shape::BinaryAttrs at_;
   BroadcastPlan plan_;
 };
 
@@ -279,23 +256,12 @@ class VariadicKernel final : public Kernel {
  public:
   VariadicKernel(const KernelInfo&, Op op) : op_(op) {}
   void prepare(PrepareContext& ctx) override {
-    const size_t n = ctx.num_inputs();
-    if (n == 0) ctx.fail("needs at least one input");
-    std::vector<Shape> shapes;
-    for (size_t i = 0; i < n; ++i) {
-      if (!ctx.has_input(i)) ctx.fail("input ", i, " is missing");
-      if (ctx.input_dtype(i) != ctx.input_dtype(0))
-        ctx.fail("inputs have different element types (", dtype_name(ctx.input_dtype(0)), " and ",
-                 dtype_name(ctx.input_dtype(i)), ")");
-      shapes.push_back(ctx.input_shape(i));
-    }
+    shape::check_variadic_inputs(ctx);
     dispatch<Types>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
-    Shape out;
-    if (!broadcast_shapes(shapes, &out)) {
-      std::string s;
-      for (const auto& sh : shapes) s.append(s.empty() ? "" : " ").append(shape_to_string(sh));
-      ctx.fail("shapes ", s, " cannot be broadcast");
-    }
+    const shape::VariadicGeom g = shape::variadic_geometry(ctx);
+    const std::vector<Shape>& shapes = g.inputs;
+    const Shape& out = g.output;
+    const size_t n = shapes.size();
     passes_.clear();
     constexpr size_t kMax = BroadcastPlan::kMaxInputs;
     if (n <= kMax) {
@@ -431,9 +397,7 @@ void register_elementwise(KernelRegistry& r) {
     return binary<Arith>(ModOp{info.attr_int("fmod", 0) != 0})(info);
   });
   r.add("BitShift", 11, kMaxOpsetAll, [](const KernelInfo& info) {
-    const std::string dir = info.attr_string("direction");
-    if (dir != "LEFT" && dir != "RIGHT") info.fail("direction must be LEFT or RIGHT, got '", dir, "'");
-    return binary<UnsignedIntTypes>(BitShiftOp{dir == "LEFT"})(info);
+    return binary<UnsignedIntTypes>(BitShiftOp{shape::read_bitshift_left(info)})(info);
   });
   r.add("Max", 1, kMaxOpsetAll, variadic<Arith>(MaxOp{}));
   r.add("Min", 1, kMaxOpsetAll, variadic<Arith>(MinOp{}));

@@ -1,5 +1,6 @@
 // Shared machinery of the elementwise family (elementwise*.cpp, cast.cpp): unary and binary
-// kernel templates, float16/bfloat16 block conversion, value conversion between dtypes.
+// kernel templates, float16/bfloat16 block conversion, value conversion between dtypes (checks and
+// output shapes: kernels/shape/elementwise.h).
 //   unary:  Y[i] = op(X[i])                      Y: shape(X)
 //   binary: Y[i] = op(A[bcast(i)], B[bcast(i)])  Y: broadcast(shape(A), shape(B))
 // Inner loops run on contiguous pointers of the compute type (float for float16/bfloat16, which
@@ -16,6 +17,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/elementwise_simd.h"
 #include "kernels/registry.h"
+#include "kernels/shape/elementwise.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -220,33 +222,22 @@ inline void binary_any(const Op& op, const T* a, int64_t sa, const T* b, int64_t
   }
 }
 
-/// How a binary kernel relates its operands' shapes.
-enum class Bcast {
-  kNumpy,           ///< multidirectional (opset >= 7)
-  kLegacy,          ///< opset <= 6: B broadcast onto A when broadcast=1 (at `axis`), else same shapes
-  kUnidirectional,  ///< B broadcasts to A; the output has A's shape (PRelu)
-  kChannel,         ///< PRelu opset <= 6: unidirectional, but a 1-D B of A.shape[1] values is per channel
-};
+using shape::Bcast;
 
-/// Shapes of a binary op under `mode`; fails naming the node when they do not fit.
-BroadcastPlan binary_plan(const PrepareContext& ctx, Bcast mode, bool legacy_broadcast, int64_t legacy_axis);
+/// The run plan of a binary op's operands as shape::binary_geometry lines them up (which checks them).
+BroadcastPlan binary_plan(const PrepareContext& ctx, const shape::BinaryAttrs& at);
 
 /// Two operands of one dtype among `Types`; the output has that dtype, or bool (BoolOut).
 template <class Types, class Op, bool BoolOut = false>
 class BinaryKernel final : public Kernel {
  public:
-  BinaryKernel(const KernelInfo& info, Op op, Bcast mode) : op_(std::move(op)), mode_(mode) {
-    if (mode_ == Bcast::kNumpy && info.opset() < 7) mode_ = Bcast::kLegacy;
-    if (mode_ == Bcast::kUnidirectional && info.opset() < 7) mode_ = Bcast::kChannel;
-    legacy_broadcast_ = info.attr_int("broadcast", 0) != 0;
-    legacy_axis_ = info.attr_int("axis", INT64_MIN);
-  }
+  BinaryKernel(const KernelInfo& info, Op op, Bcast mode)
+      : op_(std::move(op)), at_(shape::read_binary_attrs(info, mode)) {}
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
-    if (ctx.input_dtype(1) != dt)
-      ctx.fail("inputs have different element types (", dtype_name(dt), " and ", dtype_name(ctx.input_dtype(1)), ")");
+    shape::check_same_type(ctx, 0, 1);
     dispatch<Types>(dt, ctx.node(), [&]<class T>() {});
-    plan_ = binary_plan(ctx, mode_, legacy_broadcast_, legacy_axis_);
+    plan_ = binary_plan(ctx, at_);
     ctx.set_output(0, BoolOut ? DType::kBool : dt, plan_.out_shape);
   }
   void run(RunContext& ctx) override {
@@ -273,9 +264,7 @@ class BinaryKernel final : public Kernel {
 
  private:
   Op op_;
-  Bcast mode_;
-  bool legacy_broadcast_ = false;
-  int64_t legacy_axis_ = INT64_MIN;
+  shape::BinaryAttrs at_;
   BroadcastPlan plan_;
 };
 

@@ -38,16 +38,13 @@ class WhereKernel final : public Kernel {
  public:
   explicit WhereKernel(const KernelInfo&) {}
   void prepare(PrepareContext& ctx) override {
-    if (ctx.input_dtype(0) != DType::kBool)
-      ctx.fail("condition must be bool, got ", dtype_name(ctx.input_dtype(0)));
-    const DType dt = ctx.input_dtype(1);
-    if (ctx.input_dtype(2) != dt)
-      ctx.fail("inputs have different element types (", dtype_name(dt), " and ", dtype_name(ctx.input_dtype(2)), ")");
-    dispatch<AllTypes>(dt, ctx.node(), [&]<class T>() {});
+    const Shape out = shape::where_shape(ctx);
+    // The shapes broadcast: only the plan's limit of collapsed dims is left to fail on, reported as
+    // shapes that do not broadcast.
     if (!plan_.init({ctx.input_shape(0), ctx.input_shape(1), ctx.input_shape(2)}))
       ctx.fail("shapes ", shape_to_string(ctx.input_shape(0)), ", ", shape_to_string(ctx.input_shape(1)), " and ",
                shape_to_string(ctx.input_shape(2)), " cannot be broadcast");
-    ctx.set_output(0, dt, plan_.out_shape);
+    ctx.set_output(0, ctx.input_dtype(1), out);
   }
   void run(RunContext& ctx) override {
     const bool* C = ctx.input(0).data<bool>();

@@ -185,25 +185,10 @@ struct ClipOp {
 // (opset >= 12: every numeric type). Absent bounds are the type's range; min > max gives max.
 class ClipKernel final : public Kernel {
  public:
-  explicit ClipKernel(const KernelInfo& info) : attrs_(info.opset() < 11) {
-    if (attrs_) {
-      has_min_ = info.has_attr("min");
-      has_max_ = info.has_attr("max");
-      min_ = info.attr_float("min", 0.0f);
-      max_ = info.attr_float("max", 0.0f);
-    }
-  }
+  explicit ClipKernel(const KernelInfo& info) : at_(shape::read_clip_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(0);
-    dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
-    for (size_t i = 1; i < 3; ++i) {
-      if (!ctx.has_input(i)) continue;
-      if (ctx.input_dtype(i) != dt)
-        ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt));
-      if (shape_numel(ctx.input_shape(i)) != 1)
-        ctx.fail("input ", i, " must be a scalar, got shape ", shape_to_string(ctx.input_shape(i)));
-    }
-    ctx.set_output(0, dt, ctx.input_shape(0));
+    shape::check_clip(ctx);
+    ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -212,9 +197,9 @@ class ClipKernel final : public Kernel {
       C lo = std::numeric_limits<C>::has_infinity ? -std::numeric_limits<C>::infinity()
                                                   : std::numeric_limits<C>::lowest();
       C hi = std::numeric_limits<C>::has_infinity ? std::numeric_limits<C>::infinity() : std::numeric_limits<C>::max();
-      if (attrs_) {
-        if (has_min_) lo = convert<C>(min_);
-        if (has_max_) hi = convert<C>(max_);
+      if (at_.from_attrs) {
+        if (at_.has_min) lo = convert<C>(at_.min);
+        if (at_.has_max) hi = convert<C>(at_.max);
       } else {
         if (ctx.has_input(1)) lo = convert<C>(ctx.input(1).data<T>()[0]);
         if (ctx.has_input(2)) hi = convert<C>(ctx.input(2).data<T>()[0]);
@@ -224,9 +209,7 @@ class ClipKernel final : public Kernel {
   }
 
  private:
-  bool attrs_;
-  bool has_min_ = false, has_max_ = false;
-  float min_ = 0, max_ = 0;
+  shape::ClipAttrs at_;
 };
 
 template <class Op>
@@ -249,8 +232,7 @@ class GeluKernel final : public Kernel {
  public:
   explicit GeluKernel(const KernelInfo&) {}
   void prepare(PrepareContext& ctx) override {
-    dispatch<FloatTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
-    if (ctx.num_outputs() < 1 || ctx.num_outputs() > 2) ctx.fail("expects outputs Y and optional A, got ", ctx.num_outputs());
+    shape::check_elementwise_float_inputs(ctx, 1, 0);
     for (size_t k = 0; k < ctx.num_outputs(); ++k)
       if (ctx.has_output(k)) ctx.set_output(k, ctx.input_dtype(0), ctx.input_shape(0));
   }
@@ -300,15 +282,8 @@ class GeluGradKernel final : public Kernel {
  public:
   explicit GeluGradKernel(const KernelInfo&) {}
   void prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() < 2 || ctx.num_inputs() > 3 || !ctx.has_input(0) || !ctx.has_input(1))
-      ctx.fail("expects inputs (dY, X) and optional A, got ", ctx.num_inputs());
-    const DType dt = ctx.input_dtype(1);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    for (size_t i = 0; i < ctx.num_inputs(); ++i)
-      if (ctx.has_input(i) && (ctx.input_dtype(i) != dt || ctx.input_shape(i) != ctx.input_shape(1)))
-        ctx.fail("input ", i, " is ", dtype_name(ctx.input_dtype(i)), shape_to_string(ctx.input_shape(i)), ", X is ",
-                 dtype_name(dt), shape_to_string(ctx.input_shape(1)));
-    ctx.set_output(0, dt, ctx.input_shape(1));
+    shape::check_elementwise_float_inputs(ctx, 2, 1);
+    ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(1));
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(1);
@@ -397,11 +372,7 @@ void register_elementwise_unary(KernelRegistry& r) {
           return SeluOp{i.attr_float("alpha", 1.67326319217681884765625f),
                         i.attr_float("gamma", 1.05070102214813232421875f)};
         }));
-  r.add("Celu", 12, M, unary_attr<FloatTypes>([](const KernelInfo& i) {
-          const float alpha = i.attr_float("alpha", 1.0f);
-          if (alpha == 0.0f) i.fail("alpha must not be 0");
-          return CeluOp{alpha};
-        }));
+  r.add("Celu", 12, M, unary_attr<FloatTypes>([](const KernelInfo& i) { return CeluOp{shape::read_celu_alpha(i)}; }));
   r.add("Shrink", 9, M, unary_attr<NumericTypes>([](const KernelInfo& i) {
           return ShrinkOp{i.attr_float("bias", 0.0f), i.attr_float("lambd", 0.5f)};
         }));

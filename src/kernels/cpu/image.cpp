@@ -11,13 +11,13 @@
 //                (CRD): Y[n, c, h*b + i, w*b + j] = X[n, c*b*b + i*b + j, h, w]
 //   SpaceToDepth:       Y[n, (i*b + j)*C + c, h, w] = X[n, c, h*b + i, w*b + j]    Y: [N, C*b^2, H/b, W/b]
 //   ResizeGrad (com.onnxtrain): dX[idx_d(y_d, t_d)...] += prod_d w_d(y_d, t_d) * dY[y], axis by axis
-#include <array>
 #include <cstring>
 #include <limits>
 
 #include "kernels/cpu/backward.h"
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
+#include "kernels/shape/image.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
@@ -42,153 +42,12 @@ template <class T>
 using acc_t = std::conditional_t<std::is_same_v<T, double> || (std::is_integral_v<T> && sizeof(T) >= 4), double, float>;
 
 // ================================================================ Resize
-constexpr size_t kMaxRank = 64;
-enum class Mode { kNearest, kLinear, kCubic };
-enum class Coord { kHalfPixel, kPytorchHalfPixel, kAlignCorners, kAsymmetric, kTfHalfPixelForNN, kTfCropAndResize };
-enum class Rounding { kRoundPreferFloor, kRoundPreferCeil, kFloor, kCeil, kOpset10 };
-
-template <class E>
-E parse_enum(const KernelInfo& info, const char* attr, const std::string& dflt,
-             std::initializer_list<std::pair<const char*, E>> names) {
-  const std::string v = info.attr_string(attr, dflt);
-  for (const auto& [n, e] : names)
-    if (v == n) return e;
-  info.fail(attr, " '", v, "' is not supported");
-}
-
-/// One axis of a resize: for each output coordinate, K taps (input coordinate, weight) and
-/// whether the coordinate falls outside the crop (tf_crop_and_resize).
-struct AxisTable {
-  int64_t in = 0, out = 0;
-  int K = 1;
-  std::vector<int64_t> idx;      // [out * K], clamped to [0, in)
-  std::vector<double> w;         // [out * K]
-  std::vector<uint8_t> outside;  // [out]
-  bool any_outside = false;
-
-  bool identity() const {
-    if (K != 1 || in != out || any_outside) return false;
-    for (int64_t y = 0; y < out; ++y)
-      if (idx[size_t(y)] != y) return false;
-    return true;
-  }
-  /// Drops taps of weight 0 when every output coordinate has exactly one tap of weight 1.
-  void compress() {
-    if (K == 1) return;
-    std::vector<int64_t> one(static_cast<size_t>(out));
-    for (int64_t y = 0; y < out; ++y) {
-      int hit = -1;
-      for (int k = 0; k < K; ++k) {
-        const double wk = w[size_t(y * K + k)];
-        if (wk == 1.0 && hit < 0) hit = k;
-        else if (wk != 0.0) return;
-      }
-      if (hit < 0) return;
-      one[size_t(y)] = idx[size_t(y * K + hit)];
-    }
-    K = 1;
-    idx = std::move(one);
-    w.assign(size_t(out), 1.0);
-  }
-};
-
-struct ResizeAttrs {
-  Mode mode = Mode::kNearest;
-  Coord coord = Coord::kHalfPixel;
-  Rounding rounding = Rounding::kRoundPreferFloor;
-  double cubic_a = -0.75;
-  bool exclude_outside = false;
-  double extrapolation = 0.0;
-};
-
-/// Builds the taps of one axis. `scale` maps output to input coordinates; `length` is the
-/// resized length the formulas use (scale * in, as the ONNX reference does; the size when given);
-/// roi_start/roi_end only for tf_crop_and_resize.
-AxisTable build_axis(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double length, double roi_start,
-                     double roi_end) {
-  AxisTable t;
-  t.in = in;
-  t.out = out;
-  t.K = a.mode == Mode::kNearest ? 1 : a.mode == Mode::kLinear ? 2 : 4;
-  t.idx.resize(size_t(out * t.K));
-  t.w.resize(size_t(out * t.K));
-  t.outside.assign(size_t(out), 0);
-  for (int64_t y = 0; y < out; ++y) {
-    const double yd = double(y);
-    double x = 0;
-    switch (a.coord) {
-      case Coord::kHalfPixel: x = (yd + 0.5) / scale - 0.5; break;
-      case Coord::kPytorchHalfPixel: x = length > 1 ? (yd + 0.5) / scale - 0.5 : 0.0; break;
-      case Coord::kAlignCorners: x = length == 1 ? 0.0 : yd * double(in - 1) / (length - 1); break;
-      case Coord::kAsymmetric: x = yd / scale; break;
-      case Coord::kTfHalfPixelForNN: x = (yd + 0.5) / scale; break;
-      case Coord::kTfCropAndResize:
-        x = length == 1 ? (roi_end - roi_start) * double(in - 1) / 2
-                        : yd * (roi_end - roi_start) * double(in - 1) / (length - 1);
-        x += roi_start * double(in - 1);
-        if (x < 0 || x > double(in - 1)) {
-          t.outside[size_t(y)] = 1;
-          t.any_outside = true;
-        }
-        break;
-    }
-    const double i0 = std::ceil(x) - 1;  // left neighbour; r in (0, 1]
-    const double r = x - i0;
-    int64_t* ix = &t.idx[size_t(y * t.K)];
-    double* w = &t.w[size_t(y * t.K)];
-    auto clamp = [&](double v) { return int64_t(std::min(std::max(v, 0.0), double(in - 1))); };
-    if (a.mode == Mode::kNearest) {
-      bool up = false;  // take i0 + 1
-      switch (a.rounding) {
-        case Rounding::kRoundPreferFloor: up = r > 0.5; break;
-        case Rounding::kRoundPreferCeil: up = r >= 0.5; break;
-        case Rounding::kFloor: up = r == 1.0; break;
-        case Rounding::kCeil: up = true; break;
-        case Rounding::kOpset10: up = scale < 1 || r == 1.0; break;  // ceil when downsampling, else floor
-      }
-      ix[0] = clamp(up ? i0 + 1 : i0);
-      w[0] = 1;
-      continue;
-    }
-    double c[4];
-    int first;  // tap k addresses i0 + first + k
-    if (a.mode == Mode::kLinear) {
-      c[0] = 1 - r;
-      c[1] = r;
-      first = 0;
-    } else {
-      const double A = a.cubic_a, s = r + 1, u = 1 - r, v = 2 - r;
-      c[0] = ((A * s - 5 * A) * s + 8 * A) * s - 4 * A;
-      c[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
-      c[2] = ((A + 2) * u - (A + 3)) * u * u + 1;
-      c[3] = ((A * v - 5 * A) * v + 8 * A) * v - 4 * A;
-      first = -1;
-    }
-    if (a.exclude_outside) {
-      double sum = 0;
-      for (int k = 0; k < t.K; ++k) {
-        const double p = i0 + first + k;
-        if (p < 0 || p > double(in - 1)) c[k] = 0;
-        sum += c[k];
-      }
-      if (sum != 0)
-        for (int k = 0; k < t.K; ++k) c[k] /= sum;
-    }
-    for (int k = 0; k < t.K; ++k) {
-      ix[k] = clamp(i0 + first + k);
-      w[k] = c[k];
-    }
-  }
-  t.compress();
-  return t;
-}
-
 /// Per-plan precomputation: the active block of axes [first, last], taps per axis as element
 /// offsets into X, weights in the accumulation type.
 struct ResizePlan {
   int64_t outer = 1, inner = 1;  // identity axes before / after the active block
   int64_t in_block = 0, out_block = 0;  // elements of X / Y per outer index
-  std::vector<AxisTable> axes;   // active axes only
+  std::vector<shape::ResizeAxis> axes;  // active axes only
   std::vector<std::vector<int64_t>> off;  // per active axis: idx * stride in X, [out * K]
   std::vector<std::vector<float>> wf;
   std::vector<std::vector<double>> wd;
@@ -200,113 +59,21 @@ struct ResizePlan {
   size_t cache_bytes = 0;    // scratch per thread
 };
 
-ResizeAttrs read_resize_attrs(const KernelInfo& info, int64_t opset) {
-  ResizeAttrs a;
-  if (opset < 11) {
-    a.mode = parse_enum<Mode>(info, "mode", "nearest", {{"nearest", Mode::kNearest}, {"linear", Mode::kLinear}});
-    a.coord = Coord::kAsymmetric;
-    a.rounding = Rounding::kOpset10;
-    return a;
-  }
-  a.mode = parse_enum<Mode>(info, "mode", "nearest",
-                            {{"nearest", Mode::kNearest}, {"linear", Mode::kLinear}, {"cubic", Mode::kCubic}});
-  a.coord = parse_enum<Coord>(info, "coordinate_transformation_mode", "half_pixel",
-                              {{"half_pixel", Coord::kHalfPixel},
-                               {"pytorch_half_pixel", Coord::kPytorchHalfPixel},
-                               {"align_corners", Coord::kAlignCorners},
-                               {"asymmetric", Coord::kAsymmetric},
-                               {"tf_half_pixel_for_nn", Coord::kTfHalfPixelForNN},
-                               {"tf_crop_and_resize", Coord::kTfCropAndResize}});
-  a.rounding = parse_enum<Rounding>(info, "nearest_mode", "round_prefer_floor",
-                                    {{"round_prefer_floor", Rounding::kRoundPreferFloor},
-                                     {"round_prefer_ceil", Rounding::kRoundPreferCeil},
-                                     {"floor", Rounding::kFloor},
-                                     {"ceil", Rounding::kCeil}});
-  a.cubic_a = info.attr_float("cubic_coeff_a", -0.75f);
-  a.exclude_outside = info.attr_int("exclude_outside", 0) != 0;
-  a.extrapolation = info.attr_float("extrapolation_value", 0.0f);
-  for (const char* later : {"antialias", "axes", "keep_aspect_ratio_policy"})
-    if (info.has_attr(later))
-      throw_error<NotImplemented>(info.node().describe(), ": Resize attribute '", later, "' (opset 18) is not supported");
-  return a;
-}
-
-/// Output shape and per-axis taps of Resize(X of shape xs), reading roi, scales and sizes at the
-/// forward's input positions (opset 10: scales = 1; 11+: roi = 1, scales = 2, sizes = 3). False
-/// when a value that decides them is unknown now (prepare runs again at run time).
-bool resize_tables(const PrepareContext& ctx, int64_t opset, const ResizeAttrs& a, const Shape& xs, Shape* out,
-                   std::vector<AxisTable>* tables) {
-  const size_t rank = xs.size();
-  if (rank > kMaxRank) ctx.fail("rank ", rank, " exceeds ", kMaxRank);
-  const size_t scales_in = opset < 11 ? 1 : 2;
-  const bool crop = a.coord == Coord::kTfCropAndResize;
-  for (size_t i : {scales_in, size_t(3), size_t(crop ? 1 : 0)})
-    if (i != 0 && (opset >= 11 || i == scales_in) && ctx.has_input(i) && !ctx.input_value(i)) return false;
-  auto nonempty = [&](size_t i) { return ctx.has_input(i) && ctx.input_value(i)->numel() > 0; };
-  const bool use_sizes = opset >= 11 && nonempty(3);
-  if (use_sizes && nonempty(scales_in)) ctx.fail("only one of 'scales' and 'sizes' may be given");
-  if (!use_sizes && !nonempty(scales_in)) ctx.fail("one of 'scales' and 'sizes' must be given");
-
-  std::vector<double> roi(2 * rank, 0.0);
-  for (size_t d = 0; d < rank; ++d) roi[rank + d] = 1.0;
-  if (crop) {
-    if (!nonempty(1)) ctx.fail("tf_crop_and_resize needs 'roi'");
-    const Tensor& rt = *ctx.input_value(1);
-    if (rt.numel() != int64_t(2 * rank)) ctx.fail("roi has ", rt.numel(), " values, expected ", 2 * rank);
-    dispatch<FloatTypes>(rt.dtype(), ctx.node(), [&]<class R>() {
-      for (size_t i = 0; i < 2 * rank; ++i) roi[i] = double(rt.data<R>()[i]);
-    });
-    for (size_t i = 0; i < 2 * rank; ++i)
-      if (!std::isfinite(roi[i]) || std::abs(roi[i]) > 1e6) ctx.fail("roi value ", roi[i], " at position ", i, " must be finite (|roi| <= 1e6)");
-  }
-
-  Shape& ys = *out;
-  ys.assign(rank, 0);
-  std::vector<double> scale(rank), length(rank);
-  if (use_sizes) {
-    const Tensor& st = *ctx.input_value(3);
-    if (st.dtype() != DType::kInt64) ctx.fail("sizes must be int64, got ", st.describe());
-    if (st.numel() != int64_t(rank)) ctx.fail("sizes has ", st.numel(), " values for a rank-", rank, " input");
-    for (size_t d = 0; d < rank; ++d) {
-      ys[d] = st.data<int64_t>()[d];
-      if (ys[d] < 0) ctx.fail("sizes ", shape_to_string(read_int_list(st)), " has a negative size");
-      scale[d] = xs[d] ? double(ys[d]) / double(xs[d]) : 1.0;
-      length[d] = double(ys[d]);
-    }
-  } else {
-    const Tensor& st = *ctx.input_value(scales_in);
-    if (st.dtype() != DType::kFloat32) ctx.fail("scales must be float, got ", st.describe());
-    if (st.numel() != int64_t(rank)) ctx.fail("scales has ", st.numel(), " values for a rank-", rank, " input");
-    for (size_t d = 0; d < rank; ++d) {
-      const double s = st.data<float>()[d];
-      if (!(s > 0) || !std::isfinite(s)) ctx.fail("scale ", s, " on axis ", d, " must be positive");
-      length[d] = double(xs[d]) * (crop ? roi[rank + d] - roi[d] : 1.0) * s;
-      if (!(length[d] < 9.0e18) || length[d] < 0) ctx.fail("scale ", s, " on axis ", d, " is too large");
-      ys[d] = int64_t(std::floor(length[d]));
-      scale[d] = s;
-    }
-  }
-  for (size_t d = 0; d < rank; ++d)
-    if (xs[d] == 0 && ys[d] > 0) ctx.fail("cannot resize an empty axis ", d, " to ", ys[d]);
-  for (size_t d = 0; d < rank; ++d) check_table_size(ctx, ys[d], 4 * 16 + 1, "the resize table of an axis");
-  tables->assign(rank, {});
-  for (size_t d = 0; d < rank; ++d) (*tables)[d] = build_axis(a, xs[d], ys[d], scale[d], length[d], roi[d], roi[rank + d]);
-  return true;
-}
-
+// Taps per axis and output shape: shape::resize_tables.
 class ResizeKernel final : public Kernel {
  public:
   static constexpr int64_t kMaxTapsPerValue = 4096;
-  explicit ResizeKernel(const KernelInfo& info) : opset_(info.opset()), a_(read_resize_attrs(info, info.opset())) {}
+  explicit ResizeKernel(const KernelInfo& info)
+      : opset_(info.opset()), a_(shape::read_resize_attrs(info, info.opset())) {}
 
   void prepare(PrepareContext& ctx) override {
     const Shape& xs = ctx.input_shape(0);
     const size_t rank = xs.size();
     const DType dt = ctx.input_dtype(0);
-    if (a_.mode != Mode::kNearest) dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
+    if (a_.mode != shape::ResizeMode::kNearest) dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
     Shape ys;
-    std::vector<AxisTable> tables;
-    if (!resize_tables(ctx, opset_, a_, xs, &ys, &tables)) {
+    std::vector<shape::ResizeAxis> tables;
+    if (!shape::resize_tables(ctx, opset_, a_, xs, &ys, &tables)) {
       ctx.set_output_dynamic(0, dt);
       return;
     }
@@ -324,7 +91,7 @@ class ResizeKernel final : public Kernel {
     int64_t stride = p_.inner;
     p_.rows = p_.outer;
     for (size_t d = last; d-- > first;) {
-      const AxisTable& t = tables[d];
+      const shape::ResizeAxis& t = tables[d];
       std::vector<int64_t> off(t.idx.size());
       for (size_t i = 0; i < off.size(); ++i) off[i] = t.idx[i] * stride;
       stride *= t.in;
@@ -402,11 +169,11 @@ class ResizeKernel final : public Kernel {
   template <class T, class Init, class Body>
   void for_each_row(T* dst, T fill, Init&& init, Body&& body) const {
     const size_t m = p_.axes.size();
-    const AxisTable& lt = p_.axes.back();
+    const shape::ResizeAxis& lt = p_.axes.back();
     const int64_t inner = p_.inner, row_len = lt.out * inner;
     parallel_for(p_.rows, grain_for(row_len), [&](int64_t r0, int64_t r1) {
       auto state = init();
-      int64_t yc[kMaxRank];
+      int64_t yc[shape::kResizeMaxRank];
       for (int64_t r = r0; r < r1; ++r) {
         T* out = dst + r * row_len;
         int64_t rem = r;
@@ -617,7 +384,7 @@ class ResizeKernel final : public Kernel {
   }
 
   int64_t opset_;
-  ResizeAttrs a_;
+  shape::ResizeAttrs a_;
   ResizePlan p_;
 };
 
@@ -628,21 +395,21 @@ class ResizeKernel final : public Kernel {
 class ResizeGradKernel final : public FoldKernel {
  public:
   explicit ResizeGradKernel(const KernelInfo& info)
-      : opset_(info.attr_int("forward_opset", 13)), a_(read_resize_attrs(info, opset_)) {}
+      : opset_(info.attr_int("forward_opset", 13)), a_(shape::read_resize_attrs(info, opset_)) {}
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
     const size_t shape_in = opset_ < 11 ? 2 : 4;
     if (ctx.num_inputs() != shape_in + 1) ctx.fail("expects ", shape_in + 1, " inputs for forward opset ", opset_);
     Shape xs, ys;
-    std::vector<AxisTable> tables;
-    if (!read_shape_value(ctx, shape_in, dt, &xs) || !resize_tables(ctx, opset_, a_, xs, &ys, &tables))
+    std::vector<shape::ResizeAxis> tables;
+    if (!read_shape_value(ctx, shape_in, dt, &xs) || !shape::resize_tables(ctx, opset_, a_, xs, &ys, &tables))
       return ctx.set_output_dynamic(0, dt);
     if (ys != ctx.input_shape(0))
       ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(0)), " differs from the resized shape ", shape_to_string(ys));
     folds_.assign(tables.size(), {});
     for (size_t d = 0; d < tables.size(); ++d) {
-      AxisTable& t = tables[d];
+      shape::ResizeAxis& t = tables[d];
       AxisFold& f = folds_[d];
       f.n_in = t.in;
       f.n_out = t.out;
@@ -657,7 +424,7 @@ class ResizeGradKernel final : public FoldKernel {
 
  private:
   int64_t opset_;
-  ResizeAttrs a_;
+  shape::ResizeAttrs a_;
 };
 
 // ================================================================ DepthToSpace / SpaceToDepth
@@ -681,65 +448,29 @@ void strided_copy(const T* src, T* dst, const int64_t (&dims)[6], const int64_t 
   });
 }
 
+// Geometry: shape::space_depth_geometry.
 class SpaceDepthKernel final : public Kernel {
  public:
-  SpaceDepthKernel(const KernelInfo& info, bool to_space) : to_space_(to_space), b_(info.attr_int("blocksize")) {
-    if (b_ < 1) info.fail("blocksize ", b_, " must be positive");
-    if (to_space_) {
-      const std::string m = info.attr_string("mode", "DCR");
-      if (m != "DCR" && m != "CRD") info.fail("mode '", m, "' must be DCR or CRD");
-      crd_ = m == "CRD";
-    }
-  }
+  SpaceDepthKernel(const KernelInfo& info, bool to_space) : at_(shape::read_space_depth_attrs(info, to_space)) {}
   void prepare(PrepareContext& ctx) override {
-    const Shape& xs = ctx.input_shape(0);
-    if (xs.size() != 4) ctx.fail("input must be 4-D [N, C, H, W], got ", shape_to_string(xs));
-    const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], b = b_;
-    // Products in checked int64: a blocksize of 2^32 or more overflows blocksize^2 and H * b.
-    auto mul = [&](int64_t p, int64_t q) {
-      int64_t r = 0;
-      if (__builtin_mul_overflow(p, q, &r))
-        ctx.fail("blocksize ", b, " with input ", shape_to_string(xs), " overflows int64 (", p, " * ", q, ")");
-      return r;
-    };
-    const int64_t bb = mul(b, b), hw = mul(H, W);
-    Shape ys;
-    if (to_space_) {
-      if (C % bb != 0) ctx.fail("channels ", C, " are not divisible by blocksize^2 = ", bb);
-      const int64_t c = C / bb;
-      ys = {N, c, mul(H, b), mul(W, b)};
-      // Y viewed as [N, c, H, b(i), W, b(j)]; X as [N, C, H, W] with channel (i*b + j)*c + ch (DCR)
-      // or ch*b*b + i*b + j (CRD).
-      dims_ = {N, c, H, b, W, b};
-      strides_ = {mul(C, hw), mul(crd_ ? bb : 1, hw), W, mul(crd_ ? b : mul(b, c), hw), 1, mul(crd_ ? 1 : c, hw)};
-    } else {
-      if (H % b != 0 || W % b != 0) ctx.fail("spatial size ", H, "x", W, " is not divisible by blocksize ", b);
-      const int64_t h = H / b, w = W / b;
-      ys = {N, mul(C, bb), h, w};
-      // Y viewed as [N, b(i), b(j), C, h, w]; X[n, ch, y*b + i, x*b + j].
-      dims_ = {N, b, b, C, h, w};
-      strides_ = {mul(C, hw), W, 1, hw, mul(b, W), b};
-    }
-    check_output_size(ctx, ys, ctx.input_dtype(0));
-    ctx.set_output(0, ctx.input_dtype(0), ys);
+    g_ = shape::space_depth_geometry(ctx, at_);
+    ctx.set_output(0, ctx.input_dtype(0), g_.output);
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     if (y.numel() == 0) return;
     int64_t dims[6], strides[6];
-    std::copy(dims_.begin(), dims_.end(), dims);
-    std::copy(strides_.begin(), strides_.end(), strides);
+    std::copy(g_.dims.begin(), g_.dims.end(), dims);
+    std::copy(g_.strides.begin(), g_.strides.end(), strides);
     dispatch_by_size(x.dtype(), ctx.node(), [&]<class T>() {
       strided_copy(static_cast<const T*>(x.raw_data()), static_cast<T*>(y.raw_data()), dims, strides);
     });
   }
 
  private:
-  bool to_space_;
-  int64_t b_;
-  bool crd_ = false;
-  std::array<int64_t, 6> dims_{}, strides_{};
+  shape::SpaceDepthAttrs at_;
+  shape::SpaceDepthGeom g_;
 };
 
 }  // namespace

@@ -17,57 +17,18 @@
 #include "kernels/cpu/backward.h"
 #include "kernels/cpu/common.h"
 #include "kernels/registry.h"
+#include "kernels/shape/index.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
 namespace {
 
-[[noreturn]] __attribute__((noinline, cold)) void index_error(const RunContext& ctx, int64_t v, int64_t axis,
-                                                               int64_t dim) {
-  ctx.fail("index ", v, " is out of range for axis ", axis, " of size ", dim, " (valid: [", -dim, ", ", dim - 1,
-           "])");
-}
-
-/// Maps an index in [-dim, dim) to [0, dim); anything else fails naming the node.
-inline int64_t wrap_index(const RunContext& ctx, int64_t v, int64_t axis, int64_t dim) {
-  const int64_t w = v < 0 ? v + dim : v;
-  if (static_cast<uint64_t>(w) >= static_cast<uint64_t>(dim)) index_error(ctx, v, axis, dim);
-  return w;
-}
-
-template <class Ctx>
-void check_index_dtype(const Ctx& ctx, size_t input) {
-  const DType dt = ctx.input_dtype(input);
-  if (dt != DType::kInt32 && dt != DType::kInt64) ctx.fail("indices must be int32 or int64, got ", dtype_name(dt));
-}
-
-template <class Ctx>
-void check_updates_dtype(const Ctx& ctx) {
-  if (ctx.input_dtype(2) != ctx.input_dtype(0))
-    ctx.fail("updates type ", dtype_name(ctx.input_dtype(2)), " differs from data type ", dtype_name(ctx.input_dtype(0)));
-}
-
-/// GatherElements / ScatterElements addressing: indices (input 1) have the data's rank and fit
-/// in its dims off `axis`; data element of index position p = offset(p without axis) + idx * astride.
-struct ElementsAxis {
-  int64_t axis = 0, n = 0, astride = 0;
-  std::vector<int64_t> strides;  // of the data
-
-  void init(const PrepareContext& ctx, const Shape& xs, int64_t attr_axis) {
-    check_index_dtype(ctx, 1);
-    const Shape& is = ctx.input_shape(1);
-    if (xs.empty()) ctx.fail("data must have rank >= 1");
-    if (is.size() != xs.size()) ctx.fail("indices rank ", is.size(), " differs from data rank ", xs.size());
-    axis = normalize_axis(ctx, attr_axis, int64_t(xs.size()));
-    for (size_t d = 0; d < xs.size(); ++d)
-      if (int64_t(d) != axis && is[d] > xs[d])
-        ctx.fail("indices shape ", shape_to_string(is), " exceeds data shape ", shape_to_string(xs), " on axis ", d);
-    strides = contiguous_strides(xs);
-    n = xs[size_t(axis)];
-    astride = strides[size_t(axis)];
-  }
-};
+using shape::check_index_dtype;
+using shape::ElementsAxis;
+using shape::NdAddressing;
+using shape::Reduction;
+using shape::wrap_index;
 
 /// Calls f.template operator()<I>() with the C++ type of the index tensor (int32 or int64).
 template <class F>
@@ -132,20 +93,6 @@ void for_each_offset(const Shape& shape, const std::vector<int64_t>& strides, si
   }
 }
 
-enum class Reduction { kNone, kAdd, kMul, kMax, kMin };
-
-// Reductions allowed per opset range: 11-15 none; 16-17 add, mul; 18+ max, min too.
-Reduction read_reduction(const KernelInfo& info) {
-  const std::string r = info.attr_string("reduction", "none");
-  const int64_t v = info.opset();
-  if (r == "none") return Reduction::kNone;
-  if (v >= 16 && r == "add") return Reduction::kAdd;
-  if (v >= 16 && r == "mul") return Reduction::kMul;
-  if (v >= 18 && r == "max") return Reduction::kMax;
-  if (v >= 18 && r == "min") return Reduction::kMin;
-  info.fail("reduction '", r, "' is not valid at opset ", v);
-}
-
 /// Applies `red` to n elements: dst[i] (op)= src[i]. Reductions other than none need numbers.
 template <class T>
 inline void reduce_into(Reduction red, T* dst, const T* src, int64_t n) {
@@ -171,18 +118,6 @@ inline void reduce_into(Reduction red, T* dst, const T* src, int64_t n) {
   }
 }
 
-/// Shape of the scatter's base (input 0; as a *Grad kernel, zeros of the shape input 0 holds);
-/// false when that shape is not known yet.
-bool scatter_base_shape(const PrepareContext& ctx, bool grad, Shape* xs) {
-  if (!grad) {
-    check_updates_dtype(ctx);
-    *xs = ctx.input_shape(0);
-    return true;
-  }
-  dispatch<FloatTypes>(ctx.input_dtype(2), ctx.node(), [&]<class T>() {});
-  return read_shape_value(ctx, 0, ctx.input_dtype(2), xs);
-}
-
 /// Scatter body shared by ScatterND and ScatterElements: plain assignment moves bytes (any
 /// type); reductions dispatch on the numeric type.
 template <class F>
@@ -198,17 +133,12 @@ class GatherKernel final : public Kernel {
   explicit GatherKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 0)) {}
   void prepare(PrepareContext& ctx) override {
     check_index_dtype(ctx, 1);
-    const Shape& xs = ctx.input_shape(0);
-    const Shape& is = ctx.input_shape(1);
-    if (xs.empty()) ctx.fail("data must have rank >= 1");
-    axis_n_ = normalize_axis(ctx, axis_, int64_t(xs.size()));
-    Shape ys(xs.begin(), xs.begin() + axis_n_);
-    ys.insert(ys.end(), is.begin(), is.end());
-    ys.insert(ys.end(), xs.begin() + axis_n_ + 1, xs.end());
-    outer_ = dim_product(xs, 0, size_t(axis_n_));
-    n_ = xs[size_t(axis_n_)];
-    inner_ = dim_product(xs, size_t(axis_n_) + 1, xs.size());
-    ctx.set_output(0, ctx.input_dtype(0), ys);
+    const shape::GatherGeom g = shape::gather_geometry(ctx, ctx.input_shape(0), ctx.input_shape(1), axis_);
+    axis_n_ = g.axis;
+    outer_ = g.outer;
+    n_ = g.n;
+    inner_ = g.inner;
+    ctx.set_output(0, ctx.input_dtype(0), g.output);
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -285,50 +215,6 @@ class GatherElementsKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- GatherND / ScatterND helpers
-// Index tuples of length k address slices of X: X viewed as [batch, d_b..d_{b+k-1}, slice].
-struct NdAddressing {
-  int64_t batch = 1;        // product of the batch dims
-  int64_t per_batch = 1;    // index tuples per batch
-  int64_t tuples = 0;       // total index tuples
-  int64_t k = 0;            // tuple length
-  int64_t slice = 1;        // elements per addressed slice
-  int64_t batch_stride = 0; // elements of X per batch
-  Shape dims;               // the k addressed dims of X
-  std::vector<int64_t> strides;  // their strides in X
-
-  template <class Ctx>
-  void init(const Ctx& ctx, const Shape& xs, const Shape& is, int64_t b) {
-    if (is.empty()) ctx.fail("indices must have rank >= 1");
-    if (b < 0 || size_t(b) >= is.size() || size_t(b) >= xs.size())
-      ctx.fail("batch_dims ", b, " must be in [0, min(rank(data), rank(indices)))");
-    for (size_t d = 0; d < size_t(b); ++d)
-      if (xs[d] != is[d])
-        ctx.fail("batch dimension ", d, " differs: data ", shape_to_string(xs), ", indices ", shape_to_string(is));
-    k = is.back();
-    if (k < 1 || k > int64_t(xs.size()) - b)
-      ctx.fail("indices last dimension ", k, " must be in [1, ", int64_t(xs.size()) - b, "] for data ",
-               shape_to_string(xs), " and batch_dims ", b);
-    batch = dim_product(xs, 0, size_t(b));
-    tuples = dim_product(is, 0, is.size() - 1);
-    per_batch = dim_product(is, size_t(b), is.size() - 1);
-    slice = dim_product(xs, size_t(b + k), xs.size());
-    batch_stride = dim_product(xs, size_t(b), xs.size());
-    dims.assign(xs.begin() + b, xs.begin() + b + k);
-    const auto st = contiguous_strides(xs);
-    strides.assign(st.begin() + b, st.begin() + b + k);
-  }
-
-  /// Element offset in X of tuple t (validated).
-  template <class I>
-  int64_t offset(const RunContext& ctx, const I* idx, int64_t t, int64_t first_axis) const {
-    const I* tup = idx + t * k;
-    int64_t off = (t / std::max<int64_t>(per_batch, 1)) * batch_stride;
-    for (int64_t q = 0; q < k; ++q)
-      off += wrap_index(ctx, int64_t(tup[q]), first_axis + q, dims[size_t(q)]) * strides[size_t(q)];
-    return off;
-  }
-};
-
 class GatherNDKernel final : public Kernel {
  public:
   explicit GatherNDKernel(const KernelInfo& info) : batch_dims_(info.attr_int("batch_dims", 0)) {
@@ -339,9 +225,7 @@ class GatherNDKernel final : public Kernel {
     const Shape& xs = ctx.input_shape(0);
     const Shape& is = ctx.input_shape(1);
     a_.init(ctx, xs, is, batch_dims_);
-    Shape ys(is.begin(), is.end() - 1);
-    ys.insert(ys.end(), xs.begin() + batch_dims_ + a_.k, xs.end());
-    ctx.set_output(0, ctx.input_dtype(0), ys);
+    ctx.set_output(0, ctx.input_dtype(0), a_.output);
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -373,21 +257,15 @@ class GatherNDKernel final : public Kernel {
 class ScatterNDKernel final : public Kernel {
  public:
   ScatterNDKernel(const KernelInfo& info, bool grad)
-      : grad_(grad), red_(grad ? Reduction::kAdd : read_reduction(info)),
+      : grad_(grad), red_(grad ? Reduction::kAdd : shape::read_reduction(info)),
         batch_dims_(grad ? info.attr_int("batch_dims", 0) : 0) {}
   void prepare(PrepareContext& ctx) override {
     check_index_dtype(ctx, 1);
     Shape xs;
-    if (!scatter_base_shape(ctx, grad_, &xs)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
-    const Shape& is = ctx.input_shape(1);
-    const Shape& us = ctx.input_shape(2);
+    if (!shape::scatter_base_shape(ctx, grad_, &xs)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
     if (xs.empty()) ctx.fail("data must have rank >= 1");
-    a_.init(ctx, xs, is, batch_dims_);
-    Shape expect(is.begin(), is.end() - 1);
-    expect.insert(expect.end(), xs.begin() + batch_dims_ + a_.k, xs.end());
-    if (us != expect)
-      ctx.fail("updates shape ", shape_to_string(us), " must be ", shape_to_string(expect), " for data ",
-               shape_to_string(xs), " and indices ", shape_to_string(is));
+    a_.init(ctx, xs, ctx.input_shape(1), batch_dims_);
+    shape::check_scatter_nd_updates(ctx, xs, a_);
     ctx.request_workspace(size_t(a_.tuples) * sizeof(int64_t));
     ctx.set_output(0, ctx.input_dtype(2), xs);
   }
@@ -427,10 +305,10 @@ class ScatterNDKernel final : public Kernel {
 class ScatterElementsKernel final : public Kernel {
  public:
   ScatterElementsKernel(const KernelInfo& info, bool grad)
-      : grad_(grad), axis_(info.attr_int("axis", 0)), red_(grad ? Reduction::kAdd : read_reduction(info)) {}
+      : grad_(grad), axis_(info.attr_int("axis", 0)), red_(grad ? Reduction::kAdd : shape::read_reduction(info)) {}
   void prepare(PrepareContext& ctx) override {
     Shape xs;
-    if (!scatter_base_shape(ctx, grad_, &xs)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
+    if (!shape::scatter_base_shape(ctx, grad_, &xs)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
     e_.init(ctx, xs, axis_);
     if (ctx.input_shape(2) != ctx.input_shape(1))
       ctx.fail("updates shape ", shape_to_string(ctx.input_shape(2)), " differs from indices shape ",
@@ -490,17 +368,14 @@ class GatherGradKernel final : public Kernel {
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
     Shape xs;
     if (!read_shape_value(ctx, 0, dt, &xs)) return ctx.set_output_dynamic(0, dt);
-    if (xs.empty()) ctx.fail("data must have rank >= 1");
-    axis_n_ = normalize_axis(ctx, axis_, int64_t(xs.size()));
     const Shape& is = ctx.input_shape(1);
-    Shape ys(xs.begin(), xs.begin() + axis_n_);
-    ys.insert(ys.end(), is.begin(), is.end());
-    ys.insert(ys.end(), xs.begin() + axis_n_ + 1, xs.end());
-    if (ctx.input_shape(2) != ys)
-      ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(2)), " must be ", shape_to_string(ys));
-    outer_ = dim_product(xs, 0, size_t(axis_n_));
-    n_ = xs[size_t(axis_n_)];
-    inner_ = dim_product(xs, size_t(axis_n_) + 1, xs.size());
+    const shape::GatherGeom g = shape::gather_geometry(ctx, xs, is, axis_);
+    if (ctx.input_shape(2) != g.output)
+      ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(2)), " must be ", shape_to_string(g.output));
+    axis_n_ = g.axis;
+    outer_ = g.outer;
+    n_ = g.n;
+    inner_ = g.inner;
     // rows [nidx], order [nidx], bucket starts [n + 1], cursors [n]
     ctx.request_workspace(size_t(2 * shape_numel(is) + 2 * n_ + 1) * sizeof(int64_t));
     ctx.set_output(0, dt, xs);
@@ -591,27 +466,12 @@ class OneHotKernel final : public Kernel {
       : axis_(info.attr_int("axis", -1)), wraps_(negative_wraps) {}
   void prepare(PrepareContext& ctx) override {
     dispatch<NumericTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
-    const Shape& values = ctx.input_shape(2);
-    if (values.size() != 1 || values[0] != 2) ctx.fail("values must have shape [2], got ", shape_to_string(values));
-    const Shape& is = ctx.input_shape(0);
-    const int64_t r = int64_t(is.size());
-    if (axis_ < -r - 1 || axis_ > r) ctx.fail("axis ", axis_, " is out of range for output rank ", r + 1);
-    axis_n_ = axis_ < 0 ? axis_ + r + 1 : axis_;
-    const Tensor* dt = ctx.input_value(1);
-    if (!dt) {
-      ctx.set_output_dynamic(0, ctx.input_dtype(2));
-      return;
-    }
-    if (dt->numel() != 1) ctx.fail("depth must hold exactly one value, got ", dt->describe());
-    const double d = read_scalar_as_double(*dt);
-    if (!(d >= 1) || d > 9.0e15) ctx.fail("depth ", d, " must be a positive integer");
-    depth_ = int64_t(d);
-    Shape ys = is;
-    ys.insert(ys.begin() + axis_n_, depth_);
-    check_output_size(ctx, ys, ctx.input_dtype(2));
-    outer_ = dim_product(is, 0, size_t(axis_n_));
-    inner_ = dim_product(is, size_t(axis_n_), is.size());
-    ctx.set_output(0, ctx.input_dtype(2), ys);
+    shape::OneHotGeom g;
+    if (!shape::onehot_geometry(ctx, axis_, &g)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
+    depth_ = g.depth;
+    outer_ = g.outer;
+    inner_ = g.inner;
+    ctx.set_output(0, ctx.input_dtype(2), g.output);
   }
   void run(RunContext& ctx) override {
     const Tensor& ind = ctx.input(0);
@@ -638,7 +498,7 @@ class OneHotKernel final : public Kernel {
  private:
   int64_t axis_;
   bool wraps_;
-  int64_t axis_n_ = 0, depth_ = 0, outer_ = 0, inner_ = 0;
+  int64_t depth_ = 0, outer_ = 0, inner_ = 0;
 };
 
 }  // namespace
@@ -648,7 +508,7 @@ void register_index(KernelRegistry& r) {
   r.add<GatherKernel>("Gather", 1, kMaxOpsetAll);
   r.add<GatherElementsKernel>("GatherElements", 11, kMaxOpsetAll);
   r.add<GatherNDKernel>("GatherND", 11, kMaxOpsetAll);  // batch_dims from 12
-  // Scatter reductions: none (11-15); add, mul (16-17); max, min (18+). See read_reduction.
+  // Scatter reductions: none (11-15); add, mul (16-17); max, min (18+). See shape::read_reduction.
   auto scatter = [](bool nd, bool grad) {
     return [nd, grad](const KernelInfo& i) -> std::unique_ptr<Kernel> {
       if (nd) return std::make_unique<ScatterNDKernel>(i, grad);

@@ -11,70 +11,17 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
+#include "kernels/shape/loss.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
 namespace {
 
-enum class Reduction { kNone, kSum, kMean };
+using shape::LossReduction;
 
-// Attributes and shape checks shared by the losses and their gradients. Inputs `x` (scores
-// [N, C, d1, ...]), x + 1 (labels [N, d1, ...]), x + 2 (optional weights [C]).
-struct LossSpec {
-  Reduction reduction = Reduction::kMean;
-  bool has_ignore = false;
-  int64_t ignore = 0;
-  int64_t n = 0, c = 0, d = 1;
-
-  explicit LossSpec(const KernelInfo& info) {
-    const std::string red = info.attr_string("reduction", "mean");
-    if (red == "none")
-      reduction = Reduction::kNone;
-    else if (red == "sum")
-      reduction = Reduction::kSum;
-    else if (red == "mean")
-      reduction = Reduction::kMean;
-    else
-      info.fail("reduction must be none, sum or mean, got '", red, "'");
-    has_ignore = info.has_attr("ignore_index");
-    ignore = info.attr_int("ignore_index", 0);
-  }
-  // Checks the inputs; returns the labels' shape.
-  Shape check(PrepareContext& ctx, size_t x) {
-    const DType dt = ctx.input_dtype(x);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    const Shape& s = ctx.input_shape(x);
-    const Shape& t = ctx.input_shape(x + 1);
-    if (s.size() < 2) ctx.fail("scores must have shape [N, C, d1, ...], got ", shape_to_string(s));
-    Shape expect = s;
-    expect.erase(expect.begin() + 1);
-    if (t != expect) ctx.fail("labels have shape ", shape_to_string(t), ", expected ", shape_to_string(expect));
-    if (ctx.input_dtype(x + 1) != DType::kInt32 && ctx.input_dtype(x + 1) != DType::kInt64)
-      ctx.fail("labels must be int32 or int64, got ", dtype_name(ctx.input_dtype(x + 1)));
-    if (ctx.has_input(x + 2)) {
-      if (ctx.input_dtype(x + 2) != dt)
-        ctx.fail("weights have type ", dtype_name(ctx.input_dtype(x + 2)), ", expected ", dtype_name(dt));
-      if (ctx.input_shape(x + 2) != Shape{s[1]})
-        ctx.fail("weights have shape ", shape_to_string(ctx.input_shape(x + 2)), ", expected [", s[1], "]");
-    }
-    n = s[0];
-    c = s[1];
-    d = dim_product(s, 2, s.size());
-    return t;
-  }
-  // Fails on a label out of [0, C) that is not ignore_index.
-  template <class L>
-  void check_labels(const RunContext& ctx, const L* labels) const {
-    for (int64_t p = 0; p < n * d; ++p) {
-      const int64_t t = int64_t(labels[p]);
-      if ((t < 0 || t >= c) && !(has_ignore && t == ignore))
-        ctx.fail("label ", t, " at position ", p, " is out of range [0, ", c, ")");
-    }
-  }
-};
-
-// Shared by both losses: attributes, shape checks and the reduction of per-position losses.
+// Shared by both losses: attributes and shape checks (shape::LossSpec), the reduction of
+// per-position losses.
 class LossKernel : public Kernel {
  public:
   LossKernel(const KernelInfo& info, bool softmax) : softmax_(softmax), spec_(info) {}
@@ -82,9 +29,8 @@ class LossKernel : public Kernel {
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     const Shape t = spec_.check(ctx, 0);
-    const Shape& s = ctx.input_shape(0);
-    ctx.set_output(0, dt, spec_.reduction == Reduction::kNone ? t : Shape{});
-    if (softmax_ && ctx.has_output(1)) ctx.set_output(1, dt, s);
+    ctx.set_output(0, dt, spec_.output_shape(t));
+    if (softmax_ && ctx.has_output(1)) ctx.set_output(1, dt, ctx.input_shape(0));
     ctx.request_workspace(size_t(spec_.n * spec_.d) * 2 * sizeof(double));
   }
 
@@ -123,7 +69,7 @@ class LossKernel : public Kernel {
         });
       });
       T* out = ctx.output(0).data<T>();
-      if (spec_.reduction == Reduction::kNone) {
+      if (spec_.reduction == LossReduction::kNone) {
         for (int64_t p = 0; p < P; ++p) out[p] = T(A(loss[p]));
         return;
       }
@@ -132,13 +78,13 @@ class LossKernel : public Kernel {
         total += loss[p];
         weights += wsum[p];
       }
-      out[0] = T(A(spec_.reduction == Reduction::kSum ? total : total / weights));
+      out[0] = T(A(spec_.reduction == LossReduction::kSum ? total : total / weights));
     });
   }
 
  private:
   bool softmax_;
-  LossSpec spec_;
+  shape::LossSpec spec_;
 };
 
 // ================================================================ backward kernels (com.onnxtrain)
@@ -166,13 +112,8 @@ class LossGradKernel final : public Kernel {
   LossGradKernel(const KernelInfo& info, bool softmax) : softmax_(softmax), spec_(info) {}
 
   void prepare(PrepareContext& ctx) override {
-    const Shape t = spec_.check(ctx, 1);
-    const DType dt = ctx.input_dtype(1);
-    const Shape& g = ctx.input_shape(0);
-    if (ctx.input_dtype(0) != dt || (spec_.reduction == Reduction::kNone ? g != t : shape_numel(g) != 1))
-      ctx.fail("dloss has type ", dtype_name(ctx.input_dtype(0)), " and shape ", shape_to_string(g), ", expected ",
-               dtype_name(dt), " ", spec_.reduction == Reduction::kNone ? shape_to_string(t) : "[]");
-    ctx.set_output(0, dt, ctx.input_shape(1));
+    spec_.check_grad(ctx);
+    ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(1));
     ctx.request_workspace(size_t(spec_.n * spec_.d) * sizeof(double));
   }
 
@@ -191,14 +132,14 @@ class LossGradKernel final : public Kernel {
           const int64_t t = int64_t(labels[p]);
           return spec_.has_ignore && t == spec_.ignore ? 0.0 : W ? double(A(W[t])) : 1.0;
         };
-        double scale = spec_.reduction == Reduction::kNone ? 1.0 : double(A(G[0]));
-        if (spec_.reduction == Reduction::kMean) {
+        double scale = spec_.reduction == LossReduction::kNone ? 1.0 : double(A(G[0]));
+        if (spec_.reduction == LossReduction::kMean) {
           double total = 0;
           for (int64_t p = 0; p < P; ++p) total += weight(p);
           scale /= total;
         }
         for (int64_t p = 0; p < P; ++p)
-          f[p] = A(weight(p) * (spec_.reduction == Reduction::kNone ? double(A(G[p])) : scale));
+          f[p] = A(weight(p) * (spec_.reduction == LossReduction::kNone ? double(A(G[p])) : scale));
         if (softmax_) {
           const T* LP = ctx.input(1).data<T>();
           if (D == 1)
@@ -224,7 +165,7 @@ class LossGradKernel final : public Kernel {
 
  private:
   bool softmax_;
-  LossSpec spec_;
+  shape::LossSpec spec_;
 };
 
 }  // namespace

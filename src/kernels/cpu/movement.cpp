@@ -55,24 +55,6 @@ bool StridedCopy::init(const Shape& dims, const std::vector<int64_t>& ss, const 
 
 namespace {
 
-// Reads an optional 1-D integer input; false when it exists but its value is unknown now.
-bool read_list_input(const PrepareContext& ctx, size_t i, const char* what, std::vector<int64_t>* out,
-                     bool* present = nullptr) {
-  if (present) *present = ctx.has_input(i);
-  if (!ctx.has_input(i)) return true;
-  const Tensor* t = ctx.input_value(i);
-  if (!t) return false;
-  if (t->rank() > 1 || (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32))
-    ctx.fail(what, " must be a 1-D int64 tensor, got ", t->describe());
-  *out = read_int_list(*t);
-  return true;
-}
-
-// Marks every requested output dynamic (shapes depend on values known only at run time).
-void all_dynamic(PrepareContext& ctx) {
-  for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output_dynamic(i, ctx.input_dtype(0));
-}
-
 // ---------------------------------------------------------------- Transpose
 class TransposeKernel final : public Kernel {
  public:
@@ -164,41 +146,16 @@ class ConcatKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- Split
-// Sizes: `split` attribute (opset < 13) or input 1 (13+); else equal parts (opset 18:
-// num_outputs parts of ceil(d / n), the last one smaller).
+// Sizes and axis: shape::split_sizes.
 class SplitKernel final : public Kernel {
  public:
-  explicit SplitKernel(const KernelInfo& info)
-      : axis_(info.attr_int("axis", 0)), from_input_(info.opset() >= 13 || (info.opset() == 1 && !info.has_attr("split"))),
-        has_attr_(info.has_attr("split")), split_attr_(info.attr_ints("split", {})),
-        num_outputs_(info.opset() >= 18 ? info.attr_int("num_outputs", 0) : 0) {
-    if (info.opset() >= 18 && info.has_attr("num_outputs") && num_outputs_ != int64_t(info.node().outputs.size()))
-      info.fail("num_outputs ", num_outputs_, " differs from the ", info.node().outputs.size(), " outputs");
-  }
+  explicit SplitKernel(const KernelInfo& info) : at_(shape::read_split_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
     const Shape& in = ctx.input_shape(0);
-    const int64_t axis = normalize_axis(ctx, axis_, int64_t(in.size()));
-    const int64_t d = in[size_t(axis)];
-    const int64_t n = int64_t(ctx.num_outputs());
-    std::vector<int64_t> sizes = split_attr_;
-    bool given = has_attr_;
-    if (from_input_ && !read_list_input(ctx, 1, "split", &sizes, &given)) return all_dynamic(ctx);
-    if (given) {
-      if (int64_t(sizes.size()) != n) ctx.fail("split ", shape_to_string(sizes), " has ", sizes.size(), " sizes for ", n, " outputs");
-      int64_t sum = 0;
-      bool overflow = false;
-      for (int64_t s : sizes) {
-        if (s < 0) ctx.fail("split ", shape_to_string(sizes), " has a negative size");
-        overflow |= __builtin_add_overflow(sum, s, &sum);
-      }
-      if (overflow || sum != d) ctx.fail("split ", shape_to_string(sizes), " does not sum to dimension ", d, " of axis ", axis);
-    } else if (num_outputs_ > 0) {
-      const int64_t chunk = (d + n - 1) / n;
-      for (int64_t i = 0; i < n; ++i) sizes.push_back(std::clamp<int64_t>(d - i * chunk, 0, chunk));
-    } else {
-      if (d % n != 0) ctx.fail("dimension ", d, " of axis ", axis, " cannot be split into ", n, " equal parts");
-      sizes.assign(size_t(n), d / n);
-    }
+    int64_t axis;
+    std::vector<int64_t> sizes;
+    if (!shape::split_sizes(ctx, at_, &axis, &sizes)) return all_dynamic(ctx);
+    const int64_t d = in[size_t(axis)], n = int64_t(sizes.size());
     outer_ = dim_product(in, 0, size_t(axis));
     const int64_t inner = dim_product(in, size_t(axis) + 1, in.size());
     row_ = d * inner;
@@ -223,99 +180,27 @@ class SplitKernel final : public Kernel {
   }
 
  private:
-  int64_t axis_;
-  bool from_input_, has_attr_;
-  std::vector<int64_t> split_attr_;
-  int64_t num_outputs_, outer_ = 0, row_ = 0;
+  shape::SplitAttrs at_;
+  int64_t outer_ = 0, row_ = 0;
   std::vector<int64_t> widths_;  // columns per row of each output
   std::vector<void*> ptrs_;      // output data (null: not requested), set per run
 };
 
 // ---------------------------------------------------------------- Slice
-// Opset 1-9: starts/ends/axes attributes; 10+: inputs starts, ends, axes, steps. Per axis:
-// negatives count from the back, then start is clamped to [0, d] ([0, d-1] for negative steps)
-// and end to [0, d] ([-1, d-1]); count = ceil((end - start) / step) when positive.
+// Opset 1-9: starts/ends/axes attributes; 10+: inputs starts, ends, axes, steps (geometry:
+// shape::slice_geometry).
 // SliceGrad (com.onnxtrain): inputs dY, shape(X), starts, ends[, axes, steps]: dX = zeros with
 // the sliced positions set from dY (the same geometry, the copy reversed).
-struct SliceAttrs {
-  bool from_input = true, has_axes = false;
-  std::vector<int64_t> starts, ends, axes;
-};
-
-// Geometry of Y = X[slice] for an X of shape `in`: Y's shape, X's strides per Y axis and the X
-// offset of Y[0]. Inputs starts.. are read from `first` on; false when a value is unknown now.
-bool slice_geometry(const PrepareContext& ctx, const SliceAttrs& at, size_t first, const Shape& in, Shape* out,
-                    std::vector<int64_t>* strides, int64_t* offset) {
-  std::vector<int64_t> starts = at.starts, ends = at.ends, axes = at.axes, steps;
-  bool has_axes = at.has_axes, has_steps = false;
-  if (at.from_input) {
-    if (!read_list_input(ctx, first, "starts", &starts) || !read_list_input(ctx, first + 1, "ends", &ends) ||
-        !read_list_input(ctx, first + 2, "axes", &axes, &has_axes) ||
-        !read_list_input(ctx, first + 3, "steps", &steps, &has_steps))
-      return false;
-  }
-  const size_t r = in.size();
-  if (starts.size() != ends.size()) ctx.fail("starts ", shape_to_string(starts), " and ends ", shape_to_string(ends), " differ in length");
-  if (!has_axes) {
-    axes.clear();
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-  }
-  if (!has_steps) steps.assign(starts.size(), 1);
-  if (axes.size() != starts.size() || steps.size() != starts.size())
-    ctx.fail("starts, ends, axes and steps differ in length (", starts.size(), ", ", ends.size(), ", ", axes.size(), ", ",
-             steps.size(), ")");
-  *out = in;
-  const auto st = contiguous_strides(in);
-  *strides = st;
-  int64_t base = 0;
-  std::vector<bool> seen(r, false);
-  for (size_t i = 0; i < axes.size(); ++i) {
-    const int64_t a = normalize_axis(ctx, axes[i], int64_t(r));
-    if (seen[size_t(a)]) ctx.fail("axis ", axes[i], " is repeated");
-    seen[size_t(a)] = true;
-    const int64_t d = in[size_t(a)], step = steps[i];
-    if (step == 0) ctx.fail("step of axis ", a, " is zero");
-    int64_t s = starts[i], e = ends[i];
-    if (s < 0) s += d;
-    if (e < 0) e += d;
-    __int128 count;
-    if (d == 0) {
-      count = 0;
-    } else if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, d);
-      e = std::clamp<int64_t>(e, 0, d);
-      count = e > s ? (__int128(e) - s - 1) / step + 1 : 0;
-    } else {
-      s = std::clamp<int64_t>(s, 0, d - 1);
-      e = std::clamp<int64_t>(e, -1, d - 1);
-      count = s > e ? (__int128(s) - e - 1) / -__int128(step) + 1 : 0;
-    }
-    (*out)[size_t(a)] = int64_t(count);
-    if (count > 0) base += s * st[size_t(a)];
-    (*strides)[size_t(a)] = count > 1 ? step * st[size_t(a)] : 0;
-  }
-  *offset = base;
-  return true;
-}
-
 // Slice, or SliceGrad (grad: input 1 is shape(X); the copy runs backwards into zeros).
 class SliceKernel final : public Kernel {
  public:
-  SliceKernel(const KernelInfo& info, bool grad) : grad_(grad) {
-    at_.from_input = grad || info.opset() >= 10;
-    if (!at_.from_input) {
-      at_.starts = info.attr_ints("starts");
-      at_.ends = info.attr_ints("ends");
-      at_.has_axes = info.has_attr("axes");
-      at_.axes = info.attr_ints("axes", {});
-    }
-  }
+  SliceKernel(const KernelInfo& info, bool grad) : grad_(grad), at_(shape::read_slice_attrs(info, grad)) {}
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     Shape xs = ctx.input_shape(0), ys;
     std::vector<int64_t> ss;
     if (grad_) dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
-    if ((grad_ && !read_shape_value(ctx, 1, dt, &xs)) || !slice_geometry(ctx, at_, grad_ ? 2 : 1, xs, &ys, &ss, &offset_))
+    if ((grad_ && !read_shape_value(ctx, 1, dt, &xs)) || !shape::slice_geometry(ctx, at_, grad_ ? 2 : 1, xs, &ys, &ss, &offset_))
       return ctx.set_output_dynamic(0, dt);
     if (grad_) {
       if (ys != ctx.input_shape(0))
@@ -334,7 +219,7 @@ class SliceKernel final : public Kernel {
 
  private:
   bool grad_;
-  SliceAttrs at_;
+  shape::SliceAttrs at_;
   StridedCopy copy_;
   int64_t offset_ = 0;
 };
@@ -346,18 +231,15 @@ class TileKernel final : public Kernel {
   explicit TileKernel(const KernelInfo&) {}
   void prepare(PrepareContext& ctx) override {
     std::vector<int64_t> reps;
-    if (!read_list_input(ctx, 1, "repeats", &reps)) return ctx.set_output_dynamic(0, ctx.input_dtype(0));
+    Shape out;
+    if (!shape::tile_geometry(ctx, &out, &reps)) return ctx.set_output_dynamic(0, ctx.input_dtype(0));
     const Shape& in = ctx.input_shape(0);
     const size_t r = in.size();
-    if (reps.size() != r) ctx.fail("repeats ", shape_to_string(reps), " does not match rank ", r);
-    Shape out(r), dims(2 * r);
+    Shape dims(2 * r);
     for (size_t i = 0; i < r; ++i) {
-      if (reps[i] < 0) ctx.fail("repeats ", shape_to_string(reps), " has a negative value");
-      if (__builtin_mul_overflow(in[i], reps[i], &out[i])) ctx.fail("repeats ", shape_to_string(reps), " overflow");
       dims[2 * i] = reps[i];
       dims[2 * i + 1] = in[i];
     }
-    check_output_size(ctx, out, ctx.input_dtype(0));
     const auto ist = contiguous_strides(in), ost = contiguous_strides(out);
     std::vector<int64_t> ss(2 * r), ds(2 * r);
     for (size_t i = 0; i < r; ++i) {
@@ -377,93 +259,13 @@ class TileKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- Pad
-// Per axis, a map from output index to input index (-1: the constant). With begin pad b and a
-// (possibly cropped, negative pads) input range [lo, lo + m), relative index i = o - max(b, 0):
-//   inside: lo + i; edge: clamp; reflect: period 2(m-1) mirror; wrap: i mod m.
+// Per axis, a map from output index to input index (-1: the constant; shape::pad_maps).
 // Rows of the innermost axis are precomputed as segments (constant runs, contiguous copies).
 // PadGrad (com.onnxtrain, attribute mode): inputs dY, shape(X), pads[, axes]: dX[map(o)] += dY[o]
 // per axis (backward.h): the edge, mirrored and wrapped copies fold back onto their sources.
-enum class PadMode { kConstant, kReflect, kEdge, kWrap };
-
-PadMode read_pad_mode(const KernelInfo& info, int64_t opset) {
-  const std::string mode = info.attr_string("mode", "constant");
-  if (mode == "constant") return PadMode::kConstant;
-  if (mode == "reflect") return PadMode::kReflect;
-  if (mode == "edge") return PadMode::kEdge;
-  if (mode == "wrap" && opset >= 19) return PadMode::kWrap;
-  info.fail("unsupported mode '", mode, "'");
-}
-
-// Output shape and per-axis index maps of Pad(X of shape `in`, pads over `axes` or every axis).
-// The padded shape must fit `dt` elements in memory.
-void pad_maps(const PrepareContext& ctx, PadMode mode, const Shape& in, DType dt, const std::vector<int64_t>& pads,
-              std::vector<int64_t> axes, bool has_axes, Shape* out, std::vector<std::vector<int64_t>>* maps) {
-  const int64_t r = int64_t(in.size());
-  if (!has_axes) {
-    axes.clear();
-    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-  }
-  if (pads.size() != 2 * axes.size())
-    ctx.fail("pads ", shape_to_string(pads), " must hold 2 values per axis (", axes.size(), " axes)");
-  std::vector<int64_t> begin(size_t(r), 0), end(size_t(r), 0);
-  std::vector<bool> seen(size_t(r), false);
-  for (size_t i = 0; i < axes.size(); ++i) {
-    const int64_t a = normalize_axis(ctx, axes[i], r);
-    if (seen[size_t(a)]) ctx.fail("axis ", axes[i], " is repeated");
-    seen[size_t(a)] = true;
-    begin[size_t(a)] = pads[i];
-    end[size_t(a)] = pads[i + axes.size()];
-  }
-  out->assign(size_t(r), 0);
-  for (size_t a = 0; a < size_t(r); ++a) {
-    int64_t& o = (*out)[a];
-    if (__builtin_add_overflow(in[a], begin[a], &o) || __builtin_add_overflow(o, end[a], &o) || o < 0)
-      ctx.fail("pads ", shape_to_string(pads), " give a negative or overflowing size on axis ", a, " of ", shape_to_string(in));
-    // A negative pad crops; one past the axis's extent (INT64_MIN beside INT64_MAX sums to a valid
-    // size) would crop elements that are not there.
-    if (begin[a] < -in[a] || end[a] < -in[a])
-      ctx.fail("pads ", shape_to_string(pads), " crop more than the ", in[a], " elements of axis ", a, " of ", shape_to_string(in));
-  }
-  check_output_size(ctx, *out, dt);
-  // One index per output position and axis: with a zero dim elsewhere, an axis of 2^40 passes the
-  // output's size check but not this one (an out-of-memory in the structured fuzz target).
-  int64_t entries = 0;
-  for (int64_t d : *out)
-    if (__builtin_add_overflow(entries, d, &entries)) {
-      entries = -1;
-      break;
-    }
-  check_table_size(ctx, entries, sizeof(int64_t), "the pad index maps");
-  maps->assign(size_t(r), {});
-  for (size_t a = 0; a < size_t(r); ++a) {
-    const int64_t lo = std::max<int64_t>(-begin[a], 0);
-    const int64_t m = in[a] - lo - std::max<int64_t>(-end[a], 0);  // kept input elements (>= 0 here)
-    const int64_t first = std::max<int64_t>(begin[a], 0);
-    auto& map = (*maps)[a];
-    map.resize(size_t((*out)[a]));
-    for (int64_t o = 0; o < (*out)[a]; ++o) {
-      const int64_t i = o - first;
-      int64_t src = -1;
-      if (i >= 0 && i < m) src = lo + i;
-      else if (mode != PadMode::kConstant) {
-        if (m <= 0)
-          ctx.fail("cannot pad an empty axis ", a, " in ", mode == PadMode::kEdge ? "edge" : mode == PadMode::kWrap ? "wrap" : "reflect", " mode");
-        if (mode == PadMode::kEdge) src = lo + std::clamp<int64_t>(i, 0, m - 1);
-        else if (mode == PadMode::kWrap) src = lo + ((i % m) + m) % m;
-        else if (m == 1) src = lo;
-        else {
-          const int64_t p = 2 * (m - 1), t = ((i % p) + p) % p;
-          src = lo + (t < m ? t : p - t);
-        }
-      }
-      map[size_t(o)] = src;
-    }
-  }
-}
-
 class PadKernel final : public Kernel {
  public:
-  explicit PadKernel(const KernelInfo& info) : opset_(info.opset()), mode_(read_pad_mode(info, info.opset())) {
+  explicit PadKernel(const KernelInfo& info) : opset_(info.opset()), mode_(shape::read_pad_mode(info, info.opset())) {
     if (opset_ < 11) {
       pads_attr_ = info.attr_ints(opset_ < 2 ? "paddings" : "pads");
       value_attr_ = info.attr_float("value", 0.0f);
@@ -474,19 +276,11 @@ class PadKernel final : public Kernel {
     const Shape& in = ctx.input_shape(0);
     const DType dt = ctx.input_dtype(0);
     const int64_t r = int64_t(in.size());
-    std::vector<int64_t> pads = pads_attr_, axes;
+    std::vector<int64_t> pads, axes;
     bool has_axes = false;
-    if (opset_ >= 11) {
-      if (!ctx.has_input(1)) ctx.fail("pads input is required");
-      if (!read_list_input(ctx, 1, "pads", &pads) || (opset_ >= 18 && !read_list_input(ctx, 3, "axes", &axes, &has_axes)))
-        return ctx.set_output_dynamic(0, dt);
-      if (ctx.has_input(2)) {
-        if (ctx.input_dtype(2) != dt) ctx.fail("constant_value has type ", dtype_name(ctx.input_dtype(2)), ", expected ", dtype_name(dt));
-        if (shape_numel(ctx.input_shape(2)) != 1) ctx.fail("constant_value must be a scalar, got ", shape_to_string(ctx.input_shape(2)));
-      }
-    }
+    if (!shape::pad_inputs(ctx, opset_, pads_attr_, &pads, &axes, &has_axes)) return ctx.set_output_dynamic(0, dt);
     Shape out;
-    pad_maps(ctx, mode_, in, dt, pads, axes, has_axes, &out, &maps_);
+    shape::pad_maps(ctx, mode_, in, dt, pads, axes, has_axes, &out, &maps_);
     if (opset_ < 11)  // the float `value` attribute in the element type
       dispatch<NumericTypes>(dt, ctx.node(), [&]<class U>() { pad_value_ = Tensor::scalar<U>(static_cast<U>(value_attr_)); });
     in_strides_ = contiguous_strides(in);
@@ -553,7 +347,7 @@ class PadKernel final : public Kernel {
     int64_t begin, len, src;  // src < 0: the constant
   };
   int64_t opset_;
-  PadMode mode_;
+  shape::PadMode mode_;
   std::vector<int64_t> pads_attr_;
   float value_attr_ = 0;
   Tensor pad_value_;
@@ -565,7 +359,7 @@ class PadKernel final : public Kernel {
 
 class PadGradKernel final : public FoldKernel {
  public:
-  explicit PadGradKernel(const KernelInfo& info) : mode_(read_pad_mode(info, kMaxOpsetAll)) {}
+  explicit PadGradKernel(const KernelInfo& info) : mode_(shape::read_pad_mode(info, kMaxOpsetAll)) {}
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
@@ -576,7 +370,7 @@ class PadGradKernel final : public FoldKernel {
         !read_list_input(ctx, 3, "axes", &axes, &has_axes))
       return ctx.set_output_dynamic(0, dt);
     std::vector<std::vector<int64_t>> maps;
-    pad_maps(ctx, mode_, xs, dt, pads, axes, has_axes, &ys, &maps);
+    shape::pad_maps(ctx, mode_, xs, dt, pads, axes, has_axes, &ys, &maps);
     if (ys != ctx.input_shape(0))
       ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(0)), " differs from the padded shape ", shape_to_string(ys));
     folds_.assign(maps.size(), {});
@@ -589,7 +383,7 @@ class PadGradKernel final : public FoldKernel {
   }
 
  private:
-  PadMode mode_;
+  shape::PadMode mode_;
 };
 
 // ---------------------------------------------------------------- Trilu
@@ -598,9 +392,7 @@ class TriluKernel final : public Kernel {
  public:
   explicit TriluKernel(const KernelInfo& info) : upper_(info.attr_int("upper", 1) != 0) {}
   void prepare(PrepareContext& ctx) override {
-    if (ctx.input_rank(0) < 2) ctx.fail("input must have rank >= 2, got ", shape_to_string(ctx.input_shape(0)));
-    if (ctx.has_input(1) && shape_numel(ctx.input_shape(1)) != 1)
-      ctx.fail("k must be a scalar, got shape ", shape_to_string(ctx.input_shape(1)));
+    shape::check_trilu(ctx);
     ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
   }
   void run(RunContext& ctx) override {

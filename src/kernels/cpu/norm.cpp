@@ -23,6 +23,7 @@
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
+#include "kernels/shape/norm.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
@@ -76,49 +77,19 @@ void scale_shift(const T* x, T* y, int64_t n, double a, double b) {
   for (int64_t j = 0; j < n; ++j) y[j] = T(C(x[j]) * ca + cb);
 }
 
-// Fails unless input i is a float tensor of `numel` elements.
-void check_param(PrepareContext& ctx, size_t i, const char* what, int64_t numel) {
-  if (!ctx.has_input(i)) ctx.fail(what, " is required");
-  if (!dtype_is_float(ctx.input_dtype(i))) ctx.fail(what, " must be a float tensor, got ", dtype_name(ctx.input_dtype(i)));
-  if (shape_numel(ctx.input_shape(i)) != numel)
-    ctx.fail(what, " has shape ", shape_to_string(ctx.input_shape(i)), ", expected ", numel, " elements");
-}
-
-// Input i, [N, C, S..] (`what` names it): a float tensor of rank >= 2; its element type.
-DType check_nc_input(const PrepareContext& ctx, size_t i, const char* what) {
-  const DType dt = ctx.input_dtype(i);
-  dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-  if (ctx.input_rank(i) < 2) ctx.fail(what, " must have rank >= 2, got shape ", shape_to_string(ctx.input_shape(i)));
-  return dt;
-}
-
 // ---------------------------------------------------------------- BatchNormalization
-// Opset < 14: training when outputs beyond Y are requested (and, opset < 7, is_test = 0); the
-// outputs are running mean/var and the batch's saved mean/var. Opset >= 14: training_mode.
-// spatial = 0 (opset < 9): statistics per element of dims[1:].
+// Mode and attributes: shape::BatchNormAttrs. Opset < 14: the outputs are running mean/var and
+// the batch's saved mean/var; opset >= 14: running mean/var.
 class BatchNormKernel final : public Kernel {
  public:
-  explicit BatchNormKernel(const KernelInfo& info) {
-    eps_ = info.attr_float("epsilon", 1e-5f);
-    momentum_ = info.attr_float("momentum", 0.9f);
-    spatial_ = info.opset() >= 9 || info.attr_int("spatial", 1) != 0;
-    new_style_ = info.opset() >= 14;
-    train_attr_ = new_style_ ? info.attr_int("training_mode", 0) != 0 : info.attr_int("is_test", 0) == 0;
-    torch_var_ = info.options().torch_running_var;
-  }
+  explicit BatchNormKernel(const KernelInfo& info) : at_(shape::read_batch_norm_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
-    const DType dt = check_nc_input(ctx, 0, "X");
+    g_ = shape::check_batch_norm(ctx, at_);
+    training_ = shape::batch_norm_training(ctx, at_);
+    const DType dt = ctx.input_dtype(0);
     const Shape& s = ctx.input_shape(0);
-    n_ = s[0];
-    c_ = spatial_ ? s[1] : dim_product(s, 1, s.size());
-    s_ = spatial_ ? dim_product(s, 2, s.size()) : 1;
-    const char* names[] = {"", "scale", "B", "mean", "var"};
-    for (size_t i = 1; i <= 4; ++i) check_param(ctx, i, names[i], c_);
-    bool extra = false;
-    for (size_t k = 1; k < ctx.num_outputs(); ++k) extra |= ctx.has_output(k);
-    training_ = new_style_ ? train_attr_ : train_attr_ && extra;
     ctx.set_output(0, dt, s);
-    for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), new_style_ ? 3 : 5); ++k) {
+    for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), at_.new_style ? 3 : 5); ++k) {
       const size_t src = k % 2 ? 3 : 4;  // mean-like outputs follow input_mean, var-like input_var
       if (!ctx.has_output(k)) continue;
       // Training: the running statistics overwrite input_mean / input_var in place (run() reads
@@ -126,11 +97,11 @@ class BatchNormKernel final : public Kernel {
       if (k <= 2 && training_) ctx.set_output_inplace(k, src);
       else ctx.set_output(k, k <= 2 ? ctx.input_dtype(src) : dt, ctx.input_shape(src));
     }
-    ctx.request_workspace(size_t(c_) * 6 * sizeof(double));
+    ctx.request_workspace(size_t(g_.c) * 6 * sizeof(double));
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    const int64_t N = n_, C = c_, S = s_;
+    const int64_t N = g_.n, C = g_.c, S = g_.s;
     double* scale = static_cast<double*>(ctx.workspace());
     double* bias = scale + C;
     double* mean = bias + C;
@@ -163,7 +134,7 @@ class BatchNormKernel final : public Kernel {
       parallel_for(N * C, grain_for(S), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t c = r % C;
-          const double a = scale[c] / std::sqrt(sigma2[c] + double(eps_));
+          const double a = scale[c] / std::sqrt(sigma2[c] + double(at_.epsilon));
           scale_shift(X + r * S, Y + r * S, S, a, bias[c] - mu[c] * a);
         }
       });
@@ -172,10 +143,10 @@ class BatchNormKernel final : public Kernel {
     if (training_) {
       // PyTorch feeds the unbiased batch variance into the running variance.
       const double count = double(N * S);
-      const double unbias = torch_var_ && count > 1 ? count / (count - 1) : 1.0;
+      const double unbias = at_.torch_var && count > 1 ? count / (count - 1) : 1.0;
       for (int64_t c = 0; c < C; ++c) {
-        mean[c] = mean[c] * momentum_ + mu[c] * (1.0 - momentum_);
-        var[c] = var[c] * momentum_ + sigma2[c] * unbias * (1.0 - momentum_);
+        mean[c] = mean[c] * at_.momentum + mu[c] * (1.0 - at_.momentum);
+        var[c] = var[c] * at_.momentum + sigma2[c] * unbias * (1.0 - at_.momentum);
       }
     }
     const double* outs[] = {nullptr, mean, var, mu, sigma2};
@@ -184,10 +155,9 @@ class BatchNormKernel final : public Kernel {
   }
 
  private:
-  float eps_, momentum_;
-  bool torch_var_ = false;
-  bool spatial_, new_style_, train_attr_, training_ = false;
-  int64_t n_ = 0, c_ = 0, s_ = 0;
+  shape::BatchNormAttrs at_;
+  bool training_ = false;
+  shape::BatchNormGeom g_;
 };
 
 // ---------------------------------------------------------------- BatchNormalizationGrad
@@ -201,57 +171,40 @@ class BatchNormKernel final : public Kernel {
 // channel's first element, in float64), one writes dx. S = 1 ([N, C]) vectorizes over channels.
 class BatchNormGradKernel final : public Kernel {
  public:
-  explicit BatchNormGradKernel(const KernelInfo& info) {
-    eps_ = info.attr_float("epsilon", 1e-5f);
-    training_ = info.attr_int("training_mode", 0) != 0;
-    spatial_ = info.attr_int("spatial", 1) != 0;
-  }
+  explicit BatchNormGradKernel(const KernelInfo& info) : at_(shape::read_batch_norm_grad_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
-    const DType dt = check_nc_input(ctx, 1, "X");
-    const Shape& s = ctx.input_shape(1);
-    if (ctx.input_shape(0) != s || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
-    n_ = s[0];
-    c_ = spatial_ ? s[1] : dim_product(s, 1, s.size());
-    s_ = spatial_ ? dim_product(s, 2, s.size()) : 1;
-    check_param(ctx, 2, "scale", c_);
-    if (!training_) {
-      check_param(ctx, 3, "mean", c_);
-      check_param(ctx, 4, "var", c_);
-    }
-    if (ctx.num_outputs() > 5) ctx.fail("has ", ctx.num_outputs(), " outputs, expected at most 5 (dX, dscale, dB, dmean, dvar)");
-    if (training_ && (ctx.has_output(3) || ctx.has_output(4)))
-      ctx.fail("dmean and dvar (outputs 3 and 4) exist only in inference mode (training_mode = 0)");
-    if (ctx.has_output(0)) ctx.set_output(0, dt, s);
+    g_ = shape::check_batch_norm_grad(ctx, at_);
+    if (ctx.has_output(0)) ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(1));
     for (size_t k = 1; k < ctx.num_outputs(); ++k) {
       const size_t src = k <= 2 ? 2 : k;  // dscale, dB like scale; dmean, dvar like mean, var
       if (ctx.has_output(k)) ctx.set_output(k, ctx.input_dtype(src), ctx.input_shape(src));
     }
-    ctx.request_workspace(size_t(c_) * 10 * sizeof(double));
+    ctx.request_workspace(size_t(g_.c) * 10 * sizeof(double));
   }
   void run(RunContext& ctx) override {
-    const int64_t N = n_, C = c_, S = s_;
+    const int64_t N = g_.n, C = g_.c, S = g_.s;
     double* scale = static_cast<double*>(ctx.workspace());
     double *mean = scale + C, *var = mean + C, *a = var + C, *b = a + C, *d = b + C;
     double *sdy = d + C, *sdyxhat = sdy + C, *dmean = sdyxhat + C, *dvar = dmean + C;
     load_as(ctx.input(2), scale, ctx.node());
-    if (!training_) {
+    if (!at_.training) {
       load_as(ctx.input(3), mean, ctx.node());
       load_as(ctx.input(4), var, ctx.node());
     }
-    const double M = double(N * S), eps = eps_;
+    const double M = double(N * S), eps = at_.epsilon;
     // From the sums of channel c (shifted by k): sx = sum(x - k), sxx = sum((x - k)^2),
     // sg = sum(dy), sgx = sum(dy (x - k)).
     auto finish = [&](int64_t c, double k, double sx, double sxx, double sg, double sgx) {
       double mu = mean[c], v = var[c];
-      if (training_) {
+      if (at_.training) {
         const double m1 = M > 0 ? sx / M : 0.0;
         mu = k + m1;
         v = M > 0 ? std::max(sxx / M - m1 * m1, 0.0) : 0.0;
       }
       const double inv = 1.0 / std::sqrt(v + eps), sgxhat = inv * (sgx - (mu - k) * sg);
       a[c] = scale[c] * inv;
-      b[c] = training_ && M > 0 ? -a[c] * inv * sgxhat / M : 0.0;
-      d[c] = training_ && M > 0 ? -a[c] * sg / M - b[c] * mu : 0.0;
+      b[c] = at_.training && M > 0 ? -a[c] * inv * sgxhat / M : 0.0;
+      d[c] = at_.training && M > 0 ? -a[c] * sg / M - b[c] * mu : 0.0;
       sdy[c] = sg;
       sdyxhat[c] = sgxhat;
       dmean[c] = -a[c] * sg;
@@ -274,7 +227,7 @@ class BatchNormGradKernel final : public Kernel {
           for (int64_t blk = b0; blk < b1; ++blk) {
             const int64_t c0 = blk * B, m = std::min(B, C - c0);
             for (int64_t j = 0; j < m; ++j) {
-              k[j] = training_ ? double(Cm(X[c0 + j])) : mean[c0 + j];
+              k[j] = at_.training ? double(Cm(X[c0 + j])) : mean[c0 + j];
               sx[j] = sxx[j] = sg[j] = sgx[j] = 0;
             }
             for (int64_t n = 0; n < N; ++n) {
@@ -301,7 +254,7 @@ class BatchNormGradKernel final : public Kernel {
       }
       parallel_for(C, grain_for(2 * N * S), [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
-          const double k = training_ ? double(Cm(X[c * S])) : mean[c];
+          const double k = at_.training ? double(Cm(X[c * S])) : mean[c];
           Lanes<double, 4> l;  // sum(x - k), sum((x - k)^2), sum(dy), sum(dy (x - k))
           auto add = [&](int64_t k2, const T* p, const T* q) {
             const double xc = double(Cm(*p)) - k, g = double(Cm(*q));
@@ -331,13 +284,12 @@ class BatchNormGradKernel final : public Kernel {
     });
     const double* outs[] = {nullptr, sdyxhat, sdy, dmean, dvar};
     for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), 5); ++k)
-      if (ctx.has_output(k) && (k <= 2 || !training_)) store_as(ctx.output(k), outs[k], ctx.node());
+      if (ctx.has_output(k) && (k <= 2 || !at_.training)) store_as(ctx.output(k), outs[k], ctx.node());
   }
 
  private:
-  float eps_;
-  bool training_, spatial_;
-  int64_t n_ = 0, c_ = 0, s_ = 0;
+  shape::BatchNormGradAttrs at_;
+  shape::BatchNormGeom g_;
 };
 
 // ---------------------------------------------------------------- InstanceNormalization
@@ -345,12 +297,8 @@ class InstanceNormKernel final : public Kernel {
  public:
   explicit InstanceNormKernel(const KernelInfo& info) { eps_ = info.attr_float("epsilon", 1e-5f); }
   void prepare(PrepareContext& ctx) override {
-    const DType dt = check_nc_input(ctx, 0, "input");
-    const Shape& s = ctx.input_shape(0);
-    c_ = s[1];
-    check_param(ctx, 1, "scale", c_);
-    check_param(ctx, 2, "B", c_);
-    ctx.set_output(0, dt, s);
+    c_ = shape::check_instance_norm(ctx);
+    ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
     ctx.request_workspace(size_t(c_) * 2 * sizeof(double));
   }
   void run(RunContext& ctx) override {
@@ -413,40 +361,13 @@ void expand_to(const Tensor& t, const Shape& ns, A* dst, const ir::Node& node) {
 // stash type), float64 for float64. Scale and B broadcast to dims[axis:].
 class LayerNormKernel final : public Kernel {
  public:
-  explicit LayerNormKernel(const KernelInfo& info) {
-    axis_ = info.attr_int("axis", -1);
-    eps_ = info.attr_float("epsilon", 1e-5f);
-    stash_ = DType(info.attr_int("stash_type", 1));
-    if (stash_ != DType::kFloat32 && stash_ != DType::kFloat64 && stash_ != DType::kBFloat16 && stash_ != DType::kFloat16)
-      info.fail("stash_type ", int(stash_), " is not a float type");
-  }
+  explicit LayerNormKernel(const KernelInfo& info) : at_(shape::read_layer_norm_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(0);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    const Shape& s = ctx.input_shape(0);
-    const size_t axis = size_t(normalize_axis(ctx, axis_, int64_t(s.size())));
-    if (s.empty()) ctx.fail("X must have rank >= 1");
-    norm_shape_ = Shape(s.begin() + long(axis), s.end());
-    rows_ = dim_product(s, 0, axis);
-    cols_ = shape_numel(norm_shape_);
-    for (size_t i = 1; i <= 2; ++i) {
-      if (!ctx.has_input(i)) {
-        if (i == 1) ctx.fail("Scale is required");
-        continue;
-      }
-      const Shape& p = ctx.input_shape(i);
-      Shape b;
-      if (ctx.input_dtype(i) != dt)
-        ctx.fail(i == 1 ? "Scale" : "B", " has type ", dtype_name(ctx.input_dtype(i)), ", X has ", dtype_name(dt));
-      if (p.size() > norm_shape_.size() || !broadcast_shapes({norm_shape_, p}, &b) || b != norm_shape_)
-        ctx.fail(i == 1 ? "Scale" : "B", " shape ", shape_to_string(p), " does not broadcast to ", shape_to_string(norm_shape_));
-    }
-    ctx.set_output(0, dt, s);
-    Shape stat(s.begin(), s.begin() + long(axis));
-    stat.resize(s.size(), 1);
+    g_ = shape::check_layer_norm(ctx, at_.axis);
+    ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
     for (size_t k = 1; k <= 2; ++k)
-      if (ctx.has_output(k)) ctx.set_output(k, stash_, stat);
-    ctx.request_workspace(size_t(cols_) * 2 * sizeof(double) + size_t(rows_) * 2 * sizeof(double));
+      if (ctx.has_output(k)) ctx.set_output(k, at_.stash, g_.stat_shape);
+    ctx.request_workspace(size_t(g_.cols) * 2 * sizeof(double) + size_t(g_.rows) * 2 * sizeof(double));
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -454,18 +375,18 @@ class LayerNormKernel final : public Kernel {
     double* stats = static_cast<double*>(ctx.workspace());
     dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
       using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      A* w = reinterpret_cast<A*>(stats + 2 * rows_);
-      A* b = w + cols_;
-      expand_to(ctx.input(1), norm_shape_, w, ctx.node());
+      A* w = reinterpret_cast<A*>(stats + 2 * g_.rows);
+      A* b = w + g_.cols;
+      expand_to(ctx.input(1), g_.norm_shape, w, ctx.node());
       if (ctx.has_input(2))
-        expand_to(ctx.input(2), norm_shape_, b, ctx.node());
+        expand_to(ctx.input(2), g_.norm_shape, b, ctx.node());
       else
-        std::fill(b, b + cols_, A(0));
+        std::fill(b, b + g_.cols, A(0));
       const T* X = x.data<T>();
       T* Y = ctx.output(0).data<T>();
-      const int64_t D = cols_;
-      const A eps = A(eps_);
-      parallel_for(rows_, grain_for(3 * D), [&](int64_t r0, int64_t r1) {
+      const int64_t D = g_.cols;
+      const A eps = A(at_.epsilon);
+      parallel_for(g_.rows, grain_for(3 * D), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           const T* p = X + r * D;
           T* q = Y + r * D;
@@ -482,17 +403,14 @@ class LayerNormKernel final : public Kernel {
       if (!ctx.has_output(k)) continue;
       dispatch<FloatTypes>(ctx.output(k).dtype(), ctx.node(), [&]<class U>() {
         U* o = ctx.output(k).data<U>();
-        for (int64_t r = 0; r < rows_; ++r) o[r] = U(compute_t<U>(stats[2 * r + (k - 1)]));
+        for (int64_t r = 0; r < g_.rows; ++r) o[r] = U(compute_t<U>(stats[2 * r + (k - 1)]));
       });
     }
   }
 
  private:
-  int64_t axis_;
-  float eps_;
-  DType stash_;
-  Shape norm_shape_;
-  int64_t rows_ = 0, cols_ = 0;
+  shape::LayerNormAttrs at_;
+  shape::LayerNormGeom g_;
 };
 
 // ---------------------------------------------------------------- LayerNormalizationGrad
@@ -505,38 +423,25 @@ class LayerNormKernel final : public Kernel {
 class LayerNormGradKernel final : public Kernel {
  public:
   static constexpr int64_t kGroups = 64;
-  explicit LayerNormGradKernel(const KernelInfo& info) { axis_ = info.attr_int("axis", -1); }
+  explicit LayerNormGradKernel(const KernelInfo& info) : axis_(info.attr_int("axis", -1)) {}
   void prepare(PrepareContext& ctx) override {
+    g_ = shape::check_layer_norm_grad(ctx, axis_);
     const DType dt = ctx.input_dtype(1);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    const Shape& s = ctx.input_shape(1);
-    if (s.empty()) ctx.fail("X must have rank >= 1");
-    if (ctx.input_shape(0) != s || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
-    const size_t axis = size_t(normalize_axis(ctx, axis_, int64_t(s.size())));
-    norm_shape_ = Shape(s.begin() + long(axis), s.end());
-    rows_ = dim_product(s, 0, axis);
-    cols_ = shape_numel(norm_shape_);
-    Shape b;
-    if (!ctx.has_input(2) || ctx.input_dtype(2) != dt || !broadcast_shapes({norm_shape_, ctx.input_shape(2)}, &b) ||
-        b != norm_shape_)
-      ctx.fail("Scale must be a ", dtype_name(dt), " tensor broadcasting to ", shape_to_string(norm_shape_));
-    check_param(ctx, 3, "Mean", rows_);
-    check_param(ctx, 4, "InvStdDev", rows_);
-    if (ctx.has_output(0)) ctx.set_output(0, dt, s);
+    if (ctx.has_output(0)) ctx.set_output(0, dt, ctx.input_shape(1));
     for (size_t k = 1; k <= 2; ++k)
-      if (ctx.has_output(k)) ctx.set_output(k, dt, norm_shape_);
-    groups_ = std::max<int64_t>(1, std::min(rows_, kGroups));
-    ctx.request_workspace(size_t(cols_ * (1 + 2 * groups_) + 2 * rows_) * sizeof(double));
+      if (ctx.has_output(k)) ctx.set_output(k, dt, g_.norm_shape);
+    groups_ = std::max<int64_t>(1, std::min(g_.rows, kGroups));
+    ctx.request_workspace(size_t(g_.cols * (1 + 2 * groups_) + 2 * g_.rows) * sizeof(double));
   }
   void run(RunContext& ctx) override {
     dispatch<FloatTypes>(ctx.input(1).dtype(), ctx.node(), [&]<class T>() {
       using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      const int64_t R = rows_, D = cols_, G = groups_;
+      const int64_t R = g_.rows, D = g_.cols, G = groups_;
       A* w = static_cast<A*>(ctx.workspace());
       A* mu = w + D;
       A* iv = mu + R;
       A* part = iv + R;  // per group: dScale partials [D], dB partials [D]
-      expand_to(ctx.input(2), norm_shape_, w, ctx.node());
+      expand_to(ctx.input(2), g_.norm_shape, w, ctx.node());
       load_as(ctx.input(3), mu, ctx.node());
       load_as(ctx.input(4), iv, ctx.node());
       const T* X = ctx.input(1).data<T>();
@@ -601,45 +506,30 @@ class LayerNormGradKernel final : public Kernel {
 
  private:
   int64_t axis_;
-  Shape norm_shape_;
-  int64_t rows_ = 0, cols_ = 0, groups_ = 1;
+  shape::LayerNormGeom g_;
+  int64_t groups_ = 1;
 };
 
 // ---------------------------------------------------------------- LRN
-// Attributes of LRN (and LRNGrad).
-struct LRNAttrs {
-  int64_t size_;
-  float alpha_, beta_, bias_;
-  explicit LRNAttrs(const KernelInfo& info)
-      : size_(info.attr_int("size")), alpha_(info.attr_float("alpha", 1e-4f)), beta_(info.attr_float("beta", 0.75f)),
-        bias_(info.attr_float("bias", 1.0f)) {
-    if (size_ <= 0 || size_ > (int64_t(1) << 31)) info.fail("size must be in [1, 2^31], got ", size_);
-  }
-  /// Channels of c's window, [c - (size-1)/2, c + size/2] clipped to [0, C): first and last.
-  std::pair<int64_t, int64_t> window(int64_t c, int64_t C) const {
-    return {std::max<int64_t>(0, c - (size_ - 1) / 2), std::min(C - 1, c + size_ / 2)};
-  }
-  /// Channels whose window holds c (the transposed window), clipped to [0, C): first and last.
-  std::pair<int64_t, int64_t> windows_holding(int64_t c, int64_t C) const {
-    return {std::max<int64_t>(0, c - size_ / 2), std::min(C - 1, c + (size_ - 1) / 2)};
-  }
-  /// acc[j] = sum of x^2 over c's window at column j < m; x0 points at channel 0, channels S apart.
-  template <class A, class T>
-  void window_square_sums(const T* x0, int64_t S, int64_t c, int64_t C, int64_t m, A* acc) const {
-    std::fill(acc, acc + m, A(0));
-    const auto [lo, hi] = window(c, C);
-    for (int64_t cc = lo; cc <= hi; ++cc) {
-      const T* p = x0 + cc * S;
+// Attributes and channel windows of LRN (and LRNGrad): shape::LRNAttrs.
+// acc[j] = sum of x^2 over c's window at column j < m; x0 points at channel 0, channels S apart.
+template <class A, class T>
+void window_square_sums(const shape::LRNAttrs& at, const T* x0, int64_t S, int64_t c, int64_t C, int64_t m, A* acc) {
+  std::fill(acc, acc + m, A(0));
+  const auto [lo, hi] = at.window(c, C);
+  for (int64_t cc = lo; cc <= hi; ++cc) {
+    const T* p = x0 + cc * S;
 #pragma omp simd
-      for (int64_t j = 0; j < m; ++j) acc[j] += A(p[j]) * A(p[j]);
-    }
+    for (int64_t j = 0; j < m; ++j) acc[j] += A(p[j]) * A(p[j]);
   }
-};
+}
 
-class LRNKernel final : public Kernel, LRNAttrs {
+class LRNKernel final : public Kernel {
  public:
-  explicit LRNKernel(const KernelInfo& info) : LRNAttrs(info) {}
-  void prepare(PrepareContext& ctx) override { ctx.set_output(0, check_nc_input(ctx, 0, "X"), ctx.input_shape(0)); }
+  explicit LRNKernel(const KernelInfo& info) : at_(shape::read_lrn_attrs(info)) {}
+  void prepare(PrepareContext& ctx) override {
+    ctx.set_output(0, shape::check_nc_input(ctx, 0, "X"), ctx.input_shape(0));
+  }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
     const int64_t C = x.dim(1), S = dim_product(x.shape(), 2, x.rank()), NC = x.numel() / std::max<int64_t>(S, 1);
@@ -648,15 +538,15 @@ class LRNKernel final : public Kernel, LRNAttrs {
       using A = compute_t<T>;
       const T* X = x.data<T>();
       T* Y = ctx.output(0).data<T>();
-      const A k = A(alpha_ / double(size_)), bias = A(bias_), beta = A(beta_);
-      parallel_for(NC, grain_for(S * std::min(size_, C)), [&](int64_t r0, int64_t r1) {
+      const A k = A(at_.alpha / double(at_.size)), bias = A(at_.bias), beta = A(at_.beta);
+      parallel_for(NC, grain_for(S * std::min(at_.size, C)), [&](int64_t r0, int64_t r1) {
         constexpr int64_t B = 256;
         A acc[B];
         for (int64_t r = r0; r < r1; ++r) {
           const int64_t c = r % C;
           for (int64_t j0 = 0; j0 < S; j0 += B) {
             const int64_t m = std::min(B, S - j0);
-            window_square_sums(X + (r - c) * S + j0, S, c, C, m, acc);
+            window_square_sums(at_, X + (r - c) * S + j0, S, c, C, m, acc);
             const T* p = X + r * S + j0;
             for (int64_t j = 0; j < m; ++j) Y[r * S + j0 + j] = T(A(p[j]) / std::pow(bias + k * acc[j], beta));
           }
@@ -664,19 +554,20 @@ class LRNKernel final : public Kernel, LRNAttrs {
       });
     });
   }
+
+ private:
+  shape::LRNAttrs at_;
 };
 
 // ---------------------------------------------------------------- LRNGrad
 // LRNGrad(dY, X) -> dX (attributes of the LRN node). d_c = bias + alpha / size sum_{window(c)} x^2,
 // window(c) = [c - (size-1)/2, c + size/2]:
 //   dx_c = dy_c d_c^-beta - 2 alpha beta / size x_c sum_{c': c in window(c')} dy_c' x_c' d_c'^(-beta-1)
-class LRNGradKernel final : public Kernel, LRNAttrs {
+class LRNGradKernel final : public Kernel {
  public:
-  explicit LRNGradKernel(const KernelInfo& info) : LRNAttrs(info) {}
+  explicit LRNGradKernel(const KernelInfo& info) : at_(shape::read_lrn_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
-    const DType dt = check_nc_input(ctx, 1, "X");
-    if (ctx.input_shape(0) != ctx.input_shape(1) || ctx.input_dtype(0) != dt) ctx.fail("dY and X differ in shape or type");
-    ctx.set_output(0, dt, ctx.input_shape(1));
+    ctx.set_output(0, shape::check_nc_grad_inputs(ctx), ctx.input_shape(1));
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(1);
@@ -689,15 +580,16 @@ class LRNGradKernel final : public Kernel, LRNAttrs {
       const T* X = x.data<T>();
       const T* dY = ctx.input(0).data<T>();
       T* dX = ctx.output(0).data<T>();
-      const A k = A(alpha_ / double(size_)), bias = A(bias_), beta = A(beta_), coef = A(2.0 * alpha_ * beta_ / size_);
-      parallel_for(N * nb, grain_for(C * B * size_), [&](int64_t t0, int64_t t1) {
+      const A k = A(at_.alpha / double(at_.size)), bias = A(at_.bias), beta = A(at_.beta);
+      const A coef = A(2.0 * at_.alpha * at_.beta / at_.size);
+      parallel_for(N * nb, grain_for(C * B * at_.size), [&](int64_t t0, int64_t t1) {
         std::vector<A> dpow(size_t(C * B)), tt(size_t(C * B));  // d^-beta, dy x d^(-beta-1)
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t n = t / nb, j0 = (t % nb) * B, m = std::min(B, S - j0);
           const int64_t base = n * C * S + j0;
           for (int64_t c = 0; c < C; ++c) {
             A* dp = dpow.data() + c * B;
-            window_square_sums(X + base, S, c, C, m, dp);
+            window_square_sums(at_, X + base, S, c, C, m, dp);
             const T *p = X + base + c * S, *q = dY + base + c * S;
             for (int64_t j = 0; j < m; ++j) {
               const A dd = bias + k * dp[j];
@@ -707,7 +599,7 @@ class LRNGradKernel final : public Kernel, LRNAttrs {
           }
           for (int64_t c = 0; c < C; ++c) {
             A back[B] = {};
-            const auto [lo, hi] = windows_holding(c, C);
+            const auto [lo, hi] = at_.windows_holding(c, C);
             for (int64_t cc = lo; cc <= hi; ++cc)
 #pragma omp simd
               for (int64_t j = 0; j < m; ++j) back[j] += tt[size_t(cc * B + j)];
@@ -719,28 +611,14 @@ class LRNGradKernel final : public Kernel, LRNAttrs {
       });
     });
   }
+
+ private:
+  shape::LRNAttrs at_;
 };
 
 // ---------------------------------------------------------------- Dropout
-// Dropout's optional inputs ratio (a float scalar) and training_mode (a bool scalar), at input
-// positions `ratio` and `training_mode` (DropoutGrad's follow dY and the mask).
-void check_dropout_scalars(const PrepareContext& ctx, size_t ratio, size_t training_mode) {
-  if (ctx.has_input(training_mode) &&
-      (ctx.input_dtype(training_mode) != DType::kBool || shape_numel(ctx.input_shape(training_mode)) != 1))
-    ctx.fail("training_mode must be a bool scalar, got ", dtype_name(ctx.input_dtype(training_mode)),
-             shape_to_string(ctx.input_shape(training_mode)));
-  if (ctx.has_input(ratio) && (!dtype_is_float(ctx.input_dtype(ratio)) || shape_numel(ctx.input_shape(ratio)) != 1))
-    ctx.fail("ratio must be a float scalar, got ", dtype_name(ctx.input_dtype(ratio)), shape_to_string(ctx.input_shape(ratio)));
-}
-
-// A training ratio: kept values are divided by 1 - ratio.
-template <class Ctx>
-void check_ratio(const Ctx& ctx, double r) {
-  if (!(r >= 0.0 && r < 1.0)) ctx.fail("ratio must be in [0, 1), got ", r);
-}
-
-// Training mode: opset >= 12 the training_mode input (default false); opset 7-11 the session's
-// ExecOptions::training; opset < 7 additionally is_test = 0.
+// Training mode (shape::dropout_mode): opset >= 12 the training_mode input (default false); opset
+// 7-11 the session's ExecOptions::training; opset < 7 additionally is_test = 0.
 // Random numbers: with a `seed` attribute, numpy's legacy generator (MT19937 seeded with
 // init_genrand(seed), 53-bit doubles from two draws), seeded once per kernel and advancing across
 // runs, so the first run reproduces np.random.seed(seed); np.random.uniform(0, 1, shape).
@@ -748,11 +626,7 @@ void check_ratio(const Ctx& ctx, double r) {
 // same in every thread split.
 class DropoutKernel final : public Kernel {
  public:
-  explicit DropoutKernel(const KernelInfo& info) : opset_(info.opset()) {
-    if (opset_ < 12) {
-      ratio_ = info.attr_float("ratio", 0.5f);
-      train_ = info.options().training && (opset_ >= 7 || info.attr_int("is_test", 0) == 0);
-    }
+  explicit DropoutKernel(const KernelInfo& info) : at_(shape::read_dropout_attrs(info)) {
     if (info.has_attr("seed")) {
       seeded_ = true;
       mt_.seed(uint32_t(info.attr_int("seed")));
@@ -760,44 +634,25 @@ class DropoutKernel final : public Kernel {
     key_ = info.options().seed ^ (std::hash<std::string>{}(info.node().name) * 0x9e3779b97f4a7c15ull);
   }
   void prepare(PrepareContext& ctx) override {
+    mode_ = shape::dropout_mode(ctx, at_, &keep_all_);
     const DType dt = ctx.input_dtype(0);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
     const Shape& s = ctx.input_shape(0);
-    mode_ = train_ ? Mode::kTrain : Mode::kInfer;
-    if (opset_ >= 12) {
-      mode_ = Mode::kInfer;
-      check_dropout_scalars(ctx, 1, 2);
-      if (ctx.has_input(2)) {
-        const Tensor* t = ctx.input_value(2);
-        mode_ = !t ? Mode::kRuntime : *t->data<bool>() ? Mode::kTrain : Mode::kInfer;
-      }
-      if (const Tensor* r = ctx.has_input(1) ? ctx.input_value(1) : nullptr; r && mode_ == Mode::kTrain)
-        check_ratio(ctx, read_scalar_as_double(*r));
-    } else if (train_) {
-      check_ratio(ctx, ratio_);
-    }
     // A constant ratio of 0 keeps every element in both modes: the output is the input.
-    if (opset_ >= 12) {
-      const Tensor* r = ctx.has_input(1) ? ctx.input_value(1) : nullptr;
-      keep_all_ = r && read_scalar_as_double(*r) == 0;
-    } else {
-      keep_all_ = ratio_ == 0;
-    }
     if (mode_ == Mode::kInfer || keep_all_)
       ctx.set_output_alias(0, 0, s);
     else
       ctx.set_output(0, dt, s);
     if (mode_ != Mode::kInfer) ctx.set_nondeterministic();
-    if (ctx.has_output(1)) ctx.set_output(1, opset_ >= 10 ? DType::kBool : dt, s);
+    if (ctx.has_output(1)) ctx.set_output(1, at_.opset >= 10 ? DType::kBool : dt, s);
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     bool train = mode_ == Mode::kTrain;
     if (mode_ == Mode::kRuntime) train = *ctx.input(2).data<bool>();
-    double ratio = ratio_;
-    if (opset_ >= 12) ratio = ctx.has_input(1) ? read_scalar_as_double(ctx.input(1)) : 0.5;
-    if (train) check_ratio(ctx, ratio);
+    double ratio = at_.ratio;
+    if (at_.opset >= 12) ratio = ctx.has_input(1) ? read_scalar_as_double(ctx.input(1)) : 0.5;
+    if (train) shape::check_ratio(ctx, ratio);
     Tensor* mask = ctx.has_output(1) ? &ctx.output(1) : nullptr;
     dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
       using C = compute_t<T>;
@@ -849,7 +704,7 @@ class DropoutKernel final : public Kernel {
   }
 
  private:
-  enum class Mode { kInfer, kTrain, kRuntime };
+  using Mode = shape::DropoutMode;
   static uint64_t mix(uint64_t z) {  // splitmix64 finalizer
     z += 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -857,9 +712,8 @@ class DropoutKernel final : public Kernel {
     return z ^ (z >> 31);
   }
 
-  int64_t opset_;
-  double ratio_ = 0.5;
-  bool train_ = false, seeded_ = false, keep_all_ = false;
+  shape::DropoutAttrs at_;
+  bool seeded_ = false, keep_all_ = false;
   Mode mode_ = Mode::kInfer;
   std::mt19937 mt_;
   uint64_t key_, runs_ = 0;
@@ -875,33 +729,24 @@ class DropoutKernel final : public Kernel {
 // The mask is bool (opset >= 10) or of dY's type.
 class DropoutGradKernel final : public Kernel {
  public:
-  explicit DropoutGradKernel(const KernelInfo& info) {
-    ratio_ = info.attr_float("ratio", 0.5f);
-    default_training_ = info.attr_int("session_training", 0) == 0 || info.options().training;
-  }
+  explicit DropoutGradKernel(const KernelInfo& info) : at_(shape::read_dropout_grad_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
-    const DType dt = ctx.input_dtype(0);
-    dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
-    if (ctx.input_shape(1) != ctx.input_shape(0) || (ctx.input_dtype(1) != DType::kBool && ctx.input_dtype(1) != dt))
-      ctx.fail("mask must be a bool or ", dtype_name(dt), " tensor of shape ", shape_to_string(ctx.input_shape(0)));
-    check_dropout_scalars(ctx, 2, 3);
     // A constant ratio of 0: dX = dY in both modes, the gradient passed through without a copy.
-    const Tensor* r = ctx.has_input(2) ? ctx.input_value(2) : nullptr;
-    pass_ = ctx.has_input(2) ? r && read_scalar_as_double(*r) == 0 : ratio_ == 0;
+    pass_ = shape::check_dropout_grad(ctx, at_);
     if (pass_)
       ctx.set_output_alias(0, 0, ctx.input_shape(0));
     else
-      ctx.set_output(0, dt, ctx.input_shape(0));
+      ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
   }
   void run(RunContext& ctx) override {
-    const bool train = ctx.has_input(3) ? *ctx.input(3).data<bool>() : default_training_;
-    const double ratio = ctx.has_input(2) ? read_scalar_as_double(ctx.input(2)) : ratio_;
+    const bool train = ctx.has_input(3) ? *ctx.input(3).data<bool>() : at_.default_training;
+    const double ratio = ctx.has_input(2) ? read_scalar_as_double(ctx.input(2)) : at_.ratio;
     const Tensor& dy = ctx.input(0);
     if (!train || pass_) {
       if (!ctx.output_aliases_input(0, 0)) ctx.output(0).copy_from(dy);
       return;
     }
-    check_ratio(ctx, ratio);
+    shape::check_ratio(ctx, ratio);
     const Tensor& mask = ctx.input(1);
     dispatch<FloatTypes>(dy.dtype(), ctx.node(), [&]<class T>() {
       using C = compute_t<T>;
@@ -922,8 +767,7 @@ class DropoutGradKernel final : public Kernel {
   }
 
  private:
-  double ratio_;
-  bool default_training_;
+  shape::DropoutGradAttrs at_;
   bool pass_ = false;
 };
 }  // namespace

@@ -40,8 +40,9 @@
 #include <cstring>
 
 #include "kernels/cpu/common.h"
-#include "ops/onnxtrain_ops.h"
 #include "kernels/registry.h"
+#include "kernels/shape/optimizer.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -49,14 +50,13 @@ using ops::find_optimizer_spec;
 using ops::kAccumulateGradients;
 using ops::kGlobalNormClip;
 using ops::kLossScaleCheck;
-using ops::kOptimizerFirstWeightInput;
 using ops::kOptimizerGradScaleInput;
 using ops::kOptimizerLrInput;
 using ops::kOptimizerStepInput;
-using ops::kOptimizerUpdateSignalAttr;
 using ops::kOptimizerUpdateSignalInput;
 using ops::OptimizerSpec;
 using ops::optimizer_specs;
+using shape::PreviewAlgorithm;
 
 namespace {
 
@@ -292,89 +292,20 @@ void lamb_apply(const LambHyper& h, const Slot& p, double a, int64_t lo, int64_t
   }
 }
 
-// ---------------------------------------------------------------- validation helpers
-bool one_element(const Shape& s) { return s.empty() || (s.size() == 1 && s[0] == 1); }
-
-void check_scalar(PrepareContext& ctx, size_t i, const char* what, DType dt) {
-  if (!ctx.has_input(i)) ctx.fail(what, " (input ", i, ") is required");
-  if (ctx.input_dtype(i) != dt || !one_element(ctx.input_shape(i)))
-    ctx.fail(what, " (input ", i, ") must be ", dtype_name(dt), " of shape [] or [1], got ", dtype_name(ctx.input_dtype(i)),
-             shape_to_string(ctx.input_shape(i)));
-}
-
-void check_float_tensor(PrepareContext& ctx, size_t i, const std::string& what) {
-  if (!ctx.has_input(i)) ctx.fail(what, " (input ", i, ") is missing");
-  const DType dt = ctx.input_dtype(i);
-  if (dt != DType::kFloat32 && dt != DType::kFloat64)
-    ctx.fail(what, " (input ", i, ") must be float or double, got ", dtype_name(dt));
-}
-
-void check_like(PrepareContext& ctx, size_t i, const std::string& what, size_t ref, const std::string& ref_what) {
-  if (!ctx.has_input(i)) ctx.fail(what, " (input ", i, ") is missing");
-  if (ctx.input_dtype(i) != ctx.input_dtype(ref) || ctx.input_shape(i) != ctx.input_shape(ref))
-    ctx.fail(what, " (input ", i, ") is ", dtype_name(ctx.input_dtype(i)), shape_to_string(ctx.input_shape(i)), ", ",
-             ref_what, " is ", dtype_name(ctx.input_dtype(ref)), shape_to_string(ctx.input_shape(ref)));
-}
-
-void require_named_outputs(PrepareContext& ctx, size_t expected) {
-  if (ctx.num_outputs() != expected) ctx.fail("expects ", expected, " outputs, got ", ctx.num_outputs());
-  for (size_t k = 0; k < expected; ++k)
-    if (!ctx.has_output(k)) ctx.fail("output ", k, " must be named (every output overwrites its input in place)");
-}
-
 // ---------------------------------------------------------------- com.onnxtrain optimizers
 using Algo = ops::OptimizerAlgorithm;
 
 class OptimizerKernel final : public Kernel {
  public:
-  OptimizerKernel(const KernelInfo& info, const OptimizerSpec& spec) : algo_(spec.algorithm), spec_(&spec) {
-    for (const auto& a : info.node().attrs)
-      if (!spec_->has_float(a.name) && !spec_->has_int(a.name) && a.name != kOptimizerUpdateSignalAttr)
-        info.fail(spec_->name, " has no attribute '", a.name, "' (it has: ", spec_->attr_list(), ", ",
-                  kOptimizerUpdateSignalAttr, ")");
-    const int64_t gated = info.attr_int(kOptimizerUpdateSignalAttr, 0);
-    if (gated != 0 && gated != 1) info.fail("attribute '", kOptimizerUpdateSignalAttr, "' must be 0 or 1, got ", gated);
-    first_ = kOptimizerFirstWeightInput + size_t(gated);
-    auto f = [&](const char* n) { return spec_->has_float(n) ? info.attr_float(n, spec_->float_default(n)) : 0.f; };
-    auto flag = [&](const char* n) {
-      if (!spec_->has_int(n)) return false;
-      const int64_t v = info.attr_int(n, spec_->int_default(n));
-      if (v != 0 && v != 1) info.fail("attribute '", n, "' must be 0 or 1, got ", v);
-      return v != 0;
-    };
-    lambda_ = f("lambda");
-    momentum_ = f("momentum");
-    alpha_ = f("alpha");
-    beta_ = f("beta");
-    eps_ = f("epsilon");
-    lr_decay_ = f("lr_decay");
-    ratio_min_ = f("ratio_min");
-    ratio_max_ = f("ratio_max");
-    nesterov_ = flag("nesterov");
-    bias_ = flag("do_bias_correction");
-  }
+  OptimizerKernel(const KernelInfo& info, const OptimizerSpec& spec)
+      : algo_(spec.algorithm), at_(shape::read_optimizer_attrs(info, spec)) {}
 
   void prepare(PrepareContext& ctx) override {
-    const size_t S = spec_->states.size(), groups = 2 + S, first = first_;
-    const size_t nin = ctx.num_inputs();
-    if (nin < first + groups || (nin - first) % groups != 0)
-      ctx.fail("expects lr, step, grad_scale (may be empty)", gated() ? ", update_signal" : "", " and ", groups,
-               " groups of n tensors (weights, gradients", S ? ", " : "", state_list(), "), got ", nin, " inputs");
-    n_ = (nin - first) / groups;
-    check_scalar(ctx, kOptimizerLrInput, "lr", DType::kFloat32);
-    check_scalar(ctx, kOptimizerStepInput, "step", DType::kInt64);
-    if (ctx.has_input(kOptimizerGradScaleInput)) check_scalar(ctx, kOptimizerGradScaleInput, "grad_scale", DType::kFloat64);
-    if (gated()) check_scalar(ctx, kOptimizerUpdateSignalInput, "update_signal", DType::kBool);
-    require_named_outputs(ctx, n_ * (1 + S));
+    n_ = shape::check_optimizer_inputs(ctx, at_);
+    const size_t S = at_.spec->states.size(), first = at_.first;
     set_.clear();
     for (size_t i = 0; i < n_; ++i) {
-      const std::string wi = "weight " + std::to_string(i + 1);
-      check_float_tensor(ctx, first + i, wi);
-      check_like(ctx, first + n_ + i, "gradient " + std::to_string(i + 1), first + i, wi);
-      for (size_t s = 0; s < S; ++s)
-        check_like(ctx, first + (2 + s) * n_ + i, spec_->states[s] + " " + std::to_string(i + 1), first + i, wi);
-      ctx.set_output_inplace(i, first + i);
-      for (size_t s = 0; s < S; ++s) ctx.set_output_inplace((1 + s) * n_ + i, first + (2 + s) * n_ + i);
+      for (size_t g = 0; g <= S; ++g) ctx.set_output_inplace(g * n_ + i, shape::updated_input(first, n_, g * n_ + i));
       set_.add(ctx.input_dtype(first + i), shape_numel(ctx.input_shape(first + i)));
     }
     slots_.assign(n_, Slot{});
@@ -387,12 +318,11 @@ class OptimizerKernel final : public Kernel {
 
   void run(RunContext& ctx) override {
     const float lr = *ctx.input(kOptimizerLrInput).data<float>();
-    if (!std::isfinite(lr)) ctx.fail("learning rate ", lr, " is not finite");
     const int64_t t = *ctx.input(kOptimizerStepInput).data<int64_t>();
-    if (t < 1) ctx.fail("step must be >= 1 (the 1-based index of this update), got ", t);
+    shape::check_optimizer_step(ctx, lr, t);
     const double scale =
         ctx.has_input(kOptimizerGradScaleInput) ? *ctx.input(kOptimizerGradScaleInput).data<double>() : 1.0;
-    const size_t first = first_, S = spec_->states.size();
+    const size_t first = at_.first, S = at_.spec->states.size();
     for (size_t i = 0; i < n_; ++i) {
       Slot& p = slots_[i];
       p.w = ctx.input(first + i).raw_data();
@@ -403,7 +333,7 @@ class OptimizerKernel final : public Kernel {
         p.so[s] = ctx.output((1 + s) * n_ + i).raw_data();
       }
     }
-    if (gated() && !*ctx.input(kOptimizerUpdateSignalInput).data<bool>()) {
+    if (at_.gated() && !*ctx.input(kOptimizerUpdateSignalInput).data<bool>()) {
       // Skipped update (a non-finite gradient under loss scaling): every output keeps its input.
       for (size_t i = 0; i < n_; ++i) {
         const size_t bytes = size_t(set_.numel(i)) * dtype_size(set_.dtype[i]);
@@ -417,32 +347,34 @@ class OptimizerKernel final : public Kernel {
     switch (algo_) {
       case Algo::kSgd:
         update_all<SgdRule>(set_, slots_, scale, [&]<class T>() {
-          return SgdRule<T>{.wd = T(lambda_), .a = T(nlr), .decay = T(lambda_) != T(0)};
+          return SgdRule<T>{.wd = T(at_.lambda), .a = T(nlr), .decay = T(at_.lambda) != T(0)};
         });
         break;
       case Algo::kMomentum:
         update_all<MomentumRule>(set_, slots_, scale, [&]<class T>() {
-          return MomentumRule<T>{.m = T(momentum_), .c = T(1), .wd = T(lambda_), .a = T(nlr),
-                                 .decay = T(lambda_) != T(0), .first = t == 1, .nesterov = nesterov_};
+          return MomentumRule<T>{.m = T(at_.momentum), .c = T(1), .wd = T(at_.lambda), .a = T(nlr),
+                                 .decay = T(at_.lambda) != T(0), .first = t == 1, .nesterov = at_.nesterov};
         });
         break;
       case Algo::kAdam:
       case Algo::kAdamW: {
         const bool decoupled = algo_ == Algo::kAdamW;
-        const double b1 = alpha_, b2 = beta_, wd = lambda_;
-        const double bc1 = bias_correction(bias_, alpha_, t), bc2 = bias_correction(bias_, beta_, t);
+        const double b1 = at_.alpha, b2 = at_.beta, wd = at_.lambda;
+        const double bc1 = bias_correction(at_.bias_correction, at_.alpha, t);
+        const double bc2 = bias_correction(at_.bias_correction, at_.beta, t);
         update_all<AdamRule>(set_, slots_, scale, [&]<class T>() {
           return AdamRule<T>{.b1 = T(b1), .b2 = T(b2), .one_b1 = T(1.0 - b1), .one_b2 = T(1.0 - b2),
-                             .eps = T(double(eps_)), .l2 = T(wd), .pre = T(1.0 - double(lr) * wd), .post = T(1),
+                             .eps = T(double(at_.epsilon)), .l2 = T(wd), .pre = T(1.0 - double(lr) * wd), .post = T(1),
                              .step = T(-(double(lr) / bc1)), .bc2_sqrt = T(std::sqrt(bc2)),
                              .use_l2 = !decoupled && wd != 0.0, .use_pre = decoupled && wd != 0.0, .use_post = false};
         });
         break;
       }
       case Algo::kAdagrad: {
-        const double clr = adagrad_lr(lr, double(t - 1), lr_decay_);
+        const double clr = adagrad_lr(lr, double(t - 1), at_.lr_decay);
         update_all<AdagradRule>(set_, slots_, scale, [&]<class T>() {
-          return AdagradRule<T>{.wd = T(lambda_), .a = T(-clr), .eps = T(eps_), .decay = T(lambda_) != T(0)};
+          return AdagradRule<T>{.wd = T(at_.lambda), .a = T(-clr), .eps = T(at_.epsilon),
+                                .decay = T(at_.lambda) != T(0)};
         });
         break;
       }
@@ -451,15 +383,9 @@ class OptimizerKernel final : public Kernel {
   }
 
  private:
-  bool gated() const { return first_ != kOptimizerFirstWeightInput; }
-  std::string state_list() const {
-    std::string r;
-    for (const auto& s : spec_->states) r += (r.empty() ? "" : ", ") + s;
-    return r;
-  }
-
   void run_lamb(RunContext& ctx, float lr, int64_t t, double scale) {
-    const LambHyper h{alpha_, beta_, bias_correction(bias_, alpha_, t), bias_correction(bias_, beta_, t), eps_, lambda_};
+    const LambHyper h{at_.alpha, at_.beta, bias_correction(at_.bias_correction, at_.alpha, t),
+                      bias_correction(at_.bias_correction, at_.beta, t), at_.epsilon, at_.lambda};
     double* sums = static_cast<double*>(ctx.workspace());  // |w|^2, |r|^2 per block
     double* coef = sums + 2 * blocks_.count();              // -lr * ratio per tensor
     auto each_block = [&](auto&& f) {
@@ -481,7 +407,7 @@ class OptimizerKernel final : public Kernel {
       wn = std::sqrt(wn);
       rn = std::sqrt(rn);
       double ratio = (wn > 0 && rn > 0) ? wn / rn : 1.0;
-      ratio = std::min<double>(std::max<double>(ratio, ratio_min_), ratio_max_);
+      ratio = std::min<double>(std::max<double>(ratio, at_.ratio_min), at_.ratio_max);
       coef[k] = -double(lr) * ratio;
     }
     each_block([&](int64_t, size_t k, int64_t lo, int64_t hi) {
@@ -490,10 +416,7 @@ class OptimizerKernel final : public Kernel {
   }
 
   Algo algo_;
-  const OptimizerSpec* spec_ = nullptr;
-  float lambda_ = 0, momentum_ = 0, alpha_ = 0, beta_ = 0, eps_ = 0, lr_decay_ = 0, ratio_min_ = 0, ratio_max_ = 0;
-  bool nesterov_ = false, bias_ = false;
-  size_t first_ = kOptimizerFirstWeightInput;  // first weight input (after update_signal when gated)
+  shape::OptimizerAttrs at_;
   size_t n_ = 0;
   TensorSet set_;
   BlockSet blocks_;
@@ -503,22 +426,12 @@ class OptimizerKernel final : public Kernel {
 // ---------------------------------------------------------------- AccumulateGradients
 class AccumulateGradientsKernel final : public Kernel {
  public:
-  explicit AccumulateGradientsKernel(const KernelInfo& info) {
-    if (!info.node().attrs.empty()) info.fail("AccumulateGradients has no attributes, got '", info.node().attrs[0].name, "'");
-  }
+  explicit AccumulateGradientsKernel(const KernelInfo& info) { shape::check_accumulate_gradients_attrs(info); }
   void prepare(PrepareContext& ctx) override {
-    const size_t nin = ctx.num_inputs();
-    if (nin < 3 || (nin - 1) % 2 != 0)
-      ctx.fail("expects reset and 2 groups of n tensors (accumulators, gradients), got ", nin, " inputs");
-    n_ = (nin - 1) / 2;
-    check_scalar(ctx, 0, "reset", DType::kBool);
-    require_named_outputs(ctx, n_);
+    n_ = shape::check_accumulate_gradients(ctx);
     set_.clear();
     for (size_t i = 0; i < n_; ++i) {
-      const std::string ai = "accumulator " + std::to_string(i + 1);
-      check_float_tensor(ctx, 1 + i, ai);
-      check_like(ctx, 1 + n_ + i, "gradient " + std::to_string(i + 1), 1 + i, ai);
-      ctx.set_output_inplace(i, 1 + i);
+      ctx.set_output_inplace(i, shape::updated_input(1, n_, i));
       set_.add(ctx.input_dtype(1 + i), shape_numel(ctx.input_shape(1 + i)));
     }
     ctx.set_nondeterministic();  // updates state: never folded
@@ -572,21 +485,11 @@ double sum_of_squares(RunContext& ctx, const TensorSet& set, size_t first, int64
 
 class GlobalNormClipKernel final : public Kernel {
  public:
-  explicit GlobalNormClipKernel(const KernelInfo& info) {
-    for (const auto& a : info.node().attrs)
-      if (a.name != "max_norm") info.fail("GlobalNormClip has no attribute '", a.name, "' (it has: max_norm)");
-    max_norm_ = info.attr_float("max_norm");
-    if (!(max_norm_ > 0.f) || !std::isfinite(max_norm_)) info.fail("max_norm must be finite and > 0, got ", max_norm_);
-  }
+  explicit GlobalNormClipKernel(const KernelInfo& info) : max_norm_(shape::read_global_norm_clip_max_norm(info)) {}
   void prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() < 1) ctx.fail("expects at least one gradient");
-    if (ctx.num_outputs() < 1 || ctx.num_outputs() > 2) ctx.fail("expects outputs scale and optional norm, got ", ctx.num_outputs());
-    if (!ctx.has_output(0)) ctx.fail("output 0 (scale) must be named");
+    shape::check_global_norm_clip(ctx);
     set_.clear();
-    for (size_t i = 0; i < ctx.num_inputs(); ++i) {
-      check_float_tensor(ctx, i, "gradient " + std::to_string(i + 1));
-      set_.add(ctx.input_dtype(i), shape_numel(ctx.input_shape(i)));
-    }
+    for (size_t i = 0; i < ctx.num_inputs(); ++i) set_.add(ctx.input_dtype(i), shape_numel(ctx.input_shape(i)));
     ctx.set_output(0, DType::kFloat64, {1});
     if (ctx.has_output(1)) ctx.set_output(1, DType::kFloat64, {1});
     blocks_ = (set_.total() + kNormBlock - 1) / kNormBlock;
@@ -613,22 +516,11 @@ class GlobalNormClipKernel final : public Kernel {
 // clipping). One pass over the gradients. A non-finite step gives grad_scale 0.
 class LossScaleCheckKernel final : public Kernel {
  public:
-  explicit LossScaleCheckKernel(const KernelInfo& info) {
-    for (const auto& a : info.node().attrs)
-      if (a.name != "max_norm") info.fail("LossScaleCheck has no attribute '", a.name, "' (it has: max_norm)");
-    max_norm_ = info.attr_float("max_norm", 0.f);
-    if (!(max_norm_ >= 0.f) || !std::isfinite(max_norm_)) info.fail("max_norm must be finite and >= 0, got ", max_norm_);
-  }
+  explicit LossScaleCheckKernel(const KernelInfo& info) : max_norm_(shape::read_loss_scale_max_norm(info)) {}
   void prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() < 2) ctx.fail("expects the loss scale and at least one gradient");
-    check_scalar(ctx, 0, "loss_scale", DType::kFloat32);
-    if (ctx.num_outputs() != 2 || !ctx.has_output(0) || !ctx.has_output(1))
-      ctx.fail("expects two named outputs (grad_scale, all_finite), got ", ctx.num_outputs());
+    shape::check_loss_scale_check(ctx);
     set_.clear();
-    for (size_t i = 1; i < ctx.num_inputs(); ++i) {
-      check_float_tensor(ctx, i, "gradient " + std::to_string(i));
-      set_.add(ctx.input_dtype(i), shape_numel(ctx.input_shape(i)));
-    }
+    for (size_t i = 1; i < ctx.num_inputs(); ++i) set_.add(ctx.input_dtype(i), shape_numel(ctx.input_shape(i)));
     ctx.set_output(0, DType::kFloat64, {1});
     ctx.set_output(1, DType::kBool, {1});
     blocks_ = (set_.total() + kNormBlock - 1) / kNormBlock;
@@ -637,7 +529,7 @@ class LossScaleCheckKernel final : public Kernel {
   }
   void run(RunContext& ctx) override {
     const double ls = double(*ctx.input(0).data<float>());
-    if (!(ls > 0) || !std::isfinite(ls)) ctx.fail("loss_scale ", ls, " must be finite and > 0");
+    shape::check_loss_scale(ctx, ls);
     const double total = sum_of_squares(ctx, set_, 1, blocks_);
     const bool finite = std::isfinite(total);
     double scale = 1.0 / ls;
@@ -656,55 +548,24 @@ class LossScaleCheckKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- ai.onnx.preview.training
-enum class Preview { kAdagrad, kMomentum, kAdam };
-
 class PreviewOptimizerKernel final : public Kernel {
  public:
-  PreviewOptimizerKernel(const KernelInfo& info, Preview algo) : algo_(algo) {
-    norm_ = info.attr_float("norm_coefficient", 0.f);
-    if (algo == Preview::kAdagrad) {
-      decay_ = info.attr_float("decay_factor", 0.f);
-      eps_ = info.attr_float("epsilon", 0.f);
-      groups_ = 3;
-    } else if (algo == Preview::kMomentum) {
-      alpha_ = info.attr_float("alpha");
-      beta_ = info.attr_float("beta");
-      const std::string mode = info.attr_string("mode");
-      if (mode != "standard" && mode != "nesterov") info.fail("mode must be 'standard' or 'nesterov', got '", mode, "'");
-      nesterov_ = mode == "nesterov";
-      groups_ = 3;
-    } else {
-      alpha_ = info.attr_float("alpha", 0.9f);
-      beta_ = info.attr_float("beta", 0.999f);
-      eps_ = info.attr_float("epsilon", 0.f);
-      norm_post_ = info.attr_float("norm_coefficient_post", 0.f);
-      groups_ = 4;
-    }
-  }
+  PreviewOptimizerKernel(const KernelInfo& info, PreviewAlgorithm algo) : at_(shape::read_preview_attrs(info, algo)) {}
   void prepare(PrepareContext& ctx) override {
-    if (ctx.num_inputs() < 2 + groups_ || (ctx.num_inputs() - 2) % groups_ != 0)
-      ctx.fail("expects R, T and ", groups_, " groups of n tensors, got ", ctx.num_inputs(), " inputs");
-    n_ = (ctx.num_inputs() - 2) / groups_;
-    if (ctx.num_outputs() != n_ * (groups_ - 1)) ctx.fail("expects ", n_ * (groups_ - 1), " outputs, got ", ctx.num_outputs());
-    if (shape_numel(ctx.input_shape(0)) != 1 || !dtype_is_float(ctx.input_dtype(0))) ctx.fail("R must be a float scalar");
-    if (shape_numel(ctx.input_shape(1)) != 1 || ctx.input_dtype(1) != DType::kInt64) ctx.fail("T must be an int64 scalar");
+    n_ = shape::check_preview_inputs(ctx, at_);
+    const size_t groups = at_.groups;
     set_.clear();
-    scratch_.assign(n_ * (groups_ - 1), -1);
+    scratch_.assign(n_ * (groups - 1), -1);
     size_t ws = 0;
     for (size_t i = 0; i < n_; ++i) {
       const DType dt = ctx.input_dtype(2 + i);
-      dispatch<TypeList<float, double>>(dt, ctx.node(), [&]<class T>() {});
-      const std::string group_names = algo_ == Preview::kAdam ? "XGVH" : algo_ == Preview::kMomentum ? "XGV" : "XGH";
-      for (size_t gi = 1; gi < groups_; ++gi)
-        check_like(ctx, 2 + gi * n_ + i, group_names.substr(gi, 1).append(std::to_string(i + 1)), 2 + i,
-                   std::string("X").append(std::to_string(i + 1)));
       const int64_t numel = shape_numel(ctx.input_shape(2 + i));
       set_.add(dt, numel);
       // Outputs overwrite X and the states; outputs the node does not name go to workspace.
-      for (size_t o = 0; o < groups_ - 1; ++o) {
-        const size_t k = o * n_ + i, in = 2 + (o == 0 ? 0 : o + 1) * n_ + i;
+      for (size_t o = 0; o < groups - 1; ++o) {
+        const size_t k = o * n_ + i;
         if (ctx.has_output(k)) {
-          ctx.set_output_inplace(k, in);
+          ctx.set_output_inplace(k, shape::updated_input(2, n_, k));
         } else {
           scratch_[k] = int64_t(ws);
           ws += (size_t(numel) * dtype_size(dt) + 63) / 64 * 64;
@@ -724,40 +585,38 @@ class PreviewOptimizerKernel final : public Kernel {
       p.w = ctx.input(2 + i).raw_data();
       p.g = ctx.input(2 + n_ + i).raw_data();
       p.wo = out(i);
-      for (size_t s = 0; s + 2 < groups_; ++s) {
+      for (size_t s = 0; s + 2 < at_.groups; ++s) {
         p.s[s] = ctx.input(2 + (2 + s) * n_ + i).raw_data();
         p.so[s] = out((1 + s) * n_ + i);
       }
     }
-    const bool reg = norm_ != 0.f;
-    if (algo_ == Preview::kAdagrad) {
-      const double r = adagrad_lr(R, double(T), decay_);
+    const bool reg = at_.norm != 0.f;
+    if (at_.algo == PreviewAlgorithm::kAdagrad) {
+      const double r = adagrad_lr(R, double(T), at_.decay);
       update_all<AdagradRule>(set_, slots_, 1.0, [&]<class V>() {
-        return AdagradRule<V>{.wd = V(norm_), .a = V(-r), .eps = V(eps_), .decay = reg};
+        return AdagradRule<V>{.wd = V(at_.norm), .a = V(-r), .eps = V(at_.epsilon), .decay = reg};
       });
-    } else if (algo_ == Preview::kMomentum) {
-      const double c = T > 0 ? double(beta_) : 1.0;  // the first update takes g whole
+    } else if (at_.algo == PreviewAlgorithm::kMomentum) {
+      const double c = T > 0 ? double(at_.beta) : 1.0;  // the first update takes g whole
       update_all<MomentumRule>(set_, slots_, 1.0, [&]<class V>() {
-        return MomentumRule<V>{.m = V(alpha_), .c = V(c), .wd = V(norm_), .a = V(-R),
-                               .decay = reg, .first = false, .nesterov = nesterov_};
+        return MomentumRule<V>{.m = V(at_.alpha), .c = V(c), .wd = V(at_.norm), .a = V(-R),
+                               .decay = reg, .first = false, .nesterov = at_.nesterov};
       });
     } else {
       // Bias corrections folded into the rate, epsilon added to sqrt(H') itself, decay after.
-      const double a = alpha_, b = beta_;
+      const double a = at_.alpha, b = at_.beta;
       const double r = T > 0 ? R * std::sqrt(1.0 - std::pow(b, double(T))) / (1.0 - std::pow(a, double(T))) : R;
       update_all<AdamRule>(set_, slots_, 1.0, [&]<class V>() {
-        return AdamRule<V>{.b1 = V(a), .b2 = V(b), .one_b1 = V(1.0 - a), .one_b2 = V(1.0 - b), .eps = V(eps_),
-                           .l2 = V(norm_), .pre = V(1), .post = V(1.0 - double(norm_post_)), .step = V(-r),
-                           .bc2_sqrt = V(1), .use_l2 = reg, .use_pre = false, .use_post = norm_post_ != 0.f};
+        return AdamRule<V>{.b1 = V(a), .b2 = V(b), .one_b1 = V(1.0 - a), .one_b2 = V(1.0 - b), .eps = V(at_.epsilon),
+                           .l2 = V(at_.norm), .pre = V(1), .post = V(1.0 - double(at_.norm_post)), .step = V(-r),
+                           .bc2_sqrt = V(1), .use_l2 = reg, .use_pre = false, .use_post = at_.norm_post != 0.f};
       });
     }
   }
 
  private:
-  Preview algo_;
-  size_t groups_ = 3, n_ = 0;
-  float norm_ = 0, decay_ = 0, eps_ = 0, alpha_ = 0, beta_ = 0, norm_post_ = 0;
-  bool nesterov_ = false;
+  shape::PreviewAttrs at_;
+  size_t n_ = 0;
   TensorSet set_;
   std::vector<int64_t> scratch_;  // workspace offset per output the node does not name, else -1
   std::vector<Slot> slots_;
@@ -767,13 +626,13 @@ class PreviewOptimizerKernel final : public Kernel {
 
 void register_training(KernelRegistry& r) {
   const char* d = "ai.onnx.preview.training";
-  auto preview = [&](const char* op, Preview a) {
+  auto preview = [&](const char* op, PreviewAlgorithm a) {
     r.add(d, op, 1, kMaxOpsetAll,
           [a](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<PreviewOptimizerKernel>(i, a); });
   };
-  preview("Adagrad", Preview::kAdagrad);
-  preview("Momentum", Preview::kMomentum);
-  preview("Adam", Preview::kAdam);
+  preview("Adagrad", PreviewAlgorithm::kAdagrad);
+  preview("Momentum", PreviewAlgorithm::kMomentum);
+  preview("Adam", PreviewAlgorithm::kAdam);
 
   for (const OptimizerSpec& spec : optimizer_specs()) {
     r.add(ops::kDomain, spec.name, ops::kOpset, kMaxOpsetAll,

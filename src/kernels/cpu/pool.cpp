@@ -26,14 +26,11 @@
 
 namespace onnxtrain::kernels::cpu {
 
-using shape::forward_geometry;
-using shape::transposed_geometry;
-using shape::WindowAttrs;
 using shape::WindowGeom;
 
 namespace {
 
-enum class PoolKind { kMax, kAvg, kLp };
+using shape::PoolKind;
 
 using MaxPoolTypes = decltype(FloatTypes{} + TypeList<int8_t, uint8_t>{});
 
@@ -373,53 +370,9 @@ void global_pool(const T* x, T* y, int64_t planes, int64_t n, double p) {
   });
 }
 
-// Attributes and geometry of one pooling node, shared by the forward and gradient kernels.
-struct PoolParams {
-  PoolKind kind = PoolKind::kMax;
-  bool global = false;
-  WindowAttrs attrs;
-  bool include_pad = false, col_major = false;
-  double p = 2.0;
-  WindowGeom g;
-  int64_t planes = 0;
-  Shape y;
-
-  // grad: a gradient node (com.onnxtrain domain), whose p is always a float attribute.
-  void read(const KernelInfo& info, PoolKind k, bool glob, bool grad) {
-    kind = k, global = glob;
-    if (!global) {
-      attrs.read(info);
-      if (attrs.kernel.empty()) info.fail("kernel_shape is required");
-    }
-    include_pad = info.attr_int("count_include_pad", 0) != 0;
-    col_major = info.attr_int("storage_order", 0) != 0;
-    if (kind == PoolKind::kLp)
-      p = grad || info.opset() < 2 ? double(info.attr_float("p", 2.f)) : double(info.attr_int("p", 2));
-    if (kind == PoolKind::kLp && !(p > 0)) info.fail("p must be positive, got ", p);
-  }
-
-  // Checks X[N, C, D...] and resolves the geometry and the output shape.
-  void resolve(const PrepareContext& ctx, const Shape& x) {
-    if (x.size() < 3) ctx.fail("X must be [N, C, spatial...], got ", shape_to_string(x));
-    const size_t nd = x.size() - 2;
-    if (nd > 14) ctx.fail("too many spatial dims (", nd, ")");
-    const Shape in(x.begin() + 2, x.end());
-    if (global) {
-      WindowAttrs whole;
-      whole.kernel = in;
-      for (int64_t d : in)
-        if (d == 0) ctx.fail("global pooling over an empty spatial dim: ", shape_to_string(x));
-      g = forward_geometry(ctx, whole, in, in);
-    } else {
-      if (attrs.kernel.size() != nd)
-        ctx.fail("kernel_shape has ", attrs.kernel.size(), " values for ", nd, " spatial dims");
-      g = forward_geometry(ctx, attrs, in, attrs.kernel);
-    }
-    planes = x[0] * x[1];
-    y = {x[0], x[1]};
-    y.insert(y.end(), g.out.begin(), g.out.end());
-  }
-
+// Attributes and geometry of one pooling node (shape::PoolShape, shared by the forward and
+// gradient kernels) and its oneDNN primitives.
+struct PoolParams : shape::PoolShape {
   // oneDNN pooling_v2 geometry for float32 max / average pooling over plain tensors; false when
   // oneDNN cannot express it.
   bool dnnl_geometry(dnnl::algorithm* alg, dnnl::memory::dims* kernel, dnnl::memory::dims* strides,
@@ -494,11 +447,8 @@ class PoolKernel final : public Kernel {
     const Shape& x = ctx.input_shape(0);
     p_.resolve(ctx, x);
     ctx.set_output(0, dt_, p_.y);
-    want_indices_ = ctx.num_outputs() > 1 && ctx.has_output(1);
-    if (want_indices_) {
-      if (p_.kind != PoolKind::kMax || ctx.opset() < 8) ctx.fail("only MaxPool (opset 8+) has an Indices output");
-      ctx.set_output(1, DType::kInt64, p_.y);
-    }
+    want_indices_ = shape::pool_wants_indices(ctx, p_);
+    if (want_indices_) ctx.set_output(1, DType::kInt64, p_.y);
     op_ = dnnl_util::DnnlOp();
     if (dt_ == DType::kFloat32 && !want_indices_ && shape_numel(p_.y) > 0 && p_.make_dnnl(op_, x, false))
       ctx.request_workspace(op_.workspace_bytes());
@@ -644,23 +594,8 @@ class PoolGradKernel final : public Kernel {
   void prepare(PrepareContext& ctx) override {
     dt_ = ctx.input_dtype(0);
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {});
-    if (ctx.num_inputs() < 2 || !ctx.has_input(1)) ctx.fail("expects the inputs (dY, X, ...)");
-    if (ctx.input_dtype(1) != dt_)
-      ctx.fail("X has element type ", dtype_name(ctx.input_dtype(1)), ", dY ", dtype_name(dt_));
+    third_ = shape::pool_grad_inputs(ctx, p_, dt_);
     const Shape& x = ctx.input_shape(1);
-    p_.resolve(ctx, x);
-    if (ctx.input_shape(0) != p_.y)
-      ctx.fail("dY ", shape_to_string(ctx.input_shape(0)), " does not match the output shape ", shape_to_string(p_.y));
-    third_ = ctx.has_input(2);
-    if (p_.kind == PoolKind::kLp && !third_) ctx.fail("LpPoolGrad needs the forward output Y as input 2");
-    if (third_) {
-      const DType want = p_.kind == PoolKind::kMax ? DType::kInt64 : dt_;
-      if (p_.kind == PoolKind::kAvg) ctx.fail("AveragePoolGrad takes 2 inputs");
-      if (p_.kind == PoolKind::kMax && p_.col_major) ctx.fail("Indices must be row-major (storage_order 0)");
-      if (ctx.input_dtype(2) != want || ctx.input_shape(2) != p_.y)
-        ctx.fail("input 2 must be ", dtype_name(want), " ", shape_to_string(p_.y), ", got ", dtype_name(ctx.input_dtype(2)),
-                 " ", shape_to_string(ctx.input_shape(2)));
-    }
     ctx.set_output(0, dt_, x);
     op_ = dnnl_util::DnnlOp();
     tables_.reset();

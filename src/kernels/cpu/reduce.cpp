@@ -438,16 +438,8 @@ class ArgKernel final : public Kernel {
   }
   void prepare(PrepareContext& ctx) override {
     dispatch<NumericTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
-    const Shape& in = ctx.input_shape(0);
-    const size_t axis = size_t(normalize_axis(ctx, axis_, int64_t(in.size())));
-    if (!in.empty() && in[axis] == 0) ctx.fail("cannot take ", Max ? "ArgMax" : "ArgMin", " over an empty axis");
-    split_ = AxisSplit(in, axis);
     Shape out;
-    for (size_t i = 0; i < in.size(); ++i)
-      if (i != axis)
-        out.push_back(in[i]);
-      else if (keepdims_)
-        out.push_back(1);
+    split_ = shape::arg_reduce_geometry(ctx, axis_, keepdims_, Max ? "ArgMax" : "ArgMin", &out);
     ctx.set_output(0, DType::kInt64, out);
   }
   void run(RunContext& ctx) override {
@@ -503,12 +495,7 @@ class CumSumKernel final : public Kernel {
   }
   void prepare(PrepareContext& ctx) override {
     dispatch<NumericTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
-    if (!ctx.has_input(1)) ctx.fail("the axis input is required");
-    if (ctx.input_dtype(1) != DType::kInt32 && ctx.input_dtype(1) != DType::kInt64)
-      ctx.fail("axis must be int32 or int64, got ", dtype_name(ctx.input_dtype(1)));
-    if (shape_numel(ctx.input_shape(1)) != 1 || ctx.input_rank(1) > 1)
-      ctx.fail("axis must be a scalar, got shape ", shape_to_string(ctx.input_shape(1)));
-    if (ctx.input_rank(0) == 0) ctx.fail("input must have rank >= 1");
+    shape::check_cumsum_inputs(ctx);
     ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
   }
   void run(RunContext& ctx) override {
@@ -756,10 +743,8 @@ class SoftmaxGradKernel final : public Kernel {
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
+    shape::check_softmax_grad_inputs(ctx, dt);
     const Shape& s = ctx.input_shape(1);
-    if (ctx.input_shape(0) != s || ctx.input_dtype(1) != dt)
-      ctx.fail("dY ", dtype_name(dt), shape_to_string(ctx.input_shape(0)), " and Y ", dtype_name(ctx.input_dtype(1)),
-               shape_to_string(s), " differ");
     split_ = softmax_split(ctx, s, axis_, coerce_);
     ctx.set_output(0, dt, s);
   }
@@ -840,38 +825,16 @@ class SoftmaxGradKernel final : public Kernel {
 // NaN sorts after every number in both directions (like numpy's argsort).
 class TopKKernel final : public Kernel {
  public:
-  explicit TopKKernel(const KernelInfo& info) {
-    axis_ = info.attr_int("axis", -1);
-    largest_ = info.attr_int("largest", 1) != 0;
-    if (info.opset() < 10) {
-      k_attr_ = info.attr_int("k");
-      if (k_attr_ < 0) info.fail("k must be >= 0, got ", k_attr_);
-    }
-  }
+  explicit TopKKernel(const KernelInfo& info) : at_(shape::read_topk_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
-    int64_t k = k_attr_;
-    if (ctx.opset() >= 10) {
-      if (!ctx.has_input(1)) ctx.fail("the K input is required");
-      const Tensor* kt = ctx.input_value(1);
-      if (!kt) {
-        ctx.set_output_dynamic(0, dt);
-        if (ctx.num_outputs() > 1) ctx.set_output_dynamic(1, DType::kInt64);
-        return;
-      }
-      const auto kv = read_ints(ctx, *kt, "K");
-      if (kv.size() != 1) ctx.fail("K must hold one value, got ", kv.size());
-      k = kv[0];
+    Shape out;
+    if (!shape::topk_geometry(ctx, at_, &k_, &split_, &out)) {
+      ctx.set_output_dynamic(0, dt);
+      if (ctx.num_outputs() > 1) ctx.set_output_dynamic(1, DType::kInt64);
+      return;
     }
-    const Shape& s = ctx.input_shape(0);
-    if (s.empty()) ctx.fail("input must have rank >= 1");
-    const size_t axis = size_t(normalize_axis(ctx, axis_, int64_t(s.size())));
-    if (k < 0 || k > s[axis]) ctx.fail("k = ", k, " is out of range for axis ", axis_, " of size ", s[axis]);
-    split_ = AxisSplit(s, axis);
-    k_ = k;
-    Shape out = s;
-    out[axis] = k;
     ctx.set_output(0, dt, out);
     if (ctx.num_outputs() > 1) ctx.set_output(1, DType::kInt64, out);
   }
@@ -884,7 +847,7 @@ class TopKKernel final : public Kernel {
       int64_t* Ix = ctx.has_output(1) ? ctx.output(1).data<int64_t>() : nullptr;
       const int64_t n = split_.n, I = split_.inner, k = k_;
       if (k == 0) return;
-      const bool largest = largest_;
+      const bool largest = at_.largest;
       parallel_for(split_.outer * I, grain_for(n), [&](int64_t s0, int64_t s1) {
         std::vector<std::pair<C, int64_t>> buf(static_cast<size_t>(n));
         for (int64_t s = s0; s < s1; ++s) {
@@ -910,8 +873,8 @@ class TopKKernel final : public Kernel {
   }
 
  private:
-  int64_t axis_, k_attr_ = 0, k_ = 0;
-  bool largest_;
+  shape::TopKAttrs at_;
+  int64_t k_ = 0;
   AxisSplit split_;
 };
 

@@ -21,7 +21,6 @@
 // matmul); float32 sigmoid/tanh are AVX2 approximations (~1e-7 relative, tested against libm).
 #include <immintrin.h>
 
-#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -30,6 +29,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/registry.h"
+#include "kernels/shape/rnn.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
@@ -82,12 +82,8 @@ void rnn_test_tanh_f32(float* x, int64_t n) { map_avx2<tanh_avx2>(x, n); }
 namespace {
 
 // ---------------------------------------------------------------- activations
-struct Activation {
-  enum class Kind { kSigmoid, kTanh, kRelu, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh, kHardSigmoid, kElu,
-                    kSoftsign, kSoftplus };
-  Kind kind = Kind::kSigmoid;
-  float alpha = 0, beta = 0;
-
+// An activation (kind, alpha, beta: shape::RnnConfig parses them) with its math.
+struct Activation : shape::RnnActivation {
   template <class T>
   static T sigmoid(T v) {
     return T(1) / (T(1) + std::exp(-v));
@@ -226,57 +222,6 @@ struct Activation {
   }
 };
 
-// Parses `activations` (count per direction, or per direction times dirs), consuming
-// activation_alpha/activation_beta in order for the functions that take them; missing values use
-// the defaults of the matching ONNX operators.
-std::vector<Activation> parse_activations(const KernelInfo& info, const std::vector<std::string>& defaults,
-                                          int64_t dirs) {
-  std::vector<std::string> names = info.attr_strings("activations", {});
-  const size_t per_dir = defaults.size();
-  if (names.empty()) {
-    for (int64_t d = 0; d < dirs; ++d) names.insert(names.end(), defaults.begin(), defaults.end());
-  } else if (names.size() == per_dir && dirs == 2) {
-    const auto one = names;
-    names.insert(names.end(), one.begin(), one.end());
-  } else if (names.size() != per_dir * size_t(dirs)) {
-    info.fail("'activations' lists ", names.size(), " functions; expected ", per_dir * size_t(dirs));
-  }
-  const std::vector<float> alphas = info.attr_floats("activation_alpha", {});
-  const std::vector<float> betas = info.attr_floats("activation_beta", {});
-  size_t ai = 0, bi = 0;
-  std::vector<Activation> acts;
-  using K = Activation::Kind;
-  struct Def {
-    const char* name;
-    K kind;
-    bool uses_alpha, uses_beta;
-    float alpha, beta;
-  };
-  static const Def kDefs[] = {
-      {"sigmoid", K::kSigmoid, false, false, 0, 0},       {"tanh", K::kTanh, false, false, 0, 0},
-      {"relu", K::kRelu, false, false, 0, 0},             {"affine", K::kAffine, true, true, 1.f, 0.f},
-      {"leakyrelu", K::kLeakyRelu, true, false, 0.01f, 0}, {"thresholdedrelu", K::kThresholdedRelu, true, false, 1.f, 0},
-      {"scaledtanh", K::kScaledTanh, true, true, 1.f, 1.f}, {"hardsigmoid", K::kHardSigmoid, true, true, 0.2f, 0.5f},
-      {"elu", K::kElu, true, false, 1.f, 0},              {"softsign", K::kSoftsign, false, false, 0, 0},
-      {"softplus", K::kSoftplus, false, false, 0, 0}};
-  for (const auto& name : names) {
-    std::string lower = name;
-    for (auto& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    const Def* def = nullptr;
-    for (const auto& d : kDefs)
-      if (lower == d.name) def = &d;
-    if (!def) info.fail("unsupported activation function '", name, "'");
-    Activation a;
-    a.kind = def->kind;
-    a.alpha = def->alpha;
-    a.beta = def->beta;
-    if (def->uses_alpha && ai < alphas.size()) a.alpha = alphas[ai++];
-    if (def->uses_beta && bi < betas.size()) a.beta = betas[bi++];
-    acts.push_back(a);
-  }
-  return acts;
-}
-
 template <class T>
 void clip_inplace(T* x, int64_t n, T c) {
   for (int64_t i = 0; i < n; ++i) x[i] = std::min(c, std::max(-c, x[i]));
@@ -395,94 +340,15 @@ void place_chunk_gemms(std::vector<ChunkGemm>& gemms, WorkspaceLayout& ws) {
 }
 
 // ---------------------------------------------------------------- shared configuration
-enum class Cell { kRnn, kGru, kLstm };
-enum RnnInput { kX, kW, kR, kB, kSeqLens, kInitH, kInitC, kP };
-enum RnnOutput { kY, kYh, kYc };
+using Cell = shape::RnnCell;
 
-// Attributes and input shapes, shared by the forward kernels (plain and training variant) and the
-// backward kernel. `custom`: a com.onnxtrain variant, whose `layout` attribute holds at any opset.
-struct RnnConfig {
-  RnnConfig(const KernelInfo& info, Cell cell, bool custom) : cell_(cell) {
-    const std::string dir = info.attr_string("direction", "forward");
-    if (dir == "forward" || dir == "reverse") {
-      dirs_ = 1;
-      reverse_only_ = dir == "reverse";
-    } else if (dir == "bidirectional") {
-      dirs_ = 2;
-    } else {
-      info.fail("unknown direction '", dir, "'");
-    }
-    hidden_ = info.attr_int("hidden_size", -1);
-    if (info.has_attr("hidden_size") && hidden_ <= 0) info.fail("hidden_size must be positive, got ", hidden_);
-    if (info.has_attr("clip")) {
-      clip_ = info.attr_float("clip");
-      if (!(clip_ > 0.f)) info.fail("clip must be positive, got ", clip_);
-    }
-    layout_ = custom || info.opset() >= 14 ? info.attr_int("layout", 0) : 0;
-    if (layout_ != 0 && layout_ != 1) info.fail("layout must be 0 or 1, got ", layout_);
-    if (cell == Cell::kLstm) {
-      input_forget_ = info.attr_int("input_forget", 0) != 0;
-      acts_ = parse_activations(info, {"Sigmoid", "Tanh", "Tanh"}, dirs_);
-    } else if (cell == Cell::kGru) {
-      linear_before_reset_ = info.attr_int("linear_before_reset", 0) != 0;
-      acts_ = parse_activations(info, {"Sigmoid", "Tanh"}, dirs_);
-    } else {
-      acts_ = parse_activations(info, {"Tanh"}, dirs_);
-    }
+// The shared configuration (attributes, input checks, sizes and output shapes: shape::RnnConfig)
+// with the CPU kernels' activations, addressing in X's layout and sequence lengths.
+struct RnnConfig : shape::RnnConfig {
+  RnnConfig(const KernelInfo& info, Cell cell, bool custom) : shape::RnnConfig(info, cell, custom) {
+    for (const shape::RnnActivation& a : activations_) acts_.push_back(Activation{a});
   }
 
-  int64_t gates() const { return cell_ == Cell::kLstm ? 4 : cell_ == Cell::kGru ? 3 : 1; }
-
-  // Validates X, W, R, B, sequence_lens, initial_h (and for LSTM initial_c, P) at the forward
-  // operator's input positions; sets the sizes. Returns X's element type.
-  DType read_shapes(PrepareContext& ctx) {
-    for (int i : {kX, kW, kR})
-      if (!ctx.has_input(size_t(i))) ctx.fail("input ", i, " (X, W and R are required) is missing");
-    const DType dt = ctx.input_dtype(kX);
-    dispatch<TypeList<float, double>>(dt, ctx.node(), [&]<class T>() {});
-    const bool lstm = cell_ == Cell::kLstm;
-    for (int i : {kW, kR, kB, kInitH, kInitC, kP})
-      if ((lstm || i < kInitC) && ctx.has_input(size_t(i)) && ctx.input_dtype(size_t(i)) != dt)
-        ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(size_t(i))), ", X has ", dtype_name(dt));
-    const Shape& x = ctx.input_shape(kX);
-    const Shape& r = ctx.input_shape(kR);
-    if (x.size() != 3) ctx.fail("X must have rank 3, got ", shape_to_string(x));
-    seq_ = layout_ ? x[1] : x[0];
-    batch_ = layout_ ? x[0] : x[1];
-    input_ = x[2];
-    if (r.size() != 3) ctx.fail("R must have rank 3, got ", shape_to_string(r));
-    H_ = r[2];
-    if (hidden_ >= 0 && hidden_ != H_) ctx.fail("hidden_size is ", hidden_, " but R has shape ", shape_to_string(r));
-    const int64_t gh = gates() * H_;
-    expect(ctx, kW, "W", {dirs_, gh, input_});
-    expect(ctx, kR, "R", {dirs_, gh, H_});
-    expect(ctx, kB, "B", {dirs_, 2 * gh});
-    expect(ctx, kInitH, "initial_h", state_shape());
-    if (lstm) {
-      expect(ctx, kInitC, "initial_c", state_shape());
-      expect(ctx, kP, "P", {dirs_, 3 * H_});
-    }
-    if (ctx.has_input(kSeqLens)) {
-      const DType lt = ctx.input_dtype(kSeqLens);
-      if (lt != DType::kInt32 && lt != DType::kInt64)
-        ctx.fail("sequence_lens must be int32, got ", dtype_name(lt));
-      expect(ctx, kSeqLens, "sequence_lens", {batch_});
-    }
-    // Every buffer holds at most seq * batch rows of (gates + 2) * H values per direction (the
-    // projected gates, the training reserve, the gate gradients). X bounds seq * batch only when
-    // input_size > 0: with X [2^52, 1, 0] these sizes overflowed int64 (a workspace sized by the
-    // wrapped product, then a heap overflow). Within 2^52 elements no product below overflows.
-    int64_t bound;
-    if (!checked_numel(Shape{dirs_, seq_, batch_, (gates() + 2) * H_}, &bound))
-      ctx.fail("X ", shape_to_string(x), " and hidden size ", H_, " need buffers of more than 2^52 elements");
-    return dt;
-  }
-  void expect(PrepareContext& ctx, int i, const char* name, const Shape& want) const {
-    if (ctx.has_input(size_t(i)) && ctx.input_shape(size_t(i)) != want)
-      ctx.fail(name, " has shape ", shape_to_string(ctx.input_shape(size_t(i))), ", expected ", shape_to_string(want));
-  }
-  Shape state_shape() const { return layout_ ? Shape{batch_, dirs_, H_} : Shape{dirs_, batch_, H_}; }
-  Shape y_shape() const { return layout_ ? Shape{batch_, seq_, dirs_, H_} : Shape{seq_, dirs_, batch_, H_}; }
   // Row of (step t, batch entry b) in X's layout: the projected gates, the training reserve and
   // the gate gradients follow it, so that one gemm covers every step.
   int64_t row(int64_t t, int64_t b) const { return layout_ ? b * seq_ + t : t * batch_ + b; }
@@ -508,32 +374,13 @@ struct RnnConfig {
     return max_len;
   }
 
-  // Training reserve of one direction (written by the *Train forward, read by *Grad), rows in X's
-  // layout: pre-activations [rows, G*H] (biases and peepholes added, before clip; gate order of W),
-  // the hidden state before each step [rows, H] (zero for steps past every length), then LSTM's
-  // cell state before each step [rows, H] or GRU's H·Rh^T + Rbh under linear_before_reset.
-  int64_t reserve_per_dir() const {
-    const bool extra = cell_ == Cell::kLstm || (cell_ == Cell::kGru && linear_before_reset_);
-    return seq_ * batch_ * (gates() * H_ + H_ + (extra ? H_ : 0));
-  }
-
   // Chunk boundaries over the hidden units: multiples of 8 but the last.
   void chunk_bounds(int64_t chunks, std::vector<int64_t>& b) const {
     b.assign(size_t(chunks + 1), H_);
     for (int64_t c = 0; c < chunks; ++c) b[size_t(c)] = H_ * c / chunks / 8 * 8;
   }
 
-  Cell cell_;
-  int64_t dirs_ = 1;
-  bool reverse_only_ = false;
-  int64_t hidden_ = -1;
-  float clip_ = 0.f;  // 0: no clipping
-  int64_t layout_ = 0;
-  bool input_forget_ = false;
-  bool linear_before_reset_ = false;
-  std::vector<Activation> acts_;  // per direction: LSTM f g h, GRU f g, RNN f
-  // From prepare / run.
-  int64_t seq_ = 0, batch_ = 0, input_ = 0, H_ = 0;
+  std::vector<Activation> acts_;  // activations_ with their math
   std::vector<int64_t> lens_;
 };
 
@@ -541,25 +388,16 @@ struct RnnConfig {
 // `train` (com.onnxtrain LSTMTrain, GRUTrain, RNNTrain): one more output, the training reserve.
 template <Cell C>
 class RecurrentKernel final : public Kernel, RnnConfig {
-  static constexpr int64_t kGates = C == Cell::kLstm ? 4 : C == Cell::kGru ? 3 : 1;
-  static constexpr size_t kReserveOut = C == Cell::kLstm ? 3 : 2;
+  static constexpr int64_t kGates = shape::rnn_gates(C);
+  static constexpr size_t kReserveOut = shape::rnn_reserve_output(C);
 
  public:
   RecurrentKernel(const KernelInfo& info, bool train = false) : RnnConfig(info, C, train), train_(train) {}
 
   void prepare(PrepareContext& ctx) override {
     const DType dt = read_shapes(ctx);
-    if constexpr (C != Cell::kLstm)
-      if (ctx.has_input(kInitC) || ctx.has_input(kP)) ctx.fail("has more inputs than the operator takes");
+    set_forward_outputs(ctx, dt, train_);
     const int64_t gh = kGates * H_;
-    auto out = [&](int i, Shape s) {
-      if (size_t(i) < ctx.num_outputs() && ctx.has_output(size_t(i))) ctx.set_output(size_t(i), dt, std::move(s));
-    };
-    out(kY, y_shape());
-    out(kYh, state_shape());
-    if constexpr (C == Cell::kLstm) out(kYc, state_shape());
-    if (train_) out(kReserveOut, {dirs_ * reserve_per_dir()});
-    else if (ctx.num_outputs() > kReserveOut) ctx.fail("has more outputs than the operator produces");
 
     // Hidden units are split into chunks, one per thread: a step's gemm and gate math for a chunk
     // touch only its units, so a step is one parallel region. W, R and the biases are permuted so
@@ -948,10 +786,8 @@ class RecurrentKernel final : public Kernel, RnnConfig {
 // packed once per direction.
 template <Cell C>
 class RecurrentGradKernel final : public Kernel, RnnConfig {
-  static constexpr int64_t kGates = C == Cell::kLstm ? 4 : C == Cell::kGru ? 3 : 1;
-  static constexpr size_t kFwdInputs = C == Cell::kLstm ? 8 : 6;
-  static constexpr size_t kReserve = kFwdInputs, kDY = kFwdInputs + 1, kDYh = kFwdInputs + 2, kDYc = kFwdInputs + 3;
-  enum Out { kDX, kDW, kDR, kDB, kDH0, kDC0, kDP };
+  static constexpr int64_t kGates = shape::rnn_gates(C);
+  static constexpr shape::RnnGradInputs kIn = shape::rnn_grad_inputs(C);
   static constexpr int64_t kMinChunkUnits = 32;
   static constexpr int64_t kScratch = C == Cell::kLstm ? 11 : C == Cell::kGru ? 6 : 2;  // per unit
 
@@ -960,28 +796,9 @@ class RecurrentGradKernel final : public Kernel, RnnConfig {
 
   void prepare(PrepareContext& ctx) override {
     const DType dt = read_shapes(ctx);
-    if (!ctx.has_input(kReserve)) ctx.fail("the training reserve (input ", kReserve, ") is missing");
-    for (size_t i = kReserve; i < ctx.num_inputs(); ++i)
-      if (ctx.has_input(i) && ctx.input_dtype(i) != dt)
-        ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", X has ", dtype_name(dt));
-    expect(ctx, int(kReserve), "the training reserve", {dirs_ * reserve_per_dir()});
-    expect(ctx, int(kDY), "dY", y_shape());
-    expect(ctx, int(kDYh), "dY_h", state_shape());
-    if (C == Cell::kLstm) expect(ctx, int(kDYc), "dY_c", state_shape());
-    const int64_t gh = kGates * H_;
-    auto out = [&](int i, Shape s) {
-      if (size_t(i) < ctx.num_outputs() && ctx.has_output(size_t(i))) ctx.set_output(size_t(i), dt, std::move(s));
-    };
-    out(kDX, ctx.input_shape(kX));
-    out(kDW, ctx.input_shape(kW));
-    out(kDR, ctx.input_shape(kR));
-    out(kDB, {dirs_, 2 * gh});
-    out(kDH0, state_shape());
-    if (C == Cell::kLstm) {
-      out(kDC0, state_shape());
-      out(kDP, {dirs_, 3 * H_});
-    }
+    set_grad_outputs(ctx, dt);
 
+    const int64_t gh = kGates * H_;
     const bool lbr = C == Cell::kGru && linear_before_reset_, gru2 = C == Cell::kGru && !linear_before_reset_;
     const int64_t rows = seq_ * batch_, krec = gru2 ? 2 * H_ : gh;
     max_chunks_ = std::max<int64_t>(1, std::min<int64_t>(current_threads(), H_ / kMinChunkUnits));
@@ -1035,8 +852,8 @@ class RecurrentGradKernel final : public Kernel, RnnConfig {
       return size_t(i) < ctx.num_outputs() && ctx.has_output(size_t(i)) ? ctx.output(size_t(i)).data<T>() : nullptr;
     };
     const T *X = in_ptr(kX), *W = in_ptr(kW), *R = in_ptr(kR), *P = C == Cell::kLstm ? in_ptr(kP) : nullptr;
-    const T *reserve = in_ptr(kReserve), *dY = in_ptr(kDY), *dYh = in_ptr(kDYh);
-    const T* dYc = C == Cell::kLstm ? in_ptr(kDYc) : nullptr;
+    const T *reserve = in_ptr(kIn.reserve), *dY = in_ptr(kIn.dy), *dYh = in_ptr(kIn.dyh);
+    const T* dYc = C == Cell::kLstm ? in_ptr(kIn.dyc) : nullptr;
     T *dX = out_ptr(kDX), *dW = out_ptr(kDW), *dR = out_ptr(kDR), *dB = out_ptr(kDB), *dH0 = out_ptr(kDH0);
     T* dC0 = C == Cell::kLstm ? out_ptr(kDC0) : nullptr;
     T* dP = C == Cell::kLstm ? out_ptr(kDP) : nullptr;

@@ -40,6 +40,49 @@ double read_scalar_as_double(const Tensor& t) {
   return v;
 }
 
+bool read_list_input(const PrepareContext& ctx, size_t i, const char* what, std::vector<int64_t>* out, bool* present) {
+  if (present) *present = ctx.has_input(i);
+  if (!ctx.has_input(i)) return true;
+  const Tensor* t = ctx.input_value(i);
+  if (!t) return false;
+  if (t->rank() > 1 || (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32))
+    ctx.fail(what, " must be a 1-D int64 tensor, got ", t->describe());
+  *out = read_int_list(*t);
+  return true;
+}
+
+bool read_shape_value(const PrepareContext& ctx, size_t i, DType dt, Shape* out) {
+  if (!ctx.has_input(i)) ctx.fail("the shape input (input ", i, ") is missing");
+  if (ctx.input_rank(i) != 1 || ctx.input_dtype(i) != DType::kInt64)
+    ctx.fail("shape input must be 1-D int64, got ", dtype_name(ctx.input_dtype(i)), shape_to_string(ctx.input_shape(i)));
+  const Tensor* t = ctx.input_value(i);
+  if (!t) return false;
+  *out = read_int_list(*t);
+  check_output_size(ctx, *out, dt);
+  return true;
+}
+
+void all_dynamic(PrepareContext& ctx) {
+  for (size_t i = 0; i < ctx.num_outputs(); ++i) ctx.set_output_dynamic(i, ctx.input_dtype(0));
+}
+
+void require_element_type(const PrepareContext& ctx, DType dt, bool supported) {
+  if (!supported)
+    throw_error<NotImplemented>(ctx.node().describe(), ": element type ", dtype_name(dt), " is not supported");
+}
+
+DType check_elementwise_float_inputs(const PrepareContext& ctx, size_t n_required, size_t ref) {
+  for (size_t i = 0; i < n_required; ++i)
+    if (!ctx.has_input(i)) ctx.fail("input ", i, " is missing");
+  const DType dt = ctx.input_dtype(ref);
+  require_float(ctx, dt);
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i) && (ctx.input_dtype(i) != dt || ctx.input_shape(i) != ctx.input_shape(ref)))
+      ctx.fail("input ", i, " is ", dtype_name(ctx.input_dtype(i)), shape_to_string(ctx.input_shape(i)), ", input ", ref,
+               " is ", dtype_name(dt), shape_to_string(ctx.input_shape(ref)));
+  return dt;
+}
+
 void check_same_dtype(const PrepareContext& ctx, size_t first, size_t last) {
   for (size_t i = first; i < last; ++i)
     if (ctx.has_input(i) && ctx.input_dtype(i) != ctx.input_dtype(0))

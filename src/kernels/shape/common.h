@@ -23,6 +23,32 @@ std::vector<int64_t> read_int_list(const Tensor& t);
 /// Reads a scalar of any numeric type as double.
 double read_scalar_as_double(const Tensor& t);
 
+/// Reads optional input i, a 1-D int32/int64 tensor in host memory (starts, axes, pads, repeats),
+/// into `out`; `present` (when given) says whether the node has it. False when it exists but its
+/// value is unknown now (prepare runs again at run time with every value known).
+bool read_list_input(const PrepareContext& ctx, size_t i, const char* what, std::vector<int64_t>* out,
+                     bool* present = nullptr);
+
+/// Reads input i, the 1-D int64 shape of the tensor a backward kernel produces (shape(X)), and
+/// checks that a tensor of that shape and `dt` can exist; false when its value is unknown now. A
+/// missing shape input is an error, not a value to wait for: a node whose inputs are all constant
+/// runs right after prepare (folding), its output never allocated.
+bool read_shape_value(const PrepareContext& ctx, size_t i, DType dt, Shape* out);
+
+/// Marks every output dynamic with input 0's element type (shapes known only at run time).
+void all_dynamic(PrepareContext& ctx);
+
+/// Fails with NotImplemented naming the node unless `supported` (the error a CPU dtype dispatch
+/// throws): `require_element_type(ctx, dt, dtype_is_float(dt))`.
+void require_element_type(const PrepareContext& ctx, DType dt, bool supported);
+/// require_element_type for the float types (float, double, float16, bfloat16).
+inline void require_float(const PrepareContext& ctx, DType dt) { require_element_type(ctx, dt, dtype_is_float(dt)); }
+
+/// The inputs of an elementwise operator or gradient kernel (dY, X, ...): inputs 0..n_required-1
+/// present, input `ref` of a float type, every present input of its element type and shape.
+/// Returns that element type.
+DType check_elementwise_float_inputs(const PrepareContext& ctx, size_t n_required, size_t ref);
+
 /// Inputs first..last-1 (those present) have input 0's element type; fails naming the node.
 void check_same_dtype(const PrepareContext& ctx, size_t first, size_t last);
 

@@ -1,6 +1,7 @@
 // Provider-neutral shape logic (src/kernels/shape/: any provider's kernels use it, none copies it).
 // Reductions and the softmax family: axes lists (attribute or input), the reduced-axes mask, the
-// output shape, and the [outer, n, inner] view around one axis.
+// output shape, and the [outer, n, inner] view around one axis; ArgMax/ArgMin, CumSum, TopK and
+// the softmax gradients' checks and shapes.
 #pragma once
 
 #include <cstdint>
@@ -46,5 +47,25 @@ Shape reduced_shape(const Shape& in, const std::vector<bool>& mask, bool keepdim
 /// [outer, n, inner] view of a softmax-family input: coerced to 2-D at axis (opset < 13: inner is
 /// 1) or along one axis.
 AxisSplit softmax_split(const PrepareContext& ctx, const Shape& s, int64_t axis, bool coerce);
+
+/// ArgMax / ArgMin over attribute `axis` (`what` names the operator): the axis must not be
+/// empty; the [outer, n, inner] view and the int64 output's shape (the axis dropped or kept as 1).
+AxisSplit arg_reduce_geometry(const PrepareContext& ctx, int64_t axis, bool keepdims, const char* what, Shape* out);
+
+/// CumSum(X, axis): the axis input a required int32/int64 scalar, X of rank >= 1.
+void check_cumsum_inputs(const PrepareContext& ctx);
+
+/// SoftmaxGrad / LogSoftmaxGrad(dY, Y): dY (of element type `dt`) and Y agree in type and shape.
+void check_softmax_grad_inputs(const PrepareContext& ctx, DType dt);
+
+/// TopK's attributes: axis, largest, and k (an attribute before opset 10, input 1 after).
+struct TopKAttrs {
+  int64_t axis = -1, k = 0;
+  bool largest = true;
+};
+TopKAttrs read_topk_attrs(const KernelInfo& info);
+/// k (checked against the axis) and the output shape of Values and Indices; false when the K
+/// input is not known now.
+bool topk_geometry(const PrepareContext& ctx, const TopKAttrs& at, int64_t* k, AxisSplit* split, Shape* out);
 
 }  // namespace onnxtrain::kernels::shape

@@ -137,4 +137,131 @@ WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, 
   return g;
 }
 
+DType float_inputs(const PrepareContext& ctx) {
+  const DType dt = ctx.input_dtype(0);
+  require_float(ctx, dt);
+  for (size_t i = 1; i < ctx.num_inputs(); ++i)
+    if (ctx.has_input(i) && ctx.input_dtype(i) != dt)
+      ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt));
+  return dt;
+}
+
+void ConvShape::read(const KernelInfo& info, bool t) {
+  transposed = t;
+  attrs.read(info);
+  group = info.attr_int("group", 1);
+  if (group < 1) info.fail("group must be positive, got ", group);
+  if (t) {
+    output_padding = info.attr_ints("output_padding", {});
+    output_shape = info.attr_ints("output_shape", {});
+  }
+}
+
+void ConvShape::resolve(const PrepareContext& ctx, const Shape& x, const Shape& w) {
+  if (x.size() < 3) ctx.fail("X must be [N, C, spatial...], got ", shape_to_string(x));
+  if (w.size() != x.size()) ctx.fail("W ", shape_to_string(w), " and X ", shape_to_string(x), " differ in rank");
+  const size_t nd = x.size() - 2;
+  if (nd > 14) ctx.fail("too many spatial dims (", nd, ")");
+  const Shape in(x.begin() + 2, x.end()), kernel(w.begin() + 2, w.end());
+  if (!attrs.kernel.empty() && attrs.kernel != kernel)
+    ctx.fail("kernel_shape ", shape_to_string(attrs.kernel), " does not match W ", shape_to_string(w));
+  N = x[0], C = x[1];
+  if (C % group != 0) ctx.fail("group ", group, " does not divide the ", C, " input channels");
+  int64_t w1_groups;  // W's channels times group: C (forward) or M (transposed)
+  if (__builtin_mul_overflow(w[1], group, &w1_groups))
+    ctx.fail("W ", shape_to_string(w), " with group ", group, " overflows int64 channels");
+  if (!transposed) {
+    M = w[0];
+    if (w1_groups != C)
+      ctx.fail("W ", shape_to_string(w), " expects ", w1_groups, " input channels (group ", group, "), X has ", C);
+    if (M % group != 0) ctx.fail("group ", group, " does not divide the ", M, " output channels");
+    g = forward_geometry(ctx, attrs, in, kernel);
+  } else {
+    if (w[0] != C) ctx.fail("W ", shape_to_string(w), " expects ", w[0], " input channels, X has ", C);
+    M = w1_groups;
+    g = transposed_geometry(ctx, attrs, in, kernel, output_padding, output_shape);
+  }
+  y = {N, M};
+  y.insert(y.end(), g.out.begin(), g.out.end());
+  // Dims of 2^62 are legal beside a zero one (no elements), but their products must fit int64
+  // (a UBSan report in the structured fuzz target).
+  int64_t y_numel, w_numel;
+  if (!checked_numel(kernel, &kk) || !checked_numel(g.in, &pin) || !checked_numel(g.out, &pout) ||
+      !checked_numel(y, &y_numel) || !checked_numel(w, &w_numel))
+    ctx.fail("sizes overflow int64: X ", shape_to_string(x), ", W ", shape_to_string(w), ", Y ", shape_to_string(y));
+}
+
+void check_conv_bias(const PrepareContext& ctx, const ConvShape& p) {
+  if (ctx.has_input(2) && (ctx.input_rank(2) != 1 || ctx.input_shape(2)[0] != p.M))
+    ctx.fail("B ", shape_to_string(ctx.input_shape(2)), " must be [", p.M, "]");
+}
+
+DType conv_grad_inputs(const PrepareContext& ctx) {
+  if (ctx.num_inputs() != 3 || !ctx.has_input(1) || !ctx.has_input(2)) ctx.fail("expects the inputs (dY, X, W)");
+  return float_inputs(ctx);
+}
+
+void check_conv_grad_dy(const PrepareContext& ctx, const ConvShape& p) {
+  if (ctx.input_shape(0) != p.y)
+    ctx.fail("dY ", shape_to_string(ctx.input_shape(0)), " does not match the output shape ", shape_to_string(p.y));
+}
+
+void PoolShape::read(const KernelInfo& info, PoolKind k, bool glob, bool grad) {
+  kind = k, global = glob;
+  if (!global) {
+    attrs.read(info);
+    if (attrs.kernel.empty()) info.fail("kernel_shape is required");
+  }
+  include_pad = info.attr_int("count_include_pad", 0) != 0;
+  col_major = info.attr_int("storage_order", 0) != 0;
+  if (kind == PoolKind::kLp)
+    p = grad || info.opset() < 2 ? double(info.attr_float("p", 2.f)) : double(info.attr_int("p", 2));
+  if (kind == PoolKind::kLp && !(p > 0)) info.fail("p must be positive, got ", p);
+}
+
+void PoolShape::resolve(const PrepareContext& ctx, const Shape& x) {
+  if (x.size() < 3) ctx.fail("X must be [N, C, spatial...], got ", shape_to_string(x));
+  const size_t nd = x.size() - 2;
+  if (nd > 14) ctx.fail("too many spatial dims (", nd, ")");
+  const Shape in(x.begin() + 2, x.end());
+  if (global) {
+    WindowAttrs whole;
+    whole.kernel = in;
+    for (int64_t d : in)
+      if (d == 0) ctx.fail("global pooling over an empty spatial dim: ", shape_to_string(x));
+    g = forward_geometry(ctx, whole, in, in);
+  } else {
+    if (attrs.kernel.size() != nd) ctx.fail("kernel_shape has ", attrs.kernel.size(), " values for ", nd, " spatial dims");
+    g = forward_geometry(ctx, attrs, in, attrs.kernel);
+  }
+  planes = x[0] * x[1];
+  y = {x[0], x[1]};
+  y.insert(y.end(), g.out.begin(), g.out.end());
+}
+
+bool pool_wants_indices(const PrepareContext& ctx, const PoolShape& p) {
+  const bool want = ctx.num_outputs() > 1 && ctx.has_output(1);
+  if (want && (p.kind != PoolKind::kMax || ctx.opset() < 8)) ctx.fail("only MaxPool (opset 8+) has an Indices output");
+  return want;
+}
+
+bool pool_grad_inputs(const PrepareContext& ctx, PoolShape& p, DType dt) {
+  if (ctx.num_inputs() < 2 || !ctx.has_input(1)) ctx.fail("expects the inputs (dY, X, ...)");
+  if (ctx.input_dtype(1) != dt) ctx.fail("X has element type ", dtype_name(ctx.input_dtype(1)), ", dY ", dtype_name(dt));
+  p.resolve(ctx, ctx.input_shape(1));
+  if (ctx.input_shape(0) != p.y)
+    ctx.fail("dY ", shape_to_string(ctx.input_shape(0)), " does not match the output shape ", shape_to_string(p.y));
+  const bool third = ctx.has_input(2);
+  if (p.kind == PoolKind::kLp && !third) ctx.fail("LpPoolGrad needs the forward output Y as input 2");
+  if (third) {
+    const DType want = p.kind == PoolKind::kMax ? DType::kInt64 : dt;
+    if (p.kind == PoolKind::kAvg) ctx.fail("AveragePoolGrad takes 2 inputs");
+    if (p.kind == PoolKind::kMax && p.col_major) ctx.fail("Indices must be row-major (storage_order 0)");
+    if (ctx.input_dtype(2) != want || ctx.input_shape(2) != p.y)
+      ctx.fail("input 2 must be ", dtype_name(want), " ", shape_to_string(p.y), ", got ", dtype_name(ctx.input_dtype(2)),
+               " ", shape_to_string(ctx.input_shape(2)));
+  }
+  return third;
+}
+
 }  // namespace onnxtrain::kernels::shape
