@@ -79,4 +79,5 @@ PYBIND11_MODULE(_C, m) {
   bind_training(m);
   bind_agent(m);
   bind_files(m);
+  bind_state(m);
 }

@@ -70,5 +70,7 @@ void bind_sessions(py::module_& m);
 void bind_agent(py::module_& m);
 /// The one file writer for the Python writers: AtomicFile, write_file_atomic (bind_files.cpp).
 void bind_files(py::module_& m);
+/// onnxtrain._C.CheckpointState (bind_state.cpp).
+void bind_state(py::module_& m);
 
 }  // namespace onnxtrain::python

@@ -5,9 +5,10 @@
 #   scripts/fuzz.sh TARGET SECONDS [libFuzzer options...]
 #
 # TARGET: model (bytes -> model -> plan -> run), gradient (model -> gradient graph -> run),
-# structured (conformance models and feeds mutated as ONNX), checkpoint, npy, npz, csv.
+# structured (conformance models and feeds mutated as ONNX), checkpoint, odtc (onnxruntime's
+# checkpoint format), npy, npz, csv.
 # The corpus grows in build-fuzz/corpus/TARGET (seeded once by tests/fuzz/make_seeds.py or, for
-# checkpoints, by the binary itself); crashes land in build-fuzz/artifacts/TARGET/ and make the
+# checkpoints of either format, by the binary itself); crashes land in build-fuzz/artifacts/TARGET/ and make the
 # script fail. Each crash, once fixed, belongs in tests/fuzz/regressions/TARGET/ (replayed by ctest).
 # The last line is the campaign's summary: executions, coverage, corpus size, findings.
 # The structured target's seeds include graphs of the internal operators (com.onnxtrain,
@@ -43,8 +44,8 @@ CORPUS=${CORPUS:-"$BUILD_DIR/corpus/$TARGET"}
 ARTIFACTS="$BUILD_DIR/artifacts/$TARGET"
 mkdir -p "$CORPUS" "$ARTIFACTS"
 if [ -z "$(ls -A "$CORPUS")" ]; then
-  if [ "$TARGET" = checkpoint ]; then
-    ONNXTRAIN_FUZZ_WRITE_SEEDS="$CORPUS" "$BUILD_DIR/fuzz_checkpoint"
+  if [ "$TARGET" = checkpoint ] || [ "$TARGET" = odtc ]; then
+    ONNXTRAIN_FUZZ_WRITE_SEEDS="$CORPUS" "$BUILD_DIR/fuzz_${TARGET}"
   else
     PYTHONPATH="${PYTHON_BUILD_DIR:-build}/python${PYTHONPATH:+:$PYTHONPATH}" \
       /usr/bin/python3 tests/fuzz/make_seeds.py "$TARGET" "$CORPUS" ${SEED_ARGS:-}

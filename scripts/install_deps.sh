@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev
   libcli11-dev nlohmann-json3-dev
   openmpi-bin libopenmpi-dev
+  libflatbuffers-dev flatbuffers-compiler python3-flatbuffers
 )
 # scripts/fuzz.sh and scripts/tsan.sh only (`install_deps.sh --fuzz`): clang with libFuzzer and the
 # sanitizer runtimes, LLVM's OpenMP runtime with its ThreadSanitizer support (archer).

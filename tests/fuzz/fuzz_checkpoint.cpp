@@ -2,7 +2,6 @@
 // tensor records and CRCs, trailer), through the internal reader and read_checkpoint_info.
 // Seeds: with ONNXTRAIN_FUZZ_WRITE_SEEDS=DIR the binary writes checkpoints of its own writer there
 // and exits.
-#include <cstdlib>
 
 #include "fuzz_common.h"
 #include "onnxtrain/checkpoint.h"
@@ -32,10 +31,7 @@ void write_seeds(const std::string& dir) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  if (const char* dir = std::getenv("ONNXTRAIN_FUZZ_WRITE_SEEDS")) {
-    write_seeds(dir);
-    std::exit(0);
-  }
+  fuzz::write_seeds_if_asked(write_seeds);
   return 0;
 }
 

@@ -32,6 +32,13 @@ bool guarded(const std::function<void()>& fn) {
   }
 }
 
+void write_seeds_if_asked(void (*write)(const std::string& dir)) {
+  if (const char* dir = std::getenv("ONNXTRAIN_FUZZ_WRITE_SEEDS")) {
+    write(dir);
+    std::exit(0);
+  }
+}
+
 std::string temp_file(const uint8_t* data, size_t size, const std::string& suffix) {
   static const std::string dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   const std::string path = dir + "/onnxtrain-fuzz-" + std::to_string(getpid()) + suffix;

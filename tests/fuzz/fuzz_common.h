@@ -20,6 +20,10 @@ namespace fuzz {
 /// the process with its message, so libFuzzer records the input as a crash.
 bool guarded(const std::function<void()>& fn);
 
+/// For a target that makes its own seeds: with ONNXTRAIN_FUZZ_WRITE_SEEDS=DIR set, calls
+/// `write(DIR)` and exits (scripts/fuzz.sh seeds the corpus so); otherwise returns.
+void write_seeds_if_asked(void (*write)(const std::string& dir));
+
 /// Writes bytes to a per-process file under /dev/shm (or /tmp) ending in `suffix`; returns its path.
 std::string temp_file(const uint8_t* data, size_t size, const std::string& suffix);
 
