@@ -3,7 +3,8 @@
 // training graph updates), the optimizer's groups (step counter, learning rates, per-parameter
 // states such as Adam's moments) and user properties (int64, float, string). Saved and loaded in
 // onnxruntime's checkpoint format ("ODTC", FlatBuffers, version 2: the files onnxruntime 1.17-1.19
-// writes and reads), tensors over the threshold in the "<checkpoint>.data" sidecar.
+// writes and reads), tensors over the threshold in the "<checkpoint>.data" sidecar; version 1 files
+// (onnxruntime 1.16, which later onnxruntime versions refuse) load too.
 //
 // A vocabulary header (it includes only tensor.h): any layer may hold a CheckpointState.
 #pragma once

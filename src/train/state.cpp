@@ -24,6 +24,9 @@ namespace {
 namespace fb = onnxtrain::odtc;
 
 constexpr int32_t kOdtcVersion = 2;
+// Version 1 (onnxruntime 1.16) has the same tables without the nominal and external-data flags
+// (fields FlatBuffers appends; absent, they read false): it loads as version 2 does.
+constexpr int32_t kOdtcOldestVersion = 1;
 // A FlatBuffer addresses at most 2 GiB - 1.
 constexpr uint64_t kMaxFlatBuffer = (uint64_t(1) << 31) - 1;
 
@@ -104,9 +107,9 @@ struct Reader {
       fail("not an onnxruntime checkpoint (no \"ODTC\" identifier)");
     if (!fb::VerifyCheckpointBuffer(v)) fail("the checkpoint is corrupt (its FlatBuffer does not verify)");
     const fb::Checkpoint* c = fb::GetCheckpoint(bytes);
-    if (c->version() != kOdtcVersion)
-      fail("checkpoint format version ", c->version(), " is not supported (onnxtrain reads version ", kOdtcVersion,
-           ", the format of onnxruntime 1.17 to 1.19)");
+    if (c->version() < kOdtcOldestVersion || c->version() > kOdtcVersion)
+      fail("checkpoint format version ", c->version(), " is not supported (onnxtrain reads versions ",
+           kOdtcOldestVersion, " and ", kOdtcVersion, ", the formats of onnxruntime 1.16 to 1.19)");
     CheckpointState s;
     const fb::ModuleState* m = c->module_state();
     const bool external = m && m->has_external_data();

@@ -172,7 +172,10 @@ TEST(CheckpointState, HostileFilesAreRefusedNamingTheProblem) {
   const std::string good = one_tensor_checkpoint(2, {2}, 1, float_bytes({1, 2}));
   EXPECT_EQ(CheckpointState::load_from_buffer(good.data(), good.size()).parameter("w").data.data<float>()[1], 2.f);
   refused(good.substr(0, good.size() / 2), "does not verify");
-  refused(one_tensor_checkpoint(1, {2}, 1, float_bytes({1, 2})), "format version 1 is not supported");
+  refused(one_tensor_checkpoint(0, {2}, 1, float_bytes({1, 2})), "format version 0 is not supported");
+  // Version 1 (onnxruntime 1.16: the same tables before the nominal flag) loads.
+  const std::string v1 = one_tensor_checkpoint(1, {2}, 1, float_bytes({3, 4}));
+  EXPECT_EQ(CheckpointState::load_from_buffer(v1.data(), v1.size()).parameter("w").data.data<float>()[0], 3.f);
   refused(one_tensor_checkpoint(3, {2}, 1, float_bytes({1, 2})), "format version 3 is not supported");
   refused(one_tensor_checkpoint(2, {3}, 1, float_bytes({1, 2})), "holds 8 bytes");
   refused(one_tensor_checkpoint(2, {-1}, 1, {}), "invalid dims");

@@ -109,7 +109,7 @@ def read_checkpoint(path):
     return out
 
 
-def write_checkpoint(path, trainable, frozen, step, initial_lr, momentums, ints, floats, strings):
+def write_checkpoint(path, trainable, frozen, step, initial_lr, momentums, ints, floats, strings, version=2):
     """An ODTC file built slot by slot (no onnxtrain code)."""
     b = flatbuffers.Builder(1024)
 
@@ -175,7 +175,7 @@ def write_checkpoint(path, trainable, frozen, step, initial_lr, momentums, ints,
     b.PrependUOffsetTRelativeSlot(BAG["strings"], sv2, 0)
     bag = b.EndObject()
     b.StartObject(4)
-    b.PrependInt32Slot(CHECKPOINT["version"], 2, 0)
+    b.PrependInt32Slot(CHECKPOINT["version"], version, 0)
     b.PrependUOffsetTRelativeSlot(CHECKPOINT["module_state"], module, 0)
     b.PrependUOffsetTRelativeSlot(CHECKPOINT["optimizer_groups"], groups, 0)
     b.PrependUOffsetTRelativeSlot(CHECKPOINT["property_bag"], bag, 0)
@@ -256,6 +256,12 @@ def test_onnxtrain_reads_a_file_written_here(tmp_path):
     again = read_checkpoint(str(tmp_path / "again"))
     assert again["groups"]["group0"][0] == 7
     np.testing.assert_array_equal(again["groups"]["group0"][2]["w"]["momentum0"], m0)
+    # onnxruntime 1.16's version 1 (the same tables) loads too; version 3 does not.
+    write_checkpoint(str(tmp_path / "v1"), {"w": w}, {}, 1, 0.0, {}, {}, {}, {}, version=1)
+    np.testing.assert_array_equal(CheckpointState.load_checkpoint(str(tmp_path / "v1")).parameters["w"].data, w)
+    write_checkpoint(str(tmp_path / "v3"), {"w": w}, {}, 1, 0.0, {}, {}, {}, {}, version=3)
+    with pytest.raises(Exception, match="format version 3 is not supported"):
+        CheckpointState.load_checkpoint(str(tmp_path / "v3"))
 
 
 def test_python_surface_follows_onnxruntime(tmp_path):
