@@ -90,25 +90,29 @@ class OutputTyper {
     for (auto& o : r_) o = t;
   }
 
-  // Operators outside ONNX's registry that onnxtrain types (com.onnxtrain, com.microsoft's
-  // YieldOp); false for the others.
+  // Operators outside ONNX's registry that onnxtrain types (com.onnxtrain, the com.microsoft
+  // operators of the second table, com.microsoft's YieldOp); false for the others.
   bool onnxtrain_rule() {
     const std::string domain = normalize_domain(n_.domain);
     if (domain == kOnnxtrainDomain) {
-      custom();
+      const ops::OpDef* d = ops::find_op(n_.op_type);
+      if (!d) fail(ops::kDomain, " has no operator ", n_.op_type, " (src/ops/onnxtrain_ops.cpp)");
+      custom(d);
       return true;
     }
     if (domain == kMicrosoftDomain && n_.op_type == "YieldOp") {  // output k: the gradient of input k
       for (size_t k = 0; k < r_.size(); ++k) r_[k] = k < n_.inputs.size() ? in_or_unknown(k) : TypeInfo();
       return true;
     }
+    if (const ops::OpDef* d = domain == kMicrosoftDomain ? ops::find_op(domain, n_.op_type) : nullptr) {
+      custom(d);
+      return true;
+    }
     return false;
   }
 
-  // com.onnxtrain: the operator table's rule (src/ops/onnxtrain_ops.h).
-  void custom() {
-    const ops::OpDef* d = ops::find_op(n_.op_type);
-    if (!d) fail(ops::kDomain, " has no operator ", n_.op_type, " (src/ops/onnxtrain_ops.cpp)");
+  // The operator table's rule (src/ops/onnxtrain_ops.h).
+  void custom(const ops::OpDef* d) {
     const size_t I = n_.inputs.size(), O = r_.size();
     auto like = [&](size_t from) {
       if (from >= I || n_.inputs[from].empty()) fail("output typed like input ", from, ", which is absent");
@@ -142,6 +146,10 @@ class OutputTyper {
         }
         break;
       }
+      case ops::TypeRule::kFlagThenLike:
+        for (size_t k = 0; k < O; ++k)
+          r_[k] = k == 0 ? TypeInfo::tensor(DType::kBool, {1}) : like(d->like[std::min(k - 1, d->like.size() - 1)]);
+        break;
     }
   }
 

@@ -24,7 +24,7 @@ namespace onnxtrain::ir {
 inline constexpr const char* kOnnxtrainDomain = ops::kDomain;
 /// onnxruntime's contrib domain; onnxtrain knows its YieldOp (the forward/backward cut of a
 /// training graph built by OrtModuleGraphBuilder).
-inline constexpr const char* kMicrosoftDomain = "com.microsoft";
+inline constexpr const char* kMicrosoftDomain = ops::kMicrosoftDomain;
 inline constexpr const char* kPreviewTrainingDomain = "ai.onnx.preview.training";
 
 /// Type of a value by name (null when unknown).

@@ -176,12 +176,12 @@ void KernelRegistry::add(const std::string& domain, const std::string& op, int64
 }
 
 void KernelRegistry::add(Entry e) {
-  // A com.onnxtrain kernel implements a row of the operator table, which says which inputs it
-  // reads in host memory.
-  if (e.domain == ops::kDomain) {
-    const ops::OpDef* d = ops::find_op(e.op);
+  // A com.onnxtrain kernel implements a row of the operator table (a com.microsoft one, a row of
+  // its second table), which says which inputs it reads in host memory.
+  if (e.domain == ops::kDomain || e.domain == ops::kMicrosoftDomain) {
+    const ops::OpDef* d = ops::find_op(e.domain, e.op);
     if (!d)
-      throw_error<InvalidArgument>("internal: kernel ", e.op, " of domain ", ops::kDomain,
+      throw_error<InvalidArgument>("internal: kernel ", e.op, " of domain ", e.domain,
                                    " has no row in the operator table (src/ops/onnxtrain_ops.cpp)");
     if (!e.host_inputs.empty() && e.host_inputs != d->host_inputs)
       throw_error<InvalidArgument>("internal: kernel ", e.op, " registers host inputs other than its table row's");
@@ -219,8 +219,8 @@ namespace {
 // naming it, never a crash.
 void check_arity(const ir::Node& node, int64_t opset) {
   const int nin = int(node.inputs.size()), nout = int(node.outputs.size());
-  if (node.domain == ops::kDomain) {  // counts from the operator table
-    const ops::OpDef* d = ops::find_op(node.op_type);
+  if (node.domain == ops::kDomain || node.domain == ops::kMicrosoftDomain) {  // counts from the operator tables
+    const ops::OpDef* d = ops::find_op(node.domain, node.op_type);
     if (!d) return;
     auto within = [](int n, int lo, int hi) { return n >= lo && (hi < 0 || n <= hi); };  // hi -1: any number
     if (!within(nin, d->min_inputs, d->max_inputs))

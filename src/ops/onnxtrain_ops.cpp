@@ -127,6 +127,36 @@ std::vector<OpDef> build() {
   return t;
 }
 
+OpDef flag_then_like(std::string name, int min_in, int max_in, int max_out, std::vector<size_t> from, std::string doc,
+                     std::vector<size_t> host = {}) {
+  OpDef d = row(std::move(name), min_in, max_in, 1, max_out, TypeRule::kFlagThenLike, std::move(doc), std::move(host));
+  d.like = std::move(from);
+  d.same_shape = true;
+  return d;
+}
+
+// onnxruntime's contrib operators of its training artifacts (training_op_defs.cc), as onnxtrain
+// implements them.
+std::vector<OpDef> build_microsoft() {
+  std::vector<OpDef> t = {
+      flag_then_like("InPlaceAccumulatorV2", 2, 3, 2, {0},
+                     "(accumulation_buffer, value[, overwrite_flag]) -> updated_flag[, accumulation_buffer_out]: the "
+                     "buffer becomes value (overwrite_flag) or buffer + value, in place",
+                     {2}),
+      flag_then_like("AdamWOptimizer", 6, 7, 4, {2, 4, 5},
+                     "(lr, step, weights, gradients, momentums_1, momentums_2[, update_signal]: sequences) -> "
+                     "updated_flag[, updated weights, momentums_1, momentums_2]: AdamW in place (adam_mode 0: "
+                     "PyTorch's, 1: Hugging Face's; correct_bias)",
+                     {0, 1, 6}),
+      flag_then_like("SGDOptimizerV2", 3, 4, 2, {1},
+                     "(lr, weights, gradients[, update_signal]: sequences) -> update_completed[, updated weights]: "
+                     "w = w - lr g in place",
+                     {0, 3}),
+  };
+  std::sort(t.begin(), t.end(), [](const OpDef& a, const OpDef& b) { return a.name < b.name; });
+  return t;
+}
+
 // "0, 2, 3": input positions for the generated page.
 std::string positions(const std::vector<size_t>& v) {
   std::string s;
@@ -145,6 +175,7 @@ std::string type_rule(const OpDef& d) {
     }
     case TypeRule::kLikeTrailing: return "like the last inputs";
     case TypeRule::kGroups: return "like the groups after input " + std::to_string(d.lead - 1);
+    case TypeRule::kFlagThenLike: return "bool [1]; then like inputs " + positions(d.like) + " (shape too)";
   }
   return "";
 }
@@ -161,10 +192,26 @@ const std::vector<OpDef>& onnxtrain_ops() {
   return t;
 }
 
-const OpDef* find_op(const std::string& name) {
-  const auto& t = onnxtrain_ops();
+const std::vector<OpDef>& microsoft_ops() {
+  static const std::vector<OpDef> t = build_microsoft();
+  return t;
+}
+
+namespace {
+
+const OpDef* find_in(const std::vector<OpDef>& t, const std::string& name) {
   auto it = std::lower_bound(t.begin(), t.end(), name, [](const OpDef& d, const std::string& n) { return d.name < n; });
   return it != t.end() && it->name == name ? &*it : nullptr;
+}
+
+}  // namespace
+
+const OpDef* find_op(const std::string& name) { return find_in(onnxtrain_ops(), name); }
+
+const OpDef* find_op(const std::string& domain, const std::string& name) {
+  if (domain == kDomain) return find_in(onnxtrain_ops(), name);
+  if (domain == kMicrosoftDomain) return find_in(microsoft_ops(), name);
+  return nullptr;
 }
 
 std::string operators_markdown() {
@@ -178,10 +225,20 @@ std::string operators_markdown() {
       "memory on any device; session: only a TrainingSession places it (refused in a loaded model).\n\n"
       "| operator | inputs | outputs | types | host | session | what it computes |\n"
       "|---|---|---|---|---|---|---|\n";
-  for (const OpDef& d : onnxtrain_ops())
-    s += "| " + d.name + " | " + count_range(d.min_inputs, d.max_inputs) + " | " + count_range(d.min_outputs, d.max_outputs) +
-         " | " + type_rule(d) + " | " + positions(d.host_inputs) + " | " + (d.session_internal ? "yes" : "") + " | " + d.doc +
-         " |\n";
+  auto rows = [&](const std::vector<OpDef>& table) {
+    for (const OpDef& d : table)
+      s += "| " + d.name + " | " + count_range(d.min_inputs, d.max_inputs) + " | " +
+           count_range(d.min_outputs, d.max_outputs) + " | " + type_rule(d) + " | " + positions(d.host_inputs) + " | " +
+           (d.session_internal ? "yes" : "") + " | " + d.doc + " |\n";
+  };
+  rows(onnxtrain_ops());
+  s += "\n## The " + std::string(kMicrosoftDomain) + " operators onnxtrain implements\n\n"
+       "onnxruntime's contrib operators that its on-device training artifacts contain, with onnxruntime's schemas and "
+       "semantics (opset 1 of `" + kMicrosoftDomain + "`), described by the second table of the same file "
+       "(`microsoft_ops()`).\n\n"
+       "| operator | inputs | outputs | types | host | session | what it computes |\n"
+       "|---|---|---|---|---|---|---|\n";
+  rows(microsoft_ops());
   return s;
 }
 

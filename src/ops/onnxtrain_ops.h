@@ -6,6 +6,8 @@
 // before a kernel is made) and docs/operators.md (generated from operators_markdown(), checked by a
 // test). Adding a com.onnxtrain operator: its row here, its kernel beside the forward one in
 // src/kernels/cpu/<family>.cpp, its rule in src/autodiff/rules.cpp, its test (docs/adding-an-operator.md).
+// A second table lists the com.microsoft operators onnxtrain implements (onnxruntime's contrib
+// schemas: what onnxruntime's training artifacts contain), read the same way.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,9 @@ namespace onnxtrain::ops {
 /// onnxtrain's operator domain: gradients, fused forms and the training step. The one place the
 /// string is written; every other use names this constant.
 inline constexpr const char* kDomain = "com.onnxtrain";
+/// onnxruntime's contrib domain (its training artifacts' operators). The one place the string is
+/// written.
+inline constexpr const char* kMicrosoftDomain = "com.microsoft";
 /// The opset of every com.onnxtrain operator.
 inline constexpr int64_t kOpset = 1;
 
@@ -36,6 +41,9 @@ enum class TypeRule : uint8_t {
   /// then groups of n tensors (n = inputs - lead - outputs); output k is typed like the first group's
   /// tensor k % n for k < n, like group (k / n + 1)'s tensor k % n after (the states).
   kGroups,
+  /// Output 0 is a bool [1] flag (onnxruntime's in-place operators: "updated"); output k >= 1 is
+  /// typed like input like[min(k - 1, like.size() - 1)] (its shape too).
+  kFlagThenLike,
 };
 
 /// A fixed output type: element type and shape.
@@ -64,9 +72,13 @@ struct OpDef {
 const std::vector<OpDef>& onnxtrain_ops();
 /// The row of com.onnxtrain operator `name`, or null.
 const OpDef* find_op(const std::string& name);
+/// The com.microsoft operators onnxtrain implements, sorted by name.
+const std::vector<OpDef>& microsoft_ops();
+/// The row of operator `name` of `domain` (com.onnxtrain or com.microsoft), or null.
+const OpDef* find_op(const std::string& domain, const std::string& name);
 /// "2", "2 to 4" or "3 or more" (max -1: any number), for counts in messages and docs.
 std::string count_range(int lo, int hi);
-/// The documentation of the table (docs/operators.md): a markdown page with one row per operator.
+/// The documentation of the tables (docs/operators.md): a markdown page with one row per operator.
 std::string operators_markdown();
 
 }  // namespace onnxtrain::ops

@@ -314,9 +314,12 @@ def ort_web():
     return folder, None
 
 
-def linear_artifacts(tmp_path):
+def linear_artifacts(tmp_path, optimizer_outputs=False):
     """onnxruntime's artifact layout, written by hand: y = x W + b, loss = sum((y - t)^2), the
-    gradients accumulated by InPlaceAccumulatorV2, and an AdamW optimizer model (HF mode)."""
+    gradients accumulated by InPlaceAccumulatorV2, and an AdamW optimizer model (HF mode). With
+    ``optimizer_outputs`` the optimizer model also outputs the updated weights and moments (the
+    schema's optional outputs), for a caller that feeds numpy lists, which are copied into
+    sequences as onnxruntime copies them."""
     f32 = TensorProto.FLOAT
     ms = "com.microsoft"
     nodes = [
@@ -348,23 +351,40 @@ def linear_artifacts(tmp_path):
     train = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid(ms, 1)])
     train.ir_version = 7
     seq = lambda n: helper.make_tensor_sequence_value_info(n, f32, None)  # noqa: E731
+    extra = ["params_out", "m1_out", "m2_out"] if optimizer_outputs else []
     opt_graph = helper.make_graph(
         [helper.make_node("AdamWOptimizer", ["learning_rate", "step", "params", "gradients",
-                                             "first_order_moments", "second_order_moments"], ["updated_flag"],
+                                             "first_order_moments", "second_order_moments"], ["updated_flag"] + extra,
                           domain=ms, alpha=0.9, beta=0.999, epsilon=1e-6, weight_decay=0.01, correct_bias=1,
                           adam_mode=1)],
         "adamw",
         [helper.make_tensor_value_info("learning_rate", f32, [1]),
          helper.make_tensor_value_info("step", TensorProto.INT64, [1]),
          seq("params"), seq("gradients"), seq("first_order_moments"), seq("second_order_moments")],
-        [helper.make_tensor_value_info("updated_flag", TensorProto.BOOL, [1])])
+        [helper.make_tensor_value_info("updated_flag", TensorProto.BOOL, [1])] + [seq(n) for n in extra])
     opt = helper.make_model(opt_graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid(ms, 1)])
     opt.ir_version = 7
-    paths = str(tmp_path / "training_model.onnx"), str(tmp_path / "optimizer_model.onnx")
+    paths = str(tmp_path / "training_model.onnx"), str(tmp_path / ("optimizer_outputs.onnx" if extra else "optimizer_model.onnx"))
     for p, m in zip(paths, (train, opt)):
         with open(p, "wb") as f:
             f.write(m.SerializeToString())
     return paths
+
+
+def run_ort_web(folder, tmp_path, checkpoint, train_model, optimizer_model, x, t, optimizer_steps):
+    """onnxruntime-web's TrainingSession on the linear artifacts: a training step on (x, t) per
+    entry of ``optimizer_steps``, each followed by an optimizer step and lazy_reset_grad when true.
+    Returns the runner's results (tests/python/ort_web_runner.js)."""
+    feeds = {"x": {"dims": list(x.shape), "data": x.ravel().tolist()},
+             "t": {"dims": list(t.shape), "data": t.ravel().tolist()}}
+    job = {"checkpoint": checkpoint, "train_model": train_model, "optimizer_model": optimizer_model,
+           "steps": [{"feeds": feeds, "optimizer": o} for o in optimizer_steps]}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    run = subprocess.run(["node", os.path.join(ROOT, "tests", "python", "ort_web_runner.js"),
+                          str(tmp_path / "job.json")], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ONNXTRAIN_ORT_WEB": folder})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
 
 
 def adamw_hf(w, g, m, v, lr, t, alpha=0.9, beta=0.999, eps=1e-6, wd=0.01):
@@ -397,15 +417,7 @@ def test_onnxruntime_web_trains_from_an_onnxtrain_checkpoint(tmp_path):
     train_model, optimizer_model = linear_artifacts(tmp_path)
     x = rng.standard_normal((4, 3)).astype(np.float32)
     t = rng.standard_normal((4, 2)).astype(np.float32)
-    feeds = {"x": {"dims": [4, 3], "data": x.ravel().tolist()}, "t": {"dims": [4, 2], "data": t.ravel().tolist()}}
-    job = {"checkpoint": ours, "train_model": train_model, "optimizer_model": optimizer_model,
-           "steps": [{"feeds": feeds, "optimizer": True}, {"feeds": feeds, "optimizer": False}]}
-    (tmp_path / "job.json").write_text(json.dumps(job))
-    run = subprocess.run(["node", os.path.join(ROOT, "tests", "python", "ort_web_runner.js"),
-                          str(tmp_path / "job.json")], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "ONNXTRAIN_ORT_WEB": folder})
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout)
+    out = run_ort_web(folder, tmp_path, ours, train_model, optimizer_model, x, t, [True, False])
     # Parameters in the training model's input order: W then b.
     np.testing.assert_array_equal(out["parameters_before"], np.concatenate([w.ravel(), bias]))
     assert out["parameters_size"] == 8
@@ -421,3 +433,53 @@ def test_onnxruntime_web_trains_from_an_onnxtrain_checkpoint(tmp_path):
     np.testing.assert_allclose(out["parameters_after"], np.concatenate([w1.ravel(), b1]), rtol=1e-5, atol=1e-6)
     d1 = x @ w1 + b1 - t
     assert out["losses"][1] == pytest.approx(float((d1 * d1).sum()), rel=1e-5)
+
+
+def test_artifacts_train_here_as_in_onnxruntime_web(tmp_path):
+    """onnxruntime's artifacts (InPlaceAccumulatorV2 in the training model, AdamWOptimizer over
+    sequences in the optimizer model) run by onnxtrain's InferenceSession as onnxruntime's Module and
+    Optimizer drive them: the fed gradient buffers change in place; the optimizer's updated weights
+    and moments come back as its optional outputs. Ten AdamW steps from the same checkpoint: every
+    loss and the final parameters equal onnxruntime-web's within 1e-5."""
+    import onnxtrain
+    folder, reason = ort_web()
+    if folder is None:
+        pytest.skip(reason)
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((3, 2)).astype(np.float32)
+    bias = rng.standard_normal(2).astype(np.float32)
+    m = {"W": (rng.standard_normal((3, 2)) * 0.1).astype(np.float32), "b": (rng.standard_normal(2) * 0.1).astype(np.float32)}
+    v = {"W": (rng.random((3, 2)) * 0.01).astype(np.float32), "b": (rng.random(2) * 0.01).astype(np.float32)}
+    path = str(tmp_path / "checkpoint")
+    write_checkpoint(path, {"W": w, "b": bias}, {}, step=3, initial_lr=0.01,
+                     momentums={p: {"momentum0": m[p], "momentum1": v[p]} for p in m}, ints={}, floats={}, strings={})
+    train_model, optimizer_model = linear_artifacts(tmp_path)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    t = rng.standard_normal((4, 2)).astype(np.float32)
+    steps = 10
+    reference = run_ort_web(folder, tmp_path, path, train_model, optimizer_model, x, t, [True] * steps)
+
+    state = CheckpointState.load_checkpoint(path)
+    group = state._state.optimizer_group("group0")
+    params = [state.parameters["W"].data, state.parameters["b"].data]
+    grads = [np.zeros_like(p) for p in params]
+    m1 = [group["states"][n]["momentum0"] for n in ("W", "b")]
+    m2 = [group["states"][n]["momentum1"] for n in ("W", "b")]
+    train = onnxtrain.InferenceSession(train_model)
+    optimizer = onnxtrain.InferenceSession(linear_artifacts(tmp_path, optimizer_outputs=True)[1])
+    losses = []
+    for k in range(steps):
+        # Every output, as onnxruntime's Module fetches them: the accumulators' flags keep their
+        # nodes in the plan.
+        loss = train.run(None, {"x": x, "t": t, "W": params[0], "b": params[1],
+                                    "W_grad.accumulation.buffer": grads[0], "b_grad.accumulation.buffer": grads[1],
+                                    "lazy_reset_grad": np.array([True])})[0]
+        losses.append(float(loss))
+        flag, params, m1, m2 = optimizer.run(None, {
+            "learning_rate": np.array([0.001], np.float32), "step": np.array([group["step"] + k + 1], np.int64),
+            "params": params, "gradients": grads, "first_order_moments": m1, "second_order_moments": m2})
+        assert flag.tolist() == [True]
+    np.testing.assert_allclose(losses, reference["losses"], rtol=1e-5)
+    np.testing.assert_allclose(np.concatenate([p.ravel() for p in params]), reference["parameters_after"],
+                               rtol=1e-5, atol=1e-7)
+    assert losses[-1] < losses[0]

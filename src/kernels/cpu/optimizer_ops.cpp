@@ -32,6 +32,17 @@
 //             r = T > 0 ? R sqrt(1 - beta^T) / (1 - alpha^T) : R;
 //             X' = (1 - norm_coefficient_post) (X - r V' / (sqrt(H') + epsilon))
 //
+// com.microsoft (onnxruntime's training artifacts; they update their inputs in place, as
+// onnxruntime's kernels do, and output a bool [1] flag):
+//   InPlaceAccumulatorV2(A, G[, overwrite]) -> flag[, A']: A = overwrite ? G : A + G
+//   AdamWOptimizer(lr, t, W, G, M1, M2 sequences[, update_signal]) -> flag[, W', M1', M2'], in float
+//     as onnxruntime computes: m = alpha m + (1-alpha) g; v = beta v + (1-beta) g g; with
+//     correct_bias ca = 1 - alpha^t, cb = 1 - beta^t (float), else 1;
+//     mode 0 (PyTorch): w -= lr wd w, then w -= lr m / (ca (sqrt(v / cb) + eps));
+//     mode 1 (Hugging Face): w -= (lr sqrt(cb) / ca) m / (sqrt(v) + eps), then w -= lr wd w
+//   SGDOptimizerV2(lr, W, G sequences[, update_signal]) -> flag[, W']: w -= lr g
+//   update_signal false: nothing changes, flag false.
+//
 // Work split: the n tensors are one concatenation; one parallel region splits its total element
 // count and maps chunks to (tensor, range). Sums (norms) use fixed blocks of kNormBlock elements
 // added in block order, so every result is independent of the thread count.
@@ -458,6 +469,119 @@ class AccumulateGradientsKernel final : public Kernel {
   TensorSet set_;
 };
 
+// ---------------------------------------------------------------- com.microsoft InPlaceAccumulatorV2
+class InPlaceAccumulatorKernel final : public Kernel {
+ public:
+  explicit InPlaceAccumulatorKernel(const KernelInfo&) {}
+  void prepare(PrepareContext& ctx) override {
+    shape::check_inplace_accumulator(ctx);
+    ctx.set_output(0, DType::kBool, {1});
+    // Output 1 is a copy: declared in place, the planner would hand the kernel a copy of a fed
+    // buffer as input 0, and the buffer itself would not change.
+    if (ctx.has_output(1)) ctx.set_output(1, ctx.input_dtype(0), ctx.input_shape(0));
+    ctx.set_nondeterministic();  // updates its input: never folded
+  }
+  void run(RunContext& ctx) override {
+    const bool overwrite = ctx.has_input(2) && *ctx.input(2).data<bool>();
+    const Tensor& a = ctx.input(0);
+    // The buffer itself changes (onnxruntime's semantics); output 1, when named, is a copy of it.
+    void* dst = const_cast<void*>(a.raw_data());
+    float_or_double(a.dtype(), [&]<class T>() {
+      const T* A = a.data<T>();
+      const T* G = ctx.input(1).data<T>();
+      T* out = static_cast<T*>(dst);
+      parallel_for(a.numel(), kGrain, [&](int64_t lo, int64_t hi) {
+        if (overwrite) {
+          std::memmove(out + lo, G + lo, size_t(hi - lo) * sizeof(T));
+        } else {
+#pragma omp simd
+          for (int64_t j = lo; j < hi; ++j) out[j] = A[j] + G[j];
+        }
+      });
+    });
+    if (ctx.has_output(1)) std::memcpy(ctx.output(1).raw_data(), dst, a.nbytes());
+    *ctx.output(0).data<bool>() = true;
+  }
+};
+
+// ---------------------------------------------------------------- com.microsoft AdamWOptimizer, SGDOptimizerV2
+// Inputs `first`.. are sequences; every tensor is updated in place; the named sequence outputs
+// hand the same tensors on.
+class SequenceOptimizerKernel final : public Kernel {
+ public:
+  SequenceOptimizerKernel(const KernelInfo& info, bool adamw) : adamw_(adamw) {
+    if (adamw) at_ = shape::read_adamw_attrs(info);
+  }
+  void prepare(PrepareContext& ctx) override {
+    shape::check_sequence_optimizer_inputs(ctx, adamw_ ? 1 : -1, first(), last(), signal());
+    ctx.set_output(0, DType::kBool, {1});
+    for (size_t k = 1; k < ctx.num_outputs(); ++k)
+      if (ctx.has_output(k)) ctx.set_output_sequence(k, DType::kFloat32);
+    ctx.set_nondeterministic();  // updates its inputs: never folded
+  }
+  void run(RunContext& ctx) override {
+    const size_t n = shape::check_sequence_optimizer_tensors(ctx, first(), last());
+    const bool update = !ctx.has_input(signal()) || *ctx.input(signal()).data<bool>();
+    if (update) {
+      const float lr = *ctx.input(0).data<float>();
+      for (size_t k = 0; k < n; ++k) {
+        auto at = [&](size_t i) { return const_cast<float*>(ctx.input_value(i).sequence[k].data<float>()); };
+        const int64_t count = ctx.input_value(first()).sequence[k].numel();
+        if (adamw_) adamw(ctx, lr, at(2), at(3), at(4), at(5), count);
+        else sgd(lr, at(1), at(2), count);
+      }
+    }
+    *ctx.output(0).data<bool>() = update;
+    // Outputs 1.. hand on weights (and momentums): the inputs 2, 4, 5 (AdamW) or 1 (SGD).
+    static constexpr size_t kAdamW[] = {2, 4, 5};
+    for (size_t k = 1; k < ctx.num_outputs(); ++k)
+      if (ctx.has_output(k)) ctx.output_value(k) = ctx.input_value(adamw_ ? kAdamW[k - 1] : 1);
+  }
+
+ private:
+  size_t first() const { return adamw_ ? 2 : 1; }
+  size_t last() const { return adamw_ ? 6 : 3; }
+  size_t signal() const { return adamw_ ? 6 : 3; }
+
+  static void sgd(float lr, float* w, const float* g, int64_t count) {
+    parallel_for(count, kGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j) w[j] = w[j] - lr * g[j];
+    });
+  }
+
+  void adamw(const RunContext& ctx, float lr, float* w, const float* g, float* m, float* v, int64_t count) const {
+    const int64_t t = *ctx.input(1).data<int64_t>();
+    float ca = 1.f, cb = 1.f, lr_c = lr;
+    if (at_.correct_bias) {
+      ca = 1.f - static_cast<float>(std::pow(at_.alpha, t));
+      cb = 1.f - static_cast<float>(std::pow(at_.beta, t));
+      lr_c *= std::sqrt(cb) / ca;
+    }
+    const float a = at_.alpha, b = at_.beta, eps = at_.epsilon, wd = at_.weight_decay;
+    const bool torch_mode = at_.adam_mode == 0;
+    parallel_for(count, kGrain, [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j) {
+        float wj = w[j];
+        if (torch_mode) wj = wj - wj * lr * wd;
+        const float mj = a * m[j] + (1.f - a) * g[j];
+        const float vj = b * v[j] + (1.f - b) * g[j] * g[j];
+        m[j] = mj;
+        v[j] = vj;
+        if (torch_mode) {
+          wj = wj - (lr * mj) / (ca * (std::sqrt(vj / cb) + eps));
+        } else {
+          wj = wj - lr_c * mj / (std::sqrt(vj) + eps);
+          wj = wj - lr * wd * wj;
+        }
+        w[j] = wj;
+      }
+    });
+  }
+
+  bool adamw_;
+  shape::AdamWAttrs at_;
+};
+
 // ---------------------------------------------------------------- GlobalNormClip
 // Sum of the squares of inputs first.. (the tensors of `set`), in double, over fixed blocks of
 // the concatenation, each summed sequentially from 0 (one block of up to kNormBlock elements is
@@ -644,6 +768,14 @@ void register_training(KernelRegistry& r) {
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossScaleCheckKernel>(i); });
   r.add(ops::kDomain, kGlobalNormClip, ops::kOpset, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<GlobalNormClipKernel>(i); });
+  // onnxruntime's training artifacts (com.microsoft, opset 1).
+  r.add(ops::kMicrosoftDomain, "InPlaceAccumulatorV2", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<InPlaceAccumulatorKernel>(i); });
+  for (bool adamw : {true, false})
+    r.add(ops::kMicrosoftDomain, adamw ? "AdamWOptimizer" : "SGDOptimizerV2", 1, kMaxOpsetAll,
+          [adamw](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+            return std::make_unique<SequenceOptimizerKernel>(i, adamw);
+          });
 }
 
 }  // namespace onnxtrain::kernels::cpu

@@ -219,4 +219,62 @@ size_t check_preview_inputs(const PrepareContext& ctx, const PreviewAttrs& at) {
   return n;
 }
 
+void check_inplace_accumulator(const PrepareContext& ctx) {
+  for (size_t i : {0, 1})
+    if (!ctx.has_input(i) || ctx.input_kind(i) != Value::Kind::kTensor)
+      ctx.fail(i == 0 ? "accumulation_buffer" : "value", " (input ", i, ") must be a tensor");
+  const DType dt = ctx.input_dtype(0);
+  require_element_type(ctx, dt, dt == DType::kFloat32 || dt == DType::kFloat64);
+  if (ctx.input_dtype(1) != dt || ctx.input_shape(1) != ctx.input_shape(0))
+    ctx.fail("value is ", dtype_name(ctx.input_dtype(1)), shape_to_string(ctx.input_shape(1)),
+             ", the accumulation buffer ", dtype_name(ctx.input_dtype(0)), shape_to_string(ctx.input_shape(0)));
+  if (ctx.has_input(2)) check_scalar(ctx, 2, "overwrite_flag", DType::kBool);
+}
+
+AdamWAttrs read_adamw_attrs(const KernelInfo& info) {
+  AdamWAttrs at;
+  at.alpha = info.attr_float("alpha", at.alpha);
+  at.beta = info.attr_float("beta", at.beta);
+  at.epsilon = info.attr_float("epsilon", at.epsilon);
+  at.weight_decay = info.attr_float("weight_decay", at.weight_decay);
+  at.adam_mode = info.attr_int("adam_mode", 0);
+  const int64_t correct = info.attr_int("correct_bias", 1);
+  if (at.adam_mode != 0 && at.adam_mode != 1) info.fail("adam_mode must be 0 (PyTorch) or 1 (Hugging Face), got ", at.adam_mode);
+  if (correct != 0 && correct != 1) info.fail("correct_bias must be 0 or 1, got ", correct);
+  if (at.adam_mode == 0 && correct == 0) info.fail("correct_bias must be 1 with adam_mode 0 (PyTorch's AdamW)");
+  at.correct_bias = correct == 1;
+  return at;
+}
+
+void check_sequence_optimizer_inputs(const PrepareContext& ctx, int step, size_t first, size_t last, size_t signal) {
+  check_scalar(ctx, 0, "lr", DType::kFloat32);
+  if (step >= 0) check_scalar(ctx, size_t(step), "step", DType::kInt64);
+  static const char* const names[] = {"weights", "gradients", "momentums_1", "momentums_2"};
+  for (size_t i = first; i < last; ++i)
+    if (!ctx.has_input(i) || ctx.input_kind(i) != Value::Kind::kSequence)
+      ctx.fail(names[std::min<size_t>(i - first, 3)], " (input ", i, ") must be a sequence of tensors");
+  if (ctx.has_input(signal)) check_scalar(ctx, signal, "update_signal", DType::kBool);
+}
+
+size_t check_sequence_optimizer_tensors(const RunContext& ctx, size_t first, size_t last) {
+  const size_t n = ctx.input_value(first).sequence.size();
+  if (n == 0) ctx.fail("the weights sequence is empty");
+  for (size_t i = first + 1; i < last; ++i)
+    if (ctx.input_value(i).sequence.size() != n)
+      ctx.fail("input ", i, " holds ", ctx.input_value(i).sequence.size(), " tensors, the weights ", n);
+  for (size_t k = 0; k < n; ++k) {
+    const Tensor& w = ctx.input_value(first).sequence[k];
+    for (size_t i = first; i < last; ++i) {
+      const Tensor& t = ctx.input_value(i).sequence[k];
+      if (t.dtype() != DType::kFloat32)
+        throw_error<NotImplemented>(ctx.node().describe(), ": tensor ", k, " of input ", i, " is ",
+                                    dtype_name(t.dtype()), ": only float32 is supported");
+      if (t.shape() != w.shape())
+        ctx.fail("tensor ", k, " of input ", i, " has shape ", shape_to_string(t.shape()), ", weight ", k, " ",
+                 shape_to_string(w.shape()));
+    }
+  }
+  return n;
+}
+
 }  // namespace onnxtrain::kernels::shape

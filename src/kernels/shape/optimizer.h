@@ -79,4 +79,30 @@ PreviewAttrs read_preview_attrs(const KernelInfo& info, PreviewAlgorithm algo);
 /// states of their X's type and shape. Returns n. Outputs may be left unnamed.
 size_t check_preview_inputs(const PrepareContext& ctx, const PreviewAttrs& at);
 
+// onnxruntime's com.microsoft operators of its training artifacts (the second operator table).
+// They update their inputs in place, as onnxruntime's do: the accumulation buffer, the weights and
+// the momentums fed to them change.
+
+/// InPlaceAccumulatorV2(buffer, value[, overwrite_flag]): buffer and value tensors of one type
+/// (float32 or float64, else NotImplemented) and shape, overwrite_flag a bool of one element.
+void check_inplace_accumulator(const PrepareContext& ctx);
+
+/// AdamWOptimizer's attributes (onnxruntime's schema defaults: alpha 0.9, beta 0.999, epsilon
+/// 1e-8, weight_decay 0.01, adam_mode 0, correct_bias 1).
+struct AdamWAttrs {
+  float alpha = 0.9f, beta = 0.999f, epsilon = 1e-8f, weight_decay = 1e-2f;
+  int64_t adam_mode = 0;  ///< 0: PyTorch's AdamW, 1: Hugging Face's
+  bool correct_bias = true;
+};
+/// Fails naming the node for adam_mode other than 0 or 1, correct_bias other than 0 or 1, or
+/// adam_mode 0 without correct_bias (PyTorch's AdamW always corrects).
+AdamWAttrs read_adamw_attrs(const KernelInfo& info);
+/// The scalars of AdamWOptimizer / SGDOptimizerV2: lr a float32 of one element; step (AdamW, input
+/// `step`, or none when `step` is -1) an int64 of one element; the sequence inputs [first, last)
+/// sequences; update_signal (input `signal`, optional) a bool of one element.
+void check_sequence_optimizer_inputs(const PrepareContext& ctx, int step, size_t first, size_t last, size_t signal);
+/// At run time: the sequences [first, last) hold as many tensors as the first (at least one),
+/// float32, the tensors at one index of one shape. Returns the count.
+size_t check_sequence_optimizer_tensors(const RunContext& ctx, size_t first, size_t last);
+
 }  // namespace onnxtrain::kernels::shape
