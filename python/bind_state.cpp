@@ -105,7 +105,7 @@ void bind_state(py::module_& m) {
            [](CheckpointState& s, const std::string& n, py::handle v, bool requires_grad) {
              std::vector<py::object> hold;
              Tensor t = tensor_from_array(n, v, hold).clone();
-             s.parameters[n] = Parameter{t.dtype(), t, requires_grad, {}};
+             s.parameters[n] = Parameter{t.dtype(), t, requires_grad, {}, {}};
            },
            py::arg("name"), py::arg("value"), py::arg("requires_grad") = true)
       .def("property_names", [](const CheckpointState& s) { return names_of(s.properties); })

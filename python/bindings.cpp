@@ -80,4 +80,5 @@ PYBIND11_MODULE(_C, m) {
   bind_agent(m);
   bind_files(m);
   bind_state(m);
+  bind_on_device(m);
 }

@@ -72,5 +72,7 @@ void bind_agent(py::module_& m);
 void bind_files(py::module_& m);
 /// onnxtrain._C.CheckpointState (bind_state.cpp).
 void bind_state(py::module_& m);
+/// onnxtrain._C.Module, Optimizer, LinearLRScheduler (bind_on_device.cpp).
+void bind_on_device(py::module_& m);
 
 }  // namespace onnxtrain::python

@@ -27,6 +27,9 @@ struct Parameter {
   Tensor data;                      ///< the value; undefined in a nominal state
   bool requires_grad = true;        ///< trainable (false: frozen, saved as a frozen parameter)
   Tensor grad;                      ///< gradient accumulation buffer of a training graph; never saved
+  /// The shape of a parameter without a value (a nominal state's, read from and written to the
+  /// file); with a value, data.shape() is the shape.
+  Shape nominal_shape;
 };
 
 /// An optimizer parameter group (onnxruntime has one, "group0").

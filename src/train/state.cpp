@@ -72,11 +72,14 @@ struct Reader {
       fail("tensor '", name, "' has element type ", ft->data_type(), ", which onnxtrain does not support");
     Parameter p;
     p.dtype = dt;
-    if (nominal) return {std::move(name), std::move(p)};
     Shape shape;
     if (ft->dims()) shape.assign(ft->dims()->begin(), ft->dims()->end());
     int64_t numel;
     if (!checked_numel(shape, &numel)) fail("tensor '", name, "' has invalid dims ", shape_to_string(shape));
+    if (nominal) {
+      p.nominal_shape = std::move(shape);
+      return {std::move(name), std::move(p)};
+    }
     if (dt == DType::kString) {
       const auto* sd = ft->string_data();
       if (int64_t(sd ? sd->size() : 0) != numel)
@@ -182,7 +185,7 @@ class Writer {
     for (const auto& [name, p] : s.parameters) {
       if (!s.nominal && !p.data.defined())
         throw_error<InvalidArgument>("cannot save parameter '", name, "': it has no value (the state is not nominal)");
-      (p.requires_grad ? trainable : frozen).push_back(tensor(name, p.dtype, p.data, s.nominal));
+      (p.requires_grad ? trainable : frozen).push_back(tensor(name, p.dtype, p.data, p.nominal_shape, s.nominal));
     }
     const auto t_off = b_.CreateVector(trainable);
     const auto f_off = b_.CreateVector(frozen);
@@ -201,7 +204,9 @@ class Writer {
             if (!s.nominal && (t.dtype() != it->second.dtype || t.shape() != it->second.data.shape()))
               throw_error<InvalidArgument>("cannot save optimizer state '", sname, "' of '", pname, "': it is ",
                                            t.describe(), ", the parameter ", it->second.data.describe());
-            momentums.push_back(tensor(sname, it->second.dtype, t, s.nominal));
+            momentums.push_back(tensor(sname, it->second.dtype, t,
+                                       it->second.data.defined() ? it->second.data.shape() : it->second.nominal_shape,
+                                       s.nominal));
           }
           const auto pn = b_.CreateString(pname);
           const auto mv = b_.CreateVector(momentums);
@@ -231,9 +236,15 @@ class Writer {
   }
 
  private:
-  flatbuffers::Offset<fb::Tensor> tensor(const std::string& name, DType dt, const Tensor& t, bool nominal) {
+  // A nominal state's tensors have dims (the value's shape, else `nominal_shape`) and empty raw
+  // data, as onnxruntime writes them (it refuses a tensor without dims or without raw data).
+  flatbuffers::Offset<fb::Tensor> tensor(const std::string& name, DType dt, const Tensor& t, const Shape& nominal_shape,
+                                         bool nominal) {
     const auto n = b_.CreateString(name);
-    if (nominal) return fb::CreateTensor(b_, n, 0, 0, int32_t(dt));
+    if (nominal) {
+      const auto dims = b_.CreateVector(t.defined() ? t.shape() : nominal_shape);
+      return fb::CreateTensor(b_, n, 0, dims, int32_t(dt), b_.CreateVector(std::vector<uint8_t>{}));
+    }
     const auto dims = b_.CreateVector(t.shape());
     if (t.dtype() == DType::kString) {
       std::vector<flatbuffers::Offset<flatbuffers::String>> strs;

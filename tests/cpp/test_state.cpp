@@ -18,10 +18,10 @@ namespace {
 
 CheckpointState sample_state() {
   CheckpointState s;
-  s.parameters["fc1.weight"] = {DType::kFloat32, Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6}), true, {}};
-  s.parameters["fc1.bias"] = {DType::kFloat32, Tensor::from_vector<float>({2}, {-1, 0.5f}), true, {}};
-  s.parameters["bn.running_mean"] = {DType::kFloat64, Tensor::from_vector<double>({2}, {0.25, 7}), false, {}};
-  s.parameters["steps"] = {DType::kInt64, Tensor::from_vector<int64_t>({}, {42}), false, {}};
+  s.parameters["fc1.weight"] = {DType::kFloat32, Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6}), true, {}, {}};
+  s.parameters["fc1.bias"] = {DType::kFloat32, Tensor::from_vector<float>({2}, {-1, 0.5f}), true, {}, {}};
+  s.parameters["bn.running_mean"] = {DType::kFloat64, Tensor::from_vector<double>({2}, {0.25, 7}), false, {}, {}};
+  s.parameters["steps"] = {DType::kInt64, Tensor::from_vector<int64_t>({}, {42}), false, {}, {}};
   OptimizerGroup& g = s.optimizer_groups["group0"];
   g.step = 5;
   g.initial_learning_rate = 0.01f;
@@ -113,7 +113,7 @@ TEST(CheckpointState, BufferRoundTripAndStrings) {
   Tensor words = Tensor::empty(DType::kString, {2});
   words.data<std::string>()[0] = "alpha";
   words.data<std::string>()[1] = "";
-  s.parameters["vocab"] = {DType::kString, words, false, {}};
+  s.parameters["vocab"] = {DType::kString, words, false, {}, {}};
   const std::string bytes = s.save_to_buffer(true);
   EXPECT_EQ(bytes.substr(4, 4), "ODTC");
   const CheckpointState r = CheckpointState::load_from_buffer(bytes.data(), bytes.size());
@@ -134,6 +134,8 @@ TEST(CheckpointState, NominalStateKeepsNamesAndTypesOnly) {
   ASSERT_EQ(r.parameters.size(), 4u);
   EXPECT_EQ(r.parameter("bn.running_mean").dtype, DType::kFloat64);
   EXPECT_FALSE(r.parameter("fc1.weight").data.defined());
+  EXPECT_EQ(r.parameter("fc1.weight").nominal_shape, (Shape{2, 3}));
+  EXPECT_EQ(r.parameter("steps").nominal_shape, Shape{});
   EXPECT_TRUE(r.parameter("fc1.weight").requires_grad);
   EXPECT_FALSE(r.parameter("steps").requires_grad);
   // A nominal state is small whatever the parameters' sizes.
@@ -227,7 +229,7 @@ TEST(CheckpointState, InconsistentStatesAreRefusedOnSaveAndLoad) {
   s.optimizer_groups["group0"].states["ghost"]["momentum0"] = Tensor::from_vector<float>({1}, {1});
   EXPECT_THROW(s.save(dir.path + "/x", {.include_optimizer_state = true}), InvalidArgument);
   s = sample_state();
-  s.parameters["empty"] = {DType::kFloat32, Tensor(), true, {}};
+  s.parameters["empty"] = {DType::kFloat32, Tensor(), true, {}, {}};
   EXPECT_THROW(s.save(dir.path + "/x"), InvalidArgument);
   EXPECT_THROW(s.parameter("missing"), InvalidArgument);
   EXPECT_THROW(CheckpointState::load(dir.path + "/none"), NoSuchFile);

@@ -13,8 +13,8 @@ namespace {
 void write_seeds(const std::string& dir) {
   using namespace onnxtrain;
   CheckpointState s;
-  s.parameters["w"] = {DType::kFloat32, Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6}), true, {}};
-  s.parameters["b"] = {DType::kFloat64, Tensor::from_vector<double>({2}, {0.5, -0.5}), false, {}};
+  s.parameters["w"] = {DType::kFloat32, Tensor::from_vector<float>({2, 3}, {1, 2, 3, 4, 5, 6}), true, {}, {}};
+  s.parameters["b"] = {DType::kFloat64, Tensor::from_vector<double>({2}, {0.5, -0.5}), false, {}, {}};
   s.optimizer_groups["group0"].step = 3;
   s.optimizer_groups["group0"].states["w"]["momentum0"] = Tensor::zeros(DType::kFloat32, {2, 3});
   s.properties["epoch"] = int64_t(2);

@@ -3,7 +3,9 @@
 // compared with (tests/python/test_ort_checkpoint.py). The package is found at
 // $ONNXTRAIN_ORT_WEB (its folder), installed by scripts/install_onnxruntime_web.sh.
 //
-// Job: {checkpoint, train_model, optimizer_model?, steps: [{feeds: {name: {dims, data}}, optimizer: bool}]}
+// Job: {checkpoint, train_model, optimizer_model?, parameters_buffer?: [floats] (loaded into every
+//      parameter before anything else: completes a nominal checkpoint),
+//      steps: [{feeds: {name: {dims, data}}, optimizer: bool}]}
 // Prints: {parameters_before: [...], parameters_trainable_before: [...], losses: [...], parameters_after: [...]}
 'use strict';
 const fs = require('fs');
@@ -17,6 +19,10 @@ async function main() {
   const options = {checkpointState: bytes(job.checkpoint), trainModel: bytes(job.train_model)};
   if (job.optimizer_model) options.optimizerModel = bytes(job.optimizer_model);
   const session = await ort.TrainingSession.create(options);
+  if (job.parameters_buffer) {
+    const values = Float32Array.from(job.parameters_buffer);
+    await session.loadParametersBuffer(new Uint8Array(values.buffer), false);
+  }
   const out = {
     training_inputs: session.trainingInputNames,
     training_outputs: session.trainingOutputNames,
