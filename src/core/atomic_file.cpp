@@ -258,4 +258,33 @@ void write_file_atomic(const std::string& path, const void* data, uint64_t n, co
   f.commit();
 }
 
+std::string read_regular_file(const std::string& path, const std::string& what,
+                              const std::function<void(uint64_t)>& check_size) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) throw_error<NoSuchFile>("cannot open ", what, " '", path, "': ", errno_text());
+    throw_error<IOError>("cannot open ", what, " '", path, "': ", errno_text());
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (fstat(fd, &st) != 0) throw_error<IOError>("cannot stat ", what, " '", path, "': ", errno_text());
+  if (!S_ISREG(st.st_mode)) throw_error<IOError>(what, " '", path, "' is not a regular file");
+  const uint64_t size = uint64_t(st.st_size);
+  check_size(size);
+  std::string buf;
+  buf.resize(size_t(size));
+  uint64_t done = 0;
+  while (done < size) {
+    ssize_t r = ::read(fd, buf.data() + done, size_t(size - done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += uint64_t(r);
+  }
+  if (done != size) throw_error<IOError>("short read from ", what, " '", path, "'");
+  return buf;
+}
+
 }  // namespace onnxtrain::core

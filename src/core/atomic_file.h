@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -86,6 +87,12 @@ void write_file_atomic(const std::string& path, const void* data, uint64_t n, co
 inline void write_file_atomic(const std::string& path, std::string_view bytes, const std::string& what = "file") {
   write_file_atomic(path, bytes.data(), bytes.size(), what);
 }
+
+/// Reads a whole regular file: NoSuchFile when absent, IOError when unreadable or not a regular
+/// file. `check_size(size)` runs before anything is allocated and throws the caller's error for a
+/// size it refuses (empty, over its format's limit).
+std::string read_regular_file(const std::string& path, const std::string& what,
+                              const std::function<void(uint64_t)>& check_size);
 
 /// The folder part of `path` ("." for a bare name, "/" for a file at the root).
 std::string dirname_of(const std::string& path);

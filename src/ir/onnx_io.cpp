@@ -2,10 +2,8 @@
 // it sizes an allocation.
 #include "ir/onnx_io.h"
 
-#include <fcntl.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <onnx/defs/schema.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,8 +21,6 @@ namespace onnxtrain::ir {
 namespace {
 
 constexpr uint64_t kProtobufLimit = uint64_t(INT_MAX);  // protobuf refuses messages >= 2 GiB
-
-std::string errno_text() { return std::strerror(errno); }
 
 template <class Dst, class Src>
 void copy_typed(const Src& src, Tensor& t) {
@@ -581,42 +577,12 @@ void write_message(core::AtomicFile& f, const google::protobuf::MessageLite& msg
 }
 
 std::string read_file(const std::string& path, const char* what, uint64_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw_error<NoSuchFile>("cannot open ", what, " '", path, "': ", errno_text());
-    throw_error<IOError>("cannot open ", what, " '", path, "': ", errno_text());
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw_error<IOError>("cannot stat ", what, " '", path, "': ", errno_text());
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw_error<IOError>(what, " '", path, "' is not a regular file");
-  }
-  const uint64_t size = uint64_t(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    throw_error<InvalidModel>(what, " '", path, "' is empty (0 bytes)");
-  }
-  if (size > max_bytes) {
-    ::close(fd);
-    throw_error<InvalidModel>(what, " '", path, "' is ", size, " bytes, over the limit of ", max_bytes,
-                              " (protobuf messages must stay under 2 GiB; keep large weights in external data)");
-  }
-  std::string buf;
-  buf.resize(size_t(size));
-  uint64_t done = 0;
-  while (done < size) {
-    ssize_t r = ::read(fd, buf.data() + done, size_t(size - done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    done += uint64_t(r);
-  }
-  ::close(fd);
-  if (done != size) throw_error<IOError>("short read from ", what, " '", path, "'");
-  return buf;
+  return core::read_regular_file(path, what, [&](uint64_t size) {
+    if (size == 0) throw_error<InvalidModel>(what, " '", path, "' is empty (0 bytes)");
+    if (size > max_bytes)
+      throw_error<InvalidModel>(what, " '", path, "' is ", size, " bytes, over the limit of ", max_bytes,
+                                " (protobuf messages must stay under 2 GiB; keep large weights in external data)");
+  });
 }
 
 namespace {

@@ -7,7 +7,6 @@
 // "<checkpoint>.data", each at an offset aligned to 4 bytes (8 for 8-byte elements).
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <vector>
@@ -281,20 +280,11 @@ uint64_t tensor_bytes(const CheckpointState& s, bool include_optimizer_state) {
 }  // namespace
 
 CheckpointState CheckpointState::load(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw_error<NoSuchFile>("cannot open checkpoint '", path, "': no such file");
-  if (!std::filesystem::is_regular_file(path, ec))
-    throw_error<IOError>("cannot read checkpoint '", path, "': it is not a regular file");
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  if (!f) throw_error<IOError>("cannot open checkpoint '", path, "'");
-  const std::streamoff size = f.tellg();
-  if (size < 0) throw_error<IOError>("cannot read checkpoint '", path, "' (not a regular file?)");
-  if (uint64_t(size) > kMaxFlatBuffer)
-    throw_error<InvalidArgument>("checkpoint '", path, "' is ", size, " bytes: an onnxruntime checkpoint is one "
-                                 "FlatBuffer, under 2 GiB (larger states keep their tensors in '<path>.data')");
-  std::string bytes(size_t(size), '\0');
-  f.seekg(0);
-  if (!f.read(bytes.data(), size)) throw_error<IOError>("cannot read checkpoint '", path, "'");
+  const std::string bytes = core::read_regular_file(path, "checkpoint", [&](uint64_t size) {
+    if (size > kMaxFlatBuffer)
+      throw_error<InvalidArgument>("checkpoint '", path, "' is ", size, " bytes: an onnxruntime checkpoint is one "
+                                   "FlatBuffer, under 2 GiB (larger states keep their tensors in '<path>.data')");
+  });
   Reader r{"checkpoint '" + path + "'", sidecar_of(path), {}, 0};
   return r.read(bytes.data(), bytes.size());
 }

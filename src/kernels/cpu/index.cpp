@@ -133,21 +133,17 @@ class GatherKernel final : public Kernel {
   explicit GatherKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 0)) {}
   void prepare(PrepareContext& ctx) override {
     check_index_dtype(ctx, 1);
-    const shape::GatherGeom g = shape::gather_geometry(ctx, ctx.input_shape(0), ctx.input_shape(1), axis_);
-    axis_n_ = g.axis;
-    outer_ = g.outer;
-    n_ = g.n;
-    inner_ = g.inner;
-    ctx.set_output(0, ctx.input_dtype(0), g.output);
+    g_ = shape::gather_geometry(ctx, ctx.input_shape(0), ctx.input_shape(1), axis_);
+    ctx.set_output(0, ctx.input_dtype(0), g_.output);
   }
   void run(RunContext& ctx) override {
     const Tensor& x = ctx.input(0);
     const Tensor& ind = ctx.input(1);
     Tensor& y = ctx.output(0);
-    const int64_t nidx = ind.numel(), rows = outer_ * nidx;
+    const int64_t nidx = ind.numel(), rows = g_.outer * nidx;
     if (y.numel() == 0) {  // still validate the indices
       with_index_type(ind, ctx.node(), [&]<class I>() {
-        for (int64_t j = 0; j < nidx; ++j) wrap_index(ctx, int64_t(ind.data<I>()[j]), axis_n_, n_);
+        for (int64_t j = 0; j < nidx; ++j) wrap_index(ctx, int64_t(ind.data<I>()[j]), g_.axis, g_.n);
       });
       return;
     }
@@ -156,7 +152,7 @@ class GatherKernel final : public Kernel {
         const T* src = elems<T>(x);
         T* dst = elems<T>(y);
         const I* idx = ind.data<I>();
-        const int64_t inner = inner_, n = n_, axis = axis_n_;
+        const int64_t inner = g_.inner, n = g_.n, axis = g_.axis;
         parallel_for(rows, grain_for(inner), [&](int64_t r0, int64_t r1) {
           if (inner == 1) {  // scalar rows: a plain gather
             for (int64_t r = r0; r < r1; ++r) {
@@ -177,7 +173,7 @@ class GatherKernel final : public Kernel {
 
  private:
   int64_t axis_;
-  int64_t axis_n_ = 0, outer_ = 0, n_ = 0, inner_ = 0;
+  shape::GatherGeom g_;
 };
 
 // ---------------------------------------------------------------- GatherElements
@@ -369,29 +365,25 @@ class GatherGradKernel final : public Kernel {
     Shape xs;
     if (!read_shape_value(ctx, 0, dt, &xs)) return ctx.set_output_dynamic(0, dt);
     const Shape& is = ctx.input_shape(1);
-    const shape::GatherGeom g = shape::gather_geometry(ctx, xs, is, axis_);
-    if (ctx.input_shape(2) != g.output)
-      ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(2)), " must be ", shape_to_string(g.output));
-    axis_n_ = g.axis;
-    outer_ = g.outer;
-    n_ = g.n;
-    inner_ = g.inner;
+    g_ = shape::gather_geometry(ctx, xs, is, axis_);
+    if (ctx.input_shape(2) != g_.output)
+      ctx.fail("gradient shape ", shape_to_string(ctx.input_shape(2)), " must be ", shape_to_string(g_.output));
     // rows [nidx], order [nidx], bucket starts [n + 1], cursors [n]
-    ctx.request_workspace(size_t(2 * shape_numel(is) + 2 * n_ + 1) * sizeof(int64_t));
+    ctx.request_workspace(size_t(2 * shape_numel(is) + 2 * g_.n + 1) * sizeof(int64_t));
     ctx.set_output(0, dt, xs);
   }
   void run(RunContext& ctx) override {
     const Tensor& ind = ctx.input(1);
     const Tensor& g = ctx.input(2);
     Tensor& y = ctx.output(0);
-    const int64_t nidx = ind.numel(), n = n_, inner = inner_;
+    const int64_t nidx = ind.numel(), n = g_.n, inner = g_.inner;
     int64_t* rows = static_cast<int64_t*>(ctx.workspace());
     int64_t* order = rows + nidx;
     int64_t* start = order + nidx;
     int64_t* cursor = start + n + 1;
     with_index_type(ind, ctx.node(), [&]<class I>() {
       const I* idx = ind.data<I>();
-      for (int64_t j = 0; j < nidx; ++j) rows[j] = wrap_index(ctx, int64_t(idx[j]), axis_n_, n);
+      for (int64_t j = 0; j < nidx; ++j) rows[j] = wrap_index(ctx, int64_t(idx[j]), g_.axis, n);
     });
     std::fill(start, start + n + 1, int64_t(0));
     for (int64_t j = 0; j < nidx; ++j) ++start[rows[j] + 1];
@@ -402,7 +394,7 @@ class GatherGradKernel final : public Kernel {
       using C = compute_t<T>;
       const T* G = g.data<T>();
       T* D = y.data<T>();
-      parallel_for(outer_ * n, grain_for(inner), [&](int64_t q0, int64_t q1) {
+      parallel_for(g_.outer * n, grain_for(inner), [&](int64_t q0, int64_t q1) {
         thread_local std::vector<C> acc;
         for (int64_t q = q0; q < q1;) {  // q = o * n + k: dX row q
           const int64_t k = q % n;
@@ -439,7 +431,7 @@ class GatherGradKernel final : public Kernel {
 
  private:
   int64_t axis_;
-  int64_t axis_n_ = 0, outer_ = 0, n_ = 0, inner_ = 0;
+  shape::GatherGeom g_;
 };
 
 // ---------------------------------------------------------------- OneHot
@@ -466,24 +458,20 @@ class OneHotKernel final : public Kernel {
       : axis_(info.attr_int("axis", -1)), wraps_(negative_wraps) {}
   void prepare(PrepareContext& ctx) override {
     dispatch<NumericTypes>(ctx.input_dtype(0), ctx.node(), [&]<class T>() {});
-    shape::OneHotGeom g;
-    if (!shape::onehot_geometry(ctx, axis_, &g)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
-    depth_ = g.depth;
-    outer_ = g.outer;
-    inner_ = g.inner;
-    ctx.set_output(0, ctx.input_dtype(2), g.output);
+    if (!shape::onehot_geometry(ctx, axis_, &g_)) return ctx.set_output_dynamic(0, ctx.input_dtype(2));
+    ctx.set_output(0, ctx.input_dtype(2), g_.output);
   }
   void run(RunContext& ctx) override {
     const Tensor& ind = ctx.input(0);
     const Tensor& vals = ctx.input(2);
     Tensor& y = ctx.output(0);
-    const int64_t depth = depth_, inner = inner_;
+    const int64_t depth = g_.depth, inner = g_.inner;
     dispatch_by_size(vals.dtype(), ctx.node(), [&]<class T>() {
       dispatch<NumericTypes>(ind.dtype(), ctx.node(), [&]<class I>() {
         const T off = elems<T>(vals)[0], on = elems<T>(vals)[1];
         const I* idx = ind.data<I>();
         T* dst = elems<T>(y);
-        parallel_for(outer_, grain_for(depth * inner), [&](int64_t o0, int64_t o1) {
+        parallel_for(g_.outer, grain_for(depth * inner), [&](int64_t o0, int64_t o1) {
           std::fill(dst + o0 * depth * inner, dst + o1 * depth * inner, off);
           for (int64_t o = o0; o < o1; ++o)
             for (int64_t i = 0; i < inner; ++i) {
@@ -498,7 +486,7 @@ class OneHotKernel final : public Kernel {
  private:
   int64_t axis_;
   bool wraps_;
-  int64_t depth_ = 0, outer_ = 0, inner_ = 0;
+  shape::OneHotGeom g_;
 };
 
 }  // namespace

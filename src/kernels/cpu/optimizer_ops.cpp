@@ -435,6 +435,17 @@ class OptimizerKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- AccumulateGradients
+// out[lo, hi) = reset ? G : A + G (out may be A).
+template <class T>
+void accumulate_range(const T* A, const T* G, T* out, bool reset, int64_t lo, int64_t hi) {
+  if (reset) {
+    std::memmove(out + lo, G + lo, size_t(hi - lo) * sizeof(T));
+  } else {
+#pragma omp simd
+    for (int64_t j = lo; j < hi; ++j) out[j] = A[j] + G[j];
+  }
+}
+
 class AccumulateGradientsKernel final : public Kernel {
  public:
   explicit AccumulateGradientsKernel(const KernelInfo& info) { shape::check_accumulate_gradients_attrs(info); }
@@ -451,15 +462,8 @@ class AccumulateGradientsKernel final : public Kernel {
     const bool reset = *ctx.input(0).data<bool>();
     set_.parallel([&](size_t k, int64_t lo, int64_t hi) {
       float_or_double(set_.dtype[k], [&]<class T>() {
-        const T* A = ctx.input(1 + k).data<T>();
-        const T* G = ctx.input(1 + n_ + k).data<T>();
-        T* Ao = ctx.output(k).data<T>();
-        if (reset) {
-          std::memmove(Ao + lo, G + lo, size_t(hi - lo) * sizeof(T));
-        } else {
-#pragma omp simd
-          for (int64_t j = lo; j < hi; ++j) Ao[j] = A[j] + G[j];
-        }
+        accumulate_range(ctx.input(1 + k).data<T>(), ctx.input(1 + n_ + k).data<T>(), ctx.output(k).data<T>(), reset, lo,
+                         hi);
       });
     });
   }
@@ -487,16 +491,9 @@ class InPlaceAccumulatorKernel final : public Kernel {
     // The buffer itself changes (onnxruntime's semantics); output 1, when named, is a copy of it.
     void* dst = const_cast<void*>(a.raw_data());
     float_or_double(a.dtype(), [&]<class T>() {
-      const T* A = a.data<T>();
       const T* G = ctx.input(1).data<T>();
-      T* out = static_cast<T*>(dst);
       parallel_for(a.numel(), kGrain, [&](int64_t lo, int64_t hi) {
-        if (overwrite) {
-          std::memmove(out + lo, G + lo, size_t(hi - lo) * sizeof(T));
-        } else {
-#pragma omp simd
-          for (int64_t j = lo; j < hi; ++j) out[j] = A[j] + G[j];
-        }
+        accumulate_range(a.data<T>(), G, static_cast<T*>(dst), overwrite, lo, hi);
       });
     });
     if (ctx.has_output(1)) std::memcpy(ctx.output(1).raw_data(), dst, a.nbytes());
@@ -509,7 +506,10 @@ class InPlaceAccumulatorKernel final : public Kernel {
 // hand the same tensors on.
 class SequenceOptimizerKernel final : public Kernel {
  public:
-  SequenceOptimizerKernel(const KernelInfo& info, bool adamw) : adamw_(adamw) {
+  SequenceOptimizerKernel(const KernelInfo& info, bool adamw)
+      : adamw_(adamw),
+        // Output k >= 1 hands on the input its table row types it like (the weights, the moments).
+        passed_(ops::find_op(ops::kMicrosoftDomain, adamw ? "AdamWOptimizer" : "SGDOptimizerV2")->like) {
     if (adamw) at_ = shape::read_adamw_attrs(info);
   }
   void prepare(PrepareContext& ctx) override {
@@ -532,10 +532,8 @@ class SequenceOptimizerKernel final : public Kernel {
       }
     }
     *ctx.output(0).data<bool>() = update;
-    // Outputs 1.. hand on weights (and momentums): the inputs 2, 4, 5 (AdamW) or 1 (SGD).
-    static constexpr size_t kAdamW[] = {2, 4, 5};
     for (size_t k = 1; k < ctx.num_outputs(); ++k)
-      if (ctx.has_output(k)) ctx.output_value(k) = ctx.input_value(adamw_ ? kAdamW[k - 1] : 1);
+      if (ctx.has_output(k)) ctx.output_value(k) = ctx.input_value(passed_[std::min(k - 1, passed_.size() - 1)]);
   }
 
  private:
@@ -579,6 +577,7 @@ class SequenceOptimizerKernel final : public Kernel {
   }
 
   bool adamw_;
+  std::vector<size_t> passed_;  // output k >= 1 is input passed_[k - 1]
   shape::AdamWAttrs at_;
 };
 

@@ -140,9 +140,7 @@ WindowGeom transposed_geometry(const PrepareContext& ctx, const WindowAttrs& a, 
 DType float_inputs(const PrepareContext& ctx) {
   const DType dt = ctx.input_dtype(0);
   require_float(ctx, dt);
-  for (size_t i = 1; i < ctx.num_inputs(); ++i)
-    if (ctx.has_input(i) && ctx.input_dtype(i) != dt)
-      ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), ", expected ", dtype_name(dt));
+  check_same_dtype(ctx, 1, ctx.num_inputs());
   return dt;
 }
 
