@@ -175,6 +175,17 @@ void KernelRegistry::add(const std::string& domain, const std::string& op, int64
   add(Entry{domain, op, since, until, std::move(f), std::move(host_inputs)});
 }
 
+void KernelRegistry::alias(const std::string& domain, const std::string& from_domain, const std::string& op) {
+  auto it = entries_.find({from_domain, op});
+  if (it == entries_.end())
+    throw_error<InvalidArgument>("internal: no kernel ", op, " of domain ", from_domain, " to register under ", domain);
+  const std::vector<Entry> from = it->second;  // add() may grow the map
+  for (Entry e : from) {
+    e.domain = domain;
+    add(std::move(e));
+  }
+}
+
 void KernelRegistry::add(Entry e) {
   // A com.onnxtrain kernel implements a row of the operator table (a com.microsoft one, a row of
   // its second table), which says which inputs it reads in host memory.

@@ -307,6 +307,9 @@ class KernelRegistry {
   void add(const std::string& op, int64_t since, int64_t until) {
     add("", op, since, until, [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<K>(info); });
   }
+  /// Registers the kernels of (from_domain, op) for (domain, op) too: the same operator under
+  /// another domain's name (onnxruntime's com.microsoft names of com.onnxtrain operators).
+  void alias(const std::string& domain, const std::string& from_domain, const std::string& op);
   const Entry* find(const std::string& domain, const std::string& op, int64_t opset) const;
   /// True if some opset of (domain, op) has a kernel.
   bool knows(const std::string& domain, const std::string& op) const;

@@ -135,6 +135,16 @@ OpDef flag_then_like(std::string name, int min_in, int max_in, int max_out, std:
   return d;
 }
 
+}  // namespace
+
+const std::vector<std::string>& shared_with_microsoft() {
+  static const std::vector<std::string> names = {"ConvGrad", "DropoutGrad", "FusedMatMul", "GatherGrad", "GeluGrad",
+                                                 "LayerNormalizationGrad", "ReluGrad", "SoftmaxCrossEntropyLossGrad"};
+  return names;
+}
+
+namespace {
+
 // onnxruntime's contrib operators of its training artifacts (training_op_defs.cc), as onnxtrain
 // implements them.
 std::vector<OpDef> build_microsoft() {
@@ -148,11 +158,24 @@ std::vector<OpDef> build_microsoft() {
                      "updated_flag[, updated weights, momentums_1, momentums_2]: AdamW in place (adam_mode 0: "
                      "PyTorch's, 1: Hugging Face's; correct_bias)",
                      {0, 1, 6}),
+      like("SoftmaxCrossEntropyLossInternal", 2, 4, 1, 2, {0},
+           "(scores, labels[, weights, ignore_index]) -> loss[, log_prob]: SoftmaxCrossEntropyLoss with ignore_index "
+           "an int64 input (reduction)",
+           {3}),
+      like("SoftmaxCrossEntropyLossInternalGrad", 3, 5, 1, 1, {1},
+           "(dloss, log_prob, labels[, weights, ignore_index]) -> dscores (reduction)", {4}),
+      // onnxruntime's Softmax gradients: SoftmaxGrad / LogSoftmaxGrad for opsets < 13 (coerced to
+      // 2D at axis, default 1), the _13 forms for 13+ (one axis, default -1).
+      elementwise("SoftmaxGrad", 2, 2, 1, 0, "(dY, Y) -> dX = Y (dY - sum(dY Y)), every dim from axis on (default 1)"),
+      elementwise("LogSoftmaxGrad", 2, 2, 1, 0, "(dY, Y) -> dX = dY - exp(Y) sum(dY), every dim from axis on (default 1)"),
+      elementwise("SoftmaxGrad_13", 2, 2, 1, 0, "(dY, Y) -> dX = Y (dY - sum(dY Y)) along axis (default -1)"),
+      elementwise("LogSoftmaxGrad_13", 2, 2, 1, 0, "(dY, Y) -> dX = dY - exp(Y) sum(dY) along axis (default -1)"),
       flag_then_like("SGDOptimizerV2", 3, 4, 2, {1},
                      "(lr, weights, gradients[, update_signal]: sequences) -> update_completed[, updated weights]: "
                      "w = w - lr g in place",
                      {0, 3}),
   };
+  for (const std::string& name : shared_with_microsoft()) t.push_back(*find_op(name));
   std::sort(t.begin(), t.end(), [](const OpDef& a, const OpDef& b) { return a.name < b.name; });
   return t;
 }

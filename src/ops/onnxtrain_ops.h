@@ -74,6 +74,10 @@ const std::vector<OpDef>& onnxtrain_ops();
 const OpDef* find_op(const std::string& name);
 /// The com.microsoft operators onnxtrain implements, sorted by name.
 const std::vector<OpDef>& microsoft_ops();
+/// com.onnxtrain operators that onnxruntime's com.microsoft domain has under the same name, with
+/// the same inputs, outputs, attributes and semantics (its gradient builders' *Grad operators):
+/// microsoft_ops() has their rows and the CPU provider runs them with the com.onnxtrain kernels.
+const std::vector<std::string>& shared_with_microsoft();
 /// The row of operator `name` of `domain` (com.onnxtrain or com.microsoft), or null.
 const OpDef* find_op(const std::string& domain, const std::string& name);
 /// "2", "2 to 4" or "3 or more" (max -1: any number), for counts in messages and docs.

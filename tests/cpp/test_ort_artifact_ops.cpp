@@ -236,3 +236,66 @@ TEST(OrtArtifactOps, SGDOptimizerV2AndBadInputs) {
                                          {}, {{"adam_mode", 2}});
   EXPECT_THROW(InferenceSession(bad.data(), bad.size()).run_values({}, {}), Error);
 }
+
+// SoftmaxCrossEntropyLossInternal (ignore_index as an input) and its Grad against log-softmax and
+// its gradient written out in double.
+TEST(OrtArtifactOps, SoftmaxCrossEntropyLossInternalAndGradMatchDouble) {
+  const int64_t N = 3, C = 4;
+  const std::vector<float> x = {0.5f, -1, 2, 0.25f, 1, 1, -2, 0, 3, -0.5f, 0.75f, 1.5f};
+  const std::vector<int64_t> labels = {2, 1, 3};
+  const Tensor scores = Tensor::from_vector<float>({N, C}, x);
+  const Tensor lab = Tensor::from_vector<int64_t>({N}, labels);
+  const Tensor ignore = Tensor::from_vector<int64_t>({}, {1});  // the second sample is ignored
+  ot_test::RunOptions o;
+  o.domain = "com.microsoft";
+  o.num_outputs = 2;
+  const auto out = ot_test::run_node("SoftmaxCrossEntropyLossInternal", {scores, lab, Tensor(), ignore},
+                                     {ot_test::attr_string("reduction", "mean")}, o);
+  std::vector<double> lp(N * C);
+  double loss = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double m = -1e30, s = 0;
+    for (int64_t c = 0; c < C; ++c) m = std::max(m, double(x[n * C + c]));
+    for (int64_t c = 0; c < C; ++c) s += std::exp(double(x[n * C + c]) - m);
+    for (int64_t c = 0; c < C; ++c) lp[n * C + c] = double(x[n * C + c]) - m - std::log(s);
+    if (n != 1) loss -= lp[n * C + labels[n]];
+  }
+  loss /= 2;  // mean over the two samples not ignored
+  EXPECT_NEAR(out[0].data<float>()[0], loss, 1e-5);
+  for (int64_t i = 0; i < N * C; ++i) EXPECT_NEAR(out[1].data<float>()[i], lp[i], 1e-5);
+  o.num_outputs = 1;
+  const auto d = ot_test::run_node("SoftmaxCrossEntropyLossInternalGrad",
+                                   {Tensor::from_vector<float>({}, {2.0f}), out[1], lab, Tensor(), ignore},
+                                   {ot_test::attr_string("reduction", "mean")}, o);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const double want = n == 1 ? 0.0 : 2.0 / 2 * (std::exp(lp[n * C + c]) - (c == labels[n] ? 1.0 : 0.0));
+      EXPECT_NEAR(d[0].data<float>()[n * C + c], want, 1e-5) << n << "," << c;
+    }
+}
+
+// SoftmaxGrad_13 / LogSoftmaxGrad_13 (one axis, default -1) against the Jacobian products in double.
+TEST(OrtArtifactOps, SoftmaxGrad13AndLogSoftmaxGrad13MatchDouble) {
+  const std::vector<float> y_soft = {0.2f, 0.3f, 0.5f, 0.6f, 0.1f, 0.3f};
+  const std::vector<float> dy = {1, -2, 0.5f, 0.25f, 3, -1};
+  ot_test::RunOptions o;
+  o.domain = "com.microsoft";
+  const auto s = ot_test::run_node("SoftmaxGrad_13", {Tensor::from_vector<float>({2, 3}, dy),
+                                                       Tensor::from_vector<float>({2, 3}, y_soft)}, {}, o);
+  std::vector<float> y_log(6);
+  for (int i = 0; i < 6; ++i) y_log[size_t(i)] = std::log(y_soft[size_t(i)]);
+  const auto l = ot_test::run_node("LogSoftmaxGrad_13", {Tensor::from_vector<float>({2, 3}, dy),
+                                                          Tensor::from_vector<float>({2, 3}, y_log)}, {}, o);
+  for (int r = 0; r < 2; ++r) {
+    double dot = 0, sum = 0;
+    for (int c = 0; c < 3; ++c) {
+      dot += double(dy[size_t(r * 3 + c)]) * y_soft[size_t(r * 3 + c)];
+      sum += dy[size_t(r * 3 + c)];
+    }
+    for (int c = 0; c < 3; ++c) {
+      const size_t i = size_t(r * 3 + c);
+      EXPECT_NEAR(s[0].data<float>()[i], y_soft[i] * (dy[i] - dot), 1e-6);
+      EXPECT_NEAR(l[0].data<float>()[i], dy[i] - y_soft[i] * sum, 1e-6);
+    }
+  }
+}

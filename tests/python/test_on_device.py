@@ -344,3 +344,124 @@ def test_onnxtrain_checkpoints_train_alike_in_onnxruntime_web(tmp_path):
     ref = run_ort_web(folder, tmp_path, nominal, x, t, 3, parameters_buffer=buffer)
     np.testing.assert_array_equal(ref["parameters_before"], buffer)
     np.testing.assert_allclose(ours, ref["losses"], rtol=1e-5)
+
+
+def test_microsoft_loss_and_relu_gradient_operators_match_torch():
+    """The com.microsoft operators onnxruntime's gradient builders put into training models:
+    SoftmaxCrossEntropyLossInternal (ignore_index as an input) and its Grad,
+    SoftmaxCrossEntropyLossGrad, ReluGrad — against PyTorch's cross_entropy and autograd."""
+    import torch
+    rng = np.random.default_rng(3)
+    scores = rng.standard_normal((6, 5)).astype(np.float32)
+    labels = np.array([0, 2, 4, 2, 1, 3], np.int64)
+    weights = rng.random(5).astype(np.float32) + 0.5
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    dy = rng.standard_normal((3, 4)).astype(np.float32)
+    I64 = TensorProto.INT64
+    nodes = [
+        helper.make_node("SoftmaxCrossEntropyLossInternal", ["scores", "labels", "weights", "ignore"], ["loss", "log_prob"],
+                         domain=MS, reduction="mean"),
+        helper.make_node("SoftmaxCrossEntropyLossInternalGrad", ["dloss", "log_prob", "labels", "weights", "ignore"],
+                         ["dscores"], domain=MS, reduction="mean"),
+        helper.make_node("SoftmaxCrossEntropyLossGrad", ["dloss", "log_prob", "labels"], ["dscores_sum"], domain=MS,
+                         reduction="sum", ignore_index=4),
+        helper.make_node("ReluGrad", ["dy", "x"], ["dx"], domain=MS),
+    ]
+    graph = helper.make_graph(nodes, "ops", [
+        helper.make_tensor_value_info("scores", F32, [6, 5]), helper.make_tensor_value_info("labels", I64, [6]),
+        helper.make_tensor_value_info("weights", F32, [5]), helper.make_tensor_value_info("ignore", I64, []),
+        helper.make_tensor_value_info("dloss", F32, []), helper.make_tensor_value_info("dy", F32, [3, 4]),
+        helper.make_tensor_value_info("x", F32, [3, 4])],
+        [helper.make_tensor_value_info(n, F32, None) for n in ("loss", "log_prob", "dscores", "dscores_sum", "dx")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid(MS, 1)])
+    model.ir_version = 7
+    sess = onnxtrain.InferenceSession(model.SerializeToString())
+    loss, log_prob, dscores, dscores_sum, dx = sess.run(None, {
+        "scores": scores, "labels": labels, "weights": weights, "ignore": np.array(2, np.int64),
+        "dloss": np.array(1.5, np.float32), "dy": dy, "x": x})
+    s = torch.tensor(scores.astype(np.float64), requires_grad=True)
+    ref = torch.nn.functional.cross_entropy(s, torch.tensor(labels), weight=torch.tensor(weights.astype(np.float64)),
+                                            ignore_index=2, reduction="mean")
+    (ref * 1.5).backward()
+    assert float(loss) == pytest.approx(ref.item(), rel=1e-5)
+    np.testing.assert_allclose(log_prob, torch.log_softmax(s, 1).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dscores, s.grad.numpy(), rtol=1e-5, atol=1e-6)
+    s2 = torch.tensor(scores.astype(np.float64), requires_grad=True)
+    (torch.nn.functional.cross_entropy(s2, torch.tensor(labels), ignore_index=4, reduction="sum") * 1.5).backward()
+    np.testing.assert_allclose(dscores_sum, s2.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(dx, np.where(x > 0, dy, 0))
+
+
+def run_microsoft_node(op, inputs, outputs, **attrs):
+    """Runs one com.microsoft node on numpy inputs (a name -> array dict) in onnxtrain."""
+    dtypes = {np.dtype(np.float32): F32, np.dtype(np.int64): TensorProto.INT64, np.dtype(np.bool_): TensorProto.BOOL}
+    graph = helper.make_graph([helper.make_node(op, list(inputs), outputs, domain=MS, **attrs)], op,
+                              [helper.make_tensor_value_info(n, dtypes[a.dtype], a.shape) for n, a in inputs.items()],
+                              [helper.make_tensor_value_info(n, F32, None) for n in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    return onnxtrain.InferenceSession(model.SerializeToString()).run(None, inputs)
+
+
+def test_gradient_builder_operators_of_onnxruntime_match_torch():
+    """The *Grad operators onnxruntime's gradient builders emit (com.microsoft), against PyTorch's
+    autograd on the forward operator (or numpy for scatter-adds and masks)."""
+    import torch
+    rng = np.random.default_rng(8)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+
+    def grad_of(fn, x, dy):
+        t = torch.tensor(x.astype(np.float64), requires_grad=True)
+        fn(t).backward(torch.tensor(dy.astype(np.float64)))
+        return t.grad.numpy()
+
+    # SoftmaxGrad_13 / LogSoftmaxGrad_13: one axis (default -1); SoftmaxGrad / LogSoftmaxGrad: from axis on (default 1).
+    x, dy = f(2, 3, 4), f(2, 3, 4)
+    for op, fn in (("SoftmaxGrad_13", torch.softmax), ("LogSoftmaxGrad_13", torch.log_softmax)):
+        y = fn(torch.tensor(x.astype(np.float64)), -1).numpy().astype(np.float32)
+        (dx,) = run_microsoft_node(op, {"dY": dy, "Y": y}, ["dX"])
+        np.testing.assert_allclose(dx, grad_of(lambda t: fn(t, -1), x, dy), rtol=1e-4, atol=1e-5)
+    flat = lambda t: torch.log_softmax(t.reshape(2, 12), 1).reshape(2, 3, 4)  # noqa: E731
+    y = flat(torch.tensor(x.astype(np.float64))).numpy().astype(np.float32)
+    (dx,) = run_microsoft_node("LogSoftmaxGrad", {"dY": dy, "Y": y}, ["dX"])
+    np.testing.assert_allclose(dx, grad_of(flat, x, dy), rtol=1e-4, atol=1e-5)
+    # GeluGrad(dY, X).
+    (dx,) = run_microsoft_node("GeluGrad", {"dY": dy, "X": x}, ["dX"])
+    np.testing.assert_allclose(dx, grad_of(torch.nn.functional.gelu, x, dy), rtol=1e-4, atol=1e-5)
+    # LayerNormalizationGrad(dY, X, scale, mean, inv_std_dev) -> dX, dscale, dbias (axis -1).
+    x, dy, scale = f(4, 6), f(4, 6), f(6)
+    mean = x.mean(axis=-1, keepdims=True)
+    inv_std = (1 / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5)).astype(np.float32)
+    dx, dscale, dbias = run_microsoft_node("LayerNormalizationGrad",
+                                           {"dY": dy, "X": x, "scale": scale, "mean": mean, "inv_std_dev": inv_std},
+                                           ["dX", "dscale", "dbias"], axis=-1, epsilon=1e-5)
+    t, s = torch.tensor(x.astype(np.float64), requires_grad=True), torch.tensor(scale.astype(np.float64), requires_grad=True)
+    torch.nn.functional.layer_norm(t, (6,), s, None, 1e-5).backward(torch.tensor(dy.astype(np.float64)))
+    np.testing.assert_allclose(dx, t.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dscale, s.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dbias, dy.sum(axis=0), rtol=1e-5, atol=1e-6)
+    # ConvGrad(dY, X, W) -> dX, dW, dB with the Conv's attributes.
+    x, w, dy = f(1, 2, 5, 5), f(3, 2, 3, 3), f(1, 3, 3, 3)
+    dx, dw, db = run_microsoft_node("ConvGrad", {"dY": dy, "X": x, "W": w}, ["dX", "dW", "dB"],
+                                    kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    tx, tw = (torch.tensor(a.astype(np.float64), requires_grad=True) for a in (x, w))
+    torch.nn.functional.conv2d(tx, tw, stride=2, padding=1).backward(torch.tensor(dy.astype(np.float64)))
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dw, tw.grad.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(db, dy.sum(axis=(0, 2, 3)), rtol=1e-5, atol=1e-5)
+    # GatherGrad(shape, indices, dY): rows added where gathered, repeats accumulate.
+    dy, idx = f(3, 4), np.array([2, 0, 2], np.int64)
+    (dx,) = run_microsoft_node("GatherGrad", {"shape": np.array([5, 4], np.int64), "indices": idx, "dY": dy}, ["dX"],
+                               axis=0)
+    ref = np.zeros((5, 4), np.float64)
+    np.add.at(ref, idx, dy)
+    np.testing.assert_allclose(dx, ref, rtol=1e-6, atol=1e-6)
+    # DropoutGrad(dY, mask, ratio) = dY mask / (1 - ratio); FusedMatMul(A, B, transA) = A^T B; ReluGrad.
+    mask = rng.random((3, 4)) > 0.3
+    (dx,) = run_microsoft_node("DropoutGrad", {"dY": dy, "mask": mask, "ratio": np.array(0.25, np.float32)}, ["dX"])
+    np.testing.assert_allclose(dx, dy * mask / 0.75, rtol=1e-6)
+    a, b = f(3, 2), f(3, 5)
+    (y,) = run_microsoft_node("FusedMatMul", {"A": a, "B": b}, ["Y"], transA=1)
+    np.testing.assert_allclose(y, a.T.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(Exception, match="alpha other than 1 is not implemented"):
+        run_microsoft_node("FusedMatMul", {"A": a, "B": b}, ["Y"], transA=1, alpha=2.0)

@@ -3,6 +3,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/registry.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain {
 
@@ -37,6 +38,7 @@ class CpuProvider final : public ExecutionProvider {
     register_control_flow(registry_);
     register_training(registry_);
     register_collectives(registry_);
+    for (const std::string& op : ops::shared_with_microsoft()) registry_.alias(ops::kMicrosoftDomain, ops::kDomain, op);
   }
   const std::string& name() const override { return name_; }
   Device device() const override { return Device::cpu(); }

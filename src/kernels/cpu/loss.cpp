@@ -5,6 +5,9 @@
 //       log_prob = log_softmax(scores, axis 1); l[n,d] = -log_prob[n, t, d] * w[t]
 //   reduction: none -> l ([N, d1, ...]); sum -> sum l; mean -> sum l / sum of applied weights.
 // Their gradients (com.onnxtrain.SoftmaxCrossEntropyLossGrad, NegativeLogLikelihoodLossGrad) follow.
+// onnxruntime's artifacts use the same operators in com.microsoft: SoftmaxCrossEntropyLossGrad, and
+// SoftmaxCrossEntropyLossInternal(scores, labels, weights?, ignore_index?) with its Grad(dloss,
+// log_prob, labels, weights?, ignore_index?), which take ignore_index as an optional int64 input.
 #include <cmath>
 #include <limits>
 
@@ -20,11 +23,21 @@ namespace {
 
 using shape::LossReduction;
 
+// An Internal loss's ignore_index input (position `i`, -1: none), read at each run.
+void read_ignore_input(const RunContext& ctx, int i, shape::LossSpec& spec) {
+  if (i < 0 || !ctx.has_input(size_t(i))) return;
+  const Tensor& t = ctx.input(size_t(i));
+  if (t.dtype() != DType::kInt64 || t.numel() != 1) ctx.fail("ignore_index must be one int64, got ", t.describe());
+  spec.has_ignore = true;
+  spec.ignore = t.data<int64_t>()[0];
+}
+
 // Shared by both losses: attributes and shape checks (shape::LossSpec), the reduction of
 // per-position losses.
 class LossKernel : public Kernel {
  public:
-  LossKernel(const KernelInfo& info, bool softmax) : softmax_(softmax), spec_(info) {}
+  LossKernel(const KernelInfo& info, bool softmax, int ignore_input = -1)
+      : softmax_(softmax), ignore_input_(ignore_input), spec_(info) {}
 
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
@@ -39,6 +52,7 @@ class LossKernel : public Kernel {
     const int64_t N = spec_.n, C = spec_.c, D = spec_.d, P = N * D;
     double* loss = static_cast<double*>(ctx.workspace());  // per position: loss, applied weight
     double* wsum = loss + P;
+    read_ignore_input(ctx, ignore_input_, spec_);
     dispatch<FloatTypes>(x.dtype(), ctx.node(), [&]<class T>() {
       using A = compute_t<T>;
       const T* X = x.data<T>();
@@ -84,6 +98,7 @@ class LossKernel : public Kernel {
 
  private:
   bool softmax_;
+  int ignore_input_;
   shape::LossSpec spec_;
 };
 
@@ -109,7 +124,8 @@ void exp_times(const T* x, T* y, int64_t n, const compute_t<T>* s, int64_t s_ste
 
 class LossGradKernel final : public Kernel {
  public:
-  LossGradKernel(const KernelInfo& info, bool softmax) : softmax_(softmax), spec_(info) {}
+  LossGradKernel(const KernelInfo& info, bool softmax, int ignore_input = -1)
+      : softmax_(softmax), ignore_input_(ignore_input), spec_(info) {}
 
   void prepare(PrepareContext& ctx) override {
     spec_.check_grad(ctx);
@@ -119,6 +135,7 @@ class LossGradKernel final : public Kernel {
 
   void run(RunContext& ctx) override {
     const int64_t N = spec_.n, C = spec_.c, D = spec_.d, P = N * D;
+    read_ignore_input(ctx, ignore_input_, spec_);
     dispatch<FloatTypes>(ctx.input(1).dtype(), ctx.node(), [&]<class T>() {
       using A = compute_t<T>;
       A* f = static_cast<A*>(ctx.workspace());  // per position factor
@@ -165,6 +182,7 @@ class LossGradKernel final : public Kernel {
 
  private:
   bool softmax_;
+  int ignore_input_;
   shape::LossSpec spec_;
 };
 
@@ -177,6 +195,12 @@ void register_loss(KernelRegistry& r) {
   for (bool softmax : {false, true})
     r.add(ops::kDomain, softmax ? "SoftmaxCrossEntropyLossGrad" : "NegativeLogLikelihoodLossGrad", 1, kMaxOpsetAll,
           [softmax](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossGradKernel>(i, softmax); });
+  // onnxruntime's com.microsoft Internal forms (its SoftmaxCrossEntropyLossGrad is the one above:
+  // ops::shared_with_microsoft).
+  r.add(ops::kMicrosoftDomain, "SoftmaxCrossEntropyLossInternal", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossKernel>(i, true, 3); });
+  r.add(ops::kMicrosoftDomain, "SoftmaxCrossEntropyLossInternalGrad", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<LossGradKernel>(i, true, 4); });
 }
 
 }  // namespace onnxtrain::kernels::cpu

@@ -738,8 +738,10 @@ void dy_minus_exp_scaled(const T* y, const T* dy, T* dx, int64_t n, double s) {
 template <bool Log>
 class SoftmaxGradKernel final : public Kernel {
  public:
-  explicit SoftmaxGradKernel(const KernelInfo& info)
-      : coerce_(info.attr_int("coerce_2d", 0) != 0), axis_(info.attr_int("axis", -1)) {}
+  /// `coerce` and `axis`: the defaults when the node has no such attribute (onnxruntime's
+  /// com.microsoft SoftmaxGrad coerces at axis 1 by default, its SoftmaxGrad_13 takes axis -1).
+  explicit SoftmaxGradKernel(const KernelInfo& info, bool coerce = false, int64_t axis = -1)
+      : coerce_(info.attr_int("coerce_2d", coerce) != 0), axis_(info.attr_int("axis", axis)) {}
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     dispatch<FloatTypes>(dt, ctx.node(), [&]<class T>() {});
@@ -901,6 +903,15 @@ void register_reduce(KernelRegistry& r) {
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SoftmaxGradKernel<false>>(i); });
   r.add(ops::kDomain, "LogSoftmaxGrad", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SoftmaxGradKernel<true>>(i); });
+  // onnxruntime's com.microsoft forms: opset < 13 semantics by default, and the _13 ones.
+  for (bool v13 : {false, true})
+    for (bool log : {false, true}) {
+      const std::string op = std::string(log ? "LogSoftmaxGrad" : "SoftmaxGrad") + (v13 ? "_13" : "");
+      r.add(ops::kMicrosoftDomain, op, 1, kMaxOpsetAll, [v13, log](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+        if (log) return std::make_unique<SoftmaxGradKernel<true>>(i, !v13, v13 ? -1 : 1);
+        return std::make_unique<SoftmaxGradKernel<false>>(i, !v13, v13 ? -1 : 1);
+      });
+    }
   r.add<TopKKernel>("TopK", 1, kMaxOpsetAll);
 }
 
