@@ -164,6 +164,9 @@ std::vector<OpDef> build_microsoft() {
            {3}),
       like("SoftmaxCrossEntropyLossInternalGrad", 3, 5, 1, 1, {1},
            "(dloss, log_prob, labels[, weights, ignore_index]) -> dscores (reduction)", {4}),
+      like("InplaceClipGradNorm", 1, 1, 1, 1, {0},
+           "(gradients: sequence) -> clipped_gradients: every gradient times min(max_norm / (norm + 1e-6), 1), "
+           "norm the global L2 norm (norm_type \"fro\"), in place"),
       // onnxruntime's Softmax gradients: SoftmaxGrad / LogSoftmaxGrad for opsets < 13 (coerced to
       // 2D at axis, default 1), the _13 forms for 13+ (one axis, default -1).
       elementwise("SoftmaxGrad", 2, 2, 1, 0, "(dY, Y) -> dX = Y (dY - sum(dY Y)), every dim from axis on (default 1)"),

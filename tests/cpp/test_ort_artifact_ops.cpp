@@ -299,3 +299,45 @@ TEST(OrtArtifactOps, SoftmaxGrad13AndLogSoftmaxGrad13MatchDouble) {
     }
   }
 }
+
+// InplaceClipGradNorm: the fed gradients scaled in place by min(max_norm / (norm + 1e-6), 1), norm
+// the L2 norm over every tensor (computed here in double); left as they are under the limit.
+TEST(OrtArtifactOps, InplaceClipGradNormScalesTheFedGradients) {
+  const std::string model = one_node_model("InplaceClipGradNorm", {"g"}, {"c"}, [](onnx::GraphProto* g) {
+    sequence_input(g, "g");
+    auto* v = g->add_output();
+    v->set_name("c");
+    v->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()->set_elem_type(
+        onnx::TensorProto::FLOAT);
+  }, {{"max_norm", 2.0f}});
+  InferenceSession s(model.data(), model.size());
+  Tensor a = Tensor::from_vector<float>({2}, {3, 4});
+  Tensor b = Tensor::from_vector<float>({3}, {0, 12, 0});
+  const double norm = 13.0;  // sqrt(9 + 16 + 144)
+  const auto r = s.run_values({}, {{"g", seq({a, b})}});
+  const double coef = 2.0 / (norm + 1e-6);
+  expect_near(a, {3 * coef, 4 * coef}, 1e-6, "a");
+  expect_near(b, {0, 12 * coef, 0}, 1e-6, "b");
+  ASSERT_EQ(r[0].sequence.size(), 2u);
+  EXPECT_EQ(r[0].sequence[1].raw_data(), b.raw_data());  // the same tensors handed on
+  Tensor small = Tensor::from_vector<float>({2}, {0.5f, 0.5f});
+  s.run_values({}, {{"g", seq({small})}});
+  expect_near(small, {0.5, 0.5}, 0, "under the limit");
+  const std::string l1 = one_node_model("InplaceClipGradNorm", {"g"}, {"c"}, [](onnx::GraphProto* g) {
+    sequence_input(g, "g");
+    g->add_output()->set_name("c");
+  });
+  onnx::ModelProto m;
+  m.ParseFromString(l1);
+  auto* at = m.mutable_graph()->mutable_node(0)->add_attribute();
+  at->set_name("norm_type");
+  at->set_type(onnx::AttributeProto::STRING);
+  at->set_s("l1");
+  const std::string bad = m.SerializeAsString();
+  try {
+    InferenceSession(bad.data(), bad.size()).run_values({}, {{"g", seq({small})}});
+    ADD_FAILURE() << "norm_type l1 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("norm_type 'l1' is not implemented"), std::string::npos) << e.what();
+  }
+}

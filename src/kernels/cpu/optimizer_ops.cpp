@@ -41,6 +41,8 @@
 //     mode 0 (PyTorch): w -= lr wd w, then w -= lr m / (ca (sqrt(v / cb) + eps));
 //     mode 1 (Hugging Face): w -= (lr sqrt(cb) / ca) m / (sqrt(v) + eps), then w -= lr wd w
 //   SGDOptimizerV2(lr, W, G sequences[, update_signal]) -> flag[, W']: w -= lr g
+//   InplaceClipGradNorm(G sequence) -> G': norm = sqrt(sum of g^2 over every tensor) (double, fixed
+//     blocks), g *= min(max_norm / (norm + 1e-6), 1) in float, in place; G' is the same sequence
 //   update_signal false: nothing changes, flag false.
 //
 // Work split: the n tensors are one concatenation; one parallel region splits its total element
@@ -501,6 +503,50 @@ class InPlaceAccumulatorKernel final : public Kernel {
   }
 };
 
+// ---------------------------------------------------------------- com.microsoft InplaceClipGradNorm
+class InplaceClipGradNormKernel final : public Kernel {
+ public:
+  explicit InplaceClipGradNormKernel(const KernelInfo& info) : max_norm_(shape::read_clip_grad_norm_attrs(info)) {}
+  void prepare(PrepareContext& ctx) override {
+    if (ctx.input_kind(0) != Value::Kind::kSequence) ctx.fail("gradients (input 0) must be a sequence of tensors");
+    ctx.set_output_sequence(0, DType::kFloat32);
+    ctx.set_nondeterministic();  // updates its input: never folded
+  }
+  void run(RunContext& ctx) override {
+    const std::vector<Tensor>& grads = ctx.input_value(0).sequence;
+    set_.clear();
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (grads[k].dtype() != DType::kFloat32)
+        throw_error<NotImplemented>(ctx.node().describe(), ": gradient ", k, " is ", dtype_name(grads[k].dtype()),
+                                    ": only float32 is supported");
+      set_.add(DType::kFloat32, grads[k].numel());
+    }
+    // Sum of squares in fixed blocks added in order: independent of the thread count.
+    const int64_t blocks = (set_.total() + kNormBlock - 1) / kNormBlock;
+    std::vector<double> partial(size_t(blocks), 0.0);
+    parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b)
+        set_.pieces(b * kNormBlock, std::min(set_.total(), (b + 1) * kNormBlock), [&](size_t k, int64_t lo, int64_t hi) {
+          const float* g = grads[k].data<float>();
+          for (int64_t j = lo; j < hi; ++j) partial[size_t(b)] += double(g[j]) * double(g[j]);
+        });
+    });
+    double sum = 0;
+    for (double p : partial) sum += p;
+    const float norm = float(std::sqrt(sum));
+    const float coef = std::min(max_norm_ / (norm + 1e-6f), 1.0f);
+    set_.parallel([&](size_t k, int64_t lo, int64_t hi) {
+      float* g = const_cast<float*>(grads[k].data<float>());
+      for (int64_t j = lo; j < hi; ++j) g[j] *= coef;
+    });
+    ctx.output_value(0) = ctx.input_value(0);
+  }
+
+ private:
+  float max_norm_;
+  TensorSet set_;
+};
+
 // ---------------------------------------------------------------- com.microsoft AdamWOptimizer, SGDOptimizerV2
 // Inputs `first`.. are sequences; every tensor is updated in place; the named sequence outputs
 // hand the same tensors on.
@@ -770,6 +816,8 @@ void register_training(KernelRegistry& r) {
   // onnxruntime's training artifacts (com.microsoft, opset 1).
   r.add(ops::kMicrosoftDomain, "InPlaceAccumulatorV2", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<InPlaceAccumulatorKernel>(i); });
+  r.add(ops::kMicrosoftDomain, "InplaceClipGradNorm", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<InplaceClipGradNormKernel>(i); });
   for (bool adamw : {true, false})
     r.add(ops::kMicrosoftDomain, adamw ? "AdamWOptimizer" : "SGDOptimizerV2", 1, kMaxOpsetAll,
           [adamw](const KernelInfo& i) -> std::unique_ptr<Kernel> {

@@ -277,4 +277,10 @@ size_t check_sequence_optimizer_tensors(const RunContext& ctx, size_t first, siz
   return n;
 }
 
+float read_clip_grad_norm_attrs(const KernelInfo& info) {
+  const std::string type = info.attr_string("norm_type", "fro");
+  if (type != "fro") info.fail("norm_type '", type, "' is not implemented (only \"fro\")");
+  return info.attr_float("max_norm", 1.0f);
+}
+
 }  // namespace onnxtrain::kernels::shape

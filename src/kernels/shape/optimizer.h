@@ -104,5 +104,8 @@ void check_sequence_optimizer_inputs(const PrepareContext& ctx, int step, size_t
 /// At run time: the sequences [first, last) hold as many tensors as the first (at least one),
 /// float32, the tensors at one index of one shape. Returns the count.
 size_t check_sequence_optimizer_tensors(const RunContext& ctx, size_t first, size_t last);
+/// InplaceClipGradNorm's attributes: max_norm (default 1) and norm_type, which must be "fro" (the only
+/// norm onnxruntime implements; others fail naming it). Returns max_norm.
+float read_clip_grad_norm_attrs(const KernelInfo& info);
 
 }  // namespace onnxtrain::kernels::shape
