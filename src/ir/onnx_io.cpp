@@ -434,6 +434,40 @@ void refuse_session_internal_ops(const Graph& g) {
   }
 }
 
+// Default-domain operators defined anew in opsets 18 and 19 (ONNX's changelog): a model importing
+// those opsets loads as opset 17 only when it uses none of them at a version past 17.
+const std::map<std::string, int64_t>& changed_after_17() {
+  static const std::map<std::string, int64_t> m = [] {
+    std::map<std::string, int64_t> r;
+    for (const char* op : {"BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "CenterCropPad", "Col2Im",
+                           "GroupNormalization", "LpPool", "Mish", "OptionalGetElement", "OptionalHasElement", "Pad",
+                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+                           "ReduceMin", "ReduceProd", "ReduceSumSquare", "Resize", "ScatterElements", "ScatterND",
+                           "Split"})
+      r.emplace(op, 18);
+    for (const char* op : {"AveragePool", "Cast", "CastLike", "Constant", "DeformConv", "DequantizeLinear", "Equal",
+                           "Identity", "If", "Loop", "QuantizeLinear", "Reshape", "Scan", "Shape", "Size"})
+      r.emplace(op, 19);  // Pad and Resize changed again at 19: their 18 entry already refuses them
+    return r;
+  }();
+  return m;
+}
+
+// Refuses default-domain nodes (in `nodes` and their subgraphs) whose operator changed between
+// opset 17 and `opset`.
+void check_unchanged_since_17(const std::vector<Node>& nodes, int64_t opset) {
+  for (const auto& n : nodes) {
+    if (n.domain.empty()) {
+      auto it = changed_after_17().find(n.op_type);
+      if (it != changed_after_17().end() && it->second <= opset)
+        throw_error<NotImplemented>(n.describe(), ": the model imports ai.onnx opset ", opset, ", and ", n.op_type,
+                                    " was redefined at opset ", it->second, "; onnxtrain implements ai.onnx up to opset ",
+                                    kMaxOpset);
+    }
+    for (const Graph* sg : n.subgraphs()) check_unchanged_since_17(sg->nodes, opset);
+  }
+}
+
 }  // namespace
 
 Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
@@ -450,9 +484,10 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
     std::string d = normalize_domain(o.domain());
     if (o.version() <= 0)
       throw_error<InvalidModel>("opset import of domain '", o.domain(), "' has invalid version ", o.version());
-    if (d.empty() && o.version() > kMaxOpset)
+    if (d.empty() && o.version() > kMaxImportedOpset)
       throw_error<NotImplemented>("model imports ai.onnx opset ", o.version(), ", newer than supported (max ",
-                                  kMaxOpset, ")");
+                                  kMaxImportedOpset, "; opsets 18 and 19 only for operators unchanged since ", kMaxOpset,
+                                  ")");
     m.opsets[d] = o.version();
   }
   m.producer_name = p.producer_name();
@@ -477,6 +512,20 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
     m.functions.push_back(std::move(fn));
   }
   m.graph = r.graph(p.graph(), 0);
+  // Imports of opsets 18-19: every default-domain node must mean what it meant at 17, which is
+  // then the opset the model runs at (kernels and schemas are looked up at 17).
+  for (Function& fn : m.functions)
+    if (auto it = fn.opsets.find(""); it != fn.opsets.end() && it->second > kMaxOpset) {
+      if (it->second > kMaxImportedOpset)
+        throw_error<NotImplemented>("function '", fn.name, "' imports ai.onnx opset ", it->second,
+                                    ", newer than supported (max ", kMaxImportedOpset, ")");
+      check_unchanged_since_17(fn.nodes, it->second);
+      it->second = kMaxOpset;
+    }
+  if (auto it = m.opsets.find(""); it != m.opsets.end() && it->second > kMaxOpset) {
+    check_unchanged_since_17(m.graph->nodes, it->second);
+    it->second = kMaxOpset;
+  }
   check_domains(m, *m.graph);
   int counter = 0;
   inline_functions(m, *m.graph, 0, counter);

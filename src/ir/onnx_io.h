@@ -11,8 +11,14 @@
 namespace onnxtrain::ir {
 
 inline constexpr int64_t kMinIrVersion = 3;
-inline constexpr int64_t kMaxIrVersion = 8;
-inline constexpr int64_t kMaxOpset = 17;  ///< newest default-domain opset onnxtrain supports
+/// IR 9 and 10 add element types (float8, int4: refused by the tensor reader as unsupported) and
+/// function overloads (a repeated function name is refused); their other content reads as IR 8.
+inline constexpr int64_t kMaxIrVersion = 10;
+inline constexpr int64_t kMaxOpset = 17;  ///< newest default-domain opset onnxtrain implements
+/// Newest default-domain opset a model may import: imports of 18 or 19 load when none of the
+/// model's operators changed or appeared after opset 17 (they then mean what they meant at 17,
+/// and run as such); an operator that did is refused naming it and the opset of its change.
+inline constexpr int64_t kMaxImportedOpset = 19;
 
 /// Loads and validates a model file; external data is resolved beside it.
 Model load_model_file(const std::string& path);
