@@ -34,8 +34,9 @@ async function main() {
   for (const step of job.steps || []) {
     const feeds = {};
     for (const [name, t] of Object.entries(step.feeds)) {
-      feeds[name] = new ort.Tensor(t.type || 'float32', t.type === 'int64' ? BigInt64Array.from(t.data.map(BigInt))
-                                                      : Float32Array.from(t.data), t.dims);
+      const data = t.type === 'int64' ? BigInt64Array.from(t.data.map(BigInt))
+                 : t.type === 'int32' ? Int32Array.from(t.data) : Float32Array.from(t.data);
+      feeds[name] = new ort.Tensor(t.type || 'float32', data, t.dims);
     }
     const result = await session.runTrainStep(feeds);
     out.losses.push(Number(result[session.trainingOutputNames[0]].data[0]));
