@@ -489,6 +489,22 @@ void bind_training(py::module_& m) {
     return d;
   });
   m.def("_distributed_reset_comm_stats", &dist::reset_comm_stats);
+  py::class_<LossScaleState>(m, "LossScaleState",
+                             "onnxruntime's dynamic loss-scaling rule and its state (step_driver.h): the one "
+                             "implementation behind the session's scaler and the Python trainers' loss scalers.")
+      .def(py::init<>())
+      .def_readwrite("scale", &LossScaleState::scale)
+      .def_readwrite("initial_scale", &LossScaleState::initial_scale)
+      .def_readwrite("up_scale_window", &LossScaleState::up_scale_window)
+      .def_readwrite("min_scale", &LossScaleState::min_scale)
+      .def_readwrite("max_scale", &LossScaleState::max_scale)
+      .def_readwrite("dynamic", &LossScaleState::dynamic)
+      .def_readwrite("stable_steps", &LossScaleState::stable_steps)
+      .def_readwrite("skipped", &LossScaleState::skipped)
+      .def("update", &LossScaleState::update, py::arg("all_finite"),
+           "After an update step: halve on a non-finite gradient, double after up_scale_window finite ones.")
+      .def("reset", &LossScaleState::reset, "Back to initial_scale, no stable steps counted.")
+      .def("validate", &LossScaleState::validate, "Raises naming the first field out of range.");
   py::class_<TrainingSession>(m, "TrainingSession")
       .def(py::init([](py::object path_or_bytes, const TrainingParameters& p, const SessionOptions* opts) {
              SessionOptions o = opts ? *opts : SessionOptions{};
@@ -521,6 +537,8 @@ void bind_training(py::module_& m) {
                              "fp16: the loss scale the session feeds when run() is given none (0 otherwise).")
       .def_property_readonly("skipped_updates", &TrainingSession::skipped_updates,
                              "fp16: updates skipped for a non-finite gradient.")
+      .def_property_readonly("loss_scaler", &TrainingSession::loss_scaler, py::return_value_policy::reference_internal,
+                             "fp16: the session's loss scaler itself (a LossScaleState shared, not copied).")
       .def("get_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_state()); })
       .def("get_model_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_model_state()); })
       .def("get_optimizer_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_optimizer_state()); })

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "onnxtrain/session.h"
+#include "onnxtrain/step_driver.h"
 #include "onnxtrain/tensor.h"
 #include "onnxtrain/value.h"
 
@@ -164,6 +165,10 @@ class TrainingSession {
   double loss_scale() const;
   /// Updates skipped for a non-finite gradient since the session started (or was restored).
   int64_t skipped_updates() const;
+  /// The session's loss scaler itself (step_driver.h): its configuration and state, saved in
+  /// checkpoints. ORTTrainer's DynamicLossScaler shares it rather than keeping a second scaler.
+  /// Not synchronized with a run() in progress on another thread.
+  LossScaleState& loss_scaler();
 
   /// Every initializer (weights and statistics) by name, as copies.
   std::vector<std::pair<std::string, Tensor>> get_state() const;

@@ -57,7 +57,7 @@ void TrainingSession::Impl::profiled(bool eval, Fn&& fn) {
     runtime::ScopedRunHooks scope(&hooks);
     fn();
   }
-  profiler.session_event(eval ? "eval_run" : "train_run", start, "{\"step\": " + std::to_string(step) + "}");
+  profiler.session_event(eval ? "eval_run" : "train_run", start, "{\"step\": " + std::to_string(driver.step) + "}");
 }
 
 namespace {
@@ -128,7 +128,7 @@ void TrainingSession::Impl::check_ranks_agree() {
 void TrainingSession::Impl::check_weights_agree() {
   std::vector<distributed::RankFact> d;
   for (size_t i = 0; i < trained.size(); ++i) d.push_back({"weight '" + trained[i] + "'", distributed::digest(*weights[i])});
-  require_same_as_rank0(d, "the weight check", "after update " + std::to_string(step) + ", the weights diverged");
+  require_same_as_rank0(d, "the weight check", "after update " + std::to_string(driver.step) + ", the weights diverged");
 }
 
 void TrainingSession::Impl::init() {
@@ -180,6 +180,7 @@ void TrainingSession::Impl::init() {
   sc.optimizer.weight_attrs = params.optimizer_attributes_map;
   sc.optimizer.weight_int_attrs = params.optimizer_int_attributes_map;
   sc.accumulation_steps = params.gradient_accumulation_steps;
+  driver.accumulation_steps = params.gradient_accumulation_steps;
   sc.clip_grad_norm = params.enable_grad_norm_clip;
   sc.max_grad_norm = params.max_grad_norm;
   sc.portable = params.portable_training_graph;
@@ -198,7 +199,8 @@ void TrainingSession::Impl::init() {
     fp16 = true;
     autocast = train::autocast(autocast, DType::kFloat16);
     std::tie(sc.loss_scale_input, loss_name) = train::add_loss_scale(autocast, params.loss_output_name, "loss_scale");
-    scale = params.loss_scale > 0 ? double(params.loss_scale) : kInitialScale;
+    if (params.loss_scale > 0) scaler.scale = scaler.initial_scale = double(params.loss_scale);
+    scaler.dynamic = params.loss_scale == 0;
   }
   tg = train::build_training_graph(autocast, loss_name, trained, running,
                                    params.immutable_weights, sc,
@@ -325,7 +327,7 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
     if (!has_schedule)
       throw_error<InvalidArgument>("missing input '", params.lr_params_feed_name,
                                    "': feed the learning rate as a float32 array of shape [1]");
-    rate = float(schedule.value(step + 1));
+    rate = float(schedule.value(driver.step + 1));
   }
   if (!std::isfinite(rate) || rate < 0) throw_error<InvalidArgument>("learning rate ", rate, " must be finite and >= 0");
 
@@ -339,15 +341,15 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
   order_feeds(*train_exec, *model.graph, train_inputs, feeds, params.lr_params_feed_name, tg.loss_scale_input, ins,
               false);
   lr.tensor.data<float>()[0] = rate;
-  step_count.tensor.data<int64_t>()[0] = step + 1;
-  reset.tensor.data<bool>()[0] = micro == 0;
+  step_count.tensor.data<int64_t>()[0] = driver.step + 1;
+  reset.tensor.data<bool>()[0] = driver.reset_due();
   ins[lr_slot] = &lr;
   ins[step_slot] = &step_count;
   if (!tg.reset_input.empty()) ins[reset_slot] = &reset;
   if (!tg.contribution_input.empty()) ins[contribution_slot] = &contribution;
   if (fp16) {
     // The loss scale: fed, else the session's own (dynamic scaler or TrainingParameters.loss_scale).
-    float ls = float(scale);
+    float ls = float(scaler.scale);
     for (const auto& [name, v] : feeds)
       if (name == tg.loss_scale_input) {
         if (v.kind != Value::Kind::kTensor || v.tensor.dtype() != DType::kFloat32 || v.tensor.numel() != 1 ||
@@ -363,36 +365,22 @@ void TrainingSession::Impl::run_train(const std::vector<std::string>& outs_in,
     if (!ins[i] && !train_exec->input_has_default(i))
       throw_error<InvalidArgument>("missing input '", train_exec->input_names()[i], "'");
   const Requests& req = requests_for(outs);
-  const bool update = micro + 1 >= params.gradient_accumulation_steps;
+  const bool update = driver.update_due();
   if (fp16 && !update && std::find(outs.begin(), outs.end(), tg.all_finite_output) != outs.end())
     throw_error<InvalidArgument>("output '", tg.all_finite_output, "' is computed by update steps only; this run (",
-                                 micro + 1, " of ", params.gradient_accumulation_steps, ") accumulates gradients");
+                                 driver.micro + 1, " of ", params.gradient_accumulation_steps, ") accumulates gradients");
   profiled(false, [&] { train_exec->run(ins, update ? req.update : req.accumulate, results); });
-  if (update) {
-    micro = 0;
-    bool applied = true;
-    if (fp16) {
-      const auto at = req.finite_appended ? results.size() - 1
-                                          : size_t(std::find(outs.begin(), outs.end(), tg.all_finite_output) - outs.begin());
-      applied = *results[at].tensor.data<bool>();
-      if (req.finite_appended) results.pop_back();
-      // onnxruntime's DynamicLossScaler rule, applied whether or not this step's scale was fed.
-      if (!applied) {
-        ++skipped;
-        scale = params.loss_scale > 0 ? scale : std::max(kMinScale, scale / 2);
-        stable_steps = 0;
-      } else if (params.loss_scale == 0 && ++stable_steps >= kScaleWindow) {
-        scale = std::min(kMaxScale, scale * 2);
-        stable_steps = 0;
-      }
-    }
-    if (applied) {  // a skipped update leaves the step count (Adam's bias correction, the schedule)
-      ++step;
-      if (check_every > 0 && step % check_every == 0) check_weights_agree();
-    }
-  } else {
-    ++micro;
+  bool applied = true;
+  if (update && fp16) {
+    const auto at = req.finite_appended ? results.size() - 1
+                                        : size_t(std::find(outs.begin(), outs.end(), tg.all_finite_output) - outs.begin());
+    applied = *results[at].tensor.data<bool>();
+    if (req.finite_appended) results.pop_back();
+    scaler.update(applied);  // onnxruntime's DynamicLossScaler rule, whether or not this step's scale was fed
   }
+  // A skipped update leaves the step count (Adam's bias correction, the schedule).
+  driver.finish_run(applied);
+  if (update && applied && check_every > 0 && driver.step % check_every == 0) check_weights_agree();
 }
 std::vector<Value> TrainingSession::Impl::run_eval(const std::vector<std::string>& outs,
                                                    const std::vector<std::pair<std::string, Value>>& feeds) {
@@ -488,11 +476,13 @@ std::string TrainingSession::loss_scale_input_name() const { return impl_->tg.lo
 std::string TrainingSession::all_finite_output_name() const { return impl_->tg.all_finite_output; }
 double TrainingSession::loss_scale() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->fp16 ? impl_->scale : 0.0;
+  return impl_->fp16 ? impl_->scaler.scale : 0.0;
 }
+LossScaleState& TrainingSession::loss_scaler() { return impl_->scaler; }
+
 int64_t TrainingSession::skipped_updates() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->skipped;
+  return impl_->scaler.skipped;
 }
 
 void TrainingSession::set_local_batch_share(double share) {
@@ -507,7 +497,7 @@ int TrainingSession::world_size() const { return impl_->world; }
 
 int64_t TrainingSession::step() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->step;
+  return impl_->driver.step;
 }
 
 double TrainingSession::scheduled_learning_rate(int64_t step) const {

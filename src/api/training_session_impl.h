@@ -18,6 +18,7 @@
 
 #include "api/profiler.h"
 #include "ir/ir.h"
+#include "onnxtrain/step_driver.h"
 #include "onnxtrain/training.h"
 #include "runtime/executor.h"
 #include "train/attach_optimizer.h"
@@ -41,19 +42,14 @@ struct TrainingSession::Impl {
   std::string optimizer_name;
   bool has_schedule = false;
   train::LrSchedule schedule;
-  int64_t step = 0;                           // optimizer steps taken
-  int64_t micro = 0;                          // run() calls since the last update
+  StepDriver driver;                          // accumulation and optimizer steps (step_driver.h)
   // What a step feeds besides the data: owned here, updated in place every step.
   Value lr, step_count, reset, contribution, loss_scale_value;
   size_t lr_slot = 0, step_slot = 0, reset_slot = 0, contribution_slot = 0, loss_scale_slot = 0;
-  // float16 mixed precision: the session's dynamic loss scaler (onnxruntime's DynamicLossScaler
-  // rule), used when run() is not fed a loss scale.
+  // float16 mixed precision: the session's loss scaler (onnxruntime's DynamicLossScaler rule),
+  // whose scale run() feeds when the caller feeds none; ORTTrainer's DynamicLossScaler shares it.
   bool fp16 = false;
-  double scale = 0;             // current loss scale
-  int64_t stable_steps = 0;     // applied updates since the scale last changed
-  int64_t skipped = 0;          // updates skipped for non-finite gradients
-  static constexpr double kInitialScale = 65536.0, kMinScale = 1.0, kMaxScale = 16777216.0;
-  static constexpr int64_t kScaleWindow = 2000;
+  LossScaleState scaler;
   int rank = 0, world = 1;                    // data parallelism
   int64_t check_every = 0;                    // compare the ranks' weights every that many updates (0: never)
   std::vector<const Value*> ins;              // executor inputs, reused

@@ -35,7 +35,7 @@ std::vector<std::pair<std::string, Tensor>> TrainingSession::get_optimizer_state
   std::lock_guard<std::mutex> lock(impl_->mu);
   std::vector<std::pair<std::string, Tensor>> r;
   for (const auto& u : impl_->optimizer_states()) r.emplace_back(u->key, impl_->state(u->state)->clone());
-  r.emplace_back("step", Tensor::scalar<int64_t>(impl_->step));
+  r.emplace_back("step", Tensor::scalar<int64_t>(impl_->driver.step));
   return r;
 }
 
@@ -90,7 +90,7 @@ void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::stri
   }
   for (const auto& [n, t] : state)
     if (n != "step") known.at(n)->copy_from(relaid.count(n) ? relaid.at(n) : t);
-  if (step) impl_->step = step->data<int64_t>()[0];
+  if (step) impl_->driver.step = step->data<int64_t>()[0];
 }
 
 void TrainingSession::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {
@@ -104,13 +104,13 @@ void TrainingSession::save_checkpoint(const std::string& path, const std::map<st
   // Identical states (stage 0, no accumulation in progress that only this rank holds): one
   // checkpoint, which resumes on any number of ranks. Otherwise a shard per rank and a manifest.
   const bool sharded = s.params.deepspeed_zero_stage == 1 ||
-                       (s.params.allreduce_post_accumulation && s.params.gradient_accumulation_steps > 1 && s.micro > 0);
+                       (s.params.allreduce_post_accumulation && s.params.gradient_accumulation_steps > 1 && s.driver.micro > 0);
   train::Checkpoint manifest;
   if (sharded) {
     manifest.fingerprint = train::model_fingerprint(s.model, s.trained);
     manifest.counters["zero_stage"] = s.params.deepspeed_zero_stage;
-    manifest.counters["optimizer_step"] = s.step;
-    manifest.counters["micro_step"] = s.micro;
+    manifest.counters["optimizer_step"] = s.driver.step;
+    manifest.counters["micro_step"] = s.driver.micro;
     for (const auto& [k, v] : metadata) manifest.text["user/" + k] = v;
     manifest.text["optimizer"] = s.optimizer_name;
   }
@@ -128,16 +128,16 @@ train::Checkpoint TrainingSession::Impl::checkpoint(const std::map<std::string, 
   for (const auto& u : tg.updates)
     if (u.kind == train::StateUpdate::Kind::kAccumulator)
       c.tensors.emplace_back("accumulator/" + u.weight, *tg.model.graph->initializer(u.state));
-  c.counters["optimizer_step"] = step;
-  c.counters["micro_step"] = micro;
+  c.counters["optimizer_step"] = driver.step;
+  c.counters["micro_step"] = driver.micro;
   c.counters["train_runs"] = int64_t(train_exec->run_counter());
   c.text["optimizer"] = optimizer_name;
   if (fp16) {  // the dynamic loss scaler: a resumed run scales as the uninterrupted one
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", scale);
+    std::snprintf(buf, sizeof buf, "%.17g", scaler.scale);
     c.text["amp/loss_scale"] = buf;
-    c.counters["amp/stable_steps"] = stable_steps;
-    c.counters["amp/skipped_updates"] = skipped;
+    c.counters["amp/stable_steps"] = scaler.stable_steps;
+    c.counters["amp/skipped_updates"] = scaler.skipped;
   }
   return c;
 }
@@ -219,7 +219,7 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
   if (micro < 0 || micro >= s.params.gradient_accumulation_steps || step < 0)
     throw_error<InvalidArgument>("checkpoint '", path, "' holds step ", step, " and micro-step ", micro,
                                  ", impossible with gradient_accumulation_steps ", s.params.gradient_accumulation_steps);
-  double scale = s.scale;
+  double scale = s.scaler.scale;
   if (s.fp16 && c.text.count("amp/loss_scale")) {
     char* end = nullptr;
     const std::string& v = c.text.at("amp/loss_scale");
@@ -228,12 +228,12 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
       throw_error<InvalidArgument>("checkpoint '", path, "': damaged loss scaler state (loss scale '", v, "')");
   }
   for (auto& [dst, src] : copies) dst->copy_from(*src);
-  s.step = step;
-  s.micro = micro;
+  s.driver.step = step;
+  s.driver.micro = micro;
   if (s.fp16 && c.text.count("amp/loss_scale")) {
-    s.scale = scale;
-    s.stable_steps = c.counters["amp/stable_steps"];
-    s.skipped = c.counters["amp/skipped_updates"];
+    s.scaler.scale = scale;
+    s.scaler.stable_steps = c.counters["amp/stable_steps"];
+    s.scaler.skipped = c.counters["amp/skipped_updates"];
   }
   s.train_exec->set_run_counter(uint64_t(c.counters["train_runs"]));
   std::map<std::string, std::string> meta;

@@ -491,3 +491,31 @@ def test_mixed_precision_custom_scaler_and_skipped_steps():
     assert static.loss_scale == 128.0 and s._train_step_info.optimization_step == 3
     with pytest.raises(ValueError, match="Loss Scaler cannot be specified when Mixed Precision is not enabled"):
         make_mlp_trainer({"mixed_precision": {"enabled": False, "loss_scaler": amp.DynamicLossScaler()}})
+
+
+def test_mixed_precision_default_scaler_is_the_sessions():
+    """One loss scaler: the default DynamicLossScaler is a view of the TrainingSession's own
+    (C++ LossScaleState), not a second one fed alongside it; a scale set on the scaler is the one
+    the session feeds next, and the session's updates show in the scaler."""
+    from onnxtrain.training import amp
+    batches = mlp_batches()
+    t = make_mlp_trainer({"mixed_precision": {"enabled": True}})
+    scaler = t.options.mixed_precision.loss_scaler
+    t.train_step(*batches[0])
+    assert t._session_scales
+    shared = t._session.loss_scaler
+    assert shared.scale == scaler.loss_scale == t._session.loss_scale
+    scaler.loss_scale = 1024.0
+    assert t._session.loss_scale == 1024.0
+    for x, y in batches[1:4]:
+        t.train_step(x, y)
+    assert scaler.loss_scale == t._session.loss_scale and scaler._stable_steps_count == shared.stable_steps
+    # A subclass keeps its own update rule: it is fed, not shared.
+    class Halving(amp.DynamicLossScaler):
+        def update(self, train_step_info):
+            self.loss_scale = max(1.0, self.loss_scale / 2)
+            return self.loss_scale
+    h = Halving(loss_scale=512.0)
+    s = make_mlp_trainer({"mixed_precision": {"enabled": True, "loss_scaler": h}})
+    s.train_step(*batches[0])
+    assert not s._session_scales and h.loss_scale == 256.0

@@ -50,7 +50,7 @@ import numpy as np
 
 from .._errors import NotImplemented as _NotImplemented
 from ..training._session import TrainingParameters, TrainingSession
-from ..training.amp.loss_scaler import dynamic_scale_update
+from ..training.amp.loss_scaler import new_scale_state
 from ..training.optim.config import AdamConfig, LambConfig, SGDConfig
 from ..training.orttrainer import ORTTrainer as _NewTrainer
 from ..training.orttrainer import bind_inputs
@@ -108,23 +108,38 @@ class LossScaler:
                  min_loss_scale=1.0, max_loss_scale=float(1 << 24)):
         self.loss_scale_input_name_ = loss_scale_input_name
         self.is_dynamic_scale_ = is_dynamic_scale
-        self.initial_loss_scale_ = loss_scale
-        self.up_scale_window_ = up_scale_window
-        self.min_loss_scale_ = min_loss_scale
-        self.max_loss_scale_ = max_loss_scale
-        self.loss_scale_ = loss_scale
-        self.stable_steps_ = 0
+        # The rule and its state: onnxtrain's one implementation (C++ LossScaleState).
+        self._state = new_scale_state(loss_scale, up_scale_window, min_loss_scale, max_loss_scale)
+
+    initial_loss_scale_ = property(lambda self: self._state.initial_scale)
+    up_scale_window_ = property(lambda self: self._state.up_scale_window)
+    min_loss_scale_ = property(lambda self: self._state.min_scale)
+    max_loss_scale_ = property(lambda self: self._state.max_scale)
+    stable_steps_ = property(lambda self: self._state.stable_steps)
+
+    @property
+    def loss_scale_(self):
+        return self._state.scale
+
+    @loss_scale_.setter
+    def loss_scale_(self, value):
+        self._state.scale = float(value)
 
     def update_loss_scale(self, is_all_finite):
-        if not self.is_dynamic_scale_:
-            return
-        self.loss_scale_, self.stable_steps_ = dynamic_scale_update(
-            self.loss_scale_, self.stable_steps_, is_all_finite, self.up_scale_window_, self.min_loss_scale_,
-            self.max_loss_scale_)
+        if self.is_dynamic_scale_:
+            self._state.update(bool(is_all_finite))
+
+    def _attach(self, state):
+        """Makes ``state`` (the TrainingSession's loss scaler) this scaler's state, with this
+        scaler's settings and values: the session then applies the rule at each update step."""
+        for field in ("initial_scale", "up_scale_window", "min_scale", "max_scale", "scale", "stable_steps"):
+            setattr(state, field, getattr(self._state, field))
+        state.dynamic = True
+        state.validate()
+        self._state = state
 
     def reset(self):
-        self.loss_scale_ = self.initial_loss_scale_
-        self.stable_steps_ = 0
+        self._state.reset()
 
 
 def generate_sample(desc, device=None):
@@ -292,6 +307,7 @@ class ORTTrainer:
         self.input_desc_with_lr_and_loss_scale = [*self.input_desc_with_lr,
                                                   IODescription(self.loss_scale_input_name, [], None)]
         self.session = None
+        self._session_scales = False  # the session's loss scaler is loss_scaler_'s state
         self.state_dict_ = None
         self.strict_ = False
         self.torch_model_ = self.onnx_model_ = self.loss_fn_ = None
@@ -380,6 +396,12 @@ class ORTTrainer:
         config.apply_to_training_parameters(p, trainable, frozen_weights=sorted(frozen),
                                             grad_norm_clip=bool(self.enable_grad_norm_clip_))
         self.session = TrainingSession(onx.SerializeToString(), p)
+        # A dynamic LossScaler of this module is the session's own scaler (one rule, one state):
+        # the session applies it at each update step; the scale fed is the same value.
+        self._session_scales = (type(self.loss_scaler_) is LossScaler and self.loss_scaler_.is_dynamic_scale_
+                                and bool(self.session.loss_scale_input_name))
+        if self._session_scales:
+            self.loss_scaler_._attach(self.session.loss_scaler)
         self._trained = list(self.session.trained_weights())
         if self.state_dict_ is not None:
             state, strict = self.state_dict_, self.strict_
@@ -480,7 +502,7 @@ class ORTTrainer:
         self.current_step += 1
         if finite is not None:
             all_finite = bool(np.asarray(results[names.index(finite)]).reshape(-1)[0])
-            if self.loss_scaler_ is not None:
+            if self.loss_scaler_ is not None and not self._session_scales:
                 self.loss_scaler_.update_loss_scale(all_finite)
             if all_finite:  # an update skipped for inf/NaN gradients is not an optimization step
                 self.global_step_ += 1

@@ -144,6 +144,12 @@ class TrainingSession:
         return self._sess.loss_scale
 
     @property
+    def loss_scaler(self):
+        """Float16 mixed precision: the session's loss scaler itself (``_C.LossScaleState``, shared:
+        ORTTrainer's DynamicLossScaler attaches to it)."""
+        return self._sess.loss_scaler
+
+    @property
     def skipped_updates(self):
         """Float16 mixed precision: updates skipped because a gradient held an infinity or a NaN."""
         return self._sess.skipped_updates

@@ -196,6 +196,7 @@ class ORTTrainer:
         self._torch_model = None
         self._onnx_model = None
         self._session = None
+        self._session_scales = False  # the session's loss scaler is options.mixed_precision.loss_scaler's state
         self._pending_state = None
         torch_module = None
         try:
@@ -324,8 +325,17 @@ class ORTTrainer:
                 paths.model_with_training_graph_after_optimization_path
         self._lr_feed = p.lr_params_feed_name
         self._session = TrainingSession(model.SerializeToString(), p, self.options.session_options)
+        self._session_scales = False
         if self.options.mixed_precision.enabled:
-            self.options.mixed_precision.loss_scaler.input_name = self._session.loss_scale_input_name
+            from .amp import DynamicLossScaler
+            scaler = self.options.mixed_precision.loss_scaler
+            scaler.input_name = self._session.loss_scale_input_name
+            # The default scaler is the session's own (one scaler, one rule): the session feeds its
+            # scale and applies the rule at each update; the scaler object reads and writes it. A
+            # scaler of the user's own (a subclass, or automatic_update off) is fed and updated here.
+            if type(scaler) is DynamicLossScaler and scaler.automatic_update:
+                scaler._attach(self._session.loss_scaler)
+                self._session_scales = True
         if paths.model_with_training_graph_after_optimization_path and \
                 p.model_with_training_graph_path != paths.model_with_training_graph_after_optimization_path:
             import shutil
@@ -377,7 +387,8 @@ class ORTTrainer:
         if scaler is not None:
             # Mixed precision: the scaler's loss scale is fed, and an update step also returns
             # whether every gradient was finite (the session skipped the update otherwise).
-            feed[self._session.loss_scale_input_name] = np.array([scaler.loss_scale], dtype=np.float32)
+            if not self._session_scales:
+                feed[self._session.loss_scale_input_name] = np.array([scaler.loss_scale], dtype=np.float32)
             if update:
                 finite_name = self._session.all_finite_output_name
                 request = [*request, finite_name]
@@ -387,7 +398,7 @@ class ORTTrainer:
             all_finite = bool(np.asarray(results[-1]).reshape(-1)[0])
             results = results[:-1]
             self._train_step_info.all_finite = all_finite
-            if getattr(scaler, "automatic_update", True):
+            if not self._session_scales and getattr(scaler, "automatic_update", True):
                 scaler.update(self._train_step_info)
             if all_finite:  # onnxruntime counts an optimization step only once it is applied
                 self._train_step_info.optimization_step += 1

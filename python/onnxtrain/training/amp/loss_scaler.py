@@ -1,18 +1,21 @@
-"""Loss scalers of onnxruntime-training's ORTTrainer (``onnxruntime.training.amp``)."""
+"""Loss scalers of onnxruntime-training's ORTTrainer (``onnxruntime.training.amp``). The dynamic
+rule and its state live in C++ (``_C.LossScaleState``); ``DynamicLossScaler`` is a view of one,
+and shares the TrainingSession's own when ORTTrainer runs it (one scaler, not two)."""
+from ... import _C
 from .._utils import check, check_number, is_int
 
 
+def new_scale_state(loss_scale, up_scale_window, min_loss_scale, max_loss_scale, dynamic=True):
+    """A ``_C.LossScaleState`` — onnxruntime's dynamic loss-scale rule, implemented once in C++
+    (``include/onnxtrain/step_driver.h``) — holding these settings, at ``loss_scale``."""
+    state = _C.LossScaleState()
+    state.scale = state.initial_scale = float(loss_scale)
+    state.up_scale_window = int(up_scale_window)
+    state.min_scale = float(min_loss_scale)
+    state.max_scale = float(max_loss_scale)
+    state.dynamic = bool(dynamic)
+    return state
 
-def dynamic_scale_update(scale, stable_steps, all_finite, up_scale_window, min_scale, max_scale):
-    """onnxruntime's dynamic loss-scale rule: ``(scale, stable_steps)`` after one step. A non-finite
-    step halves the scale (not below ``min_scale``) and restarts the count; ``up_scale_window``
-    finite steps in a row double it (not above ``max_scale``)."""
-    if not all_finite:
-        return max(min_scale, scale / 2), 0
-    stable_steps += 1
-    if stable_steps >= up_scale_window:
-        return min(max_scale, scale * 2), 0
-    return scale, stable_steps
 
 class LossScaler:
     """Base class of loss scaling strategies (onnxruntime-training's ``amp.LossScaler``).
@@ -76,6 +79,7 @@ class DynamicLossScaler(LossScaler):
 
     def __init__(self, automatic_update=True, loss_scale=float(1 << 16), up_scale_window=2000, min_loss_scale=1.0,
                  max_loss_scale=float(1 << 24)):
+        self._state = _C.LossScaleState()  # the rule's state in C++; settings filled in below
         super().__init__(loss_scale)
         check(isinstance(automatic_update, bool), f"'automatic_update' must be a bool, got {automatic_update!r}")
         check(is_int(up_scale_window) and up_scale_window >= 1,
@@ -85,20 +89,72 @@ class DynamicLossScaler(LossScaler):
         check(max_loss_scale >= min_loss_scale,
               f"'max_loss_scale' ({max_loss_scale}) must be >= 'min_loss_scale' ({min_loss_scale})")
         self.automatic_update = automatic_update
-        self.up_scale_window = int(up_scale_window)
-        self.min_loss_scale = min_loss_scale
-        self.max_loss_scale = max_loss_scale
-        self._initial_loss_scale = self.loss_scale
-        self._stable_steps_count = 0
+        self._state.up_scale_window = int(up_scale_window)
+        self._state.min_scale = min_loss_scale
+        self._state.max_scale = max_loss_scale
+        self._state.initial_scale = self._state.scale
+
+    # Every setting and counter is the C++ state's (shared with a TrainingSession once attached).
+    @property
+    def loss_scale(self):
+        """The current loss scale (float)."""
+        return self._state.scale
+
+    @loss_scale.setter
+    def loss_scale(self, loss_scale):
+        self._state.scale = check_number("loss_scale", loss_scale, minimum=0, strict=True)
+
+    @property
+    def up_scale_window(self):
+        """Finite steps in a row before the scale doubles."""
+        return self._state.up_scale_window
+
+    @up_scale_window.setter
+    def up_scale_window(self, value):
+        check(is_int(value) and value >= 1, f"'up_scale_window' must be an int >= 1, got {value!r}")
+        self._state.up_scale_window = int(value)
+
+    @property
+    def min_loss_scale(self):
+        """Lower bound when halving."""
+        return self._state.min_scale
+
+    @min_loss_scale.setter
+    def min_loss_scale(self, value):
+        self._state.min_scale = check_number("min_loss_scale", value, minimum=0, strict=True)
+
+    @property
+    def max_loss_scale(self):
+        """Upper bound when doubling."""
+        return self._state.max_scale
+
+    @max_loss_scale.setter
+    def max_loss_scale(self, value):
+        self._state.max_scale = check_number("max_loss_scale", value, minimum=0, strict=True)
+
+    @property
+    def _stable_steps_count(self):
+        return self._state.stable_steps
 
     def reset(self):
         """Back to the initial loss scale, with no stable steps counted."""
-        self.loss_scale = self._initial_loss_scale
-        self._stable_steps_count = 0
+        self._state.reset()
 
     def update(self, train_step_info):
         """Applies the rule above to ``train_step_info.all_finite``; returns the new loss scale."""
-        self.loss_scale, self._stable_steps_count = dynamic_scale_update(
-            self.loss_scale, self._stable_steps_count, train_step_info.all_finite, self.up_scale_window,
-            self.min_loss_scale, self.max_loss_scale)
+        self._state.update(bool(train_step_info.all_finite))
         return self.loss_scale
+
+    def _attach(self, state):
+        """Makes ``state`` (a TrainingSession's ``loss_scaler``) this scaler's state: it takes this
+        scaler's settings and current values, and from then on the session applies the rule at each
+        update step and this object reads and writes the session's scaler."""
+        state.initial_scale = self._state.initial_scale
+        state.up_scale_window = self._state.up_scale_window
+        state.min_scale = self._state.min_scale
+        state.max_scale = self._state.max_scale
+        state.dynamic = True
+        state.scale = self._state.scale
+        state.stable_steps = self._state.stable_steps
+        state.validate()
+        self._state = state
