@@ -17,6 +17,17 @@ def new_scale_state(loss_scale, up_scale_window, min_loss_scale, max_loss_scale,
     return state
 
 
+def _state_field(field, doc, checked):
+    """A property reading and writing ``self._state.<field>`` (values passed through ``checked``)."""
+    return property(lambda self: getattr(self._state, field),
+                    lambda self, value: setattr(self._state, field, checked(value)), doc=doc)
+
+
+def _checked_window(value):
+    check(is_int(value) and value >= 1, f"'up_scale_window' must be an int >= 1, got {value!r}")
+    return int(value)
+
+
 class LossScaler:
     """Base class of loss scaling strategies (onnxruntime-training's ``amp.LossScaler``).
 
@@ -82,8 +93,7 @@ class DynamicLossScaler(LossScaler):
         self._state = _C.LossScaleState()  # the rule's state in C++; settings filled in below
         super().__init__(loss_scale)
         check(isinstance(automatic_update, bool), f"'automatic_update' must be a bool, got {automatic_update!r}")
-        check(is_int(up_scale_window) and up_scale_window >= 1,
-              f"'up_scale_window' must be an int >= 1, got {up_scale_window!r}")
+        up_scale_window = _checked_window(up_scale_window)
         min_loss_scale = check_number("min_loss_scale", min_loss_scale, minimum=0, strict=True)
         max_loss_scale = check_number("max_loss_scale", max_loss_scale, minimum=0, strict=True)
         check(max_loss_scale >= min_loss_scale,
@@ -95,42 +105,14 @@ class DynamicLossScaler(LossScaler):
         self._state.initial_scale = self._state.scale
 
     # Every setting and counter is the C++ state's (shared with a TrainingSession once attached).
-    @property
-    def loss_scale(self):
-        """The current loss scale (float)."""
-        return self._state.scale
-
-    @loss_scale.setter
-    def loss_scale(self, loss_scale):
-        self._state.scale = check_number("loss_scale", loss_scale, minimum=0, strict=True)
-
-    @property
-    def up_scale_window(self):
-        """Finite steps in a row before the scale doubles."""
-        return self._state.up_scale_window
-
-    @up_scale_window.setter
-    def up_scale_window(self, value):
-        check(is_int(value) and value >= 1, f"'up_scale_window' must be an int >= 1, got {value!r}")
-        self._state.up_scale_window = int(value)
-
-    @property
-    def min_loss_scale(self):
-        """Lower bound when halving."""
-        return self._state.min_scale
-
-    @min_loss_scale.setter
-    def min_loss_scale(self, value):
-        self._state.min_scale = check_number("min_loss_scale", value, minimum=0, strict=True)
-
-    @property
-    def max_loss_scale(self):
-        """Upper bound when doubling."""
-        return self._state.max_scale
-
-    @max_loss_scale.setter
-    def max_loss_scale(self, value):
-        self._state.max_scale = check_number("max_loss_scale", value, minimum=0, strict=True)
+    loss_scale = _state_field("scale", "The current loss scale (float).",
+                              lambda v: check_number("loss_scale", v, minimum=0, strict=True))
+    up_scale_window = _state_field("up_scale_window", "Finite steps in a row before the scale doubles.",
+                                   _checked_window)
+    min_loss_scale = _state_field("min_scale", "Lower bound when halving.",
+                                  lambda v: check_number("min_loss_scale", v, minimum=0, strict=True))
+    max_loss_scale = _state_field("max_scale", "Upper bound when doubling.",
+                                  lambda v: check_number("max_loss_scale", v, minimum=0, strict=True))
 
     @property
     def _stable_steps_count(self):
