@@ -517,11 +517,9 @@ def write_mlp_artifacts(folder):
     return names
 
 
-def test_mlp_artifacts_train_as_torch_and_onnxruntime_web(tmp_path):
-    """An MLP classifier in onnxruntime's artifact layout: ten AdamW steps of onnxtrain's Module
-    against PyTorch's gradients with onnxruntime's AdamW in float64, and against onnxruntime-web
-    on the same files (skipped, saying why, without it)."""
-    import torch
+def train_mlp_artifacts(tmp_path):
+    """Writes the MLP artifacts and a checkpoint, trains ten AdamW steps with onnxtrain's Module;
+    returns (names, init, x, labels, losses, module)."""
     rng = np.random.default_rng(11)
     names = write_mlp_artifacts(str(tmp_path))
     init = {"fc1.weight": rng.standard_normal((5, 4)) * 0.5, "fc1.bias": rng.standard_normal(5) * 0.1,
@@ -532,8 +530,14 @@ def test_mlp_artifacts_train_as_torch_and_onnxruntime_web(tmp_path):
     x = rng.standard_normal((8, 4)).astype(np.float32)
     labels = rng.integers(0, 3, 8).astype(np.int32)
     state, module, optimizer = open_module(tmp_path)
-    losses = train(module, optimizer, x, labels, 10)
-    # Reference: PyTorch's autograd for the gradients, onnxruntime's AdamW (mode 1) in float64.
+    return names, init, x, labels, train(module, optimizer, x, labels, 10), module
+
+
+def test_mlp_artifacts_train_as_torch(tmp_path):
+    """An MLP classifier in onnxruntime's artifact layout: ten AdamW steps of onnxtrain's Module
+    against PyTorch's autograd for the gradients and onnxruntime's AdamW (mode 1) in float64."""
+    import torch
+    names, init, x, labels, losses, module = train_mlp_artifacts(tmp_path)
     w = {k: v.astype(np.float64) for k, v in init.items()}
     m = {k: np.zeros_like(v) for k, v in w.items()}
     v2 = {k: np.zeros_like(v) for k, v in w.items()}
@@ -549,9 +553,15 @@ def test_mlp_artifacts_train_as_torch_and_onnxruntime_web(tmp_path):
     np.testing.assert_allclose(losses, ref, rtol=1e-5)
     np.testing.assert_allclose(module.get_contiguous_parameters().numpy(),
                                np.concatenate([w[n].ravel() for n in names]), rtol=1e-4, atol=1e-6)
+
+
+def test_mlp_artifacts_train_as_onnxruntime_web(tmp_path):
+    """The same MLP artifacts and checkpoint in onnxruntime-web: every loss and the final
+    parameters within 1e-5."""
     folder, reason = ort_web()
     if folder is None:
         pytest.skip(reason)
+    names, init, x, labels, losses, module = train_mlp_artifacts(tmp_path)
     feeds = {"input": {"dims": [8, 4], "data": x.ravel().tolist()},
              "labels": {"dims": [8], "data": labels.tolist(), "type": "int32"}}
     job = {"checkpoint": str(tmp_path / "checkpoint"), "train_model": str(tmp_path / "training_model.onnx"),
