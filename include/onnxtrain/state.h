@@ -30,6 +30,9 @@ struct Parameter {
   /// The shape of a parameter without a value (a nominal state's, read from and written to the
   /// file); with a value, data.shape() is the shape.
   Shape nominal_shape;
+
+  /// The parameter's shape, with or without a value.
+  const Shape& shape() const { return data.defined() ? data.shape() : nominal_shape; }
 };
 
 /// An optimizer parameter group (onnxruntime has one, "group0").

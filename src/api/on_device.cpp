@@ -27,6 +27,12 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
+// The parameter whose gradient buffer input `name` is (nullopt when it is not one).
+std::optional<std::string> buffer_parameter(const std::string& name) {
+  if (!ends_with(name, kGradBufferSuffix)) return std::nullopt;
+  return name.substr(0, name.size() - std::strlen(kGradBufferSuffix));
+}
+
 bool is_gradient_name(const std::string& s) {
   return std::any_of(std::begin(kGradSuffixes), std::end(kGradSuffixes), [&](const char* x) { return ends_with(s, x); });
 }
@@ -128,8 +134,9 @@ struct Module::Impl {
   // Zero gradient buffers of the trained parameters the training model accumulates into.
   void create_gradients() {
     for (const auto& name : train_inputs) {
-      if (!ends_with(name, kGradBufferSuffix)) continue;
-      Parameter& p = state->parameter(name.substr(0, name.size() - std::strlen(kGradBufferSuffix)));
+      const std::optional<std::string> param = buffer_parameter(name);
+      if (!param) continue;
+      Parameter& p = state->parameter(*param);
       if (p.data.defined() && (!p.grad.defined() || p.grad.shape() != p.data.shape()))
         p.grad = Tensor::zeros(p.data.dtype(), p.data.shape());
     }
@@ -140,7 +147,7 @@ struct Module::Impl {
   Value fed(const std::string& name) const {
     if (name == kLazyResetGrad) return bool_value(!accumulate);
     if (state->parameters.count(name)) return Value::of(state->parameters.at(name).data);
-    return Value::of(state->parameter(name.substr(0, name.size() - std::strlen(kGradBufferSuffix))).grad);
+    return Value::of(state->parameter(*buffer_parameter(name)).grad);
   }
 
   std::vector<Value> run(InferenceSession& sess, const std::vector<std::string>& inputs,
@@ -176,15 +183,15 @@ Module::Module(const ModelSource& train_model, CheckpointState& state, const Mod
       // The state gives the shape (a nominal state's file has it too); without one (a nominal
       // state made in memory) the model's declared shape must be static.
       const bool known = p.data.defined() || !p.nominal_shape.empty();
-      const Shape shape = p.data.defined() ? p.data.shape() : known ? p.nominal_shape : declared_shape(a);
+      const Shape shape = known ? p.shape() : declared_shape(a);
       if (a.elem != p.dtype || (known && !fits(a, shape)))
         throw_error<InvalidArgument>("training model input '", a.name, "' is ", a.type, shape_text(a),
                                      " but the checkpoint's parameter is ",
                                      p.data.defined() ? p.data.describe() : std::string(dtype_name(p.dtype)));
       m.weights.push_back(a.name);
       m.weight_shapes.push_back(shape);
-    } else if (ends_with(a.name, kGradBufferSuffix)) {
-      const std::string param = a.name.substr(0, a.name.size() - std::strlen(kGradBufferSuffix));
+    } else if (const std::optional<std::string> buffer_of = buffer_parameter(a.name)) {
+      const std::string& param = *buffer_of;
       if (!state.parameters.count(param))
         throw_error<InvalidArgument>("training model input '", a.name, "' is the gradient buffer of '", param,
                                      "', which is not a parameter of the checkpoint");

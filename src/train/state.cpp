@@ -184,7 +184,7 @@ class Writer {
     for (const auto& [name, p] : s.parameters) {
       if (!s.nominal && !p.data.defined())
         throw_error<InvalidArgument>("cannot save parameter '", name, "': it has no value (the state is not nominal)");
-      (p.requires_grad ? trainable : frozen).push_back(tensor(name, p.dtype, p.data, p.nominal_shape, s.nominal));
+      (p.requires_grad ? trainable : frozen).push_back(tensor(name, p.dtype, p.data, p.shape(), s.nominal));
     }
     const auto t_off = b_.CreateVector(trainable);
     const auto f_off = b_.CreateVector(frozen);
@@ -203,9 +203,7 @@ class Writer {
             if (!s.nominal && (t.dtype() != it->second.dtype || t.shape() != it->second.data.shape()))
               throw_error<InvalidArgument>("cannot save optimizer state '", sname, "' of '", pname, "': it is ",
                                            t.describe(), ", the parameter ", it->second.data.describe());
-            momentums.push_back(tensor(sname, it->second.dtype, t,
-                                       it->second.data.defined() ? it->second.data.shape() : it->second.nominal_shape,
-                                       s.nominal));
+            momentums.push_back(tensor(sname, it->second.dtype, t, it->second.shape(), s.nominal));
           }
           const auto pn = b_.CreateString(pname);
           const auto mv = b_.CreateVector(momentums);
@@ -235,13 +233,13 @@ class Writer {
   }
 
  private:
-  // A nominal state's tensors have dims (the value's shape, else `nominal_shape`) and empty raw
-  // data, as onnxruntime writes them (it refuses a tensor without dims or without raw data).
-  flatbuffers::Offset<fb::Tensor> tensor(const std::string& name, DType dt, const Tensor& t, const Shape& nominal_shape,
+  // A nominal state's tensors have dims (the value's shape, else `shape`: its parameter's) and
+  // empty raw data, as onnxruntime writes them (it refuses a tensor without dims or raw data).
+  flatbuffers::Offset<fb::Tensor> tensor(const std::string& name, DType dt, const Tensor& t, const Shape& shape,
                                          bool nominal) {
     const auto n = b_.CreateString(name);
     if (nominal) {
-      const auto dims = b_.CreateVector(t.defined() ? t.shape() : nominal_shape);
+      const auto dims = b_.CreateVector(t.defined() ? t.shape() : shape);
       return fb::CreateTensor(b_, n, 0, dims, int32_t(dt), b_.CreateVector(std::vector<uint8_t>{}));
     }
     const auto dims = b_.CreateVector(t.shape());

@@ -50,7 +50,7 @@ import numpy as np
 
 from .._errors import NotImplemented as _NotImplemented
 from ..training._session import TrainingParameters, TrainingSession
-from ..training.amp.loss_scaler import new_scale_state
+from ..training.amp.loss_scaler import new_scale_state, share_scale_state
 from ..training.optim.config import AdamConfig, LambConfig, SGDConfig
 from ..training.orttrainer import ORTTrainer as _NewTrainer
 from ..training.orttrainer import bind_inputs
@@ -130,13 +130,9 @@ class LossScaler:
             self._state.update(bool(is_all_finite))
 
     def _attach(self, state):
-        """Makes ``state`` (the TrainingSession's loss scaler) this scaler's state, with this
-        scaler's settings and values: the session then applies the rule at each update step."""
-        for field in ("initial_scale", "up_scale_window", "min_scale", "max_scale", "scale", "stable_steps"):
-            setattr(state, field, getattr(self._state, field))
-        state.dynamic = True
-        state.validate()
-        self._state = state
+        """Makes ``state`` (the TrainingSession's loss scaler) this scaler's state (share_scale_state):
+        the session then applies the rule at each update step."""
+        self._state = share_scale_state(self._state, state)
 
     def reset(self):
         self._state.reset()

@@ -503,6 +503,37 @@ class InPlaceAccumulatorKernel final : public Kernel {
   }
 };
 
+// ---------------------------------------------------------------- sums of squares (norms)
+// Sum of the squares of the tensors of `set` (tensor(k): tensor k), in double, over fixed blocks
+// of the concatenation, each summed sequentially from 0 (one block of up to kNormBlock elements is
+// exactly the sequential sum over the tensors in order), added in block order: the same bits for
+// any thread count. `partial` holds `blocks` partial sums. Not finite when an element is not
+// (float32 squares cannot overflow a double sum).
+template <class TensorAt>
+double sum_of_squares(const TensorSet& set, int64_t blocks, double* partial, TensorAt&& tensor) {
+  parallel_for(blocks, std::max<int64_t>(1, kGrain / kNormBlock), [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) {
+      double s = 0;
+      set.pieces(j * kNormBlock, std::min(set.total(), (j + 1) * kNormBlock), [&](size_t k, int64_t lo, int64_t hi) {
+        float_or_double(set.dtype[k], [&]<class T>() {
+          const T* p = tensor(k).template data<T>();
+          for (int64_t i = lo; i < hi; ++i) s = std::fma(double(p[i]), double(p[i]), s);
+        });
+      });
+      partial[j] = s;
+    }
+  });
+  double total = 0;
+  for (int64_t j = 0; j < blocks; ++j) total += partial[j];
+  return total;
+}
+
+// The sum of squares of inputs first.. (the tensors of `set`), partial sums in the workspace.
+double sum_of_squares(RunContext& ctx, const TensorSet& set, size_t first, int64_t blocks) {
+  return sum_of_squares(set, blocks, static_cast<double*>(ctx.workspace()),
+                        [&](size_t k) -> const Tensor& { return ctx.input(first + k); });
+}
+
 // ---------------------------------------------------------------- com.microsoft InplaceClipGradNorm
 class InplaceClipGradNormKernel final : public Kernel {
  public:
@@ -521,18 +552,10 @@ class InplaceClipGradNormKernel final : public Kernel {
                                     ": only float32 is supported");
       set_.add(DType::kFloat32, grads[k].numel());
     }
-    // Sum of squares in fixed blocks added in order: independent of the thread count.
+    // The sequence's sizes are known only now: the partial sums live in a member, not the workspace.
     const int64_t blocks = (set_.total() + kNormBlock - 1) / kNormBlock;
-    std::vector<double> partial(size_t(blocks), 0.0);
-    parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b)
-        set_.pieces(b * kNormBlock, std::min(set_.total(), (b + 1) * kNormBlock), [&](size_t k, int64_t lo, int64_t hi) {
-          const float* g = grads[k].data<float>();
-          for (int64_t j = lo; j < hi; ++j) partial[size_t(b)] += double(g[j]) * double(g[j]);
-        });
-    });
-    double sum = 0;
-    for (double p : partial) sum += p;
+    partial_.resize(size_t(blocks));
+    const double sum = sum_of_squares(set_, blocks, partial_.data(), [&](size_t k) -> const Tensor& { return grads[k]; });
     const float norm = float(std::sqrt(sum));
     const float coef = std::min(max_norm_ / (norm + 1e-6f), 1.0f);
     set_.parallel([&](size_t k, int64_t lo, int64_t hi) {
@@ -545,6 +568,7 @@ class InplaceClipGradNormKernel final : public Kernel {
  private:
   float max_norm_;
   TensorSet set_;
+  std::vector<double> partial_;
 };
 
 // ---------------------------------------------------------------- com.microsoft AdamWOptimizer, SGDOptimizerV2
@@ -628,30 +652,6 @@ class SequenceOptimizerKernel final : public Kernel {
 };
 
 // ---------------------------------------------------------------- GlobalNormClip
-// Sum of the squares of inputs first.. (the tensors of `set`), in double, over fixed blocks of
-// the concatenation, each summed sequentially from 0 (one block of up to kNormBlock elements is
-// exactly the sequential sum over the tensors in order), added in block order: the same bits for
-// any thread count. The workspace holds `blocks` partial sums. Not finite when an element is not
-// (float32 squares cannot overflow a double sum).
-double sum_of_squares(RunContext& ctx, const TensorSet& set, size_t first, int64_t blocks) {
-  double* partial = static_cast<double*>(ctx.workspace());
-  parallel_for(blocks, std::max<int64_t>(1, kGrain / kNormBlock), [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      double s = 0;
-      set.pieces(j * kNormBlock, std::min(set.total(), (j + 1) * kNormBlock), [&](size_t k, int64_t lo, int64_t hi) {
-        float_or_double(set.dtype[k], [&]<class T>() {
-          const T* p = ctx.input(first + k).data<T>();
-          for (int64_t i = lo; i < hi; ++i) s = std::fma(double(p[i]), double(p[i]), s);
-        });
-      });
-      partial[j] = s;
-    }
-  });
-  double total = 0;
-  for (int64_t j = 0; j < blocks; ++j) total += partial[j];
-  return total;
-}
-
 class GlobalNormClipKernel final : public Kernel {
  public:
   explicit GlobalNormClipKernel(const KernelInfo& info) : max_norm_(shape::read_global_norm_clip_max_norm(info)) {}

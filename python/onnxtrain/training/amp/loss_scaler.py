@@ -17,6 +17,17 @@ def new_scale_state(loss_scale, up_scale_window, min_loss_scale, max_loss_scale,
     return state
 
 
+def share_scale_state(own, shared):
+    """Makes ``shared`` (a TrainingSession's ``loss_scaler``) take the settings and current values of
+    ``own`` as a dynamic scaler, validates it and returns it: the scaler that held ``own`` keeps
+    ``shared`` instead, and the session applies the rule at each update step."""
+    for field in ("initial_scale", "up_scale_window", "min_scale", "max_scale", "scale", "stable_steps"):
+        setattr(shared, field, getattr(own, field))
+    shared.dynamic = True
+    shared.validate()
+    return shared
+
+
 def _state_field(field, doc, checked):
     """A property reading and writing ``self._state.<field>`` (values passed through ``checked``)."""
     return property(lambda self: getattr(self._state, field),
@@ -128,15 +139,6 @@ class DynamicLossScaler(LossScaler):
         return self.loss_scale
 
     def _attach(self, state):
-        """Makes ``state`` (a TrainingSession's ``loss_scaler``) this scaler's state: it takes this
-        scaler's settings and current values, and from then on the session applies the rule at each
-        update step and this object reads and writes the session's scaler."""
-        state.initial_scale = self._state.initial_scale
-        state.up_scale_window = self._state.up_scale_window
-        state.min_scale = self._state.min_scale
-        state.max_scale = self._state.max_scale
-        state.dynamic = True
-        state.scale = self._state.scale
-        state.stable_steps = self._state.stable_steps
-        state.validate()
-        self._state = state
+        """Makes ``state`` (a TrainingSession's ``loss_scaler``) this scaler's state (share_scale_state):
+        from then on this object reads and writes the session's scaler."""
+        self._state = share_scale_state(self._state, state)
