@@ -4,6 +4,7 @@
 
 #include "convert.h"
 #include "core/atomic_file.h"
+#include "onnxtrain/checkpoint.h"
 
 namespace onnxtrain::python {
 
@@ -86,6 +87,37 @@ void bind_files(py::module_& m) {
       },
       py::arg("path"), py::arg("data"), py::arg("what") = "file",
       "Writes the bytes of `data` to `path` by onnxtrain's one writer (see AtomicFile).");
+  m.def(
+      "write_checkpoint_file",
+      [](const std::string& path, const std::string& kind, std::map<std::string, int64_t> counters,
+         std::map<std::string, std::string> text, py::list tensors) {
+        CheckpointFile f{kind, std::move(counters), std::move(text), {}};
+        std::vector<py::object> hold;
+        for (py::handle item : tensors) {
+          auto pair = item.cast<py::tuple>();
+          if (pair.size() != 2) throw py::type_error("write_checkpoint_file: tensors are (name, array) pairs");
+          const std::string name = pair[0].cast<std::string>();
+          f.tensors.emplace_back(name, tensor_from_array(name, pair[1], hold));
+        }
+        py::gil_scoped_release nogil;
+        write_checkpoint_file(path, f);
+      },
+      py::arg("path"), py::arg("kind"), py::arg("counters"), py::arg("text"), py::arg("tensors"),
+      "Writes a file in onnxtrain's checkpoint format (include/onnxtrain/checkpoint.h: CheckpointFile) "
+      "atomically: `kind` names the writer, `tensors` is a list of (name, numpy array).");
+  m.def(
+      "read_checkpoint_file",
+      [](const std::string& path) {
+        CheckpointFile f;
+        {
+          py::gil_scoped_release nogil;
+          f = read_checkpoint_file(path);
+        }
+        py::list tensors;
+        for (auto& [n, t] : f.tensors) tensors.append(py::make_tuple(n, array_from_tensor(std::move(t))));
+        return py::make_tuple(f.kind, f.counters, f.text, tensors);
+      },
+      py::arg("path"), "Reads and verifies a checkpoint file: (kind, counters, text, [(name, array)]).");
 }
 
 }  // namespace onnxtrain::python

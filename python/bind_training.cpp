@@ -548,6 +548,11 @@ void bind_training(py::module_& m) {
            [](TrainingSession& s, py::dict d, bool strict) { s.load_optimizer_state(dict_to_tensors(d), strict); },
            py::arg("state"), py::arg("strict") = false)
       .def("step", &TrainingSession::step)
+      .def("run_count", &TrainingSession::run_count, "Training runs since the session started or was restored.")
+      .def_property_readonly("update_due", &TrainingSession::update_due,
+                             "Whether the next run() completes an optimizer update.")
+      .def("set_progress", &TrainingSession::set_progress, py::arg("runs"), py::arg("step"),
+           "Sets run_count() and step() (a trainer's state dict); tensors and the accumulation position stay.")
       .def("set_local_batch_share", &TrainingSession::set_local_batch_share, py::arg("share"),
            "Data parallelism: this rank's rows over the global batch's (default 1 / world_size).")
       .def("world_rank", &TrainingSession::world_rank, "Rank of the session's data-parallel job (0 without one).")

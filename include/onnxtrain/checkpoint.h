@@ -25,4 +25,22 @@ struct CheckpointInfo {
 /// InvalidArgument (truncated, corrupted, not a checkpoint, too new) or IOError.
 CheckpointInfo read_checkpoint_info(const std::string& path);
 
+/// The whole content of a file in onnxtrain's checkpoint format (the one TrainingSession writes:
+/// CRC per tensor and header, 64-bit offsets, written atomically). Trainers whose state is not a
+/// session's alone — ORTTrainer's state dict and user_dict — keep it in this one format rather
+/// than in one of their own. Names are free text; `kind` tells such files apart from a session's.
+struct CheckpointFile {
+  std::string kind;                            ///< what wrote it ("" for TrainingSession)
+  std::map<std::string, int64_t> counters;     ///< integers by name
+  std::map<std::string, std::string> text;     ///< strings by name
+  std::vector<std::pair<std::string, Tensor>> tensors;  ///< in order; names unique
+};
+
+/// Writes `c` atomically (the previous file at `path`, if any, stays whole on failure). Throws
+/// InvalidArgument for a repeated or empty tensor name, IOError when it cannot write.
+void write_checkpoint_file(const std::string& path, const CheckpointFile& c);
+/// Reads and verifies any checkpoint file (a session's too: kind ""). Throws InvalidArgument
+/// naming what is wrong (truncated, corrupted, not a checkpoint, too new) or IOError.
+CheckpointFile read_checkpoint_file(const std::string& path);
+
 }  // namespace onnxtrain

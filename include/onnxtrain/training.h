@@ -186,6 +186,15 @@ class TrainingSession {
 
   /// Optimizer steps taken so far.
   int64_t step() const;
+  /// Training runs (run() calls) since the session started or was restored; also the position of
+  /// the random stream of training-mode Dropout. The Python trainers read their step counters here.
+  int64_t run_count() const;
+  /// Whether the next run() completes an optimizer update (gradient_accumulation_steps).
+  bool update_due() const;
+  /// Sets the counters a trainer's state dict carries: `runs` (run_count) and `step` (step). The
+  /// accumulation position and the tensors stay as they are (an exact checkpoint restores them).
+  /// InvalidArgument when either is negative.
+  void set_progress(int64_t runs, int64_t step);
   /// Data parallelism: this rank's share of the global batch (its rows over all ranks' rows); the
   /// combined gradient is the sum over the ranks of share x local gradient. Default 1 / world_size
   /// (every rank feeds a batch of the same size, onnxruntime-training's convention). Losses that sum

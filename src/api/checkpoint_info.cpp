@@ -1,7 +1,9 @@
 #include "onnxtrain/checkpoint.h"
 
 #include <filesystem>
+#include <set>
 
+#include "onnxtrain/error.h"
 #include "train/checkpoint.h"
 
 namespace onnxtrain {
@@ -21,6 +23,36 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   for (const auto& [n, t] : c.tensors)
     if (n.rfind("model/", 0) == 0) info.weights.emplace_back(n.substr(6), t.shape());
   return info;
+}
+
+void write_checkpoint_file(const std::string& path, const CheckpointFile& f) {
+  if (f.text.count("kind")) throw_error<InvalidArgument>("checkpoint '", path, "': 'kind' is a reserved text name");
+  std::set<std::string> names;
+  for (const auto& [n, t] : f.tensors) {
+    if (n.empty()) throw_error<InvalidArgument>("checkpoint '", path, "': a tensor has an empty name");
+    if (!names.insert(n).second) throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", n, "' is repeated");
+    if (!t.defined()) throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", n, "' has no value");
+  }
+  train::Checkpoint c;
+  c.counters = f.counters;
+  c.text = f.text;
+  if (!f.kind.empty()) c.text["kind"] = f.kind;
+  c.tensors = f.tensors;
+  train::write_checkpoint(path, c);
+}
+
+CheckpointFile read_checkpoint_file(const std::string& path) {
+  train::Checkpoint c = train::read_checkpoint(path);
+  CheckpointFile f;
+  auto kind = c.text.find("kind");
+  if (kind != c.text.end()) {
+    f.kind = kind->second;
+    c.text.erase(kind);
+  }
+  f.counters = std::move(c.counters);
+  f.text = std::move(c.text);
+  f.tensors = std::move(c.tensors);
+  return f;
 }
 
 }  // namespace onnxtrain

@@ -500,6 +500,25 @@ int64_t TrainingSession::step() const {
   return impl_->driver.step;
 }
 
+int64_t TrainingSession::run_count() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return int64_t(impl_->train_exec->run_counter());
+}
+
+bool TrainingSession::update_due() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->driver.update_due();
+}
+
+void TrainingSession::set_progress(int64_t runs, int64_t step) {
+  if (runs < 0 || step < 0)
+    throw_error<InvalidArgument>("TrainingSession::set_progress: runs ", runs, " and step ", step,
+                                 " must not be negative");
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->train_exec->set_run_counter(uint64_t(runs));
+  impl_->driver.step = step;
+}
+
 double TrainingSession::scheduled_learning_rate(int64_t step) const {
   if (!impl_->has_schedule)
     throw_error<InvalidArgument>("scheduled_learning_rate: TrainingParameters.lr_schedule is empty");

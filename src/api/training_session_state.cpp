@@ -166,6 +166,9 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
   train::Checkpoint c = train::read_checkpoint(path);
   if (train::is_sharded_manifest(c))
     c = train::read_sharded_checkpoint(path, c, s.rank, s.world, s.world > 1 && s.params.deepspeed_zero_stage == 1);
+  if (auto kind = c.text.find("kind"); kind != c.text.end())
+    throw_error<InvalidArgument>("checkpoint '", path, "' was written by ", kind->second,
+                                 ", not by a TrainingSession: load it with that trainer");
   const std::string fp = train::model_fingerprint(s.model, s.trained);
   if (c.fingerprint != fp)
     throw_error<InvalidArgument>("checkpoint '", path, "' was written for a different model or set of trained weights");

@@ -289,6 +289,47 @@ TEST(Trainer, GradientAccumulationCountsOptimizerSteps) {
   EXPECT_EQ(r.session.step(), 2);
 }
 
+// The counters the Python trainers read (run_count, step, update_due) follow the runs, and
+// set_progress sets them as a trainer's state dict does.
+TEST(Trainer, SessionCountsRunsAndUpdatesForTheTrainers) {
+  TrainingParameters p = params();
+  p.gradient_accumulation_steps = 3;
+  Model r("squared_error", 2, p);
+  Dataset d = regression_data(4, 4, 2, 5);
+  const std::vector<std::pair<std::string, Value>> feed = {{"X", Value::of(d.at("X"))},
+                                                           {"label", Value::of(d.at("label"))},
+                                                           {"Learning_Rate", Value::of(Tensor::from_vector<float>({1}, {0.01f}))}};
+  const std::vector<bool> due = {false, false, true, false, false, true, false};
+  for (size_t i = 0; i < due.size(); ++i) {
+    EXPECT_EQ(r.session.update_due(), due[i]) << i;
+    EXPECT_EQ(r.session.run_count(), int64_t(i));
+    EXPECT_EQ(r.session.step(), int64_t(i / 3));
+    r.session.run({"loss"}, feed);
+  }
+  r.session.set_progress(40, 13);
+  EXPECT_EQ(r.session.run_count(), 40);
+  EXPECT_EQ(r.session.step(), 13);
+  EXPECT_FALSE(r.session.update_due());  // the accumulation position (1 of 3) stays
+  EXPECT_THROW(r.session.set_progress(-1, 0), InvalidArgument);
+  EXPECT_THROW(r.session.set_progress(0, -2), InvalidArgument);
+}
+
+// A file of another writer in the checkpoint container (ORTTrainer's) is refused by name.
+TEST(Trainer, SessionRefusesACheckpointOfAnotherWriter) {
+  Model r("squared_error");
+  const std::string path = temp_dir("other_writer") + "/ck";
+  CheckpointFile f;
+  f.kind = "onnxtrain.ORTTrainer";
+  f.tensors.emplace_back("x", Tensor::from_vector<float>({2}, {1.f, 2.f}));
+  write_checkpoint_file(path, f);
+  try {
+    r.session.load_checkpoint(path);
+    FAIL() << "loaded";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("written by onnxtrain.ORTTrainer"), std::string::npos) << e.what();
+  }
+}
+
 // With a learning rate of 0 the weights stay put, so each batch of one sample has the loss
 // (0 - t_i)^2 of its sample alone: the losses spell out the order the trainer drew.
 std::vector<std::vector<int64_t>> order_of(uint64_t seed, bool shuffle, int epochs = 3) {

@@ -174,16 +174,24 @@ def test_ort_pt_save_writes_only_what_the_loader_reads(tmp_path):
 
 
 def test_orttrainer_checkpoint_with_pickled_array_is_refused(tmp_path):
-    t = trained_trainer()
-    good = str(tmp_path / "good.ckpt")
-    t.save_checkpoint(good)
-    with np.load(good) as z:
+    # An earlier version's .npz file (tests/python/data) with a pickled object array in it.
+    with np.load(NPZ_CHECKPOINT) as z:
         arrays = {k: z[k] for k in z.files}
     name = next(k for k in arrays if k.endswith("fc1.bias"))
     arrays[name] = np.array([CreatesFile(tmp_path / "marker")], dtype=object)  # np.savez pickles it
     bad = str(tmp_path / "bad.ckpt")
     with open(bad, "wb") as f:
         np.savez(f, **arrays)
+    with pytest.raises(InvalidArgument, match=re.escape(bad)):
+        trained_trainer(seed=1).load_checkpoint(bad)
+    assert not (tmp_path / "marker").exists()
+    # This version's format: a member stored as .npy bytes that hold a pickle.
+    good = str(tmp_path / "good")
+    trained_trainer().save_checkpoint(good, user_dict={"names": np.array(["a", "b"])})
+    buf = io.BytesIO()
+    np.save(buf, np.array([CreatesFile(tmp_path / "marker")], dtype=object), allow_pickle=True)
+    bad = rewrite(good, str(tmp_path / "bad_npy"), lambda m, t: t.update(
+        {next(iter(m["npy"])): np.frombuffer(buf.getvalue(), dtype=np.uint8)}))
     with pytest.raises(InvalidArgument, match=re.escape(bad)):
         trained_trainer(seed=1).load_checkpoint(bad)
     assert not (tmp_path / "marker").exists()
@@ -519,6 +527,34 @@ def test_user_dict_round_trips_exactly(tmp_path):
         np.testing.assert_array_equal(other.state_dict()["model"]["full_precision"][k], v)
 
 
+def test_checkpoint_of_an_earlier_version_loads(tmp_path):
+    """tests/python/data/orttrainer_checkpoint_v2.npz, written by onnxtrain before checkpoints moved
+    to the C++ container (commit b77af5c), loads: weights, optimizer state, counters and user_dict
+    as numpy reads them from the archive; saved again, the new file holds the same."""
+    with np.load(NPZ_CHECKPOINT) as z:
+        arrays = {k: z[k] for k in z.files}
+    t = trained_trainer(seed=3)
+    user = t.load_checkpoint(NPZ_CHECKPOINT)
+    expected_user = {"epoch": 3, "note": "written by onnxtrain b77af5c", "history": [0.5, 0.25],
+                     "seen": np.arange(4, dtype=np.int64), "scale": torch.tensor([1.5, 2.0]), "pair": (1, None)}
+    assert same(user, expected_user), user
+    state = t.state_dict()
+    assert state["train_step_info"] == {"optimization_step": 2, "step": 2}
+    for w, v in state["model"]["full_precision"].items():
+        np.testing.assert_array_equal(v, arrays[f"state/model/full_precision/{w}"])
+    for w, states in state["optimizer"].items():
+        for k, v in states.items():
+            np.testing.assert_array_equal(v, arrays[f"state/optimizer/{w}/{k}"])
+    again = str(tmp_path / "again")
+    t.save_checkpoint(again, user_dict=user)
+    with open(again, "rb") as f:
+        assert f.read(16) == b"ONNXTRAIN-CKPT\0\0"
+    back = trained_trainer(seed=4)
+    assert same(back.load_checkpoint(again), expected_user)
+    for w, v in back.state_dict()["model"]["full_precision"].items():
+        np.testing.assert_array_equal(v, arrays[f"state/model/full_precision/{w}"])
+
+
 def test_user_dict_that_cannot_round_trip_is_refused_at_save(tmp_path):
     t = trained_trainer()
     deep = {}
@@ -536,6 +572,67 @@ def test_user_dict_that_cannot_round_trip_is_refused_at_save(tmp_path):
         with pytest.raises(error, match=match):
             t.save_checkpoint(str(path), user_dict=user)
         assert not path.exists() and os.listdir(tmp_path) == []
+
+
+NPZ_CHECKPOINT = os.path.join(os.path.dirname(__file__), "data", "orttrainer_checkpoint_v2.npz")
+
+
+def rewrite(good, path, change, kind=None):
+    """Writes to ``path`` the checkpoint ``good`` after ``change(index, tensors)`` (dicts, changed in
+    place), as onnxtrain's checkpoint container, and returns ``path``."""
+    k, counters, text, tensors = onnxtrain._C.read_checkpoint_file(good)
+    index, tensors = json.loads(text["index"]), dict(tensors)
+    change(index, tensors)
+    onnxtrain._C.write_checkpoint_file(path, k if kind is None else kind, counters, {"index": json.dumps(index)},
+                                       list(tensors.items()))
+    return path
+
+
+def damaged_ckpt_files(good, tmp_path):
+    """(description, path) of damaged variants of ``good``, a file of this version's save_checkpoint."""
+    with open(good, "rb") as f:
+        data = f.read()
+
+    def raw(name, content):
+        path = str(tmp_path / name)
+        with open(path, "wb") as f:
+            f.write(content)
+        return path
+
+    def flipped(at):
+        b = bytearray(data)
+        b[at] ^= 0x40
+        return bytes(b)
+
+    def weight(t):
+        return next(k for k in t if k.endswith("fc1.weight"))
+
+    def index_text(name, text):
+        k, counters, _, tensors = onnxtrain._C.read_checkpoint_file(good)
+        path = str(tmp_path / name)
+        onnxtrain._C.write_checkpoint_file(path, k, counters, {"index": text}, tensors)
+        return path
+
+    return [
+        ("truncated", raw("c_truncated", data[:len(data) // 2])),
+        ("truncated tail", raw("c_tail", data[:-10])),
+        ("a byte of tensor data flipped", raw("c_data", flipped(len(data) - 100))),
+        ("a byte of the header flipped", raw("c_header", flipped(40))),
+        ("magic only", raw("c_magic", data[:16])),
+        ("a weight tensor missing", rewrite(good, str(tmp_path / "c_missing"), lambda m, t: t.pop(weight(t)))),
+        ("a weight of another kind", rewrite(good, str(tmp_path / "c_strings"),
+                                             lambda m, t: (t.update({weight(t): np.zeros(3, np.uint8)}),
+                                                           m["npy"].append(weight(t))))),
+        ("another writer's checkpoint", rewrite(good, str(tmp_path / "c_kind"), lambda m, t: None, kind="")),
+        ("the index not JSON", index_text("c_garbage", "{not json")),
+        ("the index missing a format", index_text("c_noformat", json.dumps({"state": {"dict": []}}))),
+        ("the index a JSON list", index_text("c_list", "[1, 2]")),
+        ("index entries of the wrong type", rewrite(good, str(tmp_path / "c_bad_keys"),
+                                                    lambda m, t: m.update(state={"dict": 5}))),
+        ("npy members malformed", rewrite(good, str(tmp_path / "c_npy"), lambda m, t: m.update(npy=5))),
+        ("JSON nested 100000 deep", index_text("c_deeper", '{"format": "onnxtrain.ORTTrainer.checkpoint/3", '
+                                               '"state": ' + "[" * 100000 + "]" * 100000 + "}")),
+    ]
 
 
 def damaged_files(good, tmp_path):
@@ -607,15 +704,16 @@ def test_damaged_orttrainer_checkpoints_raise_one_error_naming_the_file(tmp_path
     good = str(tmp_path / "good")
     trained_trainer().save_checkpoint(good)
     target = trained_trainer(seed=1)
-    target.load_checkpoint(good)  # the original loads
-    for what, path in damaged_files(good, tmp_path):
+    target.load_checkpoint(good)  # the originals load: this version's file and an earlier one's
+    target.load_checkpoint(NPZ_CHECKPOINT)
+    for what, path in damaged_ckpt_files(good, tmp_path) + damaged_files(NPZ_CHECKPOINT, tmp_path):
         for load in (target.load_checkpoint, lambda p: ck.to_pytorch_state_dict(p),
                      lambda p: ck.average_checkpoints([p, p])):
             with pytest.raises(InvalidArgument, match=re.escape(path)) as e:
                 load(path)
             assert isinstance(e.value, ValueError), what  # InvalidArgument is also a ValueError
     # Well-formed, but not this model's: a weight of another shape and dtype.
-    with np.load(good) as z:
+    with np.load(NPZ_CHECKPOINT) as z:
         arrays = {k: z[k] for k in z.files}
     arrays[next(k for k in arrays if k.endswith("fc1.weight"))] = np.zeros((2, 2))
     other = str(tmp_path / "other_model")
@@ -629,11 +727,24 @@ def test_damaged_orttrainer_checkpoints_raise_one_error_naming_the_file(tmp_path
     weights = dict(model["dict"])["full_precision"]["dict"]
     assert weights[0][0].endswith("weight") or weights[0][0].endswith("bias")
     del weights[0]
-    with np.load(good) as z:
+    with np.load(NPZ_CHECKPOINT) as z:
         arrays = {k: z[k] for k in z.files}
     arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     fewer = str(tmp_path / "fewer")
     with open(fewer, "wb") as f:
         np.savez(f, **arrays)
+    with pytest.raises(InvalidArgument, match=re.escape(fewer) + ".*missing"):
+        target.load_checkpoint(fewer)
+    # The same two in this version's format.
+    def other_shape(m, t):
+        t[next(k for k in t if k.endswith("fc1.weight"))] = np.zeros((2, 2))
+
+    def drop_first_weight(m, t):
+        del dict(dict(m["state"]["dict"])["model"]["dict"])["full_precision"]["dict"][0]
+
+    other = rewrite(good, str(tmp_path / "c_other_model"), other_shape)
+    with pytest.raises(InvalidArgument, match=re.escape(other)):
+        target.load_checkpoint(other)
+    fewer = rewrite(good, str(tmp_path / "c_fewer"), drop_first_weight)
     with pytest.raises(InvalidArgument, match=re.escape(fewer) + ".*missing"):
         target.load_checkpoint(fewer)

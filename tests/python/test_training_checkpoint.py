@@ -4,7 +4,6 @@ rank files of ORTTrainer.save_checkpoint, weight averaging and conversion to a P
 checked against numpy and torch.nn.Module.load_state_dict; ZeRO stage 1 shards are merged;
 horizontally partitioned checkpoints raise
 NotImplementedError."""
-import json
 import os
 
 import numpy as np
@@ -15,7 +14,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from onnxtrain.training import ORTTrainer, ORTTrainerOptions, optim  # noqa: E402
 from onnxtrain.training import checkpoint as ck  # noqa: E402
-from onnxtrain.training.orttrainer import _CHECKPOINT_FORMAT, _flatten, _read_checkpoint  # noqa: E402
+from onnxtrain.training._trainer_checkpoint import read_checkpoint as _read_checkpoint  # noqa: E402
+from onnxtrain.training._trainer_checkpoint import write_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -57,11 +57,7 @@ def trained(steps=3, seed=0, data_seed=7, **kw):
 
 def write_state(path, state, user=None):
     """A checkpoint file in ORTTrainer.save_checkpoint's format, from a state dict."""
-    arrays, meta = {}, {"format": _CHECKPOINT_FORMAT}
-    _flatten(state, "state", arrays, meta)
-    _flatten(user or {}, "user", arrays, meta)
-    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(path, **arrays)
+    write_checkpoint(str(path), state, user or {})
     return str(path)
 
 

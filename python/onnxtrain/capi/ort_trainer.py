@@ -293,8 +293,10 @@ class ORTTrainer:
         self.run_symbolic_shape_infer = run_symbolic_shape_infer
         self.enable_adasum = enable_adasum
         self.optimized_model_filepath = optimized_model_filepath
-        self.current_step = 0  # train_step calls
-        self.global_step_ = global_step  # optimizer updates (the argument of get_lr_this_step)
+        # The step counters are the session's (current_step, global_step_ below): only the
+        # argument's starting point of get_lr_this_step is kept here.
+        self._global_step_base = int(global_step)
+        self._runs_before_session = 0
         self.get_lr_this_step_ = get_lr_this_step
         self.loss_scaler_ = loss_scaler
         # Mixed precision: the loss scale comes after the learning rate (named as onnxruntime's
@@ -392,6 +394,8 @@ class ORTTrainer:
         config.apply_to_training_parameters(p, trainable, frozen_weights=sorted(frozen),
                                             grad_norm_clip=bool(self.enable_grad_norm_clip_))
         self.session = TrainingSession(onx.SerializeToString(), p)
+        if self._runs_before_session:
+            self.session._sess.set_progress(self._runs_before_session, 0)
         # A dynamic LossScaler of this module is the session's own scaler (one rule, one state):
         # the session applies it at each update step; the scale fed is the same value.
         self._session_scales = (type(self.loss_scaler_) is LossScaler and self.loss_scaler_.is_dynamic_scale_
@@ -490,23 +494,42 @@ class ORTTrainer:
             if scale.size != 1:
                 raise ValueError(f"the loss scale '{ls_name}' must hold one value, got shape {scale.shape}")
             feed[self.session.loss_scale_input_name] = scale
-            if (self.current_step + 1) % self.gradient_accumulation_steps == 0:
+            if self.session._sess.update_due:
                 finite = self.session.all_finite_output_name
                 if finite not in names:
                     names = [*names, finite]
+        # The session counts the run and, once applied (an update skipped for inf/NaN gradients is
+        # not an optimization step), the update: current_step and global_step_ read them.
         results = self.session.run(names, feed)
-        self.current_step += 1
         if finite is not None:
             all_finite = bool(np.asarray(results[names.index(finite)]).reshape(-1)[0])
             if self.loss_scaler_ is not None and not self._session_scales:
                 self.loss_scaler_.update_loss_scale(all_finite)
-            if all_finite:  # an update skipped for inf/NaN gradients is not an optimization step
-                self.global_step_ += 1
             if fetches is None and self.loss_scaler_ is not None:
                 results = results[:-1]  # the flag is for the scaler; without one the caller gets it
-        elif self.current_step % self.gradient_accumulation_steps == 0:
-            self.global_step_ += 1
         return self._results(results)
+
+    @property
+    def current_step(self):
+        """train_step calls so far: the session's run count."""
+        return self.session._sess.run_count() if self.session is not None else self._runs_before_session
+
+    @current_step.setter
+    def current_step(self, value):
+        if self.session is None:
+            self._runs_before_session = int(value)
+        else:
+            self.session._sess.set_progress(int(value), self.session._sess.step())
+
+    @property
+    def global_step_(self):
+        """The argument of get_lr_this_step: the constructor's ``global_step`` plus the optimizer
+        updates the session applied since."""
+        return self._global_step_base + (self.session._sess.step() if self.session is not None else 0)
+
+    @global_step_.setter
+    def global_step_(self, value):
+        self._global_step_base = int(value) - (self.session._sess.step() if self.session is not None else 0)
 
     def eval_step(self, *args, **kwargs):
         """Forward pass (weights and optimizer state untouched) on the model inputs given (the
@@ -570,9 +593,11 @@ class ORTTrainer:
                 raise RuntimeError(f"Checkpoint tensor: {name} is not present in the model.")
         if count is not None:
             opt["step"] = np.array(max(count - 1, 0), dtype=np.int64)
+        global_step = self.global_step_  # onnxruntime's load_state_dict leaves it as it is
         self.session._sess.load_state(weights, False)
         if opt:
             self.session._sess.load_optimizer_state(opt, False)
+        self.global_step_ = global_step
 
     def save_as_onnx(self, path):
         """Writes the ONNX model (loss included, as trained) with the current weights to ``path``;

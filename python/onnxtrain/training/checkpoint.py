@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from .. import _plain_torch
-from .orttrainer import _read_checkpoint
+from ._trainer_checkpoint import read_checkpoint as _read_checkpoint
 
 _OPTIMIZER_PREFIXES = ("Moment_1_", "Moment_2_", "Update_Count_")
 _SINGLE_NAME = "{prefix}.ort.pt"

@@ -19,11 +19,11 @@ from .. import _errors
 from ..capi.onnxruntime_inference_collection import InferenceSession
 from ._session import TrainingParameters, TrainingSession
 from ._step_info import TrainStepInfo
+from ._trainer_checkpoint import read_checkpoint as _read_checkpoint
+from ._trainer_checkpoint import write_checkpoint as _write_checkpoint
 from .orttrainer_options import ORTTrainerOptions, check_supported
 from .optim.config import _OptimizerConfig
 
-_CHECKPOINT_FORMAT = "onnxtrain.ORTTrainer.checkpoint/2"
-_CHECKPOINT_FORMAT_V1 = "onnxtrain.ORTTrainer.checkpoint/1"
 
 
 class _Desc:
@@ -382,7 +382,7 @@ class ORTTrainer:
         fetches = list(self._train_step_info.fetches or [])
         request = fetches or names
         scaler = self.options.mixed_precision.loss_scaler if self.options.mixed_precision.enabled else None
-        update = (self._train_step_info.step + 1) % self.options.batch.gradient_accumulation_steps == 0
+        update = self._session._sess.update_due
         finite_name = None
         if scaler is not None:
             # Mixed precision: the scaler's loss scale is fed, and an update step also returns
@@ -393,21 +393,23 @@ class ORTTrainer:
                 finite_name = self._session.all_finite_output_name
                 request = [*request, finite_name]
         results = self._session.run(request, feed)
-        self._train_step_info.step += 1
+        self._sync_progress()  # the session counted the run and, once applied, the update
         if finite_name is not None:
             all_finite = bool(np.asarray(results[-1]).reshape(-1)[0])
             results = results[:-1]
             self._train_step_info.all_finite = all_finite
             if not self._session_scales and getattr(scaler, "automatic_update", True):
                 scaler.update(self._train_step_info)
-            if all_finite:  # onnxruntime counts an optimization step only once it is applied
-                self._train_step_info.optimization_step += 1
         else:
-            if update:
-                self._train_step_info.optimization_step += 1
             self._train_step_info.all_finite = bool(all(np.all(np.isfinite(r)) for r in results
                                                         if isinstance(r, np.ndarray) and r.dtype.kind == "f"))
         return self._wrap(results)
+
+    def _sync_progress(self):
+        """TrainStepInfo's step and optimization_step are the session's counters (its step driver
+        counts runs and applied updates; nothing is counted here)."""
+        self._train_step_info.step = self._session._sess.run_count()
+        self._train_step_info.optimization_step = self._session._sess.step()
 
     def eval_step(self, *args, **kwargs):
         """Forward pass only (weights and optimizer state untouched); returns the model_desc outputs."""
@@ -485,7 +487,7 @@ class ORTTrainer:
         if self._session is None:
             self._pending_state = (copy.deepcopy(state_dict), strict)
             tsi = state_dict.get("train_step_info")
-            if tsi:
+            if tsi:  # shown until the session exists, then set there (_load_state)
                 self._train_step_info.optimization_step = int(tsi["optimization_step"])
                 self._train_step_info.step = int(tsi["step"])
             return
@@ -535,12 +537,12 @@ class ORTTrainer:
             self._session._sess.load_optimizer_state(opt, False)
         tsi = state_dict.get("train_step_info")
         if tsi:
-            self._train_step_info.optimization_step = int(tsi["optimization_step"])
-            self._train_step_info.step = int(tsi["step"])
+            self._session._sess.set_progress(int(tsi["step"]), int(tsi["optimization_step"]))
+        self._sync_progress()
 
     def save_checkpoint(self, path, user_dict={}, include_optimizer_states=True):  # noqa: B006 (onnxruntime's signature)
-        """Writes state_dict() and ``user_dict`` to ``path`` (refuses to overwrite an existing file).
-        The file is a numpy ``.npz`` archive with a JSON index, written atomically; nothing pickled.
+        """Writes state_dict() and ``user_dict`` to ``path`` (refuses to overwrite an existing file),
+        in onnxtrain's checkpoint format (a CRC per tensor, written atomically; nothing pickled).
         ``user_dict`` comes back from load_checkpoint as it was saved: dicts (keys str, int, float,
         bool or None), lists, tuples, numpy arrays and scalars, torch tensors (on the CPU, detached),
         str, int, float, bool, None. Anything else raises TypeError, nesting deeper than 64
@@ -623,231 +625,3 @@ def _aggregate_rank_states(states, paths):
             optimizer[w] = entry
         merged["optimizer"] = optimizer
     return merged
-
-
-# ------------------------------------------------------------------ checkpoint files
-# An ORTTrainer checkpoint is a numpy .npz archive (never pickled data): the arrays, and "__meta__",
-# JSON (uint8) describing the saved structure:
-#   {"format": _CHECKPOINT_FORMAT, "state": <node>, "user": <node>}, where a node is
-#   {"dict": [[key, <node>], ...]} (keys str, int, float, bool or None, in order), {"list": [<node>, ...]},
-#   {"tuple": [...]}, {"array": <member>} (numpy array), {"scalar": <member>} (numpy scalar),
-#   {"tensor": <member>, "dtype": <torch dtype name>} (torch tensor) or {"value": <str, int, float, bool, null>}.
-# Format /1 (path-keyed entries, keys joined with '/': ambiguous for keys holding '/') is still read.
-_MAX_NESTING = 64
-_PLAIN = (str, int, float, bool, type(None))
-
-
-def _is_tensor(obj):
-    if not type(obj).__module__.startswith("torch"):
-        return False
-    return isinstance(obj, _torch().Tensor)
-
-
-class _Packer:
-    """save_checkpoint's side: the meta node of an object, its arrays collected in ``arrays``."""
-
-    def __init__(self, arrays=None):
-        self.arrays = {} if arrays is None else arrays
-
-    def _member(self, path, array):
-        if array.dtype.hasobject:
-            raise TypeError(f"save_checkpoint: '{self._where(path)}' is an array of Python objects, which a checkpoint "
-                            "does not store (nothing is pickled)")
-        name = "/".join(str(p).replace("%", "%25").replace("/", "%2F") for p in path)
-        while name in self.arrays or name == "__meta__":  # keys of other types with the same text
-            name += "%"
-        self.arrays[name] = array
-        return name
-
-    @staticmethod
-    def _where(path):
-        return path[0] + "".join(f"[{p!r}]" for p in path[1:])
-
-    def pack(self, obj, path):
-        if len(path) > _MAX_NESTING:
-            raise _errors.InvalidArgument(f"save_checkpoint: '{self._where(path[:4])}...' is nested deeper than "
-                                          f"{_MAX_NESTING} levels (or contains itself)")
-        if isinstance(obj, dict):
-            items = []
-            for k, v in obj.items():
-                if type(k) not in _PLAIN:
-                    raise TypeError(f"save_checkpoint: '{self._where(path)}' has a key of type {type(k).__name__} "
-                                    "(str, int, float, bool or None keys only)")
-                items.append([k, self.pack(v, path + [k])])
-            return {"dict": items}
-        if type(obj) in (list, tuple):
-            return {type(obj).__name__: [self.pack(v, path + [i]) for i, v in enumerate(obj)]}
-        if type(obj) in _PLAIN:
-            return {"value": obj}
-        if isinstance(obj, np.ndarray):
-            return {"array": self._member(path, obj)}
-        if isinstance(obj, np.generic):
-            return {"scalar": self._member(path, np.asarray(obj))}
-        if _is_tensor(obj):
-            torch = _torch()
-            t = obj.detach().cpu()
-            if t.layout != torch.strided:
-                raise TypeError(f"save_checkpoint: '{self._where(path)}' is a {t.layout} tensor (dense tensors only)")
-            dtype = str(t.dtype).replace("torch.", "")
-            array = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
-            return {"tensor": self._member(path, array), "dtype": dtype}
-        raise TypeError(f"save_checkpoint: '{self._where(path)}' holds a {type(obj).__module__}."
-                        f"{type(obj).__qualname__}, which a checkpoint cannot store (dicts, lists, tuples, numpy "
-                        "arrays and scalars, torch tensors, str, int, float, bool, None)")
-
-
-class _Damaged(Exception):
-    """What is wrong with a checkpoint file (raised as InvalidArgument naming the file)."""
-
-
-class _Unpacker:
-    """load_checkpoint's side: rebuilds the objects from the meta nodes and the archive's arrays."""
-
-    def __init__(self, archive):
-        self.z = archive
-        self.members = set(archive.files)
-
-    def array(self, name, where):
-        if not isinstance(name, str) or name not in self.members:
-            raise _Damaged(f"{where}: array {name!r} is missing")
-        return np.array(self.z[name])
-
-    def unpack(self, node, where, depth=0):
-        if depth > _MAX_NESTING:
-            raise _Damaged(f"{where}: nested deeper than {_MAX_NESTING} levels")
-        if not isinstance(node, dict) or not node:
-            raise _Damaged(f"{where}: malformed index entry")
-        kind = next(iter(node))
-        body = node[kind]
-        if kind == "dict" and isinstance(body, list) and len(node) == 1:
-            out = {}
-            for item in body:
-                if not (isinstance(item, list) and len(item) == 2 and type(item[0]) in _PLAIN) or item[0] in out:
-                    raise _Damaged(f"{where}: malformed or repeated dict key")
-                out[item[0]] = self.unpack(item[1], f"{where}[{item[0]!r}]", depth + 1)
-            return out
-        if kind in ("list", "tuple") and isinstance(body, list) and len(node) == 1:
-            items = [self.unpack(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(body)]
-            return items if kind == "list" else tuple(items)
-        if kind == "value" and type(body) in _PLAIN and len(node) == 1:
-            return body
-        if kind == "array" and len(node) == 1:
-            return self.array(body, where)
-        if kind == "scalar" and len(node) == 1:
-            a = self.array(body, where)
-            if a.shape != ():
-                raise _Damaged(f"{where}: scalar of shape {list(a.shape)}")
-            return a[()]
-        if kind == "tensor" and set(node) == {"tensor", "dtype"}:
-            torch = _torch()
-            a = self.array(body, where)
-            if node["dtype"] == "bfloat16" and a.dtype == np.int16:
-                return torch.from_numpy(a).view(torch.bfloat16)
-            t = torch.from_numpy(a)
-            if str(t.dtype) != f"torch.{node['dtype']}":
-                raise _Damaged(f"{where}: tensor stored as {a.dtype}, index says {node['dtype']!r}")
-            return t
-        raise _Damaged(f"{where}: malformed index entry (kind {kind!r})")
-
-    def unpack_v1(self, meta, prefix, depth=0):
-        """Format /1: entries keyed by the '/'-joined path."""
-        if depth > _MAX_NESTING:
-            raise _Damaged(f"{prefix}: nested deeper than {_MAX_NESTING} levels")
-        m = meta.get(prefix)
-        if not isinstance(m, dict):
-            raise _Damaged(f"index entry '{prefix}' is missing")
-        kind = m.get("kind")
-        if kind == "dict" and isinstance(m.get("keys"), list) and all(isinstance(k, str) for k in m["keys"]):
-            return {k: self.unpack_v1(meta, f"{prefix}/{k}", depth + 1) for k in m["keys"]}
-        if kind == "array":
-            return self.array(prefix, prefix)
-        if kind == "json" and "value" in m:
-            return m["value"]
-        raise _Damaged(f"index entry '{prefix}' is malformed")
-
-
-def _numeric(a):
-    return isinstance(a, np.ndarray) and a.dtype.kind in "biuf"
-
-
-def _check_state(state):
-    """The checkpoint's state has the shape of ORTTrainer.state_dict() (arrays of numbers)."""
-    if not isinstance(state, dict):
-        raise _Damaged("its state is not a dict")
-    weights = state.get("model", {}).get("full_precision") if isinstance(state.get("model"), dict) else None
-    if not isinstance(weights, dict):
-        raise _Damaged("no model.full_precision weights")
-    bad = [k for k, v in weights.items() if not isinstance(k, str) or not _numeric(v)]
-    opt = state.get("optimizer", {})
-    if not isinstance(opt, dict) or not all(isinstance(s, dict) for s in opt.values()):
-        raise _Damaged("optimizer state is not a dict of dicts")
-    bad += [f"optimizer.{w}.{k}" for w, s in opt.items() for k, v in s.items() if not _numeric(v)]
-    if bad:
-        raise _Damaged(f"{sorted(map(str, bad))[:5]} are not numeric arrays")
-    for key in ("trainer_options", "train_step_info"):
-        if not isinstance(state.get(key, {}), dict):
-            raise _Damaged(f"{key} is not a dict")
-    for k, v in state.get("train_step_info", {}).items():
-        if type(v) is not int:
-            raise _Damaged(f"train_step_info.{k} is {v!r}, not an int")
-
-
-def _flatten(obj, prefix, arrays, meta):
-    """Puts the index node of ``obj`` in ``meta[prefix]`` ("state" or "user"), its arrays in ``arrays``."""
-    meta[prefix] = _Packer(arrays).pack(obj, [prefix])
-
-
-def _write_checkpoint(path, state, user_dict):
-    import json
-    arrays, meta = {}, {"format": _CHECKPOINT_FORMAT}
-    _flatten(state, "state", arrays, meta)
-    _flatten(user_dict, "user", arrays, meta)
-    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    from .._files import atomic_open
-    with atomic_open(path, "checkpoint") as f:
-        np.savez(f, **arrays)
-
-
-def _read_checkpoint(path):
-    """(state, user_dict) of a file of save_checkpoint. Only arrays and the JSON index are read (no
-    pickle); anything wrong raises InvalidArgument naming the file."""
-    import json
-    path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            if f.read(4) != b"PK\x03\x04":
-                raise _Damaged("is not an ORTTrainer checkpoint written by onnxtrain (not a zip archive: truncated, "
-                               "damaged or another format)")
-            f.seek(0)
-            with np.load(f, allow_pickle=False) as z:
-                if "__meta__" not in z.files:
-                    raise _Damaged("is not an ORTTrainer checkpoint written by onnxtrain (no __meta__ index)")
-                raw = z["__meta__"]
-                if raw.dtype != np.uint8 or raw.ndim != 1:
-                    raise _Damaged(f"its __meta__ index is {raw.dtype}{list(raw.shape)}, not uint8 bytes")
-                meta = json.loads(raw.tobytes().decode("utf-8"))
-                if not isinstance(meta, dict):
-                    raise _Damaged("its __meta__ index is not a JSON object")
-                unpacker = _Unpacker(z)
-                if meta.get("format") == _CHECKPOINT_FORMAT:
-                    state = unpacker.unpack(meta.get("state"), "state")
-                    user = unpacker.unpack(meta.get("user"), "user")
-                elif meta.get("format") == _CHECKPOINT_FORMAT_V1:
-                    state, user = unpacker.unpack_v1(meta, "state"), unpacker.unpack_v1(meta, "user")
-                else:
-                    raise _Damaged(f"has format {meta.get('format')!r}, expected {_CHECKPOINT_FORMAT!r}")
-        _check_state(state)
-        if not isinstance(user, dict):
-            raise _Damaged("its user_dict is not a dict")
-    except _Damaged as e:
-        text = str(e)
-        sep = " " if text.startswith(("is ", "has ")) else ": "
-        raise _errors.InvalidArgument(f"load_checkpoint: checkpoint '{path}'{sep}{text}") from None
-    except RecursionError:
-        raise _errors.InvalidArgument(f"load_checkpoint: checkpoint '{path}' is damaged (nested too deeply)") from None
-    except (FileNotFoundError, PermissionError, IsADirectoryError):
-        raise
-    except Exception as e:  # zipfile, zlib, numpy's .npy reader, json: the file is not what it should be
-        raise _errors.InvalidArgument(f"load_checkpoint: checkpoint '{path}' is truncated or damaged: "
-                                      f"{type(e).__name__}: {e}") from None
-    return state, user
