@@ -2,6 +2,7 @@
 // (include/onnxtrain/on_device.h) for onnxtrain.training.api. Each keeps the objects it runs over
 // alive (a Module its CheckpointState, an Optimizer its Module, a scheduler its Optimizer).
 #include "convert.h"
+#include "onnxtrain/artifacts.h"
 #include "onnxtrain/on_device.h"
 
 namespace onnxtrain::python {
@@ -100,6 +101,33 @@ void bind_on_device(py::module_& m) {
       .def(py::init<Optimizer&, int64_t, int64_t, float>(), py::arg("optimizer"), py::arg("warmup_step_count"),
            py::arg("total_step_count"), py::arg("initial_lr"), py::keep_alive<1, 2>())
       .def("step", &LinearLRScheduler::step);
+
+  m.def(
+      "generate_artifacts",
+      [](py::bytes model, std::vector<std::string> requires_grad, std::vector<std::string> frozen_params,
+         std::string loss, std::string optimizer, std::vector<std::string> additional_output_names,
+         std::vector<std::string> loss_input_names, bool update_batchnorm_statistics, std::string base_dir,
+         std::string directory, std::string prefix, bool nominal_checkpoint) {
+        ArtifactOptions o;
+        o.requires_grad = std::move(requires_grad);
+        o.frozen_params = std::move(frozen_params);
+        o.loss = std::move(loss);
+        o.optimizer = std::move(optimizer);
+        o.additional_output_names = std::move(additional_output_names);
+        o.loss_input_names = std::move(loss_input_names);
+        o.update_batchnorm_statistics = update_batchnorm_statistics;
+        o.base_dir = std::move(base_dir);
+        std::string bytes = model;
+        py::gil_scoped_release nogil;
+        const Artifacts a = make_artifacts(bytes, o);
+        save_artifacts(a, directory, prefix, nominal_checkpoint);
+        return a.onnxtrain_operators;
+      },
+      py::arg("model"), py::arg("requires_grad"), py::arg("frozen_params"), py::arg("loss"), py::arg("optimizer"),
+      py::arg("additional_output_names"), py::arg("loss_input_names"), py::arg("update_batchnorm_statistics"),
+      py::arg("base_dir"), py::arg("directory"), py::arg("prefix"), py::arg("nominal_checkpoint"),
+      "make_artifacts + save_artifacts (include/onnxtrain/artifacts.h); returns the com.onnxtrain operators the "
+      "training model needs (empty: onnxruntime runs the artifacts too).");
 }
 
 }  // namespace onnxtrain::python

@@ -19,6 +19,7 @@ Command run_command();
 Command export_command();
 Command grad_command();
 Command inspect_command();
+Command artifacts_command();
 
 /// train's arguments; export rebuilds them from the options a checkpoint recorded.
 struct TrainArgs {

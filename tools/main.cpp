@@ -20,7 +20,8 @@ namespace {
 
 const std::vector<cli::Command>& commands() {
   static const std::vector<cli::Command> c = {cli::train_command(), cli::eval_command(),   cli::run_command(),
-                                              cli::export_command(), cli::grad_command(), cli::inspect_command()};
+                                              cli::export_command(), cli::grad_command(), cli::inspect_command(),
+                                              cli::artifacts_command()};
   return c;
 }
 

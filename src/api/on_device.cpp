@@ -368,7 +368,10 @@ namespace {
 
 const std::vector<std::string> kAdamWInputs = {"learning_rate", "step", "params", "gradients", "first_order_moments",
                                                "second_order_moments"};
-const std::vector<std::string> kSgdInputs = {"learning_rate", "params", "gradients"};
+// onnxblock's SGD declares the step and one moment (onnxruntime feeds both, SGDOptimizerV2 reads
+// neither); a model with the operator's own three inputs runs too.
+const std::vector<std::string> kSgdInputs = {"learning_rate", "step", "params", "gradients", "first_order_moments"};
+const std::vector<std::string> kSgdOperatorInputs = {"learning_rate", "params", "gradients"};
 const char* const kMomentNames[] = {"momentum0", "momentum1"};
 
 }  // namespace
@@ -378,7 +381,8 @@ struct Optimizer::Impl {
   InferenceSession sess;
   std::vector<std::string> inputs, params;  // params: the trained parameters, in the state's name order
   std::string flag_output;
-  size_t moments = 0;                       // optimizer states per parameter: 2 (AdamW) or 0 (SGD)
+  size_t moments = 0;                       // optimizer states per parameter: 2 (AdamW), 1 or 0 (SGD)
+  bool feeds_step = true;                   // the model takes the step count
 
   OptimizerGroup& group() const { return state->optimizer_groups.at(kGroup); }
 };
@@ -391,12 +395,17 @@ Optimizer::Optimizer(const ModelSource& optimizer_model, Module& module, const S
   for (const NodeArg& a : o.sess.get_inputs()) o.inputs.push_back(a.name);
   if (o.inputs == kAdamWInputs) {
     o.moments = 2;
-  } else if (o.inputs != kSgdInputs) {
+  } else if (o.inputs == kSgdInputs) {
+    o.moments = 1;
+  } else if (o.inputs == kSgdOperatorInputs) {
+    o.feeds_step = false;
+  } else {
     std::string got;
     for (const auto& n : o.inputs) got += (got.empty() ? "" : ", ") + n;
     throw_error<InvalidArgument>("the optimizer model's inputs are [", got, "]; onnxruntime's optimizer models have "
                                  "[learning_rate, step, params, gradients, first_order_moments, second_order_moments] "
-                                 "(AdamW) or [learning_rate, params, gradients] (SGD)");
+                                 "(AdamW), [learning_rate, step, params, gradients, first_order_moments] (SGD) or "
+                                 "[learning_rate, params, gradients] (SGDOptimizerV2's own)");
   }
   const auto outs = o.sess.get_outputs();
   if (outs.empty() || outs[0].elem != DType::kBool)
@@ -441,7 +450,7 @@ void Optimizer::step() {
   }
   std::vector<Value> values;
   values.push_back(Value::of(Tensor::from_vector<float>({1}, {g.learning_rate})));
-  if (o.moments) values.push_back(Value::of(Tensor::from_vector<int64_t>({1}, {g.step + 1})));
+  if (o.feeds_step) values.push_back(Value::of(Tensor::from_vector<int64_t>({1}, {g.step + 1})));
   values.push_back(sequence_of(std::move(params)));
   values.push_back(sequence_of(std::move(grads)));
   for (size_t k = 0; k < o.moments; ++k) values.push_back(sequence_of(std::move(moments[k])));
