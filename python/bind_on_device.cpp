@@ -102,32 +102,31 @@ void bind_on_device(py::module_& m) {
            py::arg("total_step_count"), py::arg("initial_lr"), py::keep_alive<1, 2>())
       .def("step", &LinearLRScheduler::step);
 
+  py::class_<ArtifactOptions>(m, "ArtifactOptions", "make_artifacts' arguments (include/onnxtrain/artifacts.h).")
+      .def(py::init<>())
+      .def_readwrite("requires_grad", &ArtifactOptions::requires_grad)
+      .def_readwrite("frozen_params", &ArtifactOptions::frozen_params)
+      .def_readwrite("loss", &ArtifactOptions::loss)
+      .def_readwrite("optimizer", &ArtifactOptions::optimizer)
+      .def_readwrite("additional_output_names", &ArtifactOptions::additional_output_names)
+      .def_readwrite("loss_input_names", &ArtifactOptions::loss_input_names)
+      .def_readwrite("update_batchnorm_statistics", &ArtifactOptions::update_batchnorm_statistics)
+      .def_readwrite("base_dir", &ArtifactOptions::base_dir);
+  py::class_<Artifacts>(m, "Artifacts", "The artifacts of one model (make_artifacts).")
+      .def_property_readonly("training_model", [](const Artifacts& a) { return py::bytes(a.training_model); })
+      .def_property_readonly("eval_model", [](const Artifacts& a) { return py::bytes(a.eval_model); })
+      .def_property_readonly("optimizer_model", [](const Artifacts& a) { return py::bytes(a.optimizer_model); })
+      .def_readonly("onnxtrain_operators", &Artifacts::onnxtrain_operators)
+      .def("save", &save_artifacts, py::arg("directory"), py::arg("prefix") = "", py::arg("nominal_checkpoint") = false,
+           py::call_guard<py::gil_scoped_release>(), "Writes the files (save_artifacts).");
   m.def(
-      "generate_artifacts",
-      [](py::bytes model, std::vector<std::string> requires_grad, std::vector<std::string> frozen_params,
-         std::string loss, std::string optimizer, std::vector<std::string> additional_output_names,
-         std::vector<std::string> loss_input_names, bool update_batchnorm_statistics, std::string base_dir,
-         std::string directory, std::string prefix, bool nominal_checkpoint) {
-        ArtifactOptions o;
-        o.requires_grad = std::move(requires_grad);
-        o.frozen_params = std::move(frozen_params);
-        o.loss = std::move(loss);
-        o.optimizer = std::move(optimizer);
-        o.additional_output_names = std::move(additional_output_names);
-        o.loss_input_names = std::move(loss_input_names);
-        o.update_batchnorm_statistics = update_batchnorm_statistics;
-        o.base_dir = std::move(base_dir);
+      "make_artifacts",
+      [](py::bytes model, const ArtifactOptions& o) {
         std::string bytes = model;
         py::gil_scoped_release nogil;
-        const Artifacts a = make_artifacts(bytes, o);
-        save_artifacts(a, directory, prefix, nominal_checkpoint);
-        return a.onnxtrain_operators;
+        return make_artifacts(bytes, o);
       },
-      py::arg("model"), py::arg("requires_grad"), py::arg("frozen_params"), py::arg("loss"), py::arg("optimizer"),
-      py::arg("additional_output_names"), py::arg("loss_input_names"), py::arg("update_batchnorm_statistics"),
-      py::arg("base_dir"), py::arg("directory"), py::arg("prefix"), py::arg("nominal_checkpoint"),
-      "make_artifacts + save_artifacts (include/onnxtrain/artifacts.h); returns the com.onnxtrain operators the "
-      "training model needs (empty: onnxruntime runs the artifacts too).");
+      py::arg("model"), py::arg("options"), "The on-device training artifacts of a serialized model (make_artifacts).");
 }
 
 }  // namespace onnxtrain::python

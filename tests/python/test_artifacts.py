@@ -309,6 +309,9 @@ def test_model_by_path_and_the_alias(tmp_path):
         "from onnxruntime.training import artifacts\n"
         "import onnxtrain.training.artifacts as mine\n"
         "assert artifacts.generate_artifacts is mine.generate_artifacts\n"
+        "from onnxruntime.training import onnxblock\n"
+        "import onnxtrain.training.onnxblock as my_block\n"
+        "assert onnxblock.TrainingBlock is my_block.TrainingBlock and onnxblock.loss.MSELoss is my_block.loss.MSELoss\n"
         f"artifacts.generate_artifacts({str(path)!r}, requires_grad=['fc1.weight', 'fc1.bias'],\n"
         "    loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.AdamW,\n"
         f"    artifact_directory={str(out)!r})\n")

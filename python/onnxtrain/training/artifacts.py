@@ -66,6 +66,46 @@ def _names(value, what):
     return list(value)
 
 
+def _kind(value, enum, what):
+    """The enum member's name, "" for None, None for an onnxblock block; RuntimeError otherwise."""
+    if value is None:
+        return ""
+    if isinstance(value, enum):
+        return value.name
+    if _is_block(value):
+        return None
+    raise RuntimeError(f"Unknown {what} provided {type(value)}. Expected {what} to be of type "
+                       f"onnxruntime.training.artifacts.{enum.__name__} or onnxruntime.training.onnxblock.Block.")
+
+
+def _with_loss_block(data, block, loss_inputs):
+    """(the model with ``block`` stacked on its outputs — or on ``loss_inputs`` —, [loss name])."""
+    import onnx
+
+    from . import onnxblock
+    model = onnx.load_from_string(data)
+    with onnxblock.base(model) as accessor:
+        out = block(*(loss_inputs or [o.name for o in model.graph.output]))
+        built = accessor.model
+    first = out if isinstance(out, str) else out[0]
+    return built.SerializeToString(), [first]
+
+
+def _write_optimizer_block(data, block, requires_grad, path):
+    """Builds the optimizer block over the trained parameters in a new model; writes it atomically."""
+    import onnx
+
+    from .. import _files
+    from . import onnxblock
+    model = onnx.ModelProto.FromString(data)
+    trainable = [p for p in model.graph.initializer if p.name in set(requires_grad)]
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    with onnxblock.empty_base(opset_version=opset) as accessor:
+        block((trainable, []))
+        optimizer_model = accessor.model
+    _files.write_bytes(os.fspath(path), optimizer_model.SerializeToString(), "optimizer model")
+
+
 def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None, optimizer=None,
                        artifact_directory=None, prefix="", ort_format=False, custom_op_library=None,
                        additional_output_names=None, nominal_checkpoint=False, loss_input_names=None,
@@ -77,49 +117,45 @@ def generate_artifacts(model, requires_grad=None, frozen_params=None, loss=None,
 
     ``model``: an ``onnx.ModelProto``, a path (models over 2 GB by path) or serialized bytes. ``requires_grad``: the
     initializers to train; ``frozen_params``: initializers held by the checkpoint but not trained.
-    ``loss``: a ``LossType`` or None (the model's first output, or ``loss_input_names[0]``, is the
-    loss). ``optimizer``: an ``OptimType`` or None. ``additional_output_names``: values returned
-    after the loss. ``loss_input_names``: the output the loss scores. ``ort_format``,
-    ``custom_op_library`` and onnxblock blocks as ``loss`` / ``optimizer`` raise
-    ``NotImplementedError`` naming them."""
+    ``loss``: a ``LossType``, an onnxblock block (called on the model's outputs, or on
+    ``loss_input_names``; its first output is the loss) or None (the model's first output, or
+    ``loss_input_names[0]``, is the loss). ``optimizer``: an ``OptimType``, an onnxblock optimizer
+    block (``onnxblock.optim.AdamW(...)``) or None. ``additional_output_names``: values returned after
+    the loss. ``loss_input_names``: the output(s) the loss takes. ``ort_format`` and
+    ``custom_op_library`` raise ``NotImplementedError`` naming them."""
     if ort_format:
         raise NotImplementedError("generate_artifacts: ort_format=True (ORT format models) is not implemented by "
                                   "onnxtrain; its artifacts are ONNX models")
     if custom_op_library is not None:
         raise NotImplementedError("generate_artifacts: custom_op_library is not implemented by onnxtrain (it loads no "
                                   "custom operator libraries)")
-    if loss is None:
-        loss_name = ""
-    elif isinstance(loss, LossType):
-        loss_name = loss.name
-    elif _is_block(loss):
-        raise NotImplementedError("generate_artifacts: an onnxblock block as the loss is not implemented yet; use a "
-                                  "LossType or a model whose first output is the loss")
-    else:
-        raise RuntimeError(f"Unknown loss provided {type(loss)}. Expected loss to be of type "
-                           "onnxruntime.training.artifacts.LossType or onnxruntime.training.onnxblock.Block.")
-    if optimizer is None:
-        optimizer_name = ""
-    elif isinstance(optimizer, OptimType):
-        optimizer_name = optimizer.name
-    elif _is_block(optimizer):
-        raise NotImplementedError("generate_artifacts: an onnxblock block as the optimizer is not implemented yet; "
-                                  "use an OptimType")
-    else:
-        raise RuntimeError(f"Unknown optimizer provided {type(optimizer)}. Expected optimizer to be of type "
-                           "onnxruntime.training.artifacts.OptimType or onnxruntime.training.onnxblock.Block.")
+    loss_name = _kind(loss, LossType, "loss")
+    optimizer_name = _kind(optimizer, OptimType, "optimizer")
     if additional_output_names is not None and not isinstance(additional_output_names, list):
         raise RuntimeError(f"Unknown type provided for additional output names {type(additional_output_names)}. "
                            "Expected additional output names to be a list of strings.")
     if not isinstance(prefix, str):
         raise TypeError(f"generate_artifacts: prefix must be a str, got {type(prefix).__name__}")
     data, base_dir = _model_bytes(model)
+    loss_inputs = _names(loss_input_names, "loss_input_names")
+    if loss_name is None:  # an onnxblock block: stacked on the model, its first output is the loss
+        data, loss_inputs = _with_loss_block(data, loss, loss_inputs)
+        loss_name = ""
+    o = _C.ArtifactOptions()
+    o.requires_grad = _names(requires_grad, "requires_grad")
+    o.frozen_params = _names(frozen_params, "frozen_params")
+    o.loss, o.optimizer = loss_name, optimizer_name or ""
+    o.additional_output_names = _names(additional_output_names, "additional_output_names")
+    o.loss_input_names = loss_inputs
+    o.update_batchnorm_statistics = bool(update_batchnorm_statistics)
+    o.base_dir = base_dir
+    made = _C.make_artifacts(data, o)
     directory = pathlib.Path(os.getcwd() if artifact_directory is None else os.fsdecode(artifact_directory))
     directory.mkdir(parents=True, exist_ok=True)
-    own = _C.generate_artifacts(data, _names(requires_grad, "requires_grad"), _names(frozen_params, "frozen_params"),
-                                loss_name, optimizer_name, _names(additional_output_names, "additional_output_names"),
-                                _names(loss_input_names, "loss_input_names"), bool(update_batchnorm_statistics),
-                                base_dir, str(directory), prefix, bool(nominal_checkpoint))
+    made.save(str(directory), prefix, bool(nominal_checkpoint))
+    if optimizer_name is None:
+        _write_optimizer_block(data, optimizer, o.requires_grad, directory / f"{prefix}optimizer_model.onnx")
+    own = made.onnxtrain_operators
     if own:
         warnings.warn(f"generate_artifacts: the training model uses onnxtrain's operators {own} (com.onnxtrain) for "
                       "gradients onnxruntime has no operator for: onnxtrain runs these artifacts, onnxruntime does not",
