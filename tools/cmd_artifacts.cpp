@@ -1,12 +1,17 @@
 // `onnxtrain artifacts`: onnxruntime's generate_artifacts without Python (include/onnxtrain/artifacts.h).
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <numeric>
+#include <random>
 
 #include "commands.h"
 #include "onnxtrain/artifacts.h"
 #include "onnxtrain/error.h"
 #include "onnxtrain/io.h"
+#include "onnxtrain/on_device.h"
+#include "onnxtrain/session.h"
 #include "onnxtrain/training.h"
 
 namespace cli {
@@ -71,6 +76,74 @@ int run_artifacts(const ArtifactArgs& a, const CLI::App& app) {
 }
 
 }  // namespace
+
+// `onnxtrain train ARTIFACTS_DIR --data ...`: onnxruntime's on-device loop (train_step, optimizer
+// step, lazy_reset_grad per batch) over the artifacts' checkpoint; the trained state is written
+// to --out in onnxruntime's checkpoint format, with the optimizer state.
+int run_train_artifacts(const TrainArgs& a, const CLI::App& app) {
+  const std::string why = "it does not apply to training artifacts (their models fix the loss and the optimizer)";
+  for (const char* o : {"--loss", "--loss-output", "--score-output", "--label-name", "--reduction", "--loss-arg",
+                        "--optimizer", "--momentum", "--weight-decay", "--betas", "--eps", "--lr-schedule", "--warmup",
+                        "--end-lr", "--lr-power", "--grad-accum", "--precision", "--clip-norm", "--freeze",
+                        "--zero-stage", "--validation-split", "--validation-data", "--validation-labels", "--resume",
+                        "--checkpoint-dir", "--checkpoint-every", "--metrics", "--curve", "--profile", "--steps",
+                        "--eval-batch-size", "--memory-limit"})
+    forbid(app, o, why);
+  if (!given(app, "--data")) throw UsageError("missing --data FILE (see onnxtrain train --help)");
+  const std::filesystem::path dir(a.model);
+  auto file = [&](const char* name) { return (dir / name).string(); };
+  for (const char* need : {"training_model.onnx", "checkpoint", "optimizer_model.onnx"})
+    if (!std::filesystem::exists(file(need)))
+      throw_error<InvalidArgument>("'", a.model, "' is a folder but not training artifacts: it has no '", need, "'");
+  const std::string out = given(app, "--out") ? a.out : file("trained_checkpoint");
+  SessionOptions so = session_options(a.threads, "");
+  CheckpointState state = CheckpointState::load(file("checkpoint"));
+  const bool has_eval = std::filesystem::exists(file("eval_model.onnx"));
+  on_device::Module module(on_device::ModelSource::file(file("training_model.onnx")), state,
+                           has_eval ? on_device::ModelSource::file(file("eval_model.onnx")) : on_device::ModelSource{},
+                           so);
+  on_device::Optimizer optimizer(on_device::ModelSource::file(file("optimizer_model.onnx")), module, so);
+  if (given(app, "--lr")) optimizer.set_learning_rate(float(a.opt.lr));
+
+  // The data: one array per user input of the training model, by name.
+  std::vector<NodeArg> features;
+  const InferenceSession train(file("training_model.onnx"), so);
+  for (const NodeArg& in : train.get_inputs())
+    if (std::find(module.train_input_names().begin(), module.train_input_names().end(), in.name) !=
+        module.train_input_names().end())
+      features.push_back(in);
+  const Dataset data = load_dataset(data_source(a.data), features, nullptr, "");
+  const int64_t n = data.size();
+  if (a.batch_size < 1) throw UsageError("--batch-size must be at least 1");
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  std::mt19937_64 rng(uint64_t(a.seed));
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < a.epochs; ++epoch) {
+    if (!a.no_shuffle) std::shuffle(order.begin(), order.end(), rng);
+    double total = 0;
+    int64_t seen = 0;
+    for (int64_t begin = 0; begin < n; begin += a.batch_size) {
+      const int64_t end = std::min(n, begin + a.batch_size);
+      if (a.drop_last && end - begin < a.batch_size) break;
+      const Dataset batch = data.take(order, size_t(begin), size_t(end));
+      std::vector<Value> inputs;
+      for (const auto& name : module.train_input_names()) inputs.push_back(Value::of(batch.at(name)));
+      const std::vector<Value> outs = module.train_step(inputs);
+      optimizer.step();
+      module.lazy_reset_grad();
+      const Tensor& loss = outs.at(0).tensor;
+      const double value = loss.dtype() == DType::kFloat64 ? loss.data<double>()[0] : double(loss.data<float>()[0]);
+      total += value * double(end - begin);
+      seen += end - begin;
+      if (a.log_every > 0 && ++step % a.log_every == 0) std::printf("step %lld loss %.6g\n", (long long)step, value);
+    }
+    std::printf("epoch %lld loss %.6g\n", (long long)epoch + 1, seen ? total / double(seen) : 0.0);
+  }
+  state.save(out, {true});
+  std::printf("wrote the trained checkpoint '%s' (optimizer step %lld)\n", out.c_str(), (long long)optimizer.step_count());
+  return kExitOk;
+}
 
 Command artifacts_command() {
   return {artifacts_info, [](CLI::App& app) -> std::function<int()> {

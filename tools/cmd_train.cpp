@@ -68,7 +68,7 @@ const CommandInfo& train_info() {
 
 void define_train_options(CLI::App& app, TrainArgs& a) {
   constexpr int64_t kBig = int64_t(1) << 40;
-  app.add_option("MODEL", a.model, "model to train")->required();
+  app.add_option("MODEL", a.model, "model to train, or a folder of on-device training artifacts (onnxtrain artifacts)")->required();
   add_data_options(app, a.data, false);
   auto* split = app.add_option("--validation-split", a.validation_split,
                                "hold out this fraction of the data (shuffled with --seed)")
@@ -133,6 +133,10 @@ namespace {
 
 int run_train(const TrainArgs& a, const CLI::App& app) {
   const std::string& model_path = a.model;
+  // A folder of training artifacts (any other folder is refused below as not a model file).
+  if (std::filesystem::is_directory(model_path) &&
+      std::filesystem::exists(std::filesystem::path(model_path) / "training_model.onnx"))
+    return run_train_artifacts(a, app);
   if (!given(app, "--data")) throw UsageError("missing --data FILE (see onnxtrain train --help)");
   const std::string model_stem = strip_suffix(std::filesystem::path(model_path).filename().string(), ".onnx");
   const std::string out = given(app, "--out") ? a.out : model_stem + ".trained.onnx";

@@ -42,5 +42,7 @@ void add_threads_option(CLI::App& app, int64_t& threads, std::string& memory_lim
 /// (UsageError for a malformed limit).
 onnxtrain::SessionOptions session_options(int64_t threads, const std::string& memory_limit);
 void define_train_options(CLI::App& app, TrainArgs& a);
+/// `onnxtrain train DIR`: trains on-device training artifacts (cmd_artifacts.cpp).
+int run_train_artifacts(const TrainArgs& a, const CLI::App& app);
 
 }  // namespace cli

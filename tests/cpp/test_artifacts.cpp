@@ -14,22 +14,8 @@ using ot_test::make_node;
 
 namespace {
 
-// y = X W + b, X [N, 2], W [2, 1], b [1]; a constant scale s [1] multiplies y (neither list).
-std::string linear() {
-  ir::Model m;
-  m.opsets = {{"", 14}};
-  m.graph = std::make_shared<ir::Graph>();
-  auto& g = *m.graph;
-  g.inputs = {ir::ValueInfo{"X", ir::TypeInfo::tensor(DType::kFloat32, {-1, 2}), ""}};
-  g.initializers.emplace_back("W", Tensor::from_vector<float>({2, 1}, {0.5f, -0.25f}));
-  g.initializers.emplace_back("b", Tensor::from_vector<float>({1}, {0.1f}));
-  g.initializers.emplace_back("s", Tensor::from_vector<float>({1}, {2.0f}));
-  g.nodes.push_back(make_node("MatMul", {"X", "W"}, {"xw"}));
-  g.nodes.push_back(make_node("Add", {"xw", "b"}, {"z"}));
-  g.nodes.push_back(make_node("Mul", {"z", "s"}, {"y"}));
-  g.outputs = {ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kFloat32, {-1, 1}), ""}};
-  return ir::serialize_model(m);
-}
+// y = (X W + b) * s; s [1] is in neither list (a constant of the models).
+std::string linear() { return ot_test::linear_model_bytes(true); }
 
 std::vector<std::string> names_of(const std::vector<NodeArg>& v) {
   std::vector<std::string> r;

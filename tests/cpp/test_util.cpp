@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "core/parallel.h"
+#include "ir/onnx_io.h"
 #include "kernels/kernel.h"
 #include "runtime/executor.h"
 
@@ -342,6 +343,24 @@ int64_t broadcast_index(const std::vector<int64_t>& out_idx, const Shape& in_sha
   int64_t f = 0;
   for (size_t i = 0; i < in_shape.size(); ++i) f = f * in_shape[i] + (in_shape[i] == 1 ? 0 : out_idx[off + i]);
   return f;
+}
+
+std::string linear_model_bytes(bool scaled) {
+  ir::Model m;
+  m.opsets = {{"", 14}};
+  m.graph = std::make_shared<ir::Graph>();
+  auto& g = *m.graph;
+  g.inputs = {ir::ValueInfo{"X", ir::TypeInfo::tensor(DType::kFloat32, {-1, 2}), ""}};
+  g.initializers.emplace_back("W", Tensor::from_vector<float>({2, 1}, {0.5f, -0.25f}));
+  g.initializers.emplace_back("b", Tensor::from_vector<float>({1}, {0.1f}));
+  g.nodes.push_back(make_node("MatMul", {"X", "W"}, {"xw"}));
+  g.nodes.push_back(make_node("Add", {"xw", "b"}, {scaled ? "z" : "y"}));
+  if (scaled) {
+    g.initializers.emplace_back("s", Tensor::from_vector<float>({1}, {2.0f}));
+    g.nodes.push_back(make_node("Mul", {"z", "s"}, {"y"}));
+  }
+  g.outputs = {ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kFloat32, {-1, 1}), ""}};
+  return ir::serialize_model(m);
 }
 
 }  // namespace ot_test

@@ -98,6 +98,10 @@ std::vector<onnxtrain::Value> run(onnxtrain::runtime::GraphExecutor& ex, const s
 std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads = 1);
 
 /// Uniform random tensor in [lo, hi) (integers: rounded; bool: coin flips). Deterministic per rng.
+/// y = X W + b (times a constant s [1] = 2 when `scaled`): X float [N, 2], W [2, 1] = (0.5, -0.25),
+/// b [1] = 0.1, opset 14; serialized. The artifacts tests' model.
+std::string linear_model_bytes(bool scaled);
+
 Tensor random_tensor(DType dt, const Shape& shape, std::mt19937& rng, double lo = -1.0, double hi = 1.0);
 /// Elements as doubles (any numeric or bool dtype).
 std::vector<double> to_double(const Tensor& t);

@@ -322,15 +322,16 @@ def test_model_by_path_and_the_alias(tmp_path):
     assert sorted(os.listdir(out)) == ["checkpoint", "eval_model.onnx", "optimizer_model.onnx", "training_model.onnx"]
 
 
-def test_command_line_writes_the_same_artifacts_and_they_train_in_onnxruntime_web(tmp_path):
+@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder"])
+def test_command_line_writes_the_same_artifacts_and_they_train_in_onnxruntime_web(tmp_path, name):
     """`onnxtrain artifacts` (no Python involved in making them): the files generate_artifacts
-    writes for the same arguments, byte for byte, and onnxruntime-web trains them to onnxtrain's
-    losses (CNN with BatchNorm statistics)."""
+    writes for the same arguments, byte for byte; onnxruntime-web trains them to onnxtrain's
+    losses, and so does `onnxtrain train DIR`."""
     cli = os.environ.get("ONNXTRAIN_CLI", os.path.join(ROOT, "build", "onnxtrain"))
-    model, net, requires, frozen, loss, ref_loss, x, y = case("cnn")
+    model, net, requires, frozen, loss, ref_loss, x, y = case(name)
     onnx.save(model, str(tmp_path / "cnn.onnx"))
     run = subprocess.run([cli, "artifacts", str(tmp_path / "cnn.onnx"), "--requires-grad", ",".join(requires),
-                          "--frozen", ",".join(frozen), "--loss", "CrossEntropyLoss", "--optimizer", "AdamW",
+                          *(["--frozen", ",".join(frozen)] if frozen else []), "--loss", loss.name, "--optimizer", "AdamW",
                           "--out", str(tmp_path / "cli"), "--nominal-checkpoint"], capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr
@@ -341,9 +342,25 @@ def test_command_line_writes_the_same_artifacts_and_they_train_in_onnxruntime_we
     for n in names:
         assert (tmp_path / "cli" / n).read_bytes() == (tmp_path / "py" / n).read_bytes(), n
     folder = str(tmp_path / "cli")
-    web = run_ort_web(folder, tmp_path, x, y, "labels")
+    target = "labels" if loss == artifacts.LossType.CrossEntropyLoss else "target"
+    web = run_ort_web(folder, tmp_path, x, y, target)
     losses, state, module = onnxtrain_losses(folder, x, y)
     np.testing.assert_allclose(losses, web["losses"], rtol=1e-5)
+    # `onnxtrain train DIR`: the same ten steps (one batch each) from the command line.
+    np.savez(tmp_path / "d.npz", **{"input": x, target: y})
+    trained = subprocess.run([cli, "train", folder, "--data", str(tmp_path / "d.npz"), "--batch-size", str(len(x)),
+                              "--epochs", str(STEPS), "--no-shuffle", "--out", str(tmp_path / "trained")],
+                             capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0, trained.stderr
+    epochs = [float(line.split()[-1]) for line in trained.stdout.splitlines() if line.startswith("epoch ")]
+    np.testing.assert_allclose(epochs, web["losses"], rtol=1e-5)
+    after = CheckpointState.load_checkpoint(str(tmp_path / "trained"))
+    order = [i.name for i in model.graph.initializer if i.name in requires + frozen]  # the training inputs' order
+    np.testing.assert_allclose(np.concatenate([after.parameters[n].data.ravel() for n in order]),
+                               web["parameters_after"], rtol=1e-4, atol=1e-6)
+    refused = subprocess.run([cli, "train", folder, "--data", str(tmp_path / "d.npz"), "--loss", "mse"],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--loss" in refused.stderr
     bad = subprocess.run([cli, "artifacts", str(tmp_path / "cnn.onnx"), "--requires-grad", "nope", "--out",
                           str(tmp_path / "bad")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "'nope', which is not an initializer" in bad.stderr

@@ -14,7 +14,7 @@ from onnxtrain import InferenceSession  # noqa: E402
 from onnxtrain.training import artifacts, onnxblock  # noqa: E402
 from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
 from onnxtrain.training.onnxblock import blocks, loss  # noqa: E402
-from test_artifacts import LR, MLP, STEPS, export, mlp_model, onnxtrain_losses, run_ort_web  # noqa: E402
+from test_artifacts import LR, MLP, STEPS, case, export, mlp_model, onnxtrain_losses, run_ort_web  # noqa: E402
 from test_ort_checkpoint import adamw_hf  # noqa: E402
 
 F = torch.nn.functional
@@ -87,6 +87,25 @@ def test_custom_loss_block_trains_as_pytorch_and_onnxruntime_web(tmp_path):
     np.testing.assert_allclose(losses, web["losses"], rtol=1e-5)
     np.testing.assert_allclose(module.get_contiguous_parameters().numpy(), web["parameters_after"], rtol=1e-5,
                                atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["cnn", "encoder"])
+def test_custom_loss_block_artifacts_of_a_cnn_and_an_encoder_train_in_onnxruntime_web(tmp_path, name):
+    """The custom loss on the CNN with BatchNorm (statistics trained) and the transformer encoder
+    layer: onnxruntime-web's losses and final parameters equal onnxtrain's."""
+    model, net, requires, frozen, _, _, x, _ = case(name)
+    with torch.no_grad():
+        shape = net(torch.tensor(x)).shape
+    t = np.random.default_rng(8).standard_normal(tuple(shape)).astype(np.float32)
+    folder = str(tmp_path / "art")
+    artifacts.generate_artifacts(model, requires_grad=requires, frozen_params=frozen, loss=WeightedLoss(),
+                                 optimizer=artifacts.OptimType.AdamW, artifact_directory=folder)
+    losses, state, module = onnxtrain_losses(folder, x, t)
+    web = run_ort_web(folder, tmp_path, x, t, "target")
+    np.testing.assert_allclose(losses, web["losses"], rtol=1e-5)
+    np.testing.assert_allclose(module.get_contiguous_parameters().numpy(), web["parameters_after"], rtol=1e-4,
+                               atol=1e-6)
+    assert losses[-1] < losses[0]
 
 
 def run_block(build, feeds):
