@@ -224,7 +224,8 @@ TEST(TrainingCApi, EveryFunctionRefusesBadArgumentsWithAStatus) {
   EXPECT_REFUSED(api()->TrainingSessionGetTrainingModelOutputCount(f.session, nullptr), IA, "out is NULL");
   EXPECT_REFUSED(api()->ExportModelForInferencing(f.session, nullptr, 0, nullptr), IA, "inference_model_path is NULL");
   EXPECT_REFUSED(api()->ExportModelForInferencing(f.session, "x.onnx", 1, nullptr), IA, "graph_output_names is NULL");
-  EXPECT_REFUSED(api()->AddProperty(f.state, "p", OrtPropertyType(7), &n), IA, "property type 7");
+  // 3: within the enumeration's range (a C caller may pass any int), not a property type.
+  EXPECT_REFUSED(api()->AddProperty(f.state, "p", OrtPropertyType(3), &n), IA, "property type 3");
   EXPECT_REFUSED(api()->AddProperty(f.state, nullptr, OrtIntProperty, &n), IA, "property_name is NULL");
   OrtPropertyType type;
   void* value = nullptr;
