@@ -301,6 +301,17 @@ TEST(TrainingCApi, EveryFunctionRefusesBadArgumentsWithAStatus) {
   EXPECT_EQ(ort()->GetErrorCode(nullptr), ORT_OK);
   OrtStatus* made = ort()->CreateStatus(ORT_FAIL, "made");
   EXPECT_REFUSED(made, ORT_FAIL, "made");
+  // Releasing NULL does nothing, as in onnxruntime; a NULL status has no message.
+  ort()->ReleaseStatus(nullptr);
+  ort()->ReleaseEnv(nullptr);
+  ort()->ReleaseSessionOptions(nullptr);
+  ort()->ReleaseRunOptions(nullptr);
+  ort()->ReleaseMemoryInfo(nullptr);
+  ort()->ReleaseValue(nullptr);
+  ort()->ReleaseTensorTypeAndShapeInfo(nullptr);
+  api()->ReleaseTrainingSession(nullptr);
+  api()->ReleaseCheckpointState(nullptr);
+  EXPECT_STREQ(ort()->GetErrorMessage(nullptr), "");
   // The session keeps working after all of that.
   EXPECT_OK(api()->GetLearningRate(f.session, &lr));
   ort()->ReleaseValue(small);

@@ -365,3 +365,48 @@ def test_command_line_writes_the_same_artifacts_and_they_train_in_onnxruntime_we
                           str(tmp_path / "bad")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "'nope', which is not an initializer" in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+class Unsupported(torch.nn.Module):
+    """Operators whose gradients onnxruntime had no builder for (ConvTranspose #17710, Atan #22407,
+    Resize #16866); ``resize`` adds a nearest Resize (up then down: the identity on the values)."""
+
+    def __init__(self, resize):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(2, 3, 3, stride=2, padding=1, output_padding=1)
+        self.fc = torch.nn.Linear(3 * 8 * 8, 4)
+        self.resize = resize
+
+    def forward(self, x):
+        h = torch.atan(self.up(x))
+        if self.resize:
+            h = torch.nn.functional.interpolate(h, scale_factor=2, mode="nearest")[:, :, ::2, ::2]
+        return self.fc(h.flatten(1))
+
+
+@pytest.mark.parametrize("resize", [False, True])
+def test_models_onnxruntime_could_not_differentiate_get_artifacts(tmp_path, resize):
+    """ConvTranspose and Atan: standard ONNX gradients, trained as PyTorch and as onnxruntime-web.
+    With Resize: onnxtrain's ResizeGrad, named by a warning; trained as PyTorch in onnxtrain."""
+    torch.manual_seed(0)
+    net = Unsupported(resize)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 2, 4, 4)).astype(np.float32)
+    t = rng.standard_normal((4, 4)).astype(np.float32)
+    model = export(net, torch.tensor(x[:2]))
+    requires = [i.name for i in model.graph.initializer]
+    folder = str(tmp_path / "art")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        artifacts.generate_artifacts(model, requires_grad=requires, loss=artifacts.LossType.MSELoss,
+                                     optimizer=artifacts.OptimType.AdamW, artifact_directory=folder)
+    named = [str(w.message) for w in seen if "onnxtrain's operators" in str(w.message)]
+    assert (named and "ResizeGrad" in named[0]) if resize else not named
+    start = CheckpointState.load_checkpoint(os.path.join(folder, "checkpoint"))
+    state0 = {k: start.parameters[k].data for k in requires}
+    losses, state, module = onnxtrain_losses(folder, x, t)
+    ref, _ = torch_reference(net, state0, requires, torch.nn.functional.mse_loss, x, t)
+    np.testing.assert_allclose(losses, ref, rtol=1e-5)
+    if not resize:
+        web = run_ort_web(folder, tmp_path, x, t, "target")
+        np.testing.assert_allclose(losses, web["losses"], rtol=1e-5)
