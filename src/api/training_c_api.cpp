@@ -9,6 +9,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "onnxtrain/error.h"
@@ -98,6 +99,14 @@ on_device::Optimizer& optimizer_of(const OrtTrainingSession* s) {
   return *s->optimizer;
 }
 
+// Stores a new T{args...} in *out. `out` is checked first: in `*need(out) = new T`, the new would
+// run first (the right operand of = is sequenced before the left) and leak when out is NULL.
+template <class T, class... A>
+void give(T** out, A&&... args) {
+  need(out, "out");
+  *out = new T{std::forward<A>(args)...};
+}
+
 const Tensor& tensor_of(const OrtValue* v, const char* what) {
   if (!need(v, what)->value.is_tensor()) throw_error<InvalidArgument>(what, " is not a tensor");
   return v->value.tensor;
@@ -177,10 +186,10 @@ OrtErrorCode GetErrorCode(const OrtStatus* s) { return s ? s->code : ORT_OK; }
 const char* GetErrorMessage(const OrtStatus* s) { return s ? s->message.c_str() : ""; }
 
 OrtStatus* CreateEnv(OrtLoggingLevel, const char*, OrtEnv** out) {
-  return guarded([&] { *need(out, "out") = new OrtEnv; });
+  return guarded([&] { give(out); });
 }
 OrtStatus* CreateSessionOptions(OrtSessionOptions** out) {
-  return guarded([&] { *need(out, "out") = new OrtSessionOptions; });
+  return guarded([&] { give(out); });
 }
 OrtStatus* SetIntraOpNumThreads(OrtSessionOptions* o, int n) {
   return guarded([&] {
@@ -189,10 +198,10 @@ OrtStatus* SetIntraOpNumThreads(OrtSessionOptions* o, int n) {
   });
 }
 OrtStatus* CreateRunOptions(OrtRunOptions** out) {
-  return guarded([&] { *need(out, "out") = new OrtRunOptions; });
+  return guarded([&] { give(out); });
 }
 OrtStatus* CreateCpuMemoryInfo(OrtAllocatorType, OrtMemType, OrtMemoryInfo** out) {
-  return guarded([&] { *need(out, "out") = new OrtMemoryInfo; });
+  return guarded([&] { give(out); });
 }
 
 DType element_type(ONNXTensorElementDataType t) {
@@ -242,7 +251,7 @@ OrtStatus* GetTensorMutableData(OrtValue* v, void** out) {
 OrtStatus* GetTensorTypeAndShape(const OrtValue* v, OrtTensorTypeAndShapeInfo** out) {
   return guarded([&] {
     const Tensor& t = tensor_of(v, "the value");
-    *need(out, "out") = new OrtTensorTypeAndShapeInfo{t.dtype(), t.shape()};
+    give(out, t.dtype(), t.shape());
   });
 }
 OrtStatus* GetTensorElementType(const OrtTensorTypeAndShapeInfo* i, ONNXTensorElementDataType* out) {
