@@ -33,7 +33,7 @@ What it reports, per workload:
     NotImplementedError is reported as "not available".
   * whether the ranks ended with bitwise identical weights (a digest of get_model_state()).
 
-Run (OpenMPI from scripts/install_deps.sh; onnxtrain from the build; Debian's python3 with torch
+Run (OpenMPI from scripts/install_deps.sh --tests; onnxtrain from the build; Debian's python3 with torch
 and onnx for the export):
     PYTHONPATH=build/python /usr/bin/python3 bench/distributed.py [--out results.json]
 Options: --quick (10 timed steps, one round: a smoke test), --workloads mlp,bert, --steps N
@@ -467,7 +467,7 @@ def main():
     if a.steps is not None and a.steps < MIN_STEPS and not a.quick:
         log(f"[distributed] note: --steps {a.steps} is below {MIN_STEPS}: the medians are rough")
     if not shutil.which("mpirun"):
-        sys.exit("bench/distributed.py: mpirun is missing: install OpenMPI with scripts/install_deps.sh "
+        sys.exit("bench/distributed.py: mpirun is missing: install OpenMPI with scripts/install_deps.sh --tests "
                  "(openmpi-bin, libopenmpi-dev) and rebuild onnxtrain")
     try:
         import onnxtrain
@@ -476,7 +476,7 @@ def main():
         sys.exit(f"bench/distributed.py: cannot import onnxtrain ({e}); run with PYTHONPATH=build/python")
     if not onnxtrain.distributed.mpi_available():
         sys.exit("bench/distributed.py: this onnxtrain was built without MPI: install libopenmpi-dev "
-                 "(scripts/install_deps.sh) and rebuild")
+                 "(scripts/install_deps.sh --tests) and rebuild")
     so_path = onnxtrain._C.__file__
     build = build_id()
     build_line = f"onnxtrain: {so_path} (modified {time.ctime(os.path.getmtime(so_path))})"

@@ -34,7 +34,7 @@ if [ ! -f "tests/fuzz/fuzz_${TARGET}.cpp" ]; then
   exit 2
 fi
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
-bash scripts/install_deps.sh --fuzz >/dev/null
+bash scripts/install_deps.sh --tests --fuzz >/dev/null
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
     -DONNXTRAIN_FUZZ=ON -DONNXTRAIN_BUILD_TESTS=OFF -DONNXTRAIN_BUILD_PYTHON=OFF ${CMAKE_ARGS:-} >/dev/null

@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of onnxtrain from Debian 12 packages.
+# Installs onnxtrain's dependencies from Debian 12 packages: what the main job needs, plus with
+# --tests what the test command needs and with --fuzz what fuzzing and ThreadSanitizer need.
 # Idempotent: packages already present are skipped without touching the network.
 set -euo pipefail
 
+# What the main job needs: the build (library, CLI, Python module) and the digits example, whose
+# data comes from scikit-learn's bundled copy and whose model is written with onnx.
 PACKAGES=(
   g++ cmake make pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev
   libdnnl-dev zlib1g-dev libzip-dev
-  pybind11-dev python3-dev python3-numpy python3-pytest python3-onnx
-  python3-torch python3-sklearn
-  libgtest-dev
+  pybind11-dev python3-dev python3-numpy python3-onnx python3-sklearn
   libcli11-dev nlohmann-json3-dev
-  openmpi-bin libopenmpi-dev
-  libflatbuffers-dev flatbuffers-compiler python3-flatbuffers
+  libflatbuffers-dev flatbuffers-compiler
 )
-# scripts/fuzz.sh and scripts/tsan.sh only (`install_deps.sh --fuzz`): clang with libFuzzer and the
-# sanitizer runtimes, LLVM's OpenMP runtime with its ThreadSanitizer support (archer).
-if [ "${1:-}" = "--fuzz" ]; then
-  PACKAGES+=(clang libclang-rt-dev libomp-dev llvm)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    # The test command (scripts/test.sh) and the sanitizer run: GoogleTest, pytest, PyTorch (the
+    # reference of the golden tests), MPI (distributed training and its tests), FlatBuffers' Python
+    # module, and the packaging tools the package tests use (python3-build for the wheel, a venv to
+    # install it into, dpkg-dev for the .deb's dependencies).
+    --tests)
+      PACKAGES+=(libgtest-dev python3-pytest python3-torch openmpi-bin libopenmpi-dev python3-flatbuffers
+                 python3-build python3-venv python3-pip dpkg-dev) ;;
+    # scripts/fuzz.sh and scripts/tsan.sh: clang with libFuzzer and the sanitizer runtimes, LLVM's
+    # OpenMP runtime with its ThreadSanitizer support (archer).
+    --fuzz) PACKAGES+=(clang libclang-rt-dev libomp-dev llvm) ;;
+    *) echo "install_deps.sh: unknown option '$arg' (options: --tests, --fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${PACKAGES[@]}"; do

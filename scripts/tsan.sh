@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-tsan}
 FILTER=${1:-"Executor.*:Conv.BlockedLayouts:Index.ScatterElementsParallelDuplicatesAdd:Linalg.MatMulLarge:Norm.DropoutTrainingStatisticsAndRuns:Pool.ResNetShapes:Reduce.LargeShapesAllLayouts:Rnn.HiddenUnitsSplitAcrossThreads:OptimizerOps.*:Image.*:*Concurrent*:*Thread*"}
-bash scripts/install_deps.sh --fuzz >/dev/null
+bash scripts/install_deps.sh --tests --fuzz >/dev/null
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread -g1" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \

@@ -20,8 +20,8 @@ struct Graph;
 /// One dimension of a declared shape: a fixed value, a symbolic name, or unknown.
 struct Dim {
   int64_t value = -1;  ///< >= 0 when fixed
-  std::string param;   ///< symbolic name when not fixed (may be empty: unknown)
-  std::string denotation;  ///< e.g. "DATA_BATCH" (may be empty)
+  std::string param{};   ///< symbolic name when not fixed (may be empty: unknown)
+  std::string denotation{};  ///< e.g. "DATA_BATCH" (may be empty)
   bool fixed() const { return value >= 0; }
 };
 
@@ -52,22 +52,22 @@ enum class AttrType {
 const char* attr_type_name(AttrType t);
 
 struct Attribute {
-  std::string name;
+  std::string name{};
   AttrType type = AttrType::kUndefined;
   float f = 0;
   int64_t i = 0;
-  std::string s;
-  Tensor t;
-  std::shared_ptr<Graph> g;
-  std::vector<float> floats;
-  std::vector<int64_t> ints;
-  std::vector<std::string> strings;
-  std::vector<Tensor> tensors;
-  std::vector<std::shared_ptr<Graph>> graphs;
-  TypeInfo tp;                  ///< kTypeProto
-  std::vector<TypeInfo> tps;    ///< kTypeProtos
-  std::string ref_attr_name;  ///< inside function bodies: refers to the caller's attribute
-  std::string doc;
+  std::string s{};
+  Tensor t{};
+  std::shared_ptr<Graph> g{};
+  std::vector<float> floats{};
+  std::vector<int64_t> ints{};
+  std::vector<std::string> strings{};
+  std::vector<Tensor> tensors{};
+  std::vector<std::shared_ptr<Graph>> graphs{};
+  TypeInfo tp{};                  ///< kTypeProto
+  std::vector<TypeInfo> tps{};    ///< kTypeProtos
+  std::string ref_attr_name{};  ///< inside function bodies: refers to the caller's attribute
+  std::string doc{};
 };
 
 struct Node {

@@ -18,6 +18,7 @@
 
 #include "ir/ir.h"
 #include "ir/onnx_io.h"
+#include "runtime/executor.h"
 #include "onnxtrain/training.h"
 #include "test_util.h"
 
@@ -297,4 +298,39 @@ TEST(StepAllocations, ConvenienceRunAllocatesOnlyItsResults) {
   const Counted c = count_steps("AdamOptimizer", 1, false, false, false, 2);
   EXPECT_LE(c.allocs, 4);
   EXPECT_LT(c.bytes, 1024);
+}
+
+namespace {
+
+// x -> Relu -> Relu -> ... (n times) -> y, run by a GraphExecutor: allocations of one run after the
+// plan is built.
+long executor_run_allocations(int n) {
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs.push_back(ot_test::value_info("x"));
+  std::string prev = "x";
+  for (int i = 0; i < n; ++i) {
+    const std::string cur = i + 1 == n ? "y" : ot_test::numbered("h", size_t(i));
+    g->nodes.push_back(ot_test::make_node("Relu", {prev}, {cur}));
+    prev = cur;
+  }
+  g->outputs.push_back(ot_test::value_info("y"));
+  runtime::GraphExecutor ex(g, OpsetMap{{"", 17}}, ExecOptions{});
+  Value x = Value::of(Tensor::zeros(DType::kFloat32, {256}));
+  std::vector<const Value*> ptrs{&x};
+  ex.run(ptrs);  // builds the plan
+  g_allocs = 0;
+  g_counting = true;
+  auto out = ex.run(ptrs);
+  g_counting = false;
+  return g_allocs.load();
+}
+
+}  // namespace
+
+TEST(StepAllocations, ExecutorRunDoesNotAllocatePerNode) {
+  const long small = executor_run_allocations(2), large = executor_run_allocations(60);
+  // Only the returned output and its bookkeeping allocate; nothing scales with the node count.
+  EXPECT_EQ(small, large);
+  EXPECT_GE(large, 1);  // the counter is live: the returned output itself is allocated
+  EXPECT_LE(large, 8);
 }

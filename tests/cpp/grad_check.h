@@ -50,9 +50,9 @@ const std::map<std::string, std::vector<std::string>>& declared_coverage();
 struct ZeroGradCheck {
   std::string op;
   std::vector<std::string> inputs;                   ///< "x", a name from `consts` or `pre`, "" (omitted)
-  std::vector<std::pair<std::string, Tensor>> consts;  ///< initializers
-  std::vector<ir::Node> pre;                          ///< nodes deriving inputs from x (a mask, a cast, a shape)
-  std::vector<ir::Attribute> attrs;
+  std::vector<std::pair<std::string, Tensor>> consts{};  ///< initializers
+  std::vector<ir::Node> pre{};                        ///< nodes deriving inputs from x (a mask, a cast, a shape)
+  std::vector<ir::Attribute> attrs{};
   int64_t opset = 17;
   size_t num_outputs = 1;
   Shape x_shape{3, 4};

@@ -171,7 +171,9 @@ TEST(Emitter, OnnxtrainTableCoversTheKernels) {
                             : op == "GradientReduceStart"                    ? DType::kInt64
                                                                              : kF32)
         << op;
-    if (op == "LossScaleCheck") EXPECT_EQ(t.at(1).elem, DType::kBool);
+    if (op == "LossScaleCheck") {
+      EXPECT_EQ(t.at(1).elem, DType::kBool);
+    }
   }
   for (const auto& d : ops::onnxtrain_ops()) EXPECT_TRUE(kernels.count(d.name)) << d.name << " has no kernel";
   for (const auto& op : kernels) EXPECT_NE(ops::find_op(op), nullptr) << op << " has a kernel but no row in the table";
@@ -208,7 +210,9 @@ TEST(OpTable, RowsAreConsistent) {
       ASSERT_FALSE(d.like.empty()) << d.name;
       for (size_t from : d.like) EXPECT_TRUE(d.max_inputs < 0 || int(from) < d.max_inputs) << d.name;
     }
-    if (d.rule == ops::TypeRule::kFixed) EXPECT_FALSE(d.fixed.empty()) << d.name;
+    if (d.rule == ops::TypeRule::kFixed) {
+      EXPECT_FALSE(d.fixed.empty()) << d.name;
+    }
     for (size_t h : d.host_inputs) EXPECT_TRUE(d.max_inputs < 0 || int(h) < d.max_inputs) << d.name;
     EXPECT_FALSE(d.doc.empty()) << d.name;
     EXPECT_EQ(d.optimizer != nullptr, ops::find_optimizer_spec(d.name) != nullptr) << d.name;
@@ -326,7 +330,9 @@ TEST(Emitter, NegativeAxesBeforeOpset11) {
     EXPECT_EQ(message_of<onnxtrain::NotImplemented>([&] { e.reshape("a", "i"); }).empty(), true);
     const std::string m = message_of<onnxtrain::NotImplemented>([&] { e.squeeze("u", {-1}); });
     EXPECT_EQ(m.empty(), !old) << m;
-    if (old) EXPECT_NE(m.find("Squeeze of 'u' with negative axes at opset 9"), std::string::npos) << m;
+    if (old) {
+      EXPECT_NE(m.find("Squeeze of 'u' with negative axes at opset 9"), std::string::npos) << m;
+    }
   }
 }
 

@@ -48,8 +48,8 @@ GradCheck nary(const std::string& op, const std::vector<Shape>& shapes, double l
 struct UnaryCase {
   const char* op;
   double lo, hi;
-  std::vector<double> kinks;  // kept 0.05 away
-  std::vector<ir::Attribute> attrs;
+  std::vector<double> kinks{};  // kept 0.05 away
+  std::vector<ir::Attribute> attrs{};
   double rtol = 1e-6, atol = 1e-8;
 };
 

@@ -63,7 +63,7 @@ struct OneNode {
         n.inputs.push_back("");
         continue;
       }
-      const std::string name = "x" + std::to_string(i);
+      const std::string name = ot_test::numbered("x", i);
       n.inputs.push_back(name);
       if (a.is_sequence) {
         ir::TypeInfo seq;
@@ -94,9 +94,9 @@ struct OneNode {
         v.kind = Value::Kind::kSequence;
         v.sequence = a.sequence;
         v.elem = a.sequence.at(0).dtype();
-        feeds.emplace_back("x" + std::to_string(i), std::move(v));
+        feeds.emplace_back(ot_test::numbered("x", i), std::move(v));
       } else if (a.t.defined() && !a.constant) {
-        feeds.emplace_back("x" + std::to_string(i), Value::of(a.t));
+        feeds.emplace_back(ot_test::numbered("x", i), Value::of(a.t));
       }
     }
     std::vector<Tensor> r;

@@ -100,7 +100,7 @@ std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& i
       n.inputs.push_back("");
       continue;
     }
-    const std::string name = "x" + std::to_string(i);
+    const std::string name = numbered("x", i);
     n.inputs.push_back(name);
     if (opts.inputs_as_constants) {
       g->initializers.emplace_back(name, inputs[i]);
@@ -110,7 +110,7 @@ std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& i
     }
   }
   for (size_t i = 0; i < opts.num_outputs; ++i) {
-    const std::string name = "y" + std::to_string(i);
+    const std::string name = numbered("y", i);
     n.outputs.push_back(name);
     g->outputs.push_back(ir::ValueInfo{name, {}, ""});
   }
@@ -159,10 +159,10 @@ KernelRun run_kernel(const std::string& op, const std::vector<Tensor>& inputs, c
   n.domain = opts.domain;
   n.name = "node_" + op;
   n.attrs = attrs;
-  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].defined() ? "x" + std::to_string(i) : "");
+  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].defined() ? numbered("x", i) : "");
   for (size_t k = 0; k < opts.num_outputs; ++k) {
     const bool named = std::find(unnamed.begin(), unnamed.end(), k) == unnamed.end();
-    n.outputs.push_back(named ? "y" + std::to_string(k) : "");
+    n.outputs.push_back(named ? numbered("y", k) : "");
   }
   const int64_t opset = opts.domain.empty() ? opts.opset : 1;
   OpsetMap opsets{{"", opts.opset}};

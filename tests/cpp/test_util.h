@@ -34,6 +34,13 @@ struct TempDir {
 std::set<std::string> list_dir(const std::string& dir);
 /// A whole file's bytes ("" when it cannot be read).
 std::string slurp(const std::string& path);
+/// `prefix` followed by `i` ("x3"); spelled out because GCC 12 at -O3 reports a false -Wrestrict
+/// for `"x" + std::to_string(i)` (GCC bug 105651).
+inline std::string numbered(const char* prefix, size_t i) {
+  std::string s(prefix);
+  s += std::to_string(i);
+  return s;
+}
 /// Writes `s` to `path` (a plain, non-atomic write: test fixtures).
 void write_text(const std::string& path, const std::string& s);
 
@@ -58,7 +65,7 @@ ir::ValueInfo value_info(const std::string& name, DType dt = DType::kFloat32, co
 
 struct RunOptions {
   int64_t opset = 17;
-  std::string domain;          ///< node domain ("" = ai.onnx)
+  std::string domain{};        ///< node domain ("" = ai.onnx)
   size_t num_outputs = 1;
   bool inputs_as_constants = false;  ///< feed inputs as initializers (exercises constant folding)
   int threads = 1;

@@ -3,7 +3,7 @@
 Each test launches tests/python/mpi/mpi_cases.py (or the CLI) under mpirun and compares what the
 ranks wrote with an independent reference: the same training on one process with the global
 batch, numpy's Adasum formula over per-rank gradients, the ranks' weights with each other.
-OpenMPI comes from scripts/install_deps.sh (openmpi-bin, libopenmpi-dev): without mpirun these
+OpenMPI comes from scripts/install_deps.sh --tests (openmpi-bin, libopenmpi-dev): without mpirun these
 tests fail, they are not skipped.
 """
 import os
@@ -28,7 +28,7 @@ import mpi_cases  # noqa: E402
 
 def mpirun(n, *args, timeout=240, env=None):
     exe = shutil.which("mpirun")
-    assert exe, "mpirun is missing: run scripts/install_deps.sh (openmpi-bin, libopenmpi-dev)"
+    assert exe, "mpirun is missing: run scripts/install_deps.sh --tests (openmpi-bin, libopenmpi-dev)"
     e = dict(os.environ)
     e.update(env or {})
     e.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")

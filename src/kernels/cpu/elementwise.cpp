@@ -207,26 +207,59 @@ class PowKernel final : public Kernel {
     const Tensor& tb = ctx.input(1);
     Tensor& ty = ctx.output(0);
     dispatch<NumericTypes>(ta.dtype(), ctx.node(), [&]<class T>() {
-      dispatch<NumericTypes>(tb.dtype(), ctx.node(), [&]<class U>() {
-        if constexpr (std::is_same_v<T, U> && std::is_floating_point_v<T>) {
+      const T* a = ta.data<T>();
+      T* y = ty.data<T>();
+      if (tb.dtype() == ta.dtype()) {
+        const T* b = tb.data<T>();
+        if constexpr (std::is_floating_point_v<T>) {
           // Scalar exponents whose power is exact in one operation (pow's result bit for bit):
           // x^2 (variance, norms) and x^1 (the gradient of x^2) are hot.
           if (tb.numel() == 1) {
-            const T e = tb.data<T>()[0];
-            const T* a = ta.data<T>();
-            T* y = ty.data<T>();
-            if (e == T(2)) return run_loop(ctx, a, tb.data<T>(), y, [](T v, T) { return v * v; });
-            if (e == T(1)) return run_loop(ctx, a, tb.data<T>(), y, [](T v, T) { return v; });
-            if (e == T(0)) return run_loop(ctx, a, tb.data<T>(), y, [](T, T) { return T(1); });
-            if (e == T(-1)) return run_loop(ctx, a, tb.data<T>(), y, [](T v, T) { return T(1) / v; });
+            const T e = b[0];
+            if (e == T(2)) return run_loop(ctx, a, b, y, [](T v, T) { return v * v; });
+            if (e == T(1)) return run_loop(ctx, a, b, y, [](T v, T) { return v; });
+            if (e == T(0)) return run_loop(ctx, a, b, y, [](T, T) { return T(1); });
+            if (e == T(-1)) return run_loop(ctx, a, b, y, [](T v, T) { return T(1) / v; });
           }
         }
-        run_loop(ctx, ta.data<T>(), tb.data<U>(), ty.data<T>(), [](T a, U b) { return pow_value(a, b); });
-      });
+        return run_loop(ctx, a, b, y, [](T u, T v) { return pow_value(u, v); });
+      }
+      // Mixed types: the exponent is read as the one type its result depends on — int64 or uint64
+      // for an integer base and exponent (exact), double otherwise — so that one loop per base type
+      // serves every exponent type (pow_value gives the same values as with the exponent's own type).
+      if constexpr (std::is_integral_v<T>) {
+        if (tb.dtype() == DType::kUInt64) return run_mixed<uint64_t>(ctx, a, tb, y);
+        if (dtype_is_integer(tb.dtype())) return run_mixed<int64_t>(ctx, a, tb, y);
+      }
+      run_mixed<double>(ctx, a, tb, y);
     });
   }
 
  private:
+  template <class U, class E>
+  static E read_as(const void* p, int64_t i) {
+    return convert<E>(static_cast<const U*>(p)[i]);
+  }
+
+  template <class E, class T>
+  void run_mixed(RunContext& ctx, const T* A, const Tensor& tb, T* Y) {
+    E (*read)(const void*, int64_t) = nullptr;
+    dispatch<NumericTypes>(tb.dtype(), ctx.node(), [&]<class U>() { read = &read_as<U, E>; });
+    const void* B = tb.raw_data();
+    const int64_t sa = plan_.inner_step[0], sb = plan_.inner_step[1];
+    try {
+      parallel_for(plan_.runs, grain_for(plan_.inner), [&](int64_t r0, int64_t r1) {
+        plan_.for_runs(r0, r1, [&](int64_t o, const int64_t* off, int64_t n) {
+          const T* a = A + off[0];
+          T* y = Y + o;
+          for (int64_t i = 0; i < n; ++i) y[i] = pow_value(a[i * sa], read(B, off[1] + i * sb));
+        });
+      });
+    } catch (const DomainError& e) {
+      ctx.fail(e.what);
+    }
+  }
+
   template <class T, class U, class F>
   void run_loop(RunContext& ctx, const T* A, const U* B, T* Y, F f) {
     const int64_t sa = plan_.inner_step[0], sb = plan_.inner_step[1];
