@@ -342,7 +342,7 @@ TEST(ExternalData, Over2GiBGoesExternalInAutoModeAndSerializeRefuses) {
     GTEST_SKIP() << "needs 4.2 GB free in /tmp";
   void* mem = mmap(nullptr, n * 4, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
-  std::shared_ptr<void> unmap(mem, [n](void* p) { munmap(p, n * 4); });
+  std::shared_ptr<void> unmap(mem, [=](void* p) { munmap(p, n * 4); });
   const Tensor big = Tensor::wrap(DType::kFloat32, {int64_t(n)}, mem, unmap);
   const Tensor small = pattern(DType::kFloat32, {100}, 9);  // under the default threshold: stays inline
   const ir::Model m = model_with({{"big", big}, {"small", small}});

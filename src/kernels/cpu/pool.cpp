@@ -346,7 +346,7 @@ template <PoolKind K, class T>
 void global_pool(const T* x, T* y, int64_t planes, int64_t n, double p) {
   using C = compute_t<T>;
   constexpr int64_t kL = 8;
-  auto add = [p](auto acc, auto v) {
+  auto add = [=](auto acc, auto v) {  // p: the Lp pools only
     if constexpr (K == PoolKind::kMax) return std::max(acc, v);
     else if constexpr (K == PoolKind::kAvg) return acc + v;
     else return acc + (p == 2.0 ? v * v : decltype(v)(std::pow(std::abs(double(v)), p)));
