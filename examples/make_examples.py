@@ -4,8 +4,8 @@
 - digits_mlp.onnx: an untrained MLP for the 8x8 handwritten digits (64 -> 128 -> 10: outputs
   `logits` and `probabilities`), initialized as torch.nn.Linear does, with a fixed seed;
 - digits.npz (all 1,797 samples), digits_train.npz / digits_test.npz (a stratified 80/20 split):
-  arrays X (float32 [N, 64], pixel values / 16) and label (int64 [N]), from scikit-learn's bundled
-  copy of the UCI digits (sklearn.datasets.load_digits: no download).
+  arrays X (float32 [N, 64], pixel values / 16) and label (int64 [N]), from the copy of the UCI
+  digits bundled in examples/data/digits.npz (no download, no scikit-learn).
 
 Usage: /usr/bin/python3 examples/make_examples.py OUT_DIR
 """
@@ -61,17 +61,16 @@ def make_digits_mlp(rng, n_in=64, hidden=128, n_out=10):
 
 
 def write_digits(out):
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
-    digits = load_digits()
-    X = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int64)
+    # The 8x8 digits and their held-out split, bundled (examples/data/README.md says where they
+    # come from); tests/python/test_examples.py checks them against scikit-learn's copy.
+    bundled = np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "digits.npz"))
+    X = (bundled["images"].reshape(-1, 64) / 16.0).astype(np.float32)
+    y = bundled["label"].astype(np.int64)
     np.savez(os.path.join(out, "digits.npz"), X=X, label=y)
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
-    np.savez(os.path.join(out, "digits_train.npz"), X=Xtr, label=ytr)
-    np.savez(os.path.join(out, "digits_test.npz"), X=Xte, label=yte)
-    return len(y), len(ytr), len(yte)
+    train, test = bundled["train_index"], bundled["test_index"]
+    np.savez(os.path.join(out, "digits_train.npz"), X=X[train], label=y[train])
+    np.savez(os.path.join(out, "digits_test.npz"), X=X[test], label=y[test])
+    return len(y), len(train), len(test)
 
 
 def main():

@@ -5,12 +5,12 @@
 set -euo pipefail
 
 # What the main job needs: the build (library, CLI, Python module) and the digits example, whose
-# data comes from scikit-learn's bundled copy and whose model is written with onnx.
+# model is written with onnx (its data is bundled: examples/data).
 PACKAGES=(
-  g++ cmake make pkg-config
+  g++ cmake make ninja-build pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev
   libdnnl-dev zlib1g-dev libzip-dev
-  pybind11-dev python3-dev python3-numpy python3-onnx python3-sklearn
+  pybind11-dev python3-dev python3-numpy python3-onnx
   libcli11-dev nlohmann-json3-dev
   libflatbuffers-dev flatbuffers-compiler
 )
@@ -18,10 +18,10 @@ for arg in "$@"; do
   case "$arg" in
     # The test command (scripts/test.sh) and the sanitizer run: GoogleTest, pytest, PyTorch (the
     # reference of the golden tests), MPI (distributed training and its tests), FlatBuffers' Python
-    # module, and the packaging tools the package tests use (python3-build for the wheel, a venv to
-    # install it into, dpkg-dev for the .deb's dependencies).
+    # module, scikit-learn (the estimators' reference), and the packaging tools the package tests use
+    # (python3-build for the wheel, a venv to install it into, dpkg-dev for the .deb's dependencies).
     --tests)
-      PACKAGES+=(libgtest-dev python3-pytest python3-torch openmpi-bin libopenmpi-dev python3-flatbuffers
+      PACKAGES+=(libgtest-dev python3-pytest python3-torch openmpi-bin libopenmpi-dev python3-flatbuffers python3-sklearn
                  python3-build python3-venv python3-pip dpkg-dev) ;;
     # scripts/fuzz.sh and scripts/tsan.sh: clang with libFuzzer and the sanitizer runtimes, LLVM's
     # OpenMP runtime with its ThreadSanitizer support (archer).

@@ -256,6 +256,23 @@ def digits(tmp_path_factory):
     return d
 
 
+def test_bundled_digits_are_scikit_learns_with_its_stratified_split(digits):
+    # examples/data/digits.npz replaces scikit-learn in the main job: the same images and labels
+    # as sklearn.datasets.load_digits and the split train_test_split(stratify=y, random_state=0) makes.
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    ref = load_digits()
+    X = (ref.data / 16.0).astype(np.float32)
+    y = ref.target.astype(np.int64)
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
+    for name, (ex, ey) in {"digits.npz": (X, y), "digits_train.npz": (Xtr, ytr), "digits_test.npz": (Xte, yte)}.items():
+        got = np.load(digits / name)
+        assert got["X"].dtype == np.float32 and got["label"].dtype == np.int64, name
+        np.testing.assert_array_equal(got["X"], ex, err_msg=name)
+        np.testing.assert_array_equal(got["label"], ey, err_msg=name)
+
+
 DEMO = ["--loss", "cross_entropy", "--score-output", "logits", "--optimizer", "adam", "--lr", 0.01,
         "--batch-size", 32, "--seed", 0]
 
