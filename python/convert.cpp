@@ -31,6 +31,9 @@ DType dtype_from_numpy(const py::dtype& dt) {
     case 'U':
     case 'S':
     case 'O': return DType::kString;
+    case 'V':  // raw bytes (np.void, not a structured type): strings of itemsize bytes, as onnxruntime reads them
+      if (dt.attr("names").is_none()) return DType::kString;
+      break;
     default: break;
   }
   throw_error<InvalidArgument>("numpy dtype ", py::repr(dt).cast<std::string>(), " is not supported");
@@ -70,7 +73,7 @@ py::array viewable(const py::array& arr) {
                           py::arg("copy") = true);  // a fresh array is aligned
 }
 
-// Strings are not plain bytes: every element is copied (str as UTF-8, bytes as they are).
+// Strings are not plain bytes: every element is copied (str as UTF-8, bytes and np.void as they are).
 Tensor strings_from_array(const py::array& arr) {
   Tensor t = Tensor::empty(DType::kString, Shape(arr.shape(), arr.shape() + arr.ndim()));
   py::list items = arr.attr("ravel")().attr("tolist")();

@@ -19,10 +19,10 @@ for arg in "$@"; do
     # The test command (scripts/test.sh) and the sanitizer run: GoogleTest, pytest, PyTorch (the
     # reference of the golden tests), MPI (distributed training and its tests), FlatBuffers' Python
     # module, scikit-learn (the estimators' reference), and the packaging tools the package tests use
-    # (python3-build for the wheel, a venv to install it into, dpkg-dev for the .deb's dependencies).
+    # (python3-build for the wheel, a venv to install it into, dpkg-dev and file for the .deb's dependencies).
     --tests)
       PACKAGES+=(libgtest-dev python3-pytest python3-torch openmpi-bin libopenmpi-dev python3-flatbuffers python3-sklearn
-                 python3-build python3-venv python3-pip dpkg-dev) ;;
+                 python3-build python3-venv python3-pip dpkg-dev file) ;;
     # scripts/fuzz.sh and scripts/tsan.sh: clang with libFuzzer and the sanitizer runtimes, LLVM's
     # OpenMP runtime with its ThreadSanitizer support (archer).
     --fuzz) PACKAGES+=(clang libclang-rt-dev libomp-dev llvm) ;;

@@ -26,7 +26,7 @@ from .capi._pybind_state import (ExecutionMode, ExecutionOrder, GraphOptimizatio
                                  OrtAllocatorType, OrtMemoryInfo, OrtMemType, RunOptions, SessionIOBinding,
                                  SessionOptions, disable_telemetry_events, enable_telemetry_events,
                                  get_all_providers, get_available_providers, get_build_info, get_device,
-                                 set_default_logger_severity, set_default_logger_verbosity, set_seed)
+                                 get_version_string, set_default_logger_severity, set_default_logger_verbosity, set_seed)
 from .capi.onnxruntime_inference_collection import InferenceSession, IOBinding, OrtDevice, OrtValue
 from .gradient import GradientGraphBuilder
 from .training import TrainingParameters, TrainingSession, add_loss_output, get_train_initializer
@@ -36,7 +36,7 @@ __all__ = [
     "InferenceSession", "SessionOptions", "RunOptions", "IOBinding", "SessionIOBinding", "OrtValue", "OrtDevice",
     "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType", "ModelMetadata", "NodeArg", "GraphOptimizationLevel",
     "ExecutionMode", "ExecutionOrder", "get_available_providers", "get_all_providers", "get_device",
-    "get_build_info", "set_seed", "set_default_logger_severity", "set_default_logger_verbosity",
+    "get_build_info", "get_version_string", "set_seed", "set_default_logger_severity", "set_default_logger_verbosity",
     "enable_telemetry_events", "disable_telemetry_events",
     "Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError", "RuntimeException", "InvalidProtobuf",
     "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail",

@@ -61,7 +61,7 @@ INFERENCE_ERRORS = [
     ("wrong dim", lambda: {"x": X[:, :5]}, ot.InvalidArgument, ["'x'", "dimension 5", "axis 1"]),
     ("unknown name", lambda: {"xx": X[:, :4]}, ot.InvalidArgument, ["unknown input 'xx'", "inputs are: x"]),
     ("extra feed", lambda: {"x": X[:, :4], "q": X[:, :4]}, ot.InvalidArgument, ["unknown input 'q'", "inputs are: x"]),
-    ("missing feed", lambda: {}, ot.InvalidArgument, ["Model requires 1 inputs. Input Feed contains 0"]),
+    ("missing feed", lambda: {}, ot.InvalidArgument, ["Required inputs (['x']) are missing from input feed ([])."]),
     ("None", lambda: {"x": None}, ot.InvalidArgument, ["'x'", "must be a tensor, got nothing (None)"]),
     ("python int", lambda: {"x": 3}, ot.InvalidArgument, ["'x'", "int64"]),
     ("huge broadcast view", lambda: {"x": _huge_view(4)}, ot.InvalidArgument,

@@ -5,6 +5,7 @@ free dimensions, initializers, ort_config metadata), errors and the module funct
 onnxruntime_pybind11_state. Expected values come from numpy or from onnx itself, never from
 onnxtrain."""
 import json
+import re
 import threading
 import time
 
@@ -144,6 +145,21 @@ def test_string_tensors_identity(arr):
     (out,) = sess.run(None, {"s": arr})
     assert out.dtype == object and out.shape == arr.shape  # onnxruntime returns str objects
     assert out.tolist() == arr.astype(object).tolist()
+
+
+def test_string_inputs_given_as_bytes_or_void():
+    # onnxruntime's test_input_bytes and test_input_void: bytes arrays and np.void arrays (raw bytes of
+    # the item size) feed a string input; the outputs are str objects.
+    data = make_model([helper.make_node("Identity", ["s"], ["t"])], [tensor("s", None, TensorProto.STRING)],
+                      [tensor("t", None, TensorProto.STRING)])
+    sess = ort.InferenceSession(data)
+    x = np.array([b"this", b"is", b"identity", b"test"]).reshape((2, 2))
+    np.testing.assert_equal(sess.run(None, {"s": x})[0].astype("|S8"), x)
+    v = np.array([b"must", b"have", b"same", b"size"], dtype=np.void).reshape((2, 2))
+    np.testing.assert_equal(sess.run(None, {"s": v})[0], np.array([["must", "have"], ["same", "size"]], dtype=object))
+    # A structured type is not raw bytes: refused, naming the input.
+    with pytest.raises(InvalidArgument, match="input 's'"):
+        sess.run(None, {"s": np.zeros(2, dtype=[("a", "i4")])})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -889,11 +905,54 @@ def test_wrong_input_name(mlp_model):
 
 
 def test_missing_input_message(mlp_model):
+    # onnxruntime's message since 1.14 (test_raise_wrong_num_inputs in its test_inference_session.py)
     sess = ort.InferenceSession(mlp_model[0])
-    with pytest.raises(ValueError, match=r"^Model requires 1 inputs\. Input Feed contains 0$"):
+    with pytest.raises(ValueError, match=re.escape("Required inputs (['x']) are missing from input feed ([]).")):
         sess.run(None, {})
-    with pytest.raises(ValueError, match="Model requires 1 inputs"):
+    with pytest.raises(ValueError, match=re.escape("Required inputs (['x']) are missing from input feed ([]).")):
         sess.run_with_ort_values(None, {})
+
+
+def test_missing_inputs_named_when_the_feed_has_other_names():
+    # Two inputs, one fed under a wrong name: both named as onnxruntime names them.
+    x = helper.make_tensor_value_info("input:0", TensorProto.BOOL, [2, 2])
+    y = helper.make_tensor_value_info("input1:0", TensorProto.BOOL, [2, 2])
+    z = helper.make_tensor_value_info("z", TensorProto.BOOL, [2, 2])
+    graph = helper.make_graph([helper.make_node("And", ["input:0", "input1:0"], ["z"])], "g", [x, y], [z])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    sess = ort.InferenceSession(data)
+    a = np.array([[True, True], [False, False]])
+    with pytest.raises(ValueError) as e:
+        sess.run([], {"input:0": a})
+    assert "Required inputs (['input1:0']) are missing from input feed (['input:0'])" in str(e.value)
+    np.testing.assert_array_equal(sess.run(None, {"input:0": a, "input1:0": ~a})[0], np.zeros((2, 2), bool))
+
+
+def test_set_providers_with_an_unknown_provider_raises(mlp_model):
+    # onnxruntime: RuntimeError "Unknown Provider Type: InvalidProvider" (test_invalid_set_providers);
+    # a name it defines that this build lacks is left out with a warning instead.
+    sess = ort.InferenceSession(mlp_model[0], providers=ort.get_available_providers())
+    with pytest.warns(UserWarning, match="InvalidProvider"):
+        with pytest.raises(RuntimeError, match="Unknown Provider Type: InvalidProvider"):
+            sess.set_providers(["InvalidProvider"])
+    sess.set_providers(["CPUExecutionProvider"])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    # The constructor retries once with the fallback providers, as onnxruntime 1.14+ does.
+    with pytest.warns(UserWarning, match="Unknown Provider Type: Nope.*falling back to \\['CPUExecutionProvider'\\]"):
+        fallback = ort.InferenceSession(mlp_model[0], providers=["Nope"])
+    assert fallback.get_providers() == ["CPUExecutionProvider"]
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(fallback.run(["y"], {"x": x})[0], mlp_reference(x, mlp_model[1], mlp_model[2])[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_version_string_and_tensor_size_in_bytes():
+    assert ort.get_version_string() == ort.__version__
+    for dtype, size in [(np.float32, 4), (np.float64, 8), (np.int8, 1), (np.float16, 2), (np.int64, 8), (np.bool_, 1)]:
+        v = ort.OrtValue.ortvalue_from_numpy(np.zeros((3, 5), dtype))
+        assert v.tensor_size_in_bytes() == 15 * size == np.zeros((3, 5), dtype).nbytes, dtype
+    # onnxruntime counts a string element as its std::string object (32 bytes with libstdc++)
+    assert ort.OrtValue.ortvalue_from_numpy(np.array(["a", "bcd"], dtype=object)).tensor_size_in_bytes() == 64
 
 
 @pytest.mark.parametrize("feed", [np.ones((2, 4, 1), np.float32), np.ones(4, np.float32), np.ones((2, 4), np.float64),

@@ -58,6 +58,10 @@ def _c_run_options(run_options):
     raise TypeError(f"run_options must be an onnxruntime RunOptions, got {type(run_options).__name__}")
 
 
+class UnknownProviderError(RuntimeError):
+    """A provider name onnxruntime does not define (its message: "Unknown Provider Type: NAME")."""
+
+
 class Session:
     """Base of InferenceSession: metadata accessors and the run methods over ``self._sess`` (the
     native session)."""
@@ -95,7 +99,9 @@ class Session:
         return self._provider_options
 
     def set_providers(self, providers=None, provider_options=None):
-        """Recreates the session with these providers."""
+        """Recreates the session with these providers. A name onnxruntime does not define raises
+        RuntimeError "Unknown Provider Type: NAME" (as onnxruntime does); one it defines that this
+        build lacks (e.g. CUDAExecutionProvider) is left out with a warning."""
         self._reset_session(providers, provider_options)
 
     def disable_fallback(self):
@@ -106,18 +112,28 @@ class Session:
         """Enables the provider fallback (onnxtrain has only the CPU provider: nothing falls back)."""
         self._enable_fallback = True
 
-    def _check_feed_count(self, input_feed):
-        num_required = len(self._inputs_meta)
-        if len(input_feed) < num_required:
-            # onnxruntime raises ValueError here; InvalidArgument is one.
-            raise C.InvalidArgument(f"Model requires {num_required} inputs. Input Feed contains {len(input_feed)}")
+    def _validate_input(self, feed_input_names):
+        # onnxruntime's check and message (since 1.14; 1.13 said "Model requires N inputs. Input
+        # Feed contains M"): every input without an optional type must be fed.
+        missing = [i.name for i in self._inputs_meta
+                   if i.name not in feed_input_names and not i.type.startswith("optional")]
+        if missing:
+            # onnxruntime raises ValueError here; InvalidArgument is one. Names the feed has that the
+            # model lacks follow (a misspelt name is the usual cause).
+            message = f"Required inputs ({missing}) are missing from input feed ({feed_input_names})."
+            known = {i.name for i in self._inputs_meta} | {i.name for i in self._overridable_initializers}
+            unknown = [n for n in feed_input_names if n not in known]
+            if unknown:
+                message += (f" Feed has unknown input {', '.join(repr(n) for n in unknown)}; the model's inputs are: "
+                            f"{', '.join(i.name for i in self._inputs_meta)}")
+            raise C.InvalidArgument(message)
 
     def run(self, output_names, input_feed, run_options=None):
         """Computes the outputs ``output_names`` (None: all) from ``input_feed``
         (``{name: numpy array | list of arrays | OrtValue}``); returns numpy arrays."""
         if not isinstance(input_feed, dict):
             raise TypeError("input_feed must be a dict mapping input names to values")
-        self._check_feed_count(input_feed)
+        self._validate_input(list(input_feed.keys()))
         if isinstance(output_names, str):
             output_names = [output_names]
         if not output_names:
@@ -136,7 +152,7 @@ class Session:
         """Like run, with OrtValue feeds; returns a list of OrtValue."""
         if not isinstance(input_dict_ort_values, dict):
             raise TypeError("input_dict_ort_values must be a dict mapping input names to OrtValue")
-        self._check_feed_count(input_dict_ort_values)
+        self._validate_input(list(input_dict_ort_values.keys()))
         feeds = {}
         for name, v in input_dict_ort_values.items():
             if isinstance(v, OrtValue):
@@ -204,11 +220,25 @@ class InferenceSession(Session):
         self._sess_options = sess_options
         self._sess_options_initial = sess_options
         self._read_config_from_model = os.environ.get("ORT_LOAD_CONFIG_FROM_MODEL") == "1"
-        self._create_inference_session(providers, provider_options, kwargs.get("disabled_optimizers"))
+        try:
+            self._create_inference_session(providers, provider_options, kwargs.get("disabled_optimizers"))
+        except UnknownProviderError as e:
+            # onnxruntime (1.14 and later) retries once with its fallback providers.
+            if not self._enable_fallback:
+                raise
+            warnings.warn(f"EP Error {e} when using {providers}; falling back to {self._fallback_providers} and "
+                          "retrying.")
+            self._create_inference_session(self._fallback_providers, None, kwargs.get("disabled_optimizers"))
+            self.disable_fallback()
 
     def _create_inference_session(self, providers, provider_options, disabled_optimizers=None):
         self._fallback_providers = ["CPUExecutionProvider"]
         names, options = check_and_normalize_provider_args(providers, provider_options, C.get_available_providers())
+        known = C.get_all_providers()
+        for p in providers or []:
+            name = p if isinstance(p, str) else p[0]
+            if name not in known:
+                raise UnknownProviderError(f"Unknown Provider Type: {name}")
         if providers is not None and not names:
             names, options = ["CPUExecutionProvider"], [{}]
         session_options = self._sess_options if self._sess_options is not None else C.SessionOptions()

@@ -53,6 +53,12 @@ def get_device():
     return "CPU"
 
 
+def get_version_string():
+    """The version of this build (onnxruntime returns its own version string here)."""
+    from .. import __version__
+    return __version__
+
+
 def get_build_info():
     """A line describing this build."""
     from .. import __version__
@@ -73,6 +79,6 @@ def disable_telemetry_events():
 
 
 __all__ = ([n for n in _NATIVE if n in globals()] + list(_ORT_EXCEPTIONS) + _TRAINING +
-           ["get_available_providers", "get_all_providers", "get_device", "get_build_info",
+           ["get_available_providers", "get_all_providers", "get_device", "get_build_info", "get_version_string",
             "get_default_session_options", "enable_telemetry_events", "disable_telemetry_events",
             "set_default_logger_severity", "set_default_logger_verbosity"])
