@@ -16,9 +16,27 @@ namespace onnxtrain::python {
 
 namespace {
 
-// onnxruntime's OrtDevice::DeviceType and OrtDevice::MemType values.
+// onnxruntime's OrtDevice::DeviceType and OrtDevice::MemType values (CUDA_PINNED of its earlier
+// versions, HOST_ACCESSIBLE of its later ones: both host memory a device reaches).
 constexpr int kOrtCPU = 0, kOrtGPU = 1, kOrtFPGA = 2, kOrtNPU = 3;
-constexpr int kOrtDefaultMemory = 0, kOrtCudaPinned = 1;
+constexpr int kOrtDefaultMemory = 0, kOrtCudaPinned = 1, kOrtHostAccessible = 5;
+
+// onnxruntime's OrtDeviceMemoryType (C API): what OrtMemoryInfo.device_mem_type reports.
+enum class OrtDeviceMemoryTypeE : int { kDefault = 0, kHostAccessible = 5 };
+enum class OrtMemoryInfoDeviceTypeE : int { kCPU = kOrtCPU, kGPU = kOrtGPU, kFPGA = kOrtFPGA, kNPU = kOrtNPU };
+
+OrtDeviceMemoryTypeE device_memory_type(int memory_type) {
+  return memory_type == kOrtDefaultMemory ? OrtDeviceMemoryTypeE::kDefault : OrtDeviceMemoryTypeE::kHostAccessible;
+}
+
+OrtDeviceObj checked_device(int device_type, int memory_type, int vendor_id, int device_id) {
+  if (device_type < 0 || device_type > 127 || memory_type < 0 || memory_type > 127 || device_id < 0 ||
+      device_id > 32767 || vendor_id < 0)
+    throw_error<InvalidArgument>("OrtDevice(", device_type, ", ", memory_type, ", ", vendor_id, ", ", device_id,
+                                 "): device type and memory type must lie in [0, 127], the id in [0, 32767], the "
+                                 "vendor id be >= 0");
+  return OrtDeviceObj{device_type, memory_type, device_id, vendor_id};
+}
 
 std::string type_name_of(py::handle o) { return py::str(py::type::handle_of(o).attr("__name__")); }
 
@@ -535,21 +553,32 @@ void bind_ortvalue(py::module_& m) {
       .value("CPU", OrtMemTypeE::kCPU)
       .value("DEFAULT", OrtMemTypeE::kDefault);
 
+  py::enum_<OrtDeviceMemoryTypeE>(m, "OrtDeviceMemoryType", "onnxruntime's device memory types (values of its C API).")
+      .value("DEFAULT", OrtDeviceMemoryTypeE::kDefault)
+      .value("HOST_ACCESSIBLE", OrtDeviceMemoryTypeE::kHostAccessible);
+  // onnxruntime's OrtMemoryInfoDeviceType: the device kinds of create_v2 (OrtDevice's type values).
+  py::enum_<OrtMemoryInfoDeviceTypeE>(m, "OrtMemoryInfoDeviceType", "onnxruntime's memory device types.")
+      .value("CPU", OrtMemoryInfoDeviceTypeE::kCPU)
+      .value("GPU", OrtMemoryInfoDeviceTypeE::kGPU)
+      .value("FPGA", OrtMemoryInfoDeviceTypeE::kFPGA)
+      .value("NPU", OrtMemoryInfoDeviceTypeE::kNPU);
+
   py::class_<OrtDeviceObj, std::shared_ptr<OrtDeviceObj>>(m, "OrtDevice",
                                                            "ONNXRuntime device information: type, memory type, id.")
       .def(py::init([](int device_type, int memory_type, int device_id) {
-             if (device_type < 0 || device_type > 127 || memory_type < 0 || memory_type > 127 || device_id < 0 ||
-                 device_id > 32767)
-               throw_error<InvalidArgument>("OrtDevice(", device_type, ", ", memory_type, ", ", device_id,
-                                            "): device type and memory type must lie in [0, 127], the id in [0, 32767]");
-             return OrtDeviceObj{device_type, memory_type, device_id};
+             return checked_device(device_type, memory_type, 0, device_id);
            }),
            py::arg("device_type"), py::arg("memory_type"), py::arg("device_id"),
            "A device descriptor, e.g. OrtDevice(OrtDevice.cpu(), OrtDevice.default_memory(), 0). Describing a "
            "device is always possible; placing a value on one this build lacks raises InvalidArgument.")
+      .def(py::init(&checked_device), py::arg("device_type"), py::arg("memory_type"), py::arg("vendor_id"),
+           py::arg("device_id"), "A device descriptor with its PCI vendor id (onnxruntime 1.22 and later).")
       .def("device_id", [](const OrtDeviceObj& d) { return d.device_id; }, "Device Id.")
       .def("device_type", [](const OrtDeviceObj& d) { return d.device_type; },
            "Device Type: OrtDevice.cpu(), cuda(), fpga() or npu().")
+      .def("vendor_id", [](const OrtDeviceObj& d) { return d.vendor_id; }, "PCI vendor id (0: none).")
+      .def("mem_type", [](const OrtDeviceObj& d) { return d.memory_type; },
+           "Memory type: OrtDevice.default_memory() (0) or host memory the device reaches.")
       .def_static("cpu", [] { return kOrtCPU; }, "The CPU device type (0).")
       .def_static("cuda", [] { return kOrtGPU; }, "The CUDA (GPU) device type (1).")
       .def_static("cann", [] { return kOrtNPU; }, "The CANN device type (onnxruntime's NPU, 3).")
@@ -575,6 +604,34 @@ void bind_ortvalue(py::module_& m) {
            }),
            py::arg("name"), py::arg("alloc_type"), py::arg("device_id"), py::arg("mem_type"),
            "OrtMemoryInfo(name, OrtAllocatorType, device id, OrtMemType); name is 'Cpu', 'Cuda' or 'CudaPinned'.")
+      .def_static(
+          "create_v2",
+          [](const std::string& name, OrtMemoryInfoDeviceTypeE device_type, int vendor_id, int device_id,
+             OrtDeviceMemoryTypeE mem_type,
+             int64_t alignment, OrtAllocatorTypeE alloc_type) {
+            if (alignment < 0) throw_error<InvalidArgument>("OrtMemoryInfo.create_v2: alignment ", alignment, " < 0");
+            OrtMemoryInfoObj info{name, alloc_type, {}, device_id, OrtMemTypeE::kDefault};
+            info.device = checked_device(int(device_type),
+                                         mem_type == OrtDeviceMemoryTypeE::kDefault ? kOrtDefaultMemory
+                                                                                     : kOrtHostAccessible,
+                                         vendor_id, device_id);
+            return info;
+          },
+          py::arg("name"), py::arg("device_type"), py::arg("vendor_id"), py::arg("device_id"), py::arg("mem_type"),
+          py::arg("alignment"), py::arg("allocator_type"),
+          "An OrtMemoryInfo of any name for a device (OrtMemoryInfoDeviceType), vendor id, device id and "
+          "OrtDeviceMemoryType, as onnxruntime's CreateMemoryInfo_V2. A descriptor only.")
+      .def_property_readonly("name", [](const OrtMemoryInfoObj& i) { return i.name; }, "The memory's name.")
+      .def_property_readonly("device_id", [](const OrtMemoryInfoObj& i) { return i.id; }, "Device Id.")
+      .def_property_readonly("mem_type", [](const OrtMemoryInfoObj& i) { return i.mem_type; },
+                             "OrtMemoryInfo memory type (OrtMemType).")
+      .def_property_readonly("allocator_type", [](const OrtMemoryInfoObj& i) { return i.alloc_type; },
+                             "Allocator type (OrtAllocatorType).")
+      .def_property_readonly("device_mem_type",
+                             [](const OrtMemoryInfoObj& i) { return device_memory_type(i.device.memory_type); },
+                             "Device memory type (OrtDeviceMemoryType: DEFAULT or HOST_ACCESSIBLE).")
+      .def_property_readonly("device_vendor_id", [](const OrtMemoryInfoObj& i) { return i.device.vendor_id; },
+                             "The device's PCI vendor id (0: none).")
       .def("__repr__", [](const OrtMemoryInfoObj& i) {
         return "OrtMemoryInfo(name='" + i.name + "', alloc_type=" + std::to_string(int(i.alloc_type)) +
                ", device_id=" + std::to_string(i.id) + ", mem_type=" + std::to_string(int(i.mem_type)) + ")";

@@ -20,6 +20,7 @@ struct OrtDeviceObj {
   int device_type = 0;
   int memory_type = 0;
   int device_id = 0;
+  int vendor_id = 0;  // PCI vendor id (0: none, as onnxruntime's OrtDevice::VendorIds::NONE)
 };
 
 /// The device an OrtDevice names. Throws InvalidArgument naming a device that this build cannot

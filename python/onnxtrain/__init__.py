@@ -23,10 +23,12 @@ from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, 
 from ._C import (EvalResult, FitResult, Objective, Trainer, TrainerOptions, TrainRecord, loss_names,
                  lr_schedule_names, optimizer_hyperparameters, optimizer_names)
 from .capi._pybind_state import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, ModelMetadata, NodeArg,
-                                 OrtAllocatorType, OrtMemoryInfo, OrtMemType, RunOptions, SessionIOBinding,
+                                 OrtAllocatorType, OrtDeviceMemoryType, OrtMemoryInfo, OrtMemoryInfoDeviceType,
+                                 OrtMemType, RunOptions, SessionIOBinding,
                                  SessionOptions, disable_telemetry_events, enable_telemetry_events,
                                  get_all_providers, get_available_providers, get_build_info, get_device,
-                                 get_version_string, set_default_logger_severity, set_default_logger_verbosity, set_seed)
+                                 get_version_string, set_default_logger_severity, set_default_logger_verbosity,
+                                 set_seed)
 from .capi.onnxruntime_inference_collection import InferenceSession, IOBinding, OrtDevice, OrtValue
 from .gradient import GradientGraphBuilder
 from .training import TrainingParameters, TrainingSession, add_loss_output, get_train_initializer
@@ -34,7 +36,8 @@ from .training import TrainingParameters, TrainingSession, add_loss_output, get_
 __all__ = [
     # onnxruntime
     "InferenceSession", "SessionOptions", "RunOptions", "IOBinding", "SessionIOBinding", "OrtValue", "OrtDevice",
-    "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType", "ModelMetadata", "NodeArg", "GraphOptimizationLevel",
+    "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType", "OrtDeviceMemoryType", "OrtMemoryInfoDeviceType",
+    "ModelMetadata", "NodeArg", "GraphOptimizationLevel",
     "ExecutionMode", "ExecutionOrder", "get_available_providers", "get_all_providers", "get_device",
     "get_build_info", "get_version_string", "set_seed", "set_default_logger_severity", "set_default_logger_verbosity",
     "enable_telemetry_events", "disable_telemetry_events",

@@ -946,6 +946,35 @@ def test_set_providers_with_an_unknown_provider_raises(mlp_model):
                                rtol=1e-5, atol=1e-5)
 
 
+def test_run_async_calls_back_with_outputs_user_data_and_error(mlp_model):
+    # onnxruntime's test_run_async: callback(results, user_data, err) with err "" on success.
+    data, w, b = mlp_model
+    sess = ort.InferenceSession(data)
+    x = np.random.default_rng(3).standard_normal((5, 4)).astype(np.float32)
+    done, seen = threading.Event(), {}
+
+    def callback(res, user_data, err):
+        seen.update(res=res, data=user_data, err=err, thread=threading.current_thread())
+        done.set()
+
+    token = object()
+    assert sess.run_async(["y"], {"x": x}, callback, token) is None
+    assert done.wait(10)
+    assert seen["err"] == "" and seen["data"] is token and len(seen["res"]) == 1
+    assert seen["thread"] is not threading.main_thread()
+    np.testing.assert_allclose(seen["res"][0], mlp_reference(x, w, b)[0], rtol=1e-5, atol=1e-5)
+    # A failing run reaches the callback as an empty result and a message.
+    done.clear()
+    sess.run_async(["y"], {"x": np.ones((5, 7), np.float32)}, callback, 7)
+    assert done.wait(10)
+    assert seen["res"] == [] and seen["data"] == 7 and "'x'" in seen["err"]
+    # A feed missing a required input raises before anything runs.
+    with pytest.raises(ValueError, match="Required inputs"):
+        sess.run_async(None, {}, callback, None)
+    with pytest.raises(TypeError, match="callback"):
+        sess.run_async(None, {"x": x}, None, None)
+
+
 def test_version_string_and_tensor_size_in_bytes():
     assert ort.get_version_string() == ort.__version__
     for dtype, size in [(np.float32, 4), (np.float64, 8), (np.int8, 1), (np.float16, 2), (np.int64, 8), (np.bool_, 1)]:

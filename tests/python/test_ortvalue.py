@@ -729,6 +729,39 @@ def test_wrapper_refuses_missing_devices_and_bad_objects():
         OrtValue.ortvalue_from_numpy(np.zeros(2, np.float32)).as_sparse_tensor()
 
 
+def test_device_vendor_and_memory_types_and_memory_info_properties():
+    # onnxruntime 1.22+: OrtDevice(type, mem, vendor, id), vendor_id()/mem_type(); the wrapper's
+    # device_vendor_id()/device_mem_type(); OrtMemoryInfo's properties and create_v2. Values of its C
+    # API: OrtDeviceMemoryType_DEFAULT = 0, _HOST_ACCESSIBLE = 5; OrtMemoryInfoDeviceType CPU 0, GPU 1,
+    # FPGA 2, NPU 3; NVIDIA's PCI vendor id 0x10DE.
+    assert [int(C.OrtDeviceMemoryType.DEFAULT), int(C.OrtDeviceMemoryType.HOST_ACCESSIBLE)] == [0, 5]
+    T = C.OrtMemoryInfoDeviceType
+    assert [int(T.CPU), int(T.GPU), int(T.FPGA), int(T.NPU)] == [0, 1, 2, 3]
+    d = C.OrtDevice(C.OrtDevice.cuda(), C.OrtDevice.default_memory(), 0x10DE, 2)
+    assert (d.device_type(), d.mem_type(), d.vendor_id(), d.device_id()) == (1, 0, 0x10DE, 2)
+    assert CPU.vendor_id() == 0 and CPU.mem_type() == 0
+    w = OrtDevice.make("cuda", 1, 0x10DE)
+    assert (w.device_type(), w.device_id(), w.device_vendor_id(), w.device_mem_type()) == (1, 1, 0x10DE, 0)
+    assert OrtDevice.make("cpu", 0).device_vendor_id() == 0
+    with pytest.raises(onnxtrain.InvalidArgument, match="vendor id"):
+        C.OrtDevice(0, 0, -3, 0)
+
+    info = C.OrtMemoryInfo("Cpu", C.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, C.OrtMemType.DEFAULT)
+    assert (info.name, info.device_id, info.mem_type, info.allocator_type) == (
+        "Cpu", 0, C.OrtMemType.DEFAULT, C.OrtAllocatorType.ORT_ARENA_ALLOCATOR)
+    assert info.device_mem_type == C.OrtDeviceMemoryType.DEFAULT and info.device_vendor_id == 0
+    pinned = C.OrtMemoryInfo("CudaPinned", C.OrtAllocatorType.ORT_DEVICE_ALLOCATOR, 0, C.OrtMemType.CPU_OUTPUT)
+    assert pinned.device_mem_type == C.OrtDeviceMemoryType.HOST_ACCESSIBLE and pinned.mem_type == C.OrtMemType.CPU
+    v2 = C.OrtMemoryInfo.create_v2("MyGpuMemory", T.GPU, 0x10DE, 1, C.OrtDeviceMemoryType.HOST_ACCESSIBLE, 0,
+                                   C.OrtAllocatorType.ORT_DEVICE_ALLOCATOR)
+    assert (v2.name, v2.device_id, v2.device_vendor_id, v2.device_mem_type, v2.mem_type, v2.allocator_type) == (
+        "MyGpuMemory", 1, 0x10DE, C.OrtDeviceMemoryType.HOST_ACCESSIBLE, C.OrtMemType.DEFAULT,
+        C.OrtAllocatorType.ORT_DEVICE_ALLOCATOR)
+    with pytest.raises(onnxtrain.InvalidArgument, match="alignment"):
+        C.OrtMemoryInfo.create_v2("m", T.CPU, 0, 0, C.OrtDeviceMemoryType.DEFAULT, -1,
+                                  C.OrtAllocatorType.ORT_DEVICE_ALLOCATOR)
+
+
 def test_wrapper_ortdevice():
     d = OrtDevice.make("cuda", 1)  # a description only
     assert d.device_type() == C.OrtDevice.cuda() and d.device_id() == 1

@@ -187,9 +187,21 @@ class OrtDevice:
         return repr(self._ort_device)
 
     @staticmethod
-    def make(ort_device_name, device_id):
-        """The OrtDevice of a device name (``'cpu'``, ``'cuda'``, ``'cann'``) and id, default memory."""
-        return OrtDevice(_c_device(ort_device_name, device_id))
+    def make(ort_device_name, device_id, vendor_id=-1):
+        """The OrtDevice of a device name (``'cpu'``, ``'cuda'``, ``'cann'``) and id, default memory;
+        ``vendor_id`` (a PCI vendor id, onnxruntime 1.22's argument) when given (>= 0)."""
+        if vendor_id is None or vendor_id < 0:
+            return OrtDevice(_c_device(ort_device_name, device_id))
+        return OrtDevice(C.OrtDevice(get_ort_device_type(ort_device_name, device_id), C.OrtDevice.default_memory(),
+                                     vendor_id, device_id))
+
+    def device_vendor_id(self):
+        """The device's PCI vendor id (0: none)."""
+        return self._ort_device.vendor_id()
+
+    def device_mem_type(self):
+        """The memory type (``C.OrtDevice.default_memory()`` is 0)."""
+        return self._ort_device.mem_type()
 
     def device_id(self):
         """The device id."""

@@ -4,6 +4,7 @@ of ``onnxruntime_pybind11_state``, with onnxruntime's call shapes."""
 import collections
 import collections.abc
 import os
+import threading
 import warnings
 
 from . import _pybind_state as C
@@ -147,6 +148,31 @@ class Session:
             _logging.log(0, self._log_prefix(run_options), f"run: {len(input_feed)} inputs -> {list(output_names)}",
                          severity)
         return self._sess.run(output_names, input_feed, c_run_options)
+
+    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
+        """Runs like ``run`` on another thread and returns at once; when the run ends,
+        ``callback(outputs, user_data, error)`` is called on that thread: the numpy outputs and ""
+        on success, an empty list and the error's message otherwise (onnxruntime's run_async). A
+        feed that names no required input raises here, before anything runs."""
+        if not isinstance(input_feed, dict):
+            raise TypeError("input_feed must be a dict mapping input names to values")
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
+        self._validate_input(list(input_feed.keys()))
+        if isinstance(output_names, str):
+            output_names = [output_names]
+        names = list(output_names) if output_names else [o.name for o in self._outputs_meta]
+        c_run_options = _c_run_options(run_options)
+        sess, feed = self._sess, dict(input_feed)
+
+        def work():
+            try:
+                outputs, error = sess.run(names, feed, c_run_options), ""
+            except Exception as e:  # noqa: BLE001 (handed to the callback, as onnxruntime does)
+                outputs, error = [], str(e)
+            callback(outputs, user_data, error)
+
+        threading.Thread(target=work, name="onnxtrain-run-async").start()
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """Like run, with OrtValue feeds; returns a list of OrtValue."""

@@ -10,6 +10,7 @@ from .._logging import set_default_logger_severity, set_default_logger_verbosity
 
 # Native objects under onnxruntime's names.
 _NATIVE = ("OrtValue", "OrtValueVector", "OrtDevice", "OrtMemoryInfo", "OrtAllocatorType", "OrtMemType",
+           "OrtDeviceMemoryType", "OrtMemoryInfoDeviceType",
            "is_dlpack_uint8_tensor", "InferenceSession", "SessionOptions", "RunOptions", "SessionIOBinding",
            "ModelMetadata", "NodeArg", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "set_seed",
            "TrainingAgent", "PartialGraphExecutionState", "OrtValueCache")
