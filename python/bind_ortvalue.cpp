@@ -22,7 +22,7 @@ constexpr int kOrtCPU = 0, kOrtGPU = 1, kOrtFPGA = 2, kOrtNPU = 3;
 constexpr int kOrtDefaultMemory = 0, kOrtCudaPinned = 1, kOrtHostAccessible = 5;
 
 // onnxruntime's OrtDeviceMemoryType (C API): what OrtMemoryInfo.device_mem_type reports.
-enum class OrtDeviceMemoryTypeE : int { kDefault = 0, kHostAccessible = 5 };
+enum class OrtDeviceMemoryTypeE : int { kDefault = kOrtDefaultMemory, kHostAccessible = kOrtHostAccessible };
 enum class OrtMemoryInfoDeviceTypeE : int { kCPU = kOrtCPU, kGPU = kOrtGPU, kFPGA = kOrtFPGA, kNPU = kOrtNPU };
 
 OrtDeviceMemoryTypeE device_memory_type(int memory_type) {
@@ -611,10 +611,8 @@ void bind_ortvalue(py::module_& m) {
              int64_t alignment, OrtAllocatorTypeE alloc_type) {
             if (alignment < 0) throw_error<InvalidArgument>("OrtMemoryInfo.create_v2: alignment ", alignment, " < 0");
             OrtMemoryInfoObj info{name, alloc_type, {}, device_id, OrtMemTypeE::kDefault};
-            info.device = checked_device(int(device_type),
-                                         mem_type == OrtDeviceMemoryTypeE::kDefault ? kOrtDefaultMemory
-                                                                                     : kOrtHostAccessible,
-                                         vendor_id, device_id);
+            // OrtDeviceMemoryType's values are OrtDevice's memory types (0, 5).
+            info.device = checked_device(int(device_type), int(mem_type), vendor_id, device_id);
             return info;
           },
           py::arg("name"), py::arg("device_type"), py::arg("vendor_id"), py::arg("device_id"), py::arg("mem_type"),
@@ -678,6 +676,9 @@ void bind_ortvalue(py::module_& m) {
             return t.numel() == 0 ? 0 : int64_t(reinterpret_cast<intptr_t>(t.raw_data()));
           },
           "The address of the tensor's first element (0 for an empty tensor).")
+      .def(
+          "tensor_size_in_bytes", [](OrtValueObj& v) { return tensor_of(v, "tensor_size_in_bytes").nbytes(); },
+          "Element count times element size (a string element counts as its std::string object, as onnxruntime).")
       .def(
           "device_name",
           [](const OrtValueObj& v) {

@@ -29,10 +29,6 @@ def _c_device(device_type, device_id):
     return C.OrtDevice(get_ort_device_type(device_type, device_id), C.OrtDevice.default_memory(), device_id)
 
 
-# Bytes per element of each ONNX TensorProto element type (STRING apart).
-_ELEMENT_SIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2}
-
-
 class OrtValue:
     """A tensor, a sequence of tensors or an empty optional, on a device; the value type that
     ``run_with_ort_values`` and ``IOBinding`` exchange. CPU tensors made from numpy arrays share the
@@ -102,16 +98,7 @@ class OrtValue:
     def tensor_size_in_bytes(self):
         """The size of the tensor's data in bytes: element count times element size (as
         onnxruntime, a string element counts as its std::string object, 32 bytes). Only tensors."""
-        if not self.is_tensor():
-            raise InvalidArgument("tensor_size_in_bytes: only OrtValues that are tensors are supported")
-        count = 1
-        for d in self.shape():
-            count *= int(d)
-        element_type = self.element_type()
-        size = 32 if element_type == 8 else _ELEMENT_SIZE.get(element_type)  # 8: STRING
-        if size is None:
-            raise NotImplemented(f"tensor_size_in_bytes: element type {element_type}")
-        return count * size
+        return self._ortvalue.tensor_size_in_bytes()
 
     def device_name(self):
         """The name of the device holding the data, e.g. ``'cpu'``."""

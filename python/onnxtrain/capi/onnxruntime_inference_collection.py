@@ -113,33 +113,40 @@ class Session:
         """Enables the provider fallback (onnxtrain has only the CPU provider: nothing falls back)."""
         self._enable_fallback = True
 
-    def _validate_input(self, feed_input_names):
+    def _validate_input(self, input_feed):
         # onnxruntime's check and message (since 1.14; 1.13 said "Model requires N inputs. Input
-        # Feed contains M"): every input without an optional type must be fed.
-        missing = [i.name for i in self._inputs_meta
-                   if i.name not in feed_input_names and not i.type.startswith("optional")]
-        if missing:
-            # onnxruntime raises ValueError here; InvalidArgument is one. Names the feed has that the
-            # model lacks follow (a misspelt name is the usual cause).
-            message = f"Required inputs ({missing}) are missing from input feed ({feed_input_names})."
-            known = {i.name for i in self._inputs_meta} | {i.name for i in self._overridable_initializers}
-            unknown = [n for n in feed_input_names if n not in known]
-            if unknown:
-                message += (f" Feed has unknown input {', '.join(repr(n) for n in unknown)}; the model's inputs are: "
-                            f"{', '.join(i.name for i in self._inputs_meta)}")
-            raise C.InvalidArgument(message)
+        # Feed contains M"): every input without an optional type must be fed. The required names
+        # are listed once per session: this runs before every run.
+        missing = [n for n in self._required_inputs if n not in input_feed]
+        if not missing:
+            return
+        feed_input_names = list(input_feed.keys())
+        # onnxruntime raises ValueError here; InvalidArgument is one. Names the feed has that the
+        # model lacks follow (a misspelt name is the usual cause).
+        message = f"Required inputs ({missing}) are missing from input feed ({feed_input_names})."
+        known = {i.name for i in self._inputs_meta} | {i.name for i in self._overridable_initializers}
+        unknown = [n for n in feed_input_names if n not in known]
+        if unknown:
+            message += (f" Feed has unknown input {', '.join(repr(n) for n in unknown)}; the model's inputs are: "
+                        f"{', '.join(i.name for i in self._inputs_meta)}")
+        raise C.InvalidArgument(message)
 
-    def run(self, output_names, input_feed, run_options=None):
-        """Computes the outputs ``output_names`` (None: all) from ``input_feed``
-        (``{name: numpy array | list of arrays | OrtValue}``); returns numpy arrays."""
+    def _checked_run_args(self, output_names, input_feed, run_options):
+        # What run and run_async check before running: the feed, the output names (None or empty:
+        # all outputs), the run options; returns the output names and the C run options.
         if not isinstance(input_feed, dict):
             raise TypeError("input_feed must be a dict mapping input names to values")
-        self._validate_input(list(input_feed.keys()))
+        self._validate_input(input_feed)
         if isinstance(output_names, str):
             output_names = [output_names]
         if not output_names:
             output_names = [o.name for o in self._outputs_meta]
-        c_run_options = _c_run_options(run_options)
+        return output_names, _c_run_options(run_options)
+
+    def run(self, output_names, input_feed, run_options=None):
+        """Computes the outputs ``output_names`` (None: all) from ``input_feed``
+        (``{name: numpy array | list of arrays | OrtValue}``); returns numpy arrays."""
+        output_names, c_run_options = self._checked_run_args(output_names, input_feed, run_options)
         # The run's own log_severity_level (when set, >= 0) replaces the session's for its messages.
         severity = self._sess_options.log_severity_level
         if run_options is not None and run_options.log_severity_level >= 0:
@@ -154,16 +161,10 @@ class Session:
         ``callback(outputs, user_data, error)`` is called on that thread: the numpy outputs and ""
         on success, an empty list and the error's message otherwise (onnxruntime's run_async). A
         feed that names no required input raises here, before anything runs."""
-        if not isinstance(input_feed, dict):
-            raise TypeError("input_feed must be a dict mapping input names to values")
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
-        self._validate_input(list(input_feed.keys()))
-        if isinstance(output_names, str):
-            output_names = [output_names]
-        names = list(output_names) if output_names else [o.name for o in self._outputs_meta]
-        c_run_options = _c_run_options(run_options)
-        sess, feed = self._sess, dict(input_feed)
+        names, c_run_options = self._checked_run_args(output_names, input_feed, run_options)
+        sess, names, feed = self._sess, list(names), dict(input_feed)
 
         def work():
             try:
@@ -178,7 +179,7 @@ class Session:
         """Like run, with OrtValue feeds; returns a list of OrtValue."""
         if not isinstance(input_dict_ort_values, dict):
             raise TypeError("input_dict_ort_values must be a dict mapping input names to OrtValue")
-        self._validate_input(list(input_dict_ort_values.keys()))
+        self._validate_input(input_dict_ort_values)
         feeds = {}
         for name, v in input_dict_ort_values.items():
             if isinstance(v, OrtValue):
@@ -278,6 +279,7 @@ class InferenceSession(Session):
         self._sess = sess
         self._sess_options = sess.session_options
         self._inputs_meta = sess.inputs_meta
+        self._required_inputs = [i.name for i in self._inputs_meta if not i.type.startswith("optional")]
         self._outputs_meta = sess.outputs_meta
         self._overridable_initializers = sess.overridable_initializers
         self._model_meta = sess.model_meta
