@@ -4,11 +4,13 @@
 // SessionIOBinding, plus the module-level set_seed. The Python classes of
 // onnxtrain/capi/onnxruntime_inference_collection.py sit over them as onnxruntime's do.
 #include <atomic>
+#include <functional>
 #include <memory>
 
 #include "convert.h"
 #include "onnxtrain/error.h"
 #include "onnxtrain/session.h"
+#include "onnxtrain/training.h"
 #include "ortvalue.h"
 #include "pysession.h"
 
@@ -19,9 +21,15 @@ namespace {
 enum class ExecutionOrder { kDefault = 0, kPriorityBased = 1 };
 
 
-/// The C SessionIOBinding: inputs and outputs bound to a session, the outputs of its last run.
+/// The C SessionIOBinding: inputs and outputs bound to a session (an InferenceSession, or a
+/// TrainingSession as onnxruntime-training's binds them), the outputs of its last run.
 struct IOBindingObj {
-  std::shared_ptr<PySession> session;
+  py::object owner;              // the session's Python object: kept alive as long as the binding
+  const void* session = nullptr;  // identity: run_with_iobinding refuses another session's binding
+  /// Runs the session for `names` (empty: every output) on borrowed feeds, without the GIL.
+  std::function<std::vector<Value>(std::vector<std::string>, const std::vector<std::pair<std::string, const Value*>>&,
+                                   const RunOptions*)>
+      run;
   std::vector<std::pair<std::string, OrtValuePtr>> inputs;
   std::vector<std::pair<std::string, OrtValuePtr>> outputs;  // value: the preallocated buffer, or null (the run allocates)
   std::vector<OrtValuePtr> results;
@@ -329,6 +337,41 @@ void bind_options(py::module_& m) {
       });
 }
 
+// run_with_iobinding of either session: the bound inputs in, the outputs into their bound buffers
+// or into new values (the binding's results).
+void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
+  if (b.session != session) throw_error<InvalidArgument>("run_with_iobinding: the binding belongs to another session");
+  // The run releases the GIL, and another thread may rebind or clear the binding meanwhile:
+  // the bound values are held here for the whole run (the run reads these, whatever the
+  // binding holds by then).
+  const auto inputs = b.inputs;
+  const auto outputs = b.outputs;
+  for (const auto& [n, v] : outputs)
+    if (v && ortvalue_is_readonly(*v))
+      throw_error<InvalidArgument>("run_with_iobinding: output '", n, "' is bound to read-only memory");
+  std::vector<std::pair<std::string, const Value*>> f;
+  for (const auto& [n, v] : inputs) f.emplace_back(n, &v->value);
+  std::vector<std::string> names;
+  for (const auto& o : outputs) names.push_back(o.first);
+  auto out = b.run(names, f, ro);
+  std::vector<OrtValuePtr> results;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const OrtValuePtr pre = i < outputs.size() ? outputs[i].second : nullptr;
+    if (!pre) {
+      results.push_back(ortvalue_from_value(std::move(out[i])));
+      continue;
+    }
+    Tensor& dst = pre->value.tensor;
+    if (!out[i].is_tensor() || out[i].tensor.dtype() != dst.dtype() || out[i].tensor.shape() != dst.shape())
+      throw_error<InvalidArgument>("output '", names[i], "' is ",
+                                   out[i].is_tensor() ? out[i].tensor.describe() : std::string("not a tensor"),
+                                   " but the buffer bound to it is ", dst.describe());
+    dst.copy_from(out[i].tensor);
+    results.push_back(pre);
+  }
+  b.results = std::move(results);
+}
+
 void bind_session(py::module_& m) {
   py::class_<PySession, std::shared_ptr<PySession>>(m, "InferenceSession",
                                                      "The native session: InferenceSession(sess_options, model, is_path, "
@@ -423,39 +466,7 @@ void bind_session(py::module_& m) {
           "Runs with an OrtValueVector of feeds; fills `fetches` (an OrtValueVector) with the outputs.")
       .def(
           "run_with_iobinding",
-          [](PySession& s, IOBindingObj& b, std::shared_ptr<RunOptions> ro) {
-            if (b.session.get() != &s) throw_error<InvalidArgument>("run_with_iobinding: the binding belongs to another session");
-            // The run releases the GIL, and another thread may rebind or clear the binding meanwhile:
-            // the bound values are held here for the whole run (the run reads these, whatever the
-            // binding holds by then).
-            const auto inputs = b.inputs;
-            const auto outputs = b.outputs;
-            for (const auto& [n, v] : outputs)
-              if (v && ortvalue_is_readonly(*v))
-                throw_error<InvalidArgument>("run_with_iobinding: output '", n, "' is bound to read-only memory");
-            std::vector<std::pair<std::string, const Value*>> f;
-            for (const auto& [n, v] : inputs) f.emplace_back(n, &v->value);
-            std::vector<std::string> names;
-            for (const auto& o : outputs) names.push_back(o.first);
-            names = names_or_all(s, std::move(names));
-            auto out = run_session(s, names, f, ro.get());
-            std::vector<OrtValuePtr> results;
-            for (size_t i = 0; i < out.size(); ++i) {
-              const OrtValuePtr pre = i < outputs.size() ? outputs[i].second : nullptr;
-              if (!pre) {
-                results.push_back(ortvalue_from_value(std::move(out[i])));
-                continue;
-              }
-              Tensor& dst = pre->value.tensor;
-              if (!out[i].is_tensor() || out[i].tensor.dtype() != dst.dtype() || out[i].tensor.shape() != dst.shape())
-                throw_error<InvalidArgument>("output '", names[i], "' is ",
-                                             out[i].is_tensor() ? out[i].tensor.describe() : std::string("not a tensor"),
-                                             " but the buffer bound to it is ", dst.describe());
-              dst.copy_from(out[i].tensor);
-              results.push_back(pre);
-            }
-            b.results = std::move(results);
-          },
+          [](PySession& s, IOBindingObj& b, std::shared_ptr<RunOptions> ro) { run_binding(b, &s, ro.get()); },
           py::arg("iobinding"), py::arg("run_options") = nullptr,
           "Runs with the bound inputs; outputs go to the bound buffers or to new values (get_outputs).")
       .def("last_run_stats", [](PySession& s) {
@@ -472,10 +483,31 @@ void bind_session(py::module_& m) {
 
   py::class_<IOBindingObj, std::shared_ptr<IOBindingObj>>(m, "SessionIOBinding",
                                                            "Inputs and outputs bound to a session (onnxruntime's SessionIOBinding).")
-      .def(py::init([](std::shared_ptr<PySession> s) {
-             s->get();
+      .def(py::init([](py::object session) {
              auto b = std::make_shared<IOBindingObj>();
-             b->session = std::move(s);
+             b->owner = session;
+             if (py::isinstance<TrainingSession>(session)) {
+               auto* t = session.cast<TrainingSession*>();
+               b->session = t;
+               b->run = [t](std::vector<std::string> names, const auto& feeds, const RunOptions* ro) {
+                 std::vector<std::pair<std::string, Value>> f;
+                 for (const auto& [n, v] : feeds) f.emplace_back(n, *v);
+                 const bool stop = ro && ro->terminate && ro->terminate->load();
+                 py::gil_scoped_release nogil;
+                 if (stop) throw_error<Terminated>("run_with_iobinding: terminated by RunOptions.terminate");
+                 return t->run(names, f);
+               };
+               return b;
+             }
+             if (!py::isinstance<PySession>(session))
+               throw_error<InvalidArgument>("SessionIOBinding: expected an InferenceSession or a TrainingSession, got ",
+                                            std::string(py::str(py::type::of(session).attr("__name__"))));
+             auto s = session.cast<std::shared_ptr<PySession>>();
+             s->get();
+             b->session = s.get();
+             b->run = [s](std::vector<std::string> names, const auto& feeds, const RunOptions* ro) {
+               return run_session(*s, names_or_all(*s, std::move(names)), feeds, ro);
+             };
              return b;
            }),
            py::arg("session"))
@@ -559,6 +591,12 @@ void bind_session(py::module_& m) {
 }
 
 }  // namespace
+
+void run_training_iobinding(TrainingSession& s, py::handle binding, const RunOptions* ro) {
+  if (!py::isinstance<IOBindingObj>(binding))
+    throw_error<InvalidArgument>("run_with_iobinding: expected a SessionIOBinding (IOBinding._iobinding)");
+  run_binding(binding.cast<IOBindingObj&>(), &s, ro);
+}
 
 void bind_sessions(py::module_& m) {
   bind_options(m);

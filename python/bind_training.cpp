@@ -526,6 +526,14 @@ void bind_training(py::module_& m) {
            [](TrainingSession& s, py::object output_names, py::dict feed) {
              return run_without_gil(output_names, feed, [&](const auto& n, const auto& f) { return s.eval(n, f); });
            })
+      .def(
+          "run_with_iobinding",
+          [](TrainingSession& s, py::object binding, std::shared_ptr<RunOptions> ro) {
+            run_training_iobinding(s, binding, ro.get());
+          },
+          py::arg("iobinding"), py::arg("run_options") = nullptr,
+          "One training step with the inputs bound to a SessionIOBinding made for this session; the "
+          "outputs go to the bound buffers or to new values (the binding's get_outputs).")
       .def("get_inputs", &TrainingSession::get_inputs)
       .def("get_outputs", &TrainingSession::get_outputs)
       .def("trained_weights", &TrainingSession::trained_weights)

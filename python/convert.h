@@ -14,6 +14,10 @@
 #include "onnxtrain/tensor.h"
 #include "onnxtrain/value.h"
 
+namespace onnxtrain {
+class TrainingSession;
+}
+
 namespace onnxtrain::python {
 
 namespace py = pybind11;
@@ -59,6 +63,10 @@ py::list run_without_gil(const py::object& output_names, const py::dict& feed, F
   }
   return values_to_list(std::move(out));
 }
+
+/// TrainingSession.run_with_iobinding: one training step with the inputs of `binding` (a
+/// SessionIOBinding made for `s`), outputs as InferenceSession's run_with_iobinding leaves them.
+void run_training_iobinding(TrainingSession& s, py::handle binding, const RunOptions* ro);
 
 /// The training classes: TrainingParameters, TrainingSession, Trainer and its options and results,
 /// optimizer_names, loss_names.

@@ -258,11 +258,11 @@ def test_gradient_accumulation_and_frozen_weights():
     s0 = t.state_dict()
     assert "model.fc1.weight" in s0["model"]["full_precision"]  # frozen weights are model state too
     assert "model.fc1.weight" not in s0["optimizer"]             # ... without optimizer state
-    w0 = {k: v.copy() for k, v in t._session.get_state().items()}
+    w0 = {k: v.copy() for k, v in t._session._initializers().items()}
     for i, (x, y) in enumerate(mlp_batches(6)):
         t.train_step(x, y)
         assert t._train_step_info.optimization_step == (i + 1) // 3
-        w = t._session.get_state()
+        w = t._session._initializers()
         changed = not np.array_equal(w["model.fc2.weight"], w0["model.fc2.weight"])
         assert changed == (i >= 2)
         assert np.array_equal(w["model.fc1.weight"], w0["model.fc1.weight"])

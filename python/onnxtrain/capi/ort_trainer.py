@@ -542,17 +542,7 @@ class ORTTrainer:
 
     # ------------------------------------------------------------------ state
     def _optimizer_state(self):
-        flat = dict(self.session._sess.get_optimizer_state())
-        count = np.array([int(np.asarray(flat.pop("step"))) + 1], dtype=np.int64)
-        if self.training_optimizer_name_ == "SGDOptimizer":
-            return {}
-        state = dict(flat)
-        if self.training_optimizer_name_ == "AdamOptimizer":
-            for w in self._trained:
-                state[f"Update_Count_{w}"] = count.copy()
-        else:
-            state["Step"] = count
-        return state
+        return self.session._ort_optimizer_state()
 
     def state_dict(self, include_optimizer_state=True):
         """``{name: torch tensor}``: every initializer of the model (trained, frozen, buffers) and,
@@ -564,7 +554,7 @@ class ORTTrainer:
                           "at least once before calling state_dict().")
             return {}
         torch = _torch()
-        state = dict(self.session.get_state())
+        state = dict(self.session._initializers())
         if include_optimizer_state:
             state.update(self._optimizer_state())
         elif self._torch_state_dict_keys:
@@ -578,7 +568,7 @@ class ORTTrainer:
         if self.session is None:
             self.state_dict_, self.strict_ = state_dict, strict
             return
-        current = self.session.get_state()
+        current = self.session._initializers()
         opt_names = set(self._optimizer_state()) if self.training_optimizer_name_ != "SGDOptimizer" else set()
         weights, opt, count = {}, {}, None
         for name, value in state_dict.items():
@@ -607,7 +597,7 @@ class ORTTrainer:
                           "at least once before calling save_as_onnx().")
             return
         from onnx import numpy_helper
-        state = self.session.get_state()
+        state = self.session._initializers()
         onx = copy.deepcopy(self.onnx_model_)
         for i, init in enumerate(onx.graph.initializer):
             if init.name in state:

@@ -226,7 +226,8 @@ class OrtGradientOptimizer(BaseEstimator):
         raise AttributeError("Method fit must be called before.")
 
     def get_state(self):
-        """The model's initializers (trained weights included) as ``{name: array}``."""
+        """The trained weights (and the optimizer state, onnxruntime's names) as ``{name: array}``:
+        TrainingSession.get_state()."""
         return self._trained_weights()
 
     def set_state(self, state):

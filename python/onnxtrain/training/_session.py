@@ -170,8 +170,28 @@ class TrainingSession:
         return list(self._providers)
 
     def get_state(self):
-        """Every initializer by name (numpy copies)."""
+        """onnxruntime's state tensors (``GetStateTensors``): the trained weights and the optimizer
+        state under onnxruntime's names — ``Moment_1_<w>``, ``Moment_2_<w>`` (Adam, Lamb),
+        ``Update_Count_<w>`` (Adam) or ``Step`` (Lamb), int64 [1] counting from 1 as onnxruntime's
+        did. Constants of the model (a Reshape's shape, frozen weights, running statistics) are not
+        in it: ``_initializers()`` has them all."""
+        state = self._sess.get_model_state()
+        state.update(self._ort_optimizer_state())
+        return state
+
+    def _initializers(self):
+        """Every initializer of the model by name (numpy copies)."""
         return self._sess.get_state()
+
+    def _ort_optimizer_state(self):
+        """The optimizer state under onnxruntime's names (see get_state)."""
+        flat = dict(self._sess.get_optimizer_state())
+        count = np.array([int(np.asarray(flat.pop("step"))) + 1], dtype=np.int64)
+        if self.parameters.training_optimizer_name.startswith("Adam"):  # AdamOptimizer, AdamWOptimizer
+            flat.update({f"Update_Count_{w}": count.copy() for w in self._sess.trained_weights()})
+        elif flat:
+            flat["Step"] = count
+        return flat
 
     def get_model_state(self, include_mixed_precision_weights=False):
         """``{'full_precision': {weight: array}}`` for the trained weights."""
@@ -192,10 +212,40 @@ class TrainingSession:
         return out
 
     def load_state(self, state, strict=False):
-        """Overwrites initializers from ``{name: array}`` (onnxruntime's load_state)."""
+        """Overwrites state from ``{name: array}`` (onnxruntime's load_state): initializers by name
+        and the optimizer state under get_state()'s names. A name that is neither raises
+        ValueError; with ``strict``, every trained weight must be given."""
         if "full_precision" in state and isinstance(state["full_precision"], dict):
             state = state["full_precision"]
-        self._sess.load_state({k: np.asarray(v) for k, v in state.items()}, bool(strict))
+        weights, optimizer, count = {}, {}, None
+        known = set(self._sess.get_optimizer_state())
+        for name, value in state.items():
+            if name == "Step" or name.startswith("Update_Count_"):
+                if not known - {"step"}:
+                    raise ValueError(f"load_state: {name!r} is optimizer state, and this session's optimizer "
+                                     f"({self.parameters.training_optimizer_name}) has none")
+                count = int(np.asarray(value).reshape(-1)[0])
+            elif name in known:
+                optimizer[name] = np.asarray(value)
+            else:
+                weights[name] = np.asarray(value)
+        if count is not None:
+            optimizer["step"] = np.array(max(count - 1, 0), dtype=np.int64)
+        self._sess.load_state(weights, bool(strict))
+        if optimizer:
+            self._sess.load_optimizer_state(optimizer, False)
+
+    def io_binding(self):
+        """An IOBinding for run_with_iobinding (its ``_iobinding`` is the C SessionIOBinding that
+        ``_sess.run_with_iobinding`` takes, as onnxcustom's training loop uses it)."""
+        from ..capi.onnxruntime_inference_collection import IOBinding
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding, run_options=None):
+        """One training step with the inputs bound to ``iobinding`` (learning rate included); the
+        outputs are the binding's (``copy_outputs_to_cpu``, ``get_outputs``)."""
+        from ..capi.onnxruntime_inference_collection import _c_run_options
+        self._sess.run_with_iobinding(iobinding._iobinding, _c_run_options(run_options))
 
     @property
     def step(self):

@@ -47,7 +47,7 @@ def experimental_state_dict(ort_trainer, include_optimizer_state=True):
         return {}
     torch = _torch()
     names = {i.name for i in ort_trainer._onnx_model.graph.initializer}
-    state = {k: torch.from_numpy(np.array(v)) for k, v in ort_trainer._session.get_state().items() if k in names}
+    state = {k: torch.from_numpy(np.array(v)) for k, v in ort_trainer._session._initializers().items() if k in names}
     if include_optimizer_state:
         for w, states in ort_trainer.state_dict().get("optimizer", {}).items():
             for k, v in states.items():

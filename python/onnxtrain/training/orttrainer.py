@@ -444,7 +444,7 @@ class ORTTrainer:
         weights = dict(self._session.get_model_state()["full_precision"])
         frozen = set(self.options.utils.frozen_weights)
         if frozen:  # the model's weights, trained or not, so that a torch module loads them all
-            everything = self._session.get_state()
+            everything = self._session._initializers()
             weights.update({w: everything[w] for w in frozen if w in everything})
         if pytorch_format:
             torch = _torch()
