@@ -469,6 +469,14 @@ void bind_session(py::module_& m) {
           [](PySession& s, IOBindingObj& b, std::shared_ptr<RunOptions> ro) { run_binding(b, &s, ro.get()); },
           py::arg("iobinding"), py::arg("run_options") = nullptr,
           "Runs with the bound inputs; outputs go to the bound buffers or to new values (get_outputs).")
+      .def(
+          "node_assignment",
+          [](PySession& s) {
+            py::list l;
+            for (const auto& a : s.get().node_assignment()) l.append(py::make_tuple(a.name, a.op_type, a.domain, a.provider));
+            return l;
+          },
+          "Every node of the session's graph as (name, op_type, domain, provider), in graph order.")
       .def("last_run_stats", [](PySession& s) {
         RunStats r = s.get().last_run_stats();
         py::dict d;

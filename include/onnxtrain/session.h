@@ -107,6 +107,15 @@ struct NodeArg {
   std::vector<DimInfo> shape;
 };
 
+/// A node of a session's graph and the execution provider it runs on
+/// (onnxruntime's OrtEpAssignedNode, grouped by provider in get_provider_graph_assignment_info).
+struct AssignedNode {
+  std::string name;
+  std::string op_type;
+  std::string domain;
+  std::string provider;  ///< "CPUExecutionProvider", ...
+};
+
 /// Plan figures of the last run (see runtime::PlanStats).
 struct RunStats {
   size_t arena_bytes = 0, naive_bytes = 0, constant_bytes = 0, steps = 0, dynamic_steps = 0, folded_nodes = 0;
@@ -154,6 +163,9 @@ class InferenceSession {
   uint64_t profiling_start_time_ns() const;
 
   RunStats last_run_stats() const;
+  /// Every node of the graph the session runs (after load-time optimizations), in graph order, with
+  /// the execution provider it is assigned to.
+  std::vector<AssignedNode> node_assignment() const;
   /// Model metadata.
   std::string producer_name() const;
   int64_t opset() const;

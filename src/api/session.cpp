@@ -261,6 +261,13 @@ RunStats InferenceSession::last_run_stats() const {
   return RunStats{s.arena_bytes, s.naive_bytes, s.constant_bytes, s.steps, s.dynamic_steps, s.folded_nodes};
 }
 
+std::vector<AssignedNode> InferenceSession::node_assignment() const {
+  std::vector<AssignedNode> r;
+  for (const auto& [n, provider] : impl_->exec->node_providers())
+    r.push_back(AssignedNode{n->name, n->op_type, n->domain, provider});
+  return r;
+}
+
 std::string InferenceSession::producer_name() const { return impl_->model.producer_name; }
 int64_t InferenceSession::opset() const { return impl_->model.opset(""); }
 

@@ -264,6 +264,14 @@ std::vector<std::string> GraphExecutor::last_assignment() const {
   return r;
 }
 
+std::vector<std::pair<const ir::Node*, std::string>> GraphExecutor::node_providers() const {
+  const ir::Graph& g = *index_.graph;
+  const std::vector<int> where = planner::assign_providers(index_, std::vector<bool>(g.nodes.size(), true), opsets_, providers_);
+  std::vector<std::pair<const ir::Node*, std::string>> r;
+  for (size_t i = 0; i < g.nodes.size(); ++i) r.emplace_back(&g.nodes[i], providers_.providers[size_t(where[i])]->name());
+  return r;
+}
+
 std::vector<const ir::Node*> GraphExecutor::last_step_nodes() const {
   std::vector<const ir::Node*> r;
   if (last_plan_)

@@ -111,6 +111,10 @@ class GraphExecutor {
   PlanStats last_stats() const;
   /// Per step of the last run's plan: "<node> on <provider>" (copies included), in run order.
   std::vector<std::string> last_assignment() const;
+  /// Every node of the graph, in graph order, with the name of the provider plans place it on (the
+  /// planner's rule: the first provider in preference order with a kernel for it). Throws
+  /// NotImplemented naming a node no provider has a kernel for.
+  std::vector<std::pair<const ir::Node*, std::string>> node_providers() const;
   /// The node of every step of the last run's plan (nodes folded at plan time have none).
   std::vector<const ir::Node*> last_step_nodes() const;
   size_t num_plans() const { return plans_.size(); }

@@ -1203,3 +1203,37 @@ def test_node_with_too_few_inputs_is_an_error_not_a_crash():
     model.ir_version = 8
     with pytest.raises(ort.InvalidGraph, match="bad_identity.*0 inputs"):
         ort.InferenceSession(model.SerializeToString())
+
+
+def test_provider_graph_assignment_info_lists_the_nodes_that_run():
+    # "c" = A + B folds at load (both initializers): the session runs MatMul and Relu, both on the CPU
+    a, b = np.ones((4, 3), np.float32), np.full((4, 3), 2.0, np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Add", ["A", "B"], ["C"], name="fold"),
+         helper.make_node("MatMul", ["X", "C"], ["H"], name="mm"),
+         helper.make_node("Relu", ["H"], ["Y"], name="relu")],
+        "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(a, "A"), numpy_helper.from_array(b, "B")])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    s = ort.InferenceSession(data, so)
+    info = s.get_provider_graph_assignment_info()
+    assert [sg.ep_name for sg in info] == ["CPUExecutionProvider"]
+    assert isinstance(info[0], ort.OrtEpAssignedSubgraph)
+    assert [(n.name, n.op_type, n.domain) for n in info[0].get_nodes()] == [("mm", "MatMul", ""), ("relu", "Relu", "")]
+    # without optimizations the Add stays a node of the graph
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    plain = ort.InferenceSession(data, so).get_provider_graph_assignment_info()
+    assert [n.op_type for n in plain[0].get_nodes()] == ["Add", "MatMul", "Relu"]
+    with pytest.raises(InvalidArgument, match="session.record_ep_graph_assignment_info"):
+        ort.InferenceSession(data).get_provider_graph_assignment_info()
+
+
+def test_input_and_output_memory_infos(mlp_model):
+    s = ort.InferenceSession(mlp_model[0])
+    ins, outs = s.get_input_memory_infos(), s.get_output_memory_infos()
+    assert len(ins) == len(s.get_inputs()) and len(outs) == len(s.get_outputs())
+    for m in ins + outs:
+        assert m.name == "Cpu" and m.device_id == 0 and m.mem_type == ort.OrtMemType.DEFAULT

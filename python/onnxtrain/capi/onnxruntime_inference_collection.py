@@ -59,6 +59,13 @@ def _c_run_options(run_options):
     raise TypeError(f"run_options must be an onnxruntime RunOptions, got {type(run_options).__name__}")
 
 
+_RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
+
+
+def _cpu_memory_info():
+    return C.OrtMemoryInfo("Cpu", C.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, C.OrtMemType.DEFAULT)
+
+
 class UnknownProviderError(RuntimeError):
     """A provider name onnxruntime does not define (its message: "Unknown Provider Type: NAME")."""
 
@@ -98,6 +105,29 @@ class Session:
     def get_provider_options(self):
         """Options of each provider (``{name: {key: value}}``)."""
         return self._provider_options
+
+    def get_provider_graph_assignment_info(self):
+        """The nodes of the session's graph (after load-time optimizations) grouped by the execution
+        provider each runs on: a list of ``OrtEpAssignedSubgraph`` (``ep_name``, ``get_nodes()`` with
+        ``name``, ``op_type``, ``domain``). As onnxruntime, the session must be created with the
+        config entry ``session.record_ep_graph_assignment_info`` set to "1"."""
+        from .onnxruntime_pybind11_state import OrtEpAssignedNode, OrtEpAssignedSubgraph
+        if self._sess_options.get_session_config_entry(_RECORD_ASSIGNMENT) != "1":
+            raise C.InvalidArgument(f"get_provider_graph_assignment_info: create the session with the session config "
+                                  f"entry '{_RECORD_ASSIGNMENT}' set to '1' to record the assignment")
+        groups = {}
+        for name, op_type, domain, provider in self._sess.node_assignment():
+            groups.setdefault(provider, []).append(OrtEpAssignedNode(name, op_type, domain))
+        return [OrtEpAssignedSubgraph(p, nodes) for p, nodes in groups.items()]
+
+    def get_input_memory_infos(self):
+        """Where the session reads each input (``get_inputs()`` order), as ``OrtMemoryInfo``: CPU
+        memory, as onnxtrain computes on the CPU."""
+        return [_cpu_memory_info() for _ in self._inputs_meta]
+
+    def get_output_memory_infos(self):
+        """Where the session writes each output (``get_outputs()`` order), as ``OrtMemoryInfo``."""
+        return [_cpu_memory_info() for _ in self._outputs_meta]
 
     def set_providers(self, providers=None, provider_options=None):
         """Recreates the session with these providers. A name onnxruntime does not define raises

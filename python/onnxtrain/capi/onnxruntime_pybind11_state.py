@@ -27,6 +27,56 @@ from ..gradient import GradientGraphBuilder  # noqa: E402,F401
 _TRAINING = ["OrtModuleGraphBuilder", "OrtModuleGraphBuilderConfiguration", "PropagateCastOpsConfiguration",
              "PropagateCastOpsStrategy", "TrainingGraphTransformerConfiguration", "GradientGraphBuilder"]
 
+
+
+class OrtEpAssignedNode:
+    """A node of a session's graph as get_provider_graph_assignment_info reports it."""
+
+    __slots__ = ("_name", "_op_type", "_domain")
+
+    def __init__(self, name, op_type, domain):
+        self._name, self._op_type, self._domain = name, op_type, domain
+
+    @property
+    def name(self):
+        """The node's name ('' when the model gives none)."""
+        return self._name
+
+    @property
+    def op_type(self):
+        """The node's operator."""
+        return self._op_type
+
+    @property
+    def domain(self):
+        """The operator's domain ('' for ai.onnx)."""
+        return self._domain
+
+    def __repr__(self):
+        return f"OrtEpAssignedNode(name={self._name!r}, op_type={self._op_type!r}, domain={self._domain!r})"
+
+
+class OrtEpAssignedSubgraph:
+    """The nodes a session assigned to one execution provider (``ep_name``, ``get_nodes()``)."""
+
+    __slots__ = ("_ep_name", "_nodes")
+
+    def __init__(self, ep_name, nodes):
+        self._ep_name, self._nodes = ep_name, list(nodes)
+
+    @property
+    def ep_name(self):
+        """The execution provider's name."""
+        return self._ep_name
+
+    def get_nodes(self):
+        """The nodes assigned to it, as OrtEpAssignedNode, in graph order."""
+        return list(self._nodes)
+
+    def __repr__(self):
+        return f"OrtEpAssignedSubgraph(ep_name={self._ep_name!r}, nodes={len(self._nodes)})"
+
+
 _AVAILABLE = ["CPUExecutionProvider"]
 
 # Every provider name onnxruntime defines (get_all_providers); onnxtrain runs CPUExecutionProvider.
@@ -80,6 +130,6 @@ def disable_telemetry_events():
 
 
 __all__ = ([n for n in _NATIVE if n in globals()] + list(_ORT_EXCEPTIONS) + _TRAINING +
-           ["get_available_providers", "get_all_providers", "get_device", "get_build_info", "get_version_string",
+           ["OrtEpAssignedNode", "OrtEpAssignedSubgraph", "get_available_providers", "get_all_providers", "get_device", "get_build_info", "get_version_string",
             "get_default_session_options", "enable_telemetry_events", "disable_telemetry_events",
             "set_default_logger_severity", "set_default_logger_verbosity"])
