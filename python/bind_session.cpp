@@ -4,6 +4,7 @@
 // SessionIOBinding, plus the module-level set_seed. The Python classes of
 // onnxtrain/capi/onnxruntime_inference_collection.py sit over them as onnxruntime's do.
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <memory>
 
@@ -268,6 +269,35 @@ void bind_options(py::module_& m) {
             }
           },
           py::arg("names"), py::arg("ortvalues"), "add_initializer for several names at once.")
+      .def(
+          "add_external_initializers_from_files_in_memory",
+          [](SessionOptions& o, const std::vector<std::string>& names, const std::vector<py::buffer>& buffers,
+             const std::vector<int64_t>& lengths) {
+            const char* what = "add_external_initializers_from_files_in_memory";
+            if (names.size() != buffers.size() || names.size() != lengths.size())
+              throw_error<InvalidArgument>(what, ": ", names.size(), " file names, ", buffers.size(), " buffers and ",
+                                           lengths.size(), " lengths (one of each per file)");
+            std::vector<std::pair<std::string, Tensor>> files;
+            for (size_t i = 0; i < names.size(); ++i) {
+              py::buffer_info info = buffers[i].request();
+              const int64_t size = info.size * info.itemsize;
+              if (lengths[i] < 0 || lengths[i] > size)
+                throw_error<InvalidArgument>(what, "('", names[i], "'): length ", lengths[i], " but the buffer holds ",
+                                             size, " bytes");
+              bool contiguous = true;
+              for (ssize_t d = ssize_t(info.ndim) - 1, step = info.itemsize; d >= 0; step *= info.shape[size_t(d)], --d)
+                contiguous = contiguous && (info.shape[size_t(d)] <= 1 || info.strides[size_t(d)] == step);
+              if (!contiguous) throw_error<InvalidArgument>(what, "('", names[i], "'): the buffer is not contiguous");
+              Tensor bytes = Tensor::empty(DType::kUInt8, {lengths[i]});
+              if (lengths[i]) std::memcpy(bytes.raw_data(), info.ptr, size_t(lengths[i]));
+              files.emplace_back(names[i], std::move(bytes));
+            }
+            for (auto& f : files) o.external_initializer_files.push_back(std::move(f));
+          },
+          py::arg("names"), py::arg("buffers"), py::arg("lengths"),
+          "Gives the contents of the model's external data files by file name (the `location` the model "
+          "records): the session reads them from these buffers (copied once here) instead of the model's "
+          "folder.")
       .def(
           "register_custom_ops_library",
           [](SessionOptions&, const std::string& path) {

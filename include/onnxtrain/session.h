@@ -54,8 +54,13 @@ struct SessionOptions {
   std::vector<std::pair<std::string, int64_t>> free_dimension_overrides_by_name;
   std::vector<std::pair<std::string, int64_t>> free_dimension_overrides_by_denotation;
   /// Initializers that replace the model's of the same name (or give a graph input a constant
-  /// value). Tensors are shared, not copied, across sessions made with these options.
+  /// value). Tensors are shared, not copied, across sessions made with these options. The model's
+  /// own data for these names is never read (an external data file only they use may be absent).
   std::vector<std::pair<std::string, Tensor>> initializers;
+  /// Contents of external data files by their location in the model (uint8 tensors of the files'
+  /// bytes): read from memory instead of the model's folder (onnxruntime's
+  /// add_external_initializers_from_files_in_memory). Shared, not copied, across sessions.
+  std::vector<std::pair<std::string, Tensor>> external_initializer_files;
 
   /// Value of a config entry; `dflt` when absent.
   std::string config(const std::string& key, const std::string& dflt = "") const;

@@ -1,5 +1,7 @@
 #include "onnxtrain/session.h"
 
+#include <charconv>
+
 #include "api/session_impl.h"
 #include "ir/emitter.h"
 #include "autodiff/builder.h"
@@ -59,6 +61,29 @@ NodeArg node_arg_of(const ir::ValueInfo& v) {
   return a;
 }
 
+namespace {
+
+// onnxruntime's config entries for the optimized model's external initializers: with a file name,
+// initializers of at least the minimum size (default 1024 bytes) go to that file beside the model.
+ModelSaveOptions optimized_model_save_options(const SessionOptions& o) {
+  ModelSaveOptions r;
+  const std::string file = o.config("session.optimized_model_external_initializers_file_name");
+  const std::string min_key = "session.optimized_model_external_initializers_min_size_in_bytes";
+  const std::string min_size = o.config(min_key, "1024");
+  if (file.empty()) return r;
+  uint64_t threshold = 0;
+  const char* end = min_size.data() + min_size.size();
+  auto [ptr, ec] = std::from_chars(min_size.data(), end, threshold);
+  if (min_size.empty() || ec != std::errc() || ptr != end)
+    throw_error<InvalidArgument>("session config entry '", min_key, "': '", min_size, "' is not a non-negative integer");
+  r.external_data = ExternalData::kAlways;
+  r.threshold = threshold;
+  r.location = file;
+  return r;
+}
+
+}  // namespace
+
 void InferenceSession::Impl::init() {
   apply_model_session_options(model, options);
   if (options.config("session.load_model_format", "ONNX") != "ONNX")
@@ -95,7 +120,7 @@ void InferenceSession::Impl::init() {
   check(*model.graph);
   for (size_t i = 0; i < exec->input_names().size(); ++i) input_index[exec->input_names()[i]] = i;
   for (size_t i = 0; i < exec->output_names().size(); ++i) output_index[exec->output_names()[i]] = i;
-  if (!options.optimized_model_filepath.empty()) ir::save_model(model, options.optimized_model_filepath);
+  if (!options.optimized_model_filepath.empty()) ir::save_model(model, options.optimized_model_filepath, optimized_model_save_options(options));
   if (options.enable_profiling) {
     profiler.start(options.profile_file_prefix);
     profiler.session_event("session_initialization", load_start_ns);
@@ -165,7 +190,8 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
 InferenceSession::InferenceSession(const std::string& path, const SessionOptions& options)
     : impl_(std::make_unique<Impl>()) {
   impl_->load_start_ns = runtime::now_ns();
-  impl_->model = ir::load_model_file(path);
+  const ir::LoadOptions load = load_options_of(options);
+  impl_->model = ir::load_model_file(path, &load);
   impl_->options = options;
   impl_->init();
 }
@@ -174,7 +200,8 @@ InferenceSession::InferenceSession(const void* data, size_t size, const SessionO
                                    const std::string& base_dir)
     : impl_(std::make_unique<Impl>()) {
   impl_->load_start_ns = runtime::now_ns();
-  impl_->model = ir::load_model_bytes(data, size, base_dir);
+  const ir::LoadOptions load = load_options_of(options);
+  impl_->model = ir::load_model_bytes(data, size, base_dir, &load);
   impl_->options = options;
   impl_->init();
 }

@@ -5,6 +5,7 @@
 
 #include "api/profiler.h"
 #include "ir/ir.h"
+#include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
 #include "runtime/executor.h"
 #include "runtime/feeds.h"
@@ -41,6 +42,10 @@ struct InferenceSession::Impl {
 /// Applies onnxruntime's "ort_config" model metadata (JSON {"session_options": {...}}) over
 /// `options`; throws InvalidModel naming a malformed entry or an unknown option.
 void apply_model_session_options(const ir::Model& model, SessionOptions& options);
+
+/// What the loader takes from SessionOptions: the initializers it replaces (not read from the
+/// model) and the external data files held in memory.
+ir::LoadOptions load_options_of(const SessionOptions& options);
 
 /// The load-time changes SessionOptions asks for: free dimension overrides and added initializers.
 void apply_session_overrides(ir::Model& model, const SessionOptions& options);

@@ -110,6 +110,20 @@ void apply_model_session_options(const ir::Model& model, SessionOptions& o) {
   }
 }
 
+ir::LoadOptions load_options_of(const SessionOptions& o) {
+  ir::LoadOptions r;
+  for (const auto& [name, t] : o.initializers)
+    if (t.defined()) r.initializers[name] = t;
+  for (const auto& [name, bytes] : o.external_initializer_files) {
+    if (bytes.dtype() != DType::kUInt8 || bytes.shape().size() != 1)
+      throw_error<InvalidArgument>("external initializer file '", name, "': expected the file's bytes (uint8 [n]), got ",
+                                   bytes.describe());
+    if (!r.external_files.emplace(name, bytes).second)
+      throw_error<InvalidArgument>("external initializer file '", name, "' is given twice");
+  }
+  return r;
+}
+
 void apply_session_overrides(ir::Model& model, const SessionOptions& o) {
   ir::Graph& g = *model.graph;
   for (const auto& [name, value] : o.free_dimension_overrides_by_name)

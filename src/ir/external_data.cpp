@@ -84,28 +84,55 @@ struct ExternalFile {
   struct stat opened {};  ///< fstat at open
 };
 
+// The reference of `p` to its external data: location, offset, length (when given).
+struct ExternalRef {
+  std::string location;
+  uint64_t offset = 0, length = 0;
+  bool has_length = false;
+
+  // Checks the range against a file of `size` bytes and that it holds exactly expected_bytes.
+  void check_range(const std::string& what, uint64_t size, uint64_t expected_bytes) {
+    if (!has_length) {
+      if (offset > size)
+        throw_error<InvalidModel>("tensor '", what, "': external data offset ", offset, " is past the end of '",
+                                  location, "' (", size, " bytes)");
+      length = size - offset;
+    }
+    if (length > size || offset > size - length)
+      throw_error<InvalidModel>("tensor '", what, "': external data range offset ", offset, " length ", length,
+                                " runs past the end of '", location, "' (", size, " bytes)");
+    if (length != expected_bytes)
+      throw_error<InvalidModel>("tensor '", what, "': external data length ", length, " does not match its ",
+                                expected_bytes, " bytes (element count x element size)");
+  }
+};
+
+ExternalRef external_ref(const onnx::TensorProto& p, const std::string& what) {
+  ExternalRef r;
+  for (const auto& kv : p.external_data()) {
+    if (kv.key() == "location") {
+      r.location = kv.value();
+    } else if (kv.key() == "offset") {
+      if (!parse_u64(kv.value(), &r.offset))
+        throw_error<InvalidModel>("tensor '", what, "': external data offset '", kv.value(),
+                                  "' is not a non-negative integer");
+    } else if (kv.key() == "length") {
+      if (!parse_u64(kv.value(), &r.length))
+        throw_error<InvalidModel>("tensor '", what, "': external data length '", kv.value(),
+                                  "' is not a non-negative integer");
+      r.has_length = true;
+    }
+  }
+  if (r.location.empty()) throw_error<InvalidModel>("tensor '", what, "': external data has no location");
+  return r;
+}
+
 // Opens the external data of `p` after checking that the location is relative, free of "..",
 // free of symlinks, and that the range lies inside the file and holds exactly expected_bytes.
 ExternalFile open_external(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir,
                            uint64_t expected_bytes) {
-  std::string location;
-  uint64_t offset = 0, length = 0;
-  bool has_length = false;
-  for (const auto& kv : p.external_data()) {
-    if (kv.key() == "location") {
-      location = kv.value();
-    } else if (kv.key() == "offset") {
-      if (!parse_u64(kv.value(), &offset))
-        throw_error<InvalidModel>("tensor '", what, "': external data offset '", kv.value(),
-                                  "' is not a non-negative integer");
-    } else if (kv.key() == "length") {
-      if (!parse_u64(kv.value(), &length))
-        throw_error<InvalidModel>("tensor '", what, "': external data length '", kv.value(),
-                                  "' is not a non-negative integer");
-      has_length = true;
-    }
-  }
-  if (location.empty()) throw_error<InvalidModel>("tensor '", what, "': external data has no location");
+  ExternalRef ref = external_ref(p, what);
+  const std::string& location = ref.location;
   if (base_dir.empty())
     throw_error<InvalidModel>("tensor '", what, "' uses external data ('", location,
                               "') but the model was loaded from bytes without a base directory");
@@ -142,28 +169,27 @@ ExternalFile open_external(const onnx::TensorProto& p, const std::string& what, 
   if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode))
     throw_error<InvalidModel>("tensor '", what, "': external data '", location, "' is not a regular file");
   f.opened = st;
-  const uint64_t size = uint64_t(st.st_size);
-  if (!has_length) {
-    if (offset > size)
-      throw_error<InvalidModel>("tensor '", what, "': external data offset ", offset, " is past the end of '",
-                                location, "' (", size, " bytes)");
-    length = size - offset;
-  }
-  if (length > size || offset > size - length)
-    throw_error<InvalidModel>("tensor '", what, "': external data range offset ", offset, " length ", length,
-                              " runs past the end of '", location, "' (", size, " bytes)");
-  if (length != expected_bytes)
-    throw_error<InvalidModel>("tensor '", what, "': external data length ", length, " does not match its ",
-                              expected_bytes, " bytes (element count x element size)");
-  f.offset = offset;
-  f.length = length;
+  ref.check_range(what, uint64_t(st.st_size), expected_bytes);
+  f.offset = ref.offset;
+  f.length = ref.length;
   return f;
 }
 
 }  // namespace
 
 Tensor read_external_data(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir,
-                          DType dtype, const Shape& shape, uint64_t nbytes) {
+                          DType dtype, const Shape& shape, uint64_t nbytes, const ExternalFiles* in_memory) {
+  if (in_memory) {
+    ExternalRef ref = external_ref(p, what);
+    auto it = in_memory->find(ref.location);
+    if (it != in_memory->end()) {
+      const Tensor& bytes = it->second;
+      ref.check_range(what, uint64_t(bytes.nbytes()), nbytes);
+      Tensor t = Tensor::empty(dtype, shape);
+      if (nbytes) std::memcpy(t.raw_data(), static_cast<const char*>(bytes.raw_data()) + ref.offset, nbytes);
+      return t;
+    }
+  }
   // The file range is validated (and must hold exactly nbytes) before the tensor is allocated.
   ExternalFile f = open_external(p, what, base_dir, nbytes);
   Tensor t = Tensor::empty(dtype, shape);

@@ -5,6 +5,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,12 +14,17 @@
 
 namespace onnxtrain::ir {
 
+/// Contents of external data files held in memory, by location (onnxruntime's
+/// add_external_initializers_from_files_in_memory): uint8 tensors of the files' bytes.
+using ExternalFiles = std::map<std::string, Tensor>;
+
 /// Reads the external data of `p` into a new tensor of `dtype` and `shape` (`nbytes` bytes). The
 /// location must be relative, free of ".." and of symbolic links, and name a regular file under
 /// `base_dir` whose range (offset, length) lies inside it and holds exactly nbytes; a file that
-/// changes while it is read is refused. Throws InvalidModel naming the tensor `what`.
+/// changes while it is read is refused. A location found in `in_memory` is read from there instead
+/// (same range checks). Throws InvalidModel naming the tensor `what`.
 Tensor read_external_data(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir,
-                          DType dtype, const Shape& shape, uint64_t nbytes);
+                          DType dtype, const Shape& shape, uint64_t nbytes, const ExternalFiles* in_memory = nullptr);
 
 /// Tensors headed for the external data file while a model is converted to its proto: initializers
 /// of at least `threshold` bytes (strings and empty tensors stay inline), laid out in order, those

@@ -38,7 +38,8 @@ static void normalize_bools(Tensor& t) {
   for (int64_t i = 0; i < t.numel(); ++i) b[i] = b[i] != 0;
 }
 
-Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in, const std::string& base_dir) {
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in, const std::string& base_dir,
+                         const ExternalFiles* in_memory) {
   const std::string what = what_in.empty() ? (p.name().empty() ? std::string("<unnamed>") : p.name()) : what_in;
   const int dt_raw = p.data_type();
   const DType dt = static_cast<DType>(dt_raw);
@@ -76,7 +77,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in,
     throw_error<InvalidModel>("string tensor '", what, "' must use string_data");
 
   if (external) {
-    Tensor t = read_external_data(p, what, base_dir, dt, shape, nbytes);
+    Tensor t = read_external_data(p, what, base_dir, dt, shape, nbytes, in_memory);
     normalize_bools(t);
     return t;
   }
@@ -255,6 +256,27 @@ namespace {
 
 struct Reader {
   std::string base_dir;
+  const LoadOptions* options = nullptr;
+
+  const ExternalFiles* in_memory() const { return options ? &options->external_files : nullptr; }
+
+  // An initializer of the main graph: the caller's replacement when there is one (the model's data
+  // is then not read), else decoded from the proto.
+  Tensor initializer(const onnx::TensorProto& t, int depth) {
+    if (depth == 0 && options) {
+      auto it = options->initializers.find(t.name());
+      if (it != options->initializers.end()) {
+        const Tensor& v = it->second;
+        Shape dims(t.dims().begin(), t.dims().end());
+        if (int(v.dtype()) != t.data_type() || v.shape() != dims)
+          throw_error<InvalidArgument>("add_initializer('", t.name(), "'): the value is ", v.describe(),
+                                       " but the model's is ", dtype_name(static_cast<DType>(t.data_type())), " ",
+                                       shape_to_string(dims));
+        return v;
+      }
+    }
+    return tensor_from_proto(t, t.name(), base_dir, in_memory());
+  }
 
   ValueInfo value_info(const onnx::ValueInfoProto& v) {
     ValueInfo r;
@@ -278,7 +300,7 @@ struct Reader {
     out->initializers.reserve(size_t(g.initializer_size()));
     for (const auto& t : g.initializer()) {
       if (t.name().empty()) throw_error<InvalidGraph>("graph '", g.name(), "' has an initializer without a name");
-      out->initializers.emplace_back(t.name(), tensor_from_proto(t, t.name(), base_dir));
+      out->initializers.emplace_back(t.name(), initializer(t, depth));
     }
     out->nodes.reserve(size_t(g.node_size()));
     for (const auto& n : g.node()) out->nodes.push_back(node(n, depth));
@@ -326,13 +348,13 @@ struct Reader {
       case AttrType::kFloat: r.f = a.f(); break;
       case AttrType::kInt: r.i = a.i(); break;
       case AttrType::kString: r.s = a.s(); break;
-      case AttrType::kTensor: r.t = tensor_from_proto(a.t(), what, base_dir); break;
+      case AttrType::kTensor: r.t = tensor_from_proto(a.t(), what, base_dir, in_memory()); break;
       case AttrType::kGraph: r.g = graph(a.g(), depth + 1); break;
       case AttrType::kFloats: r.floats.assign(a.floats().begin(), a.floats().end()); break;
       case AttrType::kInts: r.ints.assign(a.ints().begin(), a.ints().end()); break;
       case AttrType::kStrings: r.strings.assign(a.strings().begin(), a.strings().end()); break;
       case AttrType::kTensors:
-        for (const auto& x : a.tensors()) r.tensors.push_back(tensor_from_proto(x, what, base_dir));
+        for (const auto& x : a.tensors()) r.tensors.push_back(tensor_from_proto(x, what, base_dir, in_memory()));
         break;
       case AttrType::kGraphs:
         for (const auto& x : a.graphs()) r.graphs.push_back(graph(x, depth + 1));
@@ -470,7 +492,7 @@ void check_unchanged_since_17(const std::vector<Node>& nodes, int64_t opset) {
 
 }  // namespace
 
-Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
+Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir, const LoadOptions* options) {
   Model m;
   if (!p.has_ir_version() || p.ir_version() <= 0)
     throw_error<InvalidModel>("not an ONNX model: the IR version is missing");
@@ -496,7 +518,7 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir) {
   m.model_version = p.model_version();
   m.doc = p.doc_string();
   for (const auto& kv : p.metadata_props()) m.metadata.emplace_back(kv.key(), kv.value());
-  Reader r{base_dir};
+  Reader r{base_dir, options};
   for (const auto& f : p.functions()) {
     Function fn;
     fn.name = f.name();
@@ -636,7 +658,8 @@ std::string read_file(const std::string& path, const char* what, uint64_t max_by
 
 namespace {
 
-Model parse_model(const void* data, size_t size, const std::string& base_dir, const std::string& origin) {
+Model parse_model(const void* data, size_t size, const std::string& base_dir, const std::string& origin,
+                  const LoadOptions* options) {
   if (size == 0) throw_error<InvalidModel>(origin, " is empty (0 bytes)");
   if (size >= kProtobufLimit) throw_error<InvalidModel>(origin, " is over protobuf's 2 GiB limit");
   onnx::ModelProto p;
@@ -647,18 +670,18 @@ Model parse_model(const void* data, size_t size, const std::string& base_dir, co
   if (!p.has_ir_version() || p.ir_version() <= 0)
     throw_error<InvalidModel>(origin, " is not an ONNX model: the IR version is missing");
   if (!p.has_graph()) throw_error<InvalidModel>(origin, " is not an ONNX model: it has no graph");
-  return model_from_proto(p, base_dir);
+  return model_from_proto(p, base_dir, options);
 }
 
 }  // namespace
 
-Model load_model_file(const std::string& path) {
+Model load_model_file(const std::string& path, const LoadOptions* options) {
   std::string bytes = read_file(path, "model file", kProtobufLimit - 1);
-  return parse_model(bytes.data(), bytes.size(), core::dirname_of(path), "model file '" + path + "'");
+  return parse_model(bytes.data(), bytes.size(), core::dirname_of(path), "model file '" + path + "'", options);
 }
 
-Model load_model_bytes(const void* data, size_t size, const std::string& base_dir) {
-  return parse_model(data, size, base_dir, "model bytes");
+Model load_model_bytes(const void* data, size_t size, const std::string& base_dir, const LoadOptions* options) {
+  return parse_model(data, size, base_dir, "model bytes", options);
 }
 
 namespace {

@@ -3,8 +3,10 @@
 // Tensors in external data files: ir/external_data.h; typing the IR: ir/infer.h.
 #pragma once
 
+#include <map>
 #include <string>
 
+#include "ir/external_data.h"
 #include "ir/ir.h"
 #include "onnxtrain/io.h"
 
@@ -20,11 +22,24 @@ inline constexpr int64_t kMaxOpset = 17;  ///< newest default-domain opset onnxt
 /// and run as such); an operator that did is refused naming it and the opset of its change.
 inline constexpr int64_t kMaxImportedOpset = 19;
 
+/// What a session's options change while its model loads.
+struct LoadOptions {
+  /// Initializers of the main graph the caller replaces (onnxruntime's add_initializer /
+  /// add_external_initializers): their data in the model is not read — an external file that only
+  /// they use may be absent — and the caller's tensor must have the model's element type and dims.
+  std::map<std::string, Tensor> initializers;
+  /// Contents of external data files by location (add_external_initializers_from_files_in_memory),
+  /// read instead of the files beside the model; also for a model loaded from bytes.
+  ExternalFiles external_files;
+};
+
 /// Loads and validates a model file; external data is resolved beside it.
-Model load_model_file(const std::string& path);
+Model load_model_file(const std::string& path, const LoadOptions* options = nullptr);
 /// Loads and validates serialized ModelProto bytes. External data (if any) is resolved in
-/// `base_dir`; with an empty base_dir a model that references external data is refused.
-Model load_model_bytes(const void* data, size_t size, const std::string& base_dir = "");
+/// `base_dir`; with an empty base_dir a model that references external data is refused (unless
+/// `options` holds the files in memory).
+Model load_model_bytes(const void* data, size_t size, const std::string& base_dir = "",
+                       const LoadOptions* options = nullptr);
 
 /// Serializes to ModelProto bytes (tensor data inline). A model over protobuf's 2 GiB limit is
 /// refused with InvalidArgument before anything is copied: save it to a file (save_model), where

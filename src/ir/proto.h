@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "ir/external_data.h"
 #include "ir/ir.h"
 
 namespace onnxtrain::core {
@@ -13,12 +14,16 @@ class AtomicFile;
 
 namespace onnxtrain::ir {
 
-/// Decodes a TensorProto with full validation. `what` names the tensor in errors.
-Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir);
+struct LoadOptions;
+
+/// Decodes a TensorProto with full validation. `what` names the tensor in errors. External data is
+/// read from `in_memory` when it holds the location, else from base_dir.
+Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir,
+                         const ExternalFiles* in_memory = nullptr);
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p);
 TypeInfo type_from_proto(const onnx::TypeProto& p);
 void type_to_proto(const TypeInfo& t, onnx::TypeProto* p);
-Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir);
+Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir, const LoadOptions* options = nullptr);
 void model_to_proto(const Model& m, onnx::ModelProto* p);
 /// One node (its attributes' tensors and subgraphs inline).
 void node_to_proto(const Node& n, onnx::NodeProto* p);

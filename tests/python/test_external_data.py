@@ -128,3 +128,69 @@ def test_cli_grad_names_a_bad_external_data_mode(tmp_path, external_model):
                        capture_output=True, text=True)
     assert r.returncode != 0 and "--external-data" in r.stderr and "maybe" in r.stderr
     assert not (tmp_path / "g.onnx").exists()
+
+
+def _forward(x, w, b):
+    return (x.astype(np.float64) @ w + b).astype(np.float32)
+
+
+def test_overridden_external_initializer_is_not_read(tmp_path, external_model):
+    path, w, b = external_model
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    w2 = np.full_like(w, 0.5)
+    so = ot.SessionOptions()
+    so.add_initializer("W", ot.OrtValue.ortvalue_from_numpy(w2))
+    so.add_initializer("B", ot.OrtValue.ortvalue_from_numpy(b))
+    os.remove(path.parent / "weights.bin")  # both weights are replaced: the data file is never opened
+    (y,) = ot.InferenceSession(str(path), so).run(["y"], {"x": x, "label": np.zeros((len(x), 300), np.float32)})
+    np.testing.assert_allclose(y, _forward(x, w2, b), rtol=1e-5, atol=1e-5)
+    bad = ot.SessionOptions()
+    bad.add_initializer("W", ot.OrtValue.ortvalue_from_numpy(w2[:2]))
+    with pytest.raises(ot.InvalidArgument, match=r"add_initializer\('W'\).*\[2, 300\]"):
+        ot.InferenceSession(str(path), bad)
+    with pytest.raises(ot.OnnxTrainError, match="weights.bin"):  # without the override the file is needed
+        ot.InferenceSession(str(path))
+
+
+def test_external_files_given_in_memory(tmp_path, external_model):
+    path, w, b = external_model
+    data = (path.parent / "weights.bin").read_bytes()
+    model_bytes = path.read_bytes()
+    x = np.random.default_rng(1).standard_normal((2, 5)).astype(np.float32)
+    so = ot.SessionOptions()
+    so.add_external_initializers_from_files_in_memory(["weights.bin"], [np.frombuffer(data, np.uint8)], [len(data)])
+    os.remove(path.parent / "weights.bin")
+    for source in (model_bytes, str(path)):  # bytes without a folder, and a path whose file is gone
+        (y,) = ot.InferenceSession(source, so).run(["y"], {"x": x, "label": np.zeros((len(x), 300), np.float32)})
+        np.testing.assert_allclose(y, _forward(x, w, b), rtol=1e-5, atol=1e-5)
+    short = ot.SessionOptions()
+    short.add_external_initializers_from_files_in_memory(["weights.bin"], [data[:100]], [100])
+    with pytest.raises(ot.OnnxTrainError, match="runs past the end of 'weights.bin'"):
+        ot.InferenceSession(model_bytes, short)
+    with pytest.raises(ot.InvalidArgument, match="length 200 but the buffer holds 100 bytes"):
+        ot.SessionOptions().add_external_initializers_from_files_in_memory(["w"], [data[:100]], [200])
+    with pytest.raises(ot.InvalidArgument, match="one of each per file"):
+        ot.SessionOptions().add_external_initializers_from_files_in_memory(["w", "v"], [data], [1])
+    with pytest.raises(ot.OnnxTrainError, match="without a base directory"):
+        ot.InferenceSession(model_bytes)
+
+
+def test_optimized_model_external_initializers_as_configured(tmp_path, external_model):
+    path, w, b = external_model
+    so = ot.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "opt.bin")
+    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "2000")
+    ot.InferenceSession(str(path), so)
+    m = onnx.load(str(tmp_path / "opt.onnx"), load_external_data=False)
+    where = {t.name: t.data_location for t in m.graph.initializer}
+    # W is 6000 bytes: in opt.bin; B is 1200 bytes, under the 2000-byte minimum: inline
+    assert where == {"W": TensorProto.EXTERNAL, "B": TensorProto.DEFAULT}
+    full = onnx.load(str(tmp_path / "opt.onnx"))  # onnx's own loader reads opt.bin back
+    np.testing.assert_array_equal(numpy_helper.to_array([t for t in full.graph.initializer if t.name == "W"][0]), w)
+    bad = ot.SessionOptions()
+    bad.optimized_model_filepath = str(tmp_path / "bad.onnx")
+    bad.add_session_config_entry("session.optimized_model_external_initializers_file_name", "bad.bin")
+    bad.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "-1")
+    with pytest.raises(ot.InvalidArgument, match="min_size_in_bytes': '-1' is not a non-negative integer"):
+        ot.InferenceSession(str(path), bad)
