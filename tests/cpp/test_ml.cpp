@@ -634,6 +634,14 @@ TEST(Ml, LabelEncoder) {
                {"node_LabelEncoder", "keys_strings"});
 }
 
+TEST(Ml, NodeArityIsCheckedAgainstTheSchema) {
+  // LinearClassifier's schema requires both outputs (label and scores).
+  expect_error([&] {
+    run_node("LinearClassifier", {Tensor::from_vector<float>({1, 1}, {1})},
+             {attr_floats("coefficients", {1}), attr_floats("intercepts", {0})}, ml());
+  }, {"node_LinearClassifier", "1 outputs", "schema allows 2 to 2"});
+}
+
 TEST(Ml, NewerOpsetIsRefusedByName) {
   Tensor x = Tensor::from_vector<float>({1, 2}, {1, 2});
   expect_error([&] { run_node("Scaler", {x}, {attr_floats("offset", {0}), attr_floats("scale", {1})}, ml(false, 4)); },

@@ -282,16 +282,20 @@ def test_simple_imputer():
     close(y, model.transform(x), atol=1e-6)
 
 
-def test_one_hot_encoder():
+@pytest.mark.parametrize("strings", [False, True])
+def test_one_hot_encoder(strings):
     rng = np.random.default_rng(2)
     x = rng.integers(0, 5, size=(40, 3)).astype(np.int64) * np.array([1, 10, 3])
+    if strings:
+        x = np.array([[f"c{v}" for v in row] for row in x], dtype=object)
     model = OneHotEncoder(handle_unknown="ignore").fit(x[:30])
-    g = Graph(3, TensorProto.INT64)
+    g = Graph(3, TensorProto.STRING if strings else TensorProto.INT64)
     # skl2onnx: per column ArrayFeatureExtractor -> OneHotEncoder -> Reshape, then Concat.
     parts = []
     for j, cats in enumerate(model.categories_):
         col = g.node("ArrayFeatureExtractor", ["X", g.const(np.array([j], dtype=np.int64))])
-        enc = g.node("OneHotEncoder", [col], cats_int64s=[int(c) for c in cats], zeros=1)
+        cats_attr = dict(cats_strings=[str(c) for c in cats]) if strings else dict(cats_int64s=[int(c) for c in cats])
+        enc = g.node("OneHotEncoder", [col], zeros=1, **cats_attr)
         parts.append(g.node("Reshape", [enc, g.const(np.array([-1, len(cats)], dtype=np.int64))], domain=""))
     g.output(g.node("Concat", parts, domain="", axis=1), F32)
     (y,) = g.session().run(None, {"X": x})

@@ -735,6 +735,7 @@ class LabelEncoderKernel final : public Kernel {
     dflt_.f = info.attr_float("default_float", -0.f);
     if (v1) {
       classes_ = info.attr_strings("classes_strings", {});
+      for (size_t k = 0; k < classes_.size(); ++k) class_index_.emplace(classes_[k], int64_t(k));  // first wins
       return;
     }
     std::vector<Cell> keys, values;
@@ -773,8 +774,8 @@ class LabelEncoderKernel final : public Kernel {
         const std::string* s = x.data<std::string>();
         int64_t* o = y.data<int64_t>();
         for (int64_t k = 0; k < n; ++k) {
-          auto it = std::find(classes_.begin(), classes_.end(), s[k]);
-          o[k] = it == classes_.end() ? dflt_.i : int64_t(it - classes_.begin());
+          auto it = class_index_.find(s[k]);
+          o[k] = it == class_index_.end() ? dflt_.i : it->second;
         }
       } else {
         const int64_t* v = x.data<int64_t>();
@@ -827,6 +828,7 @@ class LabelEncoderKernel final : public Kernel {
 
   Cell dflt_;
   std::vector<std::string> classes_;
+  std::unordered_map<std::string, int64_t> class_index_;
   DType key_type_ = DType::kUndefined, value_type_ = DType::kUndefined;
   std::unordered_map<std::string, Cell> by_string_;
   std::unordered_map<int64_t, Cell> by_int_;

@@ -48,7 +48,8 @@ std::vector<float> required_floats(const KernelInfo& info, const char* name) {
 int64_t check_linear_input(const PrepareContext& ctx, size_t coefficients, int64_t rows) {
   require_ml_numeric(ctx, 0);
   const MlRows r = ml_rows(ctx, 0);
-  if (r.c * rows != int64_t(coefficients))
+  int64_t need = 0;
+  if (__builtin_mul_overflow(r.c, rows, &need) || need != int64_t(coefficients))
     ctx.fail("input has ", r.c, " features but the ", coefficients, " coefficients make ", rows, " rows of ",
              int64_t(coefficients) / rows);
   return r.n;
