@@ -242,7 +242,7 @@ void check_arity(const ir::Node& node, int64_t opset) {
                                 ops::count_range(d->min_outputs, d->max_outputs));
     return;
   }
-  if (!node.domain.empty() && node.domain != "ai.onnx.preview.training") return;
+  if (!node.domain.empty() && node.domain != "ai.onnx.preview.training" && node.domain != "ai.onnx.ml") return;
   // Opsets newer than the ONNX library's own (onnxtrain's kernels may know them) are not checked:
   // the library would answer with an older schema.
   const auto& ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();

@@ -20,6 +20,7 @@ void register_loss(KernelRegistry& r);          // cpu/loss.cpp: SoftmaxCrossEnt
 void register_rnn(KernelRegistry& r);           // cpu/rnn.cpp: LSTM, GRU, RNN
 void register_control_flow(KernelRegistry& r);  // cpu/control_flow.cpp: If, Loop
 void register_training(KernelRegistry& r);      // cpu/optimizer_ops.cpp: optimizers, AccumulateGradients, GlobalNormClip, preview-training Adagrad/Momentum/Adam
+void register_ml(KernelRegistry& r);            // cpu/ml.cpp: ai.onnx.ml inference (linear models, SVMs, encoders, scalers)
 void register_collectives(KernelRegistry& r);   // cpu/collective_ops.cpp: GradientReduceStart/Wait (data parallel)
 /// Reductions a GradientReduceStart issued that no GradientReduceWait has taken yet (tests: it
 /// stays bounded by the Start nodes alive, whatever runs fail or skip their Wait).
