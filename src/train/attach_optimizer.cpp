@@ -90,7 +90,10 @@ class GroupEmitter {
 
   std::vector<std::vector<std::string>> fused(const std::vector<std::string>& W, const std::vector<std::string>& G,
                                               const std::vector<std::vector<std::string>>& S) {
-    std::vector<std::string> ins = {tg_.lr_input, tg_.step_input, scale_};
+    // Without loss scaling or clipping the gradient scale is a constant 1 (G * 1 is exact), never an
+    // empty input name: tools that draw or rewrite the saved training graph expect named inputs.
+    const std::string scale = scale_.empty() ? e_.scalar(DType::kFloat64, 1.0, "grad_scale_one") : scale_;
+    std::vector<std::string> ins = {tg_.lr_input, tg_.step_input, scale};
     if (!update_signal_.empty()) ins.push_back(update_signal_);
     ins.insert(ins.end(), W.begin(), W.end());
     ins.insert(ins.end(), G.begin(), G.end());

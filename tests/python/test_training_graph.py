@@ -44,6 +44,8 @@ def test_saved_training_model_runs_by_itself(tmp_path, optimizer, portable):
     loss, = sess.run(["loss"], feed(X, Y))
     m = onnx.load(path)
     onnx.checker.check_model(m, full_check=True)
+    # every input and output of every node is named (graph-drawing tools break on empty names)
+    assert not [(n.op_type, list(n.input)) for n in m.graph.node if "" in n.input or "" in n.output]
     domains = {n.domain for n in m.graph.node}
     if portable:
         assert domains <= {"", "ai.onnx.preview.training"}, domains
