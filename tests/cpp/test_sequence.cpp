@@ -473,20 +473,6 @@ TEST(Sequence, OptionalHasAndGetElement) {
   EXPECT_TRUE(contains(error_of(untyped, {}, 15), "needs the 'type' attribute"));
 }
 
-namespace {
-
-std::shared_ptr<ir::Graph> body_graph(std::vector<ir::Node> nodes, std::vector<ir::ValueInfo> inputs,
-                                      std::vector<ir::ValueInfo> outputs) {
-  auto g = std::make_shared<ir::Graph>();
-  g->name = "body";
-  g->nodes = std::move(nodes);
-  g->inputs = std::move(inputs);
-  g->outputs = std::move(outputs);
-  return g;
-}
-
-}  // namespace
-
 TEST(Sequence, SequenceMapAppliesTheBodyPerElement) {
   std::mt19937 rng(61);
   const std::vector<Tensor> a{random_tensor(DType::kFloat32, {2}, rng), random_tensor(DType::kFloat32, {3, 1}, rng),
@@ -495,8 +481,9 @@ TEST(Sequence, SequenceMapAppliesTheBodyPerElement) {
                               random_tensor(DType::kFloat32, {1}, rng)};
   const Tensor w = random_tensor(DType::kFloat32, {1}, rng);
   // body(x, y) = (x * y, shape(x)); mapped over (a, b) and over (a, w).
-  auto body = body_graph({make_node("Mul", {"x", "y"}, {"p"}), make_node("Shape", {"x"}, {"sh"})},
-                         {value_info("x"), value_info("y")}, {value_info("p"), value_info("sh", DType::kInt64)});
+  auto body = graph({make_node("Mul", {"x", "y"}, {"p"}), make_node("Shape", {"x"}, {"sh"})},
+                    {value_info("x"), value_info("y")}, {"p", "sh"});
+  body->outputs = {value_info("p"), value_info("sh", DType::kInt64)};
   auto g = graph({make_node("SequenceMap", {"sa", "sb"}, {"prod", "shapes"}, {attr_graph("body", body)}),
                   make_node("SequenceMap", {"sa", "w"}, {"scaled", "shapes2"}, {attr_graph("body", body)})},
                  {seq_input("sa"), seq_input("sb"), value_info("w")}, {"prod", "shapes", "scaled"});
