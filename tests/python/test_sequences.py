@@ -164,3 +164,21 @@ def test_bad_sequence_feeds_and_positions():
         concat.run(None, {"s": [np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32)]})
     with pytest.raises(InvalidArgument, match="cannot concatenate an empty sequence"):
         concat.run(None, {"s": []})
+
+
+def test_optional_outputs_and_types_as_onnxruntime_reports_them():
+    seq_t = helper.make_sequence_type_proto(helper.make_tensor_type_proto(F, [5]))
+    opt_x = helper.make_optional_type_proto(helper.make_tensor_type_proto(F, None))
+    sess = make_session(
+        [helper.make_node("Optional", [], ["empty"], type=seq_t),
+         helper.make_node("OptionalHasElement", ["x"], ["has"])],
+        [helper.make_value_info("x", opt_x)],
+        [helper.make_value_info("empty", helper.make_optional_type_proto(seq_t)), tensor("has", TensorProto.BOOL, [])],
+        opset=16)
+    assert [(i.name, i.type) for i in sess.get_inputs()] == [("x", "optional(tensor(float))")]
+    assert [(o.name, o.type) for o in sess.get_outputs()] == [("empty", "optional(seq(tensor(float)))"),
+                                                              ("has", "tensor(bool)")]
+    empty, has = sess.run(None, {"x": None})
+    assert empty is None and bool(has) is False
+    empty, has = sess.run(None, {"x": np.ones(2, dtype=np.float32)})
+    assert empty is None and bool(has) is True
