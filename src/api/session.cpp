@@ -43,20 +43,35 @@ std::shared_ptr<ir::Graph> training_mode_graph(const ir::Graph& g, int64_t opset
 
 }  // namespace
 
+namespace {
+
+// onnxruntime's type string, without shapes at any depth: tensor(float), seq(tensor(float)),
+// optional(seq(tensor(float))).
+std::string ort_type_string(const ir::TypeInfo& t) {
+  const std::string inner = t.inner ? ort_type_string(*t.inner) : "?";
+  switch (t.kind) {
+    case ir::TypeInfo::Kind::kTensor: return dtype_tensor_string(t.elem);
+    case ir::TypeInfo::Kind::kSequence: return "seq(" + inner + ")";
+    case ir::TypeInfo::Kind::kOptional: return "optional(" + inner + ")";
+    default: return t.to_string();
+  }
+}
+
+}  // namespace
+
 NodeArg node_arg_of(const ir::ValueInfo& v) {
   NodeArg a;
   a.name = v.name;
-  a.type = v.type.to_string();
+  a.type = ort_type_string(v.type);
   if (v.type.kind == ir::TypeInfo::Kind::kTensor) {
-    a.type = dtype_tensor_string(v.type.elem);
     a.elem = v.type.elem;
     a.has_shape = v.type.has_shape;
     for (const auto& d : v.type.dims) a.shape.push_back(DimInfo{d.value, d.param});
-  } else if (v.type.inner) {
-    const auto& in = *v.type.inner;
-    std::string inner = in.kind == ir::TypeInfo::Kind::kTensor ? dtype_tensor_string(in.elem) : in.to_string();
-    a.type = (v.type.kind == ir::TypeInfo::Kind::kSequence ? "seq(" : "optional(") + inner + ")";
-    a.elem = in.elem;
+  } else {
+    // The element type of the tensors a sequence or an optional holds, at any depth.
+    const ir::TypeInfo* t = &v.type;
+    while (t->inner) t = t->inner.get();
+    a.elem = t->kind == ir::TypeInfo::Kind::kTensor ? t->elem : DType::kUndefined;
   }
   return a;
 }

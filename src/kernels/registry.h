@@ -18,7 +18,8 @@ void register_pool(KernelRegistry& r);          // cpu/pool.cpp: MaxPool, Averag
 void register_norm(KernelRegistry& r);          // cpu/norm.cpp: BatchNormalization, InstanceNorm, LayerNorm, LRN, Dropout
 void register_loss(KernelRegistry& r);          // cpu/loss.cpp: SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss
 void register_rnn(KernelRegistry& r);           // cpu/rnn.cpp: LSTM, GRU, RNN
-void register_control_flow(KernelRegistry& r);  // cpu/control_flow.cpp: If, Loop
+void register_control_flow(KernelRegistry& r);  // cpu/control_flow.cpp: If, Loop, SequenceMap
+void register_sequence(KernelRegistry& r);      // cpu/sequence.cpp: Sequence*, SplitToSequence, ConcatFromSequence, Optional*
 void register_training(KernelRegistry& r);      // cpu/optimizer_ops.cpp: optimizers, AccumulateGradients, GlobalNormClip, preview-training Adagrad/Momentum/Adam
 void register_ml(KernelRegistry& r);            // cpu/ml.cpp: ai.onnx.ml inference (linear models, SVMs, encoders, scalers)
 void register_collectives(KernelRegistry& r);   // cpu/collective_ops.cpp: GradientReduceStart/Wait (data parallel)

@@ -34,7 +34,20 @@ void check_feed(const ir::ValueInfo& decl, const Value& v) {
     }
   } else if (t.kind == ir::TypeInfo::Kind::kSequence) {
     if (v.kind != Value::Kind::kSequence)
-      throw_error<InvalidArgument>("input '", decl.name, "' must be a sequence of tensors");
+      throw_error<InvalidArgument>("input '", decl.name, "' must be a sequence of tensors (", t.to_string(), "), got ",
+                                   v.kind == Value::Kind::kTensor ? "a tensor" : "nothing (None)");
+    // One element type, the declared one: the sequence kernels read it from the first tensor.
+    const DType want = t.inner && t.inner->kind == ir::TypeInfo::Kind::kTensor ? t.inner->elem : DType::kUndefined;
+    for (size_t i = 0; i < v.sequence.size(); ++i) {
+      const DType dt = v.sequence[i].dtype(), first = v.sequence[0].dtype();
+      if (want != DType::kUndefined && dt != want)
+        throw_error<InvalidArgument>("input '", decl.name, "' holds a tensor of element type ", dtype_name(dt),
+                                     " at position ", i, ", the model expects ", t.to_string());
+      if (dt != first)
+        throw_error<InvalidArgument>("input '", decl.name, "' holds tensors of element types ", dtype_name(first),
+                                     " (position 0) and ", dtype_name(dt), " (position ", i,
+                                     "): a sequence's tensors share one element type");
+    }
   }
 }
 

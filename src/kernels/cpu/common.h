@@ -28,6 +28,12 @@ using shape::read_shape_value;
 using shape::all_dynamic;
 using shape::check_same_dtype;
 
+/// Identity's prepare and run (cpu/elementwise.cpp), shared by the operators that pass a value
+/// through (Optional, OptionalGetElement): Y = X, a tensor (a view where the executor allows it),
+/// a sequence (the same tensors, handed on as Identity hands them) or nothing.
+void identity_prepare(PrepareContext& ctx);
+void identity_run(RunContext& ctx);
+
 // ---------------------------------------------------------------- dtype dispatch
 template <class... Ts>
 struct TypeList {};

@@ -1,4 +1,4 @@
-// Control flow: If and Loop. Their bodies run in SubgraphRunners the runtime hands over
+// Control flow: If, Loop and SequenceMap. Their bodies run in SubgraphRunners the runtime hands over
 // (ExecOptions::subgraphs: nested executors, each caching a plan per shape signature), created once
 // per kernel instance. A subgraph's free variables (outer-scope
 // values) are fed after its declared inputs, taken from the node's implicit inputs
@@ -7,6 +7,8 @@
 //   Loop (M: int64 scalar?, cond: bool?, v[N])    -> v_final[N], scan[K] (per-iteration values
 //        stacked on a new first axis); body(i, cond, v[N]) -> (cond, v[N], scan[K]).
 //        Iterates while i < M (when given) and cond (the input, then each body output).
+//   SequenceMap (S, X_1..)                       -> sequences Y_k[j] = body(S[j], X_1[j] or X_1, ..)_k
+//        for j < len(S); other sequence inputs must have S's length, tensor inputs go to every call.
 #include <cstring>
 #include <limits>
 #include <unordered_map>
@@ -212,6 +214,71 @@ class LoopKernel final : public Kernel {
   size_t carried_ = 0, scans_ = 0;
 };
 
+// ---------------------------------------------------------------- SequenceMap
+class SequenceMapKernel final : public Kernel {
+ public:
+  explicit SequenceMapKernel(const KernelInfo& info) : body_(info, "body") {
+    shape::check_sequence_map(info, *body_.graph);
+  }
+
+  void prepare(PrepareContext& ctx) override {
+    shape::check_sequence_map_inputs(ctx);
+    for (size_t k = 0; k < ctx.num_outputs(); ++k)
+      if (ctx.has_output(k)) ctx.set_output_sequence(k, declared_elem(k));
+  }
+
+  void run(RunContext& ctx) override {
+    const size_t n_in = ctx.num_inputs(), len = ctx.input_value(0).sequence.size();
+    for (size_t i = 1; i < n_in; ++i) {
+      const Value& v = ctx.input_value(i);
+      if (v.kind == Value::Kind::kSequence && v.sequence.size() != len)
+        ctx.fail("input ", i, " is a sequence of length ", v.sequence.size(), ", input 0 one of length ", len);
+    }
+    const auto wanted = requested_outputs(ctx, 0);
+    std::vector<Value> outs(wanted.size());
+    for (size_t k = 0; k < wanted.size(); ++k) {
+      outs[k].kind = Value::Kind::kSequence;
+      outs[k].elem = declared_elem(wanted[k]);
+    }
+    std::vector<Value> elems(n_in);
+    std::vector<const Value*> feeds(n_in);
+    uint64_t bytes = 0;  // a map producing more than memory allows fails here, not in the allocator
+    for (size_t j = 0; j < len && !wanted.empty(); ++j) {
+      for (size_t i = 0; i < n_in; ++i) {
+        const Value& v = ctx.input_value(i);
+        if (v.kind != Value::Kind::kSequence) {
+          feeds[i] = &v;
+          continue;
+        }
+        elems[i] = Value::of(v.sequence[j]);  // read only: the body never writes its inputs
+        feeds[i] = &elems[i];
+      }
+      std::vector<Value> results = body_.run(ctx, feeds, wanted);
+      for (size_t k = 0; k < wanted.size(); ++k) {
+        Value& r = results[k];
+        if (r.kind != Value::Kind::kTensor) ctx.fail("body output ", wanted[k], " must be a tensor, got none or a sequence");
+        if (outs[k].elem == DType::kUndefined) outs[k].elem = r.tensor.dtype();
+        if (r.tensor.dtype() != outs[k].elem)
+          ctx.fail("body output ", wanted[k], " is ", dtype_name(r.tensor.dtype()), " for element ", j, " but ",
+                   dtype_name(outs[k].elem), " before");
+        bytes += r.tensor.nbytes();
+        if (bytes > allocation_limit())
+          ctx.fail("the output sequences after ", j + 1, " elements need ", bytes, " bytes, over ", allocation_limit_text());
+        outs[k].sequence.push_back(std::move(r.tensor));
+      }
+    }
+    for (size_t k = 0; k < wanted.size(); ++k) ctx.output_value(wanted[k]) = std::move(outs[k]);
+  }
+
+ private:
+  // The element type the body declares for output k (undefined when it declares none).
+  DType declared_elem(size_t k) const {
+    const auto& t = body_.graph->outputs[k].type;
+    return t.kind == ir::TypeInfo::Kind::kTensor ? t.elem : DType::kUndefined;
+  }
+  Subgraph body_;
+};
+
 }  // namespace
 
 void register_control_flow(KernelRegistry& r) {
@@ -219,6 +286,7 @@ void register_control_flow(KernelRegistry& r) {
   // kernel, outputs are dynamic. Loop: 1, 11 (loop-carried shapes may change), 13, 16: likewise.
   r.add<IfKernel>("If", 1, kMaxOpsetAll);
   r.add<LoopKernel>("Loop", 1, kMaxOpsetAll);
+  r.add<SequenceMapKernel>("SequenceMap", 17, kMaxOpsetAll);  // ONNX 1.12 defines opset 17's only
 }
 
 }  // namespace onnxtrain::kernels::cpu

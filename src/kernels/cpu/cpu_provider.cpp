@@ -36,6 +36,7 @@ class CpuProvider final : public ExecutionProvider {
     register_loss(registry_);
     register_rnn(registry_);
     register_control_flow(registry_);
+    register_sequence(registry_);
     register_training(registry_);
     register_collectives(registry_);
     register_ml(registry_);

@@ -391,31 +391,34 @@ KernelFactory variadic(Op op) {
 }
 
 // ---------------------------------------------------------------- Identity
-// Y = X (a view when the executor allows it). Also passes sequences and optionals through.
 class IdentityKernel final : public Kernel {
  public:
   explicit IdentityKernel(const KernelInfo&) {}
-  void prepare(PrepareContext& ctx) override {
-    if (ctx.input_kind(0) == Value::Kind::kSequence) {
-      ctx.set_output_sequence(0, ctx.input_dtype(0));
-      return;
-    }
-    if (ctx.input_kind(0) != Value::Kind::kTensor) {
-      ctx.set_output_dynamic(0, DType::kUndefined);
-      return;
-    }
-    ctx.set_output_alias(0, 0, ctx.input_shape(0));
-  }
-  void run(RunContext& ctx) override {
-    if (!ctx.has_input(0) || ctx.input_value(0).kind != Value::Kind::kTensor) {
-      ctx.output_value(0) = ctx.input_value(0);
-      return;
-    }
-    if (!ctx.output_aliases_input(0, 0)) ctx.output(0).copy_from(ctx.input(0));
-  }
+  void prepare(PrepareContext& ctx) override { identity_prepare(ctx); }
+  void run(RunContext& ctx) override { identity_run(ctx); }
 };
 
 }  // namespace
+
+void identity_prepare(PrepareContext& ctx) {
+  if (ctx.input_kind(0) == Value::Kind::kSequence) {
+    ctx.set_output_sequence(0, ctx.input_dtype(0));
+    return;
+  }
+  if (ctx.input_kind(0) != Value::Kind::kTensor) {
+    ctx.set_output_dynamic(0, DType::kUndefined);
+    return;
+  }
+  ctx.set_output_alias(0, 0, ctx.input_shape(0));
+}
+
+void identity_run(RunContext& ctx) {
+  if (!ctx.has_input(0) || ctx.input_value(0).kind != Value::Kind::kTensor) {
+    ctx.output_value(0) = ctx.input_value(0);
+    return;
+  }
+  if (!ctx.output_aliases_input(0, 0)) ctx.output(0).copy_from(ctx.input(0));
+}
 
 void register_elementwise(KernelRegistry& r) {
   using Arith = NumericTypes;

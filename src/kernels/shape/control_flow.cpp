@@ -50,6 +50,21 @@ void check_loop_inputs(const PrepareContext& ctx) {
     ctx.fail("cond must be a single bool, got ", dtype_name(ctx.input_dtype(1)), shape_to_string(ctx.input_shape(1)));
 }
 
+void check_sequence_map(const KernelInfo& info, const ir::Graph& body) {
+  const auto& n = info.node();
+  if (n.inputs.empty()) info.fail("takes at least one input (a sequence)");
+  if (body.inputs.size() != n.inputs.size())
+    info.fail("the body has ", body.inputs.size(), " inputs, the node ", n.inputs.size());
+  if (body.outputs.size() != n.outputs.size())
+    info.fail("the body has ", body.outputs.size(), " outputs, the node ", n.outputs.size());
+}
+
+void check_sequence_map_inputs(const PrepareContext& ctx) {
+  for (size_t i = 0; i < ctx.num_inputs(); ++i)
+    if (!ctx.has_input(i)) ctx.fail("input ", i, " is missing (or an empty optional)");
+  if (ctx.input_kind(0) != Value::Kind::kSequence) ctx.fail("input 0 must be a sequence of tensors, got a tensor");
+}
+
 void subgraph_outputs_dynamic(PrepareContext& ctx, const ir::Graph& g, size_t first_graph_output) {
   for (size_t i = 0; i < ctx.num_outputs(); ++i) {
     if (!ctx.has_output(i)) continue;

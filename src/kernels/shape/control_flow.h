@@ -1,6 +1,7 @@
 // Provider-neutral shape logic (src/kernels/shape/: any provider's kernels use it, none copies it).
-// Control flow: validation of If and Loop (branch and body arity, the cond and trip-count inputs)
-// and their dynamic outputs; the subgraphs' execution is the provider's.
+// Control flow: validation of If, Loop and SequenceMap (branch and body arity, the cond and
+// trip-count inputs, SequenceMap's inputs) and their dynamic outputs; the subgraphs' execution is
+// the provider's.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,12 @@ struct LoopCounts {
 LoopCounts loop_counts(const KernelInfo& info, const ir::Graph& body);
 /// Loop's M (input 0, when given) is a single int64 (int32 accepted), cond (input 1) a single bool.
 void check_loop_inputs(const PrepareContext& ctx);
+
+/// SequenceMap: at least one input (the first a sequence); the body takes as many inputs and yields
+/// as many outputs as the node has.
+void check_sequence_map(const KernelInfo& info, const ir::Graph& body);
+/// SequenceMap's inputs: every one present, the first a sequence.
+void check_sequence_map_inputs(const PrepareContext& ctx);
 
 /// Marks every named output dynamic, with the element type the subgraph declares for its output
 /// first_graph_output + i (undefined when not a tensor or out of range).
