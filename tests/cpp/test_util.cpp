@@ -116,7 +116,7 @@ std::vector<Tensor> run_node(const std::string& op, const std::vector<Tensor>& i
   }
   g->nodes.push_back(n);
   OpsetMap opsets{{"", opts.opset}};
-  if (!opts.domain.empty()) opsets[opts.domain] = 1;
+  if (!opts.domain.empty()) opsets[opts.domain] = opts.domain_opset;
   ExecOptions eo;
   eo.num_threads = opts.threads;
   runtime::GraphExecutor ex(g, opsets, eo);
@@ -164,7 +164,7 @@ KernelRun run_kernel(const std::string& op, const std::vector<Tensor>& inputs, c
     const bool named = std::find(unnamed.begin(), unnamed.end(), k) == unnamed.end();
     n.outputs.push_back(named ? numbered("y", k) : "");
   }
-  const int64_t opset = opts.domain.empty() ? opts.opset : 1;
+  const int64_t opset = opts.domain.empty() ? opts.opset : opts.domain_opset;
   OpsetMap opsets{{"", opts.opset}};
   if (!opts.domain.empty()) opsets[opts.domain] = opset;
   ExecOptions eo;

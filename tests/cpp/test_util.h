@@ -69,6 +69,7 @@ struct RunOptions {
   size_t num_outputs = 1;
   bool inputs_as_constants = false;  ///< feed inputs as initializers (exercises constant folding)
   int threads = 1;
+  int64_t domain_opset = 1;  ///< the opset imported for `domain` (when not ai.onnx)
 };
 
 /// Runs a single `op` node on `inputs` (an undefined Tensor marks an omitted optional input) and
