@@ -4,7 +4,8 @@
 // The attributes are validated and compiled once per kernel (kernels/shape/ml_tree.h: flat node
 // arrays, each leaf's weights contiguous); per plan the nodes are laid out in the threshold type
 // (double for double inputs, float otherwise, as onnxruntime compares). A run walks blocks of rows
-// tree by tree (a tree stays in cache over the block), blocks in parallel.
+// tree by tree (a tree stays in cache over the block), blocks in parallel; BRANCH_LEQ-only trees
+// (scikit-learn's) 16 rows side by side in branchless steps.
 //
 // Scores: the leaves' weights aggregated per target (SUM, AVERAGE, MIN, MAX; classifiers SUM),
 // then base_values, then post_transform (computed in float, as onnxruntime does: PROBIT with its
@@ -50,6 +51,15 @@ struct FlatEnsemble {
   std::vector<TH> weight;
   std::vector<TH> base;
   bool leq_only = true;  ///< every branch is BRANCH_LEQ without missing-value tracking
+  /// BRANCH_LEQ-only ensembles: children by outcome, a leaf its own child (walks of a tree's depth
+  /// end at the leaf), and each tree's depth (in the order of the roots).
+  struct LeqNode {
+    TH value;
+    int32_t feature;
+    int32_t child[2];  ///< [x <= value, otherwise]
+  };
+  std::vector<LeqNode> leq;
+  std::vector<int32_t> depth;
 
   explicit FlatEnsemble(const TreeEnsembleSpec& s) : target(s.weight_target), base(s.base_values.begin(), s.base_values.end()) {
     nodes.resize(s.mode.size());
@@ -60,52 +70,74 @@ struct FlatEnsemble {
       if (!leaf && (s.mode[i] != TreeMode::kLeq || s.missing_true[i])) leq_only = false;
     }
     weight.assign(s.weight_value.begin(), s.weight_value.end());
+    if (!leq_only) return;
+    leq.resize(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const bool leaf = s.mode[i] == TreeMode::kLeaf;
+      const int32_t self = int32_t(i);
+      leq[i] = LeqNode{leaf ? TH(0) : nodes[i].value, leaf ? 0 : nodes[i].feature,
+                       {leaf ? self : s.true_child[i], leaf ? self : s.false_child[i]}};
+    }
+    // Longest path from each root (the trees have no cycle; shared subtrees are measured once).
+    std::vector<int32_t> d(nodes.size(), -1), stack;
+    for (int32_t root : s.roots) {
+      stack.assign(1, root);
+      while (!stack.empty()) {
+        const size_t i = size_t(stack.back());
+        if (d[i] >= 0) {
+          stack.pop_back();
+        } else if (s.mode[i] == TreeMode::kLeaf) {
+          d[i] = 0;
+        } else if (const int32_t a = s.true_child[i], b = s.false_child[i]; d[size_t(a)] < 0 || d[size_t(b)] < 0) {
+          stack.push_back(d[size_t(a)] < 0 ? a : b);
+        } else {
+          d[i] = 1 + std::max(d[size_t(a)], d[size_t(b)]);
+        }
+      }
+      depth.push_back(d[size_t(root)]);
+    }
   }
 
-  /// The leaf row `x` reaches from `root` (validation guarantees every walk ends at a leaf).
-  template <bool kLeqOnly, class X>
-  const FlatNode<TH>& leaf(int32_t root, const X* x) const {
-    const FlatNode<TH>* n = nodes.data() + root;
-    while (n->mode != TreeMode::kLeaf) {
+  /// The leaf (node index) row `x` reaches from `root` (validation guarantees every walk ends at a
+  /// leaf).
+  template <class X>
+  int32_t leaf(int32_t root, const X* x) const {
+    int32_t i = root;
+    for (const FlatNode<TH>* n = &nodes[size_t(i)]; n->mode != TreeMode::kLeaf; n = &nodes[size_t(i)]) {
       const TH v = TH(x[n->feature]);
       bool go;
-      if constexpr (kLeqOnly) {
-        go = v <= n->value;
-      } else {
-        switch (n->mode) {
-          case TreeMode::kLeq: go = v <= n->value; break;
-          case TreeMode::kLt: go = v < n->value; break;
-          case TreeMode::kGte: go = v >= n->value; break;
-          case TreeMode::kGt: go = v > n->value; break;
-          case TreeMode::kEq: go = v == n->value; break;
-          default: go = v != n->value; break;
-        }
-        if (!go && n->missing_true && std::isnan(v)) go = true;
+      switch (n->mode) {
+        case TreeMode::kLeq: go = v <= n->value; break;
+        case TreeMode::kLt: go = v < n->value; break;
+        case TreeMode::kGte: go = v >= n->value; break;
+        case TreeMode::kGt: go = v > n->value; break;
+        case TreeMode::kEq: go = v == n->value; break;
+        default: go = v != n->value; break;
       }
-      n = nodes.data() + (go ? n->yes : n->no);
+      if (!go && n->missing_true && std::isnan(v)) go = true;
+      i = go ? n->yes : n->no;
     }
-    return *n;
+    return i;
   }
 
-  /// The leaves (node indices) that rows x[0..n) (row stride `cols`) reach from `root` in a
-  /// BRANCH_LEQ-only ensemble, walking 8 rows side by side so that their loads overlap.
+  /// The leaves (node indices) that rows x[0..n) (row stride `cols`) reach from the root of tree
+  /// `t` in a BRANCH_LEQ-only ensemble: 16 rows side by side, each for the tree's depth in steps
+  /// without a branch (a leaf steps to itself), so that their loads and compares overlap.
   template <class X>
-  void leaves_leq(int32_t root, const X* x, int64_t cols, int64_t n, int32_t* out) const {
-    constexpr int64_t kLanes = 8;
+  void leaves_leq(int32_t root, size_t t, const X* x, int64_t cols, int64_t n, int32_t* out) const {
+    constexpr int64_t kLanes = 16;
+    const int32_t steps = depth[t];
+    const LeqNode* nd = leq.data();
     for (int64_t r0 = 0; r0 < n; r0 += kLanes) {
       const int64_t lanes = std::min(kLanes, n - r0);
-      int32_t cur[kLanes];
-      for (int64_t l = 0; l < kLanes; ++l) cur[l] = root;
-      for (bool moved = true; moved;) {
-        moved = false;
+      const X* xr = x + r0 * cols;
+      int32_t* cur = out + r0;
+      for (int64_t l = 0; l < lanes; ++l) cur[l] = root;
+      for (int32_t step = 0; step < steps; ++step)
         for (int64_t l = 0; l < lanes; ++l) {
-          const FlatNode<TH>& nd = nodes[size_t(cur[l])];
-          if (nd.mode == TreeMode::kLeaf) continue;
-          cur[l] = TH(x[(r0 + l) * cols + nd.feature]) <= nd.value ? nd.yes : nd.no;
-          moved = true;
+          const LeqNode& c = nd[cur[l]];
+          cur[l] = c.child[!(TH(xr[l * cols + c.feature]) <= c.value)];
         }
-      }
-      for (int64_t l = 0; l < lanes; ++l) out[r0 + l] = cur[l];
     }
   }
 };
@@ -184,6 +216,8 @@ class TreeEnsembleKernel : public Kernel {
 
  private:
   static constexpr int64_t kBlock = 64;  // rows walked together, tree by tree
+  // Deeper trees are walked row by row (a walk of the whole depth would waste most of its steps).
+  static constexpr int32_t kMaxStepDepth = 24;
 
   template <class TH, class X>
   void evaluate(RunContext& ctx, const FlatEnsemble<TH>& fe, const X* x) {
@@ -202,8 +236,7 @@ class TreeEnsembleKernel : public Kernel {
         const int64_t nb = std::min(kBlock, r1 - b0);
         std::fill(score.begin(), score.end(), TH(0));
         std::fill(has.begin(), has.end(), uint8_t(0));
-        if (fe.leq_only) accumulate<true>(fe, x, cols, b0, nb, score.data(), has.data());
-        else accumulate<false>(fe, x, cols, b0, nb, score.data(), has.data());
+        accumulate(fe, x, cols, b0, nb, score.data(), has.data());
         for (int64_t r = 0; r < nb; ++r) {
           TH* s = score.data() + r * T;
           uint8_t* h = has.data() + r * T;
@@ -220,18 +253,18 @@ class TreeEnsembleKernel : public Kernel {
   }
 
   // Adds every tree's leaf weights for rows [b0, b0 + nb) into score/has (row-major [nb, T]).
-  template <bool kLeqOnly, class TH, class X>
+  template <class TH, class X>
   void accumulate(const FlatEnsemble<TH>& fe, const X* x, int64_t cols, int64_t b0, int64_t nb, TH* score,
                   uint8_t* has) const {
     const int64_t T = spec_.n_targets;
     const TreeAggregate agg = spec_.aggregate;
     int32_t leaves[kBlock];
-    for (int32_t root : spec_.roots) {
-      if constexpr (kLeqOnly) {
-        fe.leaves_leq(root, x + b0 * cols, cols, nb, leaves);
+    for (size_t t = 0; t < spec_.roots.size(); ++t) {
+      const int32_t root = spec_.roots[t];
+      if (fe.leq_only && fe.depth[t] <= kMaxStepDepth) {
+        fe.leaves_leq(root, t, x + b0 * cols, cols, nb, leaves);
       } else {
-        for (int64_t r = 0; r < nb; ++r)
-          leaves[r] = int32_t(&fe.template leaf<false>(root, x + (b0 + r) * cols) - fe.nodes.data());
+        for (int64_t r = 0; r < nb; ++r) leaves[r] = fe.leaf(root, x + (b0 + r) * cols);
       }
       for (int64_t r = 0; r < nb; ++r) {
         const FlatNode<TH>& leaf = fe.nodes[size_t(leaves[r])];
