@@ -610,6 +610,17 @@ TEST(MlTree, MalformedModelsAreRefused) {
                  Tensor::zeros(DType::kFloat32, {1, 1, 2}));
   expect_refused(regressor_attrs(small_tree()), "InvalidArgument", "input X must be float, double, int64 or int32", false,
                  Tensor::zeros(DType::kBool, {1, 2}));
+  {  // inputs and outputs the schema does not have
+    RunOptions o;
+    o.domain = kMl;
+    o.num_outputs = 2;
+    const Tensor x = Tensor::from_vector<float>({1, 2}, {0.f, 1.f});
+    std::string m = thrown_by([&] { run_node("TreeEnsembleRegressor", {x}, regressor_attrs(small_tree()), o); });
+    EXPECT_NE(m.find("has 1 output(s), the node names 2"), std::string::npos) << m;
+    o.num_outputs = 1;
+    m = thrown_by([&] { run_node("TreeEnsembleRegressor", {x, x}, regressor_attrs(small_tree()), o); });
+    EXPECT_NE(m.find("takes one input (X), the node has 2"), std::string::npos) << m;
+  }
   // Classifiers: labels of both kinds, none, a single one; class id out of range.
   auto c = small_tree().attrs(true);
   c.push_back(attr_ints("classlabels_int64s", {0, 1}));
@@ -627,7 +638,7 @@ TEST(MlTree, MalformedModelsAreRefused) {
 }
 
 // A forest of 100 depth-8 trees over 10,000 rows: the evaluation is compiled, so it takes
-// milliseconds (the bound here is loose: shared machines).
+// milliseconds (the bound only catches a pathological slowdown: shared machines vary tenfold).
 TEST(MlTree, ForestSpeed) {
   RandomEnsemble g(500);
   Ensemble e;
@@ -645,7 +656,7 @@ TEST(MlTree, ForestSpeed) {
   const auto y = run_node("TreeEnsembleRegressor", {x}, attrs, o);  // runs the node 4 times (providers, plans)
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::printf("100 trees x 10000 rows: %.1f ms for 4 runs\n", ms);
-  EXPECT_LT(ms, 2000.0);
+  EXPECT_LT(ms, 10000.0);
   Reference ref(e);  // every 20th row
   for (int64_t r = 0; r < 10000; r += 20) {
     double s = 0;
