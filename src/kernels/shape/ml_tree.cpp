@@ -247,10 +247,7 @@ TreeEnsembleSpec::TreeEnsembleSpec(const KernelInfo& info, bool is_classifier) :
 }
 
 int64_t TreeEnsembleSpec::prepare(PrepareContext& ctx) const {
-  // (ai.onnx.ml nodes have no schema arity check before their kernel)
-  if (ctx.num_inputs() != 1) ctx.fail("takes one input (X), the node has ", ctx.num_inputs());
-  const size_t max_outputs = classifier ? 2 : 1;
-  if (ctx.num_outputs() > max_outputs) ctx.fail("has ", max_outputs, " output(s), the node names ", ctx.num_outputs());
+  // (input and output counts: the schema arity check before the kernel, kernels/kernel.cpp)
   const DType dt = ctx.input_dtype(0);
   if (dt != DType::kFloat32 && dt != DType::kFloat64 && dt != DType::kInt64 && dt != DType::kInt32)
     ctx.fail("input X must be float, double, int64 or int32, got ", dtype_name(dt));
