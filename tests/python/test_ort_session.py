@@ -1237,3 +1237,18 @@ def test_input_and_output_memory_infos(mlp_model):
     assert len(ins) == len(s.get_inputs()) and len(outs) == len(s.get_outputs())
     for m in ins + outs:
         assert m.name == "Cpu" and m.device_id == 0 and m.mem_type == ort.OrtMemType.DEFAULT
+
+
+def test_tuning_results_and_outputs_as_ortvaluevector(mlp_model, x54):
+    s = ort.InferenceSession(mlp_model[0])
+    assert s.get_tuning_results() == []
+    s.set_tuning_results([])
+    with pytest.raises(NotImplemented, match="tuning results for CUDAExecutionProvider"):
+        s.set_tuning_results([{"ep": "CUDAExecutionProvider", "results": {}, "validators": {}}])
+    b = s.io_binding()
+    b.bind_cpu_input(s.get_inputs()[0].name, x54)
+    b.bind_output(s.get_outputs()[0].name)
+    s.run_with_iobinding(b)
+    vec = b.get_outputs_as_ortvaluevector()
+    assert isinstance(vec, C.OrtValueVector) and len(vec) == 1
+    np.testing.assert_array_equal(vec[0].numpy(), s.run(None, {s.get_inputs()[0].name: x54})[0])

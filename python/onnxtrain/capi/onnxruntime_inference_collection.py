@@ -238,6 +238,19 @@ class Session:
         """When profiling started (``time.monotonic_ns()`` clock); 0 when profiling is off."""
         return self._sess.get_profiling_start_time_ns
 
+    def get_tuning_results(self):
+        """onnxruntime's TunableOp results per execution provider: ``[]`` (onnxtrain's CPU kernels
+        choose their algorithms without a tuning pass, so there is nothing to save)."""
+        return []
+
+    def set_tuning_results(self, results, error_on_invalid=False):
+        """Loads TunableOp results: an empty list is accepted; results for any provider raise
+        NotImplemented (onnxtrain has no tunable operators to apply them to)."""
+        if results:
+            eps = sorted({str(r.get("ep", "?")) if isinstance(r, dict) else "?" for r in results})
+            raise C.NotImplemented(f"set_tuning_results: tuning results for {', '.join(eps)}: onnxtrain has no "
+                                   f"tunable operators")
+
     def io_binding(self):
         """A new ``IOBinding`` for this session."""
         return IOBinding(self)
@@ -376,6 +389,10 @@ class IOBinding:
     def get_outputs(self):
         """The last run's outputs as a list of OrtValue."""
         return [OrtValue(v) for v in self._iobinding.get_outputs()]
+
+    def get_outputs_as_ortvaluevector(self):
+        """The last run's outputs as the C ``OrtValueVector`` (no Python wrapper per value)."""
+        return self._iobinding.get_outputs()
 
     def copy_outputs_to_cpu(self):
         """Copies of the last run's outputs as numpy arrays."""
