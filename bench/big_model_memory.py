@@ -5,7 +5,13 @@ data straight from numpy, one row block at a time), input X [B, 8192], label [B,
 mean of squared differences. For each build and optimizer a fresh subprocess (so that each peak is
 its own) creates a TrainingSession from the model's path, runs a few steps, exports the trained
 model with export_model(path) and records its peak resident memory (VmHWM, reset between phases
-through /proc/self/clear_refs) per phase: session creation, first step, later steps, export.
+through /proc/self/clear_refs) per phase: session creation, first step, later steps, export, then
+save_checkpoint, one more step and load_checkpoint (which streams the file into the session's
+storage: its peak should stay near the training peak; the check weight must come back bit for bit).
+Last, the same weights as an onnxruntime on-device checkpoint (ODTC, written by CheckpointState in a
+subprocess): all of them (past onnxruntime's 1.8 GB threshold: tensors in the <path>.data sidecar)
+and the first five (tensors inside the FlatBuffer), each loaded by CheckpointState.load_checkpoint
+in a fresh process: its peak against the state's size, the check weight against the generator.
 Another subprocess then checks the export: onnx.checker on the path, one weight read from the data
 file at its recorded offset against the session's weight (bit for bit), and the model loaded back
 with onnxtrain.InferenceSession against the session's own forward pass. A last run per build sets
@@ -18,7 +24,7 @@ Usage (one build: the onnxtrain on PYTHONPATH; several: NAME=PYTHONPATH each):
   /usr/bin/python3 bench/big_model_memory.py --build before=/work/base/python --build after=build/python
 Options: --dir DIR (model and outputs; default a folder under /tmp, removed unless --keep),
 --optimizer sgd --optimizer adam, --steps 3, --batch 4, --dim 8192 --layers 9 (smaller for a quick
-run), --threads 2, --no-training-graph, --no-gradient. Needs about 5x the weights in free memory per run with
+run), --threads 2, --no-training-graph, --no-gradient, --odtc-layers N (repeatable), --no-odtc, --no-train. Needs about 5x the weights in free memory per run with
 Adam on a build that keeps gradients beside the weights; runs one measurement at a time.
 """
 import argparse
@@ -172,12 +178,30 @@ def child_train(args):
         ph.run("steps", lambda: steps(args.steps - 1))
     _, err = ph.run("write", lambda: sess.export_model(os.path.join(args.out, "written.onnx")))
     # For the check, after every measurement: one trained weight and the session's forward pass.
+    restored = None
     if not err:
+        name = weight_name(args.check_layer)
         state = sess.get_state()
-        np.save(os.path.join(args.out, "weight.npy"), state[weight_name(args.check_layer)])
+        np.save(os.path.join(args.out, "weight.npy"), state[name])
         del state
         np.save(os.path.join(args.out, "Y.npy"), sess.eval(["Y"], {"X": X})[0])
-    ph.done(losses=losses, step_times=times, write_error=err)
+        # Checkpoint round trip in the trained session (weights, gradients and optimizer state
+        # allocated): save, one more step (the weights move), load: the saved weights are back.
+        ckpt = os.path.join(args.out, "state.ckpt")
+        _, cerr = ph.run("save_ckpt", lambda: sess.save_checkpoint(ckpt))
+        if not cerr:
+            steps(1)
+            _, cerr = ph.run("load_ckpt", lambda: sess.load_checkpoint(ckpt))
+        if not cerr:
+            w = sess.get_state()[name]
+            restored = "bit-identical" if w.tobytes() == np.load(os.path.join(args.out, "weight.npy")).tobytes() \
+                else "DIFFERS"
+            del w
+        else:
+            restored = cerr
+        if os.path.exists(ckpt):
+            os.remove(ckpt)
+    ph.done(losses=losses, step_times=times, write_error=err, restored=restored)
 
 
 def child_grad(args):
@@ -193,6 +217,33 @@ def child_grad(args):
         return ph.done(error=err)
     _, err = ph.run("write", lambda: b.save(os.path.join(args.out, "written.onnx")))
     ph.done(write_error=err)
+
+
+def child_odtc_write(args):
+    """Writes the model's first --odtc-layers weights as an onnxruntime checkpoint (ODTC; in its
+    <path>.data sidecar past onnxruntime's 1.8 GB threshold)."""
+    from onnxtrain import _C
+    st = _C.CheckpointState()
+    for k in range(args.odtc_layers[-1]):
+        w = np.concatenate([rows for _, rows in weight_rows(k, args.dim, 512)])
+        st.add_parameter(weight_name(k), w, True)
+        del w
+    st.save(args.model)
+    print(json.dumps({"ok": True}))
+
+
+def child_odtc_load(args):
+    """CheckpointState.load_checkpoint(path): its peak, and the check weight against the generator."""
+    from onnxtrain.training.api import CheckpointState
+    ph = Phases()
+    state, err = ph.run("load", lambda: CheckpointState.load_checkpoint(args.model))
+    res = "-"
+    if not err:
+        k = min(args.check_layer, args.odtc_layers[-1] - 1)
+        w = state.parameters[weight_name(k)].data
+        ref = np.concatenate([rows for _, rows in weight_rows(k, args.dim, 512)])
+        res = "bit-identical" if w.tobytes() == ref.tobytes() else "DIFFERS"
+    ph.done(error=err, weight=res)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,10 +327,11 @@ def short(err, n=70):
 
 
 def table_row(row, wbytes):
-    """build, run, create, step 1, later steps, train peak, step s, write, write peak, check."""
+    """build, run, create, step 1, later steps, train peak, step s, write, write peak, checkpoint load,
+    check."""
     r, c = row["r"], row.get("check")
     if "crash" in r:
-        return [row["build"], row["run"], short(r["crash"], 90)] + [""] * 7
+        return [row["build"], row["run"], short(r["crash"], 90)] + [""] * 8
     ph = r["phases"]
 
     def peak(name):
@@ -297,13 +349,18 @@ def table_row(row, wbytes):
         check = "; ".join(f"{k} {v}" for k, v in c.items() if k in ("checker", "weight", "load")) if "crash" not in c \
             else short(c["crash"], 90)
     create = peak("create") if "build" not in ph else f"{peak('create')} / build {peak('build')}"
+    load = "-"
+    if "load_ckpt" in ph:
+        load = f"{peak('load_ckpt')}, {ph['load_ckpt']['seconds']:.1f} s, {r.get('restored')}"
+    elif r.get("restored"):
+        load = short(r["restored"])
     return [row["build"], row["run"], create, peak("step1"), peak("steps"), f"{max(train) / wbytes:.2f}x", step,
-            write, peak("write"), check]
+            write, peak("write"), load, check]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--child", choices=["train", "grad", "check"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["train", "grad", "check", "odtc_write", "odtc_load"], help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--expect", help=argparse.SUPPRESS)
@@ -321,9 +378,15 @@ def main():
     ap.add_argument("--check-layer", type=int, default=4, help="index of the weight compared after export")
     ap.add_argument("--no-training-graph", action="store_true", help="skip the model_with_training_graph_path run")
     ap.add_argument("--no-gradient", action="store_true", help="skip the GradientGraphBuilder save run")
+    ap.add_argument("--odtc-layers", type=int, action="append",
+                    help="weights in the onnxruntime-checkpoint load run (repeatable; default: all the layers, "
+                         "which pass the 1.8 GB sidecar threshold at the default size, and 5: in the FlatBuffer)")
+    ap.add_argument("--no-odtc", action="store_true", help="skip the onnxruntime-checkpoint load runs")
+    ap.add_argument("--no-train", action="store_true", help="skip the TrainingSession runs")
     args = ap.parse_args()
     if args.child:
-        return {"train": child_train, "grad": child_grad, "check": child_check}[args.child](args)
+        return {"train": child_train, "grad": child_grad, "check": child_check, "odtc_write": child_odtc_write,
+                "odtc_load": child_odtc_load}[args.child](args)
 
     builds = []
     for b in args.build:
@@ -346,7 +409,7 @@ def main():
     common = ["--dir", folder, "--steps", str(args.steps), "--threads", str(args.threads),
               "--check-layer", str(args.check_layer), "--layers", str(args.layers)]
     # (label, child arguments, check: "trained" | "generated")
-    runs = [(opt, ["--child", "train", "--optimizer", opt], "trained") for opt in optimizers]
+    runs = [] if args.no_train else [(opt, ["--child", "train", "--optimizer", opt], "trained") for opt in optimizers]
     if not args.no_training_graph:
         runs.append(("training graph (sgd)", ["--child", "train", "--optimizer", "sgd", "--training-graph"],
                      "generated"))
@@ -376,24 +439,58 @@ def main():
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
 
-    print()
-    print(f"weights W = {gib(wbytes)} GiB. Peaks: VmHWM of the phase in GiB (x W); create = session or builder "
-          "creation (load included); write = export_model(path), or the save (training graph: during create); "
-          "step = median seconds of the steps after the first")
-    hdr = ["build", "run", "create", "step 1", "later steps", "peak", "step s", "write", "write peak", "check"]
-    table = [hdr] + [table_row(row, wbytes) for row in rows]
-    widths = [max(len(str(t[i])) for t in table) for i in range(len(hdr))]
-    for i, t in enumerate(table):
-        print(" | ".join(str(v).ljust(w) for v, w in zip(t, widths)).rstrip())
-        if i == 0:
-            print("-+-".join("-" * w for w in widths))
-    print()
-    for row in rows:
-        r = row["r"]
-        if "phases" in r:
-            rss = ", ".join(f"{k} {gib(v['rss'])}" for k, v in r["phases"].items())
-            print(f"{row['build']} {row['run']}: resident after each phase (GiB): {rss}"
-                  + (f"; losses {', '.join(f'{x:.4g}' for x in r['losses'])}" if r.get("losses") else ""))
+    odtc = []
+    if not args.no_odtc:
+        for layers in sorted(set(args.odtc_layers or [args.layers, min(5, args.layers)]), reverse=True):
+            path = os.path.join(folder, f"state{layers}.ckpt")
+            argv = common + ["--dim", str(args.dim)]
+            argv[argv.index("--layers") + 1] = str(layers)
+            w = run_child(None, ["--child", "odtc_write", "--model", path, "--odtc-layers", str(layers)] + argv)
+            for bname, pypath in builds:
+                r = w if "crash" in w else run_child(pypath, ["--child", "odtc_load", "--model", path,
+                                                               "--odtc-layers", str(layers)] + argv)
+                odtc.append((bname, layers, os.path.exists(path + ".data"), r))
+            for f in (path, path + ".data"):
+                if os.path.exists(f):
+                    os.remove(f)
+            print(f"  done: onnxruntime checkpoint, {layers} weights", flush=True)
+
+    if rows:
+        print()
+        print(f"weights W = {gib(wbytes)} GiB. Peaks: VmHWM of the phase in GiB (x W); create = session or builder "
+              "creation (load included); write = export_model(path), or the save (training graph: during create); "
+              "step = median seconds of the steps after the first; load_checkpoint = the trained session's "
+              "save_checkpoint, one more step, load_checkpoint (its peak, its time, the check weight against the saved "
+              "one)")
+        hdr = ["build", "run", "create", "step 1", "later steps", "peak", "step s", "write", "write peak",
+               "load_checkpoint peak, time, weights", "check"]
+        table = [hdr] + [table_row(row, wbytes) for row in rows]
+        widths = [max(len(str(t[i])) for t in table) for i in range(len(hdr))]
+        for i, t in enumerate(table):
+            print(" | ".join(str(v).ljust(w) for v, w in zip(t, widths)).rstrip())
+            if i == 0:
+                print("-+-".join("-" * w for w in widths))
+        print()
+        for row in rows:
+            r = row["r"]
+            if "phases" in r:
+                rss = ", ".join(f"{k} {gib(v['rss'])}" for k, v in r["phases"].items())
+                print(f"{row['build']} {row['run']}: resident after each phase (GiB): {rss}"
+                      + (f"; losses {', '.join(f'{x:.4g}' for x in r['losses'])}" if r.get("losses") else ""))
+    if odtc:
+        print()
+        print("onnxruntime checkpoint (ODTC) loads, CheckpointState.load_checkpoint in a fresh process: peak (VmHWM of "
+              "the load) against the state's size S")
+        for bname, layers, sidecar, r in odtc:
+            size = layers * args.dim * args.dim * 4
+            where = "tensors in <path>.data" if sidecar else "tensors in the FlatBuffer"
+            if "crash" in r or r.get("error"):
+                print(f"  {bname}: {layers} weights ({gib(size)} GiB, {where}): {short(r.get('crash') or r['error'], 90)}")
+                continue
+            ph = r["phases"]["load"]
+            grow = ph["peak"] - r["phases"]["import"]["rss"]
+            print(f"  {bname}: {layers} weights ({gib(size)} GiB, {where}): peak {gib(ph['peak'])} GiB, "
+                  f"{grow / size:.2f}x S above the import; {ph['seconds']:.1f} s; check weight {r['weight']}")
     if not args.keep and not args.dir:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -550,6 +550,8 @@ void bind_training(py::module_& m) {
       .def("get_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_state()); })
       .def("get_model_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_model_state()); })
       .def("get_optimizer_state", [](const TrainingSession& s) { return tensors_to_dict(s.get_optimizer_state()); })
+      .def("optimizer_state_names", &TrainingSession::optimizer_state_names,
+           "get_optimizer_state()'s keys (state tensors, then 'step') without copying the state")
       .def("load_state", [](TrainingSession& s, py::dict d, bool strict) { s.load_state(dict_to_tensors(d), strict); },
            py::arg("state"), py::arg("strict") = false)
       .def("load_optimizer_state",

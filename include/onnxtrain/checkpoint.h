@@ -21,8 +21,10 @@ struct CheckpointInfo {
   std::vector<std::pair<std::string, Shape>> weights;  ///< model tensors stored (name, shape)
 };
 
-/// Reads and verifies a checkpoint written by TrainingSession::save_checkpoint. Throws
-/// InvalidArgument (truncated, corrupted, not a checkpoint, too new) or IOError.
+/// Reads the header of a checkpoint written by TrainingSession::save_checkpoint: its framing and
+/// header checksum are verified, tensor data is not read (TrainingSession::load_checkpoint verifies
+/// every tensor's checksum). Throws InvalidArgument (truncated, corrupted header, not a checkpoint,
+/// too new) or IOError.
 CheckpointInfo read_checkpoint_info(const std::string& path);
 
 /// The whole content of a file in onnxtrain's checkpoint format (the one TrainingSession writes:

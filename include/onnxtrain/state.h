@@ -67,7 +67,8 @@ struct CheckpointState {
 
   /// Reads an ODTC file (and its "<path>.data" sidecar when it has one). Throws InvalidArgument
   /// naming what is wrong (not a checkpoint, an unsupported version, a corrupt table or tensor,
-  /// data past the sidecar's end) or IOError.
+  /// data past the sidecar's end) or IOError. Tensors stored inside the FlatBuffer become views of
+  /// the file's bytes, read once (no second copy of the state); sidecar tensors are read one by one.
   static CheckpointState load(const std::string& path);
   /// Reads an ODTC checkpoint from memory (one without external data).
   static CheckpointState load_from_buffer(const void* data, size_t size);

@@ -176,6 +176,8 @@ class TrainingSession {
   std::vector<std::pair<std::string, Tensor>> get_model_state() const;
   /// Optimizer state tensors plus "step" (int64 scalar).
   std::vector<std::pair<std::string, Tensor>> get_optimizer_state() const;
+  /// get_optimizer_state()'s keys, in its order, without copying the state.
+  std::vector<std::string> optimizer_state_names() const;
   /// Overwrites initializers by name. strict: every trainable weight must be given and no
   /// unknown name; otherwise unknown names are an error and missing ones are kept.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict = false);

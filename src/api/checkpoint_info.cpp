@@ -1,6 +1,7 @@
 #include "onnxtrain/checkpoint.h"
 
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include "onnxtrain/error.h"
@@ -9,19 +10,23 @@
 namespace onnxtrain {
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
-  train::Checkpoint c = train::read_checkpoint(path);
+  // The header only: tensor data is neither read nor verified here (loads verify it).
+  auto r = std::make_unique<train::CheckpointReader>(path);
+  const train::Checkpoint& c = r->meta();
   CheckpointInfo info;
   auto opt = c.text.find("optimizer");
   if (opt != c.text.end()) info.optimizer = opt->second;
-  info.optimizer_step = c.counters["optimizer_step"];
-  info.micro_step = c.counters["micro_step"];
+  auto counter = [&](const char* k) { return c.counters.count(k) ? c.counters.at(k) : int64_t(0); };
+  info.optimizer_step = counter("optimizer_step");
+  info.micro_step = counter("micro_step");
   for (const auto& [k, v] : c.text)
     if (k.rfind("user/", 0) == 0) info.metadata[k.substr(5)] = v;
   // A partitioned checkpoint's manifest: the weights are in every shard (the same), read from the first.
   if (c.text.count("sharded") && c.text.count("shard/0") && c.text.at("shard/0").find('/') == std::string::npos)
-    c = train::read_checkpoint((std::filesystem::path(path).parent_path() / c.text.at("shard/0")).string());
-  for (const auto& [n, t] : c.tensors)
-    if (n.rfind("model/", 0) == 0) info.weights.emplace_back(n.substr(6), t.shape());
+    r = std::make_unique<train::CheckpointReader>(
+        (std::filesystem::path(path).parent_path() / c.text.at("shard/0")).string());
+  for (const auto& e : r->entries())
+    if (e.name.rfind("model/", 0) == 0) info.weights.emplace_back(e.name.substr(6), e.shape);
   return info;
 }
 

@@ -1,7 +1,5 @@
 #include "onnxtrain/session.h"
 
-#include <charconv>
-
 #include "api/session_impl.h"
 #include "ir/emitter.h"
 #include "autodiff/builder.h"
@@ -83,16 +81,9 @@ namespace {
 ModelSaveOptions optimized_model_save_options(const SessionOptions& o) {
   ModelSaveOptions r;
   const std::string file = o.config("session.optimized_model_external_initializers_file_name");
-  const std::string min_key = "session.optimized_model_external_initializers_min_size_in_bytes";
-  const std::string min_size = o.config(min_key, "1024");
   if (file.empty()) return r;
-  uint64_t threshold = 0;
-  const char* end = min_size.data() + min_size.size();
-  auto [ptr, ec] = std::from_chars(min_size.data(), end, threshold);
-  if (min_size.empty() || ec != std::errc() || ptr != end)
-    throw_error<InvalidArgument>("session config entry '", min_key, "': '", min_size, "' is not a non-negative integer");
   r.external_data = ExternalData::kAlways;
-  r.threshold = threshold;
+  r.threshold = config_byte_count(o, "session.optimized_model_external_initializers_min_size_in_bytes", "1024");
   r.location = file;
   return r;
 }

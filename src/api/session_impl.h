@@ -47,8 +47,13 @@ void apply_model_session_options(const ir::Model& model, SessionOptions& options
 /// model) and the external data files held in memory.
 ir::LoadOptions load_options_of(const SessionOptions& options);
 
-/// The load-time changes SessionOptions asks for: free dimension overrides and added initializers.
+/// The load-time changes SessionOptions asks for: free dimension overrides and added initializers
+/// for graph inputs (the model's own initializers were replaced by the loader, load_options_of).
 void apply_session_overrides(ir::Model& model, const SessionOptions& options);
+
+/// The session config entry `key` (`fallback` when unset) as a byte count: a non-negative
+/// decimal integer, else InvalidArgument naming the entry and the value.
+uint64_t config_byte_count(const SessionOptions& options, const std::string& key, const std::string& fallback);
 
 /// The executor options of SessionOptions (threads, determinism, seed, the plan passes of the
 /// optimization level, the memory options).

@@ -1,7 +1,7 @@
 // SessionOptions / RunOptions: what they change in a model and in the executor.
 #include <nlohmann/json.hpp>
 
-#include <cerrno>
+#include <charconv>
 #include <cstdlib>
 
 #include "api/session_impl.h"
@@ -140,23 +140,18 @@ void apply_session_overrides(ir::Model& model, const SessionOptions& o) {
         if (!d.param.empty() && d.param == name) d.value = value;
     }
   }
+  // The loader already replaced (and checked) the model's own initializers (load_options_of); what
+  // is left: values for graph inputs without an initializer, and names the model lacks.
   for (const auto& [name, t] : o.initializers) {
     if (!t.defined()) throw_error<InvalidArgument>("add_initializer('", name, "'): the value holds no tensor");
-    Tensor* existing = g.initializer(name);
+    if (g.initializer(name)) continue;
     const ir::ValueInfo* input = nullptr;
     for (const auto& vi : g.inputs)
       if (vi.name == name) input = &vi;
-    if (!existing && !input)
+    if (!input)
       throw_error<InvalidArgument>("add_initializer('", name, "'): the model has no initializer or input of that name");
-    if (existing) {
-      if (existing->dtype() != t.dtype() || existing->shape() != t.shape())
-        throw_error<InvalidArgument>("add_initializer('", name, "'): the value is ", t.describe(), " but the model's is ",
-                                     existing->describe());
-      *existing = t;
-    } else {
-      runtime::check_feed(*input, Value::of(t));
-      g.initializers.emplace_back(name, t);
-    }
+    runtime::check_feed(*input, Value::of(t));
+    g.initializers.emplace_back(name, t);
   }
 }
 
@@ -174,15 +169,18 @@ ExecOptions exec_options_of(const SessionOptions& o) {
   eo.inplace_aliasing = o.graph_optimization_level >= GraphOptimizationLevel::kEnableExtended;
   eo.reuse_memory = o.enable_mem_reuse;
   eo.keep_memory = o.enable_mem_pattern && o.enable_cpu_mem_arena;
-  const std::string limit = o.config("session.memory_limit_bytes", "0");
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(limit.c_str(), &end, 10);
-  if (limit.empty() || limit[0] == '-' || *end != '\0' || errno == ERANGE)
-    throw_error<InvalidArgument>("session.memory_limit_bytes must be a number of bytes (0: no session limit), got '",
-                                 limit, "'");
-  eo.memory_limit = v;
+  eo.memory_limit = config_byte_count(o, "session.memory_limit_bytes", "0");  // 0: no session limit
   return eo;
+}
+
+uint64_t config_byte_count(const SessionOptions& o, const std::string& key, const std::string& fallback) {
+  const std::string v = o.config(key, fallback);
+  uint64_t n = 0;
+  const char* end = v.data() + v.size();
+  auto [ptr, ec] = std::from_chars(v.data(), end, n);
+  if (v.empty() || ec != std::errc() || ptr != end)
+    throw_error<InvalidArgument>("session config entry '", key, "': '", v, "' is not a non-negative integer (bytes)");
+  return n;
 }
 
 }  // namespace onnxtrain

@@ -39,6 +39,14 @@ std::vector<std::pair<std::string, Tensor>> TrainingSession::get_optimizer_state
   return r;
 }
 
+std::vector<std::string> TrainingSession::optimizer_state_names() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<std::string> r;
+  for (const auto& u : impl_->optimizer_states()) r.push_back(u->key);
+  r.emplace_back("step");
+  return r;
+}
+
 void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   std::set<std::string> given;
@@ -160,12 +168,36 @@ std::optional<Tensor> TrainingSession::Impl::relayout_state(const std::string& s
   return train::relayout_state(src, *dst, weight->numel(), part);
 }
 
+namespace {
+
+// A checkpoint tensor to restore: still in the file (a single checkpoint, read straight into the
+// session's storage when the load commits) or in memory (a partitioned checkpoint's merged shards,
+// or optimizer state re-laid out for another partition).
+struct StoredTensor {
+  const train::CheckpointEntry* entry = nullptr;
+  const Tensor* memory = nullptr;
+  DType dtype() const { return memory ? memory->dtype() : entry->dtype; }
+  const Shape& shape() const { return memory ? memory->shape() : entry->shape; }
+};
+
+}  // namespace
+
 std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::string& path) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Impl& s = *impl_;
-  train::Checkpoint c = train::read_checkpoint(path);
-  if (train::is_sharded_manifest(c))
+  // A single checkpoint streams: its header is read and checked here, every tensor's checksum is
+  // verified before anything changes, and each tensor is then read into its storage (no second copy
+  // of the state). A partitioned one is merged in memory from its shards first.
+  train::CheckpointReader reader(path);
+  train::Checkpoint c = reader.meta();
+  std::vector<std::pair<std::string, StoredTensor>> stored;
+  const bool sharded = train::is_sharded_manifest(c);
+  if (sharded) {
     c = train::read_sharded_checkpoint(path, c, s.rank, s.world, s.world > 1 && s.params.deepspeed_zero_stage == 1);
+    for (const auto& [n, t] : c.tensors) stored.emplace_back(n, StoredTensor{nullptr, &t});
+  } else {
+    for (const auto& e : reader.entries()) stored.emplace_back(e.name, StoredTensor{&e, nullptr});
+  }
   if (auto kind = c.text.find("kind"); kind != c.text.end())
     throw_error<InvalidArgument>("checkpoint '", path, "' was written by ", kind->second,
                                  ", not by a TrainingSession: load it with that trainer");
@@ -179,38 +211,43 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
                                  "'");
   const int64_t step = c.counters["optimizer_step"], micro = c.counters["micro_step"];
   // Everything is validated before anything is overwritten.
-  std::vector<std::pair<Tensor*, const Tensor*>> copies;
+  std::vector<std::pair<Tensor*, StoredTensor>> copies;
   std::deque<Tensor> owned;  // re-laid-out optimizer state (stable addresses)
-  std::map<std::string, const Tensor*> opt_state, accum;
-  for (const auto& [n, t] : c.tensors) {
+  std::map<std::string, StoredTensor> opt_state, accum;
+  for (const auto& [n, t] : stored) {
     if (n.rfind("model/", 0) == 0) {
       const std::string w = n.substr(6);
       Tensor* dst = s.initializer(w);
       if (!dst || dst->shape() != t.shape() || dst->dtype() != t.dtype())
         throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", w, "' does not match the model");
-      copies.emplace_back(dst, &t);
+      copies.emplace_back(dst, t);
     } else if (n.rfind("optimizer/", 0) == 0) {
-      opt_state[n.substr(10)] = &t;
+      opt_state[n.substr(10)] = t;
     } else if (n.rfind("accumulator/", 0) == 0) {
-      accum[n.substr(12)] = &t;
+      accum[n.substr(12)] = t;
     }
   }
-  auto restore = [&](const std::map<std::string, const Tensor*>& from, const std::string& key, const std::string& state,
+  auto restore = [&](const std::map<std::string, StoredTensor>& from, const std::string& key, const std::string& state,
                      const char* what) {
     auto it = from.find(key);
     Tensor* dst = s.state(state);
     if (it == from.end()) throw_error<InvalidArgument>(what, " '", key, "' is missing");
-    const Tensor& src = *it->second;
+    const StoredTensor& src = it->second;
     if (src.shape() == dst->shape() && src.dtype() == dst->dtype()) {
-      copies.emplace_back(dst, &src);
+      copies.emplace_back(dst, src);
       return;
     }
-    if (std::optional<Tensor> t = s.relayout_state(state, src)) {
+    // Another partition of the state (ZeRO-1 over another number of ranks): this one tensor is read
+    // to be re-laid out.
+    std::optional<Tensor> read;
+    if (!src.memory) read = reader.read(*src.entry);
+    if (std::optional<Tensor> t = s.relayout_state(state, src.memory ? *src.memory : *read)) {
       owned.push_back(std::move(*t));
-      copies.emplace_back(dst, &owned.back());
+      copies.emplace_back(dst, StoredTensor{nullptr, &owned.back()});
       return;
     }
-    throw_error<InvalidArgument>(what, " '", key, "' is ", src.describe(), ", expected ", dst->describe());
+    throw_error<InvalidArgument>(what, " '", key, "' is ", dtype_name(src.dtype()), shape_to_string(src.shape()),
+                                 ", expected ", dst->describe());
   };
   // Format 1 kept optimizer state at zero before the first update (its optimizer applied Adagrad's
   // initial_accumulator_value then); the training graph's state starts from its initial value.
@@ -230,7 +267,20 @@ std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::s
     if (v.empty() || *end || !(scale > 0) || !std::isfinite(scale) || c.counters["amp/stable_steps"] < 0)
       throw_error<InvalidArgument>("checkpoint '", path, "': damaged loss scaler state (loss scale '", v, "')");
   }
-  for (auto& [dst, src] : copies) dst->copy_from(*src);
+  if (!sharded) reader.verify_all();
+  for (auto& [dst, src] : copies) {
+    if (src.memory) {
+      dst->copy_from(*src.memory);
+      continue;
+    }
+    // Verified above: a mismatch now means the file changed while it was being loaded.
+    try {
+      reader.read_into(*src.entry, dst->raw_data());
+    } catch (const InvalidArgument& e) {
+      throw_error<InvalidArgument>(e.what(), " while it was being loaded (the file changed after its checksums were "
+                                   "verified); the session's state is now partly overwritten");
+    }
+  }
   s.driver.step = step;
   s.driver.micro = micro;
   if (s.fp16 && c.text.count("amp/loss_scale")) {

@@ -5,8 +5,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "onnxtrain/error.h"
@@ -18,8 +20,8 @@ namespace {
 constexpr char kMagic[16] = {'O', 'N', 'N', 'X', 'T', 'R', 'A', 'I', 'N', '-', 'C', 'K', 'P', 'T', 0, 0};
 constexpr char kEndMagic[16] = {'O', 'N', 'N', 'X', 'T', 'R', 'A', 'I', 'N', '-', 'E', 'N', 'D', 0, 0, 0};
 
-uint32_t crc_of(const void* data, uint64_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
+// CRC-32 of `n` more bytes after `c` (crc32(0, Z_NULL, 0) to start).
+uLong crc_update(uLong c, const void* data, uint64_t n) {
   const auto* p = static_cast<const Bytef*>(data);
   while (n > 0) {
     const uInt chunk = uInt(std::min<uint64_t>(n, 1u << 30));
@@ -27,8 +29,10 @@ uint32_t crc_of(const void* data, uint64_t n) {
     p += chunk;
     n -= chunk;
   }
-  return uint32_t(c);
+  return c;
 }
+
+uint32_t crc_of(const void* data, uint64_t n) { return uint32_t(crc_update(crc32(0L, Z_NULL, 0), data, n)); }
 
 struct Writer {
   std::string buf;
@@ -138,19 +142,19 @@ void write_checkpoint(const std::string& path, const Checkpoint& c) {
   f.commit();
 }
 
-Checkpoint read_checkpoint(const std::string& path) {
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) {
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) {
     if (errno == ENOENT) throw_error<NoSuchFile>("cannot open checkpoint '", path, "': ", std::strerror(errno));
     throw_error<IOError>("cannot open checkpoint '", path, "': ", std::strerror(errno));
   }
+  Fd owner{fd_};  // closes the file if the constructor throws
   struct stat st;
-  if (fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) throw_error<IOError>("checkpoint '", path, "' is not a regular file");
+  if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw_error<IOError>("checkpoint '", path, "' is not a regular file");
   const uint64_t size = uint64_t(st.st_size);
   if (size < 32 + 24) throw_error<InvalidArgument>("checkpoint '", path, "' is truncated (", size, " bytes)");
   char pre[32];
-  read_all(f.fd, pre, 32, 0, path);
+  read_all(fd_, pre, 32, 0, path);
   if (std::memcmp(pre, kMagic, 16) != 0) throw_error<InvalidArgument>("'", path, "' is not an onnxtrain checkpoint");
   uint32_t version, hcrc;
   uint64_t hlen;
@@ -164,17 +168,17 @@ Checkpoint read_checkpoint(const std::string& path) {
   if (hlen > size - 32) throw_error<InvalidArgument>("checkpoint '", path, "' is truncated (header)");
   // The trailer records the total size: a shorter file was cut.
   char tail[24];
-  read_all(f.fd, tail, 24, size - 24, path);
+  read_all(fd_, tail, 24, size - 24, path);
   uint64_t total = 0;
   std::memcpy(&total, tail + 16, 8);
   if (std::memcmp(tail, kEndMagic, 16) != 0 || total != size)
     throw_error<InvalidArgument>("checkpoint '", path, "' is truncated or damaged (end marker missing)");
   std::string header(size_t(hlen), '\0');
-  read_all(f.fd, header.data(), hlen, 32, path);
+  read_all(fd_, header.data(), hlen, 32, path);
   if (crc_of(header.data(), header.size()) != hcrc)
     throw_error<InvalidArgument>("checkpoint '", path, "' has a corrupted header (checksum mismatch)");
   Reader r{header.data(), header.size(), 0, path};
-  Checkpoint c;
+  Checkpoint& c = meta_;
   c.version = version;
   c.fingerprint = r.str();
   for (uint32_t i = 0, n = r.u32(); i < n; ++i) {
@@ -188,27 +192,65 @@ Checkpoint read_checkpoint(const std::string& path) {
   const uint64_t data_start = 32 + hlen;
   const uint64_t data_end = size - 24;
   for (uint32_t i = 0, n = r.u32(); i < n; ++i) {
-    std::string name = r.str();
+    CheckpointEntry e;
+    e.name = r.str();
     const int32_t dt = r.i32();
     const uint32_t rank = r.u32();
-    if (rank > 64) throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", name, "' has rank ", rank);
-    Shape shape;
-    for (uint32_t k = 0; k < rank; ++k) shape.push_back(r.i64());
-    const uint64_t off = r.u64(), nbytes = r.u64();
-    const uint32_t crc = r.u32();
-    const DType d = static_cast<DType>(dt);
+    if (rank > 64) throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", e.name, "' has rank ", rank);
+    for (uint32_t k = 0; k < rank; ++k) e.shape.push_back(r.i64());
+    const uint64_t off = r.u64();
+    e.nbytes = r.u64();
+    e.crc = r.u32();
+    e.dtype = static_cast<DType>(dt);
     int64_t numel;
-    if (dt <= 0 || dt > 16 || !dtype_supported(d) || d == DType::kString || !checked_numel(shape, &numel) ||
-        uint64_t(numel) * dtype_size(d) != nbytes)
-      throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", name, "' has an invalid type or shape");
-    if (off > data_end - data_start || nbytes > data_end - data_start - off)
-      throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", name, "' runs past the end of the file");
-    Tensor t = Tensor::empty(d, shape);
-    read_all(f.fd, t.raw_data(), nbytes, data_start + off, path);
-    if (crc_of(t.raw_data(), nbytes) != crc)
-      throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", name, "' is corrupted (checksum mismatch)");
-    c.tensors.emplace_back(std::move(name), std::move(t));
+    if (dt <= 0 || dt > 16 || !dtype_supported(e.dtype) || e.dtype == DType::kString ||
+        !checked_numel(e.shape, &numel) || uint64_t(numel) * dtype_size(e.dtype) != e.nbytes)
+      throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", e.name, "' has an invalid type or shape");
+    if (off > data_end - data_start || e.nbytes > data_end - data_start - off)
+      throw_error<InvalidArgument>("checkpoint '", path, "': tensor '", e.name, "' runs past the end of the file");
+    e.offset = data_start + off;
+    entries_.push_back(std::move(e));
   }
+  owner.fd = -1;
+}
+
+CheckpointReader::~CheckpointReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void CheckpointReader::read_into(const CheckpointEntry& e, void* dst) const {
+  read_all(fd_, dst, e.nbytes, e.offset, path_);
+  if (crc_of(dst, e.nbytes) != e.crc)
+    throw_error<InvalidArgument>("checkpoint '", path_, "': tensor '", e.name, "' is corrupted (checksum mismatch)");
+}
+
+Tensor CheckpointReader::read(const CheckpointEntry& e) const {
+  Tensor t = Tensor::empty(e.dtype, e.shape);
+  read_into(e, t.raw_data());
+  return t;
+}
+
+void CheckpointReader::verify_all() const {
+  constexpr uint64_t kChunk = uint64_t(8) << 20;
+  std::vector<char> buf;
+  for (const CheckpointEntry& e : entries_) {
+    buf.resize(size_t(std::min(e.nbytes, kChunk)));
+    uLong c = crc32(0L, Z_NULL, 0);
+    for (uint64_t done = 0; done < e.nbytes;) {
+      const uint64_t k = std::min(e.nbytes - done, kChunk);
+      read_all(fd_, buf.data(), k, e.offset + done, path_);
+      c = crc_update(c, buf.data(), k);
+      done += k;
+    }
+    if (uint32_t(c) != e.crc)
+      throw_error<InvalidArgument>("checkpoint '", path_, "': tensor '", e.name, "' is corrupted (checksum mismatch)");
+  }
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  CheckpointReader r(path);
+  Checkpoint c = r.meta();
+  for (const CheckpointEntry& e : r.entries()) c.tensors.emplace_back(e.name, r.read(e));
   return c;
 }
 

@@ -37,6 +37,47 @@ void write_checkpoint(const std::string& path, const Checkpoint& c);
 /// too-new version, not a checkpoint) or IOError.
 Checkpoint read_checkpoint(const std::string& path);
 
+/// Where one tensor lies in a checkpoint file (type, shape and range already checked).
+struct CheckpointEntry {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  uint64_t offset = 0;  ///< absolute offset in the file
+  uint64_t nbytes = 0;
+  uint32_t crc = 0;
+};
+
+/// An open checkpoint whose framing (magic, version, header checksum, end marker and size) and
+/// tensor table are verified on construction; tensor data is read on demand, straight into the
+/// caller's storage, each tensor's checksum verified as it is read. Loads stream through it: no
+/// second copy of the state is held.
+class CheckpointReader {
+ public:
+  /// Opens and verifies `path`; throws as read_checkpoint does.
+  explicit CheckpointReader(const std::string& path);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  /// Version, fingerprint, counters and text (its `tensors` is empty).
+  const Checkpoint& meta() const { return meta_; }
+  const std::vector<CheckpointEntry>& entries() const { return entries_; }
+  const std::string& path() const { return path_; }
+  /// Reads `e` into `dst` (e.nbytes bytes) and verifies its checksum; on a mismatch `dst` holds
+  /// the damaged bytes and InvalidArgument names the tensor.
+  void read_into(const CheckpointEntry& e, void* dst) const;
+  /// `e` as a new tensor.
+  Tensor read(const CheckpointEntry& e) const;
+  /// Verifies every tensor's checksum through a bounded buffer (nothing is kept).
+  void verify_all() const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  Checkpoint meta_;
+  std::vector<CheckpointEntry> entries_;
+};
+
 /// Identifies a model's trainable structure: float initializers (names, types, shapes) and the
 /// trained weights.
 std::string model_fingerprint(const ir::Model& m, const std::vector<std::string>& trained);

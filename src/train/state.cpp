@@ -39,6 +39,9 @@ struct Reader {
   std::string sidecar;       // "" without external data
   std::ifstream data;        // the sidecar, opened on first use
   uint64_t data_size = 0;
+  // The file's bytes when they are ours (loaded from a path): tensors inside the FlatBuffer are
+  // then views of them (no second copy of the state); null for a caller's buffer (copied).
+  std::shared_ptr<std::string> file;
 
   template <class... A>
   [[noreturn]] void fail(const A&... a) const {
@@ -98,6 +101,13 @@ struct Reader {
     if ((raw ? raw->size() : 0) != nbytes)
       fail("tensor '", name, "' holds ", raw ? raw->size() : 0, " bytes, its shape ", shape_to_string(shape), " of ",
            dtype_name(dt), " needs ", nbytes);
+    if (file && nbytes) {  // a view of the file's bytes when aligned for its element type
+      char* view = file->data() + (raw->data() - reinterpret_cast<const uint8_t*>(file->data()));
+      if (reinterpret_cast<uintptr_t>(view) % dtype_size(dt) == 0) {
+        p.data = Tensor::wrap(dt, shape, view, file);
+        return {std::move(name), std::move(p)};
+      }
+    }
     p.data = Tensor::empty(dt, shape);
     if (nbytes) std::memcpy(p.data.raw_data(), raw->data(), nbytes);
     return {std::move(name), std::move(p)};
@@ -278,18 +288,18 @@ uint64_t tensor_bytes(const CheckpointState& s, bool include_optimizer_state) {
 }  // namespace
 
 CheckpointState CheckpointState::load(const std::string& path) {
-  const std::string bytes = core::read_regular_file(path, "checkpoint", [&](uint64_t size) {
+  std::string bytes = core::read_regular_file(path, "checkpoint", [&](uint64_t size) {
     if (size > kMaxFlatBuffer)
       throw_error<InvalidArgument>("checkpoint '", path, "' is ", size, " bytes: an onnxruntime checkpoint is one "
                                    "FlatBuffer, under 2 GiB (larger states keep their tensors in '<path>.data')");
   });
-  Reader r{"checkpoint '" + path + "'", sidecar_of(path), {}, 0};
-  return r.read(bytes.data(), bytes.size());
+  Reader r{"checkpoint '" + path + "'", sidecar_of(path), {}, 0, std::make_shared<std::string>(std::move(bytes))};
+  return r.read(r.file->data(), r.file->size());
 }
 
 CheckpointState CheckpointState::load_from_buffer(const void* data, size_t size) {
   if (!data && size) throw_error<InvalidArgument>("checkpoint buffer is null");
-  Reader r{"checkpoint buffer", "", {}, 0};
+  Reader r{"checkpoint buffer", "", {}, 0, nullptr};
   return r.read(data, size);
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 
+#include "ml_reference.h"
 #include "test_util.h"
 
 using namespace ot_test;
@@ -21,14 +22,6 @@ RunOptions ml(bool constants = false, int64_t opset = 1) {
   o.domain_opset = opset;
   o.inputs_as_constants = constants;
   return o;
-}
-
-ir::Attribute attr_strings(const std::string& name, const std::vector<std::string>& v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kStrings;
-  a.strings = v;
-  return a;
 }
 
 /// Expects f to throw an onnxtrain error whose message holds every needle.
@@ -62,14 +55,6 @@ Tensor random_input(std::mt19937& rng, DType dt, const Shape& s, std::vector<dou
   return x;
 }
 
-// ---------------------------------------------------------------- post_transform references
-double ref_logistic(double v) { return 1.0 / (1.0 + std::exp(-v)); }
-// Winitzki's erf^-1 approximation (a = 0.147): onnxruntime's PROBIT.
-double ref_probit(double p) {
-  const double x = 2 * p - 1, a = 0.147, pi = 3.14159;
-  const double ln = std::log(1 - x * x), t = 2 / (pi * a) + ln / 2;
-  return std::sqrt(2.0) * (x < 0 ? -1 : 1) * std::sqrt(std::sqrt(t * t - ln / a) - t);
-}
 void ref_transform(std::vector<double>& s, const std::string& t) {
   if (s.size() == 1 && t != "PROBIT") return;  // one score: only PROBIT applies
   if (t == "LOGISTIC")

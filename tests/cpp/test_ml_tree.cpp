@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "ml_reference.h"
 #include "test_util.h"
 
 namespace ot_test {
@@ -23,14 +24,6 @@ namespace {
 
 const char* kMl = "ai.onnx.ml";
 const char* kModes[] = {"BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"};
-
-ir::Attribute strings_attr(const std::string& name, const std::vector<std::string>& v) {
-  ir::Attribute a;
-  a.name = name;
-  a.type = ir::AttrType::kStrings;
-  a.strings = v;
-  return a;
-}
 
 std::vector<float> to_floats(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
@@ -57,7 +50,7 @@ struct Ensemble {
   std::vector<ir::Attribute> attrs(bool classifier, bool as_tensor = false) const {
     const std::string w = classifier ? "class_" : "target_";
     std::vector<ir::Attribute> a = {attr_ints("nodes_treeids", tree),         attr_ints("nodes_nodeids", node),
-                                    attr_ints("nodes_featureids", feature),   strings_attr("nodes_modes", mode),
+                                    attr_ints("nodes_featureids", feature),   attr_strings("nodes_modes", mode),
                                     attr_ints("nodes_truenodeids", yes),      attr_ints("nodes_falsenodeids", no),
                                     attr_ints("nodes_missing_value_tracks_true", missing),
                                     attr_ints(w + "treeids", w_tree),         attr_ints(w + "nodeids", w_node),
@@ -115,13 +108,6 @@ struct Reference {
   }
 };
 
-double ref_logistic(double v) { return 1 / (1 + std::exp(-v)); }
-// sqrt(2) erfinv(2p - 1) by Winitzki's approximation (a = 0.147), the formula onnxruntime uses.
-double ref_probit(double p) {
-  const double x = 2 * p - 1, a = 0.147, pi = 3.14159265358979323846;
-  const double l = std::log(1 - x * x), t = 2 / (pi * a) + l / 2;
-  return std::sqrt(2.0) * (x < 0 ? -1 : 1) * std::sqrt(std::sqrt(t * t - l / a) - t);
-}
 std::vector<double> ref_transform(const std::string& post, std::vector<double> s) {
   if (post == "LOGISTIC")
     for (double& v : s) v = ref_logistic(v);
@@ -310,7 +296,7 @@ void check_classifier(const ClsCase& c, unsigned seed) {
   std::vector<std::string> names;
   for (int64_t k = 0; k < c.classes; ++k) labels.push_back(10 * k + 7), names.push_back("class_" + std::to_string(k));
   auto attrs = e.attrs(true);
-  attrs.push_back(c.strings ? strings_attr("classlabels_strings", names) : attr_ints("classlabels_int64s", labels));
+  attrs.push_back(c.strings ? attr_strings("classlabels_strings", names) : attr_ints("classlabels_int64s", labels));
   attrs.push_back(attr_string("post_transform", c.post));
   RunOptions o;
   o.domain = kMl;
@@ -624,7 +610,7 @@ TEST(MlTree, MalformedModelsAreRefused) {
   // Classifiers: labels of both kinds, none, a single one; class id out of range.
   auto c = small_tree().attrs(true);
   c.push_back(attr_ints("classlabels_int64s", {0, 1}));
-  c.push_back(strings_attr("classlabels_strings", {"a", "b"}));
+  c.push_back(attr_strings("classlabels_strings", {"a", "b"}));
   expect_refused(c, "InvalidModel", "classlabels_int64s and classlabels_strings are both given", true);
   expect_refused(small_tree().attrs(true), "InvalidModel", "no class labels", true);
   c = small_tree().attrs(true);

@@ -49,7 +49,7 @@ import warnings
 import numpy as np
 
 from .._errors import NotImplemented as _NotImplemented
-from ..training._session import TrainingParameters, TrainingSession
+from ..training._session import TrainingParameters, TrainingSession, _is_ort_count, _step_from_ort_count
 from ..training.amp.loss_scaler import new_scale_state, share_scale_state
 from ..training.optim.config import AdamConfig, LambConfig, SGDConfig
 from ..training.orttrainer import ORTTrainer as _NewTrainer
@@ -569,20 +569,19 @@ class ORTTrainer:
             self.state_dict_, self.strict_ = state_dict, strict
             return
         current = self.session._initializers()
-        opt_names = set(self._optimizer_state()) if self.training_optimizer_name_ != "SGDOptimizer" else set()
-        weights, opt, count = {}, {}, None
+        opt_names = self.session._ort_optimizer_state_names() if self.training_optimizer_name_ != "SGDOptimizer" \
+            else set()
+        weights, opt = {}, {}
         for name, value in state_dict.items():
             if name in current:
                 weights[name] = np.asarray(_to_numpy(value), dtype=current[name].dtype).reshape(current[name].shape)
             elif name in opt_names:
-                if name == "Step" or name.startswith("Update_Count_"):
-                    count = int(np.asarray(_to_numpy(value)).reshape(-1)[0])
+                if _is_ort_count(name):
+                    opt["step"] = _step_from_ort_count(_to_numpy(value))
                 else:
                     opt[name] = np.asarray(_to_numpy(value), dtype=np.float32)
             elif strict:
                 raise RuntimeError(f"Checkpoint tensor: {name} is not present in the model.")
-        if count is not None:
-            opt["step"] = np.array(max(count - 1, 0), dtype=np.int64)
         global_step = self.global_step_  # onnxruntime's load_state_dict leaves it as it is
         self.session._sess.load_state(weights, False)
         if opt:

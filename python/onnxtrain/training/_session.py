@@ -79,6 +79,16 @@ for _name, _default in _UNSUPPORTED.items():
     setattr(TrainingParameters, _name, _unsupported_field(_name, _default))
 
 
+
+def _is_ort_count(name):
+    """Whether ``name`` is one of onnxruntime's optimizer step counters (``Step``, ``Update_Count_<w>``)."""
+    return name == "Step" or name.startswith("Update_Count_")
+
+
+def _step_from_ort_count(value):
+    """onnxtrain's optimizer step (int64 scalar, from 0) from onnxruntime's counter (int64 [1], from 1)."""
+    return np.array(max(int(np.asarray(value).reshape(-1)[0]) - 1, 0), dtype=np.int64)
+
 class TrainingSession:
     """Trains a model that contains its loss (onnxruntime-training's TrainingSession).
 
@@ -183,15 +193,26 @@ class TrainingSession:
         """Every initializer of the model by name (numpy copies)."""
         return self._sess.get_state()
 
+    def _ort_count_names(self, internal_names):
+        """onnxruntime's names for the optimizer's step counter: ``Update_Count_<w>`` per trained
+        weight (Adam, AdamW), ``Step`` (Lamb); none when the optimizer has no state (SGD)."""
+        if not set(internal_names) - {"step"}:
+            return []
+        if self.parameters.training_optimizer_name.startswith("Adam"):  # AdamOptimizer, AdamWOptimizer
+            return [f"Update_Count_{w}" for w in self._sess.trained_weights()]
+        return ["Step"]
+
     def _ort_optimizer_state(self):
         """The optimizer state under onnxruntime's names (see get_state)."""
         flat = dict(self._sess.get_optimizer_state())
         count = np.array([int(np.asarray(flat.pop("step"))) + 1], dtype=np.int64)
-        if self.parameters.training_optimizer_name.startswith("Adam"):  # AdamOptimizer, AdamWOptimizer
-            flat.update({f"Update_Count_{w}": count.copy() for w in self._sess.trained_weights()})
-        elif flat:
-            flat["Step"] = count
+        flat.update({n: count.copy() for n in self._ort_count_names(list(flat) + ["step"])})
         return flat
+
+    def _ort_optimizer_state_names(self):
+        """The keys of _ort_optimizer_state() without copying the state."""
+        names = self._sess.optimizer_state_names()
+        return {n for n in names if n != "step"} | set(self._ort_count_names(names))
 
     def get_model_state(self, include_mixed_precision_weights=False):
         """``{'full_precision': {weight: array}}`` for the trained weights."""
@@ -217,20 +238,18 @@ class TrainingSession:
         ValueError; with ``strict``, every trained weight must be given."""
         if "full_precision" in state and isinstance(state["full_precision"], dict):
             state = state["full_precision"]
-        weights, optimizer, count = {}, {}, None
-        known = set(self._sess.get_optimizer_state())
+        weights, optimizer = {}, {}
+        known = set(self._sess.optimizer_state_names())
         for name, value in state.items():
-            if name == "Step" or name.startswith("Update_Count_"):
+            if _is_ort_count(name):
                 if not known - {"step"}:
                     raise ValueError(f"load_state: {name!r} is optimizer state, and this session's optimizer "
                                      f"({self.parameters.training_optimizer_name}) has none")
-                count = int(np.asarray(value).reshape(-1)[0])
+                optimizer["step"] = _step_from_ort_count(value)
             elif name in known:
                 optimizer[name] = np.asarray(value)
             else:
                 weights[name] = np.asarray(value)
-        if count is not None:
-            optimizer["step"] = np.array(max(count - 1, 0), dtype=np.int64)
         self._sess.load_state(weights, bool(strict))
         if optimizer:
             self._sess.load_optimizer_state(optimizer, False)

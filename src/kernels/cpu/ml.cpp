@@ -13,10 +13,59 @@
 #include <unordered_map>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/ml_common.h"
 #include "kernels/registry.h"
 #include "kernels/shape/ml.h"
 
 namespace onnxtrain::kernels::cpu {
+
+// ---------------------------------------------------------------- post_transform (ml_common.h)
+float ml_logistic(float v) {
+  const float e = 1.f / (1.f + std::exp(-std::fabs(v)));
+  return v < 0 ? 1.f - e : e;
+}
+
+float ml_probit(float p) {
+  // Winitzki's approximation of erf^-1 (a = 0.147), with onnxruntime's constants and order.
+  const float x = 2.f * p - 1.f;
+  const float sign = x < 0 ? -1.f : 1.f;
+  const float ln = std::log((1.f - x) * (1.f + x));
+  const float t = 2.f / (3.14159f * 0.147f) + 0.5f * ln;
+  const float t2 = 1.f / 0.147f * ln;
+  return 1.41421356f * sign * std::sqrt(-t + std::sqrt(t * t - t2));
+}
+
+void ml_transform_row(float* s, int64_t n, shape::PostTransform t) {
+  if (n == 1 && t != shape::PostTransform::kProbit) return;
+  switch (t) {
+    case shape::PostTransform::kNone: break;
+    case shape::PostTransform::kProbit:
+      for (int64_t k = 0; k < n; ++k) s[k] = ml_probit(s[k]);
+      break;
+    case shape::PostTransform::kLogistic:
+      for (int64_t k = 0; k < n; ++k) s[k] = ml_logistic(s[k]);
+      break;
+    case shape::PostTransform::kSoftmax:
+    case shape::PostTransform::kSoftmaxZero: {
+      // SOFTMAX_ZERO leaves scores within 1e-7 of zero out of the sum (they become ~0).
+      const bool skip_zero = t == shape::PostTransform::kSoftmaxZero;
+      float mx = std::numeric_limits<float>::lowest();
+      for (int64_t k = 0; k < n; ++k) mx = std::max(mx, s[k]);
+      const float zero_scale = std::exp(-mx);
+      float sum = 0.f;
+      for (int64_t k = 0; k < n; ++k) {
+        if (skip_zero && std::fabs(s[k]) <= 1e-7f) {
+          s[k] *= zero_scale;
+        } else {
+          s[k] = std::exp(s[k] - mx);
+          sum += s[k];
+        }
+      }
+      for (int64_t k = 0; k < n; ++k) s[k] /= sum;
+      break;
+    }
+  }
+}
 
 namespace {
 
@@ -69,61 +118,11 @@ const float* float_input(RunContext& ctx) {
   return input_as_float(ctx, 0, ws);
 }
 
-// ---------------------------------------------------------------- post_transform (onnxruntime's)
-float logistic(float v) {
-  const float e = 1.f / (1.f + std::exp(-std::fabs(v)));
-  return v < 0 ? 1.f - e : e;
-}
-
-// Winitzki's approximation of erf^-1 (a = 0.147), the one onnxruntime's PROBIT uses.
-float erfinv_approx(float x) {
-  const float sign = x < 0 ? -1.f : 1.f;
-  const float ln = std::log((1.f - x) * (1.f + x));
-  const float t = 2.f / (3.14159f * 0.147f) + 0.5f * ln;
-  return sign * std::sqrt(std::sqrt(t * t - ln / 0.147f) - t);
-}
-
-float probit(float p) { return 1.41421356f * erfinv_approx(2.f * p - 1.f); }
-
-/// Applies post_transform to one row of n scores in place. A single score is transformed only by
-/// PROBIT, as onnxruntime does (its LOGISTIC and softmaxes leave one score as it is).
-void transform_row(float* s, int64_t n, PostTransform t) {
-  if (n == 1 && t != PostTransform::kProbit) return;
-  switch (t) {
-    case PostTransform::kNone: break;
-    case PostTransform::kProbit:
-      for (int64_t k = 0; k < n; ++k) s[k] = probit(s[k]);
-      break;
-    case PostTransform::kLogistic:
-      for (int64_t k = 0; k < n; ++k) s[k] = logistic(s[k]);
-      break;
-    case PostTransform::kSoftmax:
-    case PostTransform::kSoftmaxZero: {
-      // SOFTMAX_ZERO leaves scores within 1e-7 of zero out of the sum (they become ~0).
-      const bool skip_zero = t == PostTransform::kSoftmaxZero;
-      float mx = std::numeric_limits<float>::lowest();
-      for (int64_t k = 0; k < n; ++k) mx = std::max(mx, s[k]);
-      const float zero_scale = std::exp(-mx);
-      float sum = 0.f;
-      for (int64_t k = 0; k < n; ++k) {
-        if (skip_zero && std::fabs(s[k]) <= 1e-7f) {
-          s[k] *= zero_scale;
-        } else {
-          s[k] = std::exp(s[k] - mx);
-          sum += s[k];
-        }
-      }
-      for (int64_t k = 0; k < n; ++k) s[k] /= sum;
-      break;
-    }
-  }
-}
-
 /// The two columns onnxruntime writes for a binary classifier's single score s: [-s, s] when raw
 /// scores are asked for (NONE, SVM without probabilities), else [1 - s', s'] with s' the
 /// transformed score (PROBIT; the other transforms leave a single score as it is).
 void binary_columns(float s, PostTransform t, bool negate, float* out) {
-  transform_row(&s, 1, t);
+  ml_transform_row(&s, 1, t);
   out[0] = negate ? -s : 1.f - s;
   out[1] = s;
 }
@@ -175,10 +174,10 @@ class LinearClassifierKernel final : public Kernel {
         else if (s_.labels.use_strings) out_data<std::string>(ctx, 0)[n] = pos ? "1" : "0";
         else out_data<int64_t>(ctx, 0)[n] = pos ? 1 : 0;
         if (cols == 2) binary_columns(row[0], s_.post, false, row);
-        else transform_row(row, 1, s_.post);
+        else ml_transform_row(row, 1, s_.post);
       } else {
         write_label(ctx, s_.labels, n, size_t(std::max_element(row, row + t) - row));
-        transform_row(row, t, s_.post);
+        ml_transform_row(row, t, s_.post);
       }
     }
   }
@@ -204,7 +203,7 @@ class LinearRegressorKernel final : public Kernel {
     const int64_t t = s_.targets;
     for (int64_t n = 0; n < n_; ++n) {
       affine_row(x + n * c_, s_.coefficients, s_.intercepts, t, c_, y + n * t);
-      transform_row(y + n * t, t, s_.post);
+      ml_transform_row(y + n * t, t, s_.post);
     }
   }
 
@@ -330,21 +329,21 @@ class SvmClassifierKernel final : public Kernel {
         int64_t pair = 0;
         for (int64_t i = 0; i < k; ++i)
           for (int64_t j = i + 1; j < k; ++j, ++pair) {
-            const float pr = 1.f - logistic(scores[pair] * s_.prob_a[size_t(pair)] + s_.prob_b[size_t(pair)]);
+            const float pr = 1.f - ml_logistic(scores[pair] * s_.prob_a[size_t(pair)] + s_.prob_b[size_t(pair)]);
             const float clipped = std::min(std::max(pr, 1e-7f), 1.f - 1e-7f);
             sc.pairwise[i * k + j] = clipped;
             sc.pairwise[j * k + i] = 1.f - clipped;
           }
         pairwise_to_probabilities(k, sc.pairwise, sc.q, sc.qp, sc.p);
         for (int64_t c = 0; c < k; ++c) row[c] = float(sc.p[c]);
-        transform_row(row, k, s_.post);
+        ml_transform_row(row, k, s_.post);
       } else if (s_.svc && k == 2) {
         binary_columns(scores[0], s_.post, s_.post == PostTransform::kNone, row);
       } else if (s_.svc) {
-        transform_row(row, s_.pairs(), s_.post);
+        ml_transform_row(row, s_.pairs(), s_.post);
       } else {
         std::copy(scores, scores + k, row);
-        transform_row(row, k, s_.post);
+        ml_transform_row(row, k, s_.post);
       }
     }
   }
@@ -407,7 +406,7 @@ class SvmRegressorKernel final : public Kernel {
       }
       y[n] = float(sum + s_.rho[0]);
       if (s_.one_class) y[n] = y[n] > 0.f ? 1.f : -1.f;
-      else transform_row(y + n, 1, s_.post);
+      else ml_transform_row(y + n, 1, s_.post);
     }
   }
 

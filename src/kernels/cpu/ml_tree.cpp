@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/common.h"
+#include "kernels/cpu/ml_common.h"
 #include "kernels/registry.h"
 #include "kernels/shape/ml_tree.h"
 
@@ -31,7 +32,7 @@ namespace {
 using shape::TreeAggregate;
 using shape::TreeEnsembleSpec;
 using shape::TreeMode;
-using shape::TreePostTransform;
+using shape::PostTransform;
 
 /// A node in the threshold type TH. Branch: yes/no are node indices; leaf: the leaf's weights are
 /// [yes, yes + no).
@@ -142,55 +143,11 @@ struct FlatEnsemble {
   }
 };
 
-// ---- post transforms, in float as onnxruntime computes them
-float logistic(float x) {
-  const float v = 1.f / (1.f + std::exp(-std::abs(x)));
-  return x < 0 ? 1.f - v : v;
-}
-
-// sqrt(2) erfinv(2 p - 1) with the erfinv approximation of Winitzki (a = 0.147), onnxruntime's.
-float probit(float p) {
-  float x = 2.f * p - 1.f;
-  const float sgn = x < 0 ? -1.f : 1.f;
-  x = (1.f - x) * (1.f + x);
-  const float lg = std::log(x);
-  const float v = 2.f / (3.14159265f * 0.147f) + 0.5f * lg;
-  const float v2 = 1.f / 0.147f * lg;
-  return 1.41421356f * sgn * std::sqrt(-v + std::sqrt(v * v - v2));
-}
-
 // Writes post(s[0..n)) to z (n >= 2).
 template <class TH>
-void write_transformed(const TH* s, int64_t n, TreePostTransform post, float* z) {
-  switch (post) {
-    case TreePostTransform::kProbit:
-      for (int64_t k = 0; k < n; ++k) z[k] = probit(float(s[k]));
-      return;
-    case TreePostTransform::kLogistic:
-      for (int64_t k = 0; k < n; ++k) z[k] = logistic(float(s[k]));
-      return;
-    case TreePostTransform::kSoftmax:
-    case TreePostTransform::kSoftmaxZero: {
-      const bool zero = post == TreePostTransform::kSoftmaxZero;  // zeros stay (almost) zero
-      float m = -std::numeric_limits<float>::max(), sum = 0;
-      for (int64_t k = 0; k < n; ++k) m = std::max(m, float(s[k]));
-      const float e_neg_m = std::exp(-m);
-      for (int64_t k = 0; k < n; ++k) {
-        const float v = float(s[k]);
-        if (zero && v <= 1e-7f && v >= -1e-7f) {
-          z[k] = v * e_neg_m;
-        } else {
-          z[k] = std::exp(v - m);
-          sum += z[k];
-        }
-      }
-      for (int64_t k = 0; k < n; ++k) z[k] /= sum;
-      return;
-    }
-    case TreePostTransform::kNone:
-      for (int64_t k = 0; k < n; ++k) z[k] = float(s[k]);
-      return;
-  }
+void write_transformed(const TH* s, int64_t n, PostTransform post, float* z) {
+  for (int64_t k = 0; k < n; ++k) z[k] = float(s[k]);
+  ml_transform_row(z, n, post);
 }
 
 class TreeEnsembleKernel : public Kernel {
@@ -295,7 +252,7 @@ class TreeEnsembleKernel : public Kernel {
         default: s[k] = (h[k] ? s[k] : TH(0)) + base; break;
       }
     }
-    if (T == 1) *y = spec_.post == TreePostTransform::kProbit ? probit(float(s[0])) : float(s[0]);
+    if (T == 1) *y = spec_.post == PostTransform::kProbit ? ml_probit(float(s[0])) : float(s[0]);
     else write_transformed(s, T, spec_.post, y);
   }
 
@@ -344,9 +301,9 @@ class TreeEnsembleKernel : public Kernel {
     } else if (add == 0 || add == 1) {
       z[0] = float(TH(1) - s[0]);
       z[1] = float(s[0]);
-    } else if (add >= 2 && spec_.post == TreePostTransform::kLogistic) {
-      z[0] = logistic(float(-s[0]));
-      z[1] = logistic(float(s[0]));
+    } else if (add >= 2 && spec_.post == PostTransform::kLogistic) {
+      z[0] = ml_logistic(float(-s[0]));
+      z[1] = ml_logistic(float(s[0]));
     } else if (add >= 2) {
       z[0] = float(-s[0]);
       z[1] = float(s[0]);

@@ -193,13 +193,8 @@ TreeEnsembleSpec::TreeEnsembleSpec(const KernelInfo& info, bool is_classifier) :
                                              {"MIN", TreeAggregate::kMin},
                                              {"MAX", TreeAggregate::kMax}});
   }
-  post = parse_choice<TreePostTransform>(info, "post_transform", "NONE",
-                                         {{"NONE", TreePostTransform::kNone},
-                                          {"LOGISTIC", TreePostTransform::kLogistic},
-                                          {"SOFTMAX", TreePostTransform::kSoftmax},
-                                          {"SOFTMAX_ZERO", TreePostTransform::kSoftmaxZero},
-                                          {"PROBIT", TreePostTransform::kProbit}});
-  if (classifier && n_targets == 2 && post == TreePostTransform::kProbit)
+  post = read_post_transform(info);
+  if (classifier && n_targets == 2 && post == PostTransform::kProbit)
     throw_error<NotImplemented>(info.node().describe(), ": post_transform PROBIT of a two-class TreeEnsembleClassifier "
                                 "(onnxruntime leaves the second score unwritten)");
 

@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "kernels/shape/common.h"
+#include "kernels/shape/ml.h"
 
 namespace onnxtrain::kernels::shape {
 
 /// A node's comparison (LEAF: no comparison).
 enum class TreeMode : uint8_t { kLeq, kLt, kGte, kGt, kEq, kNeq, kLeaf };
-enum class TreePostTransform : uint8_t { kNone, kLogistic, kSoftmax, kSoftmaxZero, kProbit };
 enum class TreeAggregate : uint8_t { kSum, kAverage, kMin, kMax };
 
 /// The validated, compiled ensemble. Node indices are positions in the attribute arrays; every
@@ -30,7 +30,7 @@ enum class TreeAggregate : uint8_t { kSum, kAverage, kMin, kMax };
 struct TreeEnsembleSpec {
   bool classifier = false;
   int64_t n_targets = 0;  ///< regressor: n_targets; classifier: the number of class labels
-  TreePostTransform post = TreePostTransform::kNone;
+  PostTransform post = PostTransform::kNone;
   TreeAggregate aggregate = TreeAggregate::kSum;  ///< classifiers always sum
   // Per node.
   std::vector<TreeMode> mode;
