@@ -2,7 +2,8 @@
 // onnxruntime-node's side of bench/vs_onnxruntime.py: one measurement per process.
 //   node bench/ort_node_runner.js JOB.json
 // JOB: {model, inputs: [{name, file, dtype: "float32"|"int64", shape}], threads, warmup, min_iters,
-//       max_iters, budget_s, output_file}; input files are raw little-endian data. The package is found
+//       max_iters, budget_s, cap_s, output_file}; input files are raw little-endian data. Timed runs
+// stop after min_iters once budget_s is spent, or after 3 once cap_s is spent. The package is found
 // through ONNXTRAIN_ORT_NODE (its folder), else .npm/node_modules/onnxruntime-node of the checkout
 // (scripts/install_onnxruntime_node.sh). Writes the first output of the first run to output_file
 // (raw float32) and prints one line "RESULT {json}": median_s, iters, load_s, output_shape, versions.
@@ -50,7 +51,8 @@ async function main() {
     const t = now();
     await session.run(feeds);
     times.push(now() - t);
-    if (times.length >= job.min_iters && now() - start > job.budget_s) break;
+    const spent = now() - start;
+    if ((times.length >= job.min_iters && spent > job.budget_s) || (times.length >= 3 && spent > job.cap_s)) break;
   }
   times.sort((a, b) => a - b);
   const m = times.length >> 1;

@@ -11,8 +11,9 @@ static shapes, one file per batch size:
   bert  the BERT-tiny-like encoder of bench/side_by_side.py (2 layers, hidden 128, 2 heads, seq 128;
         int64 token ids in, per-token logits out), inference only
   mlp   side_by_side.py's MLP 784-512-256-10
-each at batch 1 and 8. The exports are cached in bench/.models/ (or --cache), keyed by file name:
-delete the folder after changing a model. Inputs: standard normal float32 (token ids uniform in
+each at batch 1 and 8. BatchNorm statistics are those of random inputs (two train-mode passes;
+with the defaults, mean 0 and variance 1, random deep networks' outputs vanish or explode). The
+exports are cached in bench/.models/ (or --cache), keyed by file name (EXPORT_VERSION in it). Inputs: standard normal float32 (token ids uniform in
 the vocabulary), seed 0, written once as raw files that both sides read.
 
 Method. The export runs in a subprocess (the only one that imports torch). Every (framework, model,
@@ -21,10 +22,11 @@ batch, threads) measurement runs in a fresh process: onnxtrain in a child of thi
 onnxruntime in `node bench/ort_node_runner.js` (intraOpNumThreads = threads, interOpNumThreads 1,
 executionMode 'sequential', graphOptimizationLevel 'all', CPU provider); both with OMP_NUM_THREADS
 and OPENBLAS_NUM_THREADS = threads. Each process loads the model, runs it once (its first output,
-raw float32, is saved), makes warm-up runs, then timed runs: at least a per-model minimum, stopping
-once the time budget is spent (or at a maximum). Its result is the median run time. Rounds
-alternate which framework runs first (odd rounds onnxtrain first); the reported time is the median
-over rounds of each process's median. The output check compares the two first outputs of every
+raw float32, is saved), makes warm-up runs, then timed runs: at least a per-model minimum (3 to
+10), stopping once the time budget is spent, or after 3 runs once 4x the budget is spent (a run
+slowed tenfold by other work). Its result is the median run time. Rounds alternate which framework
+runs first (odd rounds onnxtrain first); the reported time is the median over rounds of each
+process's median. The output check compares the two first outputs of every
 round (shape, then max |difference|): PASS when the largest difference is within 1e-4 of the
 onnxruntime output's max |value|, else that relative figure (fp32 convnets with folded BatchNorm
 agree to ~1e-5). A model onnxtrain (or onnxruntime) fails to load or run leaves the error's first
@@ -59,6 +61,7 @@ sys.path.insert(0, HERE)
 import side_by_side as sbs  # noqa: E402  (numpy only: the timing processes never import torch)
 
 OPSET = 17
+EXPORT_VERSION = 2   # in the cached files' names: raise it when the export changes
 RTOL = 1e-4          # output check: max |difference| within this fraction of max |onnxruntime output|
 PROCESS_TIMEOUT_S = 600
 
@@ -76,17 +79,19 @@ def iteration_plan(model, batch, quick, budget_s):
     """Warm-up runs (the saved first run included), minimum and maximum timed runs, time budget:
     fewer runs for the large models at batch 8, whose one run takes seconds at one thread."""
     if quick:
-        return {"warmup": 1, "min_iters": 2, "max_iters": 2, "budget_s": 0.0}
+        return {"warmup": 1, "min_iters": 2, "max_iters": 2, "budget_s": 0.0, "cap_s": 0.0}
     gflop = MODELS[model][1] * batch
+    # cap_s: past it, three timed runs are enough (runs slowed tenfold by other work on the machine).
+    plan = {"budget_s": budget_s, "cap_s": 4 * budget_s}
     if gflop > 20:
-        return {"warmup": 1, "min_iters": 3, "max_iters": 50, "budget_s": budget_s}
+        return dict(plan, warmup=1, min_iters=3, max_iters=50)
     if gflop > 5:
-        return {"warmup": 2, "min_iters": 5, "max_iters": 200, "budget_s": budget_s}
-    return {"warmup": 3, "min_iters": 10, "max_iters": 2000, "budget_s": budget_s}
+        return dict(plan, warmup=2, min_iters=5, max_iters=200)
+    return dict(plan, warmup=3, min_iters=10, max_iters=2000)
 
 
 def model_file(cache, model, batch):
-    return os.path.join(cache, f"{model}.b{batch}.onnx")
+    return os.path.join(cache, f"{model}.b{batch}.v{EXPORT_VERSION}.onnx")
 
 
 def input_specs(cache, model, batch):
@@ -122,6 +127,26 @@ def read_input(spec):
 # ------------------------------------------------------------------------------ children
 
 
+def calibrate_batchnorm(torch, net, model):
+    """Sets every BatchNorm's running statistics to those of random inputs (two train-mode forward
+    passes of 8 standard normal samples, cumulative averages; no weight changes): with the default
+    statistics (mean 0, variance 1) the random networks' activations vanish or explode layer after
+    layer (GoogLeNet's output was all zeros, EfficientNet-B0's ~1e-14, Inception-v3's ~1e12), which
+    would leave the output check nothing to compare."""
+    bns = [m for m in net.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    side = MODELS[model][0]
+    gen = torch.Generator().manual_seed(1)
+    net.train()
+    with torch.no_grad():
+        for _ in range(2):
+            net(torch.randn(8, 3, side, side, generator=gen))
+
+
 def export_models(spec):
     """The export child: builds each model and writes the missing (model, batch) files. Returns
     {"exported": [...], "errors": {model: first line}, "versions": {...}}."""
@@ -139,6 +164,7 @@ def export_models(spec):
             else:
                 kwargs = {"init_weights": True} if model in ("googlenet", "inception_v3") else {}
                 net = getattr(torchvision.models, model)(weights=None, **kwargs)
+            calibrate_batchnorm(torch, net, model)
             net.eval()
             for batch in batches:
                 inputs = input_specs(spec["cache"], model, batch)
@@ -179,7 +205,8 @@ def run_onnxtrain(job):
         t = time.perf_counter()
         sess.run(None, feed)
         times.append(time.perf_counter() - t)
-        if len(times) >= job["min_iters"] and time.perf_counter() - start > job["budget_s"]:
+        spent = time.perf_counter() - start
+        if (len(times) >= job["min_iters"] and spent > job["budget_s"]) or (len(times) >= 3 and spent > job["cap_s"]):
             break
     so_file = ot._C.__file__
     return {"median_s": statistics.median(times), "iters": len(times), "load_s": load_s,
@@ -233,7 +260,8 @@ def run_process(argv, job, work, env, timeout=PROCESS_TIMEOUT_S):
 
 
 def compare_outputs(ours_file, ours_shape, ref_file, ref_shape):
-    """(max |difference|, that over max |onnxruntime output|) or a string for a shape mismatch."""
+    """(max |difference|, that over max |onnxruntime output|, max |onnxruntime output|), or a string
+    for a shape mismatch or non-finite values."""
     if list(ours_shape) != list(ref_shape):
         return f"shape {ours_shape} vs {ref_shape}"
     a = np.fromfile(ours_file, np.float32).astype(np.float64)
@@ -244,7 +272,8 @@ def compare_outputs(ours_file, ours_shape, ref_file, ref_shape):
     nonfinite = int(np.sum(~np.isfinite(a)) + np.sum(~np.isfinite(b)))
     if nonfinite:
         return f"{nonfinite} non-finite values"
-    return abs_diff, abs_diff / max(float(np.max(np.abs(b))), 1e-30)
+    ref_max = float(np.max(np.abs(b))) if b.size else 0.0
+    return abs_diff, abs_diff / max(ref_max, 1e-30), ref_max
 
 
 def first_line(error, limit=None):
@@ -277,7 +306,10 @@ def summarize(results, checks, models, batches, threads_list, export_errors):
                 elif nums:
                     row["max_abs_diff"] = max(x[0] for x in nums)
                     row["max_rel_diff"] = max(x[1] for x in nums)
+                    row["output_max_abs"] = max(x[2] for x in nums)
                     row["check"] = "PASS" if row["max_rel_diff"] <= RTOL else f"rel {row['max_rel_diff']:.1e}"
+                    if row["output_max_abs"] == 0:
+                        row["check"] += " (output all zero)"
                 else:
                     row["check"] = "—"
                 rows.append(row)
@@ -360,6 +392,13 @@ def main():
             for m, err in export["errors"].items():
                 log(f"[vs_onnxruntime] export of {m} failed: {err}")
         export_errors = export.get("errors", {})
+        versions_file = os.path.join(a.cache, f"export.v{EXPORT_VERSION}.json")   # the exporter's versions
+        if export["versions"]:
+            with open(versions_file, "w") as f:
+                json.dump(export["versions"], f)
+        elif os.path.exists(versions_file):
+            with open(versions_file) as f:
+                export["versions"] = json.load(f)
 
         commands = {"onnxtrain": [sys.executable, os.path.abspath(__file__), "--child", "onnxtrain"],
                     "onnxruntime": ["node", os.path.join(HERE, "ort_node_runner.js")]}
@@ -403,7 +442,8 @@ def main():
     header = {"cpu": sbs.cpu_info(), "nproc": len(os.sched_getaffinity(0)), "loadavg": {"start": load_start,
               "end": sbs.loadavg()}, "versions": versions, "onnxtrain_revision": sbs.git_revision(),
               "ort_node": ort_node, "rounds": rounds, "quick": a.quick, "budget_s": a.budget, "opset": OPSET,
-              "rtol": RTOL, "python": sys.executable, "elapsed_s": time.perf_counter() - started}
+              "rtol": RTOL, "python": sys.executable,
+              "environment": {k: os.environ.get(k) for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "OPENBLAS_CORETYPE")}, "elapsed_s": time.perf_counter() - started}
     report = {"header": header, "rows": rows, "checks": checks, "runs": results}
     report["markdown"] = markdown(header, rows)
     with open(a.json, "w") as f:
