@@ -7,6 +7,7 @@
 #include "autodiff/builder.h"
 #include "ir/onnx_io.h"
 #include "runtime/feeds.h"
+#include "runtime/conv_fusion.h"
 #include "runtime/fold.h"
 #include "runtime/run_hooks.h"
 
@@ -120,6 +121,8 @@ void InferenceSession::Impl::init() {
     ScopedAllocationLimit memory(exec_options.memory_limit);
     runtime::fold_constant_nodes(model, exec_options);
   }
+  // Inference-only rewrites (training sessions never come here).
+  if (options.graph_optimization_level >= GraphOptimizationLevel::kEnableExtended) runtime::fuse_conv_activations(model);
   exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, exec_options);
   // Create every kernel once now so unsupported operators fail at load time, naming the node.
   // Control-flow kernels need the subgraph runner the executor hands them.

@@ -1,0 +1,149 @@
+#include "runtime/conv_fusion.h"
+
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+
+#include "ir/infer.h"
+#include "ir/splice.h"
+#include "ops/onnxtrain_ops.h"
+
+namespace onnxtrain::runtime {
+
+namespace {
+
+bool is(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op && n.outputs.size() == 1; }
+
+// The fused activation: its name and activation_params.
+struct Activation {
+  std::string name;
+  std::vector<float> params;
+};
+
+// A float32 scalar constant that no feed can override: an initializer that is no graph input.
+std::optional<float> constant_scalar(const ir::Graph& g, const std::string& name) {
+  const Tensor* t = g.initializer(name);
+  if (!t || g.is_input(name) || t->dtype() != DType::kFloat32 || t->numel() != 1) return std::nullopt;
+  return t->data<float>()[0];
+}
+
+// Relu, or Clip with known bounds (attributes before opset 11, constant inputs from 11 on).
+std::optional<Activation> activation_of(const ir::Graph& g, const ir::Node& n, int64_t opset) {
+  if (is(n, "Relu") && n.inputs.size() == 1) return Activation{"Relu", {}};
+  if (!is(n, "Clip") || n.inputs.empty()) return std::nullopt;
+  float lo = std::numeric_limits<float>::lowest(), hi = std::numeric_limits<float>::max();
+  if (opset < 11) {
+    if (const ir::Attribute* a = n.attr("min")) lo = a->f;
+    if (const ir::Attribute* a = n.attr("max")) hi = a->f;
+  } else {
+    for (size_t k = 1; k < n.inputs.size() && k < 3; ++k) {
+      if (n.inputs[k].empty()) continue;
+      const auto v = constant_scalar(g, n.inputs[k]);
+      if (!v) return std::nullopt;
+      (k == 1 ? lo : hi) = *v;
+    }
+  }
+  if (!(lo <= hi)) return std::nullopt;  // Clip's own kernel reports it
+  return Activation{"Clip", {lo, hi}};
+}
+
+// Same element type and the same known shape (equal fixed dims or the same named symbolic dims).
+bool same_type(const ir::TypeInfo* a, const ir::TypeInfo* b) {
+  if (!a || !b || a->kind != ir::TypeInfo::Kind::kTensor || b->kind != ir::TypeInfo::Kind::kTensor || a->elem != b->elem ||
+      !a->has_shape || !b->has_shape || a->dims.size() != b->dims.size())
+    return false;
+  for (size_t i = 0; i < a->dims.size(); ++i) {
+    const ir::Dim &x = a->dims[i], &y = b->dims[i];
+    if (x.fixed() ? x.value != y.value : (x.param.empty() || x.param != y.param)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+size_t fuse_conv_activations(ir::Model& model) {
+  ir::Graph& g = *model.graph;
+  // A TrainingAgent's graph (forward and backward cut by a YieldOp) keeps its nodes where they are.
+  for (const auto& n : g.nodes)
+    if (n.domain == ops::kMicrosoftDomain && n.op_type == "YieldOp") return 0;
+  // Types of a copy (inference appends value_info, which the session's model need not carry).
+  ir::Model typed = model;
+  typed.graph = std::make_shared<ir::Graph>(g);
+  ir::infer_types(typed);
+  std::unordered_map<std::string, const ir::TypeInfo*> types;
+  for (const auto* list : {&typed.graph->inputs, &typed.graph->outputs, &typed.graph->value_info})
+    for (const auto& vi : *list) types.emplace(vi.name, &vi.type);
+  auto type_of = [&](const std::string& v) -> const ir::TypeInfo* {
+    auto it = types.find(v);
+    return it == types.end() ? nullptr : it->second;
+  };
+  // Who reads each value (graph outputs count as readers that are no node).
+  std::unordered_map<std::string, std::vector<size_t>> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& in : g.nodes[i].inputs) readers[in].push_back(i);
+    for (const auto& in : ir::implicit_inputs(g.nodes[i])) readers[in].push_back(i);
+  }
+  for (const auto& o : g.outputs) readers[o.name].push_back(SIZE_MAX);
+  // The one node reading `v`, if exactly one node reads it once and it is no graph output.
+  auto sole_reader = [&](const std::string& v) -> std::optional<size_t> {
+    auto it = readers.find(v);
+    if (it == readers.end() || it->second.size() != 1 || it->second[0] == SIZE_MAX) return std::nullopt;
+    return it->second[0];
+  };
+  const int64_t opset = model.opset("");
+  std::vector<bool> drop(g.nodes.size(), false);
+  std::map<size_t, ir::Node> replace;  // index of the activation node -> the fused node
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& conv = g.nodes[i];
+    if (!is(conv, "Conv") || conv.inputs.size() < 2 || conv.inputs.size() > 3 || drop[i]) continue;
+    const auto next = sole_reader(conv.outputs[0]);
+    if (!next) continue;
+    size_t act_i = *next;
+    std::string z;
+    const ir::Node& add = g.nodes[*next];
+    if (is(add, "Add") && add.inputs.size() == 2) {
+      z = add.inputs[0] == conv.outputs[0] ? add.inputs[1] : add.inputs[0];
+      const auto after = sole_reader(add.outputs[0]);
+      if (!after || !same_type(type_of(z), type_of(conv.outputs[0])) || !same_type(type_of(add.outputs[0]), type_of(z)))
+        continue;
+      act_i = *after;
+    }
+    const auto act = activation_of(g, g.nodes[act_i], opset);
+    if (!act || g.nodes[act_i].inputs[0] != (z.empty() ? conv.outputs[0] : add.outputs[0]) || drop[*next] || drop[act_i])
+      continue;  // (an Add both of whose operands are convolutions is fused with the first)
+    ir::Node fused;
+    fused.name = conv.name;
+    fused.op_type = "FusedConv";
+    fused.domain = ops::kMicrosoftDomain;
+    fused.inputs = conv.inputs;
+    if (!z.empty()) {
+      fused.inputs.resize(3);
+      fused.inputs.push_back(z);
+    }
+    fused.outputs = g.nodes[act_i].outputs;
+    fused.attrs = conv.attrs;
+    ir::Attribute name;
+    name.name = "activation";
+    name.type = ir::AttrType::kString;
+    name.s = act->name;
+    fused.attrs.push_back(name);
+    if (!act->params.empty()) {
+      ir::Attribute params;
+      params.name = "activation_params";
+      params.type = ir::AttrType::kFloats;
+      params.floats = act->params;
+      fused.attrs.push_back(params);
+    }
+    drop[i] = drop[*next] = drop[act_i] = true;
+    replace[act_i] = std::move(fused);
+  }
+  if (replace.empty()) return 0;
+  const size_t fused = replace.size();
+  ir::splice_nodes(g, std::move(replace), drop);
+  if (model.opset(ops::kMicrosoftDomain) == 0) model.opsets[ops::kMicrosoftDomain] = 1;
+  return fused;
+}
+
+}  // namespace onnxtrain::runtime
