@@ -122,7 +122,10 @@ void InferenceSession::Impl::init() {
     runtime::fold_constant_nodes(model, exec_options);
   }
   // Inference-only rewrites (training sessions never come here).
-  if (options.graph_optimization_level >= GraphOptimizationLevel::kEnableExtended) runtime::fuse_conv_activations(model);
+  if (options.graph_optimization_level >= GraphOptimizationLevel::kEnableExtended) {
+    runtime::fold_conv_batchnorm(model);
+    runtime::fuse_conv_activations(model);
+  }
   exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, exec_options);
   // Create every kernel once now so unsupported operators fail at load time, naming the node.
   // Control-flow kernels need the subgraph runner the executor hands them.

@@ -1,7 +1,9 @@
 #include "runtime/conv_fusion.h"
 
+#include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -15,6 +17,13 @@ namespace onnxtrain::runtime {
 namespace {
 
 bool is(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op && n.outputs.size() == 1; }
+
+// A TrainingAgent's graph (forward and backward cut by a YieldOp) keeps its nodes where they are.
+bool has_yield(const ir::Graph& g) {
+  for (const auto& n : g.nodes)
+    if (n.domain == ops::kMicrosoftDomain && n.op_type == "YieldOp") return true;
+  return false;
+}
 
 // The fused activation: its name and activation_params.
 struct Activation {
@@ -63,11 +72,86 @@ bool same_type(const ir::TypeInfo* a, const ir::TypeInfo* b) {
 
 }  // namespace
 
+size_t fold_conv_batchnorm(ir::Model& model) {
+  ir::Graph& g = *model.graph;
+  if (has_yield(g)) return 0;
+  std::unordered_map<std::string, std::vector<size_t>> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& in : g.nodes[i].inputs) readers[in].push_back(i);
+    for (const auto& in : ir::implicit_inputs(g.nodes[i])) readers[in].push_back(i);
+  }
+  for (const auto& o : g.outputs) readers[o.name].push_back(SIZE_MAX);
+  // A float32 initializer no feed overrides, with `numel` elements (-1: any).
+  auto constant = [&](const std::string& name, int64_t numel) -> const Tensor* {
+    const Tensor* t = name.empty() ? nullptr : g.initializer(name);
+    if (!t || g.is_input(name) || t->dtype() != DType::kFloat32 || (numel >= 0 && t->numel() != numel)) return nullptr;
+    return t;
+  };
+  auto fresh = [&](const std::string& base) {
+    std::string n = base;
+    for (int k = 1; g.initializer(n) || readers.count(n); ++k) n = base + "_" + std::to_string(k);
+    return n;
+  };
+  std::vector<bool> drop(g.nodes.size(), false);
+  std::map<size_t, ir::Node> replace;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& conv = g.nodes[i];
+    if (!is(conv, "Conv") || conv.inputs.size() < 2 || conv.inputs.size() > 3) continue;
+    const auto& rd = readers[conv.outputs[0]];
+    if (rd.size() != 1 || rd[0] == SIZE_MAX) continue;
+    const ir::Node& bn = g.nodes[rd[0]];
+    const ir::Attribute* training = bn.attr("training_mode");
+    const ir::Attribute* spatial = bn.attr("spatial");
+    if (!bn.domain.empty() || bn.op_type != "BatchNormalization" || bn.inputs.size() != 5 || bn.inputs[0] != conv.outputs[0] ||
+        (training && training->i != 0) || (spatial && spatial->i != 1) || bn.outputs.empty() || bn.outputs[0].empty())
+      continue;
+    bool extra_outputs = false;
+    for (size_t k = 1; k < bn.outputs.size(); ++k) extra_outputs = extra_outputs || !bn.outputs[k].empty();
+    const Tensor* w = constant(conv.inputs[1], -1);
+    if (extra_outputs || !w || w->rank() < 3) continue;
+    const int64_t M = w->shape()[0];
+    const Tensor* b = conv.inputs.size() == 3 && !conv.inputs[2].empty() ? constant(conv.inputs[2], M) : nullptr;
+    if (conv.inputs.size() == 3 && !conv.inputs[2].empty() && !b) continue;
+    const Tensor *scale = constant(bn.inputs[1], M), *bias = constant(bn.inputs[2], M), *mean = constant(bn.inputs[3], M),
+                 *var = constant(bn.inputs[4], M);
+    if (!scale || !bias || !mean || !var) continue;
+    const ir::Attribute* eps_attr = bn.attr("epsilon");
+    const double eps = eps_attr ? double(eps_attr->f) : 1e-5;
+    Tensor w2 = Tensor::empty(DType::kFloat32, w->shape()), b2 = Tensor::empty(DType::kFloat32, {M});
+    const int64_t per = w->numel() / std::max<int64_t>(M, 1);
+    for (int64_t m = 0; m < M; ++m) {
+      const double s = double(scale->data<float>()[m]) / std::sqrt(double(var->data<float>()[m]) + eps);
+      for (int64_t k = 0; k < per; ++k) w2.data<float>()[m * per + k] = float(double(w->data<float>()[m * per + k]) * s);
+      const double b0 = b ? double(b->data<float>()[m]) : 0.0;
+      b2.data<float>()[m] = float((b0 - double(mean->data<float>()[m])) * s + double(bias->data<float>()[m]));
+    }
+    ir::Node folded = conv;
+    const std::string wn = fresh(bn.outputs[0] + "_conv_w"), bname = fresh(bn.outputs[0] + "_conv_b");
+    g.initializers.emplace_back(wn, std::move(w2));
+    g.initializers.emplace_back(bname, std::move(b2));
+    readers.try_emplace(wn);  // reserved: the next fresh() names differ
+    readers.try_emplace(bname);
+    folded.inputs = {conv.inputs[0], wn, bname};
+    folded.outputs = {bn.outputs[0]};
+    drop[i] = drop[rd[0]] = true;
+    replace[rd[0]] = std::move(folded);
+  }
+  if (replace.empty()) return 0;
+  const size_t folds = replace.size();
+  ir::splice_nodes(g, std::move(replace), drop);
+  // Initializers only the folded nodes read (the original weights and statistics) go.
+  std::set<std::string> read;
+  for (const auto& n : g.nodes) read.insert(n.inputs.begin(), n.inputs.end());
+  for (const auto& n : g.nodes)
+    for (const auto& v : ir::implicit_inputs(n)) read.insert(v);
+  for (const auto& o : g.outputs) read.insert(o.name);
+  std::erase_if(g.initializers, [&](const auto& kv) { return !read.count(kv.first) && !g.is_input(kv.first); });
+  return folds;
+}
+
 size_t fuse_conv_activations(ir::Model& model) {
   ir::Graph& g = *model.graph;
-  // A TrainingAgent's graph (forward and backward cut by a YieldOp) keeps its nodes where they are.
-  for (const auto& n : g.nodes)
-    if (n.domain == ops::kMicrosoftDomain && n.op_type == "YieldOp") return 0;
+  if (has_yield(g)) return 0;
   // Types of a copy (inference appends value_info, which the session's model need not carry).
   ir::Model typed = model;
   typed.graph = std::make_shared<ir::Graph>(g);

@@ -17,4 +17,13 @@ namespace onnxtrain::runtime {
 /// (a TrainingAgent's forward/backward cut) are left alone. Returns the number of nodes fused.
 size_t fuse_conv_activations(ir::Model& model);
 
+/// Folds BatchNormalization (inference mode) into the Conv before it, in the main graph: with
+/// s = scale / sqrt(var + epsilon), W' = W s and B' = (B - mean) s + bias, computed in double and
+/// rounded once, as new initializers. Only where the Conv's output is read by the
+/// BatchNormalization alone and is no graph output, and W, B and the four statistics are float32
+/// initializers no feed can override ([M] each). Run before fuse_conv_activations, so that
+/// Conv + BatchNormalization + Relu becomes one FusedConv. Graphs with a YieldOp are left alone.
+/// Returns the number of folds.
+size_t fold_conv_batchnorm(ir::Model& model);
+
 }  // namespace onnxtrain::runtime

@@ -318,3 +318,43 @@ TEST(ConvFusion, ConstantWeightsReorderedOnceMatchFedWeights) {
       EXPECT_TRUE(all_close(expected, g.ys(), e, 1e-5, 1e-5));
     }
 }
+
+// Conv + BatchNormalization (+ Relu) folds into one FusedConv whose weights and bias are the
+// statistics' affine map applied in double: the output matches the unfused session within 1e-5
+// and the reference; a BatchNormalization whose statistic a feed may override, or after a Conv
+// output read twice, stays.
+TEST(ConvFusion, BatchNormFoldsIntoConv) {
+  const Geom g{2, 16, 16, 1, 7, 3, 1, 1};
+  std::mt19937 rng(21);
+  const Tensor x = random_tensor(DType::kFloat32, g.xs(), rng);
+  for (int variant = 0; variant < 3; ++variant) {  // 0: folds; 1: var overridable; 2: Conv output read twice
+    ModelBuilder mb;
+    mb.input("x", g.xs());
+    mb.node("Conv", {"x", mb.init("w", g.ws()), mb.init("b", {16})}, {"c"}, g.attrs());
+    mb.init("scale", {16}), mb.init("bias", {16}), mb.init("mean", {16});
+    Tensor var = random_tensor(DType::kFloat32, {16}, rng, 0.2, 2.0);
+    mb.values["var"] = to_double(var);
+    mb.m.graph->initializers.emplace_back("var", var);
+    if (variant == 1) mb.input("var", {16});
+    mb.node("BatchNormalization", {"c", "scale", "bias", "mean", "var"}, {"n"}, {attr_float("epsilon", 1e-3f)});
+    mb.node("Relu", {"n"}, {"y"});
+    mb.output("y");
+    if (variant == 2) mb.output("c");
+    InferenceSession fused = session(mb.bytes(), GraphOptimizationLevel::kEnableAll);
+    InferenceSession plain = session(mb.bytes(), GraphOptimizationLevel::kEnableBasic);
+    const auto expected_ops = variant == 0 ? std::map<std::string, int>{{"FusedConv", 1}}
+                                           : std::map<std::string, int>{{"BatchNormalization", 1}, {"Conv", 1}, {"Relu", 1}};
+    EXPECT_EQ(node_ops(fused), expected_ops) << variant;
+    const Tensor yf = fused.run({}, {{"x", x}})[0], yp = plain.run({}, {{"x", x}})[0];
+    EXPECT_TRUE(all_close(yf, yp.shape(), to_double(yp), 1e-5, 1e-5)) << variant;
+    auto e = ref_conv(g, to_double(x), mb.values["w"], mb.values["b"]);
+    const int64_t plane = g.out() * g.out();
+    for (size_t i = 0; i < e.size(); ++i) {
+      const size_t m = size_t((int64_t(i) / plane) % g.M);
+      const double n = (e[i] - mb.values["mean"][m]) / std::sqrt(mb.values["var"][m] + double(1e-3f)) * mb.values["scale"][m] +
+                       mb.values["bias"][m];
+      e[i] = std::max(n, 0.0);
+    }
+    EXPECT_TRUE(all_close(yf, g.ys(), e, 1e-4, 1e-5)) << variant;
+  }
+}
