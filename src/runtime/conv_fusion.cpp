@@ -159,6 +159,9 @@ size_t fuse_conv_activations(ir::Model& model) {
   std::unordered_map<std::string, const ir::TypeInfo*> types;
   for (const auto* list : {&typed.graph->inputs, &typed.graph->outputs, &typed.graph->value_info})
     for (const auto& vi : *list) types.emplace(vi.name, &vi.type);
+  std::unordered_map<std::string, ir::TypeInfo> init_types;  // initializers that are no graph input
+  for (const auto& [name, t] : g.initializers)
+    if (!types.count(name)) types.emplace(name, &(init_types[name] = ir::TypeInfo::tensor(t.dtype(), t.shape())));
   auto type_of = [&](const std::string& v) -> const ir::TypeInfo* {
     auto it = types.find(v);
     return it == types.end() ? nullptr : it->second;

@@ -288,6 +288,18 @@ TEST(ConvFusion, SkipsWhereItMust) {
     const Tensor z = random_tensor(DType::kFloat32, g.ys(), rng);
     EXPECT_EQ(ops_and_check(mb, {{"x", x}, {"z", z}}), (std::map<std::string, int>{{"Clip", 1}, {"Conv", 1}, {"FusedConv", 1}}));
   }
+  {  // Z a constant initializer: fused, and the initializer is not overwritten (two runs agree)
+    ModelBuilder mb;
+    mb.input("x", g.xs());
+    mb.node("Conv", {"x", mb.init("w", g.ws())}, {"c"}, g.attrs());
+    mb.node("Add", {mb.init("z", g.ys()), "c"}, {"a"});
+    mb.node("Relu", {"a"}, {"r"});
+    mb.output("r");
+    InferenceSession fused = session(mb.bytes(), GraphOptimizationLevel::kEnableAll);
+    const Tensor first = fused.run({}, {{"x", x}})[0].clone();
+    EXPECT_TRUE(same_bits(fused.run({}, {{"x", x}})[0], first));
+    EXPECT_EQ(ops_and_check(mb, {{"x", x}}), (std::map<std::string, int>{{"FusedConv", 1}}));
+  }
 }
 
 // Constant weights are reordered into the primitive's layout once, when the plan is made: the
