@@ -5,6 +5,7 @@
 #include "autodiff/builder.h"
 #include "ir/onnx_io.h"
 #include "runtime/feeds.h"
+#include "runtime/conv_fusion.h"
 #include "runtime/fold.h"
 #include "runtime/run_hooks.h"
 
@@ -110,6 +111,11 @@ void InferenceSession::Impl::init() {
   if (exec_options.fold_constants) {
     ScopedAllocationLimit memory(exec_options.memory_limit);
     runtime::fold_constant_nodes(model, exec_options);
+  }
+  // Inference-only rewrites (training sessions never come here).
+  if (options.graph_optimization_level >= GraphOptimizationLevel::kEnableExtended) {
+    runtime::fold_conv_batchnorm(model);
+    runtime::fuse_conv_activations(model);
   }
   exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, exec_options);
   // Create every kernel once now so unsupported operators fail at load time, naming the node.

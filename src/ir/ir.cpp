@@ -1,6 +1,8 @@
 #include "ir/ir.h"
+#include "ir/splice.h"
 
 #include <queue>
+#include <set>
 #include <sstream>
 
 #include "onnxtrain/error.h"
@@ -139,6 +141,18 @@ std::vector<std::string> Graph::free_variables() const {
 int64_t Model::opset(const std::string& d) const {
   auto it = opsets.find(normalize_domain(d));
   return it == opsets.end() ? 0 : it->second;
+}
+
+void splice_nodes(Graph& g, std::map<size_t, Node> replace, const std::vector<bool>& drop) {
+  std::vector<Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = replace.find(i); it != replace.end()) nodes.push_back(std::move(it->second));
+    else if (!drop[i]) nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  std::set<std::string> defined;
+  for (const auto& n : g.nodes) defined.insert(n.outputs.begin(), n.outputs.end());
+  std::erase_if(g.value_info, [&](const ValueInfo& v) { return !defined.count(v.name) && !g.is_input(v.name) && !g.initializer(v.name); });
 }
 
 std::vector<std::string> implicit_inputs(const Node& n) {

@@ -173,6 +173,10 @@ std::vector<OpDef> build_microsoft() {
       elementwise("LogSoftmaxGrad", 2, 2, 1, 0, "(dY, Y) -> dX = dY - exp(Y) sum(dY), every dim from axis on (default 1)"),
       elementwise("SoftmaxGrad_13", 2, 2, 1, 0, "(dY, Y) -> dX = Y (dY - sum(dY Y)) along axis (default -1)"),
       elementwise("LogSoftmaxGrad_13", 2, 2, 1, 0, "(dY, Y) -> dX = dY - exp(Y) sum(dY) along axis (default -1)"),
+      like("FusedConv", 2, 4, 1, 1, {0},
+           "(X, W[, B, Z]) -> Y = activation(Conv(X, W, B) + Z), Conv's attributes plus activation (Relu, LeakyRelu, "
+           "Clip, Sigmoid, Tanh, HardSigmoid) and activation_params; what inference sessions fuse Conv [+ Add] + "
+           "Relu / Clip into"),
       flag_then_like("SGDOptimizerV2", 3, 4, 2, {1},
                      "(lr, weights, gradients[, update_signal]: sequences) -> update_completed[, updated weights]: "
                      "w = w - lr g in place",

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "ir/infer.h"
+#include "ir/splice.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::train {
@@ -129,17 +130,7 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused) {
     if (fused) ++*fused;
   }
   if (replace.empty()) return r;
-  std::vector<ir::Node> nodes;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (auto it = replace.find(i); it != replace.end()) nodes.push_back(std::move(it->second));
-    else if (!drop[i]) nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
-  std::set<std::string> defined;
-  for (const auto& n : g.nodes) defined.insert(n.outputs.begin(), n.outputs.end());
-  std::erase_if(g.value_info, [&](const ir::ValueInfo& v) {
-    return !defined.count(v.name) && !g.is_input(v.name) && !g.initializer(v.name);
-  });
+  ir::splice_nodes(g, std::move(replace), drop);
   if (!r.opsets.count(ops::kDomain)) r.opsets[ops::kDomain] = ops::kOpset;
   return r;
 }

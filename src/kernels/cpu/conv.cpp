@@ -11,11 +11,16 @@
 // Both operators are one "direct" convolution seen from either side (ConvView): Conv runs it
 // forward, ConvTranspose runs its data gradient, and the gradient kernels run the other two of
 // {forward, backward data, backward weights}.
+//   com.microsoft FusedConv(X, W[, B, Z]) -> Y = activation(Conv(X, W, B) + Z)   (onnxruntime's
+//                  contrib operator; the inference sessions' rewrite of Conv [+ Add] + Relu / Clip)
 // float32 runs oneDNN (de)convolution primitives (forward, backward_data, backward_weights) created
 // in prepare() for the concrete shapes (layouts chosen by oneDNN, reorders from and to the plain
-// tensors inside the workspace). float64, float16, bfloat16 and geometries oneDNN rejects run
+// tensors inside the workspace; constant weights reordered once, in prepare(); FusedConv's Z and
+// Relu / LeakyRelu / Clip as the primitive's sum and eltwise post-ops). float64, float16, bfloat16 and geometries oneDNN rejects run
 // im2col / col2im + gemm.
+#include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu_provider.h"
@@ -348,9 +353,80 @@ struct Fp16Stage {
   }
 };
 
+// com.microsoft FusedConv's activation (onnxruntime's contrib operator, what the inference
+// rewrite of src/runtime/conv_fusion.cpp writes): Y = act(Conv(X, W, B) + Z).
+struct FusedActivation {
+  enum class Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid } kind = Kind::kNone;
+  float alpha = 0, beta = 0;  // LeakyRelu: alpha; Clip: min, max; HardSigmoid: alpha, beta
+
+  /// Reads `activation` and `activation_params` (their count checked against the activation).
+  void read(const KernelInfo& info) {
+    const std::string name = info.attr_string("activation", "");
+    const std::vector<float> params = info.attr_floats("activation_params", {});
+    static const std::vector<std::tuple<const char*, Kind, size_t>> known = {
+        {"", Kind::kNone, 0},         {"Relu", Kind::kRelu, 0}, {"LeakyRelu", Kind::kLeakyRelu, 1},
+        {"Clip", Kind::kClip, 2},     {"Sigmoid", Kind::kSigmoid, 0}, {"Tanh", Kind::kTanh, 0},
+        {"HardSigmoid", Kind::kHardSigmoid, 2}};
+    for (const auto& [n, k, count] : known) {
+      if (name != n) continue;
+      if (params.size() != count)
+        info.fail("activation '", name, "' takes ", count, " activation_params, got ", params.size());
+      kind = k;
+      if (count > 0) alpha = params[0];
+      if (count > 1) beta = params[1];
+      if (k == Kind::kClip && !(alpha <= beta)) info.fail("Clip's activation_params min ", alpha, " > max ", beta);
+      return;
+    }
+    throw_error<NotImplemented>(info.node().describe(), ": activation '", name,
+                                "' is not implemented (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid)");
+  }
+  /// The activation as a oneDNN eltwise post-op where it is the same arithmetic as onnxtrain's own
+  /// kernel (Relu, LeakyRelu, Clip); false for the others (applied after the primitive).
+  bool post_op(dnnl::post_ops& po) const {
+    switch (kind) {
+      case Kind::kRelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f); return true;
+      case Kind::kLeakyRelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, alpha, 0.f); return true;
+      case Kind::kClip: po.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, alpha, beta); return true;
+      default: return kind == Kind::kNone;
+    }
+  }
+  /// y[i] = act(y[i] + z[i]) (z null: act(y[i])), computed in compute_t<T>.
+  template <class T>
+  void run(T* y, const T* z, int64_t n) const {
+    using Cm = compute_t<T>;
+    const Cm a = Cm(alpha), b = Cm(beta);
+    switch (kind) {  // one loop per activation, each simple enough to vectorize
+      case Kind::kNone: return z ? apply(y, z, n, [](Cm v) { return v; }) : void();
+      case Kind::kRelu: return apply(y, z, n, [](Cm v) { return v < Cm(0) ? Cm(0) : v; });
+      case Kind::kLeakyRelu: return apply(y, z, n, [a](Cm v) { return v < Cm(0) ? a * v : v; });
+      case Kind::kClip: return apply(y, z, n, [a, b](Cm v) { return v < a ? a : v > b ? b : v; });
+      case Kind::kSigmoid: return apply(y, z, n, [](Cm v) { return Cm(1) / (Cm(1) + std::exp(-v)); });
+      case Kind::kTanh: return apply(y, z, n, [](Cm v) { return std::tanh(v); });
+      case Kind::kHardSigmoid:
+        return apply(y, z, n, [a, b](Cm v) { return std::max(Cm(0), std::min(Cm(1), a * v + b)); });
+    }
+  }
+  template <class T, class F>
+  static void apply(T* y, const T* z, int64_t n, F f) {
+    using Cm = compute_t<T>;
+    parallel_for(n, 16384, [&](int64_t b, int64_t e) {
+      if (z) {
+        for (int64_t i = b; i < e; ++i) y[i] = T(f(Cm(y[i]) + Cm(z[i])));
+      } else {
+        for (int64_t i = b; i < e; ++i) y[i] = T(f(Cm(y[i])));
+      }
+    });
+  }
+};
+
+// Conv, ConvTranspose and com.microsoft FusedConv (fused: Conv, then + Z (input 3), then the
+// activation; Y overwrites Z in place).
 class ConvKernel final : public Kernel {
  public:
-  ConvKernel(const KernelInfo& info, bool transposed) { p_.read(info, transposed); }
+  ConvKernel(const KernelInfo& info, bool transposed, bool fused) : fused_(fused) {
+    p_.read(info, transposed);
+    if (fused) act_.read(info);
+  }
 
   void prepare(PrepareContext& ctx) override {
     dt_ = shape::float_inputs(ctx);
@@ -358,43 +434,76 @@ class ConvKernel final : public Kernel {
     p_.resolve(ctx, x, ctx.input_shape(1));
     shape::check_conv_bias(ctx, p_);
     has_bias_ = ctx.has_input(2);
-    ctx.set_output(0, dt_, p_.y);
+    has_z_ = fused_ && ctx.has_input(3);
+    if (has_z_) {
+      if (ctx.input_dtype(3) != dt_ || ctx.input_shape(3) != p_.y)
+        ctx.fail("Z must be ", dtype_name(dt_), " ", shape_to_string(p_.y), " (the convolution's output), got ",
+                 dtype_name(ctx.input_dtype(3)), " ", shape_to_string(ctx.input_shape(3)));
+      ctx.set_output_inplace(0, 3);
+    } else {
+      ctx.set_output(0, dt_, p_.y);
+    }
+    post_pass_ = fused_;  // until a primitive takes the sum and the activation as post-ops
+    // Where the post pass adds Z, a copy of it leads the workspace (the output overwrites Z).
+    auto z_bytes = [&] { return z_bytes_ = has_z_ && post_pass_ ? align64(size_t(shape_numel(p_.y)) * dtype_size(dt_)) : 0; };
 
     op_ = dnnl_util::DnnlOp();
     const bool empty = shape_numel(p_.y) == 0 || p_.C == 0 || p_.kk == 0;
     depthwise_ = dt_ == DType::kFloat32 && !p_.transposed && p_.group > 1 && p_.group == p_.C && p_.g.nd <= 2 &&
                  !empty && p_.kk <= 64;
     if (depthwise_) {
-      ctx.request_workspace(dw_workspace(ctx.options()));
+      ctx.request_workspace(z_bytes() + dw_workspace(ctx.options()));
       return;
     }
     DnnlConv d;
     stage_.numel.clear();
     const DType compute = dt_ == DType::kFloat16 ? DType::kFloat32 : dt_;  // float16 staged through float32
-    if (!empty && dnnl_conv(p_, x, compute, &d) && make_dnnl(d)) {
+    // Constant weights (initializers of an inference plan) are reordered into the primitive's
+    // layout once, here, instead of in every run.
+    const Tensor* w_const = dt_ == DType::kFloat16 ? nullptr : ctx.input_value(1);
+    if (!empty && dnnl_conv(p_, x, compute, &d) && make_dnnl(d, w_const)) {
       if (dt_ == DType::kFloat16)
         stage_.numel = {shape_numel(x), shape_numel(ctx.input_shape(1)), has_bias_ ? p_.M : 0, shape_numel(p_.y)};
-      ctx.request_workspace(stage_.bytes() + op_.workspace_bytes());
+      ctx.request_workspace(z_bytes() + stage_.bytes() + op_.workspace_bytes());
       return;
     }
-    ctx.request_workspace(generic_workspace());
+    ctx.request_workspace(z_bytes() + generic_workspace());
   }
 
   void run(RunContext& ctx) override {
     if (ctx.output(0).numel() == 0) return;
     const void* bias = has_bias_ ? ctx.input(2).raw_data() : nullptr;
+    // Paths without the post-ops: Z saved first (the output overwrites it), added after.
+    char* ws = static_cast<char*>(ctx.workspace());
+    const void* z = nullptr;
+    if (has_z_ && post_pass_) {
+      std::memcpy(ws, ctx.input(3).raw_data(), ctx.input(3).nbytes());
+      z = ws;
+      ws += z_bytes_;
+    } else if (has_z_ && !ctx.output_aliases_input(0, 3)) {  // the sum post-op reads Z from the output
+      std::memcpy(ctx.output(0).raw_data(), ctx.input(3).raw_data(), ctx.input(3).nbytes());
+    }
     if (depthwise_) {
       run_depthwise(ctx.input(0).data<float>(), ctx.input(1).data<float>(), static_cast<const float*>(bias),
-                    ctx.output(0).data<float>(), static_cast<char*>(ctx.workspace()), ctx.options());
-      return;
+                    ctx.output(0).data<float>(), ws, ctx.options());
+    } else {
+      run_conv(ctx, bias, ws);
     }
+    if (post_pass_)
+      dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
+        act_.run(ctx.output(0).data<T>(), static_cast<const T*>(z), ctx.output(0).numel());
+      });
+  }
+
+ private:
+  void run_conv(RunContext& ctx, const void* bias, char* ws) {
     if (op_.valid()) {
       const void *x = ctx.input(0).raw_data(), *w = ctx.input(1).raw_data();
       void* y = ctx.output(0).raw_data();
-      char* ws = static_cast<char*>(ctx.workspace());
       std::vector<float*> f32;
       if (!stage_.numel.empty()) {  // float16: widened copies, a float32 output
         f32 = stage_.carve(ws);
+        if (has_z_ && !post_pass_) ew::widen_all(ctx.input(3).data<float16>(), f32[3], stage_.numel[3]);
         ew::widen_all(static_cast<const float16*>(x), f32[0], stage_.numel[0]);
         ew::widen_all(static_cast<const float16*>(w), f32[1], stage_.numel[1]);
         if (bias) ew::widen_all(static_cast<const float16*>(bias), f32[2], stage_.numel[2]);
@@ -410,27 +519,46 @@ class ConvKernel final : public Kernel {
     }
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
       run_generic<T>(ctx.input(0).data<T>(), ctx.input(1).data<T>(), static_cast<const T*>(bias), ctx.output(0).data<T>(),
-                     static_cast<char*>(ctx.workspace()));
+                     ws);
     });
   }
 
- private:
   // ------------------------------------------------------------ oneDNN (float32)
-  bool make_dnnl(const DnnlConv& d) {
-    const auto attr = dnnl_util::default_attr();
+  // `w_const`: the weights when known now (reordered once), else null.
+  // FusedConv: + Z as a sum post-op (the output holds Z when the primitive starts), then the
+  // activation as an eltwise post-op when it is one; else, or where oneDNN picks its gemm-based
+  // kernel (whose post-ops ran 4x slower than the convolution itself: SqueezeNet's plain-layout
+  // 1x1 convolutions), the post pass applies them.
+  bool make_dnnl(const DnnlConv& d, const Tensor* w_const) {
+    dnnl::post_ops po;
+    if (has_z_) po.append_sum(1.f);
+    bool gemm = false;
+    if (fused_ && act_.post_op(po) && make_dnnl(d, w_const, &po, &gemm)) {
+      post_pass_ = false;
+      return true;
+    }
+    return make_dnnl(d, w_const, nullptr, nullptr);
+  }
+  // With post-ops `po` (null: none); refused, with *gemm set, where the kernel would be gemm-based.
+  bool make_dnnl(const DnnlConv& d, const Tensor* w_const, const dnnl::post_ops* po, bool* gemm) {
+    auto attr = dnnl_util::default_attr();
+    if (po) attr.set_post_ops(*po);
     auto& eng = dnnl_util::cpu_engine();
     const dnnl::memory::desc bias = has_bias_ ? d.b : dnnl::memory::desc();
     return first_layout(d, op_, [&](Layout l) {
+      if (gemm && *gemm) return false;  // not another layout: the one oneDNN picked, without post-ops
       auto create = [&]<class P>() {
         typename P::desc desc(dnnl::prop_kind::forward_inference, d.alg(p_.transposed), d.ax(l), d.aw(), bias, d.ay(l),
                               d.strides, d.dil, d.pl, d.pr);
         typename P::primitive_desc pd(desc, attr, eng);
         if (dnnl_util::is_reference(pd)) return false;
+        if (po && std::string(pd.impl_info_str()).find("gemm") != std::string::npos) return !(*gemm = true);
         op_.init(P(pd), pd.scratchpad_desc());
         op_.add_arg(DNNL_ARG_SRC, d.x, pd.src_desc(), false);
-        op_.add_arg(DNNL_ARG_WEIGHTS, d.w, pd.weights_desc(), false);
+        if (w_const) op_.add_const_arg(DNNL_ARG_WEIGHTS, d.w, pd.weights_desc(), w_const->raw_data());
+        else op_.add_arg(DNNL_ARG_WEIGHTS, d.w, pd.weights_desc(), false);
         if (has_bias_) op_.add_arg(DNNL_ARG_BIAS, d.b, d.b, false);
-        op_.add_arg(DNNL_ARG_DST, d.y, pd.dst_desc(), true);
+        op_.add_arg(DNNL_ARG_DST, d.y, pd.dst_desc(), true, has_z_ && po);
         return true;
       };
       return p_.transposed ? create.template operator()<dnnl::deconvolution_forward>()
@@ -572,6 +700,10 @@ class ConvKernel final : public Kernel {
   ConvParams p_;
   DType dt_ = DType::kFloat32;
   bool has_bias_ = false, depthwise_ = false;
+  bool fused_ = false, has_z_ = false;  // FusedConv; with Z (input 3)
+  bool post_pass_ = false;              // FusedConv's sum and activation run after the convolution
+  size_t z_bytes_ = 0;                  // workspace for a copy of Z (paths without post-ops)
+  FusedActivation act_;
   dnnl_util::DnnlOp op_;
   Fp16Stage stage_;  // float16 run through the float32 primitive (empty otherwise)
 };
@@ -763,10 +895,10 @@ class ConvGradKernel final : public Kernel {
   Fp16Stage stage_;  // float16 run through the float32 primitives: dY, X, W, dX, dW, dB (empty otherwise)
 };
 
-KernelFactory conv_factory(bool grad, bool transposed) {
-  return [grad, transposed](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+KernelFactory conv_factory(bool grad, bool transposed, bool fused = false) {
+  return [grad, transposed, fused](const KernelInfo& i) -> std::unique_ptr<Kernel> {
     if (grad) return std::make_unique<ConvGradKernel>(i, transposed);
-    return std::make_unique<ConvKernel>(i, transposed);
+    return std::make_unique<ConvKernel>(i, transposed, fused);
   };
 }
 
@@ -777,6 +909,7 @@ void register_conv(KernelRegistry& r) {
   r.add("ConvTranspose", 1, kMaxOpsetAll, conv_factory(false, true));
   r.add(ops::kDomain, "ConvGrad", 1, kMaxOpsetAll, conv_factory(true, false));
   r.add(ops::kDomain, "ConvTransposeGrad", 1, kMaxOpsetAll, conv_factory(true, true));
+  r.add(ops::kMicrosoftDomain, "FusedConv", 1, kMaxOpsetAll, conv_factory(false, false, true));
 }
 
 }  // namespace onnxtrain::kernels::cpu

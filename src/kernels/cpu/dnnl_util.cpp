@@ -64,6 +64,7 @@ void DnnlOp::init(dnnl::primitive prim, const dnnl::memory::desc& scratchpad_md)
   prim_ = std::move(prim);
   args_.clear();
   exec_.clear();
+  packed_.clear();
   c_args_.clear();
   ws_bytes_ = 0;
   scratch_ = dnnl::memory();
@@ -74,17 +75,34 @@ void DnnlOp::init(dnnl::primitive prim, const dnnl::memory::desc& scratchpad_md)
   }
 }
 
-void DnnlOp::add_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output) {
-  Arg a{arg, output, user != prim, 0, dnnl::memory(user, cpu_engine(), DNNL_MEMORY_NONE), {}, {}};
+void DnnlOp::add_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output, bool read) {
+  Arg a{arg, output, output && read, user != prim, 0, dnnl::memory(user, cpu_engine(), DNNL_MEMORY_NONE), {}, {}, {}};
   if (a.reorder) {
     a.offset = carve(prim.get_size());
     a.prim = dnnl::memory(prim, cpu_engine(), DNNL_MEMORY_NONE);
     a.re = output ? dnnl::reorder(a.prim, a.user) : dnnl::reorder(a.user, a.prim);
+    if (a.read) a.re_in = dnnl::reorder(a.user, a.prim);
   } else {
     a.prim = a.user;
   }
   exec_[arg] = a.prim;  // memory objects are handles: set_data_handle later reaches this copy
   args_.push_back(std::move(a));
+}
+
+void DnnlOp::add_const_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim,
+                           const void* data) {
+  if (user == prim) {
+    add_arg(arg, user, prim, false);
+    return;
+  }
+  // Owned as a tensor: the allocation counts against the session's memory limit like the plan's.
+  Tensor buf = Tensor::empty(DType::kUInt8, {int64_t(prim.get_size())});
+  dnnl::memory from(user, cpu_engine(), const_cast<void*>(data)), to(prim, cpu_engine(), buf.raw_data());
+  dnnl::stream s(cpu_engine());
+  dnnl::reorder(from, to).execute(s, from, to);
+  s.wait();
+  exec_[arg] = to;
+  packed_.emplace(arg, std::move(buf));
 }
 
 void DnnlOp::bind(int arg, const void* data) {
@@ -100,7 +118,8 @@ void DnnlOp::execute(void* workspace, dnnl::stream& s) {
   for (auto& a : args_) {
     if (a.reorder) {
       a.prim.set_data_handle(ws + a.offset);
-      if (!a.output) run_reorder(a, s, a.user, a.prim);
+      if (!a.output) run_reorder(a.re, s, a.user, a.prim);
+      else if (a.read) run_reorder(a.re_in, s, a.user, a.prim);
     }
   }
   // Through the C API with argument arrays built once: the C++ execute() builds a vector per call.
@@ -110,13 +129,13 @@ void DnnlOp::execute(void* workspace, dnnl::stream& s) {
   }
   check(dnnl_primitive_execute(prim_.get(), s.get(), int(c_args_.size()), c_args_.data()));
   for (auto& a : args_)
-    if (a.reorder && a.output) run_reorder(a, s, a.prim, a.user);
+    if (a.reorder && a.output) run_reorder(a.re, s, a.prim, a.user);
   s.wait();
 }
 
-void DnnlOp::run_reorder(Arg& a, dnnl::stream& s, const dnnl::memory& from, const dnnl::memory& to) {
+void DnnlOp::run_reorder(const dnnl::reorder& re, dnnl::stream& s, const dnnl::memory& from, const dnnl::memory& to) {
   const dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from.get()}, {DNNL_ARG_TO, to.get()}};
-  check(dnnl_primitive_execute(a.re.get(), s.get(), 2, args));
+  check(dnnl_primitive_execute(re.get(), s.get(), 2, args));
 }
 
 void DnnlOp::check(dnnl_status_t st) {

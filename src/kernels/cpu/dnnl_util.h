@@ -50,8 +50,15 @@ class DnnlOp {
   /// Sets the primitive and its scratchpad descriptor; drops previous arguments.
   void init(dnnl::primitive prim, const dnnl::memory::desc& scratchpad_md);
   /// Registers an argument. `user` is the layout of the tensor bound in run(), `prim` the layout
-  /// the primitive wants: when they differ, a reorder buffer is carved from the workspace.
-  void add_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output);
+  /// the primitive wants: when they differ, a reorder buffer is carved from the workspace. An
+  /// output that is `read` too (a sum post-op's destination) is reordered in before and out after.
+  void add_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output, bool read = false);
+  /// Registers an input whose data is known and fixed for the op's lifetime (a constant weight):
+  /// when `prim` differs from `user` it is reordered once, now, into memory the op owns, and
+  /// execute() uses that copy (bind() of `arg` is then ignored); otherwise it is a plain add_arg.
+  void add_const_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, const void* data);
+  /// True when argument `arg` was reordered once by add_const_arg.
+  bool prepacked(int arg) const { return packed_.count(arg) > 0; }
   /// Workspace bytes needed by execute().
   size_t workspace_bytes() const { return ws_bytes_; }
   /// Points argument `arg` at tensor memory (call for every argument before execute()).
@@ -65,19 +72,21 @@ class DnnlOp {
   struct Arg {
     int id;
     bool output;
+    bool read;  // an output read by the primitive too
     bool reorder;
     size_t offset;  // of the reordered buffer in the workspace
     dnnl::memory user, prim;
-    dnnl::reorder re;
+    dnnl::reorder re, re_in;  // re: user -> prim (inputs), prim -> user (outputs); re_in: user -> prim (read outputs)
   };
   size_t carve(size_t bytes);
-  static void run_reorder(Arg& a, dnnl::stream& s, const dnnl::memory& from, const dnnl::memory& to);
+  static void run_reorder(const dnnl::reorder& re, dnnl::stream& s, const dnnl::memory& from, const dnnl::memory& to);
   static void check(dnnl_status_t st);
   dnnl::primitive prim_;
   dnnl::memory scratch_;
   size_t scratch_offset_ = 0;
   std::vector<Arg> args_;
   std::unordered_map<int, dnnl::memory> exec_;
+  std::unordered_map<int, Tensor> packed_;  // add_const_arg's reordered copies (tracked allocations)
   std::vector<dnnl_exec_arg_t> c_args_;
   size_t ws_bytes_ = 0;
   bool single_threaded_ = false;
