@@ -31,11 +31,29 @@ struct Activation {
   std::vector<float> params;
 };
 
-// A float32 scalar constant that no feed can override: an initializer that is no graph input.
+// A float32 constant that no feed can override (an initializer that is no graph input), with
+// `numel` elements (-1: any).
+const Tensor* constant_tensor(const ir::Graph& g, const std::string& name, int64_t numel) {
+  const Tensor* t = name.empty() ? nullptr : g.initializer(name);
+  if (!t || g.is_input(name) || t->dtype() != DType::kFloat32 || (numel >= 0 && t->numel() != numel)) return nullptr;
+  return t;
+}
+
 std::optional<float> constant_scalar(const ir::Graph& g, const std::string& name) {
-  const Tensor* t = g.initializer(name);
-  if (!t || g.is_input(name) || t->dtype() != DType::kFloat32 || t->numel() != 1) return std::nullopt;
+  const Tensor* t = constant_tensor(g, name, 1);
+  if (!t) return std::nullopt;
   return t->data<float>()[0];
+}
+
+// Who reads each value: node indices, SIZE_MAX for a graph output.
+std::unordered_map<std::string, std::vector<size_t>> readers_of(const ir::Graph& g) {
+  std::unordered_map<std::string, std::vector<size_t>> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& in : g.nodes[i].inputs) readers[in].push_back(i);
+    for (const auto& in : ir::implicit_inputs(g.nodes[i])) readers[in].push_back(i);
+  }
+  for (const auto& o : g.outputs) readers[o.name].push_back(SIZE_MAX);
+  return readers;
 }
 
 // Relu, or Clip with known bounds (attributes before opset 11, constant inputs from 11 on).
@@ -75,18 +93,8 @@ bool same_type(const ir::TypeInfo* a, const ir::TypeInfo* b) {
 size_t fold_conv_batchnorm(ir::Model& model) {
   ir::Graph& g = *model.graph;
   if (has_yield(g)) return 0;
-  std::unordered_map<std::string, std::vector<size_t>> readers;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const auto& in : g.nodes[i].inputs) readers[in].push_back(i);
-    for (const auto& in : ir::implicit_inputs(g.nodes[i])) readers[in].push_back(i);
-  }
-  for (const auto& o : g.outputs) readers[o.name].push_back(SIZE_MAX);
-  // A float32 initializer no feed overrides, with `numel` elements (-1: any).
-  auto constant = [&](const std::string& name, int64_t numel) -> const Tensor* {
-    const Tensor* t = name.empty() ? nullptr : g.initializer(name);
-    if (!t || g.is_input(name) || t->dtype() != DType::kFloat32 || (numel >= 0 && t->numel() != numel)) return nullptr;
-    return t;
-  };
+  auto readers = readers_of(g);
+  auto constant = [&](const std::string& name, int64_t numel) { return constant_tensor(g, name, numel); };
   auto fresh = [&](const std::string& base) {
     std::string n = base;
     for (int k = 1; g.initializer(n) || readers.count(n); ++k) n = base + "_" + std::to_string(k);
@@ -166,13 +174,7 @@ size_t fuse_conv_activations(ir::Model& model) {
     auto it = types.find(v);
     return it == types.end() ? nullptr : it->second;
   };
-  // Who reads each value (graph outputs count as readers that are no node).
-  std::unordered_map<std::string, std::vector<size_t>> readers;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const auto& in : g.nodes[i].inputs) readers[in].push_back(i);
-    for (const auto& in : ir::implicit_inputs(g.nodes[i])) readers[in].push_back(i);
-  }
-  for (const auto& o : g.outputs) readers[o.name].push_back(SIZE_MAX);
+  const auto readers = readers_of(g);
   // The one node reading `v`, if exactly one node reads it once and it is no graph output.
   auto sole_reader = [&](const std::string& v) -> std::optional<size_t> {
     auto it = readers.find(v);

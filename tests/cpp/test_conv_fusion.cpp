@@ -11,6 +11,10 @@
 #include "ops/onnxtrain_ops.h"
 #include "test_util.h"
 
+namespace ot_test {
+std::string thrown_by(const std::function<void()>& f);  // test_reduce.cpp
+}
+
 using namespace ot_test;
 using onnxtrain::GraphOptimizationLevel;
 using onnxtrain::InferenceSession;
@@ -72,15 +76,6 @@ RunOptions microsoft(bool constants, int threads) {
   return o;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 }  // namespace
 
 // Every activation, with and without Z and bias, on the oneDNN blocked path (16-channel multiples),
@@ -129,7 +124,7 @@ TEST(FusedConv, RefusesBadAttributesAndZ) {
     attrs.insert(attrs.end(), extra.begin(), extra.end());
     std::vector<Tensor> in = {x, w};
     in.insert(in.end(), more.begin(), more.end());
-    return error_of([&] { run_node("FusedConv", in, attrs, microsoft(false, 1)); });
+    return thrown_by([&] { run_node("FusedConv", in, attrs, microsoft(false, 1)); });
   };
   EXPECT_NE(with({attr_string("activation", "Gelu")}).find("activation 'Gelu' is not implemented"), std::string::npos);
   EXPECT_NE(with({attr_string("activation", "Clip"), attr_floats("activation_params", {0.f})})
