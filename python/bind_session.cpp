@@ -432,6 +432,11 @@ void bind_session(py::module_& m) {
                 }
               }
             SessionOptions o = s.options;
+            // The providers the Python layer kept (available ones, in preference order).
+            o.providers.clear();
+            for (const auto& p : providers)
+              if (p != "CPUExecutionProvider") o.providers.push_back(p);
+            if (!o.providers.empty()) o.providers.push_back("CPUExecutionProvider");
             if (s.is_path) {
               std::string path = s.model.cast<std::string>();
               py::gil_scoped_release nogil;
@@ -624,6 +629,8 @@ void bind_session(py::module_& m) {
       .def("synchronize_inputs", [](IOBindingObj&) {}, "CPU memory is always in sync: nothing to wait for.")
       .def("synchronize_outputs", [](IOBindingObj&) {}, "CPU memory is always in sync: nothing to wait for.");
 
+  m.def("get_available_providers", &get_available_providers,
+        "Execution providers this build can run now, in preference order (the CPU provider last).");
   m.def("set_seed", [](int64_t seed) { set_default_seed(uint64_t(seed)); }, py::arg("seed"),
         "Seed of random operators in sessions that set no seed of their own.");
 }

@@ -506,8 +506,14 @@ void bind_training(py::module_& m) {
       .def("reset", &LossScaleState::reset, "Back to initial_scale, no stable steps counted.")
       .def("validate", &LossScaleState::validate, "Raises naming the first field out of range.");
   py::class_<TrainingSession>(m, "TrainingSession")
-      .def(py::init([](py::object path_or_bytes, const TrainingParameters& p, const SessionOptions* opts) {
+      .def(py::init([](py::object path_or_bytes, const TrainingParameters& p, const SessionOptions* opts,
+                       const std::vector<std::string>& providers) {
              SessionOptions o = opts ? *opts : SessionOptions{};
+             // The providers the Python layer kept (available ones, in preference order).
+             o.providers.clear();
+             for (const auto& name : providers)
+               if (name != "CPUExecutionProvider") o.providers.push_back(name);
+             if (!o.providers.empty()) o.providers.push_back("CPUExecutionProvider");
              if (py::isinstance<py::bytes>(path_or_bytes)) {
                std::string b = path_or_bytes.cast<std::string>();
                py::gil_scoped_release nogil;
@@ -517,7 +523,8 @@ void bind_training(py::module_& m) {
              py::gil_scoped_release nogil;
              return new TrainingSession(path, p, o);
            }),
-           py::arg("path_or_bytes"), py::arg("parameters"), py::arg("sess_options") = nullptr)
+           py::arg("path_or_bytes"), py::arg("parameters"), py::arg("sess_options") = nullptr,
+           py::arg("providers") = std::vector<std::string>{})
       .def("run",
            [](TrainingSession& s, py::object output_names, py::dict feed) {
              return run_without_gil(output_names, feed, [&](const auto& n, const auto& f) { return s.run(n, f); });

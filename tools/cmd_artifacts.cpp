@@ -89,6 +89,7 @@ int run_train_artifacts(const TrainArgs& a, const CLI::App& app) {
                         "--checkpoint-dir", "--checkpoint-every", "--metrics", "--curve", "--profile", "--steps",
                         "--eval-batch-size", "--memory-limit"})
     forbid(app, o, why);
+  forbid(app, "--provider", "training artifacts run on the CPU provider (the on-device Module has no provider choice yet)");
   if (!given(app, "--data")) throw UsageError("missing --data FILE (see onnxtrain train --help)");
   const std::filesystem::path dir(a.model);
   auto file = [&](const char* name) { return (dir / name).string(); };
@@ -96,7 +97,7 @@ int run_train_artifacts(const TrainArgs& a, const CLI::App& app) {
     if (!std::filesystem::exists(file(need)))
       throw_error<InvalidArgument>("'", a.model, "' is a folder but not training artifacts: it has no '", need, "'");
   const std::string out = given(app, "--out") ? a.out : file("trained_checkpoint");
-  SessionOptions so = session_options(a.threads, "");
+  SessionOptions so = session_options(a.threads, "");  // on-device artifacts run on the CPU provider
   CheckpointState state = CheckpointState::load(file("checkpoint"));
   const bool has_eval = std::filesystem::exists(file("eval_model.onnx"));
   on_device::Module module(on_device::ModelSource::file(file("training_model.onnx")), state,

@@ -47,13 +47,14 @@ struct EvalArgs {
   LossArgs loss;
   int64_t batch_size = 1024, threads = 0;
   std::string memory_limit;
+  std::vector<std::string> providers;
   bool json = false;
 };
 
 int run_eval(const EvalArgs& a, const CLI::App& app) {
   if (!given(app, "--data")) throw UsageError("missing --data FILE (see onnxtrain eval --help)");
   const LossModel lm = build_loss_model(read_file(a.model, "model file"), a.loss, dir_of(a.model));
-  InferenceSession sess(lm.bytes.data(), lm.bytes.size(), session_options(a.threads, a.memory_limit), dir_of(a.model));
+  InferenceSession sess(lm.bytes.data(), lm.bytes.size(), session_options(a.threads, a.memory_limit, a.providers), dir_of(a.model));
   std::vector<NodeArg> features;
   const NodeArg* label = nullptr;
   const auto inputs = sess.get_inputs();
@@ -94,12 +95,13 @@ struct RunArgs {
   std::string label_name = "label", out;
   int64_t threads = 0, print = 8;
   std::string memory_limit;
+  std::vector<std::string> providers;
   bool stats = false;
 };
 
 int run_run(const RunArgs& a, const CLI::App& app) {
   if (!given(app, "--data") && !given(app, "--input")) throw UsageError("missing --data FILE (see onnxtrain run --help)");
-  InferenceSession sess(a.model, session_options(a.threads, a.memory_limit));
+  InferenceSession sess(a.model, session_options(a.threads, a.memory_limit, a.providers));
   const Dataset d = load_dataset(data_source(a.data), sess.get_inputs(), nullptr, "", a.label_name);
   auto outs = sess.run({}, d.arrays());
   auto decl = sess.get_outputs();
@@ -145,16 +147,22 @@ const CommandInfo& run_info() {
 
 }  // namespace
 
-void add_threads_option(CLI::App& app, int64_t& threads, std::string& memory_limit) {
+void add_threads_option(CLI::App& app, int64_t& threads, std::string& memory_limit, std::vector<std::string>& providers) {
   app.add_option("--threads", threads, "threads inside kernels (default: all cores)")->type_name("N")->check(integer(1, 4096));
+  app.add_option("--provider", providers,
+                 "execution provider, repeatable in preference order: cuda (CUDAExecutionProvider) or cpu "
+                 "(default: cpu only; nodes a provider lacks run on the CPU)")
+      ->type_name("NAME");
   app.add_option("--memory-limit", memory_limit,
                  "refuse execution plans needing more memory than this (e.g. 512M, 4G; default: physical memory)")
       ->type_name("BYTES");
 }
 
-SessionOptions session_options(int64_t threads, const std::string& memory_limit) {
+SessionOptions session_options(int64_t threads, const std::string& memory_limit, const std::vector<std::string>& providers) {
   SessionOptions so;
   so.intra_op_num_threads = int(threads);
+  for (const std::string& p : providers)
+    so.providers.push_back(p == "cuda" ? "CUDAExecutionProvider" : p == "cpu" ? "CPUExecutionProvider" : p);
   if (memory_limit.empty()) return so;
   static const std::string units = "KMGT";
   std::string digits = memory_limit;
@@ -183,7 +191,7 @@ Command eval_command() {
             app.add_option("--batch-size", a->batch_size, "samples per batch (default 1024)")
                 ->type_name("N")
                 ->check(integer(1, int64_t(1) << 40));
-            add_threads_option(app, a->threads, a->memory_limit);
+            add_threads_option(app, a->threads, a->memory_limit, a->providers);
             app.add_flag("--json", a->json, "print one JSON object instead of text");
             return [a, &app] { return run_eval(*a, app); };
           }};
@@ -197,7 +205,7 @@ Command run_command() {
             app.add_option("--label-name", a->label_name, "array to skip when it feeds no input (default: label)")
                 ->type_name("NAME");
             app.add_option("--out", a->out, "write the outputs there")->type_name("OUT.npz");
-            add_threads_option(app, a->threads, a->memory_limit);
+            add_threads_option(app, a->threads, a->memory_limit, a->providers);
             app.add_option("--print", a->print, "values printed per output (default 8)")
                 ->type_name("N")
                 ->check(integer(0, int64_t(1) << 40));

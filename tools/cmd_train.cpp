@@ -91,7 +91,7 @@ void define_train_options(CLI::App& app, TrainArgs& a) {
   app.add_option("--seed", a.seed, "seed of the data order, the validation split and random operators (default 0)")
       ->type_name("S")
       ->check(integer(0, INT64_MAX));
-  add_threads_option(app, a.threads, a.memory_limit);
+  add_threads_option(app, a.threads, a.memory_limit, a.providers);
   app.add_option("--eval-batch-size", a.eval_batch_size, "batch size of the validation pass (default 1024)")
       ->type_name("N")
       ->check(integer(1, kBig));
@@ -201,7 +201,7 @@ int run_train(const TrainArgs& a, const CLI::App& app) {
   }
   const TrainSetup setup = make_train_setup(a.opt, app, model_bytes, lm, plan.total_steps);
   if (setup.params.lr_schedule.empty()) o.learning_rate = setup.lr;
-  SessionOptions so = session_options(a.threads, a.memory_limit);
+  SessionOptions so = session_options(a.threads, a.memory_limit, a.providers);
   so.seed = uint64_t(a.seed);
   // Under mpirun: every rank trains on its share of each --batch-size rows (the result does not
   // depend on the number of ranks); rank 0 prints and writes the outputs; the machine's cores are

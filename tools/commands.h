@@ -32,15 +32,17 @@ struct TrainArgs {
   int64_t batch_size = 32, epochs = 1, steps = 0, seed = 0, threads = 0, eval_batch_size = 1024;
   int64_t log_every = 0, checkpoint_every = 0;
   std::string memory_limit;  ///< --memory-limit as given ("" : none)
+  std::vector<std::string> providers;  ///< --provider, in preference order
   bool drop_last = false, no_shuffle = false, resume = false, profile = false;
   std::string out, metrics, curve, checkpoint_dir, progress = "auto";
 };
 const CommandInfo& train_info();
-/// --threads N and --memory-limit BYTES[K|M|G|T] of the commands that run a model.
-void add_threads_option(CLI::App& app, int64_t& threads, std::string& memory_limit);
-/// SessionOptions with those: intra-op threads and the session.memory_limit_bytes entry
-/// (UsageError for a malformed limit).
-onnxtrain::SessionOptions session_options(int64_t threads, const std::string& memory_limit);
+/// --threads N, --memory-limit BYTES[K|M|G|T] and --provider NAME of the commands that run a model.
+void add_threads_option(CLI::App& app, int64_t& threads, std::string& memory_limit, std::vector<std::string>& providers);
+/// SessionOptions with those: intra-op threads, the session.memory_limit_bytes entry (UsageError
+/// for a malformed limit) and the execution providers ("cuda" / "cpu" or onnxruntime's names).
+onnxtrain::SessionOptions session_options(int64_t threads, const std::string& memory_limit,
+                                          const std::vector<std::string>& providers = {});
 void define_train_options(CLI::App& app, TrainArgs& a);
 /// `onnxtrain train DIR`: trains on-device training artifacts (cmd_artifacts.cpp).
 int run_train_artifacts(const TrainArgs& a, const CLI::App& app);

@@ -19,7 +19,7 @@ const std::set<std::string> kFreeOptions = {"--data",     "--labels",         "-
                                             "--validation-labels", "--epochs", "--steps", "--out", "--metrics",
                                             "--curve",    "--checkpoint-dir", "--checkpoint-every", "--resume",
                                             "--log-every", "--progress",      "--threads",         "--eval-batch-size",
-                                            "--memory-limit"};
+                                            "--memory-limit", "--provider"};
 
 // An optimizer as the command line names it: TrainingParameters' name lower-cased without
 // "Optimizer" (AdamOptimizer: adam), plus nesterov for the optimizer with a nesterov switch.

@@ -61,10 +61,20 @@ struct SessionOptions {
   /// bytes): read from memory instead of the model's folder (onnxruntime's
   /// add_external_initializers_from_files_in_memory). Shared, not copied, across sessions.
   std::vector<std::pair<std::string, Tensor>> external_initializer_files;
+  /// Execution providers by onnxruntime's names in preference order, e.g.
+  /// {"CUDAExecutionProvider", "CPUExecutionProvider"}; each node runs on the first that has a
+  /// kernel for it, the CPU provider last. Empty: the CPU provider only. A provider this build
+  /// lacks, or whose device does not answer, fails the session with the reason.
+  std::vector<std::string> providers;
 
   /// Value of a config entry; `dflt` when absent.
   std::string config(const std::string& key, const std::string& dflt = "") const;
 };
+
+/// Execution providers this build can run now, in preference order, the CPU provider last
+/// (onnxruntime's get_available_providers): "CUDAExecutionProvider" where the build has it and a
+/// device answers.
+std::vector<std::string> get_available_providers();
 
 /// onnxruntime's RunOptions. Copies share the terminate flag, so a flag set from another thread
 /// reaches a run that was given any copy.

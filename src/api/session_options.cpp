@@ -170,8 +170,16 @@ ExecOptions exec_options_of(const SessionOptions& o) {
   eo.reuse_memory = o.enable_mem_reuse;
   eo.keep_memory = o.enable_mem_pattern && o.enable_cpu_mem_arena;
   eo.memory_limit = config_byte_count(o, "session.memory_limit_bytes", "0");  // 0: no session limit
+  for (const std::string& name : o.providers) {
+    std::string why;
+    ExecutionProvider* p = find_execution_provider(name, &why);
+    if (!p) throw_error<InvalidArgument>("SessionOptions.providers: ", why);
+    eo.providers.push_back(p);
+  }
   return eo;
 }
+
+std::vector<std::string> get_available_providers() { return available_execution_providers(); }
 
 uint64_t config_byte_count(const SessionOptions& o, const std::string& key, const std::string& fallback) {
   const std::string v = o.config(key, fallback);

@@ -4,6 +4,9 @@
 
 #include "kernels/registry.h"
 #include "ops/onnxtrain_ops.h"
+#ifdef ONNXTRAIN_WITH_CUDA
+#include "kernels/cuda/cuda_provider.h"
+#endif
 
 namespace onnxtrain {
 
@@ -288,6 +291,31 @@ std::unique_ptr<Kernel> create_kernel(const ir::Node& node, const OpsetMap& opse
   check_arity(node, opset);
   KernelInfo info(node, opset, opsets, options);
   return e->make(info);
+}
+
+ExecutionProvider* find_execution_provider(const std::string& name, std::string* why) {
+  if (name == "CPUExecutionProvider") return &cpu_provider();
+  if (name == "CUDAExecutionProvider") {
+#ifdef ONNXTRAIN_WITH_CUDA
+    std::string reason;
+    if (kernels::cuda::device_available(&reason)) return &kernels::cuda::provider();
+    if (why) *why = "CUDAExecutionProvider is not available: " + reason;
+#else
+    if (why) *why = "CUDAExecutionProvider is not available: this build of onnxtrain has no CUDA provider (configure with -DONNXTRAIN_CUDA=ON)";
+#endif
+    return nullptr;
+  }
+  if (why) *why = "unknown execution provider '" + name + "' (known: CUDAExecutionProvider, CPUExecutionProvider)";
+  return nullptr;
+}
+
+std::vector<std::string> available_execution_providers() {
+  std::vector<std::string> r;
+#ifdef ONNXTRAIN_WITH_CUDA
+  if (kernels::cuda::device_available()) r.push_back("CUDAExecutionProvider");
+#endif
+  r.push_back("CPUExecutionProvider");
+  return r;
 }
 
 }  // namespace onnxtrain

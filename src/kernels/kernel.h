@@ -339,9 +339,19 @@ class ExecutionProvider {
   /// Copies `src` into `dst` (same dtype and element count), one of them on this provider's device
   /// and the other in host memory (or both on this device).
   virtual void copy(const Tensor& src, Tensor& dst, DeviceContext& ctx) = 0;
+  /// Waits until the work queued in `ctx` is done (providers whose kernels run asynchronously; the
+  /// profiler calls it after each node so that a node's time is its own).
+  virtual void synchronize(DeviceContext& ctx) {}
 };
 
 /// The CPU provider: every built-in kernel, host memory.
 ExecutionProvider& cpu_provider();
+
+/// The execution provider named `name` (onnxruntime's names: "CPUExecutionProvider",
+/// "CUDAExecutionProvider"), or null with the reason in `why`: a name no build has, a provider
+/// this build was configured without, or a device that does not answer.
+ExecutionProvider* find_execution_provider(const std::string& name, std::string* why = nullptr);
+/// The providers this build has and whose device answers now, in preference order (the CPU last).
+std::vector<std::string> available_execution_providers();
 
 }  // namespace onnxtrain

@@ -66,7 +66,7 @@ std::vector<OpDef> build() {
       elementwise("ReluGrad", 2, 2, 1, 0, "(dY, Y) -> dX = Y > 0 ? dY : 0"),
       elementwise("SoftmaxGrad", 2, 2, 1, 0, "(dY, Y) -> dX = Y (dY - sum(dY Y)) over attribute axis"),
       elementwise("LogSoftmaxGrad", 2, 2, 1, 0, "(dY, Y) -> dX = dY - exp(Y) sum(dY) over attribute axis"),
-      like("DropoutGrad", 2, 4, 1, 1, {0}, "(dY, mask[, ratio, training_mode]) -> dX = dY mask / (1 - ratio)"),
+      like("DropoutGrad", 2, 4, 1, 1, {0}, "(dY, mask[, ratio, training_mode]) -> dX = dY mask / (1 - ratio)", {2, 3}),
       // Shapes, movement, indexing.
       like("SumToShape", 2, 2, 1, 1, {0}, "(G, shape) -> Y: G summed over its broadcast axes down to shape", {1}),
       like("SliceGrad", 4, 6, 1, 1, {0}, "(dY, shape(X), starts, ends[, axes, steps]) -> dX: zeros with dY at the slice",

@@ -98,6 +98,22 @@ PrepareContext::In value_info(const Value* v) {
   return in;
 }
 
+// Every tensor a step reads is where its kernel reads it: its provider's device, or the host for the
+// inputs the kernel declares host inputs (copy steps excepted: they move between devices). A
+// mismatch is a planner bug that would otherwise make a device kernel read host memory (or the
+// reverse); the check costs a few comparisons per step.
+void check_input_devices(const Step& st, Value* const* in, const Device& dev) {
+  if (st.copy) return;
+  for (size_t j = 0; j < st.in.size(); ++j) {
+    const Value* v = in[j];
+    if (!v || v->kind != Value::Kind::kTensor || v->tensor.numel() == 0) continue;
+    const bool host = std::find(st.host_inputs.begin(), st.host_inputs.end(), j) != st.host_inputs.end();
+    if (v->tensor.device() != (host ? Device::cpu() : dev))
+      throw_error<RuntimeError>("internal error: ", st.node->describe(), " reads input ", j, " on ",
+                                v->tensor.device().name(), ", expected on ", host ? "cpu" : dev.name());
+  }
+}
+
 // A step whose shapes are known only now: prepared, given fresh outputs and scratch, run.
 void run_dynamic(const Plan& plan, const Step& st, Frame& f, const ExecOptions& options, int threads,
                  const ProviderSet& ps) {
@@ -120,22 +136,37 @@ void run_dynamic(const Plan& plan, const Step& st, Frame& f, const ExecOptions& 
     if (o.kind != Value::Kind::kTensor || o.dynamic) continue;
     if (o.inplace_of >= 0) {
       // In place: the output starts as a copy of the input, which the kernel reads through it.
-      v = Value::of(in_p[size_t(o.inplace_of)]->tensor.clone());
+      const Tensor& src = in_p[size_t(o.inplace_of)]->tensor;
+      if (src.device().host_accessible()) {
+        v = Value::of(src.clone());
+      } else {
+        v = Value::of(Tensor::empty(src.dtype(), src.shape(), provider.allocator()));
+        provider.copy(src, v.tensor, *ps.contexts[st.provider]);
+      }
       in_p[size_t(o.inplace_of)] = &v;
     } else if (o.alias_of >= 0 && !plan.slots[size_t(st.out[k])].graph_output &&
                in_p[size_t(o.alias_of)]->tensor.device() == provider.device()) {
       v = Value::of(in_p[size_t(o.alias_of)]->tensor.reshaped(o.shape));
-    } else if (provider.device().is_host() || plan.slots[size_t(st.out[k])].graph_output) {
-      v = Value::of(Tensor::empty(o.dtype, o.shape));
     } else {
-      v = Value::of(Tensor::empty(o.dtype, o.shape, provider.allocator()));
+      // On the device the plan gave the value: the provider's, or the host for a copy to the host
+      // (MemcpyToHost runs on the device's provider) and for a host-accessible device's results.
+      const Device& dev = plan.slots[size_t(st.out[k])].device;
+      if (dev.is_host() || (plan.slots[size_t(st.out[k])].graph_output && dev.host_accessible()))
+        v = Value::of(Tensor::empty(o.dtype, o.shape));
+      else
+        v = Value::of(Tensor::empty(o.dtype, o.shape, ps.providers[ps.of_device(dev)]->allocator()));
     }
   }
   void* ws = nullptr;
-  if (ctx.workspace() > 0) {
+  Tensor device_ws;  // a device provider's scratch: its own memory, for this run of the step
+  if (ctx.workspace() > 0 && !provider.device().host_accessible()) {
+    device_ws = Tensor::empty(DType::kUInt8, {int64_t(ctx.workspace())}, provider.allocator());
+    ws = device_ws.raw_data();
+  } else if (ctx.workspace() > 0) {
     if (f.scratch.size() < ctx.workspace() + kArenaAlign) f.scratch.resize(ctx.workspace() + kArenaAlign);
     ws = reinterpret_cast<void*>(arena_align(reinterpret_cast<uintptr_t>(f.scratch.data())));
   }
+  check_input_devices(st, in_p.data(), provider.device());
   RunContext rc(*st.node, in_p.data(), in_p.size(), out_p, st.out.size(), imp_p, st.imp.size(), ws, ctx.workspace(),
                 options, threads, ps.contexts[st.provider].get());
   rc.set_run_index(f.run_index);
@@ -421,16 +452,26 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
         return;
       }
       for (const auto& [o, i] : st.rebind) vals[size_t(o)].tensor.rebind(vals[size_t(i)].tensor);
-      for (const auto& [k, j] : st.pre_copy)
-        vals[size_t(st.out[size_t(k)])].tensor.copy_from(vals[size_t(st.in[size_t(j)])].tensor);
+      for (const auto& [k, j] : st.pre_copy) {
+        Tensor& dst = vals[size_t(st.out[size_t(k)])].tensor;
+        const Tensor& src = vals[size_t(st.in[size_t(j)])].tensor;
+        if (dst.device().host_accessible() && src.device().host_accessible())
+          dst.copy_from(src);
+        else  // device memory moves through its provider
+          providers_.providers[st.provider]->copy(src, dst, *providers_.contexts[st.provider]);
+      }
       Value* const* p = f.ptrs.data() + st.ptr_offset;
+      check_input_devices(st, p, providers_.providers[st.provider]->device());
       RunContext rc(*st.node, p, st.in.size(), p + st.in.size(), st.out.size(), p + st.in.size() + st.out.size(),
                     st.imp.size(), st.ws_offset >= 0 ? base(providers_.providers[st.provider]->device()) + st.ws_offset : nullptr, st.ws_bytes,
                     options_, threads, providers_.contexts[st.provider].get());
       rc.set_run_index(f.run_index);
       st.kernel->run(rc);
     });
-    if (hooks && hooks->on_node) record_node(*hooks, st, vals, providers_.providers[st.provider]->name(), t0);
+    if (hooks && hooks->on_node) {
+      providers_.providers[st.provider]->synchronize(*providers_.contexts[st.provider]);
+      record_node(*hooks, st, vals, providers_.providers[st.provider]->name(), t0);
+    }
     for (int sid : st.release) vals[size_t(sid)] = Value();
   }
   if (finish)

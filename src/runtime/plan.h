@@ -138,6 +138,7 @@ struct Step {
   std::vector<int> release;                   ///< dynamic slots freed after this step
   size_t ptr_offset = 0;                      ///< of its pointers in Frame::ptrs (in, out, imp)
   std::vector<size_t> host_inputs;            ///< inputs its kernel reads in host memory
+  bool copy = false;                          ///< a copy between devices (insert_copies)
 };
 
 struct Frame;

@@ -362,8 +362,26 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
       for (const auto& n : node.inputs)
         all_const = all_const && (n.empty() || slots[size_t(plan.id(n))].state == Slot::State::kConstant);
       if (all_const) st.provider = ps.cpu();
+      // A provider's kernel may decline the node when it is made (NotImplemented: an attribute it
+      // does not handle) as well as at prepare (below): the next provider with a kernel takes it.
+      // The provider after st.provider with a kernel for the node; rethrows the CPU provider's refusal.
+      auto decline = [&] {
+        size_t next = st.provider + 1;
+        while (next < ps.providers.size() && !ps.providers[next]->registry().find(node.domain, node.op_type, st.opset))
+          ++next;
+        if (st.provider == ps.cpu() || next >= ps.providers.size()) throw;
+        st.provider = next;
+      };
+      std::unique_ptr<Kernel> kernel;
+      for (;;) {
+        try {
+          kernel = create_kernel(node, opsets, options, ps.providers[st.provider]->registry());
+          break;
+        } catch (const NotImplemented&) {
+          decline();
+        }
+      }
       const KernelRegistry& reg = ps.providers[st.provider]->registry();
-      auto kernel = create_kernel(node, opsets, options, reg);
       if (const auto* e = reg.find(node.domain, node.op_type, st.opset)) st.host_inputs = e->host_inputs;
       bool known = true;
       for (const auto& n : node.inputs) {
@@ -407,12 +425,8 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
         } catch (const NotImplemented&) {
           // A provider may decline a node it cannot run (an element type, an attribute): the next
           // provider with a kernel for it takes the node; the CPU provider's refusal stands.
-          size_t next = st.provider + 1;
-          while (next < ps.providers.size() && !ps.providers[next]->registry().find(node.domain, node.op_type, st.opset))
-            ++next;
-          if (st.provider == ps.cpu() || next >= ps.providers.size()) throw;
-          st.provider = next;
-          const KernelRegistry& reg2 = ps.providers[next]->registry();
+          decline();
+          const KernelRegistry& reg2 = ps.providers[st.provider]->registry();
           kernel = create_kernel(node, opsets, options, reg2);
           st.host_inputs = reg2.find(node.domain, node.op_type, st.opset)->host_inputs;
         }
@@ -467,6 +481,11 @@ void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>&
 
 void insert_copies(Plan& plan, const ProviderSet& ps) {
   auto& slots = plan.slots;
+  // A value whose kind is only known while running (the output of a step with run-time shapes) is
+  // copied as a tensor: a sequence there fails the copy step with its error.
+  auto may_be_tensor = [](const Slot& s) {
+    return s.value.kind == Value::Kind::kTensor || (s.value.kind == Value::Kind::kNone && s.state == Slot::State::kDynamic);
+  };
   std::map<std::pair<int, Device>, int> copies;  // (value slot, device) -> slot of its copy there
   std::vector<int> producer(slots.size(), -1);
   for (size_t s = 0; s < plan.steps.size(); ++s)
@@ -501,6 +520,7 @@ void insert_copies(Plan& plan, const ProviderSet& ps) {
     st.in = {sid};
     st.out = {cid};
     st.dynamic = slots[size_t(cid)].state == Slot::State::kDynamic;
+    st.copy = true;
     plan.kernels.push_back(std::make_unique<CopyKernel>(*ps.providers[st.provider]));
     st.kernel = plan.kernels.back().get();
     plan.steps.push_back(std::move(st));
@@ -517,12 +537,10 @@ void insert_copies(Plan& plan, const ProviderSet& ps) {
       const bool host = std::find(plan.steps[s].host_inputs.begin(), plan.steps[s].host_inputs.end(), j) !=
                         plan.steps[s].host_inputs.end();
       const Device need = host ? Device::cpu() : dev;
-      if (slots[size_t(sid)].device != need && slots[size_t(sid)].value.kind == Value::Kind::kTensor)
-        plan.steps[s].in[j] = copy_of(sid, need);
+      if (slots[size_t(sid)].device != need && may_be_tensor(slots[size_t(sid)])) plan.steps[s].in[j] = copy_of(sid, need);
     }
     for (auto& sid : plan.steps[s].imp)  // subgraphs read outer values in host memory
-      if (!slots[size_t(sid)].device.is_host() && slots[size_t(sid)].value.kind == Value::Kind::kTensor)
-        sid = copy_of(sid, Device::cpu());
+      if (!slots[size_t(sid)].device.is_host() && may_be_tensor(slots[size_t(sid)])) sid = copy_of(sid, Device::cpu());
   }
   // Results come back to the host.
   for (size_t i = 0, m = slots.size(); i < m; ++i)

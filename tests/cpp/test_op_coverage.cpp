@@ -18,6 +18,9 @@
 #include "kernels/kernel.h"
 #include "ops/onnxtrain_ops.h"
 #include "test_provider.h"
+#ifdef ONNXTRAIN_WITH_CUDA
+#include "kernels/cuda/cuda_provider.h"
+#endif
 #include "test_util.h"
 
 using namespace onnxtrain;
@@ -105,6 +108,10 @@ TEST(OpCoverage, EveryKernelRegistrationHasAReferenceTest) {
   const auto literals = test_literals();
   expect_covered(cpu_provider().name(), cpu_provider().registry(), conformance, literals);
   expect_covered(ot_test::test_provider().name(), ot_test::test_provider().registry(), conformance, literals);
+#ifdef ONNXTRAIN_WITH_CUDA
+  // The CUDA provider's kernels (its registry needs no device).
+  expect_covered("CUDAExecutionProvider", kernels::cuda::kernel_registry(), conformance, literals);
+#endif
 }
 
 // Every com.onnxtrain operator of the table is tested (that each has a CPU kernel and each kernel a

@@ -36,7 +36,13 @@ TestProvider& test_provider();
 /// Bytes currently allocated on cpu:1 (its arenas and device tensors).
 long test_provider_live_bytes();
 
-/// Runs `graph` with the test provider first and checks that its outputs equal `reference` (the
+/// True when this build has the CUDA provider and a device answers; else false with the reason.
+bool cuda_axis_available(std::string* why);
+/// The CUDA provider when cuda_axis_available, else null.
+onnxtrain::ExecutionProvider* cuda_axis_provider();
+
+/// Runs `graph` with the CUDA provider first where one is available (outputs close to `reference`
+/// within the element type's tolerance), then with the test provider first and checks that its outputs equal `reference` (the
 /// CPU provider's, from the same inputs) bit for bit; the planner's copies and fallbacks are
 /// exercised on the way. Returns a description of the first difference, or "".
 std::string check_providers_agree(std::shared_ptr<const onnxtrain::ir::Graph> graph, const onnxtrain::OpsetMap& opsets,

@@ -77,7 +77,6 @@ class OrtEpAssignedSubgraph:
         return f"OrtEpAssignedSubgraph(ep_name={self._ep_name!r}, nodes={len(self._nodes)})"
 
 
-_AVAILABLE = ["CPUExecutionProvider"]
 
 # Every provider name onnxruntime defines (get_all_providers); onnxtrain runs CPUExecutionProvider.
 _ALL_PROVIDERS = [
@@ -90,8 +89,9 @@ _ALL_PROVIDERS = [
 
 
 def get_available_providers():
-    """Execution providers this build can run: ``['CPUExecutionProvider']``."""
-    return list(_AVAILABLE)
+    """Execution providers this build can run now: ``['CPUExecutionProvider']``, preceded by
+    ``'CUDAExecutionProvider'`` where the build has the CUDA provider and a device answers."""
+    return list(_C.get_available_providers())
 
 
 def get_all_providers():

@@ -111,7 +111,7 @@ class TrainingSession:
         names, _ = check_and_normalize_provider_args(providers, provider_options, get_available_providers())
         self._providers = names or get_available_providers()
         self.parameters = parameters
-        self._sess = _C.TrainingSession(path_or_bytes, parameters, sess_options)
+        self._sess = _C.TrainingSession(path_or_bytes, parameters, sess_options, self._providers)
 
     def run(self, output_names, input_feed, run_options=None):
         """One training step; returns the requested outputs (loss, gradients when enabled)."""

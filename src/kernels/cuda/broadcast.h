@@ -1,0 +1,47 @@
+// Broadcasting geometry of elementwise kernels (host side builds it in prepare, device side maps
+// an output index to each operand's element): shapes right-aligned, size-1 dims dropped, adjacent
+// dims merged where every operand keeps them contiguous, at most kMaxDims left.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "onnxtrain/tensor.h"
+
+namespace onnxtrain::kernels::cuda {
+
+inline constexpr int kMaxDims = 8;
+inline constexpr int kMaxOperands = 3;
+
+/// Element offset of output index i in an operand with `strides` over `dims` (row-major, `rank` dims).
+__host__ __device__ inline int64_t strided_offset(int64_t i, int rank, const int64_t* dims, const int64_t* strides) {
+  int64_t off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int64_t q = i / dims[d];
+    off += (i - q * dims[d]) * strides[d];
+    i = q;
+  }
+  return off;
+}
+
+struct Bcast {
+  int rank = 0;
+  int64_t dims[kMaxDims] = {};
+  /// Per operand: 0 its index is the output's (same shape), 1 a single element, 2 strided.
+  int kind[kMaxOperands] = {};
+  int64_t strides[kMaxOperands][kMaxDims] = {};
+
+  __host__ __device__ int64_t offset(int k, int64_t i) const {
+    if (kind[k] == 0) return i;
+    if (kind[k] == 1) return 0;
+    return strided_offset(i, rank, dims, strides[k]);
+  }
+};
+
+/// The geometry of `inputs` broadcast to `output` (each input's shape broadcasts to it); false
+/// when more than kMaxDims dims remain after merging (the caller declines the node).
+bool make_bcast(const Shape& output, const std::vector<Shape>& inputs, Bcast* b);
+
+}  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,134 @@
+// The per-element update rules of the com.onnxtrain optimizers (cuda/optimizer.cu), the same
+// arithmetic as the CPU rules (cpu/optimizer_ops.cpp: SgdRule, MomentumRule, AdamRule,
+// AdagradRule), rounding for rounding: the CPU file is compiled without contraction and fuses
+// exactly where it calls std::fma; here every other product, sum, quotient and square root is an
+// explicitly rounded operation on the device (__fmul_rn, ...), which nvcc never contracts.
+// Rules are built on the host (scalars rounded to T there, as the CPU does) and passed by value.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <type_traits>
+
+namespace onnxtrain::kernels::cuda {
+
+// ---------------------------------------------------------------- rounded arithmetic
+template <class T>
+__host__ __device__ inline T op_fma(T a, T b, T c) {
+  if constexpr (std::is_same_v<T, float>) return fmaf(a, b, c);
+  else return fma(a, b, c);
+}
+template <class T>
+__host__ __device__ inline T op_mul(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+template <class T>
+__host__ __device__ inline T op_add(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) return __fadd_rn(a, b);
+  else return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+template <class T>
+__host__ __device__ inline T op_div(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) return __fdiv_rn(a, b);
+  else return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+template <class T>
+__host__ __device__ inline T op_sqrt(T a) {
+#ifdef __CUDA_ARCH__
+  if constexpr (std::is_same_v<T, float>) return __fsqrt_rn(a);
+  else return __dsqrt_rn(a);
+#else
+  if constexpr (std::is_same_v<T, float>) return sqrtf(a);
+  else return sqrt(a);
+#endif
+}
+
+// ---------------------------------------------------------------- the rules
+// rule(w, g, s0, s1) -> new weight and states from the weight, the scaled gradient and the states.
+template <class T>
+struct Updated {
+  T w, s0, s1;
+};
+
+// d = g + lambda w; w += -lr d
+template <class T>
+struct SgdRule {
+  static constexpr int kStates = 0;
+  T wd, a;  // a = -lr
+  bool decay;
+  __host__ __device__ Updated<T> operator()(T w, T g, T, T) const {
+    const T d = decay ? op_fma(wd, w, g) : g;
+    return {op_fma(a, d, w), T(0), T(0)};
+  }
+};
+
+// d = g + lambda w; b = first ? d : m b + c d; w += -lr (nesterov ? d + m b : b)
+template <class T>
+struct MomentumRule {
+  static constexpr int kStates = 1;
+  T m, c, wd, a;
+  bool decay, first, nesterov;
+  __host__ __device__ Updated<T> operator()(T w, T g, T s0, T) const {
+    const T d = decay ? op_fma(wd, w, g) : g;
+    const T b = first ? d : op_fma(s0, m, op_mul(c, d));
+    const T u = nesterov ? op_fma(m, b, d) : b;
+    return {op_fma(a, u, w), b, T(0)};
+  }
+};
+
+// [w *= pre]; [g += l2 w]; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g;
+// w += step m / (sqrt(v) / sqrt(bc2) + eps); [w *= post]
+template <class T>
+struct AdamRule {
+  static constexpr int kStates = 2;
+  T b1, b2, one_b1, one_b2, eps, l2, pre, post, step, bc2_sqrt;
+  bool use_l2, use_pre, use_post;
+  __host__ __device__ Updated<T> operator()(T w, T g, T s0, T s1) const {
+    if (use_pre) w = op_mul(w, pre);
+    if (use_l2) g = op_fma(l2, w, g);
+    const T m = op_fma(s0, b1, op_mul(one_b1, g));
+    const T v = op_fma(s1, b2, op_mul(op_mul(one_b2, g), g));
+    const T denom = op_add(op_div(op_sqrt(v), bc2_sqrt), eps);
+    w = op_add(w, op_div(op_mul(step, m), denom));
+    if (use_post) w = op_mul(w, post);
+    return {w, m, v};
+  }
+};
+
+// [g += wd w]; h = s + g g; w += a g / (sqrt(h) + eps)
+template <class T>
+struct AdagradRule {
+  static constexpr int kStates = 1;
+  T wd, a, eps;
+  bool decay;
+  __host__ __device__ Updated<T> operator()(T w, T g, T s0, T) const {
+    if (decay) g = op_fma(wd, w, g);
+    const T h = op_fma(g, g, s0);
+    const T std_ = op_add(op_sqrt(h), eps);
+    return {op_add(w, op_div(op_mul(a, g), std_)), h, T(0)};
+  }
+};
+
+// AccumulateGradients: A' = reset ? G : A + G (w: A, g: G).
+template <class T>
+struct AccumulateRule {
+  static constexpr int kStates = 0;
+  bool reset;
+  __host__ __device__ Updated<T> operator()(T a, T g, T, T) const { return {reset ? g : op_add(a, g), T(0), T(0)}; }
+};
+
+}  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,173 @@
+// The CUDA provider as a user reaches it (SessionOptions.providers) and the pieces the kernel
+// tests do not cover: copies between host and device, the allocator, and whole training steps
+// against the CPU provider. Without a device (or without -DONNXTRAIN_CUDA=ON) the device tests
+// report themselves skipped with the reason; the error a session gives then is tested everywhere.
+// (Every kernel and gradient test of the suite also reruns on the CUDA provider when a device is
+// present: tests/cpp/test_provider.cpp, check_providers_agree.)
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ir/onnx_io.h"
+#include "onnxtrain/session.h"
+#include "onnxtrain/training.h"
+#include "test_provider.h"
+#include "test_util.h"
+#ifdef ONNXTRAIN_WITH_CUDA
+#include "kernels/cuda/cuda_provider.h"
+#endif
+
+using namespace onnxtrain;
+using ot_test::make_node;
+
+namespace {
+
+#define SKIP_WITHOUT_CUDA()                                                   \
+  do {                                                                        \
+    std::string why_;                                                         \
+    if (!ot_test::cuda_axis_available(&why_)) GTEST_SKIP() << why_;           \
+  } while (0)
+
+// X [N, 16] -> MatMul W1 + b1 -> LayerNormalization -> Relu -> MatMul W2 + b2 -> Tanh -> MatMul W3
+// -> logits [N, 4]; the loss is added by add_loss_output.
+std::string mlp_model(uint32_t seed) {
+  ir::Model m;
+  m.opsets = {{"", 17}};
+  m.graph = std::make_shared<ir::Graph>();
+  auto& g = *m.graph;
+  std::mt19937 rng(seed);
+  g.inputs = {ir::ValueInfo{"X", ir::TypeInfo::tensor(DType::kFloat32, {-1, 16}), ""}};
+  auto init = [&](const std::string& n, Shape s, double r) {
+    g.initializers.emplace_back(n, ot_test::random_tensor(DType::kFloat32, s, rng, -r, r));
+  };
+  init("W1", {16, 32}, 0.4);
+  init("b1", {32}, 0.1);
+  init("gamma", {32}, 1.0);
+  init("beta", {32}, 0.1);
+  init("W2", {32, 24}, 0.3);
+  init("b2", {24}, 0.1);
+  init("W3", {24, 4}, 0.4);
+  g.nodes.push_back(make_node("MatMul", {"X", "W1"}, {"h1"}));
+  g.nodes.push_back(make_node("Add", {"h1", "b1"}, {"h2"}));
+  g.nodes.push_back(make_node("LayerNormalization", {"h2", "gamma", "beta"}, {"h3"}, {ot_test::attr_float("epsilon", 1e-5f)}));
+  g.nodes.push_back(make_node("Relu", {"h3"}, {"h4"}));
+  g.nodes.push_back(make_node("MatMul", {"h4", "W2"}, {"h5"}));
+  g.nodes.push_back(make_node("Add", {"h5", "b2"}, {"h6"}));
+  g.nodes.push_back(make_node("Tanh", {"h6"}, {"h7"}));
+  g.nodes.push_back(make_node("MatMul", {"h7", "W3"}, {"y"}));
+  g.outputs = {ir::ValueInfo{"y", ir::TypeInfo::tensor(DType::kFloat32, {-1, 4}), ""}};
+  return add_loss_output(ir::serialize_model(m), "cross_entropy", "loss", "label", "", {}, "", {{"reduction", "mean"}});
+}
+
+// Runs `steps` training steps of the MLP with `optimizer` on `providers`; returns the losses and
+// the final state.
+std::pair<std::vector<double>, std::vector<std::pair<std::string, Tensor>>> train_mlp(
+    const std::vector<std::string>& providers, const std::string& optimizer, int steps) {
+  const std::string model = mlp_model(7);
+  TrainingParameters p;
+  p.loss_output_name = "loss";
+  p.training_optimizer_name = optimizer;
+  p.enable_grad_norm_clip = optimizer == "AdamOptimizer";
+  SessionOptions so;
+  so.providers = providers;
+  TrainingSession s(model.data(), model.size(), p, so);
+  std::mt19937 rng(3);
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    Tensor X = ot_test::random_tensor(DType::kFloat32, {64, 16}, rng);
+    Tensor label = Tensor::empty(DType::kInt64, {64});
+    for (int64_t k = 0; k < 64; ++k) label.data<int64_t>()[k] = int64_t(rng() % 4);
+    auto out = s.run({"loss"}, {{"X", Value::of(X)}, {"label", Value::of(label)},
+                                {"Learning_Rate", Value::of(Tensor::from_vector<float>({1}, {0.05f}))}});
+    losses.push_back(ot_test::to_double(out[0].tensor)[0]);
+  }
+  return {losses, s.get_state()};
+}
+
+}  // namespace
+
+TEST(CudaProvider, SessionWithoutADeviceNamesWhy) {
+  std::string why;
+  if (ot_test::cuda_axis_available(&why)) GTEST_SKIP() << "a CUDA device is present (the device tests run instead)";
+  const std::string model = ot_test::linear_model_bytes(false);
+  SessionOptions so;
+  so.providers = {"CUDAExecutionProvider", "CPUExecutionProvider"};
+  try {
+    InferenceSession s(model.data(), model.size(), so);
+    ADD_FAILURE() << "a session asked for CUDAExecutionProvider was made without a device";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDAExecutionProvider is not available"), std::string::npos) << e.what();
+  }
+  so.providers = {"NoSuchExecutionProvider"};
+  try {
+    InferenceSession s(model.data(), model.size(), so);
+    ADD_FAILURE() << "an unknown provider was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown execution provider 'NoSuchExecutionProvider'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(available_execution_providers(), std::vector<std::string>{"CPUExecutionProvider"});
+}
+
+TEST(CudaProvider, CopiesRoundTripEveryElementType) {
+  SKIP_WITHOUT_CUDA();
+  ExecutionProvider& cuda = *ot_test::cuda_axis_provider();
+  auto ctx = cuda.make_context(ExecOptions{});
+  std::mt19937 rng(11);
+  for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt64, DType::kInt32,
+                   DType::kBool, DType::kUInt8})
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(1000), int64_t(1) << 20}) {
+      Tensor host = ot_test::random_tensor(dt, {n}, rng);
+      Tensor dev = Tensor::empty(dt, {n}, cuda.allocator());
+      EXPECT_EQ(dev.device().name(), "cuda:0");
+      cuda.copy(host, dev, *ctx);
+      Tensor back = Tensor::empty(dt, {n});
+      if (n > 0) std::memset(back.raw_data(), 0x5a, back.nbytes());  // poisoned: every byte must come back
+      cuda.copy(dev, back, *ctx);
+      EXPECT_TRUE(ot_test::same_bits(host, back)) << dtype_name(dt) << " x " << n;
+    }
+}
+
+TEST(CudaProvider, InferenceMatchesTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  const std::string model = mlp_model(5);
+  SessionOptions cpu_so, cuda_so;
+  cuda_so.providers = {"CUDAExecutionProvider", "CPUExecutionProvider"};
+  InferenceSession cpu(model.data(), model.size(), cpu_so), gpu(model.data(), model.size(), cuda_so);
+  std::mt19937 rng(1);
+  Tensor X = ot_test::random_tensor(DType::kFloat32, {33, 16}, rng);
+  Tensor label = Tensor::zeros(DType::kInt64, {33});
+  const auto a = cpu.run({"loss", "y"}, {{"X", X}, {"label", label}});
+  const auto b = gpu.run({"loss", "y"}, {{"X", X}, {"label", label}});
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto x = ot_test::to_double(a[i]), y = ot_test::to_double(b[i]);
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t k = 0; k < x.size(); ++k) EXPECT_NEAR(y[k], x[k], 1e-4 * (1 + std::fabs(x[k]))) << "output " << i << " [" << k << "]";
+  }
+  // The products, normalization and activations ran on the device.
+  size_t on_cuda = 0;
+  for (const auto& n : gpu.node_assignment()) on_cuda += n.provider == "CUDAExecutionProvider";
+  EXPECT_GE(on_cuda, 8u);
+}
+
+TEST(CudaProvider, TrainingStepsMatchTheCpu) {
+  SKIP_WITHOUT_CUDA();
+  for (const std::string opt : {"SGDOptimizer", "AdamOptimizer"}) {
+    const auto [cpu_losses, cpu_state] = train_mlp({}, opt, 6);
+    const auto [gpu_losses, gpu_state] = train_mlp({"CUDAExecutionProvider", "CPUExecutionProvider"}, opt, 6);
+    ASSERT_EQ(cpu_losses.size(), gpu_losses.size());
+    for (size_t i = 0; i < cpu_losses.size(); ++i)
+      EXPECT_NEAR(gpu_losses[i], cpu_losses[i], 2e-4 * (1 + std::fabs(cpu_losses[i]))) << opt << " step " << i;
+    EXPECT_LT(cpu_losses.back(), cpu_losses.front()) << opt << ": the reference does not learn";
+    ASSERT_EQ(cpu_state.size(), gpu_state.size());
+    for (size_t k = 0; k < cpu_state.size(); ++k) {
+      EXPECT_EQ(cpu_state[k].first, gpu_state[k].first);
+      const auto x = ot_test::to_double(cpu_state[k].second), y = ot_test::to_double(gpu_state[k].second);
+      ASSERT_EQ(x.size(), y.size()) << cpu_state[k].first;
+      double worst = 0;
+      for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]) / (1e-3 + std::fabs(x[i])));
+      EXPECT_LT(worst, 1e-3) << opt << ": " << cpu_state[k].first;
+    }
+  }
+}
