@@ -19,8 +19,9 @@ fi
 PYTHONPATH="$PWD/build/python" ONNXTRAIN_CLI="$PWD/build/onnxtrain" ONNXTRAIN_INSTALLED=1 \
   /usr/bin/python3 -m pytest -q tests/python 2>&1 | tee build/pytest.log || status=1
 tail -n 1 build/pytest.log >> "$summary"
-# The CUDA provider (docs/cuda.md): compiled for sm_90 with CUDA 13 where nvcc is installed, and its
-# device tests run, which report themselves skipped without a GPU (the whole suite ran above).
+# The CUDA provider (docs/cuda.md): compiled for sm_90 with CUDA 13 where nvcc is installed; its
+# device tests run (skipped without a GPU: the whole suite ran above) and its update rules are
+# checked on the host against the CPU kernels.
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
 if [ -x "$NVCC" ]; then
   echo "[onnxtrain] CUDA build (build-cuda, sm_90)"
@@ -28,7 +29,7 @@ if [ -x "$NVCC" ]; then
        -DONNXTRAIN_WERROR=ON -DONNXTRAIN_BUILD_PYTHON=OFF -DONNXTRAIN_BUILD_BENCH=OFF \
        -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >/dev/null &&
      cmake --build build-cuda --target onnxtrain_tests -j "$(nproc)"; then
-    (cd build-cuda && ./onnxtrain_tests --gtest_filter='CudaProvider.*:OpCoverage.*') 2>&1 | tee build/cuda.log || status=1
+    (cd build-cuda && ./onnxtrain_tests --gtest_filter='CudaProvider.*:CudaHostRules.*:OpCoverage.*') 2>&1 | tee build/cuda.log || status=1
     echo "[onnxtrain] CUDA build: compiled; $(grep -E '^\[  (PASSED|SKIPPED|FAILED)  ?\] [0-9]+ test' build/cuda.log | tr '\n' ' ')" | tee -a "$summary"
   else
     status=1

@@ -86,7 +86,7 @@ __global__ void update_kernel(SlotTable<T> tab, Rule rule, double grad_scale, co
       T a = T(0), b = T(0);
       if constexpr (S > 0) a = S0[i];
       if constexpr (S > 1) b = S1[i];
-      const Updated<T> u = rule(W[i], op_mul(G[i], scale), a, b);
+      const Updated<T> u = apply_rule(rule, W[i], G[i], scale, a, b);
       Wo[i] = u.w;
       if constexpr (S > 0) S0o[i] = u.s0;
       if constexpr (S > 1) S1o[i] = u.s1;
@@ -145,9 +145,6 @@ void update_all(const CudaContext& c, const std::vector<Slot>& slots, double sca
   run_type.template operator()<double>(DType::kFloat64);
 }
 
-double bias_correction(bool on, float beta, int64_t t) { return on ? 1.0 - std::pow(double(beta), double(t)) : 1.0; }
-double adagrad_lr(double lr, double decays, float lr_decay) { return lr / (1.0 + decays * double(lr_decay)); }
-
 // ---------------------------------------------------------------- com.onnxtrain optimizers
 class OptimizerKernel final : public Kernel {
  public:
@@ -188,41 +185,21 @@ class OptimizerKernel final : public Kernel {
       }
     }
     const CudaContext& c = CudaContext::of(ctx);
-    const double nlr = -double(lr);
     switch (algo_) {
       case Algo::kSgd:
-        update_all<SgdRule>(c, slots_, scale, signal, [&]<class T>() {
-          return SgdRule<T>{.wd = T(at_.lambda), .a = T(nlr), .decay = T(at_.lambda) != T(0)};
-        });
+        update_all<SgdRule>(c, slots_, scale, signal, [&]<class T>() { return sgd_rule<T>(at_, lr); });
         break;
       case Algo::kMomentum:
-        update_all<MomentumRule>(c, slots_, scale, signal, [&]<class T>() {
-          return MomentumRule<T>{.m = T(at_.momentum), .c = T(1), .wd = T(at_.lambda), .a = T(nlr),
-                                 .decay = T(at_.lambda) != T(0), .first = t == 1, .nesterov = at_.nesterov};
-        });
+        update_all<MomentumRule>(c, slots_, scale, signal, [&]<class T>() { return momentum_rule<T>(at_, lr, t); });
         break;
       case Algo::kAdam:
-      case Algo::kAdamW: {
-        const bool decoupled = algo_ == Algo::kAdamW;
-        const double b1 = at_.alpha, b2 = at_.beta, wd = at_.lambda;
-        const double bc1 = bias_correction(at_.bias_correction, at_.alpha, t);
-        const double bc2 = bias_correction(at_.bias_correction, at_.beta, t);
-        update_all<AdamRule>(c, slots_, scale, signal, [&]<class T>() {
-          return AdamRule<T>{.b1 = T(b1), .b2 = T(b2), .one_b1 = T(1.0 - b1), .one_b2 = T(1.0 - b2),
-                             .eps = T(double(at_.epsilon)), .l2 = T(wd), .pre = T(1.0 - double(lr) * wd), .post = T(1),
-                             .step = T(-(double(lr) / bc1)), .bc2_sqrt = T(std::sqrt(bc2)),
-                             .use_l2 = !decoupled && wd != 0.0, .use_pre = decoupled && wd != 0.0, .use_post = false};
-        });
+      case Algo::kAdamW:
+        update_all<AdamRule>(c, slots_, scale, signal,
+                             [&]<class T>() { return adam_rule<T>(at_, lr, t, algo_ == Algo::kAdamW); });
         break;
-      }
-      case Algo::kAdagrad: {
-        const double clr = adagrad_lr(lr, double(t - 1), at_.lr_decay);
-        update_all<AdagradRule>(c, slots_, scale, signal, [&]<class T>() {
-          return AdagradRule<T>{.wd = T(at_.lambda), .a = T(-clr), .eps = T(at_.epsilon),
-                                .decay = T(at_.lambda) != T(0)};
-        });
+      case Algo::kAdagrad:
+        update_all<AdagradRule>(c, slots_, scale, signal, [&]<class T>() { return adagrad_rule<T>(at_, lr, t); });
         break;
-      }
       case Algo::kLamb: throw_error<NotImplemented>(ctx.node().describe(), ": LambOptimizer has no CUDA kernel");
     }
   }

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/shape/optimizer.h"
+
 namespace onnxtrain::kernels::cuda {
 
 // ---------------------------------------------------------------- rounded arithmetic
@@ -130,5 +132,43 @@ struct AccumulateRule {
   bool reset;
   __host__ __device__ Updated<T> operator()(T a, T g, T, T) const { return {reset ? g : op_add(a, g), T(0), T(0)}; }
 };
+
+// ---------------------------------------------------------------- the rules of a step
+// Built on the host from the node's attributes, the step's learning rate lr and its number t (1 for
+// the first), with the CPU kernel's roundings (cpu/optimizer_ops.cpp); tests/cpp/test_cuda_rules.cpp
+// checks them on the host, bit for bit, against the CPU provider's optimizer kernels.
+inline double bias_correction(bool on, float beta, int64_t t) { return on ? 1.0 - std::pow(double(beta), double(t)) : 1.0; }
+inline double adagrad_lr(double lr, double decays, float lr_decay) { return lr / (1.0 + decays * double(lr_decay)); }
+
+template <class T>
+SgdRule<T> sgd_rule(const shape::OptimizerAttrs& at, float lr) {
+  return SgdRule<T>{.wd = T(at.lambda), .a = T(-double(lr)), .decay = T(at.lambda) != T(0)};
+}
+template <class T>
+MomentumRule<T> momentum_rule(const shape::OptimizerAttrs& at, float lr, int64_t t) {
+  return MomentumRule<T>{.m = T(at.momentum), .c = T(1), .wd = T(at.lambda), .a = T(-double(lr)),
+                         .decay = T(at.lambda) != T(0), .first = t == 1, .nesterov = at.nesterov};
+}
+/// Adam (decoupled = false) and AdamW (true).
+template <class T>
+AdamRule<T> adam_rule(const shape::OptimizerAttrs& at, float lr, int64_t t, bool decoupled) {
+  const double b1 = at.alpha, b2 = at.beta, wd = at.lambda;
+  const double bc1 = bias_correction(at.bias_correction, at.alpha, t);
+  const double bc2 = bias_correction(at.bias_correction, at.beta, t);
+  return AdamRule<T>{.b1 = T(b1), .b2 = T(b2), .one_b1 = T(1.0 - b1), .one_b2 = T(1.0 - b2),
+                     .eps = T(double(at.epsilon)), .l2 = T(wd), .pre = T(1.0 - double(lr) * wd), .post = T(1),
+                     .step = T(-(double(lr) / bc1)), .bc2_sqrt = T(std::sqrt(bc2)),
+                     .use_l2 = !decoupled && wd != 0.0, .use_pre = decoupled && wd != 0.0, .use_post = false};
+}
+template <class T>
+AdagradRule<T> adagrad_rule(const shape::OptimizerAttrs& at, float lr, int64_t t) {
+  const double clr = adagrad_lr(lr, double(t - 1), at.lr_decay);
+  return AdagradRule<T>{.wd = T(at.lambda), .a = T(-clr), .eps = T(at.epsilon), .decay = T(at.lambda) != T(0)};
+}
+/// One element as the update kernel applies a rule: the gradient scaled first, in T.
+template <class T, class Rule>
+__host__ __device__ inline Updated<T> apply_rule(const Rule& rule, T w, T g, T scale, T s0, T s1) {
+  return rule(w, op_mul(g, scale), s0, s1);
+}
 
 }  // namespace onnxtrain::kernels::cuda

@@ -1,0 +1,101 @@
+// The CUDA provider's kernel math on the host, without a GPU: the optimizer update rules
+// (kernels/cuda/optimizer_rules.h: __host__ __device__, built from the node's attributes as the
+// CUDA kernel builds them) applied here element by element must give the CPU provider's optimizer
+// kernels' results bit for bit, for every algorithm the CUDA provider runs, float32 and float64,
+// the first and a later step, with a gradient scale. (On the device the rules round each operation
+// explicitly, so they compute the same bits there; gpu_check's suite rerun checks that.) Compiled
+// with -ffp-contract=off, as the CPU kernels are: no contraction the rules do not write.
+// CUDA builds only (the rules' header needs CUDA's headers).
+#ifdef ONNXTRAIN_WITH_CUDA
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "kernels/cuda/optimizer_rules.h"
+#include "ops/optimizers.h"
+#include "test_util.h"
+
+using namespace onnxtrain;
+using namespace onnxtrain::kernels::cuda;
+
+namespace {
+
+struct Case {
+  std::string op;
+  std::vector<ir::Attribute> attrs;
+};
+
+template <class T>
+void check_case(const Case& c, int64_t t, uint32_t seed) {
+  const ops::OptimizerSpec& spec = *ops::find_optimizer_spec(c.op);
+  const size_t S = spec.states.size();
+  std::mt19937 rng(seed);
+  const DType dt = dtype_v<T>;
+  const Tensor w = ot_test::random_tensor(dt, {37}, rng), g = ot_test::random_tensor(dt, {37}, rng);
+  std::vector<Tensor> s;
+  for (size_t k = 0; k < S; ++k) s.push_back(ot_test::random_tensor(dt, {37}, rng, k + 1 == S && S > 1 ? 0.0 : -1.0, 1.0));
+  if (spec.algorithm == ops::OptimizerAlgorithm::kAdagrad) s[0] = ot_test::random_tensor(dt, {37}, rng, 0.0, 1.0);
+  const float lr = 0.0625f;
+  const double grad_scale = 0.37;
+  std::vector<Tensor> in = {Tensor::scalar<float>(lr), Tensor::scalar<int64_t>(t), Tensor::scalar<double>(grad_scale), w, g};
+  for (const Tensor& x : s) in.push_back(x);
+  ot_test::RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.num_outputs = 1 + S;
+  const std::vector<Tensor> cpu = ot_test::run_node(c.op, in, c.attrs, o);
+
+  // The rule as the CUDA kernel builds it, from the attributes as its kernel reads them.
+  ir::Node node = ot_test::make_node(c.op, {}, {}, c.attrs);
+  node.domain = "com.onnxtrain";
+  const OpsetMap opsets{{"com.onnxtrain", 1}};
+  const ExecOptions eo;
+  const KernelInfo info(node, 1, opsets, eo);
+  const kernels::shape::OptimizerAttrs at = kernels::shape::read_optimizer_attrs(info, spec);
+  auto apply = [&](const auto& rule) {
+    const T* W = w.data<T>();
+    const T* G = g.data<T>();
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      const T a = S > 0 ? s[0].data<T>()[i] : T(0), b = S > 1 ? s[1].data<T>()[i] : T(0);
+      const Updated<T> u = apply_rule(rule, W[i], G[i], T(grad_scale), a, b);
+      const T want[3] = {u.w, u.s0, u.s1};
+      for (size_t k = 0; k <= S; ++k)
+        ASSERT_EQ(std::memcmp(&want[k], &cpu[k].data<T>()[i], sizeof(T)), 0)
+            << c.op << " " << dtype_name(dt) << " step " << t << ": output " << k << " element " << i << ": host rule "
+            << want[k] << ", CPU kernel " << cpu[k].data<T>()[i] << " (seed " << seed << ")";
+    }
+  };
+  switch (spec.algorithm) {
+    case ops::OptimizerAlgorithm::kSgd: apply(sgd_rule<T>(at, lr)); break;
+    case ops::OptimizerAlgorithm::kMomentum: apply(momentum_rule<T>(at, lr, t)); break;
+    case ops::OptimizerAlgorithm::kAdam: apply(adam_rule<T>(at, lr, t, false)); break;
+    case ops::OptimizerAlgorithm::kAdamW: apply(adam_rule<T>(at, lr, t, true)); break;
+    case ops::OptimizerAlgorithm::kAdagrad: apply(adagrad_rule<T>(at, lr, t)); break;
+    default: FAIL() << c.op << " has no CUDA rule";
+  }
+}
+
+}  // namespace
+
+TEST(CudaHostRules, OptimizerRulesMatchTheCpuKernelsBitForBit) {
+  using ot_test::attr_float;
+  using ot_test::attr_int;
+  const std::vector<Case> cases = {
+      {"SGDOptimizer", {}},
+      {"SGDOptimizer", {attr_float("lambda", 0.01f)}},
+      {"MomentumOptimizer", {attr_float("momentum", 0.8f)}},
+      {"MomentumOptimizer", {attr_float("lambda", 0.02f), attr_int("nesterov", 1)}},
+      {"AdamOptimizer", {}},
+      {"AdamOptimizer", {attr_float("lambda", 0.25f), attr_int("do_bias_correction", 0)}},
+      {"AdamWOptimizer", {}},
+      {"AdamWOptimizer", {attr_float("lambda", 0.05f), attr_float("epsilon", 1e-6f)}},
+      {"AdagradOptimizer", {attr_float("lr_decay", 0.1f)}},
+  };
+  uint32_t seed = 4100;
+  for (const Case& c : cases)
+    for (int64_t t : {int64_t(1), int64_t(3)}) {
+      check_case<float>(c, t, seed++);
+      check_case<double>(c, t, seed++);
+    }
+}
+#endif  // ONNXTRAIN_WITH_CUDA
