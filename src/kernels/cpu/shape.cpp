@@ -13,6 +13,7 @@
 #include "kernels/cpu/strided_copy.h"
 #include "kernels/registry.h"
 #include "kernels/shape/reshape.h"
+#include "kernels/shape/views.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
@@ -20,67 +21,11 @@ namespace onnxtrain::kernels::cpu {
 namespace {
 
 // ---------------------------------------------------------------- views
-// The output is input 0 with another shape: a view when the executor allows it, else a copy.
-// target() returns false when the shape needs input values not known yet (prepared again at run
-// time with every value).
-class ViewKernel : public Kernel {
- public:
-  void prepare(PrepareContext& ctx) override {
-    Shape s;
-    if (!target(ctx, &s)) {
-      ctx.set_output_dynamic(0, ctx.input_dtype(0));
-      return;
-    }
-    ctx.set_output_alias(0, 0, std::move(s));
-  }
-  void run(RunContext& ctx) override {
-    if (!ctx.output_aliases_input(0, 0)) ctx.output(0).copy_from(ctx.input(0));
-  }
-
- protected:
-  virtual bool target(const PrepareContext& ctx, Shape* out) = 0;
-};
-
-// Reshape-1..4 takes the shape as an attribute; 5+ as input 1; 14 adds allowzero.
-class ReshapeKernel final : public ViewKernel {
- public:
-  explicit ReshapeKernel(const KernelInfo& info) : at_(shape::read_reshape_attrs(info)) {}
-
- private:
-  bool target(const PrepareContext& ctx, Shape* out) override { return shape::reshape_shape(ctx, at_, out); }
-  shape::ReshapeAttrs at_;
-};
-
-// Flatten: axis in [0, r] (opset < 11) or [-r, r].
-class FlattenKernel final : public ViewKernel {
- public:
-  explicit FlattenKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 1)), negative_ok_(info.opset() >= 11) {}
-
- private:
-  bool target(const PrepareContext& ctx, Shape* out) override {
-    *out = shape::flatten_shape(ctx, axis_, negative_ok_);
-    return true;
-  }
-  int64_t axis_;
-  bool negative_ok_;
-};
-
-class SqueezeKernel final : public ViewKernel {
- public:
-  explicit SqueezeKernel(const KernelInfo& info) : at_(shape::read_squeeze_attrs(info)) {}
-
- private:
-  bool target(const PrepareContext& ctx, Shape* out) override { return shape::squeeze_shape(ctx, at_, out); }
-  shape::AxesAttrs at_;
-};
-
-class UnsqueezeKernel final : public ViewKernel {
- public:
-  explicit UnsqueezeKernel(const KernelInfo& info) : at_(shape::read_unsqueeze_attrs(info)) {}
-
- private:
-  bool target(const PrepareContext& ctx, Shape* out) override { return shape::unsqueeze_shape(ctx, at_, out); }
-  shape::AxesAttrs at_;
+// Reshape, Flatten, Squeeze, Unsqueeze: kernels/shape/views.h; a copy in host memory when the
+// executor could not make the view.
+struct HostViews {
+  static void check(const PrepareContext&) {}
+  static void copy(RunContext& ctx) { ctx.output(0).copy_from(ctx.input(0)); }
 };
 
 // ---------------------------------------------------------------- Shape, Size
@@ -258,14 +203,7 @@ class SumToShapeKernel final : public Kernel {
 
 void register_shape(KernelRegistry& r) {
   // One entry per opset range whose semantics differ; the kernel reads info.opset() for them.
-  r.add<ReshapeKernel>("Reshape", 1, 4);              // shape attribute
-  r.add<ReshapeKernel>("Reshape", 5, kMaxOpsetAll);   // shape input; 14: allowzero
-  r.add<FlattenKernel>("Flatten", 1, 10);             // axis in [0, r]
-  r.add<FlattenKernel>("Flatten", 11, kMaxOpsetAll);  // negative axis
-  r.add<SqueezeKernel>("Squeeze", 1, 12);             // axes attribute (11: negative)
-  r.add<SqueezeKernel>("Squeeze", 13, kMaxOpsetAll);  // axes input
-  r.add<UnsqueezeKernel>("Unsqueeze", 1, 12);
-  r.add<UnsqueezeKernel>("Unsqueeze", 13, kMaxOpsetAll);
+  shape::register_views<HostViews>(r);  // Reshape, Flatten, Squeeze, Unsqueeze
   r.add<ShapeKernel>("Shape", 1, 14);
   r.add<ShapeKernel>("Shape", 15, kMaxOpsetAll);  // start, end
   r.add<SizeKernel>("Size", 1, kMaxOpsetAll);

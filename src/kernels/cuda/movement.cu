@@ -17,6 +17,7 @@
 #include "kernels/shape/index.h"
 #include "kernels/shape/movement.h"
 #include "kernels/shape/reshape.h"
+#include "kernels/shape/views.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cuda {
@@ -210,72 +211,21 @@ void init_geom(const PrepareContext& ctx, StridedGeom& g, const Shape& dims, con
 }
 
 // ---------------------------------------------------------------- views
-// Y = X with another shape: a view when the executor allows it, else a device copy. target()
-// returns false when the shape needs input values not known yet (prepared again at run time).
-class ViewKernel : public Kernel {
- public:
-  void prepare(PrepareContext& ctx) override {
+// Y = X with another shape: a view when the executor allows it, else a device copy.
+// Reshape, Flatten, Squeeze, Unsqueeze (kernels/shape/views.h) and Identity: tensors only.
+struct DeviceViews {
+  static void check(const PrepareContext& ctx) {
     if (ctx.input_kind(0) != Value::Kind::kTensor)
       throw_error<NotImplemented>(ctx.node().describe(), ": only tensor inputs run on the CUDA provider");
     require_device_type(ctx, ctx.input_dtype(0));
-    Shape s;
-    if (!target(ctx, &s)) {
-      ctx.set_output_dynamic(0, ctx.input_dtype(0));
-      return;
-    }
-    ctx.set_output_alias(0, 0, std::move(s));
   }
-  void run(RunContext& ctx) override {
-    if (!ctx.output_aliases_input(0, 0))
-      device_copy(CudaContext::of(ctx), ctx.output(0).raw_data(), ctx.input(0).raw_data(), ctx.input(0).nbytes());
+  static void copy(RunContext& ctx) {
+    device_copy(CudaContext::of(ctx), ctx.output(0).raw_data(), ctx.input(0).raw_data(), ctx.input(0).nbytes());
   }
-
- protected:
-  virtual bool target(const PrepareContext& ctx, Shape* out) = 0;
-};
-
-class ReshapeKernel final : public ViewKernel {
- public:
-  explicit ReshapeKernel(const KernelInfo& info) : at_(shape::read_reshape_attrs(info)) {}
-
- private:
-  bool target(const PrepareContext& ctx, Shape* out) override { return shape::reshape_shape(ctx, at_, out); }
-  shape::ReshapeAttrs at_;
-};
-
-class FlattenKernel final : public ViewKernel {
- public:
-  explicit FlattenKernel(const KernelInfo& info) : axis_(info.attr_int("axis", 1)), negative_ok_(info.opset() >= 11) {}
-
- private:
-  bool target(const PrepareContext& ctx, Shape* out) override {
-    *out = shape::flatten_shape(ctx, axis_, negative_ok_);
-    return true;
-  }
-  int64_t axis_;
-  bool negative_ok_;
-};
-
-class SqueezeKernel final : public ViewKernel {
- public:
-  explicit SqueezeKernel(const KernelInfo& info) : at_(shape::read_squeeze_attrs(info)) {}
-
- private:
-  bool target(const PrepareContext& ctx, Shape* out) override { return shape::squeeze_shape(ctx, at_, out); }
-  shape::AxesAttrs at_;
-};
-
-class UnsqueezeKernel final : public ViewKernel {
- public:
-  explicit UnsqueezeKernel(const KernelInfo& info) : at_(shape::read_unsqueeze_attrs(info)) {}
-
- private:
-  bool target(const PrepareContext& ctx, Shape* out) override { return shape::unsqueeze_shape(ctx, at_, out); }
-  shape::AxesAttrs at_;
 };
 
 // Identity of a tensor (sequences and absent optionals run on the CPU provider).
-class IdentityKernel final : public ViewKernel {
+class IdentityKernel final : public shape::ViewKernel<DeviceViews> {
  public:
   explicit IdentityKernel(const KernelInfo&) {}
 
@@ -604,14 +554,7 @@ KernelFactory make(A... a) {
 
 void register_movement(KernelRegistry& r) {
   // The CPU kernels' (domain, op, opset ranges); inputs read on the host listed last.
-  r.add("", "Reshape", 1, 4, make<ReshapeKernel>());
-  r.add("", "Reshape", 5, kMaxOpsetAll, make<ReshapeKernel>(), {1});
-  r.add("", "Flatten", 1, 10, make<FlattenKernel>());
-  r.add("", "Flatten", 11, kMaxOpsetAll, make<FlattenKernel>());
-  r.add("", "Squeeze", 1, 12, make<SqueezeKernel>());
-  r.add("", "Squeeze", 13, kMaxOpsetAll, make<SqueezeKernel>(), {1});
-  r.add("", "Unsqueeze", 1, 12, make<UnsqueezeKernel>());
-  r.add("", "Unsqueeze", 13, kMaxOpsetAll, make<UnsqueezeKernel>(), {1});
+  shape::register_views<DeviceViews>(r);  // Reshape, Flatten, Squeeze, Unsqueeze
   r.add("", "Identity", 1, kMaxOpsetAll, make<IdentityKernel>());
   r.add("", "Expand", 8, kMaxOpsetAll, make<ExpandKernel>(), {1});
   r.add("", "Transpose", 1, kMaxOpsetAll, make<TransposeKernel>());
