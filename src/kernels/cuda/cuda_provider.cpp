@@ -124,18 +124,6 @@ class CachingAllocator final : public Allocator {
     cached_ += size;
   }
 
-  void release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_locked();
-  }
-  size_t reserved() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return reserved_;
-  }
-  size_t used() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return used_;
-  }
   size_t peak() {
     std::lock_guard<std::mutex> lock(mu_);
     return peak_;
@@ -248,11 +236,6 @@ bool device_available(std::string* why) {
 }
 
 ExecutionProvider& provider() { return the_provider(); }
-size_t allocator_reserved_bytes() { return g_provider ? g_provider->caching().reserved() : 0; }
-size_t allocator_used_bytes() { return g_provider ? g_provider->caching().used() : 0; }
 size_t allocator_peak_bytes() { return g_provider ? g_provider->caching().peak() : 0; }
-void release_cached_memory() {
-  if (g_provider) g_provider->caching().release();
-}
 
 }  // namespace onnxtrain::kernels::cuda

@@ -16,16 +16,11 @@ bool device_available(std::string* why = nullptr);
 /// The provider of CUDA device 0 (made on first use); throws RuntimeError naming why when no
 /// device answers.
 ExecutionProvider& provider();
-/// Bytes the provider's allocator holds from the device (in use and cached), and in use.
-size_t allocator_reserved_bytes();
-size_t allocator_used_bytes();
 /// The most bytes the allocator has held from the device at once.
 size_t allocator_peak_bytes();
 /// Kernels (and cuBLASLt products) the provider has launched in this process (gpu_check reports how
 /// much of a test suite ran on the device).
 long launches();
-/// Returns the allocator's cached blocks to the device.
-void release_cached_memory();
 
 /// The provider's kernels (made without touching a device: tests measure their coverage anywhere).
 const KernelRegistry& kernel_registry();

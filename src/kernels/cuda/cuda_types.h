@@ -47,7 +47,6 @@ __host__ __device__ inline To convert(From v) {
 
 struct FloatTypes {};    ///< float32, float64, float16, bfloat16
 struct NumericTypes {};  ///< FloatTypes and int32, int64
-struct BoolType {};
 
 /// True when `dt` is one of the set.
 template <class Set>
@@ -55,7 +54,6 @@ bool in_set(DType dt) {
   const bool f = dt == DType::kFloat32 || dt == DType::kFloat64 || dt == DType::kFloat16 || dt == DType::kBFloat16;
   if constexpr (std::is_same_v<Set, FloatTypes>) return f;
   if constexpr (std::is_same_v<Set, NumericTypes>) return f || dt == DType::kInt32 || dt == DType::kInt64;
-  if constexpr (std::is_same_v<Set, BoolType>) return dt == DType::kBool;
   return false;
 }
 

@@ -213,7 +213,6 @@ struct LeakyReluF {
   float alpha;
   template <class C> __device__ C operator()(C x) const { return x >= C(0) ? x : C(alpha) * x; }
 };
-struct IsNaNF { template <class C> __device__ bool operator()(C x) const { return x != x; } };
 struct ReluGradF {  // (dY, Y): Y > 0 ? dY : 0
   template <class C> __host__ __device__ C operator()(C dy, C y) const { return y > C(0) ? dy : C(0); }
 };
