@@ -13,9 +13,11 @@ Runs, each in its own process (the onnxtrain processes never import torch):
   torch-checkpoint  torch.utils.checkpoint around each encoder layer (bert) or each bottleneck
                     block (resnet50): activations inside are recomputed in the backward pass
   onnxtrain         TrainingSession on the exported model, AdamOptimizer
-  onnxtrain-recompute-layer   onnxruntime-training's transformer_layer_recompute (bert) /
-                    gelu_recompute (resnet50: no transformer layer) — reported as the error
-                    onnxtrain raises while recompute is not implemented
+  onnxtrain-recompute-layer   onnxruntime-training's transformer_layer_recompute (bert; resnet50
+                    has no transformer layer: the row reports that error)
+  onnxtrain-recompute-budget  onnxtrain's recompute_budget_bytes: the budget is set a quarter of the
+                    way from the least estimate the pass can reach to the saved activations
+                    without recompute (both read from the error a budget of 1 byte gives)
 Each process runs --steps steps (default 3; the first allocates) and reports its peak resident
 memory (VmHWM) and the peak above its resident size after imports and data loading, before the model
 is built (the model's own memory: PyTorch's import alone is ~0.3 GB more than onnxtrain's), plus the median time of the
@@ -30,6 +32,7 @@ Needs torchvision for resnet50 (bench/setup.sh installs it) and about 12 GB of f
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,7 +59,7 @@ def apply_sizes(sizes):
         if sizes.get("batch"):
             BATCH[w] = sizes["batch"]
 LR = 1e-4
-RUNS = ("torch", "torch-checkpoint", "onnxtrain", "onnxtrain-recompute-layer")
+RUNS = ("torch", "torch-checkpoint", "onnxtrain", "onnxtrain-recompute-layer", "onnxtrain-recompute-budget")
 
 
 def status_kib(field):
@@ -161,12 +164,22 @@ def child(spec):
         with open(os.path.join(work, f"{w}.weights.json")) as f:
             p.weights_to_train = set(json.load(f))
         if run == "onnxtrain-recompute-layer":
-            if w == "bert":
-                p.transformer_layer_recompute = True
-            else:
-                p.gelu_recompute = True
+            p.transformer_layer_recompute = True
         so = ot.SessionOptions()
         so.intra_op_num_threads = spec["threads"]
+        budget = None
+        if run == "onnxtrain-recompute-budget":
+            p.recompute_budget_bytes = 1
+            try:
+                ot.TrainingSession(os.path.join(work, f"{w}.train.onnx"), p, so)
+                return {"error": "a budget of 1 byte was accepted"}
+            except ValueError as e:
+                m = re.search(r"(\d+) bytes of saved activations at best \((\d+) without", str(e))
+                if not m:
+                    return {"error": str(e)[:200]}
+                least, total = int(m.group(1)), int(m.group(2))
+            budget = least + (total - least) // 4
+            p.recompute_budget_bytes = budget
         base = status_kib("VmRSS")
         try:
             sess = ot.TrainingSession(os.path.join(work, f"{w}.train.onnx"), p, so)
@@ -183,8 +196,13 @@ def child(spec):
         losses.append(step(i))
         times.append(time.perf_counter() - t)
     peak = status_kib("VmHWM") * 1024
-    return {"peak": peak, "above_base": peak - base * 1024, "losses": losses,
-            "step_s": statistics.median(times[1:] or times), "first_step_s": times[0]}
+    r = {"peak": peak, "above_base": peak - base * 1024, "losses": losses,
+         "step_s": statistics.median(times[1:] or times), "first_step_s": times[0]}
+    if not run.startswith("torch"):
+        r["arena"] = sess.last_run_stats()["arena_bytes"]
+        if budget:
+            r["budget"] = budget
+    return r
 
 
 def run_child(spec):
@@ -240,17 +258,24 @@ def main():
     with open(args.json, "w") as f:
         json.dump({"threads": args.threads, "steps": args.steps, "sizes": sizes, "loadavg": sbs.loadavg(), "cpu": sbs.cpu_info(),
                    "results": results}, f, indent=1)
-    print(f"\n| workload | run | peak GB | above base GB | vs torch (above base) | step s | first loss |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print(f"\n| workload | run | peak GB | above base GB | vs torch (above base) | step s | step vs own plain | "
+          f"arena GB | first loss |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for w in args.workloads.split(","):
         ref = next((r for r in results if r["workload"] == w and r["run"] == "torch" and "peak" in r), None)
+        own = {fw: next((r for r in results if r["workload"] == w and r["run"] == fw and "peak" in r), None)
+               for fw in ("torch", "onnxtrain")}
         for r in (r for r in results if r["workload"] == w):
             if "error" in r:
-                print(f"| {w} | {r['run']} | {r['error']} | | | | |")
+                print(f"| {w} | {r['run']} | {r['error']} | | | | | | |")
                 continue
             ratio = f"{r['above_base'] / ref['above_base']:.2f}" if ref else "-"
-            print(f"| {w} | {r['run']} | {r['peak'] / 1e9:.2f} | {r['above_base'] / 1e9:.2f} | {ratio} | "
-                  f"{r['step_s']:.2f} | {r['losses'][0]:.5f} |")
+            plain = own["torch" if r["run"].startswith("torch") else "onnxtrain"]
+            slow = f"{r['step_s'] / plain['step_s']:.2f}" if plain else "-"
+            arena = f"{r['arena'] / 1e9:.2f}" if "arena" in r else ""
+            name = r["run"] + (f" ({r['budget'] / 1e9:.2f} GB)" if r.get("budget") else "")
+            print(f"| {w} | {name} | {r['peak'] / 1e9:.2f} | {r['above_base'] / 1e9:.2f} | {ratio} | "
+                  f"{r['step_s']:.2f} | {slow} | {arena} | {r['losses'][0]:.5f} |")
 
 
 if __name__ == "__main__":

@@ -105,6 +105,22 @@ struct Field<std::set<std::string>> {
   }
 };
 
+// A list of value names (read back as a tuple: assign a new list to change it).
+template <>
+struct Field<std::vector<std::string>> {
+  static std::vector<std::string> from(const char* f, py::handle v) {
+    if (py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v) || !py::isinstance<py::iterable>(v))
+      bad_field(f, "must be a list of value names");
+    std::vector<std::string> r;
+    for (auto item : v) {
+      if (!py::isinstance<py::str>(item)) bad_field(f, "must be a list of value names");
+      r.push_back(item.cast<std::string>());
+    }
+    return r;
+  }
+  static py::object to(const std::vector<std::string>& v) { return py::tuple(py::cast(v)); }
+};
+
 py::object read_only(py::dict d) { return py::module_::import("types").attr("MappingProxyType")(d); }
 
 // {name: number}; N is float, double or int64_t.
@@ -224,6 +240,18 @@ void bind_parameters(py::module_& m) {
         "Reduce accumulated gradients once per update instead of every run's.");
   field(c, "deepspeed_zero_stage", &P::deepspeed_zero_stage, "0, or 1 (optimizer state partitioned across ranks).");
   field(c, "enable_adasum", &P::enable_adasum, "Combine the ranks' gradients with Adasum (power-of-two world sizes).");
+  field(c, "attn_dropout_recompute", &P::attn_dropout_recompute,
+        "Recompute attention Dropout outputs (after a Softmax) in the backward pass, from the saved mask.");
+  field(c, "gelu_recompute", &P::gelu_recompute, "Recompute Gelu outputs in the backward pass.");
+  field(c, "transformer_layer_recompute", &P::transformer_layer_recompute,
+        "Recompute whole transformer layers in the backward pass: only each layer's input is kept.");
+  field(c, "number_recompute_layers", &P::number_recompute_layers,
+        "Layers recomputed with transformer_layer_recompute, from the first; 0: every layer but the last.");
+  field(c, "recompute_values", &P::recompute_values,
+        "Forward values recomputed in the backward pass, each from its node's inputs (onnxtrain extension).");
+  field(c, "recompute_budget_bytes", &P::recompute_budget_bytes,
+        "> 0: bytes of forward activations the backward pass may hold; the fewest graph segments that fit are "
+        "recomputed (onnxtrain extension; needs static input shapes).");
   c.def("validate", &P::validate, "Raises ValueError naming the first invalid field (the fields together).");
 }
 
@@ -566,6 +594,18 @@ void bind_training(py::module_& m) {
            py::arg("state"), py::arg("strict") = false)
       .def("step", &TrainingSession::step)
       .def("run_count", &TrainingSession::run_count, "Training runs since the session started or was restored.")
+      .def(
+          "last_run_stats",
+          [](const TrainingSession& s) {
+            const RunStats r = s.last_run_stats();
+            py::dict d;
+            d["arena_bytes"] = r.arena_bytes;
+            d["naive_bytes"] = r.naive_bytes;
+            d["steps"] = r.steps;
+            return d;
+          },
+          "Figures of the last training run's plan: arena_bytes (activations and temporaries of a step), "
+          "naive_bytes, steps.")
       .def_property_readonly("update_due", &TrainingSession::update_due,
                              "Whether the next run() completes an optimizer update.")
       .def("set_progress", &TrainingSession::set_progress, py::arg("runs"), py::arg("step"),

@@ -83,6 +83,28 @@ struct TrainingParameters {
   /// Combine the ranks' gradients with Adasum instead of averaging them (power-of-two world sizes).
   bool enable_adasum = false;
 
+  // Recompute (activation checkpointing, docs/memory.md): forward activations the backward pass
+  // would read are freed during the forward pass and computed again from what is kept, just before
+  // the backward pass needs them. Gradients are bitwise those of the run without recompute.
+  /// Recompute the outputs of Dropout nodes that follow a Softmax (from the saved mask).
+  bool attn_dropout_recompute = false;
+  /// Recompute the outputs of Gelu / FastGelu / BiasGelu nodes (the GELU erf pattern is fused first).
+  bool gelu_recompute = false;
+  /// Recompute whole transformer layers: only each layer's input is kept (a layer ends at the first
+  /// LayerNormalization after a Gelu or an Erf); attn_dropout_recompute and gelu_recompute then add nothing.
+  bool transformer_layer_recompute = false;
+  /// With transformer_layer_recompute: the first this many layers; 0 (or >= the number of layers):
+  /// every layer but the last, as onnxruntime.
+  int64_t number_recompute_layers = 0;
+  /// Forward values to recompute, each from its node's inputs (onnxtrain extension).
+  std::vector<std::string> recompute_values;
+  /// > 0: recompute by a memory budget (onnxtrain extension): the bytes of forward activations the
+  /// backward pass may hold. The forward graph is cut into segments where a single value carries
+  /// everything that depends on the weights (between residual blocks, sublayers, layers); the
+  /// fewest segments that bring the estimate within the budget are recomputed. Needs static input
+  /// shapes; a budget below what recompute can reach is an error naming the least estimate.
+  int64_t recompute_budget_bytes = 0;
+
   /// Throws InvalidArgument naming `field` ("TrainingParameters.<field>") when its value is invalid
   /// by itself: an unknown optimizer or schedule, accumulation steps < 1, a max_grad_norm <= 0,
   /// an empty feed name, an unknown schedule parameter. Fields without a constraint of their own
@@ -193,6 +215,9 @@ class TrainingSession {
   int64_t run_count() const;
   /// Whether the next run() completes an optimizer update (gradient_accumulation_steps).
   bool update_due() const;
+  /// Figures of the plan of the last training run (arena bytes: the activations and temporaries
+  /// of a step, which recompute lowers).
+  RunStats last_run_stats() const;
   /// Sets the counters a trainer's state dict carries: `runs` (run_count) and `step` (step). The
   /// accumulation position and the tensors stay as they are (an exact checkpoint restores them).
   /// InvalidArgument when either is negative.

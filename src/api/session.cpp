@@ -296,8 +296,7 @@ uint64_t InferenceSession::profiling_start_time_ns() const {
 }
 
 RunStats InferenceSession::last_run_stats() const {
-  auto s = impl_->exec->last_stats();
-  return RunStats{s.arena_bytes, s.naive_bytes, s.constant_bytes, s.steps, s.dynamic_steps, s.folded_nodes};
+  return run_stats_of(*impl_->exec);
 }
 
 std::vector<AssignedNode> InferenceSession::node_assignment() const {

@@ -59,4 +59,10 @@ uint64_t config_byte_count(const SessionOptions& options, const std::string& key
 /// optimization level, the memory options).
 ExecOptions exec_options_of(const SessionOptions& options);
 
+/// The public figures of an executor's last plan.
+inline RunStats run_stats_of(const runtime::GraphExecutor& ex) {
+  const auto s = ex.last_stats();
+  return RunStats{s.arena_bytes, s.naive_bytes, s.constant_bytes, s.steps, s.dynamic_steps, s.folded_nodes};
+}
+
 }  // namespace onnxtrain

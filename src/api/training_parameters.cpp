@@ -78,6 +78,13 @@ std::vector<distributed::RankFact> parameter_facts(const TrainingParameters& p) 
   opt("deepspeed_zero_stage", std::to_string(p.deepspeed_zero_stage));
   opt("enable_adasum", std::to_string(p.enable_adasum));
   opt("portable_training_graph", std::to_string(p.portable_training_graph));
+  {
+    std::string r = std::to_string(p.attn_dropout_recompute) + std::to_string(p.gelu_recompute) +
+                    std::to_string(p.transformer_layer_recompute) + ":" + std::to_string(p.number_recompute_layers) + ":";
+    for (const auto& v : p.recompute_values) r += v + ";";
+    r += ":" + std::to_string(p.recompute_budget_bytes);
+    opt("recompute", r);
+  }
   return d;
 }
 
@@ -128,6 +135,15 @@ const std::vector<std::pair<std::string, FieldCheck>>& field_checks() {
        }},
       {"lr_schedule_params", [](const TrainingParameters& p, const std::string&) {
          lr_schedule_of(p);  // names an unknown key
+       }},
+      {"number_recompute_layers", [](const TrainingParameters& p, const std::string& f) {
+         if (p.number_recompute_layers < 0)
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 0, got ", p.number_recompute_layers);
+       }},
+      {"recompute_budget_bytes", [](const TrainingParameters& p, const std::string& f) {
+         if (p.recompute_budget_bytes < 0)
+           throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 0 (0: no budget), got ",
+                                        p.recompute_budget_bytes);
        }},
       {"world_size", [](const TrainingParameters& p, const std::string& f) {
          if (p.world_size < 1) throw_error<InvalidArgument>("TrainingParameters.", f, " must be >= 1, got ", p.world_size);

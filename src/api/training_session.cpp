@@ -185,6 +185,12 @@ void TrainingSession::Impl::init() {
   sc.max_grad_norm = params.max_grad_norm;
   sc.portable = params.portable_training_graph;
   sc.lr_input = params.lr_params_feed_name;
+  sc.recompute.gelu = params.gelu_recompute;
+  sc.recompute.attn_dropout = params.attn_dropout_recompute;
+  sc.recompute.transformer_layer = params.transformer_layer_recompute;
+  sc.recompute.number_layers = params.number_recompute_layers;
+  sc.recompute.values = params.recompute_values;
+  sc.recompute.budget_bytes = params.recompute_budget_bytes;
   ir::Model grad_model;
   // bf16: the training graph differentiates a copy whose products run in bfloat16; the session's
   // model (weights, export, eval) stays float32.
@@ -498,6 +504,11 @@ int TrainingSession::world_size() const { return impl_->world; }
 int64_t TrainingSession::step() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->driver.step;
+}
+
+RunStats TrainingSession::last_run_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return run_stats_of(*impl_->train_exec);
 }
 
 int64_t TrainingSession::run_count() const {

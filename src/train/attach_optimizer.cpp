@@ -559,6 +559,9 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
   bo.portable = cfg.portable;
   TrainingGraph tg;
   tg.model = autodiff::build_gradient_model(forward, ys, trained, loss, bo);
+  RecomputeConfig rc = cfg.recompute;
+  rc.portable = cfg.portable;
+  tg.recompute = apply_recompute(tg.model, *forward.graph, rc);
   tg.trained = trained;
   for (const auto& w : trained) tg.gradients.push_back(w + bo.grad_suffix);
   for (const auto& r : running)

@@ -23,6 +23,7 @@
 
 #include "ir/ir.h"
 #include "ops/optimizers.h"
+#include "train/recompute.h"
 #include "train/training_graph.h"
 
 namespace onnxtrain::train {
@@ -68,6 +69,8 @@ struct StepConfig {
   /// also clips, when clip_grad_norm), the optimizer nodes skip the update when any gradient is
   /// infinite or NaN, and the graph outputs that flag (TrainingGraph::all_finite_output).
   std::string loss_scale_input;
+  /// Activations recomputed in the backward pass (build_training_graph).
+  RecomputeConfig recompute;
 };
 
 /// A tensor a training step updates: after the step, initializer `state` holds value `value`.
@@ -95,6 +98,7 @@ struct TrainingGraph {
   std::vector<std::string> trained;    ///< weights the optimizer updates
   std::vector<std::string> gradients;  ///< per trained weight: its gradient ("<w>_grad")
   std::vector<StateUpdate> updates;
+  RecomputeStats recompute;  ///< what the recompute pass did
 
   /// (value, state) pairs applied by a step that updates the weights.
   std::vector<std::pair<std::string, std::string>> update_step() const;

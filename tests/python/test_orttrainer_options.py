@@ -161,9 +161,7 @@ NOT_IMPLEMENTED = [
     "distributed.pipeline_parallel.sliced_schema", "distributed.pipeline_parallel.sliced_axes",
     "distributed.pipeline_parallel.sliced_tensor_names"]
 NO_EFFECT = [
-    "device.mem_limit", "graph_transformer.attn_dropout_recompute",
-    "graph_transformer.gelu_recompute", "graph_transformer.transformer_layer_recompute",
-    "graph_transformer.number_recompute_layers", "graph_transformer.allow_layer_norm_mod_precision",
+    "device.mem_limit", "graph_transformer.allow_layer_norm_mod_precision",
     "graph_transformer.propagate_cast_ops_config.strategy", "graph_transformer.propagate_cast_ops_config.level",
     "graph_transformer.propagate_cast_ops_config.allow", "utils.memory_efficient_gradient",
     "_internal_use.enable_onnx_contrib_ops"]

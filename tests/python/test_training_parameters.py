@@ -47,6 +47,12 @@ VALUES = {
     "allreduce_post_accumulation": True,
     "deepspeed_zero_stage": 1,
     "enable_adasum": True,
+    "attn_dropout_recompute": True,
+    "gelu_recompute": True,
+    "transformer_layer_recompute": True,
+    "number_recompute_layers": 2,
+    "recompute_values": ("a", "b"),
+    "recompute_budget_bytes": 1 << 20,
 }
 
 
@@ -102,6 +108,10 @@ def test_float32_values_read_back_as_written():
     ("model_with_training_graph_path", None),
     ("lr_schedule", "bogus"),
     ("lr_schedule_params", {"nope": 1.0}),
+    ("number_recompute_layers", -1),
+    ("recompute_values", "a"),
+    ("recompute_values", ["a", 1]),
+    ("recompute_budget_bytes", -5),
 ])
 def test_invalid_values_name_the_field_and_change_nothing(field, value):
     p = ot.TrainingParameters()

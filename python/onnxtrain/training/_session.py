@@ -16,8 +16,7 @@ _UNSUPPORTED = {
     "num_pipeline_micro_batches": 1, "pipeline_cut_info_string": "",
     "sliced_schema": {}, "sliced_axes": {}, "sliced_tensor_names": [],
     "use_fp16_moments": False, "use_memory_efficient_gradient": False,
-    "attn_dropout_recompute": False, "gelu_recompute": False, "transformer_layer_recompute": False,
-    "number_recompute_layers": 0, "propagate_cast_ops_level": -1, "propagate_cast_ops_allow": [],
+    "propagate_cast_ops_level": -1, "propagate_cast_ops_allow": [],
     "model_after_graph_transforms_path": "",
 }
 
@@ -29,7 +28,7 @@ class TrainingParameters(_C.TrainingParameters):
     or value (an unknown optimizer, accumulation steps < 1, ...) raises ValueError naming the
     field; sets and dicts read back as frozenset / read-only mappings (assign a new value to
     change them). Fields of onnxruntime features onnxtrain does not implement (float16 moments,
-    pipeline parallelism, recomputation) exist, and a TrainingSession refuses non-default values
+    pipeline parallelism) exist, and a TrainingSession refuses non-default values
     for them. Unknown fields raise AttributeError.
     """
 
@@ -273,6 +272,11 @@ class TrainingSession:
 
     def trained_weights(self):
         return self._sess.trained_weights()
+
+    def last_run_stats(self):
+        """Figures of the last training run's plan (onnxtrain extension): ``arena_bytes`` (the
+        activations and temporaries of a step, which recompute lowers), ``naive_bytes``, ``steps``."""
+        return self._sess.last_run_stats()
 
     @property
     def world_rank(self):

@@ -303,6 +303,11 @@ class ORTTrainer:
                                                        grad_norm_clip=self.options.utils.grad_norm_clip)
         p.gradient_accumulation_steps = self.options.batch.gradient_accumulation_steps
         p.deterministic_compute = bool(self.options.debug.deterministic_compute)
+        gt = self.options.graph_transformer
+        p.attn_dropout_recompute = bool(gt.attn_dropout_recompute)
+        p.gelu_recompute = bool(gt.gelu_recompute)
+        p.transformer_layer_recompute = bool(gt.transformer_layer_recompute)
+        p.number_recompute_layers = int(gt.number_recompute_layers)
         dist = self.options.distributed
         p.world_rank = int(dist.world_rank)
         p.world_size = int(dist.world_size)

@@ -39,10 +39,10 @@ mixed_precision.enabled                             implemented          float16
 mixed_precision.loss_scaler                         implemented          as in onnxruntime (default
                                                                          DynamicLossScaler); ValueError without
                                                                          mixed precision
-graph_transformer.attn_dropout_recompute            no effect            memory-saving recomputation, same results
-graph_transformer.gelu_recompute                    no effect            idem
-graph_transformer.transformer_layer_recompute       no effect            idem
-graph_transformer.number_recompute_layers           no effect            idem
+graph_transformer.attn_dropout_recompute            implemented          recomputed in the backward pass, same
+graph_transformer.gelu_recompute                    implemented          gradients bit for bit (docs/memory.md)
+graph_transformer.transformer_layer_recompute       implemented          idem
+graph_transformer.number_recompute_layers           implemented          idem
 graph_transformer.allow_layer_norm_mod_precision    no effect            a permission; onnxtrain keeps full precision
 graph_transformer.propagate_cast_ops_config.*       no effect            moves float16 Casts, which only mixed
   (strategy, level, allow)                                               precision inserts
@@ -417,7 +417,7 @@ IMPLEMENTED, NO_EFFECT, NOT_IMPLEMENTED, DEVICE = "implemented", "no effect", "n
 _NOT_IMPLEMENTED_PREFIXES = ("distributed.horizontal_parallel_size", "distributed.pipeline_parallel.")
 _NO_EFFECT_NOTES = {
     "device.mem_limit": "onnxruntime's CUDA arena limit",
-    "graph_transformer.": "graph_transformer options only save memory or move float16 Casts",
+    "graph_transformer.": "a permission to lower LayerNorm precision, or moves of float16 Casts",
     "utils.memory_efficient_gradient": "memory-aware gradient builder, same gradients",
     "_internal_use.enable_onnx_contrib_ops": "onnxtrain exports standard ONNX operators",
 }
@@ -428,6 +428,8 @@ def _classify(path):
         return DEVICE, "'cpu' runs as asked; 'cuda' runs on CPU; other devices are not implemented"
     if path.startswith(_NOT_IMPLEMENTED_PREFIXES):
         return NOT_IMPLEMENTED, "not implemented beyond its default"
+    if path.endswith("_recompute") or path.endswith("number_recompute_layers"):
+        return IMPLEMENTED, ""
     for prefix, note in _NO_EFFECT_NOTES.items():
         if path.startswith(prefix):
             return NO_EFFECT, note

@@ -10,7 +10,7 @@
 //       Y = (X - mu[r]) * InvStdDev[r] * Scale + B, InvStdDev = 1 / sqrt(sigma2[r] + eps)
 //       Mean, InvStdDev: [R.., 1..] in the stash type
 //   LRN(X[N,C,S..]) Y = X / (bias + alpha / size * sum_{c' in window(c)} X[c']^2)^beta
-//   Dropout(X, ratio, training_mode) Y = X * mask / (1 - ratio), mask = U(0,1) >= ratio;
+//   Dropout(X, ratio, training_mode) Y = X * mask * (1 / (1 - ratio)), mask = U(0,1) >= ratio;
 //       inference: Y = X (a view), mask all true
 // Backward kernels (com.onnxtrain), each right after its forward kernel:
 //   BatchNormalizationGrad(dY, X, scale, mean, var) -> dX, dscale[C], dB[C] (, dmean[C], dvar[C])
@@ -672,10 +672,12 @@ class DropoutKernel final : public Kernel {
         else if (mask) std::fill_n(mask->data<T>(), n, T(C(1)));
       };
       if (!train || keep_all_) return keep_everything();
-      const C denom = C(1.0f - float(ratio));
+      // x * (1 / (1 - ratio)) in the compute type: DropoutGrad's arithmetic, so that DropoutGrad(x,
+      // mask) recomputes this output bit for bit (the recompute pass relies on it).
+      const C scale = C(1.0 / (1.0 - ratio));
       auto apply = [&](int64_t i, double u) {
         const bool keep = u >= ratio;
-        Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
+        Y[i] = keep ? T(C(X[i]) * scale) : T(C(0));
         put_mask(i, keep);
       };
       if (seeded_) {
@@ -692,7 +694,7 @@ class DropoutKernel final : public Kernel {
           if (mb) {  // the common case without the per-element mask type test
             for (int64_t i = i0; i < i1; ++i) {
               const bool keep = uniform(i) >= ratio;
-              Y[i] = keep ? T(C(X[i]) / denom) : T(C(0));
+              Y[i] = keep ? T(C(X[i]) * scale) : T(C(0));
               mb[i] = keep;
             }
             return;

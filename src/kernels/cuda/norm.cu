@@ -322,12 +322,12 @@ __global__ void fill_one(T* __restrict__ p, int64_t n) {
 // mask: bool (mb) or of T (mt), or none.
 template <class T>
 __global__ void dropout_train(const T* __restrict__ X, T* __restrict__ Y, bool* __restrict__ mb, T* __restrict__ mt,
-                              int64_t n, uint64_t key, double ratio, ct<T> denom) {
+                              int64_t n, uint64_t key, double ratio, ct<T> scale) {
   using C = ct<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const double u = double(mix64(key ^ uint64_t(i)) >> 11) * 0x1.0p-53;
     const bool keep = u >= ratio;
-    Y[i] = keep ? st<T>(C(ld(X, i) / denom)) : st<T>(C(0));
+    Y[i] = keep ? st<T>(C(ld(X, i) * scale)) : st<T>(C(0));
     if (mb) mb[i] = keep;
     if (mt) mt[i] = st<T>(C(keep ? 1 : 0));
   }
@@ -387,10 +387,10 @@ class DropoutKernel final : public Kernel {
     dispatch<false>(x.dtype(), [&]<class T>() {
       bool* mb = mask && mask->dtype() == DType::kBool ? static_cast<bool*>(mask->raw_data()) : nullptr;
       T* mt = mask && !mb ? static_cast<T*>(mask->raw_data()) : nullptr;
-      const ct<T> denom = ct<T>(1.0f - float(ratio));
+      const ct<T> scale = ct<T>(1.0 / (1.0 - ratio));  // the CPU kernel's rounding
       dropout_train<T><<<grid_for(n, c), 256, 0, s>>>(static_cast<const T*>(x.raw_data()),
                                                       static_cast<T*>(ctx.output(0).raw_data()), mb, mt, n, key, ratio,
-                                                      denom);
+                                                      scale);
       check_launch("dropout_train");
     });
   }
