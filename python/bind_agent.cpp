@@ -3,6 +3,7 @@
 // under OrtModuleGraphBuilder (capi/_module_graph.py) the native ModuleGraphBuilder and GraphInfo.
 #include <map>
 #include <memory>
+#include <tuple>
 
 #include "convert.h"
 #include "onnxtrain/agent.h"
@@ -66,7 +67,8 @@ void bind_agent(py::module_& m) {
           "initialize",
           [](ModuleGraphBuilder& b, py::bytes model, std::vector<std::string> initializer_names,
              std::vector<std::string> to_train, std::vector<std::string> inputs_require_grad, bool build_gradient_graph,
-             bool enable_caching, bool memory_efficient, std::vector<std::string> non_default_transformers) {
+             bool enable_caching, bool memory_efficient, std::vector<std::string> non_default_transformers,
+             std::tuple<bool, bool, bool, int64_t> recompute) {
             ModuleGraphBuilderConfig c;
             c.initializer_names = std::move(initializer_names);
             c.initializer_names_to_train = std::move(to_train);
@@ -75,13 +77,18 @@ void bind_agent(py::module_& m) {
             c.enable_caching = enable_caching;
             c.use_memory_efficient_gradient = memory_efficient;
             c.non_default_transformers = std::move(non_default_transformers);
+            std::tie(c.attn_dropout_recompute, c.gelu_recompute, c.transformer_layer_recompute,
+                     c.number_recompute_layers) = recompute;
             std::string bytes(model);
             py::gil_scoped_release nogil;
             b.initialize(bytes, c);
           },
           py::arg("model_bytes"), py::arg("initializer_names"), py::arg("initializer_names_to_train"),
           py::arg("input_names_require_grad"), py::arg("build_gradient_graph"), py::arg("enable_caching"),
-          py::arg("use_memory_efficient_gradient"), py::arg("non_default_transformers"))
+          py::arg("use_memory_efficient_gradient"), py::arg("non_default_transformers"),
+          py::arg("recompute") = std::tuple<bool, bool, bool, int64_t>{false, false, false, 0},
+          "Loads the model with the configuration; recompute = (attn_dropout, gelu, transformer_layer, "
+          "number_recompute_layers).")
       .def("build", &ModuleGraphBuilder::build, py::arg("input_shapes") = std::vector<std::vector<int64_t>>{},
            py::call_guard<py::gil_scoped_release>())
       .def("get_model", [](const ModuleGraphBuilder& b) { return py::bytes(b.get_model()); })

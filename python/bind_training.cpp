@@ -252,6 +252,9 @@ void bind_parameters(py::module_& m) {
   field(c, "recompute_budget_bytes", &P::recompute_budget_bytes,
         "> 0: bytes of forward activations the backward pass may hold; the fewest graph segments that fit are "
         "recomputed (onnxtrain extension; needs static input shapes).");
+  field(c, "use_memory_efficient_gradient", &P::use_memory_efficient_gradient,
+        "One update per weight as soon as its gradient is complete: each gradient freed at once (not with "
+        "accumulation, clipping, fp16 loss scaling or data parallelism).");
   c.def("validate", &P::validate, "Raises ValueError naming the first invalid field (the fields together).");
 }
 

@@ -40,9 +40,16 @@ struct ModuleGraphBuilderConfig {
   /// onnxruntime hands gradients out one by one as they are ready; not implemented: true is
   /// refused by initialize().
   bool use_memory_efficient_gradient = false;
-  /// Graph transformations (onnxruntime's TrainingGraphTransformerConfiguration): only the
-  /// defaults (none) are implemented; the names of non-default ones make initialize() fail.
+  /// Graph transformations (onnxruntime's TrainingGraphTransformerConfiguration) other than
+  /// recompute: only the defaults (none) are implemented; the names of non-default ones make
+  /// initialize() fail.
   std::vector<std::string> non_default_transformers;
+  /// Recompute in the backward part (TrainingGraphTransformerConfiguration's fields; the same
+  /// meaning as TrainingParameters', docs/memory.md): gradients bitwise those without.
+  bool attn_dropout_recompute = false;
+  bool gelu_recompute = false;
+  bool transformer_layer_recompute = false;
+  int64_t number_recompute_layers = 0;
 };
 
 /// How the graphs built by ModuleGraphBuilder relate to the module (onnxruntime's GraphInfo).

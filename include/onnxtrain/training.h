@@ -104,6 +104,12 @@ struct TrainingParameters {
   /// fewest segments that bring the estimate within the budget are recomputed. Needs static input
   /// shapes; a budget below what recompute can reach is an error naming the least estimate.
   int64_t recompute_budget_bytes = 0;
+  /// Memory-efficient gradients (docs/memory.md): one optimizer update per weight, run as soon as
+  /// its gradient is complete and the backward pass no longer reads the weight, so that each
+  /// gradient is freed at once instead of all of them living until the update. The same
+  /// arithmetic, so the same weights bit for bit. NotImplemented with gradient accumulation,
+  /// clipping, fp16 loss scaling or data parallelism (they need every gradient first).
+  bool use_memory_efficient_gradient = false;
 
   /// Throws InvalidArgument naming `field` ("TrainingParameters.<field>") when its value is invalid
   /// by itself: an unknown optimizer or schedule, accumulation steps < 1, a max_grad_norm <= 0,

@@ -8,6 +8,7 @@
 #include "ir/infer.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/agent.h"
+#include "train/recompute.h"
 
 namespace onnxtrain {
 
@@ -65,6 +66,9 @@ void ModuleGraphBuilder::initialize(const std::string& model_bytes, const Module
   if (config.use_memory_efficient_gradient)
     throw_error<NotImplemented>(
         "OrtModuleGraphBuilderConfiguration.use_memory_efficient_gradient=True is not implemented by onnxtrain");
+  if (config.number_recompute_layers < 0)
+    throw_error<InvalidArgument>("TrainingGraphTransformerConfiguration.number_recompute_layers must be >= 0, got ",
+                                 config.number_recompute_layers);
   if (!config.non_default_transformers.empty()) {
     std::string names;
     for (const auto& n : config.non_default_transformers) names += (names.empty() ? "" : ", ") + n;
@@ -137,6 +141,12 @@ void ModuleGraphBuilder::build(const std::vector<std::vector<int64_t>>& input_sh
     autodiff::BuildOptions o;
     o.yield_outputs = info.user_output_names;
     ir::Model train = autodiff::build_gradient_model(fwd, {}, xs, "", o);
+    train::RecomputeConfig rc;
+    rc.attn_dropout = c.attn_dropout_recompute;
+    rc.gelu = c.gelu_recompute;
+    rc.transformer_layer = c.transformer_layer_recompute;
+    rc.number_layers = c.number_recompute_layers;
+    train::apply_recompute(train, *fwd.graph, rc);
     const ir::Graph& tg = *train.graph;
     for (const auto& n : tg.nodes)
       if (n.domain == ir::kMicrosoftDomain && n.op_type == "YieldOp")

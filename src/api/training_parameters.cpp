@@ -82,7 +82,7 @@ std::vector<distributed::RankFact> parameter_facts(const TrainingParameters& p) 
     std::string r = std::to_string(p.attn_dropout_recompute) + std::to_string(p.gelu_recompute) +
                     std::to_string(p.transformer_layer_recompute) + ":" + std::to_string(p.number_recompute_layers) + ":";
     for (const auto& v : p.recompute_values) r += v + ";";
-    r += ":" + std::to_string(p.recompute_budget_bytes);
+    r += ":" + std::to_string(p.recompute_budget_bytes) + ":" + std::to_string(p.use_memory_efficient_gradient);
     opt("recompute", r);
   }
   return d;

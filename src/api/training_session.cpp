@@ -191,6 +191,7 @@ void TrainingSession::Impl::init() {
   sc.recompute.number_layers = params.number_recompute_layers;
   sc.recompute.values = params.recompute_values;
   sc.recompute.budget_bytes = params.recompute_budget_bytes;
+  sc.memory_efficient_gradient = params.use_memory_efficient_gradient;
   ir::Model grad_model;
   // bf16: the training graph differentiates a copy whose products run in bfloat16; the session's
   // model (weights, export, eval) stays float32.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "autodiff/builder.h"
 #include "ir/emitter.h"
@@ -331,6 +332,73 @@ std::vector<std::pair<std::string, std::string>> TrainingGraph::accumulate_step(
   return r;
 }
 
+namespace {
+
+// Memory-efficient gradients: moves each node appended after `first` (the optimizer's), and the
+// Identity nodes that name the gradients (`gradients`: the builder emits them last), to the
+// earliest place where its inputs are computed and every other node reading an initializer it
+// reads (the weight, its states) has run, so that its gradient dies there and the weight can be
+// updated in place. The moved nodes keep their relative order.
+void schedule_updates_early(ir::Graph& g, size_t first, const std::vector<std::string>& gradients) {
+  const std::unordered_set<std::string> grads(gradients.begin(), gradients.end());
+  auto movable = [&](size_t i) {
+    const ir::Node& n = g.nodes[i];
+    return i >= first || (n.op_type == "Identity" && n.domain.empty() && n.outputs.size() == 1 && grads.count(n.outputs[0]));
+  };
+  std::unordered_set<std::string> defined;
+  for (const auto& v : g.inputs) defined.insert(v.name);
+  for (const auto& [n, t] : g.initializers) defined.insert(n);
+  std::unordered_map<std::string, size_t> readers_left;  // initializer -> fixed readers not placed
+  std::vector<size_t> fixed, pending;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (movable(i)) {
+      pending.push_back(i);
+      continue;
+    }
+    fixed.push_back(i);
+    for (const auto& in : g.nodes[i].inputs)
+      if (!in.empty() && g.initializer(in)) ++readers_left[in];
+  }
+  auto ready = [&](const ir::Node& n) {
+    for (const auto& in : n.inputs) {
+      if (in.empty()) continue;
+      if (!defined.count(in)) return false;
+      if (auto it = readers_left.find(in); it != readers_left.end() && it->second > 0) return false;
+    }
+    return true;
+  };
+  std::vector<ir::Node> out;
+  out.reserve(g.nodes.size());
+  auto place = [&](ir::Node&& n) {
+    for (const auto& o : n.outputs)
+      if (!o.empty()) defined.insert(o);
+    out.push_back(std::move(n));
+  };
+  auto drain = [&] {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (size_t k = 0; k < pending.size(); ++k)
+        if (ready(g.nodes[pending[k]])) {
+          place(std::move(g.nodes[pending[k]]));
+          pending.erase(pending.begin() + long(k));
+          moved = true;
+          break;
+        }
+    }
+  };
+  drain();
+  for (size_t i : fixed) {
+    for (const auto& in : g.nodes[i].inputs)
+      if (auto it = readers_left.find(in); !in.empty() && it != readers_left.end()) --it->second;
+    place(std::move(g.nodes[i]));
+    drain();
+  }
+  for (size_t j : pending) place(std::move(g.nodes[j]));
+  g.nodes = std::move(out);
+}
+
+}  // namespace
+
 void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
   const OptimizerSpec& spec = optimizer_spec(cfg.optimizer.name);
   if (cfg.accumulation_steps < 1)
@@ -339,6 +407,17 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     throw_error<InvalidArgument>("attach_optimizer: ", tg.gradients.size(), " gradients for ", tg.trained.size(), " weights");
   const std::vector<Hyper> hyper = hyper_parameters(spec, cfg.optimizer, tg.trained);
   ir::Graph& g = *tg.model.graph;
+  const size_t gradient_nodes = g.nodes.size();
+  if (cfg.memory_efficient_gradient) {
+    const char* conflict = cfg.accumulation_steps > 1          ? "gradient_accumulation_steps > 1"
+                           : cfg.clip_grad_norm                 ? "gradient norm clipping"
+                           : !cfg.loss_scale_input.empty()      ? "float16 loss scaling"
+                           : cfg.data_parallel.world_size > 1   ? "data parallelism"
+                                                                : nullptr;
+    if (conflict)
+      throw_error<NotImplemented>("use_memory_efficient_gradient with ", conflict,
+                                  ": the update then needs every gradient first");
+  }
   for (const auto& w : tg.trained) {
     const Tensor* t = g.initializer(w);
     if (!t) throw_error<InvalidArgument>("'", w, "' is not an initializer of the model");
@@ -467,7 +546,8 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     if (done[first]) continue;
     std::vector<size_t> members;
     for (size_t i = first; i < tg.trained.size(); ++i)
-      if (!done[i] && hyper[i] == hyper[first]) members.push_back(i), done[i] = true;
+      if (!done[i] && hyper[i] == hyper[first] && (members.empty() || !cfg.memory_efficient_gradient))
+        members.push_back(i), done[i] = true;
     std::vector<std::string> W, G;
     std::vector<std::vector<std::string>> S(spec.states.size());
     float init = 0.f;
@@ -539,6 +619,7 @@ void attach_optimizer(TrainingGraph& tg, const StepConfig& cfg) {
     for (auto* names : {&n.inputs, &n.outputs})
       for (auto& v : *names)
         if (auto it = renamed.find(v); it != renamed.end()) v = it->second;
+  if (cfg.memory_efficient_gradient) schedule_updates_early(g, gradient_nodes, tg.gradients);
   tg.model.metadata.emplace_back("onnxtrain.state_updates", join_updates(tg.updates));
   tg.model.metadata.emplace_back("onnxtrain.training_inputs",
                                  "lr=" + tg.lr_input + ",step=" + tg.step_input +

@@ -71,6 +71,12 @@ struct StepConfig {
   std::string loss_scale_input;
   /// Activations recomputed in the backward pass (build_training_graph).
   RecomputeConfig recompute;
+  /// Memory-efficient gradients: one optimizer node per weight, placed right after the last node
+  /// that computes its gradient or reads the weight, so that each gradient is freed as soon as its
+  /// update consumed it (instead of all gradients living until one update at the end). Refused
+  /// with accumulation, clipping, loss scaling and data parallelism (they need every gradient
+  /// first).
+  bool memory_efficient_gradient = false;
 };
 
 /// A tensor a training step updates: after the step, initializer `state` holds value `value`.

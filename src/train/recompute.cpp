@@ -102,8 +102,11 @@ DropoutRecompute dropout_recompute(const ir::Graph& g, const ir::Node& n, int64_
 std::vector<TransformerLayer> find_transformer_layers(const ir::Graph& forward) {
   const Index ix(forward);
   const auto& nodes = forward.nodes;
+  // Cut values (a single value carries the forward pass on): the boundaries used where no
+  // LayerNormalization marks one (an exported LayerNorm decomposed below opset 17).
+  const auto cuts = forward_cuts(forward, ix.order);
   // Ends: the first LayerNormalization (topological order) after each Gelu (or the Erf of an
-  // unfused one).
+  // unfused one), else the first cut after it.
   std::vector<std::string> ends;
   for (size_t i : ix.order) {
     if (!is_gelu(nodes[i]) && !(in_default_domain(nodes[i]) && nodes[i].op_type == "Erf")) continue;
@@ -111,14 +114,19 @@ std::vector<TransformerLayer> find_transformer_layers(const ir::Graph& forward) 
     size_t best = nodes.size();
     for (size_t j : after)
       if (is_layer_norm(nodes[j]) && (best == nodes.size() || ix.pos[j] < ix.pos[best])) best = j;
-    if (best == nodes.size() || nodes[best].outputs.empty()) continue;
-    const std::string& end = nodes[best].outputs[0];
-    if (ends.empty() || ends.back() != end) ends.push_back(end);
+    std::string end;
+    if (best != nodes.size() && !nodes[best].outputs.empty()) {
+      end = nodes[best].outputs[0];
+    } else {
+      auto c = std::find_if(cuts.begin(), cuts.end(), [&](const auto& cut) { return cut.second > ix.pos[i]; });
+      if (c != cuts.end()) end = c->first;
+    }
+    if (!end.empty() && (ends.empty() || ends.back() != end)) ends.push_back(end);
   }
   std::vector<TransformerLayer> layers;
   if (ends.empty()) return layers;
-  // The first layer's start: the last LayerNormalization or Dropout before the first Softmax that
-  // the first end depends on.
+  // The first layer's start: the last LayerNormalization or Dropout (else the last cut) before the
+  // first Softmax that the first end depends on.
   std::string start;
   {
     const auto before = ix.reach({ix.producer.at(ends[0])}, false);
@@ -131,7 +139,12 @@ std::vector<TransformerLayer> find_transformer_layers(const ir::Graph& forward) 
         if ((is_layer_norm(nodes[j]) || nodes[j].op_type == "Dropout") && ix.pos[j] < ix.pos[softmax] &&
             (best == nodes.size() || ix.pos[j] > ix.pos[best]))
           best = j;
-      if (best != nodes.size()) start = nodes[best].outputs[0];
+      if (best != nodes.size()) {
+        start = nodes[best].outputs[0];
+      } else {
+        for (const auto& [v, pos] : cuts)
+          if (pos < ix.pos[softmax]) start = v;
+      }
     }
   }
   for (const auto& end : ends) {

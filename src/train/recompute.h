@@ -52,9 +52,11 @@ struct TransformerLayer {
 };
 
 /// The transformer layers of `forward`, in order. A layer ends at the output of the first
-/// LayerNormalization after a Gelu or an Erf (post-norm: the layer's last node; pre-norm: the next layer's
-/// first normalization); the first layer starts at the output of the last LayerNormalization or
-/// Dropout before its first Softmax, every other layer at the end of the previous one.
+/// LayerNormalization after a Gelu or an Erf (post-norm: the layer's last node; pre-norm: the next
+/// layer's first normalization), else (no LayerNormalization, e.g. one decomposed by an exporter)
+/// at the first forward_cuts value after it; the first layer starts at the output of the last
+/// LayerNormalization or Dropout (else the last cut) before its first Softmax, every other layer
+/// at the end of the previous one.
 std::vector<TransformerLayer> find_transformer_layers(const ir::Graph& forward);
 
 /// What apply_recompute did.

@@ -519,3 +519,30 @@ def test_mixed_precision_default_scaler_is_the_sessions():
     s = make_mlp_trainer({"mixed_precision": {"enabled": True, "loss_scaler": h}})
     s.train_step(*batches[0])
     assert not s._session_scales and h.loss_scale == 256.0
+
+
+# ------------------------------------------------------------------------------ recompute
+@pytest.mark.parametrize("switch", ["transformer_layer_recompute", "attn_dropout_recompute", "gelu_recompute"])
+def test_graph_transformer_recompute_keeps_the_losses_and_weights(switch, tmp_path):
+    """graph_transformer's recompute switches reach the training graph (its clones are in the saved
+    gradient graph) and change no bit of the trajectory."""
+    def run(gt, path=None):
+        torch.manual_seed(1)
+        opts = {"device": {"id": "cpu"}, "utils": {"grad_norm_clip": False}, "graph_transformer": gt}
+        if path:
+            opts["debug"] = {"graph_save_paths": {"model_with_gradient_graph_path": str(path)}}
+        trainer = ORTTrainer(BertToy(), BERT_DESC, optim.AdamConfig(lr=1e-2), options=ORTTrainerOptions(opts))
+        losses = [float(trainer.train_step(*batch)) for batch in bert_batches(n=4)]
+        return losses, trainer.state_dict(pytorch_format=True)
+
+    base_losses, base_state = run({})
+    path = tmp_path / "grad.onnx"
+    losses, state = run({switch: True}, path)
+    assert losses == base_losses
+    for k, v in base_state.items():
+        np.testing.assert_array_equal(state[k].numpy(), v.numpy(), err_msg=k)
+    clones = [n for n in onnx.load(str(path)).graph.node if n.name.endswith("_recompute")]
+    # BertToy (opset 14: LayerNorm decomposed, the layers found at their cut values): two layers,
+    # the first recomputed; no Dropout after a Softmax and no GELU output that a gradient reads (the
+    # Dropout(0) behind each GELU is what the second Linear's gradient reads): nothing to drop.
+    assert bool(clones) == (switch == "transformer_layer_recompute"), switch

@@ -259,3 +259,144 @@ def test_budget_recomputes_segments_bitwise_with_less_memory(model, baseline):
     assert tight["arena_bytes"] <= stats["arena_bytes"]
     _, _, loose = train(model, steps=1, recompute_budget_bytes=10 * total)
     assert loose["arena_bytes"] == baseline[2]["arena_bytes"]
+
+
+class Logits(torch.nn.Module):
+    """The encoder without its loss (what ORTModule exports: the forward model)."""
+
+    def __init__(self, dropout):
+        super().__init__()
+        torch.manual_seed(0)
+        self.m = Encoder(dropout)
+
+    def forward(self, tokens):
+        return self.m.head(self.m.enc(self.m.norm(self.m.emb(tokens))).mean(dim=1))
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_module_graph_builder_recompute_is_bitwise(dropout):
+    """OrtModuleGraphBuilder's TrainingGraphTransformerConfiguration recompute fields, run through
+    TrainingAgent (forward, then backward with a given output gradient): the same outputs and
+    gradients bit for bit, and the layers' clones sit after the YieldOp (in the backward part)."""
+    from onnxtrain.capi import _pybind_state as C
+    from onnxtrain.capi.onnxruntime_inference_collection import InferenceSession
+    module = Logits(dropout)
+    module.train()
+    f = io.BytesIO()
+    tokens = torch.randint(0, 40, (BATCH, SEQ), generator=torch.Generator().manual_seed(2))
+    torch.onnx.export(module, (tokens,), f, opset_version=17, do_constant_folding=False, input_names=["tokens"],
+                      output_names=["logits"], training=torch.onnx.TrainingMode.TRAINING, export_params=True)
+    model = f.getvalue()
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load_from_string(model).graph.initializer
+               if i.data_type == onnx.TensorProto.FLOAT}
+    cpu = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+    dy = np.random.default_rng(4).standard_normal((BATCH, CLASSES)).astype(np.float32)
+
+    def vector(arrays):
+        v = C.OrtValueVector()
+        for a in arrays:
+            v.push_back(C.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), cpu))
+        return v
+
+    def run(**recompute):
+        c = C.OrtModuleGraphBuilderConfiguration()
+        c.initializer_names = sorted(weights)
+        c.initializer_names_to_train = sorted(weights)
+        for k, v in recompute.items():
+            setattr(c.graph_transformer_config, k, v)
+        b = C.OrtModuleGraphBuilder()
+        b.initialize(model, c)
+        b.build()
+        graph = onnx.load_from_string(b.get_model()).graph
+        so = C.SessionOptions()
+        so.seed = 99
+        sess = InferenceSession(b.get_model(), so, providers=["CPUExecutionProvider"])
+        fw = [i.name for i in sess.get_inputs()]
+        bw = [o.name for o in sess.get_outputs()]
+        agent = C.TrainingAgent(sess._sess, fw, [cpu] * len(fw), bw, [cpu] * len(bw))
+        out, state = C.OrtValueVector(), C.PartialGraphExecutionState()
+        agent.run_forward(vector([tokens.numpy()] + [weights[k] for k in sorted(weights)]), out, state, C.OrtValueCache())
+        res = C.OrtValueVector()
+        agent.run_backward(vector([dy]), res, state)
+        return [o.numpy() for o in out], dict(zip(bw, (r.numpy() for r in res))), graph
+
+    base_out, base_grads, _ = run()
+    out, grads, graph = run(transformer_layer_recompute=True)
+    np.testing.assert_array_equal(out[0], base_out[0])
+    assert set(grads) == set(base_grads) and len(grads) == len(weights)
+    for k in base_grads:
+        np.testing.assert_array_equal(grads[k], base_grads[k], err_msg=k)
+    names = [n.name for n in graph.node]
+    yield_at = [n.op_type for n in graph.node].index("YieldOp")
+    clones = [i for i, n in enumerate(names) if n.endswith("_recompute")]
+    assert clones and min(clones) > yield_at
+    with pytest.raises(ValueError, match="number_recompute_layers must be >= 0"):
+        run(transformer_layer_recompute=True, number_recompute_layers=-1)
+
+
+def _wide_mlp(width=256, depth=4):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.Tanh()]
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(width, CLASSES))
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x, y):
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    f = io.BytesIO()
+    torch.onnx.export(Loss(), (torch.randn(2, width), torch.randint(0, CLASSES, (2,))), f, opset_version=17,
+                      do_constant_folding=False, input_names=["x", "y"], output_names=["loss"],
+                      training=torch.onnx.TrainingMode.TRAINING)
+    return f.getvalue(), ["net." + n for n, _ in net.named_parameters()]
+
+
+def test_memory_efficient_gradient_is_bitwise_with_less_memory(tmp_path):
+    """use_memory_efficient_gradient: one update per weight as soon as its gradient is complete
+    (each gradient freed at once): the same trajectory bit for bit, a smaller step arena on a model
+    whose gradients outweigh its activations, and the updates placed among the gradient nodes."""
+    data, params = _wide_mlp()
+
+    def run(path=None, **kw):
+        p = ot.TrainingParameters()
+        p.loss_output_name = "loss"
+        p.weights_to_train = set(params)
+        p.training_optimizer_name = "AdamOptimizer"
+        if path:
+            p.model_with_training_graph_path = str(path)
+        for k, v in kw.items():
+            setattr(p, k, v)
+        sess = ot.TrainingSession(data, p)
+        rng = np.random.default_rng(8)
+        losses = [sess.run(["loss"], {"x": rng.standard_normal((2, 256)).astype(np.float32),
+                                      "y": rng.integers(0, CLASSES, 2).astype(np.int64),
+                                      "Learning_Rate": np.array([1e-3], np.float32)})[0] for _ in range(3)]
+        return np.array(losses), sess.get_state(), sess.last_run_stats()
+
+    base_losses, base_state, base = run()
+    path = tmp_path / "train.onnx"
+    losses, state, stats = run(path, use_memory_efficient_gradient=True)
+    np.testing.assert_array_equal(losses, base_losses)
+    for k in base_state:
+        np.testing.assert_array_equal(state[k], base_state[k], err_msg=k)
+    # Five 256x256 (and 256x5) gradients no longer live together: the arena holds about one.
+    assert stats["arena_bytes"] < 0.6 * base["arena_bytes"], (stats, base)
+    nodes = onnx.load(str(path)).graph.node
+    updates = [i for i, n in enumerate(nodes) if n.op_type.startswith("Adam")]
+    grads = [i for i, n in enumerate(nodes) if n.name.startswith("grad")]
+    assert len(updates) == len(params)
+    assert min(updates) < max(grads), "the first update runs before the backward pass ends"
+
+
+@pytest.mark.parametrize("other, message", [
+    (dict(gradient_accumulation_steps=2), "gradient_accumulation_steps > 1"),
+    (dict(enable_grad_norm_clip=True), "gradient norm clipping"),
+])
+def test_memory_efficient_gradient_refuses_what_needs_every_gradient(model, other, message):
+    with pytest.raises(ot.NotImplemented, match="use_memory_efficient_gradient with " + message):
+        train(model, steps=1, use_memory_efficient_gradient=True, **other)

@@ -198,9 +198,9 @@ def test_builder_errors():
         with pytest.raises(C.NotImplemented, match=name):
             C.OrtModuleGraphBuilder().initialize(model, c)
     c = _config(["W1"])
-    c.graph_transformer_config.gelu_recompute = True
+    c.graph_transformer_config.enable_gelu_approximation = True
     c.graph_transformer_config.propagate_cast_ops_config.level = 1
-    with pytest.raises(C.NotImplemented, match="gelu_recompute, propagate_cast_ops_config.level"):
+    with pytest.raises(C.NotImplemented, match="enable_gelu_approximation, propagate_cast_ops_config.level"):
         C.OrtModuleGraphBuilder().initialize(model, c)
     with pytest.raises(TypeError, match="must be a list of strings"):
         c.initializer_names = "W1"

@@ -53,6 +53,7 @@ VALUES = {
     "number_recompute_layers": 2,
     "recompute_values": ("a", "b"),
     "recompute_budget_bytes": 1 << 20,
+    "use_memory_efficient_gradient": True,
 }
 
 

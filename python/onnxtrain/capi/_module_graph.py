@@ -49,8 +49,11 @@ class PropagateCastOpsConfiguration(_Fields):
 
 
 class TrainingGraphTransformerConfiguration(_Fields):
-    """Graph transformations applied while building the training graph. onnxtrain implements the
-    defaults (none); OrtModuleGraphBuilder.initialize raises NotImplementedError naming any other."""
+    """Graph transformations applied while building the training graph: the recompute fields
+    (``attn_dropout_recompute``, ``gelu_recompute``, ``transformer_layer_recompute``,
+    ``number_recompute_layers``; docs/memory.md) are implemented; for the others onnxtrain
+    implements the defaults, and OrtModuleGraphBuilder.initialize raises NotImplementedError naming
+    any other value."""
     _FIELDS = {
         "enable_gelu_approximation": (False, bool),
         "attn_dropout_recompute": (False, bool),
@@ -61,11 +64,12 @@ class TrainingGraphTransformerConfiguration(_Fields):
         "propagate_cast_ops_config": (PropagateCastOpsConfiguration, PropagateCastOpsConfiguration),
     }
 
+    def _recompute(self):
+        return (self.attn_dropout_recompute, self.gelu_recompute, self.transformer_layer_recompute,
+                self.number_recompute_layers)
+
     def _non_default(self):
-        r = [n for n in ("enable_gelu_approximation", "attn_dropout_recompute", "gelu_recompute",
-                         "transformer_layer_recompute", "enable_compute_optimizer") if getattr(self, n)]
-        if self.number_recompute_layers:
-            r.append("number_recompute_layers")
+        r = [n for n in ("enable_gelu_approximation", "enable_compute_optimizer") if getattr(self, n)]
         if self.propagate_cast_ops_config.level != -1:
             r.append("propagate_cast_ops_config.level")
         return r
@@ -107,7 +111,8 @@ class OrtModuleGraphBuilder:
         data, _ = _as_bytes(model_bytes)
         self._native.initialize(data, config.initializer_names, config.initializer_names_to_train,
                                 config.input_names_require_grad, config.build_gradient_graph, config.enable_caching,
-                                config.use_memory_efficient_gradient, config.graph_transformer_config._non_default())
+                                config.use_memory_efficient_gradient, config.graph_transformer_config._non_default(),
+                                config.graph_transformer_config._recompute())
 
     def build(self, input_shapes=None):
         """Builds the graphs; ``input_shapes`` (one list of ints per user input) fixes their shapes."""

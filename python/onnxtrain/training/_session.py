@@ -15,7 +15,7 @@ from ..capi.onnxruntime_pybind11_state import get_available_providers
 _UNSUPPORTED = {
     "num_pipeline_micro_batches": 1, "pipeline_cut_info_string": "",
     "sliced_schema": {}, "sliced_axes": {}, "sliced_tensor_names": [],
-    "use_fp16_moments": False, "use_memory_efficient_gradient": False,
+    "use_fp16_moments": False,
     "propagate_cast_ops_level": -1, "propagate_cast_ops_allow": [],
     "model_after_graph_transforms_path": "",
 }
