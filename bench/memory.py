@@ -18,6 +18,9 @@ Runs, each in its own process (the onnxtrain processes never import torch):
   onnxtrain-recompute-budget  onnxtrain's recompute_budget_bytes: the budget is set a quarter of the
                     way from the least estimate the pass can reach to the saved activations
                     without recompute (both read from the error a budget of 1 byte gives)
+  onnxtrain-memgrad           use_memory_efficient_gradient: each weight updated as soon as its
+                    gradient is complete (the gradient freed there)
+  onnxtrain-recompute-layer+memgrad   both
 Each process runs --steps steps (default 3; the first allocates) and reports its peak resident
 memory (VmHWM) and the peak above its resident size after imports and data loading, before the model
 is built (the model's own memory: PyTorch's import alone is ~0.3 GB more than onnxtrain's), plus the median time of the
@@ -59,7 +62,8 @@ def apply_sizes(sizes):
         if sizes.get("batch"):
             BATCH[w] = sizes["batch"]
 LR = 1e-4
-RUNS = ("torch", "torch-checkpoint", "onnxtrain", "onnxtrain-recompute-layer", "onnxtrain-recompute-budget")
+RUNS = ("torch", "torch-checkpoint", "onnxtrain", "onnxtrain-memgrad", "onnxtrain-recompute-layer",
+        "onnxtrain-recompute-budget", "onnxtrain-recompute-layer+memgrad")
 
 
 def status_kib(field):
@@ -163,8 +167,10 @@ def child(spec):
         p.optimizer_int_attributes = {"do_bias_correction": 1}
         with open(os.path.join(work, f"{w}.weights.json")) as f:
             p.weights_to_train = set(json.load(f))
-        if run == "onnxtrain-recompute-layer":
+        if run.startswith("onnxtrain-recompute-layer"):
             p.transformer_layer_recompute = True
+        if run.endswith("memgrad"):
+            p.use_memory_efficient_gradient = True
         so = ot.SessionOptions()
         so.intra_op_num_threads = spec["threads"]
         budget = None
@@ -199,7 +205,8 @@ def child(spec):
     r = {"peak": peak, "above_base": peak - base * 1024, "losses": losses,
          "step_s": statistics.median(times[1:] or times), "first_step_s": times[0]}
     if not run.startswith("torch"):
-        r["arena"] = sess.last_run_stats()["arena_bytes"]
+        st = sess.last_run_stats()
+        r["arena"], r["peak_live"] = st["arena_bytes"], st["peak_live_bytes"]
         if budget:
             r["budget"] = budget
     return r

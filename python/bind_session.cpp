@@ -517,6 +517,7 @@ void bind_session(py::module_& m) {
         py::dict d;
         d["arena_bytes"] = r.arena_bytes;
         d["naive_bytes"] = r.naive_bytes;
+        d["peak_live_bytes"] = r.peak_live_bytes;
         d["constant_bytes"] = r.constant_bytes;
         d["steps"] = r.steps;
         d["dynamic_steps"] = r.dynamic_steps;

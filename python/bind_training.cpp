@@ -604,10 +604,11 @@ void bind_training(py::module_& m) {
             py::dict d;
             d["arena_bytes"] = r.arena_bytes;
             d["naive_bytes"] = r.naive_bytes;
+            d["peak_live_bytes"] = r.peak_live_bytes;
             d["steps"] = r.steps;
             return d;
           },
-          "Figures of the last training run's plan: arena_bytes (activations and temporaries of a step), "
+          "Figures of the last training run's plan: arena_bytes (activations and temporaries of a step), peak_live_bytes, "
           "naive_bytes, steps.")
       .def_property_readonly("update_due", &TrainingSession::update_due,
                              "Whether the next run() completes an optimizer update.")

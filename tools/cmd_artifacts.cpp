@@ -87,7 +87,8 @@ int run_train_artifacts(const TrainArgs& a, const CLI::App& app) {
                         "--end-lr", "--lr-power", "--grad-accum", "--precision", "--clip-norm", "--freeze",
                         "--zero-stage", "--validation-split", "--validation-data", "--validation-labels", "--resume",
                         "--checkpoint-dir", "--checkpoint-every", "--metrics", "--curve", "--profile", "--steps",
-                        "--eval-batch-size", "--memory-limit"})
+                        "--eval-batch-size", "--memory-limit", "--recompute", "--recompute-layers", "--recompute-budget",
+                        "--memory-efficient-gradient"})
     forbid(app, o, why);
   forbid(app, "--provider", "training artifacts run on the CPU provider (the on-device Module has no provider choice yet)");
   if (!given(app, "--data")) throw UsageError("missing --data FILE (see onnxtrain train --help)");

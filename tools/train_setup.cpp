@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -19,7 +20,8 @@ const std::set<std::string> kFreeOptions = {"--data",     "--labels",         "-
                                             "--validation-labels", "--epochs", "--steps", "--out", "--metrics",
                                             "--curve",    "--checkpoint-dir", "--checkpoint-every", "--resume",
                                             "--log-every", "--progress",      "--threads",         "--eval-batch-size",
-                                            "--memory-limit", "--provider"};
+                                            "--memory-limit", "--provider", "--recompute", "--recompute-layers",
+                                            "--recompute-budget", "--memory-efficient-gradient"};
 
 // An optimizer as the command line names it: TrainingParameters' name lower-cased without
 // "Optimizer" (AdamOptimizer: adam), plus nesterov for the optimizer with a nesterov switch.
@@ -175,6 +177,24 @@ void add_optimizer_options(CLI::App& app, OptimizerArgs& a) {
   app.add_flag("--adasum", a.adasum, "under mpirun: combine the ranks' gradients with Adasum (power-of-two ranks)");
   app.add_flag("--allreduce-post-accumulation", a.allreduce_post_accumulation,
                "under mpirun with --grad-accum: reduce the accumulated gradients once per step");
+  app.add_option("--recompute", a.recompute,
+                 "recompute activations in the backward pass instead of keeping them (same results, less memory): "
+                 "layers (whole transformer layers), gelu, attn-dropout (names or comma-separated lists)")
+      ->type_name("WHAT")
+      ->delimiter(',')
+      ->check(choice({"layers", "gelu", "attn-dropout"}));
+  app.add_option("--recompute-layers", a.recompute_layers,
+                 "with --recompute layers: the first N layers (default: every layer but the last)")
+      ->type_name("N")
+      ->check(integer(1, 1 << 20));
+  app.add_option("--recompute-budget", a.recompute_budget,
+                 "recompute the fewest graph segments that keep the activations saved for the backward pass within "
+                 "SIZE (bytes, or with a unit: 512MB, 2GB)")
+      ->type_name("SIZE")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_flag("--memory-efficient-gradient", a.memory_efficient_gradient,
+               "update each weight as soon as its gradient is complete, freeing the gradient at once (not with "
+               "--grad-accum, --clip-norm, --precision fp16 or mpirun)");
 }
 
 TrainSetup make_train_setup(const OptimizerArgs& a, const CLI::App& app, const std::string& model_bytes,
@@ -239,6 +259,21 @@ TrainSetup make_train_setup(const OptimizerArgs& a, const CLI::App& app, const s
   p.enable_adasum = a.adasum;
   p.allreduce_post_accumulation = a.allreduce_post_accumulation;
   p.mixed_precision = a.precision == "fp32" ? "" : a.precision;
+  for (const auto& r : a.recompute) {
+    if (r == "layers") p.transformer_layer_recompute = true;
+    if (r == "gelu") p.gelu_recompute = true;
+    if (r == "attn-dropout") p.attn_dropout_recompute = true;
+  }
+  if (given(app, "--recompute-layers")) {
+    if (!p.transformer_layer_recompute) throw UsageError("option --recompute-layers goes with --recompute layers");
+    p.number_recompute_layers = a.recompute_layers;
+  }
+  if (given(app, "--recompute-budget")) {
+    if (a.recompute_budget == 0 || a.recompute_budget > uint64_t(std::numeric_limits<int64_t>::max()))
+      throw UsageError("option --recompute-budget: give a size > 0");
+    p.recompute_budget_bytes = int64_t(a.recompute_budget);
+  }
+  p.use_memory_efficient_gradient = a.memory_efficient_gradient;
   if (given(app, "--clip-norm")) {
     p.enable_grad_norm_clip = true;
     p.max_grad_norm = float(a.clip_norm);

@@ -26,6 +26,11 @@ struct OptimizerArgs {
   // Data parallelism under mpirun (docs/distributed.md).
   int64_t zero_stage = 0;
   bool adasum = false, allreduce_post_accumulation = false;
+  // Memory (docs/memory.md): the results stay bitwise the same.
+  std::vector<std::string> recompute;  ///< layers, gelu, attn-dropout
+  int64_t recompute_layers = 0;
+  uint64_t recompute_budget = 0;       ///< bytes
+  bool memory_efficient_gradient = false;
 };
 /// Declares them on `app`.
 void add_optimizer_options(CLI::App& app, OptimizerArgs& a);

@@ -134,6 +134,7 @@ struct AssignedNode {
 /// Plan figures of the last run (see runtime::PlanStats).
 struct RunStats {
   size_t arena_bytes = 0, naive_bytes = 0, constant_bytes = 0, steps = 0, dynamic_steps = 0, folded_nodes = 0;
+  size_t peak_live_bytes = 0;  ///< the most arena bytes live at one step (arena_bytes' lower bound)
 };
 
 /// Loads a model and runs it. Thread-safe: concurrent run() calls are serialized.

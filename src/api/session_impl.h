@@ -62,7 +62,8 @@ ExecOptions exec_options_of(const SessionOptions& options);
 /// The public figures of an executor's last plan.
 inline RunStats run_stats_of(const runtime::GraphExecutor& ex) {
   const auto s = ex.last_stats();
-  return RunStats{s.arena_bytes, s.naive_bytes, s.constant_bytes, s.steps, s.dynamic_steps, s.folded_nodes};
+  return RunStats{s.arena_bytes, s.naive_bytes, s.constant_bytes, s.steps, s.dynamic_steps, s.folded_nodes,
+                  s.peak_live_bytes};
 }
 
 }  // namespace onnxtrain

@@ -49,6 +49,7 @@ inline size_t arena_align(size_t n) { return (n + kArenaAlign - 1) / kArenaAlign
 struct PlanStats {
   size_t arena_bytes = 0;     ///< intermediate values and workspaces, reused by liveness
   size_t naive_bytes = 0;     ///< what the same buffers would take without reuse
+  size_t peak_live_bytes = 0; ///< the most arena bytes live at one step (arena_bytes' lower bound)
   size_t constant_bytes = 0;  ///< folded constants created at plan time
   size_t steps = 0;           ///< kernels called per run
   size_t dynamic_steps = 0;   ///< steps whose shapes are only known while running

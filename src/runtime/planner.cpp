@@ -763,6 +763,7 @@ void layout_arena(Plan& plan, const ProviderSet& ps, bool reuse) {
       by_device[ps.providers[st.provider]->device()].push_back(Block{arena_align(st.ws_bytes), int(si), int(si), -1 - int(si)});
   }
   plan.arena_bytes = 0;
+  plan.stats.peak_live_bytes = 0;
   size_t naive = 0;
   const int last = int(plan.steps.size());
   for (auto& [dev, blocks] : by_device) {
@@ -770,6 +771,13 @@ void layout_arena(Plan& plan, const ProviderSet& ps, bool reuse) {
       naive += b.bytes;
       if (!reuse) b.begin = 0, b.end = last;  // every block lives the whole run: nothing shares memory
     }
+    // The most bytes live at once (the arena's lower bound; what the layout adds is fragmentation).
+    std::vector<std::pair<int, int64_t>> events;
+    for (const auto& b : blocks) events.emplace_back(b.begin, int64_t(b.bytes)), events.emplace_back(b.end + 1, -int64_t(b.bytes));
+    std::sort(events.begin(), events.end());
+    int64_t live = 0, peak = 0;
+    for (const auto& [t, d] : events) peak = std::max(peak, live += d);
+    plan.stats.peak_live_bytes += size_t(peak);
     const size_t bytes = place_blocks(blocks);
     plan.arenas[dev] = bytes;
     plan.arena_bytes += bytes;

@@ -123,7 +123,9 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused) {
     gelu.domain = ops::kDomain;
     gelu.name = erf.name.empty() ? "Gelu_" + std::to_string(i) : erf.name + "_gelu";
     gelu.inputs = {x};
-    gelu.outputs = {g.nodes[m2].outputs[0], a};
+    // Y only: GeluGrad recomputes 1 + erf(x / sqrt 2) from x (keeping it would hold an
+    // activation-sized tensor per GELU until the backward pass).
+    gelu.outputs = {g.nodes[m2].outputs[0]};
     const size_t last = std::max<size_t>({producer[erf.inputs[0]], i, add_i, m1, m2});
     for (size_t j : {producer[erf.inputs[0]], i, add_i, m1, m2}) drop[j] = true;
     replace[last] = std::move(gelu);

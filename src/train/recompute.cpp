@@ -97,6 +97,18 @@ DropoutRecompute dropout_recompute(const ir::Graph& g, const ir::Node& n, int64_
   return DropoutRecompute::kFromMask;
 }
 
+// A BatchNormalization (opset >= 14) in training mode whose scale, bias and running statistics are
+// initializers of one element type: its output does not depend on the running statistics.
+bool batch_norm_training(const ir::Graph& g, const ir::Node& n, int64_t opset) {
+  if (!in_default_domain(n) || n.op_type != "BatchNormalization" || opset < 14 || n.inputs.size() != 5) return false;
+  const ir::Attribute* t = n.attr("training_mode");
+  if (!t || t->i != 1) return false;
+  const Tensor* ts[4];
+  for (size_t k = 0; k < 4; ++k)
+    if (!(ts[k] = g.initializer(n.inputs[k + 1]))) return false;
+  return ts[0]->dtype() == ts[2]->dtype() && ts[1]->dtype() == ts[3]->dtype() && ts[0]->shape() == ts[2]->shape();
+}
+
 }  // namespace
 
 std::vector<TransformerLayer> find_transformer_layers(const ir::Graph& forward) {
@@ -432,9 +444,20 @@ RecomputeStats apply_recompute(ir::Model& m, const ir::Graph& forward, const Rec
       c.op_type = src.op_type;
       c.attrs = src.attrs;
       c.inputs = std::move(ins);
-      for (const auto& o : src.outputs) {
-        c.outputs.push_back(o.empty() ? std::string() : em.fresh(o + "_recompute"));
-        if (!o.empty()) copy[o] = c.outputs.back();
+      if (batch_norm_training(g, src, opset)) {
+        // The forward node overwrites its running statistics in place, so a clone reading them
+        // would have to run before it, in the forward pass. In training mode Y does not depend
+        // on them: the clone reads the scale and bias in their place and leaves the running
+        // statistics unnamed.
+        c.inputs[3] = c.inputs[1];
+        c.inputs[4] = c.inputs[2];
+      }
+      const bool bn = batch_norm_training(g, src, opset);
+      for (size_t k = 0; k < src.outputs.size(); ++k) {
+        const std::string& o = src.outputs[k];
+        const bool skip = o.empty() || (bn && (k == 1 || k == 2));
+        c.outputs.push_back(skip ? std::string() : em.fresh(o + "_recompute"));
+        if (!skip) copy[o] = c.outputs.back();
       }
     }
     c.name = em.fresh((src.name.empty() ? src.op_type : src.name) + "_recompute");

@@ -347,3 +347,28 @@ def test_export_of_a_model_with_its_loss(tmp_path):
     X = np.array([[1.0, 1.0], [2.0, -1.0]], np.float32)
     (y,) = onnxtrain.InferenceSession(str(tmp_path / "i.onnx")).run(None, {"X": X})
     np.testing.assert_allclose(y, X @ np.array([[1.0], [2.0]]), rtol=1e-6)
+
+
+def test_memory_options_keep_the_trained_weights(digits, tmp_path):
+    """--memory-efficient-gradient and --recompute change where values live, not one bit of the
+    result; a budget needs static shapes and says so; the options are refused where they do not apply."""
+    common = ["--data", digits / "digits_train.npz", "--loss", "cross_entropy", "--score-output", "logits",
+              "--optimizer", "adam", "--lr", 0.01, "--batch-size", 32, "--steps", 6, "--no-shuffle",
+              "--progress", "none"]
+    ok(cli("train", digits / "digits_mlp.onnx", *common, "--out", tmp_path / "plain.onnx"))
+    ok(cli("train", digits / "digits_mlp.onnx", *common, "--memory-efficient-gradient", "--recompute", "gelu",
+           "--out", tmp_path / "mem.onnx"))
+    a, b = weights(tmp_path / "plain.onnx"), weights(tmp_path / "mem.onnx")
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    r = cli("train", digits / "digits_mlp.onnx", *common, "--memory-efficient-gradient", "--clip-norm", 1.0,
+            "--out", tmp_path / "x.onnx")
+    assert r.returncode != 0 and "use_memory_efficient_gradient with gradient norm clipping" in r.stderr, r.stderr
+    r = cli("train", digits / "digits_mlp.onnx", *common, "--recompute", "layers", "--out", tmp_path / "x.onnx")
+    assert r.returncode != 0 and "no transformer layer found" in r.stderr, r.stderr
+    r = cli("train", digits / "digits_mlp.onnx", *common, "--recompute-layers", 2, "--out", tmp_path / "x.onnx")
+    assert r.returncode != 0 and "--recompute-layers goes with --recompute layers" in r.stderr, r.stderr
+    r = cli("train", digits / "digits_mlp.onnx", *common, "--recompute-budget", "1MB", "--out", tmp_path / "x.onnx")
+    assert r.returncode != 0 and "has no static shape" in r.stderr, r.stderr
+    assert not (tmp_path / "x.onnx").exists()

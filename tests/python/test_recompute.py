@@ -400,3 +400,60 @@ def test_memory_efficient_gradient_is_bitwise_with_less_memory(tmp_path):
 def test_memory_efficient_gradient_refuses_what_needs_every_gradient(model, other, message):
     with pytest.raises(ot.NotImplemented, match="use_memory_efficient_gradient with " + message):
         train(model, steps=1, use_memory_efficient_gradient=True, **other)
+
+
+class ResNetish(torch.nn.Module):
+    """Residual blocks of Conv -> BatchNorm (training mode) -> ReLU: budget segments end between
+    blocks, and recomputed BatchNorms must not touch the running statistics."""
+
+    def __init__(self, blocks=4, c=8):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, c, 3, padding=1, bias=False)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Conv2d(c, c, 3, padding=1, bias=False), torch.nn.BatchNorm2d(c),
+                                torch.nn.ReLU(), torch.nn.Conv2d(c, c, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(c)) for _ in range(blocks))
+        self.fc = torch.nn.Linear(c, CLASSES)
+
+    def forward(self, x, y):
+        h = self.stem(x)
+        for b in self.blocks:
+            h = torch.relu(h + b(h))
+        return torch.nn.functional.cross_entropy(self.fc(h.mean(dim=(2, 3))), y)
+
+
+def test_budget_on_batchnorm_blocks_is_bitwise_with_running_stats(tmp_path):
+    torch.manual_seed(0)
+    module = ResNetish()
+    f = io.BytesIO()
+    module.train()
+    torch.onnx.export(module, (torch.randn(4, 3, 16, 16), torch.randint(0, CLASSES, (4,))), f, opset_version=17,
+                      do_constant_folding=False, input_names=["x", "y"], output_names=["loss"],
+                      training=torch.onnx.TrainingMode.TRAINING)
+    data, params = f.getvalue(), [n for n, _ in module.named_parameters()]
+
+    def run(**kw):
+        p = ot.TrainingParameters()
+        p.loss_output_name = "loss"
+        p.weights_to_train = set(params)
+        p.training_optimizer_name = "AdamOptimizer"
+        for k, v in kw.items():
+            setattr(p, k, v)
+        sess = ot.TrainingSession(data, p)
+        rng = np.random.default_rng(11)
+        losses = [sess.run(["loss"], {"x": rng.standard_normal((4, 3, 16, 16)).astype(np.float32),
+                                      "y": rng.integers(0, CLASSES, 4).astype(np.int64),
+                                      "Learning_Rate": np.array([1e-3], np.float32)})[0] for _ in range(3)]
+        return np.array(losses), sess._initializers(), sess.last_run_stats()
+
+    base_losses, base_w, base = run()
+    try:
+        run(recompute_budget_bytes=1)
+    except ValueError as e:
+        least = int(re.search(r"(\d+) bytes of saved activations at best", str(e)).group(1))
+    losses, w, stats = run(recompute_budget_bytes=least)
+    np.testing.assert_array_equal(losses, base_losses)
+    assert any("running_mean" in k for k in w)
+    for k in base_w:  # weights and BatchNorm running statistics
+        np.testing.assert_array_equal(w[k], base_w[k], err_msg=k)
+    assert stats["peak_live_bytes"] < 0.7 * base["peak_live_bytes"], (stats, base)

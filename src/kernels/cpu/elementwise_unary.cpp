@@ -223,8 +223,9 @@ KernelFactory simple(Op op) {
 // constants (x / 1.4142135f, erf, + 1, * x, * 0.5): in float32 its bits are those of the unfused
 // nodes; float64 divides by sqrt(2) in double; float16/bfloat16 compute in float and round once at
 // the end instead of after every node. The
-// gradient d/dx [x Phi(x)] = Phi(x) + x phi(x) with Phi = A / 2 reads the forward's A (or
-// recomputes it).
+// gradient d/dx [x Phi(x)] = Phi(x) + x phi(x) with Phi = A / 2 reads the forward's A when given,
+// else recomputes it with the forward's arithmetic (the same bits; train/fusion.h no longer keeps A,
+// which cost an activation-sized tensor per GELU until the backward pass, as PyTorch does not).
 constexpr float kSqrt2f = 1.41421356237309515f;      // float(sqrt(2)): the exported constant
 constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
 
@@ -306,6 +307,18 @@ class GeluGradKernel final : public Kernel {
             const __m256 phi = _mm256_mul_ps(vmath::exp(_mm256_mul_ps(_mm256_mul_ps(v, v), _mm256_set1_ps(-0.5f))), c);
             const __m256 d = _mm256_fmadd_ps(v, phi, _mm256_mul_ps(half, av));
             _mm256_storeu_ps(dX + i, _mm256_mul_ps(_mm256_loadu_ps(dY + i), d));
+          }
+          if (!A && i < e) {  // the tail's A as the forward computes it (a padded vector), then as below
+            alignas(32) float xb[8] = {}, ab[8];
+            std::copy(X + i, X + e, xb);
+            _mm256_store_ps(ab, _mm256_add_ps(vmath::erf(_mm256_div_ps(_mm256_load_ps(xb), _mm256_set1_ps(kSqrt2f))),
+                                              _mm256_set1_ps(1.0f)));
+            for (int64_t k = 0; i < e; ++i, ++k) {
+              const float v = X[i];
+              const float phi = float(std::exp(-0.5 * double(v) * double(v)) * kInvSqrt2Pi);
+              dX[i] = dY[i] * (0.5f * ab[k] + v * phi);
+            }
+            return;
           }
         }
 #endif
