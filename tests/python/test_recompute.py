@@ -54,14 +54,20 @@ def batches(n=3):
             for _ in range(n)]
 
 
-def train(model, steps=3, grad_path=None, **recompute):
-    data, params = model
+def _params(params, **options):
+    """Adam over `params` with the loss output "loss" and the given TrainingParameters fields."""
     p = ot.TrainingParameters()
     p.loss_output_name = "loss"
     p.weights_to_train = set(params)
     p.training_optimizer_name = "AdamOptimizer"
-    for k, v in recompute.items():
+    for k, v in options.items():
         setattr(p, k, v)
+    return p
+
+
+def train(model, steps=3, grad_path=None, **recompute):
+    data, params = model
+    p = _params(params, **recompute)
     if grad_path:
         p.model_with_gradient_graph_path = str(grad_path)
     so = ot.SessionOptions()
@@ -156,13 +162,7 @@ def test_gelu_recompute_drops_gelu_outputs(tmp_path):
     data, params = f.getvalue(), [n for n, _ in module.named_parameters()]
 
     def run(path, **kw):
-        p = ot.TrainingParameters()
-        p.loss_output_name = "loss"
-        p.weights_to_train = set(params)
-        p.training_optimizer_name = "AdamOptimizer"
-        p.model_with_gradient_graph_path = str(path)
-        for k, v in kw.items():
-            setattr(p, k, v)
+        p = _params(params, model_with_gradient_graph_path=str(path), **kw)
         sess = ot.TrainingSession(data, p)
         rng = np.random.default_rng(3)
         losses = [sess.run(["loss"], {"x": rng.standard_normal((8, 16)).astype(np.float32),
@@ -363,14 +363,9 @@ def test_memory_efficient_gradient_is_bitwise_with_less_memory(tmp_path):
     data, params = _wide_mlp()
 
     def run(path=None, **kw):
-        p = ot.TrainingParameters()
-        p.loss_output_name = "loss"
-        p.weights_to_train = set(params)
-        p.training_optimizer_name = "AdamOptimizer"
+        p = _params(params, **kw)
         if path:
             p.model_with_training_graph_path = str(path)
-        for k, v in kw.items():
-            setattr(p, k, v)
         sess = ot.TrainingSession(data, p)
         rng = np.random.default_rng(8)
         losses = [sess.run(["loss"], {"x": rng.standard_normal((2, 256)).astype(np.float32),
@@ -433,12 +428,7 @@ def test_budget_on_batchnorm_blocks_is_bitwise_with_running_stats(tmp_path):
     data, params = f.getvalue(), [n for n, _ in module.named_parameters()]
 
     def run(**kw):
-        p = ot.TrainingParameters()
-        p.loss_output_name = "loss"
-        p.weights_to_train = set(params)
-        p.training_optimizer_name = "AdamOptimizer"
-        for k, v in kw.items():
-            setattr(p, k, v)
+        p = _params(params, **kw)
         sess = ot.TrainingSession(data, p)
         rng = np.random.default_rng(11)
         losses = [sess.run(["loss"], {"x": rng.standard_normal((4, 3, 16, 16)).astype(np.float32),
