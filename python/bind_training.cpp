@@ -248,7 +248,7 @@ void bind_parameters(py::module_& m) {
   field(c, "number_recompute_layers", &P::number_recompute_layers,
         "Layers recomputed with transformer_layer_recompute, from the first; 0: every layer but the last.");
   field(c, "recompute_values", &P::recompute_values,
-        "Forward values recomputed in the backward pass, each from its node's inputs (onnxtrain extension).");
+        "Forward values recomputed in the backward pass, from the values not listed (onnxtrain extension).");
   field(c, "recompute_budget_bytes", &P::recompute_budget_bytes,
         "> 0: bytes of forward activations the backward pass may hold; the fewest graph segments that fit are "
         "recomputed (onnxtrain extension; needs static input shapes).");

@@ -96,7 +96,7 @@ struct TrainingParameters {
   /// With transformer_layer_recompute: the first this many layers; 0 (or >= the number of layers):
   /// every layer but the last, as onnxruntime.
   int64_t number_recompute_layers = 0;
-  /// Forward values to recompute, each from its node's inputs (onnxtrain extension).
+  /// Forward values to recompute, from the values not listed (onnxtrain extension).
   std::vector<std::string> recompute_values;
   /// > 0: recompute by a memory budget (onnxtrain extension): the bytes of forward activations the
   /// backward pass may hold. The forward graph is cut into segments where a single value carries

@@ -362,6 +362,8 @@ RecomputeStats apply_recompute(ir::Model& m, const ir::Graph& forward, const Rec
   auto drop_single = [&](const std::string& v) {
     if (recomputable(v)) group[v] = next_group++;
   };
+  // The listed values form one group: each is recomputed from what is not listed.
+  const int64_t listed = next_group++;
   for (const auto& v : cfg.values) {
     if (!fwd_values.count(v))
       throw_error<InvalidArgument>("recompute: '", v, "' is not a value computed by the forward graph");
@@ -369,7 +371,7 @@ RecomputeStats apply_recompute(ir::Model& m, const ir::Graph& forward, const Rec
       throw_error<InvalidArgument>("recompute: '", v,
                                    "' cannot be recomputed (a result, an output of a random or control-flow node, a "
                                    "Dropout mask, or read by a subgraph of the backward part)");
-    group[v] = next_group++;
+    group[v] = listed;
   }
   if (cfg.gelu)
     for (const auto& n : g.nodes)

@@ -29,7 +29,8 @@ struct RecomputeConfig {
   /// With transformer_layer: how many layers, from the first; 0 (and anything >= the number of
   /// layers) means every layer but the last (whose backward follows its forward at once).
   int64_t number_layers = 0;
-  /// Forward values to recompute (each from its own node's inputs, which are kept).
+  /// Forward values to recompute, from the values not listed (a listed value's node that reads
+  /// another listed value reads its recomputed copy; what it reads otherwise is kept).
   std::vector<std::string> values;
   /// > 0: a budget, in bytes, for the activations the backward pass holds (the forward values it
   /// reads, as PyTorch's saved tensors). The forward graph is cut into segments at values every

@@ -168,3 +168,77 @@ TEST(TrainingPlan, BatchNormStatisticsAreUpdatedInPlace) {
   // running_mean = momentum * running_mean + (1 - momentum) * batch mean (ONNX), from zeros.
   EXPECT_TRUE(ot_test::all_close(s.state("mean"), {2}, {0.25 * mean[0], 0.25 * mean[1]}, 1e-5, 1e-7));
 }
+
+// Recompute (train/recompute.h): the same step bit for bit, with the dropped values computed again
+// by clones in the backward part; a recomputed training-mode BatchNormalization must not read the
+// running statistics (its forward node overwrites them in place, and a reader would have to run
+// before it).
+TEST(TrainingPlan, RecomputeIsBitwiseAndLeavesRunningStatisticsInPlace) {
+  auto run = [](const train::RecomputeConfig& rc, std::vector<std::string>* node_names) {
+    train::StepConfig cfg;
+    cfg.optimizer.name = "AdamOptimizer";
+    cfg.recompute = rc;
+    Step s(regression(true), cfg, {"W", "b"}, true);
+    runtime::PlanRequest req;
+    req.outputs = {"loss"};
+    req.updates = s.tg.update_step();
+    const size_t id = s.ex->add_request(req);
+    std::vector<Value> out;
+    std::vector<float> losses;
+    for (int k = 0; k < 3; ++k) {
+      s.ex->run(s.feeds, id, out);
+      losses.push_back(out[0].tensor.data<float>()[0]);
+    }
+    EXPECT_EQ(s.ex->last_stats().state_copies, 0u);
+    EXPECT_EQ(s.ex->last_stats().state_in_place, 8u);  // W, b, their 4 moments, running mean and variance
+    if (node_names)
+      for (const auto& n : s.tg.model.graph->nodes) node_names->push_back(n.name);
+    std::vector<std::vector<double>> state;
+    for (const char* n : {"W", "b", "mean", "var", "Moment_1_W", "Moment_2_b"}) state.push_back(ot_test::to_double(s.state(n)));
+    return std::make_pair(losses, state);
+  };
+  auto error_of = [&](const train::RecomputeConfig& rc) -> std::string {
+    try {
+      run(rc, nullptr);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto base = run({}, nullptr);
+  // Listed values, recomputed from what is not listed: y (BatchNormGrad reads it) and d (the
+  // gradient of d * d reads it) from x W, b and t, through z, which no gradient node reads.
+  train::RecomputeConfig rc;
+  rc.values = {"y", "z", "d"};
+  std::vector<std::string> names;
+  const auto re = run(rc, &names);
+  EXPECT_EQ(re.first, base.first);
+  EXPECT_EQ(re.second, base.second);
+  size_t first_grad = names.size(), clones = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i].rfind("grad", 0) == 0) first_grad = std::min(first_grad, i);
+    if (names[i].find("_recompute") != std::string::npos) {
+      ++clones;
+      EXPECT_GT(i, first_grad) << names[i];
+    }
+  }
+  EXPECT_EQ(clones, 3u);  // Add (y), BatchNormalization (z), Sub (d)
+  EXPECT_TRUE(std::any_of(names.begin(), names.end(), [](const std::string& n) {
+    return n.find("BatchNormalization") != std::string::npos && n.find("_recompute") != std::string::npos;
+  }));
+  // Budgets: this chain's cut values, and a budget below the least estimate names it.
+  const auto cuts = train::forward_cuts(*regression(true).graph, ir::topological_order(*regression(true).graph));
+  std::vector<std::string> cut_names;
+  for (const auto& c : cuts) cut_names.push_back(c.first);
+  EXPECT_EQ(cut_names, (std::vector<std::string>{"xw", "y", "z", "d", "dd"}));
+  train::RecomputeConfig tiny;
+  tiny.budget_bytes = 1;
+  const std::string e = error_of(tiny);
+  EXPECT_NE(e.find("recompute budget of 1 bytes is below what recompute reaches for this model: "), std::string::npos)
+      << e;
+  // An unknown value is named.
+  train::RecomputeConfig unknown;
+  unknown.values = {"nope"};
+  const std::string u = error_of(unknown);
+  EXPECT_NE(u.find("'nope' is not a value computed by the forward graph"), std::string::npos) << u;
+}
