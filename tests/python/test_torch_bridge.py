@@ -444,3 +444,57 @@ def test_builder_batchnorm_statistics_outputs_take_no_gradient():
     b.initialize(_bn_model(True), cfg)
     with pytest.raises(NotImplementedError, match="running or saved statistics"):
         b.build()
+
+
+# ------------------------------------------------------------------------------ memory optimizer
+def _two_layer_encoder():
+    torch.manual_seed(3)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, activation="gelu",
+                                             batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)
+
+
+def _grads(module, x, target, **ortmodule_args):
+    ort = ORTModule(module, **ortmodule_args)
+    xi = x.clone().requires_grad_(True)
+    loss = (ort(xi) * target).sum()
+    loss.backward()
+    return float(loss), xi.grad, {n: p.grad.clone() for n, p in module.named_parameters()}
+
+
+def test_memory_opt_level_1_recomputes_transformer_layers(monkeypatch, tmp_path):
+    """ORTMODULE_MEMORY_OPT_LEVEL=1 (onnxruntime's transformer layer-wise recompute): the training
+    graph holds recompute clones; outputs and gradients are bitwise those without it."""
+    x, target = torch.randn(2, 6, 16), torch.randn(2, 6, 16)
+    base = _grads(_two_layer_encoder(), x, target)
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "1")
+    from onnxtrain.torch import DebugOptions
+    prefix = str(tmp_path / "m")
+    got = _grads(_two_layer_encoder(), x, target, debug_options=DebugOptions(save_onnx=True, onnx_prefix=prefix))
+    assert got[0] == base[0]
+    assert torch.equal(got[1], base[1])
+    for n in base[2]:
+        assert torch.equal(got[2][n], base[2][n]), n
+    training = onnx.load(prefix + "_0_training.onnx")
+    assert any(n.name.endswith("_recompute") for n in training.graph.node)
+
+
+def test_memory_opt_settings_not_implemented_or_without_layers(monkeypatch):
+    x = torch.randn(4, 20)
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "2")
+    with pytest.raises(NotImplementedError, match="ORTMODULE_MEMORY_OPT_LEVEL=2"):
+        ORTModule(MLP())(x.requires_grad_(True)).sum().backward()
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "0")
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_CONFIG", "Gelu+:1:-1")
+    with pytest.raises(NotImplementedError, match="ORTMODULE_MEMORY_OPT_CONFIG"):
+        ORTModule(MLP())(x).sum().backward()
+    monkeypatch.delenv("ORTMODULE_MEMORY_OPT_CONFIG")
+    monkeypatch.setenv("ORTMODULE_MEMORY_OPT_LEVEL", "1")
+    torch.manual_seed(0)
+    module = MLP()
+    ref = copy.deepcopy(module)
+    with pytest.warns(UserWarning, match="no transformer layer to recompute"):
+        ORTModule(module)(x).sum().backward()
+    ref(x).sum().backward()
+    for (n, p), q in zip(module.named_parameters(), ref.parameters()):
+        assert rel(p.grad, q.grad) < GRAD_RTOL, n

@@ -3,6 +3,7 @@
 Absolute imports only: ``import torch`` here must be PyTorch, not this package.
 """
 import collections
+import os
 import threading
 import warnings
 
@@ -22,6 +23,23 @@ _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _LOCK = threading.RLock()
 # Relative (norm) error under which a graph's outputs at a new batch size agree with PyTorch's.
 _AGREE_RTOL = {torch.float16: 2e-2, torch.bfloat16: 5e-2}
+
+
+def _memory_opt_level():
+    """onnxruntime's ORTModule memory optimizer settings: ``ORTMODULE_MEMORY_OPT_LEVEL`` 0 (default:
+    nothing) or 1 (recompute every transformer layer but the last: the training graph's
+    transformer_layer_recompute, docs/memory.md); level 2 and ``ORTMODULE_MEMORY_OPT_CONFIG``
+    (per-subgraph recompute plans) are not implemented and raise NotImplementedError naming them."""
+    level = os.environ.get("ORTMODULE_MEMORY_OPT_LEVEL", "").strip() or "0"
+    if level not in ("0", "1", "2"):
+        raise ValueError(f"ORTMODULE_MEMORY_OPT_LEVEL must be 0, 1 or 2, got {level!r}")
+    if level == "2":
+        raise NotImplementedError("ORTMODULE_MEMORY_OPT_LEVEL=2 (aggressive recompute) is not implemented by "
+                                  "onnxtrain; level 1 recomputes transformer layers")
+    if os.environ.get("ORTMODULE_MEMORY_OPT_CONFIG", "").strip():
+        raise NotImplementedError("ORTMODULE_MEMORY_OPT_CONFIG (per-subgraph recompute plans) is not implemented by "
+                                  "onnxtrain; ORTMODULE_MEMORY_OPT_LEVEL=1 recomputes transformer layers")
+    return int(level)
 
 
 class DebugOptions:
@@ -191,10 +209,21 @@ class _TrainingRunner:
         cfg.initializer_names = list(e.init_names)
         cfg.initializer_names_to_train = [n for n, rg in zip(e.init_names, weights_rg) if rg]
         cfg.input_names_require_grad = [n for n, rg in zip(e.input_names, inputs_rg) if rg]
+        cfg.graph_transformer_config.transformer_layer_recompute = _memory_opt_level() == 1
         builder = C.OrtModuleGraphBuilder()
         try:
-            builder.initialize(e.model.SerializeToString(), cfg)
-            builder.build()
+            try:
+                builder.initialize(e.model.SerializeToString(), cfg)
+                builder.build()
+            except ValueError as ex:
+                if not cfg.graph_transformer_config.transformer_layer_recompute or "no transformer layer" not in str(ex):
+                    raise
+                warnings.warn("ORTMODULE_MEMORY_OPT_LEVEL=1: the model has no transformer layer to recompute; "
+                              "training without recompute", UserWarning, stacklevel=4)
+                cfg.graph_transformer_config.transformer_layer_recompute = False
+                builder = C.OrtModuleGraphBuilder()
+                builder.initialize(e.model.SerializeToString(), cfg)
+                builder.build()
         except Exception as ex:
             raise ORTModuleExportError(f"ORTModule: building the gradient graph of "
                                        f"{type(graphs.owner._original_module).__qualname__} failed: "
