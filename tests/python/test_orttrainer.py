@@ -546,3 +546,27 @@ def test_graph_transformer_recompute_keeps_the_losses_and_weights(switch, tmp_pa
     # the first recomputed; no Dropout after a Softmax and no GELU output that a gradient reads (the
     # Dropout(0) behind each GELU is what the second Linear's gradient reads): nothing to drop.
     assert bool(clones) == (switch == "transformer_layer_recompute"), switch
+
+
+def test_memory_efficient_gradient_option(tmp_path):
+    """utils.memory_efficient_gradient: one update per weight placed among the gradient nodes, the
+    same trajectory bit for bit; with the default gradient clipping it has no effect and says so."""
+    def run(utils, path=None):
+        torch.manual_seed(1)
+        opts = {"device": {"id": "cpu"}, "utils": utils}
+        if path:
+            opts["debug"] = {"graph_save_paths": {"model_with_training_graph_path": str(path)}}
+        trainer = ORTTrainer(BertToy(), BERT_DESC, optim.AdamConfig(lr=1e-2), options=ORTTrainerOptions(opts))
+        return [float(trainer.train_step(*batch)) for batch in bert_batches(n=3)], trainer.state_dict(pytorch_format=True)
+
+    base_losses, base_state = run({"grad_norm_clip": False})
+    path = tmp_path / "train.onnx"
+    losses, state = run({"grad_norm_clip": False, "memory_efficient_gradient": True}, path)
+    assert losses == base_losses
+    for k, v in base_state.items():
+        np.testing.assert_array_equal(state[k].numpy(), v.numpy(), err_msg=k)
+    nodes = onnx.load(str(path)).graph.node
+    updates = [i for i, n in enumerate(nodes) if n.op_type.startswith("Adam")]  # AdamConfig trains AdamW
+    assert len(updates) > 1 and min(updates) < max(i for i, n in enumerate(nodes) if n.name.startswith("grad"))
+    with pytest.warns(UserWarning, match="utils.memory_efficient_gradient has no effect with utils.grad_norm_clip"):
+        run({"memory_efficient_gradient": True})

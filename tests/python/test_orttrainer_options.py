@@ -163,7 +163,7 @@ NOT_IMPLEMENTED = [
 NO_EFFECT = [
     "device.mem_limit", "graph_transformer.allow_layer_norm_mod_precision",
     "graph_transformer.propagate_cast_ops_config.strategy", "graph_transformer.propagate_cast_ops_config.level",
-    "graph_transformer.propagate_cast_ops_config.allow", "utils.memory_efficient_gradient",
+    "graph_transformer.propagate_cast_ops_config.allow",
     "_internal_use.enable_onnx_contrib_ops"]
 IMPLEMENTED = sorted(set(CASES) - set(NOT_IMPLEMENTED) - set(NO_EFFECT) - {"device.id"})
 

@@ -38,8 +38,10 @@ naming the argument: a device other than CPU or CUDA. ``world_rank``, ``world_si
 ``allreduce_post_accumulation``, ``enable_adasum`` and ``deepspeed_zero_stage`` (0 or 1) train
 data-parallel over MPI (launch with mpirun; each rank feeds its own batch, gradients averaged, as
 in onnxruntime-training). As with ``ORTTrainerOptions``, a CUDA ``device``
-is accepted and training runs on CPU (UserWarning), and ``use_memory_efficient_gradient`` is
-accepted without effect (the memory-aware gradient builder computes the same gradients).
+is accepted and training runs on CPU (UserWarning). ``use_memory_efficient_gradient`` updates each
+weight as soon as its gradient is complete (docs/memory.md); with gradient clipping (the default
+``enable_grad_norm_clip=True``), accumulation, mixed precision or several ranks it has no effect and
+a UserWarning says why.
 """
 import copy
 import io
@@ -260,7 +262,9 @@ class ORTTrainer:
         _check_supported(device=device, world_rank=world_rank, world_size=world_size,
                          use_mixed_precision=use_mixed_precision, deepspeed_zero_stage=deepspeed_zero_stage,
                          enable_adasum=enable_adasum, allreduce_post_accumulation=allreduce_post_accumulation,
-                         use_memory_efficient_gradient=use_memory_efficient_gradient)
+                         use_memory_efficient_gradient=use_memory_efficient_gradient and bool(
+                             enable_grad_norm_clip or gradient_accumulation_steps > 1 or use_mixed_precision
+                             or world_size > 1))
         if training_optimizer_name not in _ATTRIBUTES:
             raise ValueError(f"training_optimizer_name must be one of {sorted(_ATTRIBUTES)}, got "
                              f"{training_optimizer_name!r}")
@@ -388,6 +392,9 @@ class ORTTrainer:
         p.enable_adasum = bool(self.enable_adasum)
         p.deepspeed_zero_stage = int(self.deepspeed_zero_stage_)
         p.use_mixed_precision = bool(self.use_mixed_precision)
+        p.use_memory_efficient_gradient = bool(
+            self.use_memory_efficient_gradient and not self.enable_grad_norm_clip_ and self.gradient_accumulation_steps == 1
+            and not self.use_mixed_precision and int(self.world_size) == 1)
         if self.optimized_model_filepath:
             p.model_with_training_graph_path = os.fspath(self.optimized_model_filepath)
         config = _optimizer_config(self.training_optimizer_name_, self.map_optimizer_attributes_, trainable)
@@ -621,8 +628,9 @@ def _check_supported(device, world_rank, world_size, use_mixed_precision, deepsp
     ignored = []
     if kind == "cuda":
         ignored.append(f"device={str(device)!r} (training runs on CPU)")
-    if use_memory_efficient_gradient:
-        ignored.append("use_memory_efficient_gradient=True (same gradients)")
+    if use_memory_efficient_gradient:  # asked for with clipping, accumulation, fp16 or several ranks
+        ignored.append("use_memory_efficient_gradient=True (the update needs every gradient first with gradient "
+                       "clipping, accumulation, mixed precision or several ranks)")
     if ignored:
         warnings.warn("ORTTrainer arguments accepted without effect in onnxtrain: " + "; ".join(ignored), UserWarning,
                       stacklevel=3)

@@ -308,6 +308,17 @@ class ORTTrainer:
         p.gelu_recompute = bool(gt.gelu_recompute)
         p.transformer_layer_recompute = bool(gt.transformer_layer_recompute)
         p.number_recompute_layers = int(gt.number_recompute_layers)
+        if self.options.utils.memory_efficient_gradient:
+            why = [w for w, c in (("utils.grad_norm_clip", self.options.utils.grad_norm_clip),
+                                  ("batch.gradient_accumulation_steps > 1",
+                                   self.options.batch.gradient_accumulation_steps > 1),
+                                  ("mixed_precision.enabled", self.options.mixed_precision.enabled),
+                                  ("distributed.world_size > 1", int(self.options.distributed.world_size) > 1)) if c]
+            if why:
+                warnings.warn("utils.memory_efficient_gradient has no effect with " + ", ".join(why) +
+                              " (the update needs every gradient first)", UserWarning, stacklevel=3)
+            else:
+                p.use_memory_efficient_gradient = True
         dist = self.options.distributed
         p.world_rank = int(dist.world_rank)
         p.world_size = int(dist.world_size)

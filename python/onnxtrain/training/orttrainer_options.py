@@ -48,7 +48,10 @@ graph_transformer.propagate_cast_ops_config.*       no effect            moves f
   (strategy, level, allow)                                               precision inserts
 utils.frozen_weights                                implemented
 utils.grad_norm_clip                                implemented
-utils.memory_efficient_gradient                     no effect            memory-aware gradient builder, same gradients
+utils.memory_efficient_gradient                     implemented          each weight updated as soon as its
+                                                                         gradient is complete; with clipping,
+                                                                         accumulation, fp16 or several ranks
+                                                                         the trainer warns it has no effect
 utils.run_symbolic_shape_infer                      implemented
 debug.deterministic_compute                         implemented
 debug.check_model_export                            implemented
@@ -418,7 +421,6 @@ _NOT_IMPLEMENTED_PREFIXES = ("distributed.horizontal_parallel_size", "distribute
 _NO_EFFECT_NOTES = {
     "device.mem_limit": "onnxruntime's CUDA arena limit",
     "graph_transformer.": "a permission to lower LayerNorm precision, or moves of float16 Casts",
-    "utils.memory_efficient_gradient": "memory-aware gradient builder, same gradients",
     "_internal_use.enable_onnx_contrib_ops": "onnxtrain exports standard ONNX operators",
 }
 
