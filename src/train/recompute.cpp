@@ -22,6 +22,9 @@ bool is_layer_norm(const ir::Node& n) {
   return n.op_type == "LayerNormalization" || n.op_type == "SkipLayerNormalization";
 }
 bool in_default_domain(const ir::Node& n) { return n.domain.empty(); }
+bool is_forward_node(const ir::Node& n, const std::unordered_set<std::string>& fwd_values) {
+  return !n.outputs.empty() && !n.outputs[0].empty() && fwd_values.count(n.outputs[0]) > 0;
+}
 
 // Nodes whose outputs differ between two runs on the same inputs (their outputs are kept).
 bool is_random(const ir::Node& n) {
@@ -373,9 +376,19 @@ RecomputeStats apply_recompute(ir::Model& m, const ir::Graph& forward, const Rec
                                    "Dropout mask, or read by a subgraph of the backward part)");
     group[v] = listed;
   }
-  if (cfg.gelu)
-    for (const auto& n : g.nodes)
-      if (is_gelu(n) && !n.outputs.empty() && fwd_values.count(n.outputs[0])) drop_single(n.outputs[0]);
+  if (cfg.gelu) {
+    bool fused = false, erf = false;
+    for (const auto& n : g.nodes) {
+      if (!is_forward_node(n, fwd_values)) continue;
+      fused = fused || is_gelu(n);
+      erf = erf || (in_default_domain(n) && n.op_type == "Erf");
+      if (is_gelu(n) && !n.outputs.empty()) drop_single(n.outputs[0]);
+    }
+    if (!fused && erf)
+      throw_error<NotImplemented>("gelu_recompute: this graph's GELU is not fused (Div, Erf, Add, Mul nodes) and "
+                                  "onnxtrain recomputes fused Gelu nodes only; use transformer_layer_recompute or "
+                                  "recompute_values");
+  }
   if (cfg.attn_dropout)
     for (const auto& n : g.nodes) {
       if (!in_default_domain(n) || n.op_type != "Dropout" || n.outputs.empty() || !fwd_values.count(n.outputs[0]))

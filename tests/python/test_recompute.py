@@ -332,6 +332,9 @@ def test_module_graph_builder_recompute_is_bitwise(dropout):
     assert clones and min(clones) > yield_at
     with pytest.raises(ValueError, match="number_recompute_layers must be >= 0"):
         run(transformer_layer_recompute=True, number_recompute_layers=-1)
+    # The exported GELU is not fused in these graphs: gelu_recompute says so instead of doing nothing.
+    with pytest.raises(C.NotImplemented, match="gelu_recompute: this graph's GELU is not fused"):
+        run(gelu_recompute=True)
 
 
 def _wide_mlp(width=256, depth=4):
