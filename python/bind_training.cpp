@@ -86,17 +86,23 @@ struct Field<float> {
   static py::object to(float v) { return py::float_(shortest(v)); }
 };
 
+// A collection of names (std::set or std::vector) from any iterable of strings but a string;
+// anything else is refused with `what` ("must be a set of initializer names").
+template <class Names>
+Names names_from(const char* f, py::handle v, const char* what) {
+  if (py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v) || !py::isinstance<py::iterable>(v)) bad_field(f, what);
+  Names r;
+  for (auto item : v) {
+    if (!py::isinstance<py::str>(item)) bad_field(f, what);
+    r.insert(r.end(), item.cast<std::string>());
+  }
+  return r;
+}
+
 template <>
 struct Field<std::set<std::string>> {
   static std::set<std::string> from(const char* f, py::handle v) {
-    if (py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v) || !py::isinstance<py::iterable>(v))
-      bad_field(f, "must be a set of initializer names");
-    std::set<std::string> r;
-    for (auto item : v) {
-      if (!py::isinstance<py::str>(item)) bad_field(f, "must be a set of initializer names");
-      r.insert(item.cast<std::string>());
-    }
-    return r;
+    return names_from<std::set<std::string>>(f, v, "must be a set of initializer names");
   }
   static py::object to(const std::set<std::string>& v) {
     py::list l;
@@ -109,14 +115,7 @@ struct Field<std::set<std::string>> {
 template <>
 struct Field<std::vector<std::string>> {
   static std::vector<std::string> from(const char* f, py::handle v) {
-    if (py::isinstance<py::str>(v) || py::isinstance<py::bytes>(v) || !py::isinstance<py::iterable>(v))
-      bad_field(f, "must be a list of value names");
-    std::vector<std::string> r;
-    for (auto item : v) {
-      if (!py::isinstance<py::str>(item)) bad_field(f, "must be a list of value names");
-      r.push_back(item.cast<std::string>());
-    }
-    return r;
+    return names_from<std::vector<std::string>>(f, v, "must be a list of value names");
   }
   static py::object to(const std::vector<std::string>& v) { return py::tuple(py::cast(v)); }
 };

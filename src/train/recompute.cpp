@@ -22,9 +22,6 @@ bool is_layer_norm(const ir::Node& n) {
   return n.op_type == "LayerNormalization" || n.op_type == "SkipLayerNormalization";
 }
 bool in_default_domain(const ir::Node& n) { return n.domain.empty(); }
-bool is_forward_node(const ir::Node& n, const std::unordered_set<std::string>& fwd_values) {
-  return !n.outputs.empty() && !n.outputs[0].empty() && fwd_values.count(n.outputs[0]) > 0;
-}
 
 // Nodes whose outputs differ between two runs on the same inputs (their outputs are kept).
 bool is_random(const ir::Node& n) {
@@ -234,10 +231,7 @@ std::pair<int64_t, int64_t> choose_budget_segments(const ir::Model& m, const ir:
   // Sizes: from the types where ONNX's inference gives a static shape, else (a shape computed at
   // run time, e.g. a Slice whose bounds come from Shape arithmetic) the size of the node's largest
   // input, as an estimate. Graph inputs must have static shapes.
-  std::unordered_map<std::string, size_t> fwd_producer;
-  for (size_t i = 0; i < forward.nodes.size(); ++i)
-    for (const auto& o : forward.nodes[i].outputs)
-      if (!o.empty()) fwd_producer.emplace(o, i);
+  const Index ix(forward);
   std::unordered_map<std::string, int64_t> memo;
   std::function<int64_t(const std::string&)> bytes = [&](const std::string& v) -> int64_t {
     if (auto it = memo.find(v); it != memo.end()) return it->second;
@@ -248,7 +242,7 @@ std::pair<int64_t, int64_t> choose_budget_segments(const ir::Model& m, const ir:
       b = int64_t(t->nbytes());
     } else if (shape && it->second->elem != DType::kUndefined) {
       b = shape_numel(*shape) * int64_t(dtype_size(it->second->elem));
-    } else if (auto p = fwd_producer.find(v); p != fwd_producer.end()) {
+    } else if (auto p = ix.producer.find(v); p != ix.producer.end()) {
       for (const auto& in : forward.nodes[p->second].inputs)
         if (!in.empty()) b = std::max(b, bytes(in));
     } else {
@@ -258,7 +252,7 @@ std::pair<int64_t, int64_t> choose_budget_segments(const ir::Model& m, const ir:
     memo[v] = b;
     return b;
   };
-  const std::vector<size_t> order = ir::topological_order(forward);
+  const std::vector<size_t>& order = ix.order;
   std::vector<int64_t> saved(order.size(), 0);  // per topological position: bytes the backward reads
   for (size_t p = 0; p < order.size(); ++p)
     for (const auto& o : forward.nodes[order[p]].outputs)
@@ -378,8 +372,9 @@ RecomputeStats apply_recompute(ir::Model& m, const ir::Graph& forward, const Rec
   }
   if (cfg.gelu) {
     bool fused = false, erf = false;
-    for (const auto& n : g.nodes) {
-      if (!is_forward_node(n, fwd_values)) continue;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::Node& n = g.nodes[i];
+      if (!is_forward[i]) continue;
       fused = fused || is_gelu(n);
       erf = erf || (in_default_domain(n) && n.op_type == "Erf");
       if (is_gelu(n) && !n.outputs.empty()) drop_single(n.outputs[0]);
@@ -459,7 +454,8 @@ RecomputeStats apply_recompute(ir::Model& m, const ir::Graph& forward, const Rec
       c.op_type = src.op_type;
       c.attrs = src.attrs;
       c.inputs = std::move(ins);
-      if (batch_norm_training(g, src, opset)) {
+      const bool bn = batch_norm_training(g, src, opset);
+      if (bn) {
         // The forward node overwrites its running statistics in place, so a clone reading them
         // would have to run before it, in the forward pass. In training mode Y does not depend
         // on them: the clone reads the scale and bias in their place and leaves the running
@@ -467,7 +463,6 @@ RecomputeStats apply_recompute(ir::Model& m, const ir::Graph& forward, const Rec
         c.inputs[3] = c.inputs[1];
         c.inputs[4] = c.inputs[2];
       }
-      const bool bn = batch_norm_training(g, src, opset);
       for (size_t k = 0; k < src.outputs.size(); ++k) {
         const std::string& o = src.outputs[k];
         const bool skip = o.empty() || (bn && (k == 1 || k == 2));

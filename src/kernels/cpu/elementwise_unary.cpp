@@ -228,6 +228,12 @@ KernelFactory simple(Op op) {
 // which cost an activation-sized tensor per GELU until the backward pass, as PyTorch does not).
 constexpr float kSqrt2f = 1.41421356237309515f;      // float(sqrt(2)): the exported constant
 constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+#if OT_EW_SIMD
+// A = 1 + erf(x / sqrt 2) on 8 floats: the forward's and the gradient's (the same bits in both).
+inline __m256 gelu_a_ps(__m256 v) {
+  return _mm256_add_ps(vmath::erf(_mm256_div_ps(v, _mm256_set1_ps(kSqrt2f))), _mm256_set1_ps(1.0f));
+}
+#endif
 
 class GeluKernel final : public Kernel {
  public:
@@ -252,7 +258,7 @@ class GeluKernel final : public Kernel {
         if constexpr (std::is_same_v<T, float>) {
           auto one = [&](const float* xp, float* yp, float* ap) {
             const __m256 v = _mm256_loadu_ps(xp);
-            const __m256 av = _mm256_add_ps(vmath::erf(_mm256_div_ps(v, _mm256_set1_ps(kSqrt2f))), _mm256_set1_ps(1.0f));
+            const __m256 av = gelu_a_ps(v);
             if (yp) _mm256_storeu_ps(yp, _mm256_mul_ps(_mm256_mul_ps(v, av), _mm256_set1_ps(0.5f)));
             if (ap) _mm256_storeu_ps(ap, av);
           };
@@ -302,8 +308,7 @@ class GeluGradKernel final : public Kernel {
           const __m256 half = _mm256_set1_ps(0.5f), c = _mm256_set1_ps(float(kInvSqrt2Pi));
           for (; i + 8 <= e; i += 8) {
             const __m256 v = _mm256_loadu_ps(X + i);
-            const __m256 av = A ? _mm256_loadu_ps(A + i)
-                                : _mm256_add_ps(vmath::erf(_mm256_div_ps(v, _mm256_set1_ps(kSqrt2f))), _mm256_set1_ps(1.0f));
+            const __m256 av = A ? _mm256_loadu_ps(A + i) : gelu_a_ps(v);
             const __m256 phi = _mm256_mul_ps(vmath::exp(_mm256_mul_ps(_mm256_mul_ps(v, v), _mm256_set1_ps(-0.5f))), c);
             const __m256 d = _mm256_fmadd_ps(v, phi, _mm256_mul_ps(half, av));
             _mm256_storeu_ps(dX + i, _mm256_mul_ps(_mm256_loadu_ps(dY + i), d));
@@ -311,8 +316,7 @@ class GeluGradKernel final : public Kernel {
           if (!A && i < e) {  // the tail's A as the forward computes it (a padded vector), then as below
             alignas(32) float xb[8] = {}, ab[8];
             std::copy(X + i, X + e, xb);
-            _mm256_store_ps(ab, _mm256_add_ps(vmath::erf(_mm256_div_ps(_mm256_load_ps(xb), _mm256_set1_ps(kSqrt2f))),
-                                              _mm256_set1_ps(1.0f)));
+            _mm256_store_ps(ab, gelu_a_ps(_mm256_load_ps(xb)));
             for (int64_t k = 0; i < e; ++i, ++k) {
               const float v = X[i];
               const float phi = float(std::exp(-0.5 * double(v) * double(v)) * kInvSqrt2Pi);
