@@ -39,8 +39,11 @@ under two names) is what lets a missing name be reported by its onnxruntime name
   ``dir()`` lists both.
 * A submodule reached as an attribute (``onnxruntime.capi._pybind_state``) is its alias module,
   imported on first use as a package's ``__init__`` importing it would.
-* Assigning an attribute (``unittest.mock.patch("onnxruntime.InferenceSession")``) sets it on the
-  alias module only; onnxtrain's own modules do not see it.
+* Assigning or deleting an attribute (``unittest.mock.patch("onnxruntime.training.x.y", ...)``)
+  sets or deletes it on the onnxtrain module, so that onnxtrain's own code, which reads the name
+  from its module, sees the patch as onnxruntime's code would see it on onnxruntime (and
+  ``mock.patch`` restores it there on exit). Module bookkeeping (dunder names, the submodules the
+  import system binds on their parent) stays on the alias module.
 * ``importlib.util.find_spec("onnxruntime.quantization")`` returns ``None`` as for any absent
   module (the finder looks at its caller to tell a probe from an import).
 * The alias holds in this process only: child processes (``multiprocessing`` with ``spawn``,
@@ -154,6 +157,25 @@ class _AliasModule(types.ModuleType):
         if isinstance(value, types.ModuleType) and _to_alias(value.__name__) == f"{self.__name__}.{name}":
             return importlib.import_module(f"{self.__name__}.{name}")
         return value
+
+    def _local(self, name, value=None):
+        """Whether attribute ``name`` (being set to ``value``) belongs to the alias module itself
+        rather than to the onnxtrain module behind it."""
+        return (self.__dict__.get("__onnxtrain__") is None or (name.startswith("__") and name.endswith("__"))
+                or isinstance(value, _AliasModule))
+
+    def __setattr__(self, name, value):
+        if self._local(name, value):
+            super().__setattr__(name, value)
+            return
+        self.__dict__.pop(name, None)  # a local copy would hide the onnxtrain module's value
+        setattr(self.__dict__["__onnxtrain__"], name, value)
+
+    def __delattr__(self, name):
+        if self._local(name) or name in self.__dict__:
+            super().__delattr__(name)
+            return
+        delattr(self.__dict__["__onnxtrain__"], name)
 
     def __dir__(self):
         real = self.__dict__.get("__onnxtrain__")

@@ -3,6 +3,7 @@
 // user outputs) become graph inputs fed to the backward part (runtime::PlanRequest::backward_inputs).
 #include "onnxtrain/agent.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "api/session_impl.h"
@@ -72,9 +73,13 @@ TrainingAgent::TrainingAgent(InferenceSession& session, std::vector<std::string>
   for (const auto& v : g.value_info) types[v.name] = &v.type;
   for (const auto& v : g.inputs) types[v.name] = &v.type;
   for (const auto& v : g.outputs) types.emplace(v.name, &v.type);
+  // Gradients of the outputs outside full_shape_outputs may be anything broadcastable to the output
+  // (onnxruntime's YieldOp checks the shape of the others only).
+  const ir::Attribute* full = yield.attr("full_shape_outputs");
   for (size_t k = 0; k < yield.outputs.size(); ++k) {
     const std::string& gname = yield.outputs[k];
     if (gname.empty()) continue;
+    r.backward_broadcastable.push_back(full && !std::count(full->ints.begin(), full->ints.end(), int64_t(k)));
     if (k >= yield.inputs.size() || yield.inputs[k].empty())
       throw_error<InvalidModel>(yield.describe(), ": output ", k, " has no matching input");
     auto it = types.find(yield.inputs[k]);

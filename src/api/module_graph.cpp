@@ -149,15 +149,18 @@ void ModuleGraphBuilder::build(const std::vector<std::vector<int64_t>>& input_sh
     train::apply_recompute(train, *fwd.graph, rc);
     const ir::Graph& tg = *train.graph;
     for (const auto& n : tg.nodes)
-      if (n.domain == ir::kMicrosoftDomain && n.op_type == "YieldOp")
+      if (n.domain == ir::kMicrosoftDomain && n.op_type == "YieldOp") {
+        const ir::Attribute* full = n.attr("full_shape_outputs");
         for (size_t k = 0; k < n.outputs.size(); ++k) {
           if (n.outputs[k].empty()) {
             info.output_grad_indices_non_differentiable.push_back(int64_t(k));
-          } else {
-            info.output_grad_indices_require_full_shape.push_back(int64_t(k));
-            info.module_output_gradient_name.push_back(n.outputs[k]);
+            continue;
           }
+          if (full && std::count(full->ints.begin(), full->ints.end(), int64_t(k)))
+            info.output_grad_indices_require_full_shape.push_back(int64_t(k));
+          info.module_output_gradient_name.push_back(n.outputs[k]);
         }
+      }
     m.training_bytes = ir::serialize_model(train);
   } else {
     m.training_bytes.clear();

@@ -516,7 +516,7 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
     for (const auto& n : g.nodes)
       if (n.op_type == "BatchNormalization" && n.domain.empty())
         for (size_t k = 1; k < n.outputs.size(); ++k) statistics.insert(n.outputs[k]);
-    std::vector<int64_t> non_differentiable, full_shape;
+    std::vector<int64_t> non_differentiable;
     for (size_t k = 0; k < cut.inputs.size(); ++k) {
       const std::string& y = cut.inputs[k];
       if (!is_float(st.dtype(y)) || statistics.count(y)) {
@@ -532,15 +532,27 @@ ir::Model build_gradient_model(const ir::Model& forward_in, const std::vector<st
       if (const ir::TypeInfo* t = st.type(y)) st.em.set_type(name, *t);
       cut.outputs.push_back(name);
       yield_seeds.emplace_back(y, name);
-      full_shape.push_back(int64_t(k));
     }
     cut.attrs.push_back(ir::Emitter::ints_attr("non_differentiable_outputs", non_differentiable));
-    cut.attrs.push_back(ir::Emitter::ints_attr("full_shape_outputs", full_shape));
   }
 
   const std::vector<size_t> order = ir::topological_order(g);
   const int64_t opset = fwd.opset("");
-  if (yield) differentiate(st, g, order, xs, yield_seeds);
+  if (yield) {
+    differentiate(st, g, order, xs, yield_seeds);
+    // onnxruntime's rule (OrtModuleGraphBuilder): the gradient of an output that the backward part
+    // reads as it is must have the output's full shape; one summed with gradients from inside the
+    // graph (the output also feeds other nodes) may be anything broadcastable to it (ORTModule
+    // passes a scalar 0 for an output without a gradient).
+    std::vector<int64_t> full_shape;
+    for (size_t k = 0; k < cut.outputs.size(); ++k) {
+      if (cut.outputs[k].empty()) continue;
+      auto it = st.contrib.find(cut.inputs[k]);
+      if (it == st.contrib.end() || (it->second.size() == 1 && it->second[0] == cut.outputs[k]))
+        full_shape.push_back(int64_t(k));
+    }
+    cut.attrs.push_back(ir::Emitter::ints_attr("full_shape_outputs", full_shape));
+  }
   // Seed dLoss/dLoss = 1.
   else {
     ir::Node seed_owner;

@@ -594,6 +594,46 @@ void GraphExecutor::run_forward(const std::vector<const Value*>& inputs, size_t 
   state.phase_ = PartialRun::Phase::kForwardDone;
 }
 
+namespace {
+
+// Whether `from` broadcasts to `to` in numpy's way, `to` unchanged (unidirectional).
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  for (size_t i = 0; i < from.size(); ++i) {
+    const int64_t d = from[from.size() - 1 - i];
+    if (d != 1 && d != to[to.size() - 1 - i]) return false;
+  }
+  return true;
+}
+
+// A new tensor of shape `to` holding `src` broadcast to it (broadcasts_to(src.shape(), to)).
+Tensor broadcast_copy(const Tensor& src, const Shape& to) {
+  Tensor out = Tensor::empty(src.dtype(), to);
+  const size_t esize = dtype_size(src.dtype());
+  const size_t rank = to.size(), lead = rank - src.shape().size();
+  std::vector<int64_t> sstride(rank, 0);  // source stride of each output dimension (0: broadcast)
+  for (int64_t i = int64_t(rank) - 1, st = 1; i >= int64_t(lead); --i) {
+    const int64_t d = src.shape()[size_t(i) - lead];
+    sstride[size_t(i)] = d == 1 ? 0 : st;
+    st *= d;
+  }
+  std::vector<int64_t> idx(rank, 0);
+  const auto* in = static_cast<const uint8_t*>(src.raw_data());
+  auto* o = static_cast<uint8_t*>(out.raw_data());
+  for (int64_t n = 0, off = 0; n < out.numel(); ++n) {
+    std::memcpy(o + size_t(n) * esize, in + size_t(off) * esize, esize);
+    for (size_t i = rank; i-- > 0;) {  // next index, odometer order
+      off += sstride[i];
+      if (++idx[i] < to[i]) break;
+      off -= sstride[i] * to[i];
+      idx[i] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void GraphExecutor::run_backward(PartialRun& state, const std::vector<const Value*>& grads,
                                  std::vector<Value>& results) {
   std::lock_guard<std::mutex> lock(mu_);  // a state used by two threads at once is checked by one at a time
@@ -606,19 +646,30 @@ void GraphExecutor::run_backward(PartialRun& state, const std::vector<const Valu
   const PlanRequest& req = requests_[state.request_];
   if (grads.size() != req.backward_inputs.size())
     throw_error<InvalidArgument>("expected ", req.backward_inputs.size(), " backward inputs, got ", grads.size());
+  std::vector<const Value*> fed(grads);
+  std::vector<Value> expanded;  // gradients broadcast to their output's shape (kept for the run)
+  expanded.reserve(grads.size());
   for (size_t k = 0; k < grads.size(); ++k) {
     const Tensor& want = plan.slots[size_t(plan.backward_input_slots[k])].value.tensor;
     const Value* g = grads[k];
+    const bool broadcastable = k < req.backward_broadcastable.size() && req.backward_broadcastable[k];
+    if (g && g->kind == Value::Kind::kTensor && g->tensor.dtype() == want.dtype() && g->tensor.shape() != want.shape() &&
+        broadcastable && broadcasts_to(g->tensor.shape(), want.shape())) {
+      expanded.push_back(Value::of(broadcast_copy(g->tensor, want.shape())));
+      fed[k] = &expanded.back();
+      continue;
+    }
     if (!g || g->kind != Value::Kind::kTensor || g->tensor.dtype() != want.dtype() || g->tensor.shape() != want.shape())
       throw_error<InvalidArgument>("backward input '", req.backward_inputs[k].first, "' must be ", want.describe(),
-                                   " (like forward output '", req.backward_inputs[k].second, "'), got ",
+                                   broadcastable ? " or broadcastable to it" : "", " (like forward output '",
+                                   req.backward_inputs[k].second, "'), got ",
                                    !g ? std::string("nothing")
                                       : g->kind == Value::Kind::kTensor ? g->tensor.describe() : "a non-tensor value");
   }
   ThreadScope threads(options_.num_threads);
   ScopedAllocationLimit memory(options_.memory_limit);
   Frame& f = *state.frame_;
-  bind_values(plan.backward_input_slots, grads, f);
+  bind_values(plan.backward_input_slots, fed, f);
   state.phase_ = PartialRun::Phase::kFinished;
   try {
     execute(plan, f, 1, false, true, {}, results);

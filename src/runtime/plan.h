@@ -99,6 +99,9 @@ struct PlanRequest {
   /// Partial execution: (input, forward output) — inputs fed to the backward part, each with the
   /// element type and shape of a forward output (the gradient flowing into it).
   std::vector<std::pair<std::string, std::string>> backward_inputs;
+  /// Partial execution: per backward input, whether a tensor broadcastable to the forward output's
+  /// shape is accepted (and expanded to it) instead of one of exactly that shape; empty: none is.
+  std::vector<bool> backward_broadcastable;
   bool partial() const { return !backward_outputs.empty() || !backward_inputs.empty(); }
 };
 

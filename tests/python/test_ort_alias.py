@@ -426,14 +426,36 @@ def test_renamed_submodule_through_the_table(tmp_path):
 
 
 def test_mock_patch_through_the_alias(tmp_path):
+    # mock.patch through an onnxruntime name reaches onnxtrain's module, so that onnxtrain's own code
+    # sees the patch (as onnxruntime's code sees a patch of onnxruntime's), and is undone on exit.
     script = _write(tmp_path / "s.py", """
         import json
         from unittest import mock
         import onnxruntime, onnxtrain
+        import onnxtrain.capi.onnxruntime_inference_collection as coll
+        original = coll.check_and_normalize_provider_args
         with mock.patch("onnxruntime.InferenceSession") as fake:
-            patched = onnxruntime.InferenceSession is fake
-        print(json.dumps({"patched": patched,
-                          "restored": onnxruntime.InferenceSession is onnxtrain.InferenceSession,
-                          "onnxtrain_untouched": onnxtrain.InferenceSession.__module__.startswith("onnxtrain")}))
+            patched = onnxruntime.InferenceSession is fake and onnxtrain.InferenceSession is fake
+        calls = []
+        def spy(*args):
+            calls.append(args[0])
+            return original(*args)
+        with mock.patch("onnxruntime.capi.onnxruntime_inference_collection.check_and_normalize_provider_args",
+                        side_effect=spy):
+            try:
+                onnxruntime.InferenceSession(b"not a model", providers=["CPUExecutionProvider"])
+            except Exception:
+                pass
+        with mock.patch.object(onnxruntime, "get_device", lambda: "patched"):
+            through_object = onnxtrain.get_device() == "patched"
+        print(json.dumps({"patched": patched, "seen_by_onnxtrain": calls == [["CPUExecutionProvider"]],
+                          "through_object": through_object,
+                          "restored": onnxruntime.InferenceSession is onnxtrain.InferenceSession
+                                      and onnxtrain.InferenceSession.__module__.startswith("onnxtrain")
+                                      and coll.check_and_normalize_provider_args is original
+                                      and onnxtrain.get_device() == "CPU",
+                          "alias_dict_clean": "InferenceSession" not in vars(onnxruntime)}))
     """)
-    assert _report(_alias([script], tmp_path)) == {"patched": True, "restored": True, "onnxtrain_untouched": True}
+    assert _report(_alias([script], tmp_path)) == {"patched": True, "seen_by_onnxtrain": True,
+                                                   "through_object": True, "restored": True,
+                                                   "alias_dict_clean": True}

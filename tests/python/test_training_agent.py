@@ -366,6 +366,48 @@ def test_agent_errors():
         a.sess.run(None, dict(zip(a.fw, [x] + weights)))
 
 
+def test_agent_gradient_shapes_follow_full_shape_outputs():
+    # onnxruntime's rule: YieldOp checks the shape of the gradients in full_shape_outputs only (those
+    # the backward part reads as they are); the gradient of an output that also feeds the graph is
+    # summed with the inner one and may be anything broadcastable (ORTModule passes a scalar 0).
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((5, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y1"]), helper.make_node("Tanh", ["Y1"], ["Y2"])], "two",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 5])],
+        [helper.make_tensor_value_info("Y1", TensorProto.FLOAT, ["N", 3]),
+         helper.make_tensor_value_info("Y2", TensorProto.FLOAT, ["N", 3])], [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 8
+    b = _build(model.SerializeToString(), _config(["W"]))
+    info = b.get_graph_info()
+    assert info.output_grad_indices_require_full_shape == [1]
+    assert info.module_output_gradient_name == ["Y1_grad", "Y2_grad"]
+    yields = [n for n in onnx.load_from_string(b.get_model()).graph.node if n.op_type == "YieldOp"]
+    assert {a.name: list(a.ints) for a in yields[0].attribute}["full_shape_outputs"] == [1]
+
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    dy2 = rng.standard_normal((4, 3)).astype(np.float32)
+    y1 = x.astype(np.float64) @ w
+
+    def reference(dy1):
+        g1 = np.broadcast_to(dy1, y1.shape) + dy2 * (1 - np.tanh(y1) ** 2)
+        return {"X_grad": g1 @ w.T.astype(np.float64), "W_grad": x.T.astype(np.float64) @ g1}
+
+    a = _Agent(b)
+    for dy1 in (np.float32(0), np.full((1, 3), 0.5, np.float32), rng.standard_normal(3).astype(np.float32),
+                rng.standard_normal((4, 3)).astype(np.float32)):
+        _, state = a.forward([x, w])
+        got = a.backward([np.asarray(dy1), dy2], state)
+        for name, want in reference(dy1).items():
+            _close(got[name], want)
+    # The full-shape output's gradient must have its shape; a non-broadcastable one is refused too.
+    for grads in ([np.float32(0), np.float32(0)], [np.zeros((4, 2), np.float32), dy2]):
+        _, state = a.forward([x, w])
+        with pytest.raises(Exception, match="backward input 'Y[12]_grad' must be"):
+            a.backward([np.asarray(g) for g in grads], state)
+
+
 def test_agent_run_options_terminate():
     rng = np.random.default_rng(10)
     model, w = _mlp(rng)
