@@ -498,3 +498,52 @@ def test_memory_opt_settings_not_implemented_or_without_layers(monkeypatch):
     ref(x).sum().backward()
     for (n, p), q in zip(module.named_parameters(), ref.parameters()):
         assert rel(p.grad, q.grad) < GRAD_RTOL, n
+
+
+def test_debug_options_as_onnxruntime(monkeypatch, tmp_path):
+    """onnxruntime's DebugOptions(log_level, save_onnx, onnx_prefix): LogLevel checked, a prefix
+    required to save, files written under ORTMODULE_SAVE_ONNX_PATH (else the working directory)."""
+    from onnxtrain.torch import DebugOptions, LogLevel
+    d = DebugOptions()
+    assert d.logging.log_level is LogLevel.WARNING and not d.save_onnx_models.save
+    assert [int(v) for v in (LogLevel.VERBOSE, LogLevel.INFO, LogLevel.WARNING, LogLevel.ERROR, LogLevel.FATAL)] == \
+        [0, 1, 2, 3, 4]
+    with pytest.raises(TypeError, match="Expected log_level of type LogLevel"):
+        DebugOptions(log_level=2)
+    with pytest.raises(NameError, match="onnx_prefix must be provided when save_onnx is set"):
+        DebugOptions(save_onnx=True)
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        DebugOptions(LogLevel.INFO, True, "m")
+    monkeypatch.setenv("ORTMODULE_SAVE_ONNX_PATH", str(tmp_path))
+    d = DebugOptions(LogLevel.ERROR, True, "m")
+    assert (d.save_onnx_models.path, d.save_onnx_models.name_prefix) == (str(tmp_path), "m")
+    module = torch.nn.Linear(3, 2)
+    ort = ORTModule(module, d)
+    assert ort._session_options().log_severity_level == 3
+    ort(torch.randn(4, 3, requires_grad=True)).sum().backward()
+    assert {p.name for p in tmp_path.iterdir()} >= {"m_0_exported.onnx", "m_0_training.onnx"}
+
+
+def test_onnxruntime_training_ortmodule_module(tmp_path):
+    """``onnxruntime.training.ortmodule`` (onnxtrain.training.ortmodule) serves onnxtrain.torch's
+    ORTModule, DebugOptions and LogLevel, also under the onnxruntime alias."""
+    import subprocess
+    import sys
+    import onnxtrain.torch
+    from onnxtrain.training import ortmodule
+    assert (ortmodule.ORTModule, ortmodule.DebugOptions, ortmodule.LogLevel) == \
+        (onnxtrain.torch.ORTModule, onnxtrain.torch.DebugOptions, onnxtrain.torch.LogLevel)
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import torch\n"
+        "from onnxruntime.training.ortmodule import ORTModule, DebugOptions, LogLevel\n"
+        "import onnxtrain.torch\n"
+        "m = ORTModule(torch.nn.Linear(3, 2), DebugOptions(log_level=LogLevel.WARNING))\n"
+        "x = torch.randn(5, 3)\n"
+        "assert ORTModule is onnxtrain.torch.ORTModule\n"
+        "assert torch.allclose(m(x), m.module(x), atol=1e-6)\n"
+        "print('ok')\n")
+    r = subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", str(script)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -7,6 +7,6 @@ a ``torch.autograd.Function``, so any torch optimizer trains the module's own pa
 docs/torch.md.
 """
 from ._export import ORTModuleExportError
-from ._ortmodule import DebugOptions, ORTModule
+from ._ortmodule import DebugOptions, LogLevel, ORTModule
 
-__all__ = ["ORTModule", "DebugOptions", "ORTModuleExportError"]
+__all__ = ["ORTModule", "DebugOptions", "LogLevel", "ORTModuleExportError"]

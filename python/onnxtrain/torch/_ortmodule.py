@@ -3,6 +3,7 @@
 Absolute imports only: ``import torch`` here must be PyTorch, not this package.
 """
 import collections
+import enum
 import os
 import threading
 import warnings
@@ -42,13 +43,69 @@ def _memory_opt_level():
     return int(level)
 
 
-class DebugOptions:
-    """ORTModule debugging: ``save_onnx=True`` writes each exported model and its gradient model
-    as ``<onnx_prefix>_<n>_exported.onnx`` / ``_training.onnx`` / ``_inference.onnx``."""
+class LogLevel(enum.IntEnum):
+    """onnxruntime's ORTModule log levels; an ORTModule's sessions log at this severity."""
+    VERBOSE = 0
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+    FATAL = 4
 
-    def __init__(self, save_onnx=False, onnx_prefix="ortmodule"):
-        self.save_onnx = bool(save_onnx)
-        self.onnx_prefix = str(onnx_prefix)
+
+class _SaveOnnxOptions:
+    """``DebugOptions.save_onnx_models``: ``save``, ``name_prefix``, ``path`` (onnxruntime's names)."""
+
+    def __init__(self, save, name_prefix):
+        self.save = bool(save)
+        self.name_prefix = str(name_prefix)
+        self.path = os.environ.get("ORTMODULE_SAVE_ONNX_PATH", "") or os.getcwd()
+        if self.save:
+            if not self.name_prefix:
+                raise NameError("onnx_prefix must be provided when save_onnx is set.")
+            if not os.path.isdir(self.path):
+                raise FileNotFoundError(f"Directory {self.path} does not exist.")
+            if not os.access(self.path, os.W_OK):
+                raise PermissionError(f"May not write to directory {self.path}.")
+
+
+class _LoggingOptions:
+    """``DebugOptions.logging``: ``log_level``, a LogLevel."""
+
+    def __init__(self, log_level):
+        if not isinstance(log_level, LogLevel):
+            raise TypeError(f"Expected log_level of type LogLevel, got {type(log_level)}.")
+        self.log_level = log_level
+
+
+class DebugOptions:
+    """ORTModule debugging, as onnxruntime's ``DebugOptions(log_level, save_onnx, onnx_prefix)``:
+    ``log_level`` (a LogLevel, default WARNING) is the severity the module's sessions log at;
+    ``save_onnx=True`` writes each exported model and its gradient model as
+    ``<path>/<onnx_prefix>_<n>_exported.onnx`` / ``_training.onnx`` / ``_inference.onnx``, where
+    ``path`` is ``$ORTMODULE_SAVE_ONNX_PATH`` or the working directory (the prefix may itself hold a
+    directory part) and ``onnx_prefix`` must then be given."""
+
+    def __init__(self, log_level=LogLevel.WARNING, save_onnx=False, onnx_prefix=""):
+        self._save_onnx_models = _SaveOnnxOptions(save_onnx, onnx_prefix)
+        self._logging = _LoggingOptions(log_level)
+
+    @property
+    def save_onnx_models(self):
+        """What to save: ``.save``, ``.name_prefix``, ``.path``."""
+        return self._save_onnx_models
+
+    @property
+    def logging(self):
+        """How to log: ``.log_level``."""
+        return self._logging
+
+    @property
+    def save_onnx(self):
+        return self._save_onnx_models.save
+
+    @property
+    def onnx_prefix(self):
+        return self._save_onnx_models.name_prefix
 
 
 def _push(vector, t):
@@ -120,7 +177,8 @@ class _Graphs:
         o = self.owner._debug
         if o.save_onnx:
             from .._files import write_bytes
-            write_bytes(f"{o.onnx_prefix}_{self.index}_{suffix}.onnx",
+            where = o.save_onnx_models.path
+            write_bytes(os.path.join(where, f"{o.onnx_prefix}_{self.index}_{suffix}.onnx"),
                         data if isinstance(data, bytes) else data.SerializeToString(), "model file")
 
     def _infer(self, call_tensors):
@@ -358,6 +416,7 @@ class ORTModule(torch.nn.Module):
             return self._user_session_options
         so = C.SessionOptions()
         so.intra_op_num_threads = torch.get_num_threads()
+        so.log_severity_level = int(self._debug.logging.log_level)
         return so
 
     #: How many exported graphs (with their sessions) one ORTModule keeps, least recently used dropped.
