@@ -468,3 +468,49 @@ def test_function_overload_is_refused():
     m.functions.add().ParseFromString(f.SerializeToString())
     x = np.array([-1, 2], np.float32)
     np.testing.assert_array_equal(run(m.SerializeToString(), {"x": x})[0], [0, 2])
+
+
+def test_optimized_model_of_an_opset21_model_loads_in_onnxruntime(tmp_path):
+    """InferenceSession's optimized model of an opset-21 model (rewritten to opset 17) is a valid model:
+    onnxruntime-node gives on it what it gives on the original, and what onnxtrain gives."""
+    x = rng.standard_normal((2, 4, 5)).astype(np.float32)
+    nodes = [helper.make_node("GroupNormalization", ["x", "s", "b"], ["g"], num_groups=2),
+             helper.make_node("Gelu", ["g"], ["ge"], approximate="tanh"),
+             helper.make_node("Pad", ["ge", "pads", "", "pad_axes"], ["p"], mode="edge"),
+             helper.make_node("Split", ["p"], ["p0", "p1"], axis=2, num_outputs=2),
+             helper.make_node("ReduceMean", ["p0", "axes"], ["m"], keepdims=1),
+             helper.make_node("Add", ["p1", "m"], ["y"])]
+    inits = {"s": rng.standard_normal(4).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
+             "pads": np.array([2, 0], np.int64), "pad_axes": np.array([-1], np.int64),
+             "axes": np.array([2], np.int64)}
+    data = model(nodes, [("x", F, [2, 4, 5])], [("y", F, None)], 21, inits, ir=10)
+    opt = tmp_path / "optimized.onnx"
+    so = onnxtrain.SessionOptions()
+    so.optimized_model_filepath = str(opt)
+    y = onnxtrain.InferenceSession(data, so).run(None, {"x": x})[0]
+    assert y.shape == (2, 4, 3)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    original = run_ort_node(tmp_path / "a", data, {"x": x})[0]
+    saved = run_ort_node(tmp_path / "b", opt.read_bytes(), {"x": x})[0]
+    np.testing.assert_allclose(y, original, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(saved, original, rtol=1e-4, atol=1e-5)
+
+
+def test_subgraph_nodes_are_rewritten_with_outer_constants():
+    """An If branch at opset 18: its ReduceMean reads axes from the outer graph's initializer, its
+    Split has num_outputs."""
+    then = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=0),
+         helper.make_node("Split", ["m"], ["a", "b"], num_outputs=2),
+         helper.make_node("Sub", ["a", "b"], ["t"])], "then", [], [helper.make_tensor_value_info("t", F, None)])
+    other = helper.make_graph([helper.make_node("ReduceMax", ["x", "axes"], ["t2"], keepdims=0),
+                               helper.make_node("Slice", ["t2", "zero", "one"], ["t"])],
+                              "else", [], [helper.make_tensor_value_info("t", F, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    data = model(nodes, [("c", TensorProto.BOOL, []), ("x", F, [3, 4])], [("y", F, None)], 18,
+                 {"axes": np.array([0], np.int64), "zero": np.array([0], np.int64), "one": np.array([1], np.int64)})
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    m = x.mean(axis=0)
+    np.testing.assert_allclose(run(data, {"c": np.array(True), "x": x})[0], m[:2] - m[2:], rtol=1e-6)
+    np.testing.assert_array_equal(run(data, {"c": np.array(False), "x": x})[0], x.max(axis=0)[:1])
