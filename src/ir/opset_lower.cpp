@@ -403,7 +403,12 @@ class Lowerer {
   std::string full_pads(const Node& n, const std::string& x, const std::string& pads, const std::string& axes_in) {
     const std::string rank = add(n, "Size", {add(n, "Shape", {x})});
     const std::string axes64 = add(n, "Cast", {axes_in}, {int_attribute("to", int64_t(DType::kInt64))});
-    const std::string axes = add(n, "Mod", {add(n, "Add", {axes64, rank}), rank});
+    // Axes outside [-rank, rank) become an index past 2 * rank: ScatterElements refuses it.
+    const std::string wrapped =
+        add(n, "Where", {add(n, "Less", {axes64, scalar_int(n, 0)}), add(n, "Add", {axes64, rank}), axes64});
+    const std::string bad = add(n, "Or", {add(n, "Less", {wrapped, scalar_int(n, 0)}),
+                                          add(n, "GreaterOrEqual", {wrapped, rank})});
+    const std::string axes = add(n, "Where", {bad, scalar_int(n, int64_t(1) << 40), wrapped});
     const std::string where = add(n, "Concat", {axes, add(n, "Add", {axes, rank})}, {int_attribute("axis", 0)});
     const std::string len = add(n, "Reshape", {add(n, "Mul", {rank, scalar_int(n, 2)}), ints(n, {1})});
     const std::string zeros =

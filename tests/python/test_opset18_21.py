@@ -238,6 +238,14 @@ def test_pad_axes(tmp_path, mode):
     np.testing.assert_array_equal(run_ort_node(tmp_path, data, feeds)[0], y)
 
 
+@pytest.mark.parametrize("axis", [2, -3, 7])
+def test_pad_axes_out_of_range_are_an_error(axis):
+    data = model([helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], name="pd")],
+                 [("x", F, [2, 3]), ("axes", I64, [1])], [("y", F, None)], 18, {"pads": np.array([1, 1], np.int64)})
+    with pytest.raises(onnxtrain.OnnxTrainError, match=r"index|out of range|out of bounds"):
+        run(data, {"x": np.zeros((2, 3), np.float32), "axes": np.array([axis], np.int64)})
+
+
 def test_pad_axes_trains():
     x = rng.standard_normal((2, 3)).astype(np.float32)
     nodes = [helper.make_node("Pad", ["x", "pads", "cv", "axes"], ["p"]),
@@ -452,9 +460,11 @@ def test_opset_22_is_refused():
 
 
 def test_function_overload_is_refused():
-    """IR 10's function overloads are refused by name (onnx 1.12's protobuf keeps them as unknown fields)."""
-    f = helper.make_function("local", "f", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
-                             [helper.make_opsetid("", 21)])
+    """IR 10's function overloads are refused by name (onnx 1.12's protobuf keeps them as unknown fields);
+    without one, the function's opset-21 body is rewritten and runs."""
+    body = [helper.make_node("Constant", [], ["ax"], value_ints=[0]),
+            helper.make_node("ReduceMax", ["a", "ax"], ["b"], keepdims=0)]  # (constant axes in a function body)
+    f = helper.make_function("local", "f", ["a"], ["b"], body, [helper.make_opsetid("", 21)])
     # FunctionProto.overload is field 13 (a string): appended as raw bytes.
     raw = f.SerializeToString() + bytes([13 << 3 | 2, 2]) + b"v2"
     g = helper.make_graph([helper.make_node("f", ["x"], ["y"], domain="local")], "g",
@@ -467,7 +477,7 @@ def test_function_overload_is_refused():
     del m.functions[:]
     m.functions.add().ParseFromString(f.SerializeToString())
     x = np.array([-1, 2], np.float32)
-    np.testing.assert_array_equal(run(m.SerializeToString(), {"x": x})[0], [0, 2])
+    np.testing.assert_array_equal(run(m.SerializeToString(), {"x": x})[0], 2)
 
 
 def test_optimized_model_of_an_opset21_model_loads_in_onnxruntime(tmp_path):
