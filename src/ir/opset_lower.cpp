@@ -9,7 +9,8 @@
 //                     Mean, L1, L2, LogSum, SumSquare (ONNX's function bodies)
 //   Split-18          num_outputs -> a split input of ceil(d / n)-sized chunks, computed from Shape
 //   Pad-18/19/21      axes input -> full pads scattered into zeros of length 2 * rank
-//   Resize-18/19      antialias 0, no axes, keep_aspect_ratio_policy stretch -> Resize-13
+//   Resize-18/19      antialias 0, keep_aspect_ratio_policy stretch -> Resize-13 (axes: scales or sizes
+//                     scattered into full-rank ones)
 //   LpPool-18         ceil_mode 0; AveragePool-19: dilations of 1; Cast/CastLike-19/21: saturate
 //   Mish-18           X * Tanh(Softplus(X)); CenterCropPad-18: Pad then Slice (ONNX's function body)
 //   Gelu-20           0.5 X (1 + Erf(X / sqrt 2)), or the tanh form for approximate = "tanh"
@@ -398,17 +399,22 @@ class Lowerer {
     out_->push_back(std::move(r));
   }
 
-  // Pads of Pad-11 (2 * rank values) from pads for `axes` only: scattered into zeros at axis and
-  // rank + axis (negative axes counted from the rank).
-  std::string full_pads(const Node& n, const std::string& x, const std::string& pads, const std::string& axes_in) {
-    const std::string rank = add(n, "Size", {add(n, "Shape", {x})});
+  // Axes (cast to int64) counted from `rank`; those outside [-rank, rank) become an index past any
+  // length the rewrites scatter into (2 * rank at most), which ScatterElements refuses.
+  std::string checked_axes(const Node& n, const std::string& axes_in, const std::string& rank) {
     const std::string axes64 = add(n, "Cast", {axes_in}, {int_attribute("to", int64_t(DType::kInt64))});
-    // Axes outside [-rank, rank) become an index past 2 * rank: ScatterElements refuses it.
     const std::string wrapped =
         add(n, "Where", {add(n, "Less", {axes64, scalar_int(n, 0)}), add(n, "Add", {axes64, rank}), axes64});
     const std::string bad = add(n, "Or", {add(n, "Less", {wrapped, scalar_int(n, 0)}),
                                           add(n, "GreaterOrEqual", {wrapped, rank})});
-    const std::string axes = add(n, "Where", {bad, scalar_int(n, int64_t(1) << 40), wrapped});
+    return add(n, "Where", {bad, scalar_int(n, int64_t(1) << 40), wrapped});
+  }
+
+  // Pads of Pad-11 (2 * rank values) from pads for `axes` only: scattered into zeros at axis and
+  // rank + axis (negative axes counted from the rank).
+  std::string full_pads(const Node& n, const std::string& x, const std::string& pads, const std::string& axes_in) {
+    const std::string rank = add(n, "Size", {add(n, "Shape", {x})});
+    const std::string axes = checked_axes(n, axes_in, rank);
     const std::string where = add(n, "Concat", {axes, add(n, "Add", {axes, rank})}, {int_attribute("axis", 0)});
     const std::string len = add(n, "Reshape", {add(n, "Mul", {rank, scalar_int(n, 2)}), ints(n, {1})});
     const std::string zeros =
@@ -450,7 +456,25 @@ class Lowerer {
       if (aa != 1) throw_error<InvalidGraph>(n.describe(), ": attribute 'antialias' must be 0 or 1, not ", aa);
       refuse(n, v, " with antialias 1");
     }
-    if (n.attr("axes")) refuse(n, v, " with attribute 'axes'");
+    if (const Attribute* ax = n.attr("axes")) {
+      // scales / sizes for the listed axes only: scattered into 1s / X's shape.
+      if (ax->type != AttrType::kInts)
+        throw_error<InvalidGraph>(n.describe(), ": attribute 'axes' must be ints, not ", attr_type_name(ax->type));
+      if (string_attr(n, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize")
+        refuse(n, v, " with attribute 'axes' and tf_crop_and_resize");
+      const std::string& x = n.inputs.at(0);
+      const std::string shape = add(n, "Shape", {x});
+      const std::string rank = add(n, "Size", {shape});
+      const std::string axes = checked_axes(n, ints(n, ax->ints), rank);
+      const Attribute axis0 = int_attribute("axis", 0);
+      if (has_input(n, 2)) {
+        const std::string ones = add(n, "Expand", {scalar_like(n, 1.0f, n.inputs[2]), add(n, "Reshape", {rank, ints(n, {1})})});
+        r.inputs[2] = add(n, "ScatterElements", {ones, axes, n.inputs[2]}, {axis0});
+      }
+      if (has_input(n, 3))
+        r.inputs[3] = add(n, "ScatterElements",
+                          {shape, axes, add(n, "Cast", {n.inputs[3]}, {int_attribute("to", int64_t(DType::kInt64))})}, {axis0});
+    }
     const std::string policy = string_attr(n, "keep_aspect_ratio_policy", "stretch");
     if (policy != "stretch") {
       if (policy != "not_larger" && policy != "not_smaller")

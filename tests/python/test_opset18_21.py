@@ -402,6 +402,19 @@ def test_resize18_default_attributes_and_refusals():
             onnxtrain.InferenceSession(data)
 
 
+@pytest.mark.parametrize("which", ["scales", "sizes"])
+def test_resize18_axes(tmp_path, which):
+    x = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    vals = np.array([2, 0.5], np.float32) if which == "scales" else np.array([6, 2], np.int64)
+    ins = ["x", "", "v"] if which == "scales" else ["x", "", "", "v"]
+    data = model([helper.make_node("Resize", ins, ["y"], mode="nearest", axes=[-2, 3])], [("x", F, [1, 2, 3, 4])],
+                 [("y", F, None)], 18, {"v": vals})
+    y = run(data, {"x": x})[0]
+    assert y.shape == (1, 2, 6, 2)
+    np.testing.assert_array_equal(y, x.repeat(2, axis=2)[..., ::2])  # nearest, half_pixel, round_prefer_floor
+    np.testing.assert_array_equal(y, run_ort_node(tmp_path, data, {"x": x})[0])
+
+
 def test_scatter_elements_reduction():
     data = model([helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], name="sc", reduction="add")],
                  [("x", F, [3])], [("y", F, None)], 18,
