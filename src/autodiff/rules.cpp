@@ -176,6 +176,12 @@ std::vector<int64_t> reduced_axes(Ctx& c, bool axes_input) {
 
 // Expands a Reduce* output gradient back to the input's shape.
 std::string reduce_back(Ctx& c, const std::string& g, bool axes_input) {
+  if (axes_input && c.opset() >= 13 && c.has_input(1) && !c.constant_value(c.I(1))) {
+    // Axes computed at run time: Unsqueeze-13 takes them as an input too (an empty list, as with
+    // noop_with_empty_axes, leaves g as it is; Expand then gives it back unchanged).
+    const std::string r = c.attr_int("keepdims", 1) == 0 ? c.op("Unsqueeze", {g, c.I(1)}) : g;
+    return c.expand(r, c.shape_of(c.I(0)));
+  }
   if (axes_input && c.attr_int("noop_with_empty_axes", 0) && reduced_axes(c, true).empty()) return g;
   std::string r = g;
   if (c.attr_int("keepdims", 1) == 0) {

@@ -11,6 +11,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <algorithm>
 #include <climits>
 #include <deque>
 #include <exception>
@@ -340,7 +341,12 @@ class Typer {
       }
       for (int i = 0; i < np.output_size(); ++i)
         if (!np.output(i).empty()) record(np.output(i), ctx.getOutputType(size_t(i)));
-      if (schema.has_data_propagation_function()) {
+      // ONNX's propagation functions read their inputs' types without checking them (Shape's
+      // dereferenced a null type: a crash when the Cast before it carried an attribute its schema
+      // lacks, and so stayed untyped): only for nodes whose inputs are all typed.
+      const bool inputs_typed = std::all_of(np.input().begin(), np.input().end(),
+                                            [&](const std::string& in) { return in.empty() || has_type(type(in)); });
+      if (schema.has_data_propagation_function() && inputs_typed) {
         std::unordered_map<std::string, const onnx::TensorProto*> values;  // ONNX reads scalars, vectors
         for (const auto& in : np.input())
           if (auto src = data_sources_.find(in); src != data_sources_.end() && src->second->rank() <= 1)
@@ -372,16 +378,23 @@ class Typer {
   // ONNX 1.12 types the outputs of Slice and Reshape without a shape when the starts, ends or
   // target shape are computed at run time (exported attention slices a fused projection at a
   // computed offset, then reshapes to a Concat of Shape gathers), and with them everything
-  // downstream; MaxUnpool's with an output_shape input, or kept from ONNX. Their ranks are known all
-  // the same: Slice and MaxUnpool keep their data's, Reshape takes the length of its shape input.
+  // downstream; MaxUnpool's with an output_shape input, or kept from ONNX; Split's with sizes computed at
+  // run time. Their ranks are known all the same: Slice, MaxUnpool and Split keep their data's,
+  // Reshape takes the length of its shape input.
   // Recorded (dimensions unknown) for what follows, with the data's element type when ONNX gave none.
   void rank_by_rule(const Node& n) {
     const bool reshape = n.op_type == "Reshape";
+    if (n.op_type == "Split") {  // split sizes computed at run time (Split-18's num_outputs at load)
+      for (const auto& y : n.outputs) rank_by_rule(n, y, false);
+      return;
+    }
     if (!reshape && n.op_type != "Slice" && n.op_type != "MaxUnpool") return;
-    if (n.outputs.empty() || n.outputs[0].empty() || n.inputs.size() < (reshape ? 2u : 1u)) return;
+    if (!n.outputs.empty()) rank_by_rule(n, n.outputs[0], reshape);
+  }
+  void rank_by_rule(const Node& n, const std::string& y, bool reshape) {
+    if (y.empty() || n.inputs.size() < (reshape ? 2u : 1u)) return;
     const onnx::TypeProto* x = type(n.inputs[0]);
     if (!x || !x->has_tensor_type() || x->tensor_type().elem_type() == 0) return;
-    const std::string& y = n.outputs[0];
     if (const onnx::TypeProto* t = type(y); t && t->has_tensor_type() && t->tensor_type().has_shape()) return;
     int64_t rank = -1;
     if (!reshape) {

@@ -3,6 +3,7 @@
 #include "ir/onnx_io.h"
 
 #include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/unknown_field_set.h>
 #include <onnx/defs/schema.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 
 #include "core/atomic_file.h"
 #include "ir/external_data.h"
+#include "ir/opset_lower.h"
 #include "ir/proto.h"
 #include "ops/onnxtrain_ops.h"
 
@@ -38,11 +40,25 @@ static void normalize_bools(Tensor& t) {
   for (int64_t i = 0; i < t.numel(); ++i) b[i] = b[i] != 0;
 }
 
+namespace {
+
+// Whether the protobuf fields a message's parser did not know (ONNX 1.12's schema: fields of newer
+// IR versions) include field number `field`.
+bool has_unknown_field(const google::protobuf::UnknownFieldSet& unknown, int field) {
+  for (int i = 0; i < unknown.field_count(); ++i)
+    if (unknown.field(i).number() == field) return true;
+  return false;
+}
+
+}  // namespace
+
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in, const std::string& base_dir,
                          const ExternalFiles* in_memory) {
   const std::string what = what_in.empty() ? (p.name().empty() ? std::string("<unnamed>") : p.name()) : what_in;
   const int dt_raw = p.data_type();
   const DType dt = static_cast<DType>(dt_raw);
+  if (const char* name = unsupported_onnx_type_name(dt_raw))
+    throw_error<NotImplemented>("tensor '", what, "' has data type ", name, ", which onnxtrain does not support");
   if (dt_raw <= 0 || dt_raw > 16 || dtype_size(dt) == 0)
     throw_error<InvalidModel>("tensor '", what, "' has unknown data type ", dt_raw);
   if (dt == DType::kComplex64 || dt == DType::kComplex128)
@@ -312,6 +328,8 @@ struct Reader {
     r.name = n.name();
     r.op_type = n.op_type();
     r.domain = normalize_domain(n.domain());
+    if (has_unknown_field(n.unknown_fields(), 8))  // NodeProto.overload (IR 10)
+      throw_error<NotImplemented>(r.describe(), " calls a function overload (IR 10), which onnxtrain does not support");
     r.doc = n.doc_string();
     r.inputs.assign(n.input().begin(), n.input().end());
     r.outputs.assign(n.output().begin(), n.output().end());
@@ -456,40 +474,6 @@ void refuse_session_internal_ops(const Graph& g) {
   }
 }
 
-// Default-domain operators defined anew in opsets 18 and 19 (ONNX's changelog): a model importing
-// those opsets loads as opset 17 only when it uses none of them at a version past 17.
-const std::map<std::string, int64_t>& changed_after_17() {
-  static const std::map<std::string, int64_t> m = [] {
-    std::map<std::string, int64_t> r;
-    for (const char* op : {"BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "CenterCropPad", "Col2Im",
-                           "GroupNormalization", "LpPool", "Mish", "OptionalGetElement", "OptionalHasElement", "Pad",
-                           "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
-                           "ReduceMin", "ReduceProd", "ReduceSumSquare", "Resize", "ScatterElements", "ScatterND",
-                           "Split"})
-      r.emplace(op, 18);
-    for (const char* op : {"AveragePool", "Cast", "CastLike", "Constant", "DeformConv", "DequantizeLinear", "Equal",
-                           "Identity", "If", "Loop", "QuantizeLinear", "Reshape", "Scan", "Shape", "Size"})
-      r.emplace(op, 19);  // Pad and Resize changed again at 19: their 18 entry already refuses them
-    return r;
-  }();
-  return m;
-}
-
-// Refuses default-domain nodes (in `nodes` and their subgraphs) whose operator changed between
-// opset 17 and `opset`.
-void check_unchanged_since_17(const std::vector<Node>& nodes, int64_t opset) {
-  for (const auto& n : nodes) {
-    if (n.domain.empty()) {
-      auto it = changed_after_17().find(n.op_type);
-      if (it != changed_after_17().end() && it->second <= opset)
-        throw_error<NotImplemented>(n.describe(), ": the model imports ai.onnx opset ", opset, ", and ", n.op_type,
-                                    " was redefined at opset ", it->second, "; onnxtrain implements ai.onnx up to opset ",
-                                    kMaxOpset);
-    }
-    for (const Graph* sg : n.subgraphs()) check_unchanged_since_17(sg->nodes, opset);
-  }
-}
-
 }  // namespace
 
 Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir, const LoadOptions* options) {
@@ -508,8 +492,7 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir, c
       throw_error<InvalidModel>("opset import of domain '", o.domain(), "' has invalid version ", o.version());
     if (d.empty() && o.version() > kMaxImportedOpset)
       throw_error<NotImplemented>("model imports ai.onnx opset ", o.version(), ", newer than supported (max ",
-                                  kMaxImportedOpset, "; opsets 18 and 19 only for operators unchanged since ", kMaxOpset,
-                                  ")");
+                                  kMaxImportedOpset, ")");
     m.opsets[d] = o.version();
   }
   m.producer_name = p.producer_name();
@@ -522,6 +505,11 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir, c
   for (const auto& f : p.functions()) {
     Function fn;
     fn.name = f.name();
+    if (has_unknown_field(f.unknown_fields(), 13))  // FunctionProto.overload (IR 10)
+      throw_error<NotImplemented>("function '", f.name(), "' has an overload name (IR 10), which onnxtrain does not support");
+    if (has_unknown_field(f.unknown_fields(), 11))  // FunctionProto.attribute_proto (IR 9)
+      throw_error<NotImplemented>("function '", f.name(),
+                                  "' gives default attribute values (attribute_proto, IR 9), which onnxtrain does not support");
     fn.domain = f.domain();
     fn.doc = f.doc_string();
     fn.inputs.assign(f.input().begin(), f.input().end());
@@ -534,20 +522,9 @@ Model model_from_proto(const onnx::ModelProto& p, const std::string& base_dir, c
     m.functions.push_back(std::move(fn));
   }
   m.graph = r.graph(p.graph(), 0);
-  // Imports of opsets 18-19: every default-domain node must mean what it meant at 17, which is
-  // then the opset the model runs at (kernels and schemas are looked up at 17).
-  for (Function& fn : m.functions)
-    if (auto it = fn.opsets.find(""); it != fn.opsets.end() && it->second > kMaxOpset) {
-      if (it->second > kMaxImportedOpset)
-        throw_error<NotImplemented>("function '", fn.name, "' imports ai.onnx opset ", it->second,
-                                    ", newer than supported (max ", kMaxImportedOpset, ")");
-      check_unchanged_since_17(fn.nodes, it->second);
-      it->second = kMaxOpset;
-    }
-  if (auto it = m.opsets.find(""); it != m.opsets.end() && it->second > kMaxOpset) {
-    check_unchanged_since_17(m.graph->nodes, it->second);
-    it->second = kMaxOpset;
-  }
+  // Imports of opsets 18-21: nodes rewritten into their opset-17 form, the opset the model then
+  // runs at (ir/opset_lower.h).
+  lower_new_opsets(m);
   check_domains(m, *m.graph);
   int counter = 0;
   inline_functions(m, *m.graph, 0, counter);

@@ -13,14 +13,14 @@
 namespace onnxtrain::ir {
 
 inline constexpr int64_t kMinIrVersion = 3;
-/// IR 9 and 10 add element types (float8, int4: refused by the tensor reader as unsupported) and
-/// function overloads (a repeated function name is refused); their other content reads as IR 8.
+/// IR 9 and 10 add element types (float8, int4: refused, naming them, as unsupported), function
+/// overloads, nodes naming an overload and default attribute values of functions (refused by
+/// name); their other content reads as IR 8.
 inline constexpr int64_t kMaxIrVersion = 10;
 inline constexpr int64_t kMaxOpset = 17;  ///< newest default-domain opset onnxtrain implements
-/// Newest default-domain opset a model may import: imports of 18 or 19 load when none of the
-/// model's operators changed or appeared after opset 17 (they then mean what they meant at 17,
-/// and run as such); an operator that did is refused naming it and the opset of its change.
-inline constexpr int64_t kMaxImportedOpset = 19;
+/// Newest default-domain opset a model may import: imports of 18 to 21 load with their nodes
+/// rewritten into the opset-17 form (ir/opset_lower.h), or refused naming operator and version.
+inline constexpr int64_t kMaxImportedOpset = 21;
 
 /// What a session's options change while its model loads.
 struct LoadOptions {

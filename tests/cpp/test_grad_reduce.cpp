@@ -184,6 +184,45 @@ TEST(GradReduce, SumNoopWithEmptyAxes) {
   }
 }
 
+// Axes computed at run time (a graph input, as the ReduceMean-18 rewrite of an opset-18 model
+// gives): dX is dY broadcast back over the reduced axes, checked element by element against the
+// index arithmetic of the reduction; empty axes reduce everything, or nothing with
+// noop_with_empty_axes.
+TEST(GradReduce, SumAxesComputedAtRunTime) {
+  const Shape xs{2, 3, 4};
+  std::mt19937 rng(11);
+  const Tensor x = uniform(xs, rng);
+  struct Case {
+    std::vector<int64_t> axes;
+    int keepdims, noop;
+  };
+  for (const Case& c : std::vector<Case>{{{2}, 0, 0}, {{0, -1}, 1, 0}, {{-2}, 0, 0}, {{}, 0, 0}, {{}, 1, 1}})
+    for (bool portable : {false, true}) {
+      std::vector<bool> reduced(3, c.axes.empty() && !c.noop);
+      for (int64_t a : c.axes) reduced[size_t(a < 0 ? a + 3 : a)] = true;
+      Shape ys;
+      for (size_t d = 0; d < 3; ++d)
+        if (!reduced[d]) ys.push_back(xs[d]);
+        else if (c.keepdims) ys.push_back(1);
+      const Tensor r = uniform(ys, rng);
+      auto out = run_gradient("ReduceSum", {x, i64(c.axes)},
+                              {attr_int("keepdims", c.keepdims), attr_int("noop_with_empty_axes", c.noop)}, 17, 1, r,
+                              {0}, portable, false, {1});
+      std::vector<double> want;
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t j = 0; j < 3; ++j)
+          for (int64_t k = 0; k < 4; ++k) {
+            const int64_t idx[3] = {i, j, k};
+            int64_t flat = 0;  // r's element that x[i, j, k] was summed into
+            for (size_t d = 0; d < 3; ++d)
+              if (!reduced[d]) flat = flat * xs[d] + idx[d];
+            want.push_back(r.data<double>()[flat]);
+          }
+      EXPECT_TRUE(all_close(out[1], xs, want)) << "axes " << c.axes.size() << " keepdims " << c.keepdims << " noop "
+                                               << c.noop << (portable ? " (portable)" : "");
+    }
+}
+
 // Axes outside [-rank, rank) get an error naming the node from the rule (the opset < 8 Tile path
 // indexed its masks with them: heap-buffer-overflow found by the gradient fuzz target); repeated
 // axes reduce once.
