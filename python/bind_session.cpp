@@ -37,6 +37,7 @@ struct IOBindingObj {
   std::vector<std::pair<std::string, OrtValuePtr>> outputs;  // value: the preallocated buffer, or null (the run allocates)
   std::vector<OrtValuePtr> results;
   std::vector<std::string> sparse_outputs;  // outputs the session declares sparse_tensor (results: sparse OrtValues)
+  std::vector<std::pair<std::string, std::string>> sparse_inputs;  // PySession::sparse_inputs
 };
 
 DType dtype_of_element_type(py::handle element_type) {
@@ -95,6 +96,18 @@ std::vector<std::string> sparse_output_names(InferenceSession& sess) {
   for (const NodeArg& o : sess.get_outputs())
     if (o.type.rfind("sparse_tensor(", 0) == 0) r.push_back(o.name);
   return r;
+}
+
+// A feed for `name` that is not a sparse OrtValue (`v` null or dense) while the session declares
+// `name` sparse_tensor: onnxruntime's type error.
+void check_dense_feed(const std::vector<std::pair<std::string, std::string>>& sparse_inputs, const std::string& name,
+                      const OrtValueObj* v, const Value& value) {
+  if (v && v->sparse) return;
+  for (const auto& [n, type] : sparse_inputs)
+    if (n == name)
+      throw_error<InvalidArgument>("Unexpected input data type. Actual: (",
+                                   value.is_tensor() ? dtype_tensor_string(value.tensor.dtype()) : "not a tensor",
+                                   ") , expected: (", type, ") for input '", name, "'");
 }
 
 // Per name of `names`: whether it is one of `sparse` (sparse_output_names).
@@ -166,6 +179,9 @@ std::vector<Value> run_dict(PySession& s, const py::object& output_names, const 
   for (auto [k, v] : feed) {
     std::string name = py::str(k);
     feeds.emplace_back(name, &value_of_feed(s.get(), name, v, hold, owned));
+    if (!s.sparse_inputs.empty())
+      check_dense_feed(s.sparse_inputs, name, py::isinstance<py::array>(v) ? nullptr : maybe_c_ortvalue(v).get(),
+                       *feeds.back().second);
   }
   return run_session(s, names_or_all(s, names_from(output_names)), feeds, ro);
 }
@@ -413,7 +429,10 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
       throw_error<InvalidArgument>("run_with_iobinding: output '", n, "' is bound to read-only memory");
   std::vector<std::unique_ptr<Value>> owned;
   std::vector<std::pair<std::string, const Value*>> f;
-  for (const auto& [n, v] : inputs) f.emplace_back(n, &feed_value(*v, n, owned));
+  for (const auto& [n, v] : inputs) {
+    check_dense_feed(b.sparse_inputs, n, v.get(), v->value);
+    f.emplace_back(n, &feed_value(*v, n, owned));
+  }
   std::vector<std::string> names;
   for (const auto& o : outputs) names.push_back(o.first);
   auto out = b.run(names, f, ro);
@@ -482,6 +501,9 @@ void bind_session(py::module_& m) {
               s.sess = std::make_unique<InferenceSession>(bytes.data(), bytes.size(), o);
             }
             s.options = s.sess->options();
+            s.sparse_inputs.clear();
+            for (const NodeArg& a : s.sess->get_inputs())
+              if (a.type.rfind("sparse_tensor(", 0) == 0) s.sparse_inputs.emplace_back(a.name, a.type);
             s.providers = providers.empty() ? std::vector<std::string>{"CPUExecutionProvider"} : providers;
             s.provider_options = py::dict();
             for (const auto& p : s.providers) s.provider_options[py::str(p)] = py::dict();
@@ -544,6 +566,7 @@ void bind_session(py::module_& m) {
             std::vector<std::pair<std::string, const Value*>> f;
             for (size_t i = 0; i < feed_names.size(); ++i) {
               if (held[i]->sparse) check_sparse_feed(s.get(), feed_names[i], *held[i]);
+              check_dense_feed(s.sparse_inputs, feed_names[i], held[i].get(), held[i]->value);
               f.emplace_back(feed_names[i], &feed_value(*held[i], feed_names[i], owned));
             }
             const std::vector<std::string> names = names_or_all(s, fetch_names);
@@ -603,6 +626,7 @@ void bind_session(py::module_& m) {
              s->get();
              b->session = s.get();
              b->sparse_outputs = sparse_output_names(s->get());
+             b->sparse_inputs = s->sparse_inputs;
              b->run = [s](std::vector<std::string> names, const auto& feeds, const RunOptions* ro) {
                return run_session(*s, names_or_all(*s, std::move(names)), feeds, ro);
              };

@@ -279,6 +279,18 @@ def test_sparse_feed_errors():
     with pytest.raises(ValueError, match=r"Unexpected input data type.*sparse_tensor\(float\)"):
         sess.run_with_ort_values(None, {"sparse_A": onnxrt.OrtValue.ort_value_from_sparse_tensor(st),
                                         "dense_B": onnxrt.OrtValue.ort_value_from_sparse_tensor(st)})
+    # A dense value for the sparse input: refused too, as onnxruntime refuses it, on every path.
+    dense = onnxrt.OrtValue.ortvalue_from_numpy(np.ones((9, 9), np.float32))
+    with pytest.raises(ValueError, match=r"Actual: \(tensor\(float\)\) , expected: \(sparse_tensor\(float\)\)"):
+        sess.run_with_ort_values(None, {"sparse_A": dense, "dense_B": b})
+    with pytest.raises(ValueError, match="Unexpected input data type"):
+        sess.run(None, {"sparse_A": np.ones((9, 9), np.float32), "dense_B": np.ones((9, 9), np.float32)})
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("sparse_A", dense)
+    binding.bind_ortvalue_input("dense_B", b)
+    binding.bind_output("dense_Y")
+    with pytest.raises(ValueError, match="Unexpected input data type"):
+        sess.run_with_iobinding(binding)
     # An index past the dense shape: refused when densified, naming the input.
     bad = onnxrt.SparseTensor.sparse_coo_from_numpy([9, 9], np.ones(1, np.float32), np.array([81], np.int64), CPU)
     with pytest.raises(ValueError, match="sparse_A.*out of range"):
