@@ -11,6 +11,7 @@
 #include "dlpack_abi.h"
 #include "onnxtrain/error.h"
 #include "ortvalue.h"
+#include "sparse.h"
 
 namespace onnxtrain::python {
 
@@ -106,7 +107,9 @@ std::string holds(const Value& v) {
 }
 
 Tensor& tensor_of(OrtValueObj& v, const char* what) {
-  if (!v.value.is_tensor()) throw_error<InvalidArgument>(what, " needs a tensor; this OrtValue holds ", holds(v.value));
+  if (!v.value.is_tensor())
+    throw_error<InvalidArgument>(what, " needs a tensor; this OrtValue holds ",
+                                 v.sparse ? "a sparse tensor" : holds(v.value));
   return v.value.tensor;
 }
 
@@ -395,6 +398,8 @@ void push_back_batch(OrtValueVectorObj& v, const py::list& tensors, const py::li
 }
 
 std::string ortvalue_repr(const OrtValueObj& v) {
+  if (v.sparse) return "OrtValue(data_type='" + sparse_type_string(*v.sparse) + "', dense_shape=" +
+                       shape_to_string(v.sparse->dense_shape) + ")";
   if (v.value.kind == Value::Kind::kNone) return "OrtValue(None)";
   std::string s = "OrtValue(data_type='" + type_string(v.value) + "'";
   if (v.value.is_tensor()) s += ", shape=" + shape_to_string(v.value.tensor.shape());
@@ -463,7 +468,31 @@ std::vector<OrtValuePtr> ortvalues_of(std::vector<Value> values) {
   return r;
 }
 
+std::vector<OrtValuePtr> ortvalues_of(std::vector<Value> values, const std::vector<bool>& sparse) {
+  std::vector<OrtValuePtr> r;
+  r.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i < sparse.size() && sparse[i] && values[i].is_tensor()) {
+      auto o = std::make_shared<OrtValueObj>();
+      o->sparse = sparse_coo_of_dense(values[i].tensor);
+      r.push_back(std::move(o));
+    } else {
+      r.push_back(ortvalue_from_value(std::move(values[i])));
+    }
+  }
+  return r;
+}
+
+const Value& feed_value(const OrtValueObj& v, const std::string& name, std::vector<std::unique_ptr<Value>>& owned) {
+  if (!v.sparse) return v.value;
+  owned.push_back(std::make_unique<Value>(Value::of(sparse_to_dense(*v.sparse, "sparse input '" + name + "'"))));
+  return *owned.back();
+}
+
 py::object numpy_of(const OrtValueObj& v) {
+  if (v.sparse)
+    throw_error<InvalidArgument>("numpy: this OrtValue holds a sparse tensor (", sparse_type_string(*v.sparse),
+                                 "); read it with as_sparse_tensor()");
   switch (v.value.kind) {
     case Value::Kind::kNone: return py::none();
     case Value::Kind::kSequence: {
@@ -682,6 +711,7 @@ void bind_ortvalue(py::module_& m) {
       .def(
           "device_name",
           [](const OrtValueObj& v) {
+            if (v.sparse) return ort_device_name(OrtDeviceObj{});
             if (v.value.kind == Value::Kind::kNone)
               throw_error<InvalidArgument>("device_name: this OrtValue holds no value (an empty optional)");
             const Device d = v.value.is_tensor() || v.value.sequence.empty() ? v.value.tensor.device()
@@ -692,27 +722,40 @@ void bind_ortvalue(py::module_& m) {
       .def(
           "shape",
           [](OrtValueObj& v) {
+            if (v.sparse) return std::vector<int64_t>(v.sparse->dense_shape.begin(), v.sparse->dense_shape.end());
             const Tensor& t = tensor_of(v, "shape");
             return std::vector<int64_t>(t.shape().begin(), t.shape().end());
           },
-          "The tensor's dimensions as a list of integers.")
-      .def("data_type", [](const OrtValueObj& v) { return type_string(v.value); },
-           "onnxruntime's type string: 'tensor(float)', 'seq(tensor(int64))', ...")
-      .def("element_type", [](const OrtValueObj& v) { return element_type_of(v.value); },
+          "The tensor's dimensions as a list of integers (a sparse tensor's dense shape).")
+      .def("data_type",
+           [](const OrtValueObj& v) { return v.sparse ? sparse_type_string(*v.sparse) : type_string(v.value); },
+           "onnxruntime's type string: 'tensor(float)', 'seq(tensor(int64))', 'sparse_tensor(float)', ...")
+      .def("element_type",
+           [](const OrtValueObj& v) { return v.sparse ? int(v.sparse->values.dtype()) : element_type_of(v.value); },
            "The ONNX TensorProto element type (e.g. onnx.TensorProto.FLOAT = 1) of the tensor or of the sequence's "
            "tensors; raises for an empty optional.")
-      .def("has_value", [](const OrtValueObj& v) { return v.value.kind != Value::Kind::kNone; },
+      .def("has_value", [](const OrtValueObj& v) { return v.sparse || v.value.kind != Value::Kind::kNone; },
            "False when the OrtValue is an empty optional.")
       .def("is_tensor", [](const OrtValueObj& v) { return v.value.is_tensor(); }, "True for a tensor.")
-      .def("is_sparse_tensor", [](const OrtValueObj&) { return false; },
-           "Always False: onnxtrain has no sparse tensors.")
+      .def("is_sparse_tensor", [](const OrtValueObj& v) { return v.sparse != nullptr; },
+           "True for a sparse tensor.")
       .def("is_tensor_sequence", [](const OrtValueObj& v) { return v.value.kind == Value::Kind::kSequence; },
            "True for a sequence of tensors.")
       .def("as_sparse_tensor",
-           [](const OrtValueObj&) -> py::object {
-             throw_error<NotImplemented>("as_sparse_tensor: onnxtrain has no sparse tensors");
+           [](const OrtValueObj& v) {
+             if (!v.sparse) throw_error<RuntimeError>("This OrtValue does not contain a SparseTensor (it holds ",
+                                                      v.value.kind == Value::Kind::kNone ? "nothing" : type_string(v.value), ")");
+             return v.sparse;
            },
-           "Raises NotImplemented: onnxtrain has no sparse tensors.")
+           "The SparseTensor this OrtValue holds (shared, not copied); raises for any other value.")
+      .def_static(
+          "ort_value_from_sparse_tensor",
+          [](const std::shared_ptr<SparseTensorObj>& s) {
+            auto o = std::make_shared<OrtValueObj>();
+            o->sparse = s;
+            return o;
+          },
+          py::arg("sparse_tensor"), "An OrtValue holding the SparseTensor (shared, not copied).")
       .def("numpy", &numpy_of,
            "The tensor as a numpy array sharing this value's memory (bfloat16 as a float32 copy, strings as an "
            "object copy); a sequence as a list of arrays; None for an empty optional.")

@@ -3,6 +3,7 @@
 // ExecutionMode, ExecutionOrder, InferenceSession (created, then initialize_session) and
 // SessionIOBinding, plus the module-level set_seed. The Python classes of
 // onnxtrain/capi/onnxruntime_inference_collection.py sit over them as onnxruntime's do.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -14,6 +15,7 @@
 #include "onnxtrain/training.h"
 #include "ortvalue.h"
 #include "pysession.h"
+#include "sparse.h"
 
 namespace onnxtrain::python {
 
@@ -34,6 +36,8 @@ struct IOBindingObj {
   std::vector<std::pair<std::string, OrtValuePtr>> inputs;
   std::vector<std::pair<std::string, OrtValuePtr>> outputs;  // value: the preallocated buffer, or null (the run allocates)
   std::vector<OrtValuePtr> results;
+  std::vector<std::string> sparse_outputs;  // outputs the session declares sparse_tensor (results: sparse OrtValues)
+  std::vector<std::pair<std::string, std::string>> sparse_inputs;  // PySession::sparse_inputs
 };
 
 DType dtype_of_element_type(py::handle element_type) {
@@ -77,6 +81,46 @@ std::shared_ptr<OrtValueObj> c_ortvalue(py::handle v, const std::string& what) {
   throw_error<InvalidArgument>(what, ": expected an OrtValue, got ", std::string(py::str(v.get_type().attr("__name__"))));
 }
 
+// A sparse OrtValue fed to `name`: the input must be declared sparse_tensor (onnxruntime's check
+// and message).
+void check_sparse_feed(InferenceSession& sess, const std::string& name, const OrtValueObj& v) {
+  for (const NodeArg& a : sess.get_inputs())
+    if (a.name == name && a.type.rfind("sparse_tensor(", 0) != 0)
+      throw_error<InvalidArgument>("Unexpected input data type. Actual: (", sparse_type_string(*v.sparse),
+                                   ") , expected: (", a.type, ") for input '", name, "'");
+}
+
+// The outputs the session declares sparse_tensor.
+std::vector<std::string> sparse_output_names(InferenceSession& sess) {
+  std::vector<std::string> r;
+  for (const NodeArg& o : sess.get_outputs())
+    if (o.type.rfind("sparse_tensor(", 0) == 0) r.push_back(o.name);
+  return r;
+}
+
+// A feed for `name` that is not a sparse OrtValue (`v` null or dense) while the session declares
+// `name` sparse_tensor: onnxruntime's type error.
+void check_dense_feed(const std::vector<std::pair<std::string, std::string>>& sparse_inputs, const std::string& name,
+                      const OrtValueObj* v, const Value& value) {
+  if (v && v->sparse) return;
+  for (const auto& [n, type] : sparse_inputs)
+    if (n == name)
+      throw_error<InvalidArgument>("Unexpected input data type. Actual: (",
+                                   value.is_tensor() ? dtype_tensor_string(value.tensor.dtype()) : "not a tensor",
+                                   ") , expected: (", type, ") for input '", name, "'");
+}
+
+// Per name of `names`: whether it is one of `sparse` (sparse_output_names).
+std::vector<bool> sparse_flags(const std::vector<std::string>& sparse, const std::vector<std::string>& names) {
+  std::vector<bool> r(names.size(), false);
+  for (size_t i = 0; i < names.size(); ++i) r[i] = std::find(sparse.begin(), sparse.end(), names[i]) != sparse.end();
+  return r;
+}
+
+std::vector<bool> sparse_outputs(InferenceSession& sess, const std::vector<std::string>& names) {
+  return sparse_flags(sparse_output_names(sess), names);
+}
+
 // The Value a feed stands for: an OrtValue's own (its C object held in `hold` for the run: the
 // run releases the GIL, and another thread may drop the feed dict's reference meanwhile), or one
 // converted from numpy / lists into `owned`.
@@ -85,7 +129,8 @@ const Value& value_of_feed(InferenceSession& sess, const std::string& name, py::
   if (!py::isinstance<py::array>(v))  // numpy arrays first: no OrtValue attribute lookups (~1 us a feed)
     if (auto p = maybe_c_ortvalue(v)) {
       hold.push_back(py::cast(p));
-      return p->value;
+      if (p->sparse) check_sparse_feed(sess, name, *p);
+      return feed_value(*p, name, owned);
     }
   if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
     // As onnxruntime: a list fed to a tensor input is that tensor, of the input's element type; an
@@ -134,6 +179,9 @@ std::vector<Value> run_dict(PySession& s, const py::object& output_names, const 
   for (auto [k, v] : feed) {
     std::string name = py::str(k);
     feeds.emplace_back(name, &value_of_feed(s.get(), name, v, hold, owned));
+    if (!s.sparse_inputs.empty())
+      check_dense_feed(s.sparse_inputs, name, py::isinstance<py::array>(v) ? nullptr : maybe_c_ortvalue(v).get(),
+                       *feeds.back().second);
   }
   return run_session(s, names_or_all(s, names_from(output_names)), feeds, ro);
 }
@@ -379,16 +427,22 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
   for (const auto& [n, v] : outputs)
     if (v && ortvalue_is_readonly(*v))
       throw_error<InvalidArgument>("run_with_iobinding: output '", n, "' is bound to read-only memory");
+  std::vector<std::unique_ptr<Value>> owned;
   std::vector<std::pair<std::string, const Value*>> f;
-  for (const auto& [n, v] : inputs) f.emplace_back(n, &v->value);
+  for (const auto& [n, v] : inputs) {
+    check_dense_feed(b.sparse_inputs, n, v.get(), v->value);
+    f.emplace_back(n, &feed_value(*v, n, owned));
+  }
   std::vector<std::string> names;
   for (const auto& o : outputs) names.push_back(o.first);
   auto out = b.run(names, f, ro);
+  const std::vector<bool> sparse = sparse_flags(b.sparse_outputs, names);
   std::vector<OrtValuePtr> results;
   for (size_t i = 0; i < out.size(); ++i) {
     const OrtValuePtr pre = i < outputs.size() ? outputs[i].second : nullptr;
     if (!pre) {
-      results.push_back(ortvalue_from_value(std::move(out[i])));
+      const bool sp = i < sparse.size() && sparse[i];
+      results.push_back(sp ? ortvalues_of({std::move(out[i])}, {true})[0] : ortvalue_from_value(std::move(out[i])));
       continue;
     }
     Tensor& dst = pre->value.tensor;
@@ -447,6 +501,9 @@ void bind_session(py::module_& m) {
               s.sess = std::make_unique<InferenceSession>(bytes.data(), bytes.size(), o);
             }
             s.options = s.sess->options();
+            s.sparse_inputs.clear();
+            for (const NodeArg& a : s.sess->get_inputs())
+              if (a.type.rfind("sparse_tensor(", 0) == 0) s.sparse_inputs.emplace_back(a.name, a.type);
             s.providers = providers.empty() ? std::vector<std::string>{"CPUExecutionProvider"} : providers;
             s.provider_options = py::dict();
             for (const auto& p : s.providers) s.provider_options[py::str(p)] = py::dict();
@@ -466,15 +523,28 @@ void bind_session(py::module_& m) {
       .def(
           "run",
           [](PySession& s, py::object output_names, py::dict feed, std::shared_ptr<RunOptions> ro) {
-            return values_to_list(run_dict(s, output_names, feed, ro.get()));
+            const std::vector<std::string> names = names_or_all(s, names_from(output_names));
+            std::vector<Value> out = run_dict(s, py::cast(names), feed, ro.get());
+            // Outputs declared sparse_tensor come back as SparseTensor objects, as onnxruntime's run
+            // returns them (COO of the nonzero elements).
+            const std::vector<bool> sparse = sparse_outputs(s.get(), names);
+            std::vector<py::object> sparse_objects(out.size());
+            for (size_t i = 0; i < out.size(); ++i)
+              if (sparse[i] && out[i].is_tensor()) sparse_objects[i] = py::cast(sparse_coo_of_dense(out[i].tensor));
+            py::list l = values_to_list(std::move(out));
+            for (size_t i = 0; i < sparse_objects.size(); ++i)
+              if (sparse_objects[i]) l[i] = sparse_objects[i];
+            return l;
           },
           py::arg("output_names"), py::arg("input_feed"), py::arg("run_options") = nullptr,
-          "Runs; returns the outputs as numpy arrays (sequences as lists, empty optionals as None).")
+          "Runs; returns the outputs as numpy arrays (sequences as lists, empty optionals as None, outputs declared "
+          "sparse_tensor as SparseTensor).")
       .def(
           "run_with_ort_values",
           [](PySession& s, py::dict feed, py::object output_names, std::shared_ptr<RunOptions> ro) {
             auto out = std::make_shared<OrtValueVectorObj>();
-            out->values = ortvalues_of(run_dict(s, output_names, feed, ro.get()));
+            const std::vector<std::string> names = names_or_all(s, names_from(output_names));
+            out->values = ortvalues_of(run_dict(s, py::cast(names), feed, ro.get()), sparse_outputs(s.get(), names));
             return out;
           },
           py::arg("input_dict_ort_values"), py::arg("output_names"), py::arg("run_options") = nullptr,
@@ -492,9 +562,15 @@ void bind_session(py::module_& m) {
             // The run releases the GIL: the values are held here, not read through `feeds` (which
             // another thread may change meanwhile).
             const std::vector<OrtValuePtr> held = feeds.values;
+            std::vector<std::unique_ptr<Value>> owned;
             std::vector<std::pair<std::string, const Value*>> f;
-            for (size_t i = 0; i < feed_names.size(); ++i) f.emplace_back(feed_names[i], &held[i]->value);
-            fetches.values = ortvalues_of(run_session(s, names_or_all(s, fetch_names), f, ro.get()));
+            for (size_t i = 0; i < feed_names.size(); ++i) {
+              if (held[i]->sparse) check_sparse_feed(s.get(), feed_names[i], *held[i]);
+              check_dense_feed(s.sparse_inputs, feed_names[i], held[i].get(), held[i]->value);
+              f.emplace_back(feed_names[i], &feed_value(*held[i], feed_names[i], owned));
+            }
+            const std::vector<std::string> names = names_or_all(s, fetch_names);
+            fetches.values = ortvalues_of(run_session(s, names, f, ro.get()), sparse_outputs(s.get(), names));
           },
           py::arg("run_options"), py::arg("feed_names"), py::arg("feeds"), py::arg("fetch_names"), py::arg("fetches"),
           py::arg("fetch_devices") = py::none(),
@@ -549,6 +625,8 @@ void bind_session(py::module_& m) {
              auto s = session.cast<std::shared_ptr<PySession>>();
              s->get();
              b->session = s.get();
+             b->sparse_outputs = sparse_output_names(s->get());
+             b->sparse_inputs = s->sparse_inputs;
              b->run = [s](std::vector<std::string> names, const auto& feeds, const RunOptions* ro) {
                return run_session(*s, names_or_all(*s, std::move(names)), feeds, ro);
              };
@@ -614,6 +692,10 @@ void bind_session(py::module_& m) {
           [](IOBindingObj& b) {
             py::list l;
             for (const auto& r : b.results) {
+              if (r->sparse) {  // onnxruntime hands a sparse output back as its SparseTensor
+                l.append(py::cast(r->sparse));
+                continue;
+              }
               Value c = r->value;
               if (c.is_tensor()) c.tensor = c.tensor.clone();
               for (auto& t : c.sequence) t = t.clone();

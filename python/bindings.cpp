@@ -1,6 +1,7 @@
 // pybind11 module onnxtrain._C: thin bindings over the public C++ API (conversions in convert.h,
 // the training classes in bind_training.cpp).
 #include "convert.h"
+#include "sparse.h"
 #include "onnxtrain/error.h"
 #include "onnxtrain/gradient.h"
 #include "onnxtrain/session.h"
@@ -75,7 +76,9 @@ PYBIND11_MODULE(_C, m) {
           py::arg("path"), py::arg("external_data") = "auto", py::arg("size_threshold") = 1024,
           py::arg("location") = "");
 
+  bind_sparse(m);
   bind_ortvalue(m);
+  bind_allocators(m);
   bind_training(m);
   bind_agent(m);
   bind_files(m);

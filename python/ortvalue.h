@@ -31,9 +31,14 @@ Device device_of(const OrtDeviceObj& d);
 /// made from a numpy array views the array's memory: `owner` keeps the array alive while this
 /// object lives (tensors handed to a run are views without keepalive; the caller's OrtValue keeps
 /// them valid for the run's duration).
+struct SparseTensorObj;  // sparse.h
+
 struct OrtValueObj {
   Value value;
   py::object owner;  ///< the numpy array (or DLPack capsule owner) viewed; None (or null) when onnxtrain owns the memory
+  /// A sparse tensor (onnxruntime's sparse OrtValue; `value` is then kNone): densified where a
+  /// session takes it in (sparse_feed_value).
+  std::shared_ptr<SparseTensorObj> sparse;
 };
 using OrtValuePtr = std::shared_ptr<OrtValueObj>;
 
@@ -89,6 +94,16 @@ py::object dlpack_of(const OrtValueObj& v);
 /// OrtValue.from_dlpack(): takes ownership of a "dltensor" capsule (or of an object with
 /// __dlpack__) and renames it "used_dltensor"; a uint8 tensor becomes bool when is_bool_tensor.
 OrtValuePtr ortvalue_from_dlpack(py::handle capsule, bool is_bool_tensor);
+
+/// The Value a session run reads for `v`: its own, or (a sparse OrtValue) its dense form made into
+/// `owned` (one dense copy per run). `name` names the input in errors.
+const Value& feed_value(const OrtValueObj& v, const std::string& name, std::vector<std::unique_ptr<Value>>& owned);
+/// A run's results as C OrtValues, those of outputs declared sparse_tensor (`sparse[i]`) as COO
+/// sparse OrtValues of their nonzero elements.
+std::vector<OrtValuePtr> ortvalues_of(std::vector<Value> values, const std::vector<bool>& sparse);
+
+/// Registers OrtArenaCfg, create_and_register_allocator(_v2), shared_allocator_stats (bind_allocator.cpp).
+void bind_allocators(py::module_& m);
 
 /// Registers OrtDevice, OrtMemoryInfo, OrtAllocatorType, OrtMemType, OrtValue, OrtValueVector on `m`
 /// (holders: std::shared_ptr).

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "convert.h"
@@ -20,6 +21,8 @@ struct PySession {
   std::unique_ptr<InferenceSession> sess;
   std::vector<std::string> providers;
   py::dict provider_options;
+  /// Inputs the model declares sparse_tensor, with their type: a dense feed for one is refused.
+  std::vector<std::pair<std::string, std::string>> sparse_inputs;
 
   InferenceSession& get() {
     if (!sess) throw_error<InvalidArgument>("the session is not initialized: call initialize_session() first");

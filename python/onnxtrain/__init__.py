@@ -21,15 +21,16 @@ from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, 
                       ModelFileError, ModelLoaded, NoModel, NoSuchFile, NotImplemented, OnnxTrainError,
                       RuntimeException, UnsupportedError)
 from ._C import (EvalResult, FitResult, Objective, Trainer, TrainerOptions, TrainRecord, loss_names,
-                 lr_schedule_names, optimizer_hyperparameters, optimizer_names)
+                 lr_schedule_names, optimizer_hyperparameters, optimizer_names, shared_allocator_stats)
 from .capi._pybind_state import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, ModelMetadata, NodeArg,
                                  OrtAllocatorType, OrtDeviceMemoryType, OrtEpAssignedNode, OrtEpAssignedSubgraph,
-                                 OrtMemoryInfo, OrtMemoryInfoDeviceType, OrtMemType, RunOptions, SessionIOBinding,
-                                 SessionOptions, disable_telemetry_events, enable_telemetry_events,
+                                 OrtArenaCfg, OrtMemoryInfo, OrtMemoryInfoDeviceType, OrtMemType, OrtSparseFormat,
+                                 RunOptions, SessionIOBinding, SessionOptions, create_and_register_allocator,
+                                 create_and_register_allocator_v2, disable_telemetry_events, enable_telemetry_events,
                                  get_all_providers, get_available_providers, get_build_info, get_device,
                                  get_version_string, set_default_logger_severity, set_default_logger_verbosity,
                                  set_seed)
-from .capi.onnxruntime_inference_collection import InferenceSession, IOBinding, OrtDevice, OrtValue
+from .capi.onnxruntime_inference_collection import InferenceSession, IOBinding, OrtDevice, OrtValue, SparseTensor
 from .gradient import GradientGraphBuilder
 from .training import TrainingParameters, TrainingSession, add_loss_output, get_train_initializer
 
@@ -40,12 +41,13 @@ __all__ = [
     "OrtEpAssignedNode", "OrtEpAssignedSubgraph", "ModelMetadata", "NodeArg", "GraphOptimizationLevel",
     "ExecutionMode", "ExecutionOrder", "get_available_providers", "get_all_providers", "get_device",
     "get_build_info", "get_version_string", "set_seed", "set_default_logger_severity", "set_default_logger_verbosity",
-    "enable_telemetry_events", "disable_telemetry_events",
+    "enable_telemetry_events", "disable_telemetry_events", "SparseTensor", "OrtSparseFormat", "OrtArenaCfg",
+    "create_and_register_allocator", "create_and_register_allocator_v2",
     "Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError", "RuntimeException", "InvalidProtobuf",
     "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail",
     # onnxruntime-training and onnxtrain
     "GradientGraphBuilder", "TrainingParameters", "TrainingSession", "add_loss_output", "get_train_initializer",
     "OnnxTrainError", "InvalidModel", "UnsupportedError", "ModelFileError", "Trainer", "TrainerOptions", "Objective",
     "EvalResult", "FitResult", "TrainRecord", "optimizer_names", "loss_names", "lr_schedule_names",
-    "optimizer_hyperparameters",
+    "optimizer_hyperparameters", "shared_allocator_stats",
 ]

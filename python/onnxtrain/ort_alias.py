@@ -16,7 +16,7 @@ With the alias active, ``onnxruntime`` stands for ``onnxtrain`` and ``onnxruntim
 ``except onnxruntime.capi.onnxruntime_pybind11_state.Fail`` catches onnxtrain's ``Fail``. What
 onnxtrain lacks fails loudly and by its onnxruntime name, never with a stand-in: a module raises
 ``ModuleNotFoundError`` (``import onnxruntime.quantization``), a name ``AttributeError``
-(``onnxruntime.SparseTensor``) or ``ImportError`` (``from onnxruntime import SparseTensor``), each
+(``onnxruntime.ModelCompiler``) or ``ImportError`` (``from onnxruntime import ModelCompiler``), each
 saying that onnxtrain does not provide it.
 
 The alias never hides a real onnxruntime unless told to: if one is importable (on ``sys.path`` or

@@ -8,6 +8,7 @@
 #include "runtime/conv_fusion.h"
 #include "runtime/fold.h"
 #include "runtime/run_hooks.h"
+#include "runtime/shared_arena.h"
 
 namespace onnxtrain {
 
@@ -91,7 +92,21 @@ ModelSaveOptions optimized_model_save_options(const SessionOptions& o) {
 
 }  // namespace
 
+NodeArg InferenceSession::Impl::node_arg(const ir::ValueInfo& v) const {
+  NodeArg a = node_arg_of(v);
+  if (sparse_io.count(v.name)) a.type = "sparse_" + a.type;
+  return a;
+}
+
 void InferenceSession::Impl::init() {
+  // sparse_tensor graph inputs and outputs run dense: the Python layer densifies a sparse feed and
+  // turns a declared-sparse output back into a COO sparse tensor (docs/python-api.md).
+  for (auto* list : {&model.graph->inputs, &model.graph->outputs})
+    for (auto& v : *list)
+      if (v.type.kind == ir::TypeInfo::Kind::kSparseTensor) {
+        sparse_io.insert(v.name);
+        v.type.kind = ir::TypeInfo::Kind::kTensor;
+      }
   apply_model_session_options(model, options);
   if (options.config("session.load_model_format", "ONNX") != "ONNX")
     throw_error<NotImplemented>("session.load_model_format '", options.config("session.load_model_format"),
@@ -118,6 +133,9 @@ void InferenceSession::Impl::init() {
     runtime::fuse_conv_activations(model);
   }
   exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, exec_options);
+  // onnxruntime's opt-in to the environment's registered allocator: plain runs borrow the shared
+  // arena; without one registered the session keeps its own arenas, as onnxruntime does.
+  if (options.config("session.use_env_allocators", "0") == "1") exec->set_shared_arena(registered_shared_arena());
   // Create every kernel once now so unsupported operators fail at load time, naming the node.
   // Control-flow kernels need the subgraph runner the executor hands them.
   ExecOptions check_options = exec_options;
@@ -225,20 +243,20 @@ InferenceSession& InferenceSession::operator=(InferenceSession&&) noexcept = def
 std::vector<NodeArg> InferenceSession::get_inputs() const {
   std::vector<NodeArg> r;
   for (const auto& v : impl_->model.graph->inputs)
-    if (!impl_->model.graph->initializer(v.name)) r.push_back(node_arg_of(v));
+    if (!impl_->model.graph->initializer(v.name)) r.push_back(impl_->node_arg(v));
   return r;
 }
 
 std::vector<NodeArg> InferenceSession::get_outputs() const {
   std::vector<NodeArg> r;
-  for (const auto& v : impl_->model.graph->outputs) r.push_back(node_arg_of(v));
+  for (const auto& v : impl_->model.graph->outputs) r.push_back(impl_->node_arg(v));
   return r;
 }
 
 std::vector<NodeArg> InferenceSession::get_overridable_initializers() const {
   std::vector<NodeArg> r;
   for (const auto& v : impl_->model.graph->inputs)
-    if (impl_->model.graph->initializer(v.name)) r.push_back(node_arg_of(v));
+    if (impl_->model.graph->initializer(v.name)) r.push_back(impl_->node_arg(v));
   return r;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_set>
 
 #include "api/profiler.h"
 #include "ir/ir.h"
@@ -33,7 +34,12 @@ struct InferenceSession::Impl {
   std::unordered_map<std::string, size_t> output_index;  // executor output position
   api::Profiler profiler;
   int64_t load_start_ns = 0;
+  /// Graph inputs and outputs declared sparse_tensor: the engine computes on their dense form (the
+  /// graph's declarations become tensor); metadata still reports sparse_tensor(T).
+  std::unordered_set<std::string> sparse_io;
   void init();
+  /// The NodeArg of `v`, sparse_tensor(T) for a declared-sparse input or output.
+  NodeArg node_arg(const ir::ValueInfo& v) const;
   std::vector<Value> run(const std::vector<std::string>& output_names,
                          const std::vector<std::pair<std::string, const Value*>>& feeds,
                          const RunOptions* run_options = nullptr);

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "core/atomic_file.h"
+#include "core/sparse.h"
 #include "ir/external_data.h"
 #include "ir/opset_lower.h"
 #include "ir/proto.h"
@@ -187,6 +188,33 @@ Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what_in,
   return t;
 }
 
+// A sparse tensor of a model (a sparse initializer, a Constant's sparse_value) as the dense tensor
+// it stands for, as onnxruntime loads it. Validated before anything is written: the dense dims
+// non-negative and of a bounded size, the values 1-D, the indices int64 (or int32) of shape [NNZ]
+// (linear) or [NNZ, rank] (coordinates), each in range.
+Tensor sparse_tensor_to_dense(const onnx::SparseTensorProto& p, const std::string& what_in, const std::string& base_dir,
+                              const ExternalFiles* in_memory) {
+  const std::string what = "sparse tensor '" + (what_in.empty() ? p.values().name() : what_in) + "'";
+  Shape dims;
+  for (int i = 0; i < p.dims_size(); ++i) {
+    if (p.dims(i) < 0) throw_error<InvalidModel>(what, " has negative dimension ", p.dims(i), " at axis ", i);
+    dims.push_back(p.dims(i));
+  }
+  int64_t numel;
+  if (!checked_numel(dims, &numel))
+    throw_error<InvalidModel>(what, " has dense dimensions ", shape_to_string(dims), " whose size overflows");
+  const Tensor values = tensor_from_proto(p.values(), what + " values", base_dir, in_memory);
+  if (values.rank() != 1)
+    throw_error<InvalidModel>(what, ": values must be 1-D [NNZ], got ", shape_to_string(values.shape()));
+  const int64_t nnz = values.numel();
+  if (nnz > numel)
+    throw_error<InvalidModel>(what, " has ", nnz, " values for a dense shape ", shape_to_string(dims), " of ", numel,
+                              " elements");
+  Tensor indices;
+  if (nnz > 0 || p.has_indices()) indices = tensor_from_proto(p.indices(), what + " indices", base_dir, in_memory);
+  return scatter_dense(values, dims, coo_linear_indices<InvalidModel>(indices, nnz, dims, what));
+}
+
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p) {
   p->Clear();
   if (!name.empty()) p->set_name(name);
@@ -310,13 +338,18 @@ struct Reader {
     for (const auto& v : g.input()) out->inputs.push_back(value_info(v));
     for (const auto& v : g.output()) out->outputs.push_back(value_info(v));
     for (const auto& v : g.value_info()) out->value_info.push_back(value_info(v));
-    if (g.sparse_initializer_size() > 0)
-      throw_error<NotImplemented>("graph '", g.name(), "': sparse initializer '",
-                                  g.sparse_initializer(0).values().name(), "' is not supported");
-    out->initializers.reserve(size_t(g.initializer_size()));
+    out->initializers.reserve(size_t(g.initializer_size() + g.sparse_initializer_size()));
     for (const auto& t : g.initializer()) {
       if (t.name().empty()) throw_error<InvalidGraph>("graph '", g.name(), "' has an initializer without a name");
       out->initializers.emplace_back(t.name(), initializer(t, depth));
+    }
+    // Sparse initializers load as the dense tensors they stand for (onnxruntime does the same).
+    for (const auto& t : g.sparse_initializer()) {
+      const std::string& name = t.values().name();
+      if (name.empty()) throw_error<InvalidGraph>("graph '", g.name(), "' has a sparse initializer without a name");
+      if (out->initializer(name))
+        throw_error<InvalidGraph>("graph '", g.name(), "': initializer '", name, "' is given twice (dense and sparse)");
+      out->initializers.emplace_back(name, sparse_tensor_to_dense(t, name, base_dir, in_memory()));
     }
     out->nodes.reserve(size_t(g.node_size()));
     for (const auto& n : g.node()) out->nodes.push_back(node(n, depth));
@@ -378,6 +411,14 @@ struct Reader {
         for (const auto& x : a.graphs()) r.graphs.push_back(graph(x, depth + 1));
         break;
       case AttrType::kSparseTensor:
+        // Constant's sparse_value is the dense tensor it stands for: a Constant 'value'.
+        if (owner.op_type == "Constant" && owner.domain.empty() && a.name() == "sparse_value") {
+          r.name = "value";
+          r.type = AttrType::kTensor;
+          r.t = sparse_tensor_to_dense(a.sparse_tensor(), what, base_dir, in_memory());
+          break;
+        }
+        [[fallthrough]];
       case AttrType::kSparseTensors:
         throw_error<NotImplemented>(what, ": sparse tensor attributes are not supported");
       case AttrType::kTypeProto: r.tp = type_from_proto(a.tp()); break;

@@ -20,6 +20,11 @@ struct LoadOptions;
 /// read from `in_memory` when it holds the location, else from base_dir.
 Tensor tensor_from_proto(const onnx::TensorProto& p, const std::string& what, const std::string& base_dir,
                          const ExternalFiles* in_memory = nullptr);
+/// The dense tensor a SparseTensorProto stands for (zeros but at its indices), validated: dense dims
+/// non-negative, values 1-D, indices int64/int32 of shape [NNZ] (linear) or [NNZ, rank], in range.
+/// Throws InvalidModel naming `what` (default: the values' name) otherwise.
+Tensor sparse_tensor_to_dense(const onnx::SparseTensorProto& p, const std::string& what, const std::string& base_dir,
+                              const ExternalFiles* in_memory = nullptr);
 void tensor_to_proto(const Tensor& t, const std::string& name, onnx::TensorProto* p);
 TypeInfo type_from_proto(const onnx::TypeProto& p);
 void type_to_proto(const TypeInfo& t, onnx::TypeProto* p);

@@ -177,6 +177,9 @@ std::vector<OpDef> build_microsoft() {
            "(X, W[, B, Z]) -> Y = activation(Conv(X, W, B) + Z), Conv's attributes plus activation (Relu, LeakyRelu, "
            "Clip, Sigmoid, Tanh, HardSigmoid) and activation_params; what inference sessions fuse Conv [+ Add] + "
            "Relu / Clip into"),
+      like("SparseToDenseMatMul", 2, 2, 1, 1, {1},
+           "(A, B) -> Y = alpha op(A) @ op(B) (transA, transB; 2-D): onnxruntime's product of a sparse A (COO or "
+           "CSR) with a dense B; A is densified where a session takes it in (docs/python-api.md)"),
       flag_then_like("SGDOptimizerV2", 3, 4, 2, {1},
                      "(lr, weights, gradients[, update_signal]: sequences) -> update_completed[, updated weights]: "
                      "w = w - lr g in place",

@@ -9,6 +9,7 @@
 #include "core/parallel.h"
 #include "runtime/run_hooks.h"
 #include "runtime/run_util.h"
+#include "runtime/shared_arena.h"
 
 namespace onnxtrain::runtime {
 
@@ -263,25 +264,32 @@ void GraphExecutor::drop_main_frames() {
   if (last_plan_) last_plan_->main.reset();
 }
 
-Frame& GraphExecutor::main_frame(Plan& plan) {
+Frame& GraphExecutor::main_frame(Plan& plan, ArenaSet& arenas, size_t max_mem) {
   bool fits = true;
+  size_t grown = 0;  // the arenas' bytes once grown for this plan
   for (const auto& [dev, bytes] : plan.arenas) {
-    auto it = arenas_.find(dev);
-    if (bytes > 0 && (it == arenas_.end() || it->second.bytes < arena_align(bytes))) fits = false;
+    auto it = arenas.find(dev);
+    if (bytes > 0 && (it == arenas.end() || it->second.bytes < arena_align(bytes))) fits = false;
+    grown += std::max(arena_align(bytes), it == arenas.end() ? size_t(0) : it->second.bytes);
   }
+  for (const auto& [dev, block] : arenas)
+    if (!plan.arenas.count(dev)) grown += block.bytes;
+  if (!fits && max_mem > 0 && grown > max_mem)
+    throw_error<RuntimeError>("the shared allocator's max_mem of ", max_mem, " bytes (OrtArenaCfg) is too small: this "
+                              "run needs its arena to grow to ", grown, " bytes");
   if (!fits) {
     // Every main frame views the arenas about to grow: they go first, then the old blocks, so the
     // old and the new block are never held together.
     drop_main_frames();
     for (const auto& [dev, bytes] : plan.arenas) {
-      ArenaBlock& block = arenas_[dev];
+      ArenaBlock& block = arenas[dev];
       if (block.bytes >= arena_align(bytes)) continue;
       block = ArenaBlock{};
       block.memory = allocate_arena(providers_, dev, bytes);
       block.bytes = arena_align(bytes);
     }
   }
-  if (!plan.main) plan.main = make_frame(plan, providers_, &arenas_);
+  if (!plan.main) plan.main = make_frame(plan, providers_, &arenas);
   return *plan.main;
 }
 
@@ -529,13 +537,29 @@ void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t r
   ScopedAllocationLimit memory(options_.memory_limit);
   last_plan_ = find_plan(inputs, request_tag, outputs);
   Plan& plan = *last_plan_;
-  Frame& f = main_frame(plan);
+  // A session on the process's shared arena borrows it for this run (held under its lock, so runs
+  // of the sessions sharing it are serialized) and gives it back at the end: its frame goes, the
+  // blocks stay with the arena. A run nested in one that holds it (a subgraph) uses its own.
+  static thread_local int t_borrowing = 0;
+  SharedArena* shared = t_borrowing == 0 ? shared_arena_.get() : nullptr;
+  std::unique_lock<std::mutex> shared_lock;
+  if (shared) shared_lock = std::unique_lock<std::mutex>(shared->mu);
+  struct Borrow {
+    bool on;
+    explicit Borrow(bool b) : on(b) { t_borrowing += on; }
+    ~Borrow() { t_borrowing -= on; }
+  } borrow(shared != nullptr);
+  if (shared && plan.main) plan.main.reset();  // never kept across runs (defensive)
+  Frame& f = shared ? main_frame(plan, shared->arenas, shared->max_mem) : main_frame(plan, arenas_, 0);
   f.run_index = run_counter_;
   f.scratch.swap(scratch_);  // dynamic steps' workspaces: the executor's, shared like the arenas
   auto finish = [&] {
     reset_frame(plan, f);  // leave the plan reusable
     f.scratch.swap(scratch_);
-    if (!options_.keep_memory) {  // the run's memory goes back now
+    if (shared) {  // the blocks go back to the shared arena
+      plan.main.reset();
+      ++shared->runs;
+    } else if (!options_.keep_memory) {  // the run's memory goes back now
       plan.main.reset();
       arenas_.clear();
       std::vector<char>().swap(scratch_);

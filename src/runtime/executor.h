@@ -20,6 +20,10 @@
 #include "kernels/kernel.h"
 #include "runtime/plan.h"
 
+namespace onnxtrain {
+struct SharedArena;  // runtime/shared_arena.h
+}  // namespace onnxtrain
+
 namespace onnxtrain::runtime {
 
 class GraphExecutor;
@@ -120,6 +124,9 @@ class GraphExecutor {
   size_t num_plans() const { return plans_.size(); }
   /// Bytes of the arenas that plain runs share (the largest plan's so far, per device).
   size_t shared_arena_bytes() const;
+  /// Plain runs borrow `arena` (the process's shared arena, runtime/shared_arena.h) for their
+  /// length instead of holding arenas of their own; null: their own. Set before the first run.
+  void set_shared_arena(std::shared_ptr<SharedArena> arena) { shared_arena_ = std::move(arena); }
   /// Frames kept for later partial runs, over the cached plans (at most Plan::kMaxPooledFrames each).
   size_t pooled_frames();
 
@@ -134,7 +141,7 @@ class GraphExecutor {
                  std::vector<Value>& results);
   void execute(Plan& plan, Frame& f, int phase, bool bind, bool finish, const std::vector<const Value*>& inputs,
                std::vector<Value>& results);
-  Frame& main_frame(Plan& plan);
+  Frame& main_frame(Plan& plan, ArenaSet& arenas, size_t max_mem);
   void drop_main_frames();
 
   std::shared_ptr<const ir::Graph> graph_;
@@ -156,6 +163,7 @@ class GraphExecutor {
   // input shapes seen.
   ArenaSet arenas_;
   std::vector<char> scratch_;
+  std::shared_ptr<SharedArena> shared_arena_;
 };
 
 }  // namespace onnxtrain::runtime

@@ -8,6 +8,7 @@
 
 #include "core/parallel.h"
 #include "runtime/plan.h"
+#include "runtime/shared_arena.h"
 #include "runtime/run_util.h"
 
 namespace onnxtrain::runtime {
@@ -838,8 +839,13 @@ void wire(Plan& plan, const PlanRequest& req) {
 
 std::shared_ptr<void> allocate_arena(const ProviderSet& ps, const Device& dev, size_t bytes) {
   Allocator& a = ps.providers[ps.of_device(dev)]->allocator();
-  void* p = a.allocate(arena_align(bytes), kArenaAlign);
-  return std::shared_ptr<void>(p, [&a](void* q) { a.deallocate(q); });
+  const int64_t n = int64_t(arena_align(bytes));
+  void* p = a.allocate(size_t(n), kArenaAlign);
+  count_arena_bytes(n);
+  return std::shared_ptr<void>(p, [&a, n](void* q) {
+    a.deallocate(q);
+    count_arena_bytes(-n);
+  });
 }
 
 std::unique_ptr<Frame> make_frame(const Plan& plan, const ProviderSet& ps, const ArenaSet* shared) {

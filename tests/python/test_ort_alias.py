@@ -288,9 +288,9 @@ def test_missing_modules_and_names_fail_by_their_onnxruntime_name(tmp_path):
             "import onnxruntime.quantization": "onnxruntime.quantization",
             "import onnxruntime.transformers.optimizer": "onnxruntime.transformers",
             "importlib.import_module('onnxruntime.quantization')": "onnxruntime.quantization",
-            "onnxruntime.SparseTensor": "onnxruntime.SparseTensor",
+            "onnxruntime.ModelCompiler": "onnxruntime.ModelCompiler",
             "onnxruntime.capi._pybind_state.no_such_function": "onnxruntime.capi._pybind_state.no_such_function",
-            "from onnxruntime import SparseTensor": "SparseTensor",
+            "from onnxruntime import ModelCompiler": "ModelCompiler",
             "from onnxruntime import quantization": "quantization",
             "from onnxruntime.capi._pybind_state import no_such_function": "no_such_function",
         }
@@ -301,7 +301,7 @@ def test_missing_modules_and_names_fail_by_their_onnxruntime_name(tmp_path):
                 "onnxruntime.capi.onnxruntime_inference_collection"
         out = {s: [outcome(s), name] for s, name in cases.items()}
         out["probe"] = [importlib.util.find_spec("onnxruntime.quantization") is None, None]
-        out["hasattr"] = [hasattr(onnxruntime, "SparseTensor") or getattr(onnxruntime, "SparseTensor", 7) != 7, None]
+        out["hasattr"] = [hasattr(onnxruntime, "ModelCompiler") or getattr(onnxruntime, "ModelCompiler", 7) != 7, None]
         print(json.dumps(out))
     """)
     r = _report(_alias([script], tmp_path))

@@ -213,7 +213,7 @@ def test_session_options_script(tmp_path, model_path):
 MISSING = """
     import onnxruntime
     try:
-        onnxruntime.SparseTensor
+        onnxruntime.ModelCompiler
     except AttributeError as e:
         print("MISSING", e)
 """
@@ -221,4 +221,4 @@ MISSING = """
 
 def test_missing_onnxruntime_name_is_named(tmp_path):
     out = run_script(tmp_path, MISSING)
-    assert "MISSING" in out and "SparseTensor" in out and "onnxtrain does not provide" in out
+    assert "MISSING" in out and "ModelCompiler" in out and "onnxtrain does not provide" in out

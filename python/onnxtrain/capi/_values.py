@@ -7,7 +7,7 @@ array a CPU value views (``_numpy_obj``). The C object keeps that array alive by
 C OrtValue taken out with ``_get_c_value()`` stays valid on its own.
 """
 from . import onnxruntime_pybind11_state as C
-from .._errors import InvalidArgument, NotImplemented  # noqa: A004 (onnxruntime's name)
+from .._errors import InvalidArgument
 
 
 def get_ort_device_type(device_type, device_index=0):
@@ -78,8 +78,11 @@ class OrtValue:
 
     @staticmethod
     def ort_value_from_sparse_tensor(sparse_tensor):
-        """Not available: onnxtrain has no sparse tensors (raises NotImplemented)."""
-        raise NotImplemented("ort_value_from_sparse_tensor: onnxtrain has no sparse tensors")
+        """An OrtValue holding a ``SparseTensor`` (shared, not copied). A session densifies it where it
+        takes it in (an input declared ``sparse_tensor``)."""
+        if not isinstance(sparse_tensor, SparseTensor):
+            raise TypeError("sparse_tensor must be an onnxruntime SparseTensor, got " + type(sparse_tensor).__name__)
+        return OrtValue(C.OrtValue.ort_value_from_sparse_tensor(sparse_tensor._get_c_tensor()))
 
     @staticmethod
     def from_dlpack(data, is_bool_tensor=False):
@@ -88,8 +91,8 @@ class OrtValue:
         return OrtValue(C.OrtValue.from_dlpack(data, is_bool_tensor))
 
     def as_sparse_tensor(self):
-        """Not available: onnxtrain has no sparse tensors (raises NotImplemented)."""
-        return self._ortvalue.as_sparse_tensor()
+        """The ``SparseTensor`` this OrtValue holds (shared); raises RuntimeError for any other value."""
+        return SparseTensor(self._ortvalue.as_sparse_tensor())
 
     def data_ptr(self):
         """The address of the first element of the tensor's data buffer."""
@@ -125,7 +128,7 @@ class OrtValue:
         return self._ortvalue.is_tensor()
 
     def is_sparse_tensor(self):
-        """Always False: onnxtrain has no sparse tensors."""
+        """True when the OrtValue holds a sparse tensor."""
         return self._ortvalue.is_sparse_tensor()
 
     def is_tensor_sequence(self):
@@ -197,3 +200,72 @@ class OrtDevice:
     def device_type(self):
         """The device type, an int: ``C.OrtDevice.cpu()``, ``cuda()``, ..."""
         return self._ort_device.device_type()
+
+
+class SparseTensor:
+    """onnxruntime's SparseTensor: a sparse tensor in CPU memory, in COO, CSR(C) or BlockSparse
+    format, over the C ``onnxruntime_pybind11_state.SparseTensor``. Numeric values and indices are
+    the numpy arrays it was made from (referenced, not copied); what it hands back (``values()``,
+    the views' indices) are read-only arrays over that memory."""
+
+    def __init__(self, sparse_tensor):
+        """Wraps a C SparseTensor (``onnxruntime_pybind11_state.SparseTensor``)."""
+        if not isinstance(sparse_tensor, C.SparseTensor):
+            raise ValueError("`Provided object` needs to be of type "
+                             "`onnxruntime.capi.onnxruntime_pybind11_state.SparseTensor`")
+        self._tensor = sparse_tensor
+
+    def _get_c_tensor(self):
+        """The C SparseTensor."""
+        return self._tensor
+
+    @staticmethod
+    def sparse_coo_from_numpy(dense_shape, values, coo_indices, ort_device):
+        """A COO SparseTensor: ``values`` a 1-D array of the NNZ values, ``coo_indices`` int64 of shape
+        [NNZ] (linear indices) or [NNZ, rank] (coordinates), ``ort_device`` an ``OrtDevice`` (the CPU).
+        Numeric arrays must be C-contiguous and are referenced; str values are copied."""
+        return SparseTensor(C.SparseTensor.sparse_coo_from_numpy(dense_shape, values, coo_indices,
+                                                                 ort_device._get_c_device()))
+
+    @staticmethod
+    def sparse_csr_from_numpy(dense_shape, values, inner_indices, outer_indices, ort_device):
+        """A CSR(C) SparseTensor of a 2-D dense shape: ``inner_indices`` the NNZ column indices,
+        ``outer_indices`` the rows + 1 row starts (int64)."""
+        return SparseTensor(C.SparseTensor.sparse_csr_from_numpy(dense_shape, values, inner_indices, outer_indices,
+                                                                 ort_device._get_c_device()))
+
+    def values(self):
+        """The values: a read-only numpy array over the tensor's memory (strings: a copy)."""
+        return self._tensor.values()
+
+    def as_coo_view(self):
+        """The COO view (``.indices()``); raises RuntimeError when the tensor is not COO."""
+        return self._tensor.get_coo_data()
+
+    def as_csrc_view(self):
+        """The CSR(C) view (``.inner()``, ``.outer()``); raises RuntimeError when not CSR(C)."""
+        return self._tensor.get_csrc_data()
+
+    def as_blocksparse_view(self):
+        """The BlockSparse view (``.indices()``); raises RuntimeError when not BlockSparse."""
+        return self._tensor.get_blocksparse_data()
+
+    def to_cuda(self, ort_device):
+        """Raises RuntimeError: this build has no CUDA device (as onnxruntime's CPU build)."""
+        return SparseTensor(self._tensor.to_cuda(ort_device._get_c_device()))
+
+    def format(self):
+        """The ``OrtSparseFormat``."""
+        return self._tensor.format
+
+    def dense_shape(self):
+        """The dense shape, a list of ints."""
+        return self._tensor.dense_shape()
+
+    def data_type(self):
+        """The type string, e.g. ``'sparse_tensor(float)'``."""
+        return self._tensor.data_type()
+
+    def device_name(self):
+        """The device holding the buffers: ``'cpu'``."""
+        return self._tensor.device_name().lower()

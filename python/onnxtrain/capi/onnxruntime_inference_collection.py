@@ -1,5 +1,5 @@
 """onnxruntime's ``onnxruntime.capi.onnxruntime_inference_collection``: the Python classes
-``Session``, ``InferenceSession``, ``IOBinding``, ``OrtValue``, ``OrtDevice`` over the native objects
+``Session``, ``InferenceSession``, ``IOBinding``, ``OrtValue``, ``OrtDevice``, ``SparseTensor`` over the native objects
 of ``onnxruntime_pybind11_state``, with onnxruntime's call shapes."""
 import collections
 import collections.abc
@@ -8,7 +8,7 @@ import threading
 import warnings
 
 from . import _pybind_state as C
-from ._values import OrtDevice, OrtValue, get_ort_device_type  # noqa: F401
+from ._values import OrtDevice, OrtValue, SparseTensor, get_ort_device_type  # noqa: F401
 from .. import _logging
 
 def check_and_normalize_provider_args(providers, provider_options, available_provider_names):

@@ -13,7 +13,9 @@ _NATIVE = ("OrtValue", "OrtValueVector", "OrtDevice", "OrtMemoryInfo", "OrtAlloc
            "OrtDeviceMemoryType", "OrtMemoryInfoDeviceType",
            "is_dlpack_uint8_tensor", "InferenceSession", "SessionOptions", "RunOptions", "SessionIOBinding",
            "ModelMetadata", "NodeArg", "GraphOptimizationLevel", "ExecutionMode", "ExecutionOrder", "set_seed",
-           "TrainingAgent", "PartialGraphExecutionState", "OrtValueCache")
+           "TrainingAgent", "PartialGraphExecutionState", "OrtValueCache",
+           "SparseTensor", "OrtSparseFormat", "SparseCooView", "SparseCsrView", "SparseBlockSparseView",
+           "OrtArenaCfg", "create_and_register_allocator", "create_and_register_allocator_v2")
 for _name in _NATIVE:
     if hasattr(_C, _name):
         globals()[_name] = getattr(_C, _name)

@@ -317,10 +317,13 @@ class FusedMatMulKernel final : public Kernel {
 // Y = alpha * op(A) @ op(B) + beta * C: Y is first filled with C broadcast, then accumulated into.
 class GemmKernel final : public Kernel {
  public:
-  explicit GemmKernel(const KernelInfo& info)
+  // sparse_a: com.microsoft SparseToDenseMatMul (A densified at the session boundary): Gemm
+  // without C at any opset.
+  explicit GemmKernel(const KernelInfo& info, bool sparse_a = false)
       : ta_(info.attr_int("transA", 0) != 0), tb_(info.attr_int("transB", 0) != 0),
         alpha_(info.attr_float("alpha", 1.f)), beta_(info.attr_float("beta", 1.f)),
-        legacy_no_broadcast_(info.opset() < 7 && info.attr_int("broadcast", 0) == 0) {}
+        legacy_no_broadcast_(!sparse_a && info.opset() < 7 && info.attr_int("broadcast", 0) == 0),
+        sparse_a_(sparse_a) {}
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     for (size_t i = 1; i < 3; ++i)
@@ -330,7 +333,7 @@ class GemmKernel final : public Kernel {
     const Shape& a = ctx.input_shape(0);
     const Shape& b = ctx.input_shape(1);
     has_c_ = ctx.has_input(2);
-    if (!has_c_ && ctx.opset() < 11) ctx.fail("input C is required before opset 11");
+    if (!has_c_ && ctx.opset() < 11 && !sparse_a_) ctx.fail("input C is required before opset 11");
     const Shape* c = has_c_ ? &ctx.input_shape(2) : nullptr;
     const shape::MatMulGeom g = shape::gemm_geometry(ctx, a, b, c, ta_, tb_, legacy_no_broadcast_);
     M_ = g.M, K_ = g.K, N_ = g.N;
@@ -439,6 +442,7 @@ class GemmKernel final : public Kernel {
   bool ta_, tb_;
   float alpha_, beta_;
   bool legacy_no_broadcast_;
+  bool sparse_a_ = false;
   dnnl_util::DnnlOp op_;
   bool has_c_ = false, tiny_ = false, widen_ = false;
   int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1, a_numel_ = 0, b_numel_ = 0;
@@ -687,6 +691,8 @@ void register_linalg(KernelRegistry& r) {
   r.add<MatMulKernel>("MatMul", 1, kMaxOpsetAll);
   r.add<GemmKernel>("Gemm", 1, kMaxOpsetAll);
   r.add<EinsumKernel>("Einsum", 12, kMaxOpsetAll);
+  r.add(ops::kMicrosoftDomain, "SparseToDenseMatMul", 1, kMaxOpsetAll,
+        [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<GemmKernel>(info, true); });
   r.add(ops::kDomain, "FusedMatMul", 1, kMaxOpsetAll,
         [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<FusedMatMulKernel>(info); });
 }
