@@ -51,6 +51,7 @@ import warnings
 import numpy as np
 
 from .._errors import NotImplemented as _NotImplemented
+from ..training._utils import strip_export_scope
 from ..training._session import TrainingParameters, TrainingSession, _is_ort_count, _step_from_ort_count
 from ..training.amp.loss_scaler import new_scale_state, share_scale_state
 from ..training.optim.config import AdamConfig, LambConfig, SGDConfig
@@ -69,7 +70,6 @@ _ATTRIBUTES = {
                       "max_norm_clip"),
 }
 _FLOAT_TYPES = {1, 10, 11, 16}  # float, float16, double, bfloat16
-_PREFIX = "model_."
 _to_numpy = _NewTrainer._to_numpy
 
 
@@ -200,18 +200,7 @@ def convert_model_loss_fn_to_onnx(model, loss_fn, model_desc, device, inputs, op
                       training=torch.onnx.TrainingMode.TRAINING, export_params=True, keep_initializers_as_inputs=False)
     onx = onnx.load_model_from_string(f.getvalue())
     if wrapped is not model:
-        renamed = {}
-        for init in onx.graph.initializer:
-            if init.name.startswith(_PREFIX):
-                renamed[init.name] = init.name[len(_PREFIX):]
-                init.name = renamed[init.name]
-        for node in onx.graph.node:
-            for i, n in enumerate(node.input):
-                if n in renamed:
-                    node.input[i] = renamed[n]
-        for v in onx.graph.input:
-            if v.name in renamed:
-                v.name = renamed[v.name]
+        strip_export_scope(onx, "model_")
     return onx
 
 

@@ -23,61 +23,32 @@ from ._trainer_checkpoint import read_checkpoint as _read_checkpoint
 from ._trainer_checkpoint import write_checkpoint as _write_checkpoint
 from .orttrainer_options import ORTTrainerOptions, check_supported
 from .optim.config import _OptimizerConfig
+from ._utils import strip_export_scope
+from .model_desc_validation import _ORTTrainerModelDesc
 
 
 
-class _Desc:
-    """One entry of model_desc: name, shape (ints and strings), is_loss."""
-
-    def __init__(self, name, shape, is_loss=False):
-        self.name, self.shape, self.is_loss = name, list(shape), bool(is_loss)
-
-    def __repr__(self):
-        return f"({self.name!r}, {self.shape!r}{', True' if self.is_loss else ''})"
-
-
-class _ModelDesc:
-    """model_desc validated: {'inputs': [(name, shape)], 'outputs': [(name, shape[, is_loss])]}."""
+class _ModelDesc(_ORTTrainerModelDesc):
+    """model_desc validated as onnxruntime did (``model_desc_validation``), and what this trainer
+    needs on top: distinct names, non-negative dimensions, exactly one is_loss output."""
 
     def __init__(self, desc):
-        if not isinstance(desc, dict):
-            raise ValueError(f"model_desc must be a dict with 'inputs' and 'outputs', got {type(desc).__name__}")
-        unknown = set(desc) - {"inputs", "outputs"}
-        if unknown:
-            raise ValueError(f"model_desc: unknown keys {sorted(unknown)} (expected 'inputs' and 'outputs')")
-        self.inputs = [self._entry(e, "inputs", i, 2) for i, e in enumerate(desc.get("inputs", []))]
-        self.outputs = [self._entry(e, "outputs", i, 3) for i, e in enumerate(desc.get("outputs", []))]
-        if not self.inputs:
-            raise ValueError("model_desc['inputs'] must list at least one input")
-        if not self.outputs:
-            raise ValueError("model_desc['outputs'] must list at least one output")
+        super().__init__(desc)
         for kind in ("inputs", "outputs"):
             names = [d.name for d in getattr(self, kind)]
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise ValueError(f"model_desc['{kind}']: duplicated names {dup}")
+            for d in getattr(self, kind):
+                if not d.name:
+                    raise ValueError(f"model_desc['{kind}']: a name is empty")
+                for x in d.shape:
+                    if isinstance(x, int) and x < 0:
+                        raise ValueError(f"model_desc['{kind}'] ('{d.name}'): dimension {x} is negative")
         losses = [d.name for d in self.outputs if d.is_loss]
         if len(losses) != 1:
             raise ValueError(f"model_desc['outputs'] must flag exactly one output is_loss=True, got {losses}")
         self.loss = losses[0]
-
-    @staticmethod
-    def _entry(e, kind, i, max_len):
-        where = f"model_desc['{kind}'][{i}]"
-        if not isinstance(e, (tuple, list)) or not 2 <= len(e) <= max_len:
-            raise ValueError(f"{where} must be a tuple (name, shape{', is_loss' if max_len == 3 else ''}), got {e!r}")
-        name, shape = e[0], e[1]
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{where}: the name must be a non-empty string, got {name!r}")
-        if not isinstance(shape, (list, tuple)):
-            raise ValueError(f"{where} ('{name}'): the shape must be a list of ints and strings, got {shape!r}")
-        for d in shape:
-            if isinstance(d, bool) or not isinstance(d, (int, str)) or (isinstance(d, int) and d < 0):
-                raise ValueError(f"{where} ('{name}'): dimension {d!r} is neither a non-negative int nor a string")
-        is_loss = e[2] if len(e) == 3 else False
-        if not isinstance(is_loss, bool):
-            raise ValueError(f"{where} ('{name}'): is_loss must be a bool, got {is_loss!r}")
-        return _Desc(name, shape, is_loss)
 
     @staticmethod
     def check_shape(d, dims, what):
@@ -258,6 +229,13 @@ class ORTTrainer:
                           export_params=True, keep_initializers_as_inputs=False)
         import onnx
         model = onnx.load_model_from_string(f.getvalue())
+        if self.loss_fn is not None:
+            strip_export_scope(model, "model")
+        # torch buffers (register_buffer) are not trained: onnxruntime added them to frozen_weights
+        inits = {i.name for i in model.graph.initializer}
+        user_module = self._torch_model.model if self.loss_fn is not None else self._torch_model
+        frozen = self.options.utils.frozen_weights
+        frozen.extend([n for n, _ in user_module.named_buffers() if n in inits and n not in frozen])
         post = self.options._internal_use.extra_postprocess
         if post is not None:
             model = post(model)
@@ -511,6 +489,7 @@ class ORTTrainer:
 
     def _load_state(self, state_dict, strict):
         mine = self.state_dict()
+        state_dict = self._from_wrapped_names(state_dict, mine)
         if strict:
             problems = []
             for top in ("model", "optimizer", "trainer_options", "train_step_info"):
@@ -555,6 +534,29 @@ class ORTTrainer:
         if tsi:
             self._session._sess.set_progress(int(tsi["step"]), int(tsi["optimization_step"]))
         self._sync_progress()
+
+    def _from_wrapped_names(self, state_dict, mine):
+        """``state_dict`` of an earlier onnxtrain, whose weights of a torch model trained with a
+        loss_fn were named "model.<w>", renamed to this version's (onnxruntime's) "<w>" when that,
+        and only that, makes it fit this trainer's weights."""
+        if self.loss_fn is None or not isinstance(state_dict.get("model"), dict):
+            return state_dict
+        full = state_dict["model"].get("full_precision")
+        want = set(mine["model"]["full_precision"])
+        if not isinstance(full, dict) or not full or set(full) == want:
+            return state_dict
+        if not all(isinstance(n, str) and n.startswith("model.") for n in full):
+            return state_dict
+        if {n[len("model."):] for n in full} != want:
+            return state_dict
+
+        def bare(n):
+            return n[len("model."):] if isinstance(n, str) and n.startswith("model.") else n
+
+        out = dict(state_dict, model=dict(state_dict["model"], full_precision={bare(k): v for k, v in full.items()}))
+        if isinstance(state_dict.get("optimizer"), dict):
+            out["optimizer"] = {bare(k): v for k, v in state_dict["optimizer"].items()}
+        return out
 
     def save_checkpoint(self, path, user_dict={}, include_optimizer_states=True):  # noqa: B006 (onnxruntime's signature)
         """Writes state_dict() and ``user_dict`` to ``path`` (refuses to overwrite an existing file),
