@@ -365,7 +365,7 @@ def test_check_model_export_names_the_differing_output():
     from onnx import numpy_helper
 
     def corrupt(model):  # _internal_use.extra_postprocess: change a weight of the exported model
-        init = next(i for i in model.graph.initializer if i.name == "model.fc2.bias")
+        init = next(i for i in model.graph.initializer if i.name == "fc2.bias")
         init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) + 1.0, init.name))
         return model
 

@@ -233,3 +233,59 @@ def test_new_trainer_without_dropout_tracks_torch():
         loss.backward()
         opt.step()
         assert abs(got - float(loss)) < 1e-5 * max(1.0, abs(float(loss)))
+
+
+# --- ORTTrainer._training_session and state dicts ----------------------------------------------
+
+class _StubSession:
+    """What onnxruntime's tests assign to ORTTrainer._training_session."""
+
+    def get_model_state(self, include_mixed_precision_weights=False):
+        return {"full_precision": {"a": np.arange(5)}}
+
+    def get_optimizer_state(self):
+        return {"a": {"Moment_1": np.arange(5)}, "shared_optimizer_state": {"step": np.arange(1)}}
+
+    def get_partition_info_map(self):
+        return {"a": {"original_dim": [1, 2, 3]}}
+
+
+def desc_and_model():
+    desc = {"inputs": [("x", ["batch", 6]), ("label", ["batch"])],
+            "outputs": [("loss", [], True), ("preds", ["batch", 3])]}
+    return DropNet(0.0), desc
+
+
+def test_state_dict_before_the_first_step_warns_and_holds_a_loaded_state():
+    model, desc = desc_and_model()
+    t = ORTTrainer(model, desc, optim.LambConfig(), loss_fn=ce)
+    with pytest.warns(UserWarning, match="ONNX Runtime training session is not initialized yet. Please run "
+                                         "train_step or eval_step at least once before calling ORTTrainer.state_dict"):
+        assert t.state_dict() == {}
+    assert t._training_session is None and not t._load_state_dict
+    _, trained = run_new(0.0)
+    state = trained.state_dict()
+    t.load_state_dict(state)
+    assert t._load_state_dict is not None
+    with pytest.warns(UserWarning):
+        held = t.state_dict()
+    np.testing.assert_array_equal(held["model"]["full_precision"]["fc1.weight"],
+                                  state["model"]["full_precision"]["fc1.weight"])
+
+
+def test_training_session_methods_and_partition_info():
+    losses, t = run_new(0.0)
+    sess = t._training_session
+    weights = {n: p.detach().numpy() for n, p in DropNet(0.0).named_parameters()}
+    assert set(sess.get_model_state()["full_precision"]) == set(weights)
+    assert set(weights) <= set(sess.get_state())
+    assert sess.get_partition_info_map() == {}
+    assert "partition_info" not in t.state_dict()
+    model, desc = desc_and_model()
+    z = ORTTrainer(model, desc, optim.LambConfig(), loss_fn=ce,
+                   options=ORTTrainerOptions({"distributed": {"deepspeed_zero_optimization": {"stage": 1}}}))
+    z._training_session = _StubSession()
+    state = z.state_dict()
+    assert state["partition_info"] == {"a": {"original_dim": [1, 2, 3]}}
+    np.testing.assert_array_equal(state["optimizer"]["a"]["Moment_1"], np.arange(5))
+    np.testing.assert_array_equal(state["model"]["full_precision"]["a"], np.arange(5))

@@ -132,6 +132,46 @@ class _CombinedModel:
         return Combined()
 
 
+class _TrainingSessionView:
+    """``ORTTrainer._training_session``: onnxruntime's training-session state methods over an
+    onnxtrain TrainingSession (other attributes are the session's)."""
+
+    def __init__(self, session, optimizer_name):
+        self._session = session
+        self._optimizer_name = optimizer_name  # onnxruntime's (AdamOptimizer runs as onnxtrain's AdamW)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def get_state(self):
+        """onnxruntime's state tensors: trained weights and optimizer state by onnxruntime's names."""
+        return self._session.get_state()
+
+    def get_model_state(self, include_mixed_precision_weights=False):
+        """``{'full_precision': {weight: array}}`` for the trained weights."""
+        return self._session.get_model_state(include_mixed_precision_weights)
+
+    def get_optimizer_state(self):
+        """``{weight: {'Moment_1': ..., 'Moment_2': ...[, 'Update_Count': int64 [1]]}[,
+        'shared_optimizer_state': {'step': int64 [1]}]}``: Adam's counter per weight, the other
+        optimizers' shared, as onnxruntime 1.13's state dicts."""
+        opt = self._session.get_optimizer_state()
+        shared = opt.pop("shared_optimizer_state", {})
+        step = np.asarray(shared.get("Step", np.array(0, np.int64)), dtype=np.int64).reshape(1)
+        out = {w: dict(states) for w, states in opt.items()}
+        if self._optimizer_name == "AdamOptimizer":
+            for states in out.values():
+                states["Update_Count"] = step.copy()
+        else:
+            out["shared_optimizer_state"] = {"step": step.copy()}
+        return out
+
+    def get_partition_info_map(self):
+        """``{weight: {'original_dim': [...], ...}}`` for weights split across ranks: none here
+        (onnxtrain's state dicts hold every weight whole, ZeRO's optimizer state gathered)."""
+        return {}
+
+
 class ORTTrainer:
     """Trains an ONNX model or a torch module with onnxruntime-training's ORTTrainer contract.
 
@@ -167,6 +207,7 @@ class ORTTrainer:
         self._torch_model = None
         self._onnx_model = None
         self._session = None
+        self._session_override = None  # what ORTTrainer._training_session was assigned
         self._session_scales = False  # the session's loss scaler is options.mixed_precision.loss_scaler's state
         self._pending_state = None
         torch_module = None
@@ -429,48 +470,83 @@ class ORTTrainer:
             raise ValueError(f"save_as_onnx: '{path}' is not a valid path")
         self._session.export_model(path, [d.name for d in self.model_desc.outputs])
 
+    @property
+    def _training_session(self):
+        """onnxruntime's ``ORTTrainer._training_session``: the training session's state methods
+        (``get_state``, ``get_model_state``, ``get_optimizer_state`` in the layout of state_dict's
+        "optimizer", ``get_partition_info_map``) over this trainer's TrainingSession; None before
+        the first step. Assigning replaces what state_dict reads (onnxruntime's tests assign a
+        mock)."""
+        if self._session_override is not None:
+            return self._session_override
+        return None if self._session is None else _TrainingSessionView(self._session, self.optim_config.name)
+
+    @_training_session.setter
+    def _training_session(self, session):
+        self._session_override = session
+
+    @property
+    def _load_state_dict(self):
+        """The state dict that load_state_dict / load_checkpoint hold until the session exists
+        (applied at the first step), or None."""
+        return self._pending_state[0] if self._pending_state is not None else None
+
+    def _job(self):
+        """(world_rank, world_size): the session's job, or the options' before it exists."""
+        if self._session is not None:
+            return int(self._session.world_rank), int(self._session.world_size)
+        d = self.options.distributed
+        return int(d.world_rank), int(d.world_size)
+
     def state_dict(self, pytorch_format=False):
         """The trainer's state: ``{'model': {'full_precision': {w: array}}, 'optimizer': {w: {...}},
-        'trainer_options': {...}, 'train_step_info': {...}}``, or ``{w: torch.Tensor}`` with
-        ``pytorch_format=True``."""
-        if self._session is None:
-            return {}
-        weights = dict(self._session.get_model_state()["full_precision"])
-        frozen = set(self.options.utils.frozen_weights)
+        'trainer_options': {...}, 'train_step_info': {...}}`` (and 'partition_info' with ZeRO or
+        Megatron options, as onnxruntime), or ``{w: torch.Tensor}`` with ``pytorch_format=True``.
+        Before the first step: a UserWarning (onnxruntime's) and the state dict held by
+        load_state_dict, or {}."""
+        sess = self._training_session
+        if sess is None:
+            warnings.warn("ONNX Runtime training session is not initialized yet. Please run train_step or eval_step "
+                          "at least once before calling ORTTrainer.state_dict().", UserWarning)
+            return copy.deepcopy(self._pending_state[0]) if self._pending_state is not None else {}
+        model = {p: dict(ws) for p, ws in sess.get_model_state(include_mixed_precision_weights=False).items()}
+        frozen = [w for w in self.options.utils.frozen_weights if w not in model.get("full_precision", {})]
         if frozen:  # the model's weights, trained or not, so that a torch module loads them all
-            everything = self._session._initializers()
-            weights.update({w: everything[w] for w in frozen if w in everything})
+            if self._session is not None and self._session_override is None:
+                everything = self._session._initializers()
+            else:
+                import onnx.numpy_helper
+                everything = {i.name: onnx.numpy_helper.to_array(i) for i in self._onnx_model.graph.initializer}
+            model.setdefault("full_precision", {}).update({w: everything[w] for w in frozen if w in everything})
         if pytorch_format:
+            d = self.options.distributed
+            if d.deepspeed_zero_optimization.stage > 0:
+                warnings.warn("Incomplete state_dict: ZeRO enabled", UserWarning)
+            if d.horizontal_parallel_size > 1:
+                warnings.warn("Incomplete state_dict: Megatron enabled", UserWarning)
             torch = _torch()
-            return {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
-        opt = self._session.get_optimizer_state()
-        shared = opt.pop("shared_optimizer_state", {})
-        step = np.asarray(shared.get("Step", np.array(0, np.int64)), dtype=np.int64).reshape(1)
-        optimizer = {}
-        name = self.optim_config.name  # onnxruntime's name (AdamOptimizer runs as onnxtrain's AdamWOptimizer)
-        for w, states in opt.items():
-            optimizer[w] = dict(states)
-            if name == "AdamOptimizer":
-                optimizer[w]["Update_Count"] = step.copy()
-        if name != "AdamOptimizer":
-            optimizer["shared_optimizer_state"] = {"step": step.copy()}
-        return {
-            "model": {"full_precision": dict(weights)},
-            "optimizer": optimizer,
+            return {k: torch.from_numpy(np.array(v)) for k, v in model.get("full_precision", {}).items()}
+        rank, size = self._job()
+        d = self.options.distributed
+        state = {
+            "model": model,
+            "optimizer": sess.get_optimizer_state(),
             "trainer_options": {
                 "mixed_precision": bool(self.options.mixed_precision.enabled),
                 # The session's own job (the launcher fills options left at their defaults).
-                "zero_stage": int(self.options.distributed.deepspeed_zero_optimization.stage)
-                if self._session.world_size > 1 else 0,
-                "world_rank": int(self._session.world_rank),
-                "world_size": int(self._session.world_size),
-                "optimizer_name": name,
-                "data_parallel_size": int(self._session.world_size),
-                "horizontal_parallel_size": int(self.options.distributed.horizontal_parallel_size),
+                "zero_stage": int(d.deepspeed_zero_optimization.stage) if size > 1 else 0,
+                "world_rank": rank,
+                "world_size": size,
+                "optimizer_name": self.optim_config.name,
+                "data_parallel_size": size,
+                "horizontal_parallel_size": int(d.horizontal_parallel_size),
             },
             "train_step_info": {"optimization_step": int(self._train_step_info.optimization_step),
                                 "step": int(self._train_step_info.step)},
         }
+        if d.deepspeed_zero_optimization.stage > 0 or d.horizontal_parallel_size > 1:
+            state["partition_info"] = sess.get_partition_info_map()
+        return state
 
     def load_state_dict(self, state_dict, strict=True):
         """Loads a state_dict() (onnxtrain/onnxruntime format). With ``strict``, keys that differ from
