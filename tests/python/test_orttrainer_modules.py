@@ -289,3 +289,18 @@ def test_training_session_methods_and_partition_info():
     assert state["partition_info"] == {"a": {"original_dim": [1, 2, 3]}}
     np.testing.assert_array_equal(state["optimizer"]["a"]["Moment_1"], np.arange(5))
     np.testing.assert_array_equal(state["model"]["full_precision"]["a"], np.arange(5))
+
+
+def test_load_state_dict_missing_keys_warn_and_mismatches_raise_runtime_error():
+    _, a = run_new(0.0, seed=1)
+    _, b = run_new(0.0, seed=2)
+    state = a.state_dict()
+    del state["optimizer"]
+    with pytest.warns(UserWarning, match="^Missing key: optimizer in state_dict$"):
+        b.load_state_dict(state)
+    np.testing.assert_array_equal(b.state_dict()["model"]["full_precision"]["fc1.weight"],
+                                  state["model"]["full_precision"]["fc1.weight"])
+    bad = a.state_dict()
+    bad["model"]["full_precision"]["extra"] = np.zeros(2, np.float32)
+    with pytest.raises(RuntimeError, match=r"unexpected \['extra'\]"):
+        b.load_state_dict(bad)

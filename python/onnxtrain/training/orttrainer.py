@@ -132,6 +132,11 @@ class _CombinedModel:
         return Combined()
 
 
+class StateDictMismatch(KeyError, RuntimeError):
+    """load_state_dict (strict): the state dict's weights or optimizer states differ from the
+    trainer's (a RuntimeError as onnxruntime raised; a KeyError as onnxtrain raised before)."""
+
+
 class _TrainingSessionView:
     """``ORTTrainer._training_session``: onnxruntime's training-session state methods over an
     onnxtrain TrainingSession (other attributes are the session's)."""
@@ -566,14 +571,14 @@ class ORTTrainer:
     def _load_state(self, state_dict, strict):
         mine = self.state_dict()
         state_dict = self._from_wrapped_names(state_dict, mine)
+        for top in ("model", "optimizer", "train_step_info"):
+            if top not in state_dict:  # onnxruntime's warning; the rest of the state is loaded
+                warnings.warn(f"Missing key: {top} in state_dict", UserWarning)
         if strict:
             problems = []
-            for top in ("model", "optimizer", "trainer_options", "train_step_info"):
-                if top not in state_dict:
-                    problems.append(f"missing '{top}'")
             got_w = set(state_dict.get("model", {}).get("full_precision", {}))
             want_w = set(mine["model"]["full_precision"])
-            if got_w != want_w:
+            if "model" in state_dict and got_w != want_w:
                 problems.append(f"model.full_precision: missing {sorted(want_w - got_w)}, unexpected {sorted(got_w - want_w)}")
             if "optimizer" in state_dict:
                 got_o = set(state_dict["optimizer"])
@@ -585,7 +590,7 @@ class ORTTrainer:
                     if gk != wk:
                         problems.append(f"optimizer.{w}: missing {sorted(wk - gk)}, unexpected {sorted(gk - wk)}")
             if problems:
-                raise KeyError("load_state_dict (strict): " + "; ".join(problems))
+                raise StateDictMismatch("load_state_dict (strict): " + "; ".join(problems))
         weights = {w: self._to_numpy(v) for w, v in state_dict.get("model", {}).get("full_precision", {}).items()}
         if not strict:
             weights = {w: v for w, v in weights.items() if w in mine["model"]["full_precision"]}
