@@ -2,6 +2,7 @@
 (``model_desc_validation``, ``_checkpoint_storage``, ``_utils``), and the legacy and the new
 ORTTrainer seeded alike. Expected texts are onnxruntime 1.13's (its error messages); numbers are
 checked against torch."""
+import copy
 import io
 import pickle
 
@@ -304,3 +305,52 @@ def test_load_state_dict_missing_keys_warn_and_mismatches_raise_runtime_error():
     bad["model"]["full_precision"]["extra"] = np.zeros(2, np.float32)
     with pytest.raises(RuntimeError, match=r"unexpected \['extra'\]"):
         b.load_state_dict(bad)
+
+
+# --- forward() binding and unused inputs -------------------------------------------------------
+
+class KeywordNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 4)
+
+    def forward(self, y=None, x=None):  # onnxruntime's test model: x is the second parameter
+        return self.linear(x) + (y if y is not None else 1.0)
+
+
+def test_inputs_bound_to_forward_by_parameter_name():
+    torch.manual_seed(3)
+    model = KeywordNet()
+    ref = copy.deepcopy(model)
+    desc = {"inputs": [("x", [2, 2]), ("label", [2])], "outputs": [("loss", [], True), ("output", [2, 4])]}
+    t = ORTTrainer(model, desc, optim.SGDConfig(lr=0.5), loss_fn=ce,
+                   options=ORTTrainerOptions({"utils": {"grad_norm_clip": False}}))
+    opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    g = torch.Generator().manual_seed(4)
+    for _ in range(3):
+        x, y = torch.randn(2, 2, generator=g), torch.tensor([0, 3])
+        loss, out = t.train_step(x, y)
+        opt.zero_grad()
+        want = ref(x=x)
+        ref_loss = ce(want, y)
+        ref_loss.backward()
+        opt.step()
+        np.testing.assert_allclose(out.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+        assert abs(float(loss) - float(ref_loss)) < 1e-5
+
+
+def test_unused_model_desc_input_is_accepted():
+    class Unused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.tensor([2.0]))
+
+        def forward(self, x, y):  # y is not used: the export drops it
+            return torch.mean(x * self.w)
+
+    t = ORTTrainer(Unused(), {"inputs": [("x", [1]), ("y", [1])], "outputs": [("loss", [], True)]},
+                   optim.SGDConfig(lr=0.25))
+    loss = t.train_step(torch.tensor([3.0]), torch.tensor([1.0]))
+    assert float(loss) == 6.0
+    # d(mean(x*w))/dw = x = 3: w = 2 - 0.25*3
+    np.testing.assert_allclose(t.state_dict()["model"]["full_precision"]["w"], [1.25])

@@ -118,3 +118,16 @@ def strip_export_scope(onnx_model, scope):
                 taken.add(bare)
                 node.name = bare
     return onnx_model
+
+
+def forward_names(model, loss_fn, input_names):
+    """Names to call ``model.forward`` with by keyword (onnxruntime's wrappers bound model_desc's
+    inputs to forward()'s parameters by name), or None (positional): when the described model
+    inputs (``input_names`` less the label when ``loss_fn``) are fewer than forward()'s parameters,
+    all among them, and not its leading ones in order."""
+    import inspect
+    params = list(inspect.signature(model.forward).parameters)
+    names = input_names[:-1] if loss_fn is not None else input_names
+    if len(names) < len(params) and all(n in params for n in names) and names != params[:len(names)]:
+        return names
+    return None

@@ -23,7 +23,7 @@ from ._trainer_checkpoint import read_checkpoint as _read_checkpoint
 from ._trainer_checkpoint import write_checkpoint as _write_checkpoint
 from .orttrainer_options import ORTTrainerOptions, check_supported
 from .optim.config import _OptimizerConfig
-from ._utils import strip_export_scope
+from ._utils import forward_names, strip_export_scope
 from .model_desc_validation import _ORTTrainerModelDesc
 
 
@@ -72,10 +72,14 @@ class _ModelDesc(_ORTTrainerModelDesc):
             if len(shape) != len(d.shape) or any(isinstance(w, int) and w != g for w, g in zip(d.shape, shape)):
                 raise ValueError(f"input '{d.name}' has shape {shape}, model_desc says {d.shape}")
 
-    def check_against(self, inputs, outputs, shapes=None):
+    def check_against(self, inputs, outputs, shapes=None, allow_unused=False):
         """Names, order and shapes against the ONNX model's graph inputs (non-initializers) and
-        outputs (`shapes`: name -> declared dims or None)."""
+        outputs (`shapes`: name -> declared dims or None). ``allow_unused``: described inputs the
+        graph lacks are accepted (torch.onnx.export drops the inputs forward() does not use;
+        onnxruntime then fed only the graph's)."""
         want = [d.name for d in self.inputs]
+        if allow_unused:
+            want = [n for n in want if n in inputs]
         if want != inputs:
             raise ValueError(f"model_desc['inputs'] names {want} do not match the model's inputs {inputs} "
                              "(same names in the same order)")
@@ -116,7 +120,9 @@ class _CombinedModel:
     """model + loss_fn as one torch module: forward(*inputs, label) -> (loss, *model outputs)."""
 
     @staticmethod
-    def make(model, loss_fn):
+    def make(model, loss_fn, by_name=None):
+        """``by_name``: forward()'s parameter names to pass the model inputs as (keywords), or None
+        (positional)."""
         torch = _torch()
 
         class Combined(torch.nn.Module):
@@ -125,7 +131,10 @@ class _CombinedModel:
                 self.model = model
 
             def forward(self, *inputs):
-                out = self.model(*inputs[:-1])
+                args = inputs[:-1] if loss_fn is not None else inputs
+                out = self.model(**dict(zip(by_name, args))) if by_name else self.model(*args)
+                if loss_fn is None:
+                    return out
                 outs = list(out) if isinstance(out, (tuple, list)) else [out]
                 return (loss_fn(outs[0], inputs[-1]), *outs)
 
@@ -209,7 +218,9 @@ class ORTTrainer:
         self.model_desc = _ModelDesc(model_desc)
         self.loss_fn = loss_fn
         self._train_step_info = TrainStepInfo(optimizer_config=optim_config)
-        self._torch_model = None
+        self._torch_model = None  # what is exported: the user's module, or it wrapped with loss_fn
+        self._user_module = None
+        self._fed = set()  # the graph's inputs: what is fed of model_desc's
         self._onnx_model = None
         self._session = None
         self._session_override = None  # what ORTTrainer._training_session was assigned
@@ -221,9 +232,10 @@ class ORTTrainer:
         except ImportError:  # pragma: no cover - torch is optional
             pass
         if torch_module is not None and isinstance(model, torch_module):
-            self._torch_model = model
-            if loss_fn is not None:
-                self._torch_model = _CombinedModel.make(model, loss_fn)
+            self._torch_model = self._user_module = model
+            by_name = forward_names(model, loss_fn, [d.name for d in self.model_desc.inputs])
+            if loss_fn is not None or by_name:
+                self._torch_model = _CombinedModel.make(model, loss_fn, by_name)
         else:
             if loss_fn is not None:
                 raise ValueError("loss_fn is only supported with a torch.nn.Module model; an ONNX model carries its "
@@ -244,7 +256,7 @@ class ORTTrainer:
         raise TypeError(f"model must be a torch.nn.Module, an onnx.ModelProto, bytes or a path, got "
                         f"{type(model).__name__}")
 
-    def _check_onnx_model(self, model):
+    def _check_onnx_model(self, model, exported=False):
         inits = {i.name for i in model.graph.initializer}
         inputs = [i.name for i in model.graph.input if i.name not in inits]
         outputs = [o.name for o in model.graph.output]
@@ -256,7 +268,8 @@ class ORTTrainer:
             return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
         shapes = {vi.name: dims(vi) for vi in list(model.graph.input) + list(model.graph.output)}
-        self.model_desc.check_against(inputs, outputs, shapes)
+        self.model_desc.check_against(inputs, outputs, shapes, allow_unused=exported)
+        self._fed = set(inputs)
 
     def _export(self, sample_inputs):
         torch = _torch()
@@ -275,17 +288,17 @@ class ORTTrainer:
                           export_params=True, keep_initializers_as_inputs=False)
         import onnx
         model = onnx.load_model_from_string(f.getvalue())
-        if self.loss_fn is not None:
+        wrapped = self._torch_model is not self._user_module
+        if wrapped:
             strip_export_scope(model, "model")
         # torch buffers (register_buffer) are not trained: onnxruntime added them to frozen_weights
         inits = {i.name for i in model.graph.initializer}
-        user_module = self._torch_model.model if self.loss_fn is not None else self._torch_model
         frozen = self.options.utils.frozen_weights
-        frozen.extend([n for n, _ in user_module.named_buffers() if n in inits and n not in frozen])
+        frozen.extend([n for n, _ in self._user_module.named_buffers() if n in inits and n not in frozen])
         post = self.options._internal_use.extra_postprocess
         if post is not None:
             model = post(model)
-        self._check_onnx_model(model)
+        self._check_onnx_model(model, exported=True)
         return model
 
     def _inputs(self, args, kwargs):
@@ -295,6 +308,10 @@ class ORTTrainer:
         if missing:
             raise ValueError(f"missing inputs {missing}")
         return [values[n] for n in names]
+
+    def _feed(self, values):
+        """{name: numpy array} of the model_desc inputs the graph has (see check_against)."""
+        return {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, values) if d.name in self._fed}
 
     @staticmethod
     def _to_numpy(v):
@@ -391,7 +408,7 @@ class ORTTrainer:
             expected = self._torch_model(*sample_inputs)
         expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
         sess = InferenceSession(self._onnx_model.SerializeToString())
-        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, sample_inputs)}
+        feed = self._feed(sample_inputs)
         got = sess.run([d.name for d in self.model_desc.outputs], feed)
         for d, e, g in zip(self.model_desc.outputs, expected, got):
             e = self._to_numpy(e)
@@ -416,7 +433,7 @@ class ORTTrainer:
         lr = self.optim_config.lr
         if self.options.lr_scheduler is not None:
             lr = self.options.lr_scheduler._step(self._train_step_info)[0]
-        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, inputs)}
+        feed = self._feed(inputs)
         feed[self._lr_feed] = np.array([lr], dtype=np.float32)
         names = [d.name for d in self.model_desc.outputs]
         fetches = list(self._train_step_info.fetches or [])
@@ -457,7 +474,7 @@ class ORTTrainer:
         self.model_desc.check_values(inputs)
         if self._session is None:
             self._init_session(inputs)
-        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, inputs)}
+        feed = self._feed(inputs)
         names = list(self._train_step_info.fetches or []) or [d.name for d in self.model_desc.outputs]
         return self._wrap(self._session.eval(names, feed))
 
