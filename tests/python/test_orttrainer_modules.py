@@ -354,3 +354,14 @@ def test_unused_model_desc_input_is_accepted():
     assert float(loss) == 6.0
     # d(mean(x*w))/dw = x = 3: w = 2 - 0.25*3
     np.testing.assert_allclose(t.state_dict()["model"]["full_precision"]["w"], [1.25])
+
+
+def test_load_state_dict_checks_against_an_assigned_training_session():
+    model, desc = desc_and_model()
+    t = ORTTrainer(model, desc, optim.LambConfig(), loss_fn=ce)
+    t._training_session = _StubSession()  # as onnxruntime's tests do
+    with pytest.raises(RuntimeError, match=r"unexpected \['b'\]"):
+        t.load_state_dict({"model": {"full_precision": {"a": np.arange(5), "b": np.arange(2)}},
+                           "optimizer": {}, "train_step_info": {"optimization_step": 0, "step": 0}})
+    with pytest.raises(NotImplementedError, match="not an onnxtrain TrainingSession"):
+        t.load_state_dict(t.state_dict())

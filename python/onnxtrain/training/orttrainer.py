@@ -572,11 +572,11 @@ class ORTTrainer:
 
     def load_state_dict(self, state_dict, strict=True):
         """Loads a state_dict() (onnxtrain/onnxruntime format). With ``strict``, keys that differ from
-        this trainer's raise KeyError naming them. Before the first step, it is applied when the model
-        is initialized."""
+        this trainer's raise StateDictMismatch naming them. Before the first step, it is applied when
+        the model is initialized."""
         if not isinstance(state_dict, dict):
             raise TypeError("state_dict must be a dict")
-        if self._session is None:
+        if self._training_session is None:
             self._pending_state = (copy.deepcopy(state_dict), strict)
             tsi = state_dict.get("train_step_info")
             if tsi:  # shown until the session exists, then set there (_load_state)
@@ -608,6 +608,9 @@ class ORTTrainer:
                         problems.append(f"optimizer.{w}: missing {sorted(wk - gk)}, unexpected {sorted(gk - wk)}")
             if problems:
                 raise StateDictMismatch("load_state_dict (strict): " + "; ".join(problems))
+        if self._session is None:  # a session object assigned to _training_session: checked, not written
+            raise NotImplementedError("load_state_dict: the assigned ORTTrainer._training_session is not an "
+                                      "onnxtrain TrainingSession; onnxtrain cannot load a state into it")
         weights = {w: self._to_numpy(v) for w, v in state_dict.get("model", {}).get("full_precision", {}).items()}
         if not strict:
             weights = {w: v for w, v in weights.items() if w in mine["model"]["full_precision"]}
