@@ -594,12 +594,12 @@ class ORTTrainer:
         if strict:
             problems = []
             got_w = set(state_dict.get("model", {}).get("full_precision", {}))
-            want_w = set(mine["model"]["full_precision"])
+            want_w = set(mine.get("model", {}).get("full_precision", {}))
             if "model" in state_dict and got_w != want_w:
                 problems.append(f"model.full_precision: missing {sorted(want_w - got_w)}, unexpected {sorted(got_w - want_w)}")
             if "optimizer" in state_dict:
                 got_o = set(state_dict["optimizer"])
-                want_o = set(mine["optimizer"])
+                want_o = set(mine.get("optimizer", {}))
                 if got_o != want_o:
                     problems.append(f"optimizer: missing {sorted(want_o - got_o)}, unexpected {sorted(got_o - want_o)}")
                 for w in got_o & want_o:
@@ -613,13 +613,13 @@ class ORTTrainer:
                                       "onnxtrain TrainingSession; onnxtrain cannot load a state into it")
         weights = {w: self._to_numpy(v) for w, v in state_dict.get("model", {}).get("full_precision", {}).items()}
         if not strict:
-            weights = {w: v for w, v in weights.items() if w in mine["model"]["full_precision"]}
+            weights = {w: v for w, v in weights.items() if w in mine.get("model", {}).get("full_precision", {})}
         opt, step = {}, None
         for w, states in state_dict.get("optimizer", {}).items():
             if w == "shared_optimizer_state":
                 step = states.get("step")
                 continue
-            if not strict and w not in mine["optimizer"]:
+            if not strict and w not in mine.get("optimizer", {}):
                 continue
             for k, v in states.items():
                 if k == "Update_Count":
@@ -643,7 +643,7 @@ class ORTTrainer:
         if self.loss_fn is None or not isinstance(state_dict.get("model"), dict):
             return state_dict
         full = state_dict["model"].get("full_precision")
-        want = set(mine["model"]["full_precision"])
+        want = set(mine.get("model", {}).get("full_precision", {}))
         if not isinstance(full, dict) or not full or set(full) == want:
             return state_dict
         if not all(isinstance(n, str) and n.startswith("model.") for n in full):
