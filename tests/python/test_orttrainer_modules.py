@@ -267,7 +267,7 @@ def test_state_dict_before_the_first_step_warns_and_holds_a_loaded_state():
     _, trained = run_new(0.0)
     state = trained.state_dict()
     t.load_state_dict(state)
-    assert t._load_state_dict is not None
+    assert t._load_state_dict.args[0]["model"].keys() == state["model"].keys()  # onnxruntime's partial
     with pytest.warns(UserWarning):
         held = t.state_dict()
     np.testing.assert_array_equal(held["model"]["full_precision"]["fc1.weight"],

@@ -509,9 +509,14 @@ class ORTTrainer:
 
     @property
     def _load_state_dict(self):
-        """The state dict that load_state_dict / load_checkpoint hold until the session exists
-        (applied at the first step), or None."""
-        return self._pending_state[0] if self._pending_state is not None else None
+        """What load_state_dict / load_checkpoint hold until the session exists (applied at the
+        first step), as onnxruntime's: a ``functools.partial`` whose ``args[0]`` is the state dict
+        (calling it loads it into the session); None when nothing is held."""
+        if self._pending_state is None:
+            return None
+        import functools
+        state, strict = self._pending_state
+        return functools.partial(self._load_state, state, strict)
 
     def _job(self):
         """(world_rank, world_size): the session's job, or the options' before it exists."""
