@@ -160,7 +160,7 @@ def test_mlp_adam_with_linear_warmup_tracks_torch():
     # the trained weights equal torch's
     state = trainer.state_dict(pytorch_format=True)
     for name, p in ref.named_parameters():
-        np.testing.assert_allclose(state["model." + name].numpy(), p.detach().numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(state[name].numpy(), p.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_bert_toy_lamb_two_param_groups_tracks_torch():
@@ -225,7 +225,7 @@ def test_state_dict_schema_and_strict_load():
     s = t.state_dict()
     assert set(s) == {"model", "optimizer", "trainer_options", "train_step_info"}
     weights = set(s["model"]["full_precision"])
-    assert weights == {"model.fc1.weight", "model.fc1.bias", "model.fc2.weight", "model.fc2.bias"}
+    assert weights == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}
     for w in weights:
         assert set(s["optimizer"][w]) == {"Moment_1", "Moment_2", "Update_Count"}
         assert int(s["optimizer"][w]["Update_Count"][0]) == 3
@@ -235,9 +235,9 @@ def test_state_dict_schema_and_strict_load():
     pt = t.state_dict(pytorch_format=True)
     assert set(pt) == weights and all(isinstance(v, torch.Tensor) for v in pt.values())
     bad = copy.deepcopy(s)
-    del bad["model"]["full_precision"]["model.fc1.bias"]
+    del bad["model"]["full_precision"]["fc1.bias"]
     bad["optimizer"]["extra.weight"] = {}
-    with pytest.raises(KeyError, match="model.fc1.bias.*|extra.weight"):
+    with pytest.raises(KeyError, match="fc1.bias.*|extra.weight"):
         t.load_state_dict(bad, strict=True)
     t.load_state_dict(bad, strict=False)  # what is there is loaded
     # a state dict moves weights between trainers
@@ -245,27 +245,27 @@ def test_state_dict_schema_and_strict_load():
     x, y = mlp_batches(1)[0]
     other.eval_step(x, y)
     other.load_state_dict(s)
-    np.testing.assert_array_equal(other.state_dict()["model"]["full_precision"]["model.fc1.weight"],
-                                  s["model"]["full_precision"]["model.fc1.weight"])
+    np.testing.assert_array_equal(other.state_dict()["model"]["full_precision"]["fc1.weight"],
+                                  s["model"]["full_precision"]["fc1.weight"])
 
 
 # ----------------------------------------------------------------------------------- options
 def test_gradient_accumulation_and_frozen_weights():
     t = make_mlp_trainer({"batch": {"gradient_accumulation_steps": 3},
-                          "utils": {"frozen_weights": ["model.fc1.weight"]}})
+                          "utils": {"frozen_weights": ["fc1.weight"]}})
     x, y = mlp_batches(1)[0]
     t.eval_step(x, y)
     s0 = t.state_dict()
-    assert "model.fc1.weight" in s0["model"]["full_precision"]  # frozen weights are model state too
-    assert "model.fc1.weight" not in s0["optimizer"]             # ... without optimizer state
+    assert "fc1.weight" in s0["model"]["full_precision"]  # frozen weights are model state too
+    assert "fc1.weight" not in s0["optimizer"]             # ... without optimizer state
     w0 = {k: v.copy() for k, v in t._session._initializers().items()}
     for i, (x, y) in enumerate(mlp_batches(6)):
         t.train_step(x, y)
         assert t._train_step_info.optimization_step == (i + 1) // 3
         w = t._session._initializers()
-        changed = not np.array_equal(w["model.fc2.weight"], w0["model.fc2.weight"])
+        changed = not np.array_equal(w["fc2.weight"], w0["fc2.weight"])
         assert changed == (i >= 2)
-        assert np.array_equal(w["model.fc1.weight"], w0["model.fc1.weight"])
+        assert np.array_equal(w["fc1.weight"], w0["fc1.weight"])
 
 
 def test_eval_step_changes_nothing():
@@ -316,13 +316,13 @@ def test_onnx_model_input_with_loss_inside(tmp_path):
     ({"inputs": [("label", ["batch"]), ("x", ["batch", 10])], "outputs": [("loss", [], True)]}, "same order"),
     ({"inputs": [("x", ["batch", 10]), ("label", ["batch"])], "outputs": [("loss", [])]}, "exactly one"),
     ({"inputs": [("x", ["batch", 10]), ("label", ["batch"])], "outputs": [("nope", [], True)]}, "not outputs"),
-    ({"inputs": [("x", [-1, 10]), ("label", ["batch"])], "outputs": [("loss", [], True)]}, "dimension -1"),
+    ({"inputs": [("x", [-1, 10]), ("label", ["batch"])], "outputs": [("loss", [], True)]}, "dimension -1 is negative"),
     ({"inputs": [("x",)], "outputs": [("loss", [], True)]}, "must be a tuple"),
     ({"inputs": [("x", ["batch", 11]), ("label", ["batch"])], "outputs": [("loss", [], True)]},
      "input 'x': dimension 1 is 11, the model's is 10"),
     ({"inputs": [("x", ["batch"]), ("label", ["batch"])], "outputs": [("loss", [], True)]}, "'x': shape .* rank 1"),
     ({"inputs": [("x", ["batch", 10]), ("label", ["batch"])], "outputs": [("loss", [1], True)]}, "output 'loss'"),
-    ({"inputs": [], "outputs": [("loss", [], True)], "extra": 1}, "unknown keys"),
+    ({"inputs": [], "outputs": [("loss", [], True)], "extra": 1}, "unknown field"),
 ])
 def test_model_desc_mismatches_are_named(tmp_path, desc, message):
     torch.manual_seed(0)
@@ -365,7 +365,7 @@ def test_check_model_export_names_the_differing_output():
     from onnx import numpy_helper
 
     def corrupt(model):  # _internal_use.extra_postprocess: change a weight of the exported model
-        init = next(i for i in model.graph.initializer if i.name == "model.fc2.bias")
+        init = next(i for i in model.graph.initializer if i.name == "fc2.bias")
         init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) + 1.0, init.name))
         return model
 

@@ -51,6 +51,7 @@ import warnings
 import numpy as np
 
 from .._errors import NotImplemented as _NotImplemented
+from ..training._utils import forward_names, strip_export_scope
 from ..training._session import TrainingParameters, TrainingSession, _is_ort_count, _step_from_ort_count
 from ..training.amp.loss_scaler import new_scale_state, share_scale_state
 from ..training.optim.config import AdamConfig, LambConfig, SGDConfig
@@ -69,7 +70,6 @@ _ATTRIBUTES = {
                       "max_norm_clip"),
 }
 _FLOAT_TYPES = {1, 10, 11, 16}  # float, float16, double, bfloat16
-_PREFIX = "model_."
 _to_numpy = _NewTrainer._to_numpy
 
 
@@ -160,17 +160,6 @@ def dtype_torch_to_numpy(torch_dtype):
     return table[torch_dtype]
 
 
-def _forward_names(model, loss_fn, input_names):
-    """Names to call ``model`` with by keyword (onnxruntime's WrapModel), or None (positional):
-    when the described model inputs are a subset of forward()'s parameters in another order."""
-    import inspect
-    params = list(inspect.signature(model.forward).parameters)
-    names = input_names[:-1] if loss_fn is not None else input_names
-    if len(names) < len(params) and all(n in params for n in names) and names != params[:len(names)]:
-        return names
-    return None
-
-
 def convert_model_loss_fn_to_onnx(model, loss_fn, model_desc, device, inputs, opset_version=DEFAULT_OPSET_VERSION):
     """Exports ``model`` (combined with ``loss_fn``: outputs (loss, predictions), the label the last
     input) to an onnx.ModelProto in training mode, traced with ``inputs``; symbolic dimensions of
@@ -189,7 +178,7 @@ def convert_model_loss_fn_to_onnx(model, loss_fn, model_desc, device, inputs, op
     elif not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
     sample = tuple(torch.as_tensor(_to_numpy(v)).to(device) for v in list(inputs)[:len(input_names)])
-    by_name = _forward_names(model, loss_fn, input_names)
+    by_name = forward_names(model, loss_fn, input_names)
     wrapped = model
     if loss_fn is not None or by_name is not None:
         wrapped = _wrap_module(model, loss_fn, by_name)
@@ -200,18 +189,7 @@ def convert_model_loss_fn_to_onnx(model, loss_fn, model_desc, device, inputs, op
                       training=torch.onnx.TrainingMode.TRAINING, export_params=True, keep_initializers_as_inputs=False)
     onx = onnx.load_model_from_string(f.getvalue())
     if wrapped is not model:
-        renamed = {}
-        for init in onx.graph.initializer:
-            if init.name.startswith(_PREFIX):
-                renamed[init.name] = init.name[len(_PREFIX):]
-                init.name = renamed[init.name]
-        for node in onx.graph.node:
-            for i, n in enumerate(node.input):
-                if n in renamed:
-                    node.input[i] = renamed[n]
-        for v in onx.graph.input:
-            if v.name in renamed:
-                v.name = renamed[v.name]
+        strip_export_scope(onx, "model_")
     return onx
 
 

@@ -208,12 +208,9 @@ def _as_tensor(array):
     return array.dtype.isnative and array.dtype.kind in "biuf" and array.dtype.itemsize <= 8
 
 
-def write_checkpoint(path, state, user_dict):
-    """Writes ``state`` (ORTTrainer.state_dict()) and ``user_dict`` to ``path`` atomically. Objects
-    a checkpoint cannot store raise before anything is written."""
-    arrays, meta = {}, {"format": _CHECKPOINT_FORMAT}
-    _flatten(state, "state", arrays, meta)
-    _flatten(user_dict, "user", arrays, meta)
+def write_indexed(path, kind, meta, arrays):
+    """Writes ``arrays`` ({member: numpy array}) and the JSON ``meta`` (its "npy" list set here) as
+    an onnxtrain checkpoint file of ``kind``, atomically."""
     tensors, npy = [], []
     for name, a in arrays.items():
         if not _as_tensor(a):
@@ -223,7 +220,16 @@ def write_checkpoint(path, state, user_dict):
             npy.append(name)
         tensors.append((name, a))
     meta["npy"] = npy
-    _C.write_checkpoint_file(os.fspath(path), _KIND, {}, {"index": json.dumps(meta)}, tensors)
+    _C.write_checkpoint_file(os.fspath(path), kind, {}, {"index": json.dumps(meta)}, tensors)
+
+
+def write_checkpoint(path, state, user_dict):
+    """Writes ``state`` (ORTTrainer.state_dict()) and ``user_dict`` to ``path`` atomically. Objects
+    a checkpoint cannot store raise before anything is written."""
+    arrays, meta = {}, {"format": _CHECKPOINT_FORMAT}
+    _flatten(state, "state", arrays, meta)
+    _flatten(user_dict, "user", arrays, meta)
+    write_indexed(path, _KIND, meta, arrays)
 
 
 class _Members:
@@ -243,23 +249,29 @@ class _Members:
         return a
 
 
-def _read_file(path):
-    """(state, user) of a file in onnxtrain's checkpoint format."""
+def read_indexed(path, kind, format_name):
+    """(meta, unpacker) of a file written by ``write_indexed`` with ``kind`` and meta["format"] ==
+    ``format_name``; _Damaged otherwise."""
     try:
-        kind, _, text, tensors = _C.read_checkpoint_file(path)
+        found, _, text, tensors = _C.read_checkpoint_file(path)
     except _errors.InvalidArgument as e:
         raise _Damaged(f"is truncated or damaged: {e}") from None
-    if kind != _KIND:
-        raise _Damaged(f"is not an ORTTrainer checkpoint (an onnxtrain checkpoint of {kind or 'a TrainingSession'}: "
-                       "load it with that)")
+    if found != kind:
+        raise _Damaged(f"is not {'an ORTTrainer checkpoint' if kind == _KIND else 'a ' + kind + ' file'} (an "
+                       f"onnxtrain checkpoint of {found or 'a TrainingSession'}: load it with that)")
     meta = json.loads(text.get("index", "null"))
-    if not isinstance(meta, dict) or meta.get("format") != _CHECKPOINT_FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") != format_name:
         raise _Damaged(f"has index format {meta.get('format') if isinstance(meta, dict) else meta!r}, expected "
-                       f"{_CHECKPOINT_FORMAT!r}")
+                       f"{format_name!r}")
     npy = meta.get("npy", [])
     if not isinstance(npy, list) or not all(isinstance(n, str) for n in npy):
         raise _Damaged("its index lists malformed .npy members")
-    unpacker = _Unpacker(_Members(tensors, npy))
+    return meta, _Unpacker(_Members(tensors, npy))
+
+
+def _read_file(path):
+    """(state, user) of a file in onnxtrain's checkpoint format."""
+    meta, unpacker = read_indexed(path, _KIND, _CHECKPOINT_FORMAT)
     return unpacker.unpack(meta.get("state"), "state"), unpacker.unpack(meta.get("user"), "user")
 
 

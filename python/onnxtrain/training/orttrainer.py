@@ -23,61 +23,32 @@ from ._trainer_checkpoint import read_checkpoint as _read_checkpoint
 from ._trainer_checkpoint import write_checkpoint as _write_checkpoint
 from .orttrainer_options import ORTTrainerOptions, check_supported
 from .optim.config import _OptimizerConfig
+from ._utils import forward_names, strip_export_scope
+from .model_desc_validation import _ORTTrainerModelDesc
 
 
 
-class _Desc:
-    """One entry of model_desc: name, shape (ints and strings), is_loss."""
-
-    def __init__(self, name, shape, is_loss=False):
-        self.name, self.shape, self.is_loss = name, list(shape), bool(is_loss)
-
-    def __repr__(self):
-        return f"({self.name!r}, {self.shape!r}{', True' if self.is_loss else ''})"
-
-
-class _ModelDesc:
-    """model_desc validated: {'inputs': [(name, shape)], 'outputs': [(name, shape[, is_loss])]}."""
+class _ModelDesc(_ORTTrainerModelDesc):
+    """model_desc validated as onnxruntime did (``model_desc_validation``), and what this trainer
+    needs on top: distinct names, non-negative dimensions, exactly one is_loss output."""
 
     def __init__(self, desc):
-        if not isinstance(desc, dict):
-            raise ValueError(f"model_desc must be a dict with 'inputs' and 'outputs', got {type(desc).__name__}")
-        unknown = set(desc) - {"inputs", "outputs"}
-        if unknown:
-            raise ValueError(f"model_desc: unknown keys {sorted(unknown)} (expected 'inputs' and 'outputs')")
-        self.inputs = [self._entry(e, "inputs", i, 2) for i, e in enumerate(desc.get("inputs", []))]
-        self.outputs = [self._entry(e, "outputs", i, 3) for i, e in enumerate(desc.get("outputs", []))]
-        if not self.inputs:
-            raise ValueError("model_desc['inputs'] must list at least one input")
-        if not self.outputs:
-            raise ValueError("model_desc['outputs'] must list at least one output")
+        super().__init__(desc)
         for kind in ("inputs", "outputs"):
             names = [d.name for d in getattr(self, kind)]
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 raise ValueError(f"model_desc['{kind}']: duplicated names {dup}")
+            for d in getattr(self, kind):
+                if not d.name:
+                    raise ValueError(f"model_desc['{kind}']: a name is empty")
+                for x in d.shape:
+                    if isinstance(x, int) and x < 0:
+                        raise ValueError(f"model_desc['{kind}'] ('{d.name}'): dimension {x} is negative")
         losses = [d.name for d in self.outputs if d.is_loss]
         if len(losses) != 1:
             raise ValueError(f"model_desc['outputs'] must flag exactly one output is_loss=True, got {losses}")
         self.loss = losses[0]
-
-    @staticmethod
-    def _entry(e, kind, i, max_len):
-        where = f"model_desc['{kind}'][{i}]"
-        if not isinstance(e, (tuple, list)) or not 2 <= len(e) <= max_len:
-            raise ValueError(f"{where} must be a tuple (name, shape{', is_loss' if max_len == 3 else ''}), got {e!r}")
-        name, shape = e[0], e[1]
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{where}: the name must be a non-empty string, got {name!r}")
-        if not isinstance(shape, (list, tuple)):
-            raise ValueError(f"{where} ('{name}'): the shape must be a list of ints and strings, got {shape!r}")
-        for d in shape:
-            if isinstance(d, bool) or not isinstance(d, (int, str)) or (isinstance(d, int) and d < 0):
-                raise ValueError(f"{where} ('{name}'): dimension {d!r} is neither a non-negative int nor a string")
-        is_loss = e[2] if len(e) == 3 else False
-        if not isinstance(is_loss, bool):
-            raise ValueError(f"{where} ('{name}'): is_loss must be a bool, got {is_loss!r}")
-        return _Desc(name, shape, is_loss)
 
     @staticmethod
     def check_shape(d, dims, what):
@@ -101,10 +72,14 @@ class _ModelDesc:
             if len(shape) != len(d.shape) or any(isinstance(w, int) and w != g for w, g in zip(d.shape, shape)):
                 raise ValueError(f"input '{d.name}' has shape {shape}, model_desc says {d.shape}")
 
-    def check_against(self, inputs, outputs, shapes=None):
+    def check_against(self, inputs, outputs, shapes=None, allow_unused=False):
         """Names, order and shapes against the ONNX model's graph inputs (non-initializers) and
-        outputs (`shapes`: name -> declared dims or None)."""
+        outputs (`shapes`: name -> declared dims or None). ``allow_unused``: described inputs the
+        graph lacks are accepted (torch.onnx.export drops the inputs forward() does not use;
+        onnxruntime then fed only the graph's)."""
         want = [d.name for d in self.inputs]
+        if allow_unused:
+            want = [n for n in want if n in inputs]
         if want != inputs:
             raise ValueError(f"model_desc['inputs'] names {want} do not match the model's inputs {inputs} "
                              "(same names in the same order)")
@@ -145,7 +120,9 @@ class _CombinedModel:
     """model + loss_fn as one torch module: forward(*inputs, label) -> (loss, *model outputs)."""
 
     @staticmethod
-    def make(model, loss_fn):
+    def make(model, loss_fn, by_name=None):
+        """``by_name``: forward()'s parameter names to pass the model inputs as (keywords), or None
+        (positional)."""
         torch = _torch()
 
         class Combined(torch.nn.Module):
@@ -154,11 +131,59 @@ class _CombinedModel:
                 self.model = model
 
             def forward(self, *inputs):
-                out = self.model(*inputs[:-1])
+                args = inputs[:-1] if loss_fn is not None else inputs
+                out = self.model(**dict(zip(by_name, args))) if by_name else self.model(*args)
+                if loss_fn is None:
+                    return out
                 outs = list(out) if isinstance(out, (tuple, list)) else [out]
                 return (loss_fn(outs[0], inputs[-1]), *outs)
 
         return Combined()
+
+
+class StateDictMismatch(KeyError, RuntimeError):
+    """load_state_dict (strict): the state dict's weights or optimizer states differ from the
+    trainer's (a RuntimeError as onnxruntime raised; a KeyError as onnxtrain raised before)."""
+
+
+class _TrainingSessionView:
+    """``ORTTrainer._training_session``: onnxruntime's training-session state methods over an
+    onnxtrain TrainingSession (other attributes are the session's)."""
+
+    def __init__(self, session, optimizer_name):
+        self._session = session
+        self._optimizer_name = optimizer_name  # onnxruntime's (AdamOptimizer runs as onnxtrain's AdamW)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def get_state(self):
+        """onnxruntime's state tensors: trained weights and optimizer state by onnxruntime's names."""
+        return self._session.get_state()
+
+    def get_model_state(self, include_mixed_precision_weights=False):
+        """``{'full_precision': {weight: array}}`` for the trained weights."""
+        return self._session.get_model_state(include_mixed_precision_weights)
+
+    def get_optimizer_state(self):
+        """``{weight: {'Moment_1': ..., 'Moment_2': ...[, 'Update_Count': int64 [1]]}[,
+        'shared_optimizer_state': {'step': int64 [1]}]}``: Adam's counter per weight, the other
+        optimizers' shared, as onnxruntime 1.13's state dicts."""
+        opt = self._session.get_optimizer_state()
+        shared = opt.pop("shared_optimizer_state", {})
+        step = np.asarray(shared.get("Step", np.array(0, np.int64)), dtype=np.int64).reshape(1)
+        out = {w: dict(states) for w, states in opt.items()}
+        if self._optimizer_name == "AdamOptimizer":
+            for states in out.values():
+                states["Update_Count"] = step.copy()
+        else:
+            out["shared_optimizer_state"] = {"step": step.copy()}
+        return out
+
+    def get_partition_info_map(self):
+        """``{weight: {'original_dim': [...], ...}}`` for weights split across ranks: none here
+        (onnxtrain's state dicts hold every weight whole, ZeRO's optimizer state gathered)."""
+        return {}
 
 
 class ORTTrainer:
@@ -193,9 +218,12 @@ class ORTTrainer:
         self.model_desc = _ModelDesc(model_desc)
         self.loss_fn = loss_fn
         self._train_step_info = TrainStepInfo(optimizer_config=optim_config)
-        self._torch_model = None
+        self._torch_model = None  # what is exported: the user's module, or it wrapped with loss_fn
+        self._user_module = None
+        self._fed = set()  # the graph's inputs: what is fed of model_desc's
         self._onnx_model = None
         self._session = None
+        self._session_override = None  # what ORTTrainer._training_session was assigned
         self._session_scales = False  # the session's loss scaler is options.mixed_precision.loss_scaler's state
         self._pending_state = None
         torch_module = None
@@ -204,9 +232,10 @@ class ORTTrainer:
         except ImportError:  # pragma: no cover - torch is optional
             pass
         if torch_module is not None and isinstance(model, torch_module):
-            self._torch_model = model
-            if loss_fn is not None:
-                self._torch_model = _CombinedModel.make(model, loss_fn)
+            self._torch_model = self._user_module = model
+            by_name = forward_names(model, loss_fn, [d.name for d in self.model_desc.inputs])
+            if loss_fn is not None or by_name:
+                self._torch_model = _CombinedModel.make(model, loss_fn, by_name)
         else:
             if loss_fn is not None:
                 raise ValueError("loss_fn is only supported with a torch.nn.Module model; an ONNX model carries its "
@@ -227,7 +256,7 @@ class ORTTrainer:
         raise TypeError(f"model must be a torch.nn.Module, an onnx.ModelProto, bytes or a path, got "
                         f"{type(model).__name__}")
 
-    def _check_onnx_model(self, model):
+    def _check_onnx_model(self, model, exported=False):
         inits = {i.name for i in model.graph.initializer}
         inputs = [i.name for i in model.graph.input if i.name not in inits]
         outputs = [o.name for o in model.graph.output]
@@ -239,7 +268,8 @@ class ORTTrainer:
             return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
         shapes = {vi.name: dims(vi) for vi in list(model.graph.input) + list(model.graph.output)}
-        self.model_desc.check_against(inputs, outputs, shapes)
+        self.model_desc.check_against(inputs, outputs, shapes, allow_unused=exported)
+        self._fed = set(inputs)
 
     def _export(self, sample_inputs):
         torch = _torch()
@@ -258,10 +288,17 @@ class ORTTrainer:
                           export_params=True, keep_initializers_as_inputs=False)
         import onnx
         model = onnx.load_model_from_string(f.getvalue())
+        wrapped = self._torch_model is not self._user_module
+        if wrapped:
+            strip_export_scope(model, "model")
+        # torch buffers (register_buffer) are not trained: onnxruntime added them to frozen_weights
+        inits = {i.name for i in model.graph.initializer}
+        frozen = self.options.utils.frozen_weights
+        frozen.extend([n for n, _ in self._user_module.named_buffers() if n in inits and n not in frozen])
         post = self.options._internal_use.extra_postprocess
         if post is not None:
             model = post(model)
-        self._check_onnx_model(model)
+        self._check_onnx_model(model, exported=True)
         return model
 
     def _inputs(self, args, kwargs):
@@ -271,6 +308,10 @@ class ORTTrainer:
         if missing:
             raise ValueError(f"missing inputs {missing}")
         return [values[n] for n in names]
+
+    def _feed(self, values):
+        """{name: numpy array} of the model_desc inputs the graph has (see check_against)."""
+        return {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, values) if d.name in self._fed}
 
     @staticmethod
     def _to_numpy(v):
@@ -367,7 +408,7 @@ class ORTTrainer:
             expected = self._torch_model(*sample_inputs)
         expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
         sess = InferenceSession(self._onnx_model.SerializeToString())
-        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, sample_inputs)}
+        feed = self._feed(sample_inputs)
         got = sess.run([d.name for d in self.model_desc.outputs], feed)
         for d, e, g in zip(self.model_desc.outputs, expected, got):
             e = self._to_numpy(e)
@@ -392,7 +433,7 @@ class ORTTrainer:
         lr = self.optim_config.lr
         if self.options.lr_scheduler is not None:
             lr = self.options.lr_scheduler._step(self._train_step_info)[0]
-        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, inputs)}
+        feed = self._feed(inputs)
         feed[self._lr_feed] = np.array([lr], dtype=np.float32)
         names = [d.name for d in self.model_desc.outputs]
         fetches = list(self._train_step_info.fetches or [])
@@ -433,7 +474,7 @@ class ORTTrainer:
         self.model_desc.check_values(inputs)
         if self._session is None:
             self._init_session(inputs)
-        feed = {d.name: self._to_numpy(v) for d, v in zip(self.model_desc.inputs, inputs)}
+        feed = self._feed(inputs)
         names = list(self._train_step_info.fetches or []) or [d.name for d in self.model_desc.outputs]
         return self._wrap(self._session.eval(names, feed))
 
@@ -451,56 +492,96 @@ class ORTTrainer:
             raise ValueError(f"save_as_onnx: '{path}' is not a valid path")
         self._session.export_model(path, [d.name for d in self.model_desc.outputs])
 
+    @property
+    def _training_session(self):
+        """onnxruntime's ``ORTTrainer._training_session``: the training session's state methods
+        (``get_state``, ``get_model_state``, ``get_optimizer_state`` in the layout of state_dict's
+        "optimizer", ``get_partition_info_map``) over this trainer's TrainingSession; None before
+        the first step. Assigning replaces what state_dict reads (onnxruntime's tests assign a
+        mock)."""
+        if self._session_override is not None:
+            return self._session_override
+        return None if self._session is None else _TrainingSessionView(self._session, self.optim_config.name)
+
+    @_training_session.setter
+    def _training_session(self, session):
+        self._session_override = session
+
+    @property
+    def _load_state_dict(self):
+        """What load_state_dict / load_checkpoint hold until the session exists (applied at the
+        first step), as onnxruntime's: a ``functools.partial`` whose ``args[0]`` is the state dict
+        (calling it loads it into the session); None when nothing is held."""
+        if self._pending_state is None:
+            return None
+        import functools
+        state, strict = self._pending_state
+        return functools.partial(self._load_state, state, strict)
+
+    def _job(self):
+        """(world_rank, world_size): the session's job, or the options' before it exists."""
+        if self._session is not None:
+            return int(self._session.world_rank), int(self._session.world_size)
+        d = self.options.distributed
+        return int(d.world_rank), int(d.world_size)
+
     def state_dict(self, pytorch_format=False):
         """The trainer's state: ``{'model': {'full_precision': {w: array}}, 'optimizer': {w: {...}},
-        'trainer_options': {...}, 'train_step_info': {...}}``, or ``{w: torch.Tensor}`` with
-        ``pytorch_format=True``."""
-        if self._session is None:
-            return {}
-        weights = dict(self._session.get_model_state()["full_precision"])
-        frozen = set(self.options.utils.frozen_weights)
+        'trainer_options': {...}, 'train_step_info': {...}}`` (and 'partition_info' with ZeRO or
+        Megatron options, as onnxruntime), or ``{w: torch.Tensor}`` with ``pytorch_format=True``.
+        Before the first step: a UserWarning (onnxruntime's) and the state dict held by
+        load_state_dict, or {}."""
+        sess = self._training_session
+        if sess is None:
+            warnings.warn("ONNX Runtime training session is not initialized yet. Please run train_step or eval_step "
+                          "at least once before calling ORTTrainer.state_dict().", UserWarning)
+            return copy.deepcopy(self._pending_state[0]) if self._pending_state is not None else {}
+        model = {p: dict(ws) for p, ws in sess.get_model_state(include_mixed_precision_weights=False).items()}
+        frozen = [w for w in self.options.utils.frozen_weights if w not in model.get("full_precision", {})]
         if frozen:  # the model's weights, trained or not, so that a torch module loads them all
-            everything = self._session._initializers()
-            weights.update({w: everything[w] for w in frozen if w in everything})
+            if self._session is not None and self._session_override is None:
+                everything = self._session._initializers()
+            else:
+                import onnx.numpy_helper
+                everything = {i.name: onnx.numpy_helper.to_array(i) for i in self._onnx_model.graph.initializer}
+            model.setdefault("full_precision", {}).update({w: everything[w] for w in frozen if w in everything})
         if pytorch_format:
+            d = self.options.distributed
+            if d.deepspeed_zero_optimization.stage > 0:
+                warnings.warn("Incomplete state_dict: ZeRO enabled", UserWarning)
+            if d.horizontal_parallel_size > 1:
+                warnings.warn("Incomplete state_dict: Megatron enabled", UserWarning)
             torch = _torch()
-            return {k: torch.from_numpy(np.array(v)) for k, v in weights.items()}
-        opt = self._session.get_optimizer_state()
-        shared = opt.pop("shared_optimizer_state", {})
-        step = np.asarray(shared.get("Step", np.array(0, np.int64)), dtype=np.int64).reshape(1)
-        optimizer = {}
-        name = self.optim_config.name  # onnxruntime's name (AdamOptimizer runs as onnxtrain's AdamWOptimizer)
-        for w, states in opt.items():
-            optimizer[w] = dict(states)
-            if name == "AdamOptimizer":
-                optimizer[w]["Update_Count"] = step.copy()
-        if name != "AdamOptimizer":
-            optimizer["shared_optimizer_state"] = {"step": step.copy()}
-        return {
-            "model": {"full_precision": dict(weights)},
-            "optimizer": optimizer,
+            return {k: torch.from_numpy(np.array(v)) for k, v in model.get("full_precision", {}).items()}
+        rank, size = self._job()
+        d = self.options.distributed
+        state = {
+            "model": model,
+            "optimizer": sess.get_optimizer_state(),
             "trainer_options": {
                 "mixed_precision": bool(self.options.mixed_precision.enabled),
                 # The session's own job (the launcher fills options left at their defaults).
-                "zero_stage": int(self.options.distributed.deepspeed_zero_optimization.stage)
-                if self._session.world_size > 1 else 0,
-                "world_rank": int(self._session.world_rank),
-                "world_size": int(self._session.world_size),
-                "optimizer_name": name,
-                "data_parallel_size": int(self._session.world_size),
-                "horizontal_parallel_size": int(self.options.distributed.horizontal_parallel_size),
+                "zero_stage": int(d.deepspeed_zero_optimization.stage) if size > 1 else 0,
+                "world_rank": rank,
+                "world_size": size,
+                "optimizer_name": self.optim_config.name,
+                "data_parallel_size": size,
+                "horizontal_parallel_size": int(d.horizontal_parallel_size),
             },
             "train_step_info": {"optimization_step": int(self._train_step_info.optimization_step),
                                 "step": int(self._train_step_info.step)},
         }
+        if d.deepspeed_zero_optimization.stage > 0 or d.horizontal_parallel_size > 1:
+            state["partition_info"] = sess.get_partition_info_map()
+        return state
 
     def load_state_dict(self, state_dict, strict=True):
         """Loads a state_dict() (onnxtrain/onnxruntime format). With ``strict``, keys that differ from
-        this trainer's raise KeyError naming them. Before the first step, it is applied when the model
-        is initialized."""
+        this trainer's raise StateDictMismatch naming them. Before the first step, it is applied when
+        the model is initialized."""
         if not isinstance(state_dict, dict):
             raise TypeError("state_dict must be a dict")
-        if self._session is None:
+        if self._training_session is None:
             self._pending_state = (copy.deepcopy(state_dict), strict)
             tsi = state_dict.get("train_step_info")
             if tsi:  # shown until the session exists, then set there (_load_state)
@@ -511,18 +592,19 @@ class ORTTrainer:
 
     def _load_state(self, state_dict, strict):
         mine = self.state_dict()
+        state_dict = self._from_wrapped_names(state_dict, mine)
+        for top in ("model", "optimizer", "train_step_info"):
+            if top not in state_dict:  # onnxruntime's warning; the rest of the state is loaded
+                warnings.warn(f"Missing key: {top} in state_dict", UserWarning)
         if strict:
             problems = []
-            for top in ("model", "optimizer", "trainer_options", "train_step_info"):
-                if top not in state_dict:
-                    problems.append(f"missing '{top}'")
             got_w = set(state_dict.get("model", {}).get("full_precision", {}))
-            want_w = set(mine["model"]["full_precision"])
-            if got_w != want_w:
+            want_w = set(mine.get("model", {}).get("full_precision", {}))
+            if "model" in state_dict and got_w != want_w:
                 problems.append(f"model.full_precision: missing {sorted(want_w - got_w)}, unexpected {sorted(got_w - want_w)}")
             if "optimizer" in state_dict:
                 got_o = set(state_dict["optimizer"])
-                want_o = set(mine["optimizer"])
+                want_o = set(mine.get("optimizer", {}))
                 if got_o != want_o:
                     problems.append(f"optimizer: missing {sorted(want_o - got_o)}, unexpected {sorted(got_o - want_o)}")
                 for w in got_o & want_o:
@@ -530,16 +612,19 @@ class ORTTrainer:
                     if gk != wk:
                         problems.append(f"optimizer.{w}: missing {sorted(wk - gk)}, unexpected {sorted(gk - wk)}")
             if problems:
-                raise KeyError("load_state_dict (strict): " + "; ".join(problems))
+                raise StateDictMismatch("load_state_dict (strict): " + "; ".join(problems))
+        if self._session is None:  # a session object assigned to _training_session: checked, not written
+            raise NotImplementedError("load_state_dict: the assigned ORTTrainer._training_session is not an "
+                                      "onnxtrain TrainingSession; onnxtrain cannot load a state into it")
         weights = {w: self._to_numpy(v) for w, v in state_dict.get("model", {}).get("full_precision", {}).items()}
         if not strict:
-            weights = {w: v for w, v in weights.items() if w in mine["model"]["full_precision"]}
+            weights = {w: v for w, v in weights.items() if w in mine.get("model", {}).get("full_precision", {})}
         opt, step = {}, None
         for w, states in state_dict.get("optimizer", {}).items():
             if w == "shared_optimizer_state":
                 step = states.get("step")
                 continue
-            if not strict and w not in mine["optimizer"]:
+            if not strict and w not in mine.get("optimizer", {}):
                 continue
             for k, v in states.items():
                 if k == "Update_Count":
@@ -555,6 +640,29 @@ class ORTTrainer:
         if tsi:
             self._session._sess.set_progress(int(tsi["step"]), int(tsi["optimization_step"]))
         self._sync_progress()
+
+    def _from_wrapped_names(self, state_dict, mine):
+        """``state_dict`` of an earlier onnxtrain, whose weights of a torch model trained with a
+        loss_fn were named "model.<w>", renamed to this version's (onnxruntime's) "<w>" when that,
+        and only that, makes it fit this trainer's weights."""
+        if self.loss_fn is None or not isinstance(state_dict.get("model"), dict):
+            return state_dict
+        full = state_dict["model"].get("full_precision")
+        want = set(mine.get("model", {}).get("full_precision", {}))
+        if not isinstance(full, dict) or not full or set(full) == want:
+            return state_dict
+        if not all(isinstance(n, str) and n.startswith("model.") for n in full):
+            return state_dict
+        if {n[len("model."):] for n in full} != want:
+            return state_dict
+
+        def bare(n):
+            return n[len("model."):] if isinstance(n, str) and n.startswith("model.") else n
+
+        out = dict(state_dict, model=dict(state_dict["model"], full_precision={bare(k): v for k, v in full.items()}))
+        if isinstance(state_dict.get("optimizer"), dict):
+            out["optimizer"] = {bare(k): v for k, v in state_dict["optimizer"].items()}
+        return out
 
     def save_checkpoint(self, path, user_dict={}, include_optimizer_states=True):  # noqa: B006 (onnxruntime's signature)
         """Writes state_dict() and ``user_dict`` to ``path`` (refuses to overwrite an existing file),

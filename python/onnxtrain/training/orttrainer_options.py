@@ -5,7 +5,10 @@ filled in, read back as nested attributes (``opts.mixed_precision.enabled``).
 The schema is onnxruntime-training's last one (1.10 - 1.13); where its documentation lists
 ``propagate_cast_ops_config`` keys as ``propagate_cast_ops_strategy`` / ``_level`` / ``_allow``,
 the code read ``strategy`` / ``level`` / ``allow``: both spellings are accepted, stored under the
-short names. A validation failure raises ``ValueError('Invalid options: <key.path>: <reason>; ...')``.
+short names (``graph_transformer.allow_layer_norm_mod_precision``, gone from the schema since
+onnxruntime 1.12, is an unknown field as in 1.13). A validation failure raises onnxruntime's
+``ValueError("Invalid options: {...}")``: its schema validator's nested errors, e.g.
+``{'mixed_precision': [{'enabled': ['must be of boolean type']}]}``.
 
 What onnxtrain does with each option (``OPTION_SUPPORT`` holds the same table;
 ``check_supported`` applies it and the trainer calls it at construction):
@@ -43,7 +46,6 @@ graph_transformer.attn_dropout_recompute            implemented          recompu
 graph_transformer.gelu_recompute                    implemented          gradients bit for bit (docs/memory.md)
 graph_transformer.transformer_layer_recompute       implemented          idem
 graph_transformer.number_recompute_layers           implemented          idem
-graph_transformer.allow_layer_norm_mod_precision    no effect            a permission; onnxtrain keeps full precision
 graph_transformer.propagate_cast_ops_config.*       no effect            moves float16 Casts, which only mixed
   (strategy, level, allow)                                               precision inserts
 utils.frozen_weights                                implemented
@@ -196,7 +198,6 @@ _SCHEMA = _group(
         gelu_recompute=_bool(False),
         transformer_layer_recompute=_bool(False),
         number_recompute_layers=_int(0, min=0),
-        allow_layer_norm_mod_precision=_bool(False),
         propagate_cast_ops_config=_group(
             aliases={"propagate_cast_ops_strategy": "strategy", "propagate_cast_ops_level": "level",
                      "propagate_cast_ops_allow": "allow"},
@@ -251,6 +252,23 @@ def _type_ok(spec, value):
 
 
 _TYPE_WORDS = {"group": "dict", "map": "dict"}
+
+
+def _nested_errors(errors):
+    """'a.b[2].c: reason' entries as onnxruntime's schema validator nested them:
+    {'a': [{'b': [{2: [{'c': ['reason']}]}]}]}."""
+    root = {}
+    for entry in errors:
+        path, _, reason = entry.partition(": ")
+        parts = [int(p[1:-1]) if p.startswith("[") else p for p in re.findall(r"\[\d+\]|[^.\[]+", path)] or ["options"]
+        node = root
+        for part in parts[:-1]:
+            lst = node.setdefault(part, [{}])
+            if not isinstance(lst[-1], dict):
+                lst.append({})
+            node = lst[-1]
+        node.setdefault(parts[-1], []).append(reason)
+    return root
 
 
 def _normalize(spec, value, path, errors):
@@ -351,7 +369,7 @@ class ORTTrainerOptions:
             errors = []
             validated = _normalize(_SCHEMA, options, "", errors)
             if errors:
-                raise ValueError("Invalid options: " + "; ".join(errors))
+                raise ValueError(f"Invalid options: {_nested_errors(errors)}")
         else:
             validated = dict(options)
         self._validated_opts = validated
