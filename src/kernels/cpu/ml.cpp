@@ -1,6 +1,7 @@
-// ai.onnx.ml inference kernels (opsets 1-3): the operators scikit-learn models use once skl2onnx
-// has converted them — ArrayFeatureExtractor, Binarizer, FeatureVectorizer, Imputer, LabelEncoder,
-// LinearClassifier, LinearRegressor, Normalizer, OneHotEncoder, Scaler, SVMClassifier, SVMRegressor.
+// ai.onnx.ml inference kernels (opsets 1-5): the operators scikit-learn models use once skl2onnx
+// has converted them — ArrayFeatureExtractor, Binarizer, FeatureVectorizer, Imputer, LabelEncoder
+// (v1, v2, v4), LinearClassifier, LinearRegressor, Normalizer, OneHotEncoder, Scaler, SVMClassifier,
+// SVMRegressor. The map operators are in ml_map.cpp, the tree ensembles in ml_tree.cpp.
 // Their numbers follow onnxruntime's CPU kernels (what users compare with): inputs are read as
 // float, scores are float, post_transform and the binary-classifier score columns are onnxruntime's
 // (docs/ml-operators.md lists where it departs from ONNX's text). Not differentiable: the autodiff

@@ -1,5 +1,5 @@
 // The post transforms of the ai.onnx.ml operators (linear models, SVMs, tree ensembles), in float
-// as onnxruntime computes them: one definition for every ml kernel file.
+// as onnxruntime computes them, and the kernel factory: one definition for every ml kernel file.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,8 @@
-// ai.onnx.ml tree ensembles (opsets 1 and 3 of ai.onnx.ml), with onnxruntime's semantics:
-//   TreeEnsembleRegressor(X) -> Y float [N, n_targets]
-//   TreeEnsembleClassifier(X) -> (Y labels [N] int64 or string, Z scores float [N, classes])
+// ai.onnx.ml tree ensembles (opsets 1, 3 and 5 of ai.onnx.ml), with onnxruntime's semantics:
+//   TreeEnsembleRegressor(X) -> Y float [N, n_targets]            (opsets 1-4)
+//   TreeEnsembleClassifier(X) -> (Y labels [N] int64 or string, Z scores float [N, classes])  (1-4)
+//   TreeEnsemble(X) -> Y [N, n_targets] of X's type (float, double) (opset 5: compiled into the
+//     regressor's form, plus BRANCH_MEMBER nodes)
 // The attributes are validated and compiled once per kernel (kernels/shape/ml_tree.h: flat node
 // arrays, each leaf's weights contiguous); per plan the nodes are laid out in the threshold type
 // (double for double inputs, float otherwise, as onnxruntime compares). A run walks blocks of rows

@@ -1,5 +1,6 @@
 // Provider-neutral shape logic (src/kernels/shape/: any provider's kernels use it, none copies it).
-// ai.onnx.ml TreeEnsembleRegressor and TreeEnsembleClassifier (opsets 1 and 3 of ai.onnx.ml):
+// ai.onnx.ml TreeEnsembleRegressor and TreeEnsembleClassifier (opsets 1 and 3 of ai.onnx.ml) and
+// TreeEnsemble (opset 5):
 // their attributes read, validated and compiled once into flat arrays (TreeEnsembleSpec), the
 // input check and the output shapes.
 //
