@@ -106,6 +106,14 @@ def test_zipmap_repeated_label_keeps_last_column_and_errors():
         session(bad).run(None, {"X": np.zeros((1, 2), np.float32)})
 
 
+def test_sequence_operator_on_zipmap_output_names_the_map_sequence():
+    nodes = [helper.make_node("ZipMap", ["X"], ["Z"], domain=ML, classlabels_int64s=[0, 1]),
+             helper.make_node("SequenceLength", ["Z"], ["n"], name="len")]
+    m = model(nodes, [("X", F32)], [("n", I64)])
+    with pytest.raises(Exception, match="len.*must be a sequence of tensors, got a sequence of maps"):
+        session(m).run(None, {"X": np.zeros((3, 2), np.float32)})
+
+
 # ---------------------------------------------------------------- map feeds
 def dict_vectorizer_model(vocab, value=F32, key=STR):
     attr = dict(string_vocabulary=vocab) if key == STR else dict(int64_vocabulary=vocab)
