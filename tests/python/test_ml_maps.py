@@ -114,6 +114,22 @@ def test_sequence_operator_on_zipmap_output_names_the_map_sequence():
         session(m).run(None, {"X": np.zeros((3, 2), np.float32)})
 
 
+def test_zipmap_output_as_ortvalue_and_through_iobinding():
+    m = model([helper.make_node("ZipMap", ["X"], ["Z"], domain=ML, classlabels_strings=["n", "y"])], [("X", F32)],
+              [("Z", seq_map_type(STR, F32))])
+    sess = session(m)
+    x = np.array([[0.25, 0.75]], np.float32)
+    (v,) = sess.run_with_ort_values(None, {"X": onnxtrain.OrtValue.ortvalue_from_numpy(x)})
+    assert v.data_type() == "seq(map(string,tensor(float)))" and not v.is_tensor()
+    with pytest.raises(Exception, match="Only OrtValues that are Tensors are convertible to Numpy objects"):
+        v.numpy()
+    binding = sess.io_binding()
+    binding.bind_cpu_input("X", x)
+    binding.bind_output("Z")
+    sess.run_with_iobinding(binding)
+    assert binding.copy_outputs_to_cpu() == [[{"n": 0.25, "y": 0.75}]]
+
+
 # ---------------------------------------------------------------- map feeds
 def dict_vectorizer_model(vocab, value=F32, key=STR):
     attr = dict(string_vocabulary=vocab) if key == STR else dict(int64_vocabulary=vocab)
