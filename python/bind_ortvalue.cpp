@@ -97,6 +97,8 @@ std::string type_string(const Value& v) {
   switch (v.kind) {
     case Value::Kind::kTensor: return dtype_tensor_string(v.tensor.dtype());
     case Value::Kind::kSequence: return "seq(" + dtype_tensor_string(seq_elem(v)) + ")";
+    case Value::Kind::kMap: return map_type_string(v.key, v.elem);
+    case Value::Kind::kMapSequence: return "seq(" + map_type_string(v.key, v.elem) + ")";
     default: break;
   }
   throw_error<InvalidArgument>("this OrtValue holds no value (an empty optional): it has no data type");
@@ -500,6 +502,10 @@ py::object numpy_of(const OrtValueObj& v) {
       for (const Tensor& t : v.value.sequence) l.append(array_from_tensor(anchored(t, v.owner)));
       return l;
     }
+    case Value::Kind::kMap:
+    case Value::Kind::kMapSequence:
+      throw_error<InvalidArgument>("Only OrtValues that are Tensors are convertible to Numpy objects: this one holds ",
+                                   type_string(v.value), " (InferenceSession.run returns maps as dicts)");
     case Value::Kind::kTensor: break;
   }
   const Tensor& t = v.value.tensor;
@@ -715,7 +721,7 @@ void bind_ortvalue(py::module_& m) {
             if (v.value.kind == Value::Kind::kNone)
               throw_error<InvalidArgument>("device_name: this OrtValue holds no value (an empty optional)");
             const Device d = v.value.is_tensor() || v.value.sequence.empty() ? v.value.tensor.device()
-                                                                                : v.value.sequence[0].device();
+                                                                                : v.value.sequence[0].device();  // maps: the CPU
             return ort_device_name(ortdevice_of(d));
           },
           "onnxruntime's name of the device holding the data: 'Cpu' (the Python OrtValue lowercases it).")

@@ -1,6 +1,7 @@
 #include "convert.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "onnxtrain/error.h"
 
@@ -132,7 +133,75 @@ py::object array_from_tensor(Tensor t) {
   return py::array(numpy_dtype(holder->dtype()), shape, holder->raw_data(), owner);
 }
 
+namespace {
+
+std::string python_type_name(py::handle o) { return py::str(py::type::handle_of(o)).cast<std::string>(); }
+
+// One dict as onnxruntime's Python binding reads it: the first key picks the key type (an int or
+// a numpy integer: int64; a str: string, later keys then read through str()), the values are
+// read as float; `key` is that of the earlier dicts of a sequence (kUndefined for the first).
+MapData map_from_dict(const std::string& name, py::handle obj, DType& key) {
+  py::dict d = py::reinterpret_borrow<py::dict>(obj);
+  if (d.size() == 0) throw_error<InvalidArgument>("input '", name, "': Size of dictionary is empty, unable to run the prediction.");
+  if (key == DType::kUndefined) {
+    py::handle first = (*d.begin()).first;
+    if (PyLong_Check(first.ptr()) || (PyNumber_Check(first.ptr()) && !PyUnicode_Check(first.ptr()))) key = DType::kInt64;
+    else if (PyUnicode_Check(first.ptr())) key = DType::kString;
+    else
+      throw_error<InvalidArgument>("Key type must be int or string (not ", python_type_name(first), ") for input '", name, "'.");
+  }
+  const int64_t n = int64_t(d.size());
+  Tensor keys = Tensor::empty(key, {n}), values = Tensor::empty(DType::kFloat32, {n});
+  int64_t k = 0;
+  for (auto [kk, vv] : d) {
+    if (key == DType::kInt64) {
+      const long long i = PyLong_AsLongLong(kk.ptr());
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        throw_error<InvalidArgument>("Unexpected key type  ", python_type_name(kk), ", it cannot be linked to C type int64_t for input '",
+                                     name, "'.");
+      }
+      keys.data<int64_t>()[k] = int64_t(i);
+    } else {
+      keys.data<std::string>()[k] = py::str(kk).cast<std::string>();
+    }
+    double f = 0;
+    if (PyFloat_Check(vv.ptr()) || (PyNumber_Check(vv.ptr()) && !PyUnicode_Check(vv.ptr()))) {
+      f = PyFloat_AsDouble(vv.ptr());
+      if (PyErr_Occurred()) PyErr_Clear(), f = std::nan("");
+    } else {
+      throw_error<InvalidArgument>("Unexpected value type  ", python_type_name(vv), ", it cannot be linked to C type float for input '",
+                                   name, "'.");
+    }
+    values.data<float>()[k++] = float(f);
+  }
+  return make_map(keys, values);
+}
+
+}  // namespace
+
 Value value_from_python(const std::string& name, py::handle obj, std::vector<py::object>& hold) {
+  if (py::isinstance<py::dict>(obj)) {  // map(int64 or string, float), as onnxruntime reads a dict
+    Value v;
+    v.kind = Value::Kind::kMap;
+    v.elem = DType::kFloat32;
+    v.maps.push_back(map_from_dict(name, obj, v.key));
+    return v;
+  }
+  if ((py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) && py::len(obj) > 0 &&
+      py::isinstance<py::dict>(obj[py::int_(0)])) {
+    // A sequence of dicts: seq(map(K, float)), K from the first dict's first key.
+    Value v;
+    v.kind = Value::Kind::kMapSequence;
+    v.elem = DType::kFloat32;
+    for (auto item : obj) {
+      if (!py::isinstance<py::dict>(item))
+        throw_error<InvalidArgument>("input '", name, "' is a sequence of dicts holding a ", python_type_name(item),
+                                     ": give dicts only");
+      v.maps.push_back(map_from_dict(name, item, v.key));
+    }
+    return v;
+  }
   if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
     Value v;
     v.kind = Value::Kind::kSequence;
@@ -144,12 +213,39 @@ Value value_from_python(const std::string& name, py::handle obj, std::vector<py:
   return Value::of(tensor_from_array(name, obj, hold));
 }
 
+py::dict dict_from_map(const MapData& m) {
+  py::dict d;
+  const int64_t n = m.keys.numel();
+  for (int64_t k = 0; k < n; ++k) {
+    py::object key = m.keys.dtype() == DType::kString ? py::object(py::str(m.keys.data<std::string>()[k]))
+                                                      : py::object(py::int_(m.keys.data<int64_t>()[k]));
+    py::object value;
+    switch (m.values.dtype()) {
+      case DType::kFloat32: value = py::float_(m.values.data<float>()[k]); break;
+      case DType::kFloat64: value = py::float_(m.values.data<double>()[k]); break;
+      case DType::kInt64: value = py::int_(m.values.data<int64_t>()[k]); break;
+      case DType::kString: value = py::str(m.values.data<std::string>()[k]); break;
+      default:
+        throw_error<NotImplemented>("a map with ", dtype_name(m.values.dtype()),
+                                    " values (maps hold float, double, int64 or string values)");
+    }
+    d[key] = value;
+  }
+  return d;
+}
+
 py::object value_to_python(Value v) {
   switch (v.kind) {
     case Value::Kind::kTensor: return array_from_tensor(std::move(v.tensor));
     case Value::Kind::kSequence: {
       py::list l;
       for (auto& t : v.sequence) l.append(array_from_tensor(std::move(t)));
+      return l;
+    }
+    case Value::Kind::kMap: return dict_from_map(v.maps.at(0));
+    case Value::Kind::kMapSequence: {  // onnxruntime: a list of dicts
+      py::list l;
+      for (const auto& m : v.maps) l.append(dict_from_map(m));
       return l;
     }
     default: return py::none();

@@ -38,8 +38,15 @@ Tensor strings_from_array(const py::array& arr);
 Tensor tensor_from_array(const std::string& name, py::handle obj, std::vector<py::object>& hold);
 /// The tensor handed to numpy (no copy; bfloat16 becomes float32, strings objects).
 py::object array_from_tensor(Tensor t);
+/// A feed as a Value: a numpy array (tensor), a list or tuple of arrays (sequence), a dict
+/// (map(int64 or string, float), as onnxruntime reads one), a list or tuple of dicts (sequence of
+/// maps), None (nothing).
 Value value_from_python(const std::string& name, py::handle obj, std::vector<py::object>& hold);
+/// An output as Python: arrays, lists of arrays, dicts (maps) and lists of dicts (sequences of
+/// maps) as onnxruntime returns them.
 py::object value_to_python(Value v);
+/// A map as a dict (int or str keys; float, int or str values).
+py::dict dict_from_map(const MapData& m);
 /// A NodeArg's shape: ints, symbols and None.
 py::object shape_list(const NodeArg& a);
 std::vector<std::pair<std::string, Value>> feeds_from_dict(py::dict feed, std::vector<py::object>& hold);

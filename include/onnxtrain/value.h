@@ -1,4 +1,5 @@
-// Value: what flows along a graph edge — a tensor, a sequence of tensors, or nothing.
+// Value: what flows along a graph edge — a tensor, a sequence of tensors, a map, a sequence of
+// maps, or nothing.
 #pragma once
 
 #include <vector>
@@ -7,13 +8,24 @@
 
 namespace onnxtrain {
 
-/// A tensor, a sequence of tensors, or nothing (an absent optional input or an empty optional).
+/// One ONNX map(K, V): `keys` (int64 or string) sorted ascending and unique, as onnxruntime's
+/// std::map holds them, and `values[i]` the value of `keys[i]`; both 1-D of one length.
+struct MapData {
+  Tensor keys;
+  Tensor values;
+};
+
+/// A tensor, a sequence of tensors, a map, a sequence of maps, or nothing (an absent optional
+/// input or an empty optional).
 struct Value {
-  enum class Kind : uint8_t { kNone, kTensor, kSequence };
+  enum class Kind : uint8_t { kNone, kTensor, kSequence, kMap, kMapSequence };
   Kind kind = Kind::kNone;
   Tensor tensor;                   ///< kTensor
   std::vector<Tensor> sequence;    ///< kSequence
-  DType elem = DType::kUndefined;  ///< element type of sequences (also of empty ones)
+  std::vector<MapData> maps;       ///< kMap: exactly one; kMapSequence: one per element
+  /// Element type of sequences (also of empty ones); the value type of maps.
+  DType elem = DType::kUndefined;
+  DType key = DType::kUndefined;  ///< key type of maps (kInt64 or kString)
   bool optional = false;           ///< declared as optional(...) (informational)
 
   static Value of(Tensor t) {
@@ -23,6 +35,14 @@ struct Value {
     return v;
   }
   bool is_tensor() const { return kind == Kind::kTensor; }
+  bool is_map() const { return kind == Kind::kMap || kind == Kind::kMapSequence; }
 };
+
+/// A map from unsorted (key, value) columns (1-D, one length; keys int64 or string): sorted by
+/// key, a repeated key keeping its last value (as assigning into onnxruntime's std::map does).
+MapData make_map(const Tensor& keys, const Tensor& values);
+
+/// onnxruntime's type string of a map: "map(string,tensor(float))".
+std::string map_type_string(DType key, DType value);
 
 }  // namespace onnxtrain

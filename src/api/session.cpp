@@ -53,6 +53,10 @@ std::string ort_type_string(const ir::TypeInfo& t) {
     case ir::TypeInfo::Kind::kTensor: return dtype_tensor_string(t.elem);
     case ir::TypeInfo::Kind::kSequence: return "seq(" + inner + ")";
     case ir::TypeInfo::Kind::kOptional: return "optional(" + inner + ")";
+    case ir::TypeInfo::Kind::kMap: {
+      const std::string k = dtype_tensor_string(t.elem);  // "tensor(string)"
+      return "map(" + k.substr(7, k.size() - 8) + "," + inner + ")";
+    }
     default: return t.to_string();
   }
 }

@@ -27,7 +27,7 @@ std::string TypeInfo::to_string() const {
       break;
     case Kind::kSequence: os << "seq(" << (inner ? inner->to_string() : "?") << ")"; break;
     case Kind::kOptional: os << "optional(" << (inner ? inner->to_string() : "?") << ")"; break;
-    case Kind::kMap: os << "map"; break;
+    case Kind::kMap: os << "map(" << dtype_name(elem) << ", " << (inner ? inner->to_string() : "?") << ")"; break;
     default: os << "unknown";
   }
   return os.str();

@@ -25,14 +25,14 @@ struct Dim {
   bool fixed() const { return value >= 0; }
 };
 
-/// Declared type of a value: tensor (element type, optional shape), sequence or optional.
+/// Declared type of a value: tensor (element type, optional shape), sequence, optional or map.
 struct TypeInfo {
   enum class Kind { kUnknown, kTensor, kSequence, kOptional, kMap, kSparseTensor };
   Kind kind = Kind::kUnknown;
-  DType elem = DType::kUndefined;  ///< tensor element type (kTensor)
+  DType elem = DType::kUndefined;  ///< tensor element type (kTensor); key type (kMap)
   bool has_shape = false;
   std::vector<Dim> dims;
-  std::shared_ptr<TypeInfo> inner;  ///< element type of sequences and optionals
+  std::shared_ptr<TypeInfo> inner;  ///< element type of sequences and optionals; value type of maps
   std::string to_string() const;    ///< "tensor(float)[N, 3]", "seq(tensor(float))"
   static TypeInfo tensor(DType elem, const std::vector<int64_t>& shape);
   static TypeInfo tensor(DType elem);  ///< tensor of unknown shape

@@ -259,7 +259,11 @@ TypeInfo type_from_proto(const onnx::TypeProto& p) {
       t.kind = TypeInfo::Kind::kOptional;
       t.inner = std::make_shared<TypeInfo>(type_from_proto(p.optional_type().elem_type()));
       break;
-    case onnx::TypeProto::kMapType: t.kind = TypeInfo::Kind::kMap; break;
+    case onnx::TypeProto::kMapType:
+      t.kind = TypeInfo::Kind::kMap;
+      t.elem = static_cast<DType>(p.map_type().key_type());
+      t.inner = std::make_shared<TypeInfo>(type_from_proto(p.map_type().value_type()));
+      break;
     default: break;
   }
   return t;
@@ -291,6 +295,10 @@ void type_to_proto(const TypeInfo& t, onnx::TypeProto* p) {
     case TypeInfo::Kind::kOptional:
       if (t.inner) type_to_proto(*t.inner, p->mutable_optional_type()->mutable_elem_type());
       else p->mutable_optional_type();
+      break;
+    case TypeInfo::Kind::kMap:
+      p->mutable_map_type()->set_key_type(static_cast<int>(t.elem));
+      if (t.inner) type_to_proto(*t.inner, p->mutable_map_type()->mutable_value_type());
       break;
     default: break;
   }

@@ -150,6 +150,12 @@ void PrepareContext::set_output_inplace(size_t i, size_t input) {
   outputs_[i].inplace_of = int(input);
 }
 
+void PrepareContext::set_output_maps(size_t i, DType key, DType value, bool sequence) {
+  set_output_sequence(i, value);
+  outputs_[i].kind = sequence ? Value::Kind::kMapSequence : Value::Kind::kMap;
+  outputs_[i].key = key;
+}
+
 void PrepareContext::set_output_sequence(size_t i, DType elem) {
   if (i >= outputs_.size()) fail("internal: output index ", i, " out of range");
   auto& o = outputs_[i];

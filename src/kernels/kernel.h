@@ -124,7 +124,8 @@ class PrepareContext {
  public:
   struct In {
     Value::Kind kind = Value::Kind::kNone;
-    DType dtype = DType::kUndefined;
+    DType dtype = DType::kUndefined;  ///< tensor element type; element type of sequences; value type of maps
+    DType key = DType::kUndefined;    ///< key type of maps
     Shape shape;
     const Value* value = nullptr;  ///< non-null when the value is known now
   };
@@ -132,6 +133,7 @@ class PrepareContext {
     bool requested = false;  ///< the node names this output
     Value::Kind kind = Value::Kind::kTensor;
     DType dtype = DType::kUndefined;
+    DType key = DType::kUndefined;  ///< maps: the key type
     Shape shape;
     bool set = false;
     bool dynamic = false;  ///< shape known only in run(): allocate with RunContext::allocate_output
@@ -152,6 +154,8 @@ class PrepareContext {
   bool has_output(size_t i) const { return i < outputs_.size() && outputs_[i].requested; }
   Value::Kind input_kind(size_t i) const { return i < inputs_.size() ? inputs_[i].kind : Value::Kind::kNone; }
   DType input_dtype(size_t i) const;
+  /// Key type of a map (or sequence of maps) input; kUndefined for other inputs.
+  DType input_key_dtype(size_t i) const { return i < inputs_.size() ? inputs_[i].key : DType::kUndefined; }
   const Shape& input_shape(size_t i) const;
   size_t input_rank(size_t i) const { return input_shape(i).size(); }
   /// The input's tensor when known at this time (constants; every input at run time); else null.
@@ -172,6 +176,9 @@ class PrepareContext {
   void set_output_inplace(size_t i, size_t input);
   /// Sequence output (always dynamic).
   void set_output_sequence(size_t i, DType elem);
+  /// Output that is a map (`sequence` false) or a sequence of maps with int64 or string keys;
+  /// run() fills RunContext::output_value(i).
+  void set_output_maps(size_t i, DType key, DType value, bool sequence);
   /// Scratch memory for run(), carved from the plan's arena.
   /// Refused (naming the node) past the allocation limit.
   void request_workspace(size_t bytes) {

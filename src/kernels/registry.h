@@ -23,6 +23,7 @@ void register_sequence(KernelRegistry& r);      // cpu/sequence.cpp: Sequence*, 
 void register_training(KernelRegistry& r);      // cpu/optimizer_ops.cpp: optimizers, AccumulateGradients, GlobalNormClip, preview-training Adagrad/Momentum/Adam
 void register_ml(KernelRegistry& r);            // cpu/ml.cpp: ai.onnx.ml inference (linear models, SVMs, encoders, scalers)
 void register_collectives(KernelRegistry& r);   // cpu/collective_ops.cpp: GradientReduceStart/Wait (data parallel)
+void register_ml_map(KernelRegistry& r);        // cpu/ml_map.cpp: ai.onnx.ml ZipMap, DictVectorizer, CastMap (map values)
 void register_ml_tree(KernelRegistry& r);       // cpu/ml_tree.cpp: ai.onnx.ml TreeEnsembleRegressor, TreeEnsembleClassifier
 /// Reductions a GradientReduceStart issued that no GradientReduceWait has taken yet (tests: it
 /// stays bounded by the Start nodes alive, whatever runs fail or skip their Wait).

@@ -94,6 +94,7 @@ PrepareContext::In value_info(const Value* v) {
     in.shape = v->tensor.shape();
   } else {
     in.dtype = v->elem;
+    in.key = v->key;
   }
   in.value = v;
   return in;
@@ -508,6 +509,7 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
       Value c = v;
       if (c.kind == Value::Kind::kTensor) c.tensor = c.tensor.clone();
       for (auto& t : c.sequence) t = t.clone();
+      for (auto& m : c.maps) m = MapData{m.keys.clone(), m.values.clone()};
       results[r] = std::move(c);
     }
   }

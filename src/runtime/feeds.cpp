@@ -2,13 +2,46 @@
 
 namespace onnxtrain::runtime {
 
+namespace {
+
+// What a fed value is, for errors.
+std::string describe_kind(const Value& v) {
+  switch (v.kind) {
+    case Value::Kind::kSequence: return "a sequence of tensors (a list or tuple)";
+    case Value::Kind::kMap: return "a map (a dict)";
+    case Value::Kind::kMapSequence: return "a sequence of maps (a list or tuple of dicts)";
+    case Value::Kind::kTensor: return "a tensor";
+    default: return "nothing (None)";
+  }
+}
+
+// A map or sequence-of-maps input: the kind, the key type and the value type must be the declared
+// ones (onnxruntime refuses any other map type at Run).
+void check_map_feed(const ir::ValueInfo& decl, const Value& v) {
+  const auto& t = decl.type;
+  const bool seq = t.kind == ir::TypeInfo::Kind::kSequence;
+  const ir::TypeInfo& m = seq ? *t.inner : t;
+  const DType want_value = m.inner && m.inner->kind == ir::TypeInfo::Kind::kTensor ? m.inner->elem : DType::kUndefined;
+  const std::string want = map_type_string(m.elem, want_value);
+  const std::string want_full = seq ? "seq(" + want + ")" : want;
+  if (v.kind != (seq ? Value::Kind::kMapSequence : Value::Kind::kMap))
+    throw_error<InvalidArgument>("input '", decl.name, "' must be ", seq ? "a sequence of maps " : "a map ", want_full,
+                                 ", got ", describe_kind(v));
+  if (v.key != m.elem || (want_value != DType::kUndefined && v.elem != want_value)) {
+    const std::string got = map_type_string(v.key, v.elem);
+    throw_error<InvalidArgument>("input '", decl.name, "' has type ", seq ? "seq(" + got + ")" : got,
+                                 ", the model expects ", want_full,
+                                 " (a Python dict becomes map(int64 or string, float), as in onnxruntime)");
+  }
+}
+
+}  // namespace
+
 void check_feed(const ir::ValueInfo& decl, const Value& v) {
   const auto& t = decl.type;
   if (t.kind == ir::TypeInfo::Kind::kTensor) {
     if (v.kind != Value::Kind::kTensor)
-      throw_error<InvalidArgument>("input '", decl.name, "' must be a tensor, got ",
-                                   v.kind == Value::Kind::kSequence ? "a sequence of tensors (a list or tuple)"
-                                                                    : "nothing (None)");
+      throw_error<InvalidArgument>("input '", decl.name, "' must be a tensor, got ", describe_kind(v));
     const Tensor& x = v.tensor;
     if (t.elem != DType::kUndefined && x.dtype() != t.elem)
       throw_error<InvalidArgument>("input '", decl.name, "' has element type ", dtype_name(x.dtype()),
@@ -32,6 +65,9 @@ void check_feed(const ir::ValueInfo& decl, const Value& v) {
           throw_error<InvalidArgument>("input '", decl.name, "' has dimension ", x.dim(i), " at axis ", i,
                                        ", the model expects ", t.dims[i].value, " (", t.to_string(), ")");
     }
+  } else if (t.kind == ir::TypeInfo::Kind::kMap ||
+             (t.kind == ir::TypeInfo::Kind::kSequence && t.inner && t.inner->kind == ir::TypeInfo::Kind::kMap)) {
+    check_map_feed(decl, v);
   } else if (t.kind == ir::TypeInfo::Kind::kSequence) {
     if (v.kind != Value::Kind::kSequence)
       throw_error<InvalidArgument>("input '", decl.name, "' must be a sequence of tensors (", t.to_string(), "), got ",

@@ -201,6 +201,7 @@ void bind_inputs(Plan& plan, const GraphIndex& gi, const std::vector<const Value
       s.shape_known = true;
       s.value.kind = v->kind;
       s.value.elem = v->elem;
+      s.value.key = v->key;
       if (v->kind == Value::Kind::kTensor) {
         s.device = v->tensor.device();
         s.value.tensor = Tensor::wrap(v->tensor.dtype(), v->tensor.shape(), nullptr, nullptr, s.device);
@@ -245,6 +246,7 @@ PrepareContext::In in_info(const Slot* s) {
     in.shape = s->value.tensor.shape();
   } else {
     in.dtype = s->value.elem;
+    in.key = s->value.key;
   }
   if (s->state == Slot::State::kConstant) in.value = &s->value;
   return in;

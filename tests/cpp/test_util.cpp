@@ -172,7 +172,8 @@ KernelRun run_kernel(const std::string& op, const std::vector<Tensor>& inputs, c
   auto kernel = create_kernel(n, opsets, eo);
   std::vector<PrepareContext::In> ins(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].defined()) ins[i] = {Value::Kind::kTensor, inputs[i].dtype(), inputs[i].shape(), nullptr};
+    if (inputs[i].defined())
+      ins[i] = {.kind = Value::Kind::kTensor, .dtype = inputs[i].dtype(), .shape = inputs[i].shape(), .value = nullptr};
   PrepareContext ctx(n, opset, eo, ins, opts.num_outputs);
   kernel->prepare(ctx);
 

@@ -1,10 +1,11 @@
 """scikit-learn models converted to ai.onnx.ml nodes as skl2onnx converts them (skl2onnx is not
-installed: the small converter below emits the nodes and attributes its converters emit, with
-zipmap=False: label and probability tensors), run through onnxtrain.InferenceSession and compared
-with scikit-learn's own predict / predict_proba / decision_function / transform."""
+installed: the small converter below emits the nodes and attributes its converters emit; classifiers
+with probabilities as skl2onnx's default zipmap=True writes them: a label tensor and a ZipMap's list
+of {class: probability} dicts), run through onnxtrain.InferenceSession and compared with
+scikit-learn's own predict / predict_proba / decision_function / transform."""
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, TypeProto, helper, numpy_helper
 from sklearn.datasets import load_diabetes, load_digits, load_iris
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LinearRegression, LogisticRegression, Ridge
@@ -130,11 +131,25 @@ DIGITS_X = (DIGITS_X[:300] / 16).astype(np.float32)
 DIGITS_Y = DIGITS_Y[:300]
 
 
-def run_classifier(g, label, scores, x):
-    """Runs a converted classifier with outputs label (int64) and scores (float)."""
+def run_classifier(g, label, scores, x, classes=None):
+    """Runs a converted classifier with outputs label (int64) and scores (float). With `classes`
+    (zipmap=True, skl2onnx's default) the scores go through ZipMap: the run returns them as
+    onnxruntime does, a list of {class: probability} dicts, turned back into an array here after
+    checking that form."""
     g.output(label, TensorProto.INT64)
-    g.output(scores, F32)
-    return g.session().run(None, {"X": x})
+    if classes is None:
+        g.output(scores, F32)
+        return g.session().run(None, {"X": x})
+    zipped = g.node("ZipMap", [scores], classlabels_int64s=[int(c) for c in classes])
+    t = TypeProto()
+    t.sequence_type.elem_type.map_type.key_type = TensorProto.INT64
+    t.sequence_type.elem_type.map_type.value_type.CopyFrom(helper.make_tensor_type_proto(F32, None))
+    g.outputs.append(helper.make_value_info(zipped, t))
+    lab, dicts = g.session().run(None, {"X": x})
+    assert isinstance(dicts, list) and len(dicts) == len(x)
+    assert all(type(d) is dict and list(d) == sorted(int(c) for c in classes) for d in dicts)
+    assert all(type(k) is int and type(v) is float for d in dicts for k, v in d.items())
+    return lab, np.array([[d[int(c)] for c in classes] for d in dicts])
 
 
 def close(actual, expected, rtol=1e-4, atol=1e-4):
@@ -170,7 +185,7 @@ def test_logistic_regression(case):
     model = LogisticRegression(max_iter=3000, multi_class="ovr" if case == "ovr" else "auto")
     quiet(model.fit, x, y)
     g = Graph(x.shape[1])
-    lab, prob = run_classifier(g, *linear_classifier(g, "X", model), x)
+    lab, prob = run_classifier(g, *linear_classifier(g, "X", model), x, classes=model.classes_)
     np.testing.assert_array_equal(lab, model.predict(x))
     close(prob, model.predict_proba(x), atol=1e-5)
 
@@ -198,7 +213,8 @@ def test_svc(kernel, probability, binary):
                 gamma=0.5, coef0=0.1 if kernel != "sigmoid" else -0.5)
     model.fit(SCALED_IRIS, y)
     g = Graph(4)
-    lab, z = run_classifier(g, *svm_classifier(g, "X", model), SCALED_IRIS)
+    lab, z = run_classifier(g, *svm_classifier(g, "X", model), SCALED_IRIS,
+                            classes=model.classes_ if probability else None)
     np.testing.assert_array_equal(lab, model.predict(SCALED_IRIS))
     dec = model.decision_function(SCALED_IRIS)
     if probability:
@@ -320,14 +336,18 @@ def test_label_encoder_strings():
 def test_pipeline_scaler_logistic_regression():
     pipe = quiet(make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit, IRIS_X, IRIS_Y)
     g = Graph(4)
-    lab, prob = run_classifier(g, *linear_classifier(g, scaler(g, "X", pipe[0]), pipe[1]), IRIS_X)
+    lab, prob = run_classifier(g, *linear_classifier(g, scaler(g, "X", pipe[0]), pipe[1]), IRIS_X,
+                               classes=pipe.classes_)
     np.testing.assert_array_equal(lab, pipe.predict(IRIS_X))
     close(prob, pipe.predict_proba(IRIS_X), atol=1e-5)
 
 
-def test_newer_ml_opset_is_refused_naming_operator_and_opset():
+def test_ml_opsets_4_and_5_run_and_newer_is_refused_naming_operator_and_opset():
     model = StandardScaler().fit(IRIS_X)
     g = Graph(4)
     g.output(scaler(g, "X", model), F32)
-    with pytest.raises(Exception, match=r"Scaler.*opset 4"):
-        g.session(ml_opset=4).run(None, {"X": IRIS_X})
+    for opset in (4, 5):
+        (y,) = g.session(ml_opset=opset).run(None, {"X": IRIS_X})
+        close(y, model.transform(IRIS_X), atol=1e-5)
+    with pytest.raises(Exception, match=r"Scaler.*opset 6"):
+        g.session(ml_opset=6).run(None, {"X": IRIS_X})

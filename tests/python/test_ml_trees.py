@@ -1,7 +1,7 @@
 """ai.onnx.ml TreeEnsembleRegressor / TreeEnsembleClassifier on scikit-learn models converted as
 skl2onnx converts them (skl2onnx is not installed: the converter below emits the nodes and
-attributes skl2onnx's tree converters emit, zipmap=False), against scikit-learn's predict and
-predict_proba.
+attributes skl2onnx's tree converters emit, classifiers with skl2onnx's default zipmap=True), against
+scikit-learn's predict and predict_proba.
 
 skl2onnx writes float32 thresholds adjusted so that float32(x) <= t holds exactly when scikit-learn's
 float32(x) <= threshold (a double) does, so labels match exactly; scores are float32 sums.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("sklearn")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, TypeProto, helper, numpy_helper  # noqa: E402
 from sklearn.datasets import make_classification, make_regression  # noqa: E402
 from sklearn.ensemble import (ExtraTreesRegressor, GradientBoostingClassifier,  # noqa: E402
                               GradientBoostingRegressor, RandomForestClassifier, RandomForestRegressor)
@@ -85,8 +85,9 @@ def _labels(attrs, classes):
         attrs["classlabels_int64s"] = [int(c) for c in classes]
 
 
-def convert(est, n_features):
-    """The ONNX model skl2onnx writes for `est` (zipmap=False for classifiers)."""
+def convert(est, n_features, zipmap=True):
+    """The ONNX model skl2onnx writes for `est`; classifiers with zipmap=True (skl2onnx's default)
+    return their probabilities through a ZipMap (a list of {label: probability} dicts)."""
     name = type(est).__name__
     classifier = name.endswith("Classifier")
     attrs = _empty_attrs(classifier)
@@ -116,12 +117,21 @@ def convert(est, n_features):
                                 name="trees", **attrs)
         outputs = [helper.make_tensor_value_info("label", label_type, ["N"]),
                    helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["N", len(est.classes_)])]
+        if zipmap:
+            labels = {k: v for k, v in attrs.items() if k.startswith("classlabels_")}
+            zip_node = helper.make_node("ZipMap", ["probabilities"], ["output_probability"], domain="ai.onnx.ml",
+                                        name="zipmap", **labels)
+            t = TypeProto()
+            t.sequence_type.elem_type.map_type.key_type = label_type
+            t.sequence_type.elem_type.map_type.value_type.CopyFrom(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+            outputs[1] = helper.make_value_info("output_probability", t)
+            node = [node, zip_node]
     else:
         n_targets = getattr(est, "n_outputs_", 1)
         node = helper.make_node("TreeEnsembleRegressor", ["X"], ["variable"], domain="ai.onnx.ml", name="trees",
                                 n_targets=n_targets, **attrs)
         outputs = [helper.make_tensor_value_info("variable", TensorProto.FLOAT, ["N", n_targets])]
-    graph = helper.make_graph([node], name, [X], outputs)
+    graph = helper.make_graph(node if isinstance(node, list) else [node], name, [X], outputs)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
     model.ir_version = 8
     return model
@@ -159,8 +169,19 @@ def test_multi_target_decision_tree():
 
 
 # ---- classifiers
+def _unzip(dicts, classes):
+    """ZipMap's output as onnxruntime returns it (a list of dicts, keys in sorted order, Python
+    floats) checked, then as an array in the order of `classes`."""
+    keys = [c if isinstance(c, str) else int(c) for c in classes]
+    assert isinstance(dicts, list)
+    assert all(type(d) is dict and list(d) == sorted(keys) for d in dicts)
+    assert all(type(v) is float for d in dicts for v in d.values())
+    return np.array([[d[k] for k in keys] for d in dicts], dtype=np.float32).reshape(len(dicts), len(keys))
+
+
 def _check_classifier(est, X):
-    label, proba = _run(convert(est, X.shape[1]), X)
+    label, dicts = _run(convert(est, X.shape[1]), X)
+    proba = _unzip(dicts, est.classes_)
     expected = est.predict_proba(X)
     assert proba.shape == expected.shape and proba.dtype == np.float32
     np.testing.assert_allclose(proba, expected, rtol=1e-5, atol=1e-5)
@@ -196,8 +217,10 @@ def test_one_row_and_empty_batch():
     est = GradientBoostingClassifier(n_estimators=10, max_depth=3, random_state=0).fit(XB, YB)
     model = convert(est, XB.shape[1])
     label, proba = _run(model, XB[:1])
-    np.testing.assert_allclose(proba, est.predict_proba(XB[:1]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_unzip(proba, est.classes_), est.predict_proba(XB[:1]), rtol=1e-5, atol=1e-6)
     label, proba = _run(model, XB[:0])
+    assert label.shape == (0,) and proba == []
+    label, proba = _run(convert(est, XB.shape[1], zipmap=False), XB[:0])  # zipmap=False: the tensor
     assert label.shape == (0,) and proba.shape == (0, 2)
 
 

@@ -40,6 +40,7 @@ class CpuProvider final : public ExecutionProvider {
     register_training(registry_);
     register_collectives(registry_);
     register_ml(registry_);
+    register_ml_map(registry_);
     register_ml_tree(registry_);
     for (const std::string& op : ops::shared_with_microsoft()) registry_.alias(ops::kMicrosoftDomain, ops::kDomain, op);
   }

@@ -1,12 +1,14 @@
-// ai.onnx.ml inference kernels (opsets 1-3): the operators scikit-learn models use once skl2onnx
-// has converted them — ArrayFeatureExtractor, Binarizer, FeatureVectorizer, Imputer, LabelEncoder,
-// LinearClassifier, LinearRegressor, Normalizer, OneHotEncoder, Scaler, SVMClassifier, SVMRegressor.
+// ai.onnx.ml inference kernels (opsets 1-5): the operators scikit-learn models use once skl2onnx
+// has converted them — ArrayFeatureExtractor, Binarizer, FeatureVectorizer, Imputer, LabelEncoder
+// (v1, v2, v4), LinearClassifier, LinearRegressor, Normalizer, OneHotEncoder, Scaler, SVMClassifier,
+// SVMRegressor. The map operators are in ml_map.cpp, the tree ensembles in ml_tree.cpp.
 // Their numbers follow onnxruntime's CPU kernels (what users compare with): inputs are read as
 // float, scores are float, post_transform and the binary-classifier score columns are onnxruntime's
 // (docs/ml-operators.md lists where it departs from ONNX's text). Not differentiable: the autodiff
 // has no rule for them.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -835,34 +837,157 @@ class LabelEncoderKernel final : public Kernel {
   std::optional<Cell> nan_value_;
 };
 
-template <class K>
-KernelFactory make() {
-  return [](const KernelInfo& info) -> std::unique_ptr<Kernel> { return std::make_unique<K>(info); };
-}
+// ---------------------------------------------------------------- LabelEncoder (opset 4)
+/// keys_* / values_* lists or keys_tensor / values_tensor (string, int64, float, double; int16
+/// values), default_tensor or default_* for keys not found; float keys match NaN inputs to a NaN
+/// key. The key/value type pairs are onnxruntime's.
+class LabelEncoder4Kernel final : public Kernel {
+ public:
+  explicit LabelEncoder4Kernel(const KernelInfo& info) {
+    keys_ = read_column(info, "keys");
+    values_ = read_column(info, "values");
+    const DType k = keys_.dtype(), v = values_.dtype();
+    const bool pair_ok = (k == DType::kInt64 && v != DType::kInt16) ||
+                         (k == DType::kString) ||
+                         ((k == DType::kFloat32 || k == DType::kFloat64) &&
+                          (v == k || v == DType::kString || v == DType::kInt64));
+    if (!pair_ok)
+      throw_error<NotImplemented>(info.node().describe(), ": LabelEncoder from ", dtype_name(k), " keys to ",
+                                  dtype_name(v), " values (onnxruntime has no such kernel)");
+    if (keys_.numel() != values_.numel())
+      info.fail("the keys and values attributes have ", keys_.numel(), " and ", values_.numel(),
+                " entries: they must have the same length");
+    for (int64_t i = 0; i < keys_.numel(); ++i) {
+      bool fresh = true;
+      if (k == DType::kString) {
+        fresh = by_string_.emplace(keys_.data<std::string>()[i], i).second;
+      } else if (k == DType::kInt64) {
+        fresh = by_int_.emplace(keys_.data<int64_t>()[i], i).second;
+      } else {
+        const double d = k == DType::kFloat32 ? double(keys_.data<float>()[i]) : keys_.data<double>()[i];
+        if (std::isnan(d)) fresh = nan_ < 0, nan_ = i;
+        else fresh = by_real_.emplace(d, i).second;
+      }
+      if (!fresh) info.fail("key ", i, " is repeated");
+    }
+    default_ = read_default(info, v, k);
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    if (dt != keys_.dtype()) ctx.fail("input is ", dtype_name(dt), " but the keys are ", dtype_name(keys_.dtype()));
+    ctx.set_output(0, values_.dtype(), ctx.input_shape(0));
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t at = lookup(x, i);
+      copy_element(at < 0 ? default_ : values_, at < 0 ? 0 : at, y, i);
+    }
+  }
+
+ private:
+  // A column of keys or values: exactly one of <what>_strings, _int64s, _floats or _tensor.
+  static Tensor read_column(const KernelInfo& info, const std::string& what) {
+    const bool s = info.has_attr(what + "_strings"), i = info.has_attr(what + "_int64s"),
+               f = info.has_attr(what + "_floats");
+    const Tensor* t = info.attr_tensor(what + "_tensor");
+    if (int(s) + int(i) + int(f) + int(t != nullptr) != 1)
+      info.fail("exactly one of ", what, "_strings, ", what, "_int64s, ", what, "_floats and ", what,
+                "_tensor is required");
+    if (t) {
+      const DType dt = t->dtype();
+      if (dt != DType::kString && dt != DType::kInt64 && dt != DType::kFloat32 && dt != DType::kFloat64 &&
+          dt != DType::kInt16)
+        info.fail("attribute ", what, "_tensor is ", dtype_name(dt), " (string, int64, float, double or int16)");
+      return t->reshaped({t->numel()});
+    }
+    if (s) {
+      const auto v = info.attr_strings(what + "_strings", {});
+      Tensor r = Tensor::empty(DType::kString, {int64_t(v.size())});
+      std::copy(v.begin(), v.end(), r.data<std::string>());
+      return r;
+    }
+    if (i) return Tensor::from_vector<int64_t>({int64_t(info.attr_ints(what + "_int64s").size())}, info.attr_ints(what + "_int64s"));
+    const auto v = info.attr_floats(what + "_floats", {});
+    return Tensor::from_vector<float>({int64_t(v.size())}, v);
+  }
+  // One element of the value type: default_tensor, else default_string / default_int64 /
+  // default_float (string, int64 and float values), else onnxruntime's fallback.
+  static Tensor read_default(const KernelInfo& info, DType v, DType k) {
+    if (const Tensor* t = info.attr_tensor("default_tensor")) {
+      if (t->dtype() != v || t->numel() != 1)
+        info.fail("attribute default_tensor must hold one ", dtype_name(v), " (the values' type), got ",
+                  dtype_name(t->dtype()), " ", shape_to_string(t->shape()));
+      return t->reshaped({1});
+    }
+    switch (v) {
+      case DType::kString: {
+        Tensor r = Tensor::empty(DType::kString, {1});
+        r.data<std::string>()[0] = info.attr_string("default_string", "_Unused");
+        return r;
+      }
+      case DType::kInt64: return Tensor::from_vector<int64_t>({1}, {info.attr_int("default_int64", -1)});
+      case DType::kFloat32:
+        return Tensor::from_vector<float>({1}, {info.attr_float("default_float", k == DType::kFloat32 ? -0.f : 0.f)});
+      case DType::kFloat64: return Tensor::from_vector<double>({1}, {-0.0});
+      default: return Tensor::from_vector<int16_t>({1}, {int16_t(-1)});
+    }
+  }
+  int64_t lookup(const Tensor& x, int64_t i) const {
+    auto find = [](const auto& m, const auto& key) -> int64_t {
+      auto it = m.find(key);
+      return it == m.end() ? -1 : it->second;
+    };
+    switch (x.dtype()) {
+      case DType::kString: return find(by_string_, x.data<std::string>()[i]);
+      case DType::kInt64: return find(by_int_, x.data<int64_t>()[i]);
+      default: {
+        const double d = x.dtype() == DType::kFloat32 ? double(x.data<float>()[i]) : x.data<double>()[i];
+        return std::isnan(d) ? nan_ : find(by_real_, d);
+      }
+    }
+  }
+  static void copy_element(const Tensor& from, int64_t at, Tensor& to, int64_t i) {
+    if (from.dtype() == DType::kString) {
+      to.data<std::string>()[i] = from.data<std::string>()[at];
+      return;
+    }
+    const size_t w = dtype_size(from.dtype());
+    std::memcpy(static_cast<char*>(to.raw_data()) + size_t(i) * w, static_cast<const char*>(from.raw_data()) + size_t(at) * w, w);
+  }
+
+  Tensor keys_, values_, default_;
+  std::unordered_map<std::string, int64_t> by_string_;
+  std::unordered_map<int64_t, int64_t> by_int_;
+  std::unordered_map<double, int64_t> by_real_;
+  int64_t nan_ = -1;
+};
 
 }  // namespace
 
 void register_ml(KernelRegistry& r) {
-  // Every operator here is at version 1 of ai.onnx.ml, unchanged through opset 3 (ONNX 1.12),
-  // except LabelEncoder (2: typed keys and values). Opset 4 and later are refused by name.
-  constexpr int64_t kMlMax = 3;
-  r.add(kMlDomain, "ArrayFeatureExtractor", 1, kMlMax, make<ArrayFeatureExtractorKernel>());
-  r.add(kMlDomain, "Binarizer", 1, kMlMax, make<BinarizerKernel>());
-  r.add(kMlDomain, "FeatureVectorizer", 1, kMlMax, make<FeatureVectorizerKernel>());
-  r.add(kMlDomain, "Imputer", 1, kMlMax, make<ImputerKernel>());
+  // Every operator here is at version 1 of ai.onnx.ml, unchanged through opset 5, except
+  // LabelEncoder (2: typed keys and values; 4: tensor attributes, double and int16).
+  constexpr int64_t kMlMax = 5;
+  r.add(kMlDomain, "ArrayFeatureExtractor", 1, kMlMax, ml_factory<ArrayFeatureExtractorKernel>());
+  r.add(kMlDomain, "Binarizer", 1, kMlMax, ml_factory<BinarizerKernel>());
+  r.add(kMlDomain, "FeatureVectorizer", 1, kMlMax, ml_factory<FeatureVectorizerKernel>());
+  r.add(kMlDomain, "Imputer", 1, kMlMax, ml_factory<ImputerKernel>());
   r.add(kMlDomain, "LabelEncoder", 1, 1, [](const KernelInfo& i) -> std::unique_ptr<Kernel> {
     return std::make_unique<LabelEncoderKernel>(i, true);
   });
-  r.add(kMlDomain, "LabelEncoder", 2, kMlMax, [](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+  r.add(kMlDomain, "LabelEncoder", 2, 3, [](const KernelInfo& i) -> std::unique_ptr<Kernel> {
     return std::make_unique<LabelEncoderKernel>(i, false);
   });
-  r.add(kMlDomain, "LinearClassifier", 1, kMlMax, make<LinearClassifierKernel>());
-  r.add(kMlDomain, "LinearRegressor", 1, kMlMax, make<LinearRegressorKernel>());
-  r.add(kMlDomain, "Normalizer", 1, kMlMax, make<NormalizerKernel>());
-  r.add(kMlDomain, "OneHotEncoder", 1, kMlMax, make<OneHotEncoderKernel>());
-  r.add(kMlDomain, "Scaler", 1, kMlMax, make<ScalerKernel>());
-  r.add(kMlDomain, "SVMClassifier", 1, kMlMax, make<SvmClassifierKernel>());
-  r.add(kMlDomain, "SVMRegressor", 1, kMlMax, make<SvmRegressorKernel>());
+  r.add(kMlDomain, "LabelEncoder", 4, kMlMax, ml_factory<LabelEncoder4Kernel>());
+  r.add(kMlDomain, "LinearClassifier", 1, kMlMax, ml_factory<LinearClassifierKernel>());
+  r.add(kMlDomain, "LinearRegressor", 1, kMlMax, ml_factory<LinearRegressorKernel>());
+  r.add(kMlDomain, "Normalizer", 1, kMlMax, ml_factory<NormalizerKernel>());
+  r.add(kMlDomain, "OneHotEncoder", 1, kMlMax, ml_factory<OneHotEncoderKernel>());
+  r.add(kMlDomain, "Scaler", 1, kMlMax, ml_factory<ScalerKernel>());
+  r.add(kMlDomain, "SVMClassifier", 1, kMlMax, ml_factory<SvmClassifierKernel>());
+  r.add(kMlDomain, "SVMRegressor", 1, kMlMax, ml_factory<SvmRegressorKernel>());
 }
 
 }  // namespace onnxtrain::kernels::cpu

@@ -1,6 +1,8 @@
-// ai.onnx.ml tree ensembles (opsets 1 and 3 of ai.onnx.ml), with onnxruntime's semantics:
-//   TreeEnsembleRegressor(X) -> Y float [N, n_targets]
-//   TreeEnsembleClassifier(X) -> (Y labels [N] int64 or string, Z scores float [N, classes])
+// ai.onnx.ml tree ensembles (opsets 1, 3 and 5 of ai.onnx.ml), with onnxruntime's semantics:
+//   TreeEnsembleRegressor(X) -> Y float [N, n_targets]            (opsets 1-4)
+//   TreeEnsembleClassifier(X) -> (Y labels [N] int64 or string, Z scores float [N, classes])  (1-4)
+//   TreeEnsemble(X) -> Y [N, n_targets] of X's type (float, double) (opset 5: compiled into the
+//     regressor's form, plus BRANCH_MEMBER nodes)
 // The attributes are validated and compiled once per kernel (kernels/shape/ml_tree.h: flat node
 // arrays, each leaf's weights contiguous); per plan the nodes are laid out in the threshold type
 // (double for double inputs, float otherwise, as onnxruntime compares). A run walks blocks of rows
@@ -61,6 +63,15 @@ struct FlatEnsemble {
   };
   std::vector<LeqNode> leq;
   std::vector<int32_t> depth;
+  // BRANCH_MEMBER nodes (TreeEnsemble): node i's values are members[first[i], first[i] + count[i]).
+  std::vector<int32_t> member_first, member_count;
+  std::vector<TH> members;
+  bool is_member(size_t i, TH v) const {
+    const TH* m = members.data() + member_first[i];
+    for (int32_t k = 0; k < member_count[i]; ++k)
+      if (v == m[k]) return true;
+    return false;
+  }
 
   explicit FlatEnsemble(const TreeEnsembleSpec& s) : target(s.weight_target), base(s.base_values.begin(), s.base_values.end()) {
     nodes.resize(s.mode.size());
@@ -71,6 +82,9 @@ struct FlatEnsemble {
       if (!leaf && (s.mode[i] != TreeMode::kLeq || s.missing_true[i])) leq_only = false;
     }
     weight.assign(s.weight_value.begin(), s.weight_value.end());
+    member_first = s.member_first;
+    member_count = s.member_count;
+    members.assign(s.member_values.begin(), s.member_values.end());
     if (!leq_only) return;
     leq.resize(nodes.size());
     for (size_t i = 0; i < nodes.size(); ++i) {
@@ -113,6 +127,7 @@ struct FlatEnsemble {
         case TreeMode::kGte: go = v >= n->value; break;
         case TreeMode::kGt: go = v > n->value; break;
         case TreeMode::kEq: go = v == n->value; break;
+        case TreeMode::kMember: go = is_member(size_t(i), v); break;
         default: go = v != n->value; break;
       }
       if (!go && n->missing_true && std::isnan(v)) go = true;
@@ -153,6 +168,8 @@ void write_transformed(const TH* s, int64_t n, PostTransform post, float* z) {
 class TreeEnsembleKernel : public Kernel {
  public:
   TreeEnsembleKernel(const KernelInfo& info, bool classifier) : spec_(info, classifier) {}
+  /// TreeEnsemble (ai.onnx.ml opset 5).
+  TreeEnsembleKernel(const KernelInfo& info, TreeEnsembleSpec::V5 v5) : spec_(info, v5) {}
 
   void prepare(PrepareContext& ctx) override {
     rows_ = spec_.prepare(ctx);
@@ -180,7 +197,10 @@ class TreeEnsembleKernel : public Kernel {
   void evaluate(RunContext& ctx, const FlatEnsemble<TH>& fe, const X* x) {
     const int64_t T = spec_.n_targets, cols = ctx.input(0).shape().back();
     const int64_t trees = int64_t(spec_.roots.size());
-    float* z = spec_.classifier ? (ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr) : ctx.output(0).data<float>();
+    const bool double_out = !spec_.classifier && ctx.output(0).dtype() == DType::kFloat64;  // TreeEnsemble on doubles
+    float* z = spec_.classifier ? (ctx.has_output(1) ? ctx.output(1).data<float>() : nullptr)
+                                : (double_out ? nullptr : ctx.output(0).data<float>());
+    double* zd = double_out ? ctx.output(0).data<double>() : nullptr;
     int64_t* label_i = spec_.classifier && spec_.labels_string.empty() ? ctx.output(0).data<int64_t>() : nullptr;
     std::string* label_s = spec_.classifier && !spec_.labels_string.empty() ? ctx.output(0).data<std::string>() : nullptr;
     const int64_t grain = std::max<int64_t>(1, 8192 / std::max<int64_t>(1, trees));
@@ -198,7 +218,8 @@ class TreeEnsembleKernel : public Kernel {
           TH* s = score.data() + r * T;
           uint8_t* h = has.data() + r * T;
           if (!spec_.classifier) {
-            finalize_regression(fe, s, h, z + (b0 + r) * T);
+            if (zd) finalize_regression(fe, s, h, zd + (b0 + r) * T, zrow.data());
+            else finalize_regression(fe, s, h, z + (b0 + r) * T, zrow.data());
             continue;
           }
           const int64_t k = finalize_classification(fe, s, h, z ? z + (b0 + r) * T : zrow.data());
@@ -239,8 +260,10 @@ class TreeEnsembleKernel : public Kernel {
   }
 
   // Aggregate, base values and post transform of one row's regression scores.
-  template <class TH>
-  void finalize_regression(const FlatEnsemble<TH>& fe, TH* s, const uint8_t* h, float* y) const {
+  // `y` float, or double (TreeEnsemble on doubles: the scores as they are, a post transform computed
+  // in float as for float outputs); `tmp` float scratch of n_targets.
+  template <class TH, class Y>
+  void finalize_regression(const FlatEnsemble<TH>& fe, TH* s, const uint8_t* h, Y* y, float* tmp) const {
     const int64_t T = spec_.n_targets;
     const TH trees = TH(spec_.roots.size());
     const bool has_base = !fe.base.empty();
@@ -252,8 +275,13 @@ class TreeEnsembleKernel : public Kernel {
         default: s[k] = (h[k] ? s[k] : TH(0)) + base; break;
       }
     }
-    if (T == 1) *y = spec_.post == PostTransform::kProbit ? ml_probit(float(s[0])) : float(s[0]);
-    else write_transformed(s, T, spec_.post, y);
+    if (std::is_same_v<Y, double> && (spec_.post == PostTransform::kNone || (T == 1 && spec_.post != PostTransform::kProbit))) {
+      for (int64_t k = 0; k < T; ++k) y[k] = Y(s[k]);
+      return;
+    }
+    if (T == 1) *tmp = spec_.post == PostTransform::kProbit ? ml_probit(float(s[0])) : float(s[0]);
+    else write_transformed(s, T, spec_.post, tmp);
+    for (int64_t k = 0; k < T; ++k) y[k] = Y(tmp[k]);
   }
 
   // Base values, post transform and label of one row's class scores (onnxruntime's rules, binary
@@ -329,10 +357,18 @@ void register_ml_tree(KernelRegistry& r) {
     auto make = [classifier](const KernelInfo& info) -> std::unique_ptr<Kernel> {
       return std::make_unique<TreeEnsembleKernel>(info, classifier);
     };
-    // Opset 3 adds the *_as_tensor attributes (the kernel reads them by the node's opset).
+    // Opset 3 adds the *_as_tensor attributes (the kernel reads them by the node's opset); opset 5
+    // deprecates both for TreeEnsemble (ONNX and onnxruntime refuse them there).
     r.add(domain, op, 1, 2, make);
-    r.add(domain, op, 3, kMaxOpsetAll, make);
+    r.add(domain, op, 3, 4, make);
+    r.add(domain, op, 5, kMaxOpsetAll, [op](const KernelInfo& info) -> std::unique_ptr<Kernel> {
+      info.fail(op, " is deprecated from ai.onnx.ml opset 5 (onnxruntime refuses it there too): use TreeEnsemble, or "
+                "import ai.onnx.ml opset 4 or lower");
+    });
   }
+  r.add(domain, "TreeEnsemble", 5, kMaxOpsetAll, [](const KernelInfo& info) -> std::unique_ptr<Kernel> {
+    return std::make_unique<TreeEnsembleKernel>(info, TreeEnsembleSpec::V5{});
+  });
 }
 
 }  // namespace onnxtrain::kernels::cpu

@@ -1,5 +1,6 @@
 // Provider-neutral shape logic (src/kernels/shape/: any provider's kernels use it, none copies it).
-// ai.onnx.ml TreeEnsembleRegressor and TreeEnsembleClassifier (opsets 1 and 3 of ai.onnx.ml):
+// ai.onnx.ml TreeEnsembleRegressor and TreeEnsembleClassifier (opsets 1 and 3 of ai.onnx.ml) and
+// TreeEnsemble (opset 5):
 // their attributes read, validated and compiled once into flat arrays (TreeEnsembleSpec), the
 // input check and the output shapes.
 //
@@ -20,8 +21,8 @@
 
 namespace onnxtrain::kernels::shape {
 
-/// A node's comparison (LEAF: no comparison).
-enum class TreeMode : uint8_t { kLeq, kLt, kGte, kGt, kEq, kNeq, kLeaf };
+/// A node's comparison (LEAF: no comparison; MEMBER: x equals one of the node's member values).
+enum class TreeMode : uint8_t { kLeq, kLt, kGte, kGt, kEq, kNeq, kLeaf, kMember };
 enum class TreeAggregate : uint8_t { kSum, kAverage, kMin, kMax };
 
 /// The validated, compiled ensemble. Node indices are positions in the attribute arrays; every
@@ -51,6 +52,18 @@ struct TreeEnsembleSpec {
   std::vector<std::string> labels_string;
   bool binary_case = false;          ///< two labels, weights for one class column only
   bool weights_all_positive = true;  ///< no negative class weight
+  // TreeEnsemble (ai.onnx.ml opset 5).
+  bool v5 = false;
+  DType v5_type = DType::kUndefined;  ///< element type of nodes_splits / leaf_weights: X's and Y's
+  std::vector<int32_t> member_first, member_count;  ///< per node: its BRANCH_MEMBER values
+  std::vector<double> member_values;
+
+  /// TreeEnsemble of ai.onnx.ml opset 5: reads and validates its attributes (node arrays with
+  /// true/false children that are nodes or leaves, tree_roots, leaf_targetids/leaf_weights,
+  /// membership_values of the BRANCH_MEMBER nodes, the integer aggregate_function and
+  /// post_transform) into the same compiled form: nodes first, then one LEAF node per leaf.
+  struct V5 {};
+  TreeEnsembleSpec(const KernelInfo& info, V5);
 
   /// Reads and validates the attributes of `info`'s node (a TreeEnsembleRegressor or
   /// TreeEnsembleClassifier); the `*_as_tensor` attributes from ai.onnx.ml opset 3. Fails
@@ -60,7 +73,8 @@ struct TreeEnsembleSpec {
 
   /// Checks input 0 (float, double, int64 or int32, [N, C] or [C]: one row) against the feature
   /// ids and declares the outputs: regressor Y float [N, n_targets]; classifier Y labels [N]
-  /// (int64 or string) and Z float [N, classes]. Returns N.
+  /// (int64 or string) and Z float [N, classes]; TreeEnsemble (v5) Y of X's type (float or
+  /// double, that of its tensor attributes) [N, n_targets]. Returns N.
   int64_t prepare(PrepareContext& ctx) const;
 };
 

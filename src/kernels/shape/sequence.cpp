@@ -12,6 +12,10 @@ const char* seq_kind_text(Value::Kind k) {
       return "a tensor";
     case Value::Kind::kSequence:
       return "a sequence";
+    case Value::Kind::kMap:
+      return "a map";
+    case Value::Kind::kMapSequence:
+      return "a sequence of maps (the sequence operators take sequences of tensors)";
     default:
       return "nothing (absent, or an empty optional)";
   }
