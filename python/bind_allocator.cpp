@@ -61,7 +61,18 @@ void register_cpu(const OrtMemoryInfoObj& info, const ArenaCfgObj* cfg) {
       throw_error<InvalidArgument>("Only CPU devices are supported. Please call CreateAndRegisterAllocatorV2() for "
                                    "other device.");
     if (cfg) check_cfg(*cfg);
-    register_shared_cpu_arena(cfg ? cfg->max_mem : 0);
+    if (cfg) {  // onnxruntime's chunk-level settings: nothing to act on here, said rather than ignored
+      std::string unused;
+      if (cfg->max_dead_bytes_per_chunk != -1) unused += " max_dead_bytes_per_chunk";
+      if (cfg->initial_growth_chunk_size_bytes != -1) unused += " initial_growth_chunk_size_bytes";
+      if (cfg->max_power_of_two_extend_bytes != -1) unused += " max_power_of_two_extend_bytes";
+      const std::string msg = "OrtArenaCfg:" + unused +
+                              " have no effect in onnxtrain: a run borrows the shared arena's block whole (never a "
+                              "split chunk), grown per arena_extend_strategy and initial_chunk_size_bytes";
+      if (!unused.empty() && PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) < 0) throw py::error_already_set();
+    }
+    register_shared_cpu_arena(cfg ? cfg->max_mem : 0, cfg ? cfg->arena_extend_strategy : -1,
+                              cfg && cfg->initial_chunk_size_bytes > 0 ? size_t(cfg->initial_chunk_size_bytes) : 0);
   } catch (const Error& e) {
     throw_error<RuntimeError>("Error when creating and registering allocator: ", e.what());
   }

@@ -11,8 +11,11 @@ namespace onnxtrain {
 /// Registers the process-wide CPU arena. `max_mem` bounds it in bytes (0: unbounded); a run that
 /// would need more fails with RuntimeError naming both sizes. Throws InvalidArgument "An allocator
 /// for this device has already been registered for sharing." when one is registered (onnxruntime's
-/// refusal).
-void register_shared_cpu_arena(size_t max_mem);
+/// refusal). Growth follows onnxruntime's arena settings (OrtArenaCfg): `extend_strategy` 0
+/// (kNextPowerOfTwo, also for -1, the default) grows the arena to the next power of two of what a run
+/// needs (at most `max_mem`), 1 (kSameAsRequested) to exactly that; the first block is at least
+/// `initial_chunk_bytes`.
+void register_shared_cpu_arena(size_t max_mem, int extend_strategy = -1, size_t initial_chunk_bytes = 0);
 
 /// What the shared arena holds now.
 struct SharedArenaStats {

@@ -552,6 +552,22 @@ void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t r
     ~Borrow() { t_borrowing -= on; }
   } borrow(shared != nullptr);
   if (shared && plan.main) plan.main.reset();  // never kept across runs (defensive)
+  if (shared) {
+    // The shared block grows as onnxruntime's arena is configured (extend strategy, initial chunk);
+    // main_frame below then finds it large enough (or refuses a run beyond max_mem).
+    for (const auto& [dev, bytes] : plan.arenas) {
+      const size_t need = arena_align(bytes);
+      auto it = shared->arenas.find(dev);
+      const size_t held = it == shared->arenas.end() ? 0 : it->second.bytes;
+      if (bytes == 0 || held >= need || (shared->max_mem > 0 && need > shared->max_mem)) continue;
+      const size_t target = shared_arena_growth(*shared, need, held);
+      drop_main_frames();
+      ArenaBlock& block = shared->arenas[dev];
+      block = ArenaBlock{};
+      block.memory = allocate_arena(providers_, dev, target);
+      block.bytes = target;
+    }
+  }
   Frame& f = shared ? main_frame(plan, shared->arenas, shared->max_mem) : main_frame(plan, arenas_, 0);
   f.run_index = run_counter_;
   f.scratch.swap(scratch_);  // dynamic steps' workspaces: the executor's, shared like the arenas

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 
 #include "onnxtrain/error.h"
 
@@ -17,11 +18,16 @@ std::shared_ptr<SharedArena>& g_arena = *new std::shared_ptr<SharedArena>();
 
 }  // namespace
 
-void register_shared_cpu_arena(size_t max_mem) {
+void register_shared_cpu_arena(size_t max_mem, int extend_strategy, size_t initial_chunk_bytes) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_arena) throw_error<InvalidArgument>("An allocator for this device has already been registered for sharing.");
+  if (extend_strategy < -1 || extend_strategy > 1)
+    throw_error<InvalidArgument>("arena_extend_strategy must be -1, 0 (kNextPowerOfTwo) or 1 (kSameAsRequested), got ",
+                                 extend_strategy);
   auto a = std::make_shared<SharedArena>();
   a->max_mem = max_mem;
+  a->extend_strategy = extend_strategy;
+  a->initial_chunk_bytes = initial_chunk_bytes;
   g_arena = std::move(a);
 }
 
@@ -31,6 +37,19 @@ std::shared_ptr<SharedArena> registered_shared_arena() {
 }
 
 void count_arena_bytes(int64_t delta) { g_live_arena_bytes += delta; }
+
+size_t shared_arena_growth(const SharedArena& a, size_t need, size_t held) {
+  size_t target = need;
+  if (held == 0) target = std::max(target, a.initial_chunk_bytes);
+  if (a.extend_strategy != 1) {  // kNextPowerOfTwo
+    size_t p = 1;
+    while (p < target && p <= (SIZE_MAX >> 1)) p <<= 1;
+    target = std::max(target, p);
+  }
+  if (a.max_mem > 0 && target > a.max_mem)  // as far as max_mem allows (need itself fits it)
+    return std::max(need, a.max_mem / runtime::kArenaAlign * runtime::kArenaAlign);
+  return runtime::arena_align(target);
+}
 
 SharedArenaStats shared_cpu_arena_stats() {
   SharedArenaStats s;

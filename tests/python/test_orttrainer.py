@@ -249,6 +249,27 @@ def test_state_dict_schema_and_strict_load():
                                   s["model"]["full_precision"]["fc1.weight"])
 
 
+def test_shared_step_key_as_onnxruntime_files_write_it():
+    """onnxruntime's own state dicts name Lamb's shared counter 'Step' (its docs 'step'): both load."""
+    def lamb():
+        torch.manual_seed(0)
+        return ORTTrainer(MLP(), MLP_DESC, optim.LambConfig(lr=0.01), loss_fn=lambda p, y: F.cross_entropy(p, y),
+                          options=ORTTrainerOptions({"device": {"id": "cpu"}}))
+    t = lamb()
+    for x, y in mlp_batches(3):
+        t.train_step(x, y)
+    s = t.state_dict()
+    assert int(s["optimizer"]["shared_optimizer_state"]["step"][0]) == 3
+    s["optimizer"]["shared_optimizer_state"] = {"Step": np.array([7], np.int64)}
+    del s["train_step_info"]  # onnxtrain's step counter is Lamb's Step: it would set it too
+    other = lamb()
+    x, y = mlp_batches(1)[0]
+    other.eval_step(x, y)
+    with pytest.warns(UserWarning, match="Missing key: train_step_info"):
+        other.load_state_dict(s, strict=True)
+    assert int(other.state_dict()["optimizer"]["shared_optimizer_state"]["step"][0]) == 7
+
+
 # ----------------------------------------------------------------------------------- options
 def test_gradient_accumulation_and_frozen_weights():
     t = make_mlp_trainer({"batch": {"gradient_accumulation_steps": 3},
@@ -306,6 +327,15 @@ def test_onnx_model_input_with_loss_inside(tmp_path):
         tl.backward()
         topt.step()
         assert rel(float(loss), float(tl)) < 1e-4
+    # Fed torch tensors, the ONNX model's trainer returns torch tensors, as onnxruntime's (which
+    # binds torch tensors); the numbers are the same as through numpy.
+    x, y = mlp_batches(6)[5]
+    loss = t.train_step(x, y)
+    tl = F.cross_entropy(ref(x), y)
+    assert isinstance(loss, torch.Tensor) and rel(float(loss), float(tl)) < 1e-4
+    ev = t.eval_step(x, y)
+    assert isinstance(ev, torch.Tensor) and isinstance(t.eval_step(x.numpy(), y.numpy()), np.ndarray)
+    assert float(ev) == float(t.eval_step(x.numpy(), y.numpy()))
     out = tmp_path / "trained.onnx"
     t.save_as_onnx(str(out))
     onnx.checker.check_model(onnx.load(str(out)))

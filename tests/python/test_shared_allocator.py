@@ -77,7 +77,8 @@ def test_arena_cfg_forms_and_validation():
 
 def test_sessions_share_the_registered_arena():
     r = _run("""
-        onnxrt.create_and_register_allocator(cpu_arena, onnxrt.OrtArenaCfg(0, -1, -1, -1))
+        # kSameAsRequested: the block grows to exactly what the larger run needs.
+        onnxrt.create_and_register_allocator(cpu_arena, onnxrt.OrtArenaCfg(0, 1, -1, -1))
         try:
             onnxrt.create_and_register_allocator(cpu_arena, None)
         except RuntimeError as e:
@@ -127,7 +128,7 @@ def test_sessions_share_the_registered_arena():
     assert after_own - before >= a1 + a2
     shared = r["shared"]
     assert shared["registered"] and shared["max_mem"] == 0 and shared["runs"] == 2
-    assert a1 <= shared["arena_bytes"] < a1 + a2
+    assert shared["arena_bytes"] == a1
     assert after_shared - after_own == shared["arena_bytes"]
     assert r["threads"] == [[], 0]
     assert r["runs"] == 62
@@ -184,3 +185,44 @@ def test_registration_refusals():
     assert r["registered_after_refusals"] is False
     assert r["v2_cpu"] is True
     assert r["own_held"] > 0 and r["shared_bytes"] == 0
+
+
+@pytest.mark.parametrize("cfg,expect", [
+    ("0, -1, -1, -1", "pow2"),          # the default strategy: kNextPowerOfTwo
+    ("0, 0, -1, -1", "pow2"),
+    ("0, 1, -1, -1", "exact"),          # kSameAsRequested
+    ("0, 1, 1 << 22, -1", "initial"),   # the first block is at least initial_chunk_size_bytes
+    ("out['need'] + 1000, 0, -1, -1", "capped"),  # the power of two would pass max_mem: max_mem
+])
+def test_arena_growth_follows_the_config(cfg, expect):
+    r = _run(f"""
+        (m, a, b) = mlp(500, 0)  # a need that is not a power of two
+        own = session(m, False)
+        x = np.zeros((64, 32), np.float32)
+        own.run(None, {{"x": x}})
+        out["need"] = own.last_run_stats()["arena_bytes"]
+        onnxrt.create_and_register_allocator(cpu_arena, onnxrt.OrtArenaCfg({cfg}))
+        session(m, True).run(None, {{"x": x}})
+        out["bytes"] = onnxrt.shared_allocator_stats()["arena_bytes"]
+    """)
+    need, got = r["need"], r["bytes"]
+    assert need > 0 and need & (need - 1) != 0
+    if expect == "pow2":
+        assert got >= need and got & (got - 1) == 0 and got < 2 * need
+    elif expect == "exact":
+        assert got == need
+    elif expect == "initial":
+        assert got == 1 << 22
+    else:
+        assert got == (need + 1000) // 64 * 64 and got < 2 * need
+
+
+def test_max_dead_bytes_per_chunk_warns_it_has_no_effect():
+    r = _run("""
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            onnxrt.create_and_register_allocator(cpu_arena, onnxrt.OrtArenaCfg(0, -1, -1, 1024))
+        out["warnings"] = [str(x.message) for x in w]
+    """)
+    assert any("max_dead_bytes_per_chunk have no effect" in m for m in r["warnings"])

@@ -11,6 +11,7 @@ for a torch model, numpy arrays otherwise; one output is returned alone, as onnx
 import copy
 import io
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -417,11 +418,18 @@ class ORTTrainer:
                                    f"the torch model (max abs difference {np.max(np.abs(e - g)) if e.shape == g.shape else 'shape'})")
 
     # ------------------------------------------------------------------ steps
-    def _wrap(self, results):
-        if self._torch_model is not None:
+    def _wrap(self, results, inputs=()):
+        """The outputs as onnxruntime's ORTTrainer returns them: torch tensors for a torch model or
+        torch inputs (an ONNX model fed numpy arrays gets numpy arrays); one output alone."""
+        if self._torch_model is not None or any(self._is_tensor(v) for v in inputs):
             torch = _torch()
-            results = [torch.from_numpy(np.asarray(r)) for r in results]
+            results = [torch.from_numpy(np.array(r)) for r in results]
         return results[0] if len(results) == 1 else results
+
+    @staticmethod
+    def _is_tensor(v):
+        torch = sys.modules.get("torch")
+        return torch is not None and isinstance(v, torch.Tensor)
 
     def train_step(self, *args, **kwargs):
         """One training step (an optimizer update every ``batch.gradient_accumulation_steps`` steps);
@@ -460,7 +468,7 @@ class ORTTrainer:
         else:
             self._train_step_info.all_finite = bool(all(np.all(np.isfinite(r)) for r in results
                                                         if isinstance(r, np.ndarray) and r.dtype.kind == "f"))
-        return self._wrap(results)
+        return self._wrap(results, inputs)
 
     def _sync_progress(self):
         """TrainStepInfo's step and optimization_step are the session's counters (its step driver
@@ -476,7 +484,7 @@ class ORTTrainer:
             self._init_session(inputs)
         feed = self._feed(inputs)
         names = list(self._train_step_info.fetches or []) or [d.name for d in self.model_desc.outputs]
-        return self._wrap(self._session.eval(names, feed))
+        return self._wrap(self._session.eval(names, feed), inputs)
 
     # ------------------------------------------------------------------ persistence
     def _require_session(self, what):
@@ -609,6 +617,8 @@ class ORTTrainer:
                     problems.append(f"optimizer: missing {sorted(want_o - got_o)}, unexpected {sorted(got_o - want_o)}")
                 for w in got_o & want_o:
                     gk, wk = set(state_dict["optimizer"][w]), set(mine["optimizer"][w])
+                    if w == "shared_optimizer_state":  # onnxruntime's own files say 'Step', its docs 'step'
+                        gk = {"step" if k == "Step" else k for k in gk}
                     if gk != wk:
                         problems.append(f"optimizer.{w}: missing {sorted(wk - gk)}, unexpected {sorted(gk - wk)}")
             if problems:
@@ -622,7 +632,7 @@ class ORTTrainer:
         opt, step = {}, None
         for w, states in state_dict.get("optimizer", {}).items():
             if w == "shared_optimizer_state":
-                step = states.get("step")
+                step = states.get("step", states.get("Step"))
                 continue
             if not strict and w not in mine.get("optimizer", {}):
                 continue
