@@ -81,7 +81,7 @@ def _to_trainer_state(flat):
     state = {"model": {"full_precision": {k: _numpy(v) for k, v in split["fp32_param"].items()}}, "optimizer": {}}
     for k, v in split["optimizer"].items():
         if k == "Step":
-            state["optimizer"]["shared_optimizer_state"] = {"step": _numpy(v)}
+            state["optimizer"]["shared_optimizer_state"] = {"Step": _numpy(v)}
             continue
         prefix = next(p for p in _OPTIMIZER_PREFIXES if k.startswith(p))
         state["optimizer"].setdefault(k[len(prefix):], {})[prefix[:-1]] = _numpy(v)

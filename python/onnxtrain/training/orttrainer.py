@@ -168,7 +168,7 @@ class _TrainingSessionView:
 
     def get_optimizer_state(self):
         """``{weight: {'Moment_1': ..., 'Moment_2': ...[, 'Update_Count': int64 [1]]}[,
-        'shared_optimizer_state': {'step': int64 [1]}]}``: Adam's counter per weight, the other
+        'shared_optimizer_state': {'Step': int64 [1]}]}``: Adam's counter per weight, the other
         optimizers' shared, as onnxruntime 1.13's state dicts."""
         opt = self._session.get_optimizer_state()
         shared = opt.pop("shared_optimizer_state", {})
@@ -178,7 +178,7 @@ class _TrainingSessionView:
             for states in out.values():
                 states["Update_Count"] = step.copy()
         else:
-            out["shared_optimizer_state"] = {"step": step.copy()}
+            out["shared_optimizer_state"] = {"Step": step.copy()}
         return out
 
     def get_partition_info_map(self):
@@ -243,6 +243,9 @@ class ORTTrainer:
                                  "loss (flag it is_loss=True in model_desc['outputs'])")
             self._onnx_model = self._load_onnx(model)
             self._check_onnx_model(self._onnx_model)
+            # An ONNX model needs no sample input: its session is made now, as onnxruntime's
+            # constructor makes it (state_dict() holds every initializer before the first step).
+            self._init_session(None)
 
     # ------------------------------------------------------------------ model preparation
     @staticmethod
@@ -617,8 +620,8 @@ class ORTTrainer:
                     problems.append(f"optimizer: missing {sorted(want_o - got_o)}, unexpected {sorted(got_o - want_o)}")
                 for w in got_o & want_o:
                     gk, wk = set(state_dict["optimizer"][w]), set(mine["optimizer"][w])
-                    if w == "shared_optimizer_state":  # onnxruntime's own files say 'Step', its docs 'step'
-                        gk = {"step" if k == "Step" else k for k in gk}
+                    if w == "shared_optimizer_state":  # onnxruntime writes 'Step', its docs say 'step'
+                        gk, wk = ({"Step" if k == "step" else k for k in keys} for keys in (gk, wk))
                     if gk != wk:
                         problems.append(f"optimizer.{w}: missing {sorted(wk - gk)}, unexpected {sorted(gk - wk)}")
             if problems:
@@ -632,7 +635,7 @@ class ORTTrainer:
         opt, step = {}, None
         for w, states in state_dict.get("optimizer", {}).items():
             if w == "shared_optimizer_state":
-                step = states.get("step", states.get("Step"))
+                step = states.get("Step", states.get("step"))
                 continue
             if not strict and w not in mine.get("optimizer", {}):
                 continue
