@@ -15,6 +15,7 @@ namespace onnxtrain {
 
 struct PartialRunState::Impl {
   runtime::PartialRun run;  // knows the executor (by id, never by address) that ran its forward part
+  std::vector<Shape> feed_shapes;  // of the forward feeds, for the check of their gradients' shapes
 };
 
 PartialRunState::PartialRunState() : impl_(std::make_unique<Impl>()) {}
@@ -30,6 +31,9 @@ struct TrainingAgent::Impl {
   std::vector<size_t> feed_pos;           // executor input position of each fw feed
   std::vector<std::string> forward_outputs;
   std::vector<size_t> differentiable;
+  // bw fetch k is the gradient of forward feed grad_of[k] (onnxruntime's '<input>_grad' name), or npos.
+  std::vector<size_t> grad_of;
+  std::vector<std::string> bw_fetches;
 };
 
 namespace {
@@ -106,6 +110,13 @@ TrainingAgent::TrainingAgent(InferenceSession& session, std::vector<std::string>
   for (size_t i = 0; i < num_declared; ++i)
     if (!fed[i] && !impl_->exec->input_has_default(i))
       throw_error<InvalidArgument>("TrainingAgent: fw_feed_names misses the input '", g.inputs[i].name, "'");
+  for (const auto& f : bw_fetches_names) {
+    size_t of = std::string::npos;
+    for (size_t k = 0; k < fw_feed_names.size(); ++k)
+      if (f == fw_feed_names[k] + "_grad") of = k;
+    impl_->grad_of.push_back(of);
+  }
+  impl_->bw_fetches = bw_fetches_names;
 }
 
 TrainingAgent::~TrainingAgent() = default;
@@ -122,9 +133,22 @@ std::vector<Value> TrainingAgent::run_forward(const std::vector<const Value*>& f
   std::vector<const Value*> ins(a.exec->input_names().size(), nullptr);
   for (size_t k = 0; k < feeds.size(); ++k) {
     if (!feeds[k]) throw_error<InvalidArgument>("TrainingAgent.run_forward: feed '", a.feed_decls[k].name, "' is empty");
-    runtime::check_feed(a.feed_decls[k], *feeds[k]);
+    // As onnxruntime's partial run, the dimensions are not compared with the declared ones (the step
+    // is planned for the shapes given; kernels check what they need). The rank is: the gradient
+    // graph was derived for it, and a feed of another rank would get gradients of other shapes.
+    const ir::ValueInfo& decl = a.feed_decls[k];
+    runtime::check_feed(decl, *feeds[k], /*check_shape=*/false);
+    if (decl.type.kind == ir::TypeInfo::Kind::kTensor && decl.type.has_shape &&
+        feeds[k]->kind == Value::Kind::kTensor && feeds[k]->tensor.rank() != decl.type.dims.size())
+      throw_error<InvalidArgument>("TrainingAgent.run_forward: feed '", decl.name, "' has rank ",
+                                   feeds[k]->tensor.rank(), " (shape ", shape_to_string(feeds[k]->tensor.shape()),
+                                   "); the training graph was built for rank ", decl.type.dims.size(), " (",
+                                   decl.type.to_string(), "): build it for this input's shape "
+                                   "(OrtModuleGraphBuilder.build(input_shapes))");
     ins[a.feed_pos[k]] = feeds[k];
   }
+  state.impl_->feed_shapes.clear();
+  for (const Value* f : feeds) state.impl_->feed_shapes.push_back(f->kind == Value::Kind::kTensor ? f->tensor.shape() : Shape{});
   TerminateScope scope(run_options);
   std::vector<Value> results;
   a.exec->run_forward(ins, a.request, state.impl_->run, results);
@@ -144,7 +168,21 @@ std::vector<Value> TrainingAgent::run_backward(const std::vector<const Value*>& 
     if (!grads[k]) throw_error<InvalidArgument>("TrainingAgent.run_backward: gradient ", k, " is empty");
   TerminateScope scope(run_options);
   std::vector<Value> results;
+  const std::vector<Shape> fed = std::move(state.impl_->feed_shapes);
   impl_->exec->run_backward(state.impl_->run, grads, results);
+  // A gradient graph derived for the declared shapes may decide broadcasting reductions from them:
+  // fed other dimensions, an input's gradient of another shape than the input says so.
+  for (size_t k = 0; k < results.size() && k < impl_->grad_of.size(); ++k) {
+    const size_t of = impl_->grad_of[k];
+    if (of == std::string::npos || of >= fed.size() || results[k].kind != Value::Kind::kTensor) continue;
+    if (results[k].tensor.shape() != fed[of])
+      throw_error<InvalidArgument>("TrainingAgent.run_backward: the gradient '", impl_->bw_fetches[k],
+                                   "' has shape ", shape_to_string(results[k].tensor.shape()), " but its input '",
+                                   impl_->feed_decls[of].name, "' was fed with shape ", shape_to_string(fed[of]),
+                                   ": the training graph was built for the declared shapes (",
+                                   impl_->feed_decls[of].type.to_string(), "); build it for these shapes "
+                                   "(OrtModuleGraphBuilder.build(input_shapes))");
+  }
   return results;
 }
 

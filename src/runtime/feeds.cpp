@@ -37,7 +37,7 @@ void check_map_feed(const ir::ValueInfo& decl, const Value& v) {
 
 }  // namespace
 
-void check_feed(const ir::ValueInfo& decl, const Value& v) {
+void check_feed(const ir::ValueInfo& decl, const Value& v, bool check_shape) {
   const auto& t = decl.type;
   if (t.kind == ir::TypeInfo::Kind::kTensor) {
     if (v.kind != Value::Kind::kTensor)
@@ -55,7 +55,7 @@ void check_feed(const ir::ValueInfo& decl, const Value& v) {
           throw_error<InvalidArgument>("input '", decl.name, "' is a bool tensor holding the byte ", int(b[i]),
                                        " at flat position ", i, "; bools must be 0 or 1");
     }
-    if (t.has_shape) {
+    if (check_shape && t.has_shape) {
       if (x.rank() != t.dims.size())
         throw_error<InvalidArgument>("input '", decl.name, "' has rank ", x.rank(), " (shape ",
                                      shape_to_string(x.shape()), "), the model expects rank ", t.dims.size(), " (",

@@ -10,8 +10,10 @@
 
 namespace onnxtrain::runtime {
 
-/// Checks a feed against its declared type; throws InvalidArgument naming the input.
-void check_feed(const ir::ValueInfo& decl, const Value& v);
+/// Checks a feed against its declared type; throws InvalidArgument naming the input. With
+/// check_shape false a tensor's rank and dimensions are not compared with the declaration (a
+/// TrainingAgent's partial run, as onnxruntime's, plans for the shapes it is given).
+void check_feed(const ir::ValueInfo& decl, const Value& v, bool check_shape = true);
 /// "a, b, c": the valid names an unknown-name error lists.
 std::string join_names(const std::vector<std::string>& names);
 

@@ -408,6 +408,57 @@ def test_agent_gradient_shapes_follow_full_shape_outputs():
             a.backward([np.asarray(g) for g in grads], state)
 
 
+def test_agent_feeds_of_other_dimensions():
+    # onnxruntime's partial run (InferenceSession::PartialRun) does not compare feeds with the declared
+    # inputs: a graph built for X [2, 5] runs a batch of 3, planned for the shapes given.
+    rng = np.random.default_rng(12)
+    model, w = _mlp(rng)
+    a = _Agent(_build(model, _config(sorted(w)), [[2, 5]]))
+    assert a.sess.get_inputs()[0].shape == [2, 5]
+    weights = [w[k] for k in sorted(w)]
+    for batch in (3, 2, 7):
+        x = rng.standard_normal((batch, 5)).astype(np.float32)
+        dy = rng.standard_normal((batch, 3)).astype(np.float32)
+        (y,), state = a.forward([x] + weights)
+        got = a.backward([dy], state)
+        want_y, want_dx, want = _reference(x, w, dy)
+        _close(y, want_y)
+        _close(got["X_grad"], want_dx)
+        for k in w:
+            _close(got[k + "_grad"], want[k])
+    # The gradient graph was derived for rank 2: another rank is refused before anything runs.
+    with pytest.raises(C.InvalidArgument, match="feed 'X' has rank 3.*built for rank 2"):
+        a.forward([np.zeros((1, 2, 5), np.float32)] + weights)
+    # What the kernels cannot compute fails in the kernel, naming the node (onnxruntime's too).
+    with pytest.raises(C.InvalidArgument, match="MatMul"):
+        a.forward([np.zeros((2, 6), np.float32)] + weights)
+
+
+def test_agent_refuses_gradients_shaped_unlike_their_input():
+    # Built for X, Z [2, 5], the gradient graph reduces no axis for X; fed X [1, 5] (broadcast against
+    # Z) its gradient would be [2, 5]: refused naming both shapes, not returned.
+    w = np.full((1, 5), 0.5, np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["X", "Z"], ["s"]), helper.make_node("Mul", ["s", "W"], ["Y"])], "bcast",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 5]),
+         helper.make_tensor_value_info("Z", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 5])], [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 8
+    a = _Agent(_build(model.SerializeToString(), _config(["W"], inputs=("X", "Z"))))
+    z = np.arange(15, dtype=np.float32).reshape(3, 5)
+    x = np.ones((3, 5), np.float32)
+    (y,), state = a.forward([x, z, w])
+    got = a.backward([np.ones((3, 5), np.float32)], state)
+    _close(y, (x + z) * 0.5)
+    _close(got["X_grad"], np.full((3, 5), 0.5))
+    _close(got["W_grad"], (x + z).sum(0, keepdims=True))
+    (y,), state = a.forward([x[:1], z[:2], w])
+    with pytest.raises(C.InvalidArgument, match=r"'X_grad' has shape \[2, 5\] but its input 'X' was fed with "
+                                                r"shape \[1, 5\]"):
+        a.backward([np.ones((2, 5), np.float32)], state)
+
+
 def test_agent_run_options_terminate():
     rng = np.random.default_rng(10)
     model, w = _mlp(rng)
