@@ -265,9 +265,10 @@ void GraphExecutor::drop_main_frames() {
   if (last_plan_) last_plan_->main.reset();
 }
 
-Frame& GraphExecutor::main_frame(Plan& plan, ArenaSet& arenas, size_t max_mem) {
+Frame& GraphExecutor::main_frame(Plan& plan, ArenaSet& arenas, const SharedArena* shared) {
+  const size_t max_mem = shared ? shared->max_mem : 0;
   bool fits = true;
-  size_t grown = 0;  // the arenas' bytes once grown for this plan
+  size_t grown = 0;  // the arenas' bytes once grown for this plan (at least)
   for (const auto& [dev, bytes] : plan.arenas) {
     auto it = arenas.find(dev);
     if (bytes > 0 && (it == arenas.end() || it->second.bytes < arena_align(bytes))) fits = false;
@@ -284,10 +285,13 @@ Frame& GraphExecutor::main_frame(Plan& plan, ArenaSet& arenas, size_t max_mem) {
     drop_main_frames();
     for (const auto& [dev, bytes] : plan.arenas) {
       ArenaBlock& block = arenas[dev];
-      if (block.bytes >= arena_align(bytes)) continue;
+      const size_t need = arena_align(bytes);
+      if (block.bytes >= need) continue;
+      // The shared block grows as onnxruntime's arena is configured (extend strategy, initial chunk).
+      const size_t size = shared ? shared_arena_growth(*shared, need, block.bytes) : bytes;
       block = ArenaBlock{};
-      block.memory = allocate_arena(providers_, dev, bytes);
-      block.bytes = arena_align(bytes);
+      block.memory = allocate_arena(providers_, dev, size);
+      block.bytes = arena_align(size);
     }
   }
   if (!plan.main) plan.main = make_frame(plan, providers_, &arenas);
@@ -552,23 +556,7 @@ void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t r
     ~Borrow() { t_borrowing -= on; }
   } borrow(shared != nullptr);
   if (shared && plan.main) plan.main.reset();  // never kept across runs (defensive)
-  if (shared) {
-    // The shared block grows as onnxruntime's arena is configured (extend strategy, initial chunk);
-    // main_frame below then finds it large enough (or refuses a run beyond max_mem).
-    for (const auto& [dev, bytes] : plan.arenas) {
-      const size_t need = arena_align(bytes);
-      auto it = shared->arenas.find(dev);
-      const size_t held = it == shared->arenas.end() ? 0 : it->second.bytes;
-      if (bytes == 0 || held >= need || (shared->max_mem > 0 && need > shared->max_mem)) continue;
-      const size_t target = shared_arena_growth(*shared, need, held);
-      drop_main_frames();
-      ArenaBlock& block = shared->arenas[dev];
-      block = ArenaBlock{};
-      block.memory = allocate_arena(providers_, dev, target);
-      block.bytes = target;
-    }
-  }
-  Frame& f = shared ? main_frame(plan, shared->arenas, shared->max_mem) : main_frame(plan, arenas_, 0);
+  Frame& f = shared ? main_frame(plan, shared->arenas, shared) : main_frame(plan, arenas_);
   f.run_index = run_counter_;
   f.scratch.swap(scratch_);  // dynamic steps' workspaces: the executor's, shared like the arenas
   auto finish = [&] {

@@ -141,7 +141,9 @@ class GraphExecutor {
                  std::vector<Value>& results);
   void execute(Plan& plan, Frame& f, int phase, bool bind, bool finish, const std::vector<const Value*>& inputs,
                std::vector<Value>& results);
-  Frame& main_frame(Plan& plan, ArenaSet& arenas, size_t max_mem);
+  // The plan's main frame over `arenas`, growing them first where they are too small: to exactly
+  // what the plan needs, or on the shared arena as its configuration says (within its max_mem).
+  Frame& main_frame(Plan& plan, ArenaSet& arenas, const SharedArena* shared = nullptr);
   void drop_main_frames();
 
   std::shared_ptr<const ir::Graph> graph_;

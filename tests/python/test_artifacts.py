@@ -20,6 +20,7 @@ from onnxtrain import InvalidArgument  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
 from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
 from test_ort_checkpoint import ROOT, adamw_hf, ort_web  # noqa: E402
+from alias_run import run_alias
 
 STEPS = 10
 LR = 0.001
@@ -315,9 +316,7 @@ def test_model_by_path_and_the_alias(tmp_path):
         f"artifacts.generate_artifacts({str(path)!r}, requires_grad=['fc1.weight', 'fc1.bias'],\n"
         "    loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.AdamW,\n"
         f"    artifact_directory={str(out)!r})\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), ) if p)}
-    run = subprocess.run([__import__("sys").executable, "-m", "onnxtrain.ort_alias", str(script)], capture_output=True,
-                         text=True, timeout=300, env=env)
+    run = run_alias(script)
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(os.listdir(out)) == ["checkpoint", "eval_model.onnx", "optimizer_model.onnx", "training_model.onnx"]
 

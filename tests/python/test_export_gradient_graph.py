@@ -1,8 +1,6 @@
 """onnxtrain.training.experimental.export_gradient_graph (onnxruntime-training's tool): the exported
 graph's loss, outputs and gradients against torch autograd, run in onnxtrain; the graph is valid
 ONNX of the default domain only (portable); argument errors."""
-import os
-import subprocess
 import sys
 import textwrap
 
@@ -14,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 import onnxtrain  # noqa: E402
 from onnxtrain.training.experimental import export_gradient_graph  # noqa: E402
+from alias_run import alias_env, run_alias
 
 
 class MLP(torch.nn.Module):
@@ -206,9 +205,7 @@ def test_under_onnxruntime_alias(tmp_path):
             assert np.allclose(outs[n + "_grad"], p.grad.numpy(), rtol=1e-4, atol=1e-6), n
         print("ok", len(outs))
     """))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", str(script), str(tmp_path / "g.onnx")],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = run_alias(script, tmp_path / "g.onnx", env=alias_env(*(p for p in sys.path if p)))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == "ok 6"
 

@@ -8,7 +8,6 @@ onnxruntime-web 1.19.2 itself (onnxruntime's training runtime compiled to WebAss
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ import onnxtrain
 from onnxtrain import _C
 from onnxtrain.training.api import CheckpointState, LinearLRScheduler, Module, Optimizer
 from test_ort_checkpoint import ROOT, adamw_hf, ort_web, write_checkpoint
+from alias_run import run_alias
 
 F32 = TensorProto.FLOAT
 MS = "com.microsoft"
@@ -168,8 +168,7 @@ json.dump({"losses": losses, "eval_loss": float(eval_loss), "output": output.tol
 
 def run_script(tmp_path):
     (tmp_path / "script.py").write_text(SCRIPT)
-    run = subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", str(tmp_path / "script.py"), str(tmp_path)],
-                         capture_output=True, text=True, timeout=300)
+    run = run_alias(tmp_path / "script.py", tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads((tmp_path / "result.json").read_text())
 

@@ -2,37 +2,25 @@
 ``uninstall()``). Every case runs in a fresh interpreter, so that this process's ``sys.modules`` and
 ``sys.meta_path`` stay clean; the scripts report what they see as JSON on stdout."""
 import json
-import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import onnxtrain
+from alias_run import alias_env, run_alias, write_script
 
 NOTICE = "'import onnxruntime' now loads onnxtrain"
 
 
-def _env(*extra_paths):
-    """This process's environment with PYTHONPATH = ``extra_paths``, onnxtrain's, the inherited."""
-    env = dict(os.environ)
-    paths = [str(p) for p in extra_paths] + [os.path.dirname(os.path.dirname(onnxtrain.__file__))]
-    env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in [env.get("PYTHONPATH")] if p])
-    return env
-
-
-def _write(path, source):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(source))
-    return path
+_env = alias_env
+_write = write_script
 
 
 def _alias(args, cwd, env=None, **kwargs):
     """``python3 -m onnxtrain.ort_alias ARGS`` in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", *map(str, args)], cwd=cwd,
-                          env=env or _env(), capture_output=True, text=True, timeout=120, **kwargs)
+    return run_alias(*args, cwd=cwd, env=env, timeout=120, **kwargs)
 
 
 def _plain(args, cwd, env=None):

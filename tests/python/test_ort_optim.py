@@ -3,9 +3,6 @@ groups, mapping onto onnxtrain's optimizers, checked by training against numpy r
 onnxruntime's kernels), ``optim.lr_scheduler`` (against numpy references of onnxruntime's
 formulas), ``amp`` loss scalers (hand-written sequences) and ``TrainStepInfo``."""
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -16,6 +13,7 @@ import onnxtrain
 from onnxtrain.training import amp, optim
 from onnxtrain.training import TrainStepInfo
 from onnxtrain.training.optim import lr_scheduler
+from alias_run import run_alias
 
 INF = float("inf")
 
@@ -721,11 +719,7 @@ def test_onnxruntime_training_script_under_the_alias(tmp_path):
                           optim.LinearWarmupLRScheduler and DynamicLossScaler is amp.DynamicLossScaler,
                           "power": sched.power}))
     """))
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(onnxtrain.__file__))
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", str(script)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = run_alias(script, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"name": "AdamOptimizer", "scaler": 65536.0,
                                                                 "same": True, "power": 0.5}

@@ -3,13 +3,13 @@
 with the trace parsed back, session options and errors. Results are checked against numpy."""
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from alias_run import alias_env, run_alias
 
 
 @pytest.fixture
@@ -37,10 +37,7 @@ def model_path(tmp_path):
 def run_script(tmp_path, body, *args):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(body))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    r = subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", str(script), *map(str, args)],
-                       capture_output=True, text=True, env=env, timeout=300)
+    r = run_alias(script, *args, env=alias_env(*(p for p in sys.path if p)))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stderr.count("onnxruntime alias active") == 1
     return r.stdout

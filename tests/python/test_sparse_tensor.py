@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxtrain as onnxrt
 from onnxtrain.capi.onnxruntime_pybind11_state import OrtValueVector, RunOptions
+from alias_run import run_alias
 
 CPU = onnxrt.OrtDevice.make("cpu", 0)
 
@@ -337,8 +337,7 @@ def test_alias_exposes_the_names(tmp_path):
         "assert PS is SparseTensor and CS is not SparseTensor and F is OrtSparseFormat and A is OrtArenaCfg\n"
         "assert R is create_and_register_allocator\n"
         "print('NAMES OK')\n")
-    r = subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", str(script)], capture_output=True, text=True,
-                       timeout=120)
+    r = run_alias(script, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "NAMES OK" in r.stdout
 

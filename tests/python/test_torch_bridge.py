@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxtrain.capi import _pybind_state as C
 from onnxtrain.torch import ORTModule, ORTModuleExportError
 from onnxtrain.torch._ortmodule import _push, _to_torch
+from alias_run import run_alias
 
 GRAD_RTOL = 1e-5
 
@@ -528,8 +529,6 @@ def test_debug_options_as_onnxruntime(monkeypatch, tmp_path):
 def test_onnxruntime_training_ortmodule_module(tmp_path):
     """``onnxruntime.training.ortmodule`` (onnxtrain.training.ortmodule) serves onnxtrain.torch's
     ORTModule, DebugOptions and LogLevel, also under the onnxruntime alias."""
-    import subprocess
-    import sys
     import onnxtrain.torch
     from onnxtrain.training import ortmodule
     assert (ortmodule.ORTModule, ortmodule.DebugOptions, ortmodule.LogLevel) == \
@@ -544,6 +543,5 @@ def test_onnxruntime_training_ortmodule_module(tmp_path):
         "assert ORTModule is onnxtrain.torch.ORTModule\n"
         "assert torch.allclose(m(x), m.module(x), atol=1e-6)\n"
         "print('ok')\n")
-    r = subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", str(script)], capture_output=True, text=True,
-                       timeout=300)
+    r = run_alias(script)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

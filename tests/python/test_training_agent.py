@@ -2,9 +2,6 @@
 OrtModuleGraphBuilder with its configurations and GraphInfo, TrainingAgent, PartialGraphExecutionState,
 OrtValueCache, GradientGraphBuilder. Gradients are checked against numpy float64 references written
 from the math (and PyTorch's autograd for a two-layer network)."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -15,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxtrain
 from onnxtrain.capi import _pybind_state as C
 from onnxtrain.capi.onnxruntime_inference_collection import InferenceSession
+from alias_run import run_alias
 
 CPU = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
 
@@ -525,10 +523,6 @@ def test_under_the_onnxruntime_alias(tmp_path):
         res = OrtValueVector(); agent.run_backward(grads, res, state)
         print(out[0].numpy().tolist(), res[1].numpy().tolist())
     """))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(onnxtrain.__file__))] +
-                                        [p for p in [env.get("PYTHONPATH")] if p])
-    r = subprocess.run([sys.executable, "-m", "onnxtrain.ort_alias", str(script)], env=env, capture_output=True,
-                       text=True, timeout=120)
+    r = run_alias(script, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[[1.5, 1.5]] [[1.0, 1.0], [2.0, 2.0]]"
