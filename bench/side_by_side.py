@@ -11,6 +11,11 @@ the same weights and see the same batches; the optimizers do the same math, no w
               (hidden 128, 2 heads, ffn 512, GELU, no dropout), seq 128, batch 16, token
               classification (8 classes) cross-entropy, Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8)
   linreg      linear regression, 10 features, batch 1000, MSE, plain SGD (lr 0.01)
+  resnet18    torchvision's ResNet-18 (random weights, BatchNorm in training mode), batch 16 of
+              3x224x224, 1000 classes, cross-entropy, SGD momentum 0.9 (lr 0.01); training only
+  bert-base   one BERT-base encoder layer (post-norm TransformerEncoderLayer: hidden 768, 12 heads,
+              ffn 3072, GELU, no dropout) on float inputs [8, 128, 768] + a token classifier (8
+              classes), cross-entropy, Adam (lr 1e-4); training only
   sklearn-mlp MLPRegressor(hidden_layer_sizes=(50, 10)) on make_regression(1000, 100), batch 15,
               100 epochs of plain SGD: time of the whole fit with scikit-learn's own fit, with
               onnxtrain.sklearn.OrtGradientOptimizer (its epochs run in C++) and with a PyTorch loop
@@ -68,11 +73,14 @@ Run (bench/setup.sh installs OpenBLAS: on Debian's reference BLAS PyTorch and sc
 several times slower and the comparison would flatter onnxtrain):
     bash bench/setup.sh
     PYTHONPATH=build/python /usr/bin/python3 bench/side_by_side.py
-Options: --quick (few steps, one round: for development), --workloads mlp,cnn,bert,linreg,sklearn-mlp,
---threads 1,2, --rounds 3, --no-inference, --precision fp32 (default; bf16, or fp32,bf16 for both),
---out bench/side_by_side.json (default). The full run (fp32) takes 10 to 15 minutes on a 2-core
-machine (more when other work slows PyTorch's 2-thread runs); fp32,bf16 adds the bf16 training of
-mlp, cnn and bert (about 3 to 5 minutes more).
+Options: --quick (few steps, one round: for development), --workloads
+mlp,cnn,bert,linreg,sklearn-mlp,resnet18,bert-base (the default: all), --threads 1,2, --rounds 3,
+--no-inference, --precision fp32 (default; bf16, or fp32,bf16 for both), --out
+bench/side_by_side.json (default). resnet18 and bert-base time at least 5 and 8 steps (the others
+30); resnet18's loss check compares its first 3 losses (from the 4th step on the trajectories part
+as PyTorch's own environments' do, ~1e-3 apart at the 10th: BatchNorm over 16 samples). The full run (fp32) takes 10 to 15 minutes on a 2-core machine without resnet18 and bert-base,
+which add about 25 (more when other work slows PyTorch's 2-thread runs); fp32,bf16 adds the bf16
+training of mlp, cnn and bert (about 3 to 5 minutes more).
 """
 import argparse
 import json
@@ -103,9 +111,23 @@ WORKLOADS = {
     "cnn": dict(batch=64, optimizer="momentum", lr=0.01, steps=(200, 500), quick=(10, 30)),
     "bert": dict(batch=16, optimizer="adam", lr=1e-3, steps=(40, 100), quick=(3, 5)),
     "linreg": dict(batch=1000, optimizer="sgd", lr=0.01, steps=(5000, 10000), quick=(300, 500)),
+    # The large training workloads: a step takes about a second, so fewer timed steps (min_steps).
+    # loss_check: the losses compared (ResNet-18's trajectories part after a few steps: BatchNorm over
+    # 16 samples amplifies rounding, PyTorch's own environments differ by ~1e-3 at the 10th step).
+    "resnet18": dict(batch=16, optimizer="momentum", lr=0.01, steps=(10, 0), quick=(2, 0), min_steps=5,
+                     inference=False, loss_check=3),
+    "bert-base": dict(batch=8, optimizer="adam", lr=1e-4, steps=(20, 0), quick=(2, 0), min_steps=8,
+                      inference=False),
 }
 SKLEARN_MLP = dict(samples=1000, features=100, hidden=(50, 10), batch=15, epochs=100, quick_epochs=10, lr=1e-2)
 BERT = dict(vocab=1000, seq=128, hidden=128, heads=2, ffn=512, layers=2, classes=8)
+BERT_BASE = dict(seq=128, hidden=768, heads=12, ffn=3072, classes=8)
+# ResNet-18's convolutions at 224x224: (input channels, output channels, kernel, output side, count)
+RESNET18_CONVS = [(3, 64, 7, 112, 1),                                          # stem (its input is the data)
+                  (64, 64, 3, 56, 4),                                          # layer1
+                  (64, 128, 3, 28, 1), (64, 128, 1, 28, 1), (128, 128, 3, 28, 3),  # layer2 (+ downsample)
+                  (128, 256, 3, 14, 1), (128, 256, 1, 14, 1), (256, 256, 3, 14, 3),
+                  (256, 512, 3, 7, 1), (256, 512, 1, 7, 1), (512, 512, 3, 7, 3)]
 ADAM = dict(beta1=0.9, beta2=0.999, eps=1e-8)
 MOMENTUM = 0.9
 WARMUP = 5              # untimed steps after the 10 loss steps
@@ -131,6 +153,7 @@ def workload_modes(workload, precisions, inference):
     bf16 = "bf16" in precisions and workload in BF16_WORKLOADS
     if "fp32" not in precisions:
         return ["train", "train-bf16"] if bf16 else []
+    inference = inference and WORKLOADS.get(workload, {}).get("inference", True)
     return ["train"] + (["train-bf16"] if bf16 else []) + (["infer"] if inference else [])
 
 
@@ -269,7 +292,34 @@ def torch_models():
         def forward(self, x, y):
             return ((self.lin(x) - y) ** 2).mean()  # F.mse_loss does not export (opset 17)
 
-    return {"mlp": MLP, "cnn": CNN, "bert": BertTiny, "linreg": LinReg}
+    class ResNet18(nn.Module):
+        def __init__(self):
+            super().__init__()
+            import torchvision  # bench/setup.sh installs it (python3-torchvision)
+            self.net = torchvision.models.resnet18(num_classes=1000)
+
+        def logits(self, x):
+            return self.net(x)
+
+        def forward(self, x, y):
+            return F.cross_entropy(self.net(x), y)
+
+    class BertBaseLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            b = BERT_BASE
+            self.layer = nn.TransformerEncoderLayer(b["hidden"], b["heads"], b["ffn"], dropout=0.0,
+                                                    activation="gelu", batch_first=True)
+            self.head = nn.Linear(b["hidden"], b["classes"])
+
+        def logits(self, x):
+            return self.head(self.layer(x))
+
+        def forward(self, x, labels):
+            return F.cross_entropy(self.logits(x).reshape(-1, BERT_BASE["classes"]), labels.reshape(-1))
+
+    return {"mlp": MLP, "cnn": CNN, "bert": BertTiny, "linreg": LinReg, "resnet18": ResNet18,
+            "bert-base": BertBaseLayer}
 
 
 def gemm_flops(workload):
@@ -295,6 +345,17 @@ def gemm_flops(workload):
         return per_layer * b["layers"] + [(2 * tokens * h * b["classes"], True)]
     if workload == "linreg":
         return [(2 * n * 10, False)]
+    if workload == "resnet18":
+        return [(2 * n * cout * side * side * cin * k * k, cin != 3) for cin, cout, k, side, count in RESNET18_CONVS
+                for _ in range(count)] + [(2 * n * 512 * 1000, True)]
+    if workload == "bert-base":
+        b = BERT_BASE
+        tokens, h = n * b["seq"], b["hidden"]
+        # The first product's input is the data, but it needs no gradient only if nothing else reads
+        # it: the residual reads it too; counted without the input gradient all the same.
+        return [(2 * tokens * h * 3 * h, False), (2 * n * b["seq"] * b["seq"] * h, True),
+                (2 * n * b["seq"] * b["seq"] * h, True), (2 * tokens * h * h, True),
+                (2 * 2 * tokens * h * b["ffn"], True), (2 * tokens * h * b["classes"], True)]
     raise ValueError(workload)
 
 
@@ -324,6 +385,12 @@ def make_batches(workload, seed=0):
         w = rng.standard_normal((10, 1)).astype(np.float32)
         y = x @ w + 0.1 * rng.standard_normal((k, n, 1)).astype(np.float32)
         return x, y.astype(np.float32)
+    if workload == "resnet18":
+        return rng.standard_normal((k, n, 3, 224, 224), np.float32), rng.integers(0, 1000, (k, n))
+    if workload == "bert-base":
+        b = BERT_BASE
+        return (rng.standard_normal((k, n, b["seq"], b["hidden"]), np.float32),
+                rng.integers(0, b["classes"], (k, n, b["seq"])))
     raise ValueError(workload)
 
 
@@ -719,7 +786,7 @@ def git_revision():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few steps, one round (development)")
-    ap.add_argument("--workloads", default="mlp,cnn,bert,linreg,sklearn-mlp")
+    ap.add_argument("--workloads", default="mlp,cnn,bert,linreg,sklearn-mlp,resnet18,bert-base")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=None, help="order-alternating rounds (default 3, --quick 1)")
     ap.add_argument("--no-inference", action="store_true", help="training only")
@@ -801,7 +868,9 @@ def main():
                         for fw, env_name in frameworks:
                             out_file = os.path.join(work, f"{w}.{mode}.{fw}.{env_name}.{t}.{r}.npy")
                             spec = {"kind": "workload", "framework": fw, "workload": w, "mode": mode, "threads": t,
-                                    "steps": steps, "min_steps": min(steps, MIN_TIMED_STEPS), "work": work,
+                                    "steps": steps,
+                                    "min_steps": min(steps, WORKLOADS[w].get("min_steps", MIN_TIMED_STEPS)),
+                                    "work": work,
                                     "output_file": out_file}
                             res = run_child(spec, envs[env_name], t, log)
                             if mode == "infer" and os.path.exists(out_file):
@@ -906,7 +975,8 @@ def summarize(results, gemm, cpu, workloads, threads_list, modes, rounds, quick,
                 # Agreement: the first 10 losses (training) or the first batch's output (inference).
                 elif ours and ref:
                     if mode == "train":
-                        row["max_rel_diff"] = max_rel_diff(ours["losses"], ref["losses"])
+                        k = WORKLOADS[w].get("loss_check", N_BATCHES)
+                        row["max_rel_diff"] = max_rel_diff(ours["losses"][:k], ref["losses"][:k])
                         row["losses_onnxtrain"], row["losses_torch"] = ours["losses"], ref["losses"]
                     elif "output_file" in ours and "output_file" in ref:
                         row["max_rel_diff"] = max_rel_diff(np.load(ours["output_file"]), np.load(ref["output_file"]))
