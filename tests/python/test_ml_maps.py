@@ -309,6 +309,34 @@ def test_label_encoder4_against_onnxruntime_node():
     np.testing.assert_array_equal(y, ref["Y"])  # the default of int64 -> float is 0.0 (float keys: -0.0)
 
 
+
+def test_repeated_keys_and_nan_keys_against_onnxruntime_node():
+    """onnxruntime's encoders take repeated keys (LabelEncoder keeps the first value, OneHotEncoder
+    the last column) and, before LabelEncoder-4, never match a NaN key."""
+    need_ort_node()
+    cases = [
+        (model([helper.make_node("LabelEncoder", ["X"], ["Y"], domain=ML, keys_strings=["a", "b", "a"],
+                                 values_int64s=[1, 2, 3])], [("X", STR)], [("Y", I64)], ml_opset=2),
+         np.array(["a", "b", "c"], dtype=object), [1, 2, -1]),
+        (label_encoder4(I64, I64, keys_int64s=[5, 6, 5], values_int64s=[1, 2, 3]), np.array([5, 6, 7], np.int64),
+         [1, 2, -1]),
+        (model([helper.make_node("LabelEncoder", ["X"], ["Y"], domain=ML, keys_floats=[0.5, float("nan"), -1.0],
+                                 values_floats=[5.0, 6.0, 7.0], default_float=9.0)], [("X", F32)], [("Y", F32)],
+               ml_opset=3),
+         np.array([0.5, np.nan, 2, -1], np.float32), [5, 9, 9, 7]),
+        (label_encoder4(F32, I64, keys_floats=[float("nan"), 1.0, float("nan")], values_int64s=[1, 2, 3]),
+         np.array([np.nan, 1, 2], np.float32), [1, 2, -1]),
+        (model([helper.make_node("OneHotEncoder", ["X"], ["Y"], domain=ML, cats_int64s=[5, 6, 5], zeros=1)],
+               [("X", I64)], [("Y", F32)], ml_opset=1),
+         np.array([5, 6, 6], np.int64), [[0, 0, 1], [0, 1, 0], [0, 1, 0]]),
+    ]
+    for m, x, want in cases:
+        ref, err = ort_node.run(m.SerializeToString(), {"X": x})
+        assert err is None, err
+        np.testing.assert_array_equal(ref["Y"], want)  # the expectation is onnxruntime's
+        (y,) = session(m).run(None, {"X": x})
+        np.testing.assert_array_equal(y, ref["Y"])
+
 def test_label_encoder4_malformed():
     m = label_encoder4(STR, I64, keys_strings=["a", "b"], values_int64s=[1])
     with pytest.raises(Exception, match="le.*have 2 and 1 entries: they must have the same length"):

@@ -663,10 +663,9 @@ class OneHotEncoderKernel final : public Kernel {
     if (zeros_ != 0 && zeros_ != 1) info.fail("zeros ", zeros_, " is not 0 or 1");
     strings_ = !strings.empty();
     count_ = int64_t(strings_ ? strings.size() : ints.size());
-    for (size_t k = 0; k < ints.size(); ++k)
-      if (!int_index_.emplace(ints[k], int64_t(k)).second) info.fail("category ", ints[k], " is repeated");
-    for (size_t k = 0; k < strings.size(); ++k)
-      if (!string_index_.emplace(strings[k], int64_t(k)).second) info.fail("category '", strings[k], "' is repeated");
+    // A repeated category takes its last column, as onnxruntime's map assignment does.
+    for (size_t k = 0; k < ints.size(); ++k) int_index_[ints[k]] = int64_t(k);
+    for (size_t k = 0; k < strings.size(); ++k) string_index_[strings[k]] = int64_t(k);
   }
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
@@ -743,15 +742,12 @@ class LabelEncoderKernel final : public Kernel {
     key_type_ = read_column(info, "keys", &keys);
     value_type_ = read_column(info, "values", &values);
     if (keys.size() != values.size()) info.fail(keys.size(), " keys but ", values.size(), " values");
+    // A repeated key keeps its first value, as onnxruntime's map emplace does; a NaN key never
+    // matches (NaN != NaN in onnxruntime's hash map; opset 4 made NaN keys match NaN).
     for (size_t k = 0; k < keys.size(); ++k) {
-      bool fresh = true;
-      if (key_type_ == DType::kString) fresh = by_string_.emplace(keys[k].s, values[k]).second;
-      else if (key_type_ == DType::kInt64) fresh = by_int_.emplace(keys[k].i, values[k]).second;
-      else if (std::isnan(keys[k].f)) {
-        fresh = !nan_value_;
-        nan_value_ = values[k];
-      } else fresh = by_float_.emplace(keys[k].f, values[k]).second;
-      if (!fresh) info.fail("key ", k, " is repeated");
+      if (key_type_ == DType::kString) by_string_.emplace(keys[k].s, values[k]);
+      else if (key_type_ == DType::kInt64) by_int_.emplace(keys[k].i, values[k]);
+      else if (!std::isnan(keys[k].f)) by_float_.emplace(keys[k].f, values[k]);
     }
   }
   void prepare(PrepareContext& ctx) override {
@@ -817,7 +813,7 @@ class LabelEncoderKernel final : public Kernel {
       return it == by_int_.end() ? nullptr : &it->second;
     }
     const float v = x.data<float>()[k];
-    if (std::isnan(v)) return nan_value_ ? &*nan_value_ : nullptr;
+    if (std::isnan(v)) return nullptr;
     auto it = by_float_.find(v);
     return it == by_float_.end() ? nullptr : &it->second;
   }
@@ -834,7 +830,6 @@ class LabelEncoderKernel final : public Kernel {
   std::unordered_map<std::string, Cell> by_string_;
   std::unordered_map<int64_t, Cell> by_int_;
   std::unordered_map<float, Cell> by_float_;
-  std::optional<Cell> nan_value_;
 };
 
 // ---------------------------------------------------------------- LabelEncoder (opset 4)
@@ -857,18 +852,17 @@ class LabelEncoder4Kernel final : public Kernel {
     if (keys_.numel() != values_.numel())
       info.fail("the keys and values attributes have ", keys_.numel(), " and ", values_.numel(),
                 " entries: they must have the same length");
+    // A repeated key keeps its first value, as onnxruntime's map emplace does.
     for (int64_t i = 0; i < keys_.numel(); ++i) {
-      bool fresh = true;
       if (k == DType::kString) {
-        fresh = by_string_.emplace(keys_.data<std::string>()[i], i).second;
+        by_string_.emplace(keys_.data<std::string>()[i], i);
       } else if (k == DType::kInt64) {
-        fresh = by_int_.emplace(keys_.data<int64_t>()[i], i).second;
+        by_int_.emplace(keys_.data<int64_t>()[i], i);
       } else {
         const double d = k == DType::kFloat32 ? double(keys_.data<float>()[i]) : keys_.data<double>()[i];
-        if (std::isnan(d)) fresh = nan_ < 0, nan_ = i;
-        else fresh = by_real_.emplace(d, i).second;
+        if (!std::isnan(d)) by_real_.emplace(d, i);
+        else if (nan_ < 0) nan_ = i;
       }
-      if (!fresh) info.fail("key ", i, " is repeated");
     }
     default_ = read_default(info, v, k);
   }
