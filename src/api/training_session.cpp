@@ -195,8 +195,9 @@ void TrainingSession::Impl::init() {
   ir::Model grad_model;
   // bf16: the training graph differentiates a copy whose products run in bfloat16; the session's
   // model (weights, export, eval) stays float32.
-  // The forward graph differentiated: GELUs fused (default mode), products in low precision.
-  ir::Model autocast = params.portable_training_graph ? model : train::fuse_gelu(model);
+  // The forward graph differentiated: GELUs and transposed weights fused into their products
+  // (default mode), products in low precision.
+  ir::Model autocast = params.portable_training_graph ? model : train::fuse_transposed_matmul(train::fuse_gelu(model));
   const std::string precision = effective_precision(params);
   std::string loss_name = params.loss_output_name;
   if (precision == "bf16") autocast = train::autocast(autocast, DType::kBFloat16);

@@ -582,6 +582,23 @@ void einsum_rule(Ctx& c) {
 void rules_linalg(Table& t) {
   // ---- linear algebra
   t.add("MatMul", matmul_rule);
+  // com.onnxtrain.FusedMatMul(X, W, transB = 1) with W 2-D: train/fusion.h's MatMul(X, Transpose(W)),
+  // a linear layer as torch.onnx exports it. dX = g W (Y's batch dims are X's); dW = g^T X with X
+  // and g flattened to 2-D: one GEMM, already in W's layout (no transposed copy of W or of dW).
+  t.add("FusedMatMul", [](Ctx& c) {
+    const int64_t ra = c.rank(c.I(0)), rb = c.rank(c.I(1));
+    if (c.attr_int("transA", 0) != 0 || c.attr_int("transB", 0) != 1 || rb != 2 || ra < 2)
+      c.fail("gradient of FusedMatMul is implemented for transA = 0, transB = 1, a 2-D B and A of rank 2 or "
+             "more (the fused linear layer); got transA ", c.attr_int("transA", 0), ", transB ",
+             c.attr_int("transB", 0), ", ranks ", ra, " and ", rb);
+    const std::string &g = c.GO(0), &X = c.I(0), &W = c.I(1);
+    if (c.needs_GI(0)) c.set_GI(0, c.op("MatMul", {g, W}));
+    if (c.needs_GI(1)) {
+      const std::string fx = c.op("Flatten", {X}, {iattr("axis", ra - 1)});
+      const std::string fg = c.op("Flatten", {g}, {iattr("axis", ra - 1)});
+      c.set_GI(1, c.op("Gemm", {fg, fx}, {iattr("transA", 1)}));
+    }
+  }, {0, 1}, 1, 1000, ops::kDomain);
   t.add("Gemm", gemm_rule);
   t.add("Einsum", einsum_rule);
 

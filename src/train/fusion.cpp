@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "ir/emitter.h"
 #include "ir/infer.h"
 #include "ir/splice.h"
 #include "ops/onnxtrain_ops.h"
@@ -129,6 +130,65 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused) {
     const size_t last = std::max<size_t>({producer[erf.inputs[0]], i, add_i, m1, m2});
     for (size_t j : {producer[erf.inputs[0]], i, add_i, m1, m2}) drop[j] = true;
     replace[last] = std::move(gelu);
+    if (fused) ++*fused;
+  }
+  if (replace.empty()) return r;
+  ir::splice_nodes(g, std::move(replace), drop);
+  if (!r.opsets.count(ops::kDomain)) r.opsets[ops::kDomain] = ops::kOpset;
+  return r;
+}
+
+ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused) {
+  ir::Model r = m;
+  r.graph = std::make_shared<ir::Graph>(*m.graph);
+  ir::infer_types(r);  // as fuse_gelu: what follows the fused node keeps the shapes recorded now
+  ir::Graph& g = *r.graph;
+  if (fused) *fused = 0;
+  std::unordered_map<std::string, const ir::TypeInfo*> types;
+  for (const auto* list : {&g.inputs, &g.value_info, &g.outputs})
+    for (const auto& vi : *list) types.emplace(vi.name, &vi.type);
+  auto rank_of = [&](const std::string& v) -> int64_t {
+    if (const Tensor* t = g.initializer(v)) return int64_t(t->rank());
+    auto it = types.find(v);
+    return it != types.end() && it->second->kind == ir::TypeInfo::Kind::kTensor && it->second->has_shape
+               ? int64_t(it->second->dims.size())
+               : -1;
+  };
+  // Readers of each value, subgraphs' implicit reads counted as readers that are no MatMul.
+  std::unordered_map<std::string, std::vector<size_t>> readers;
+  std::set<std::string> blocked;  // values read by subgraphs or named as graph outputs
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& in : g.nodes[i].inputs) readers[in].push_back(i);
+    for (const auto& v : ir::implicit_inputs(g.nodes[i])) blocked.insert(v);
+  }
+  for (const auto& o : g.outputs) blocked.insert(o.name);
+  std::vector<bool> drop(g.nodes.size(), false);
+  std::map<size_t, ir::Node> replace;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& t = g.nodes[i];
+    if (!is(t, "Transpose") || t.inputs.size() != 1 || blocked.count(t.outputs[0])) continue;
+    if (const ir::Attribute* perm = t.attr("perm"); perm && perm->ints != std::vector<int64_t>{1, 0}) continue;
+    const std::string &w = t.inputs[0], &wt = t.outputs[0];
+    if (rank_of(w) != 2) continue;
+    const auto& rd = readers[wt];
+    const bool all_matmuls = !rd.empty() && std::all_of(rd.begin(), rd.end(), [&](size_t j) {
+      const ir::Node& n = g.nodes[j];
+      return is(n, "MatMul") && n.inputs.size() == 2 && n.inputs[1] == wt && n.inputs[0] != wt &&
+             rank_of(n.inputs[0]) >= 2 && !replace.count(j);
+    });
+    if (!all_matmuls) continue;
+    drop[i] = true;
+    for (size_t j : rd) {
+      ir::Node f;
+      f.op_type = "FusedMatMul";
+      f.domain = ops::kDomain;
+      f.name = g.nodes[j].name.empty() ? "FusedMatMul_" + std::to_string(j) : g.nodes[j].name + "_fused";
+      f.inputs = {g.nodes[j].inputs[0], w};
+      f.outputs = g.nodes[j].outputs;
+      f.attrs = {ir::Emitter::int_attr("transA", 0), ir::Emitter::int_attr("transB", 1)};
+      drop[j] = true;
+      replace[j] = std::move(f);
+    }
     if (fused) ++*fused;
   }
   if (replace.empty()) return r;

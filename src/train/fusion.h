@@ -16,4 +16,12 @@ namespace onnxtrain::train {
 /// the pattern unfused. `fused` (optional) receives the number of GELUs fused.
 ir::Model fuse_gelu(const ir::Model& m, int* fused = nullptr);
 
+/// A copy of `m` where MatMul(X, Transpose(W)) — a 2-D W transposed (perm [1, 0], or none) by a
+/// node whose output only MatMuls read, as their second operand, and X of rank 2 or more: how
+/// torch.onnx exports nn.Linear on batched inputs — is com.onnxtrain.FusedMatMul(X, W, transB = 1):
+/// the product reads W through its strides, and its gradient is dX = g W and dW = g^T X in W's
+/// layout, so neither W nor dW is copied transposed each step. `fused` (optional) receives the
+/// number of Transpose nodes removed.
+ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused = nullptr);
+
 }  // namespace onnxtrain::train

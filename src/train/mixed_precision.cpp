@@ -7,6 +7,7 @@
 
 #include "ir/emitter.h"
 #include "ir/infer.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::train {
 
@@ -46,7 +47,9 @@ ir::Model autocast(const ir::Model& m, DType low) {
   std::map<std::string, std::string> as_bf16;  // float32 value -> its low-precision cast (one per value)
   std::vector<ir::Node> out;
   for (ir::Node n : g.nodes) {
-    const bool candidate = n.domain.empty() && std::find(std::begin(kAutocastOps), std::end(kAutocastOps), n.op_type) != std::end(kAutocastOps);
+    const bool candidate =
+        (n.domain.empty() && std::find(std::begin(kAutocastOps), std::end(kAutocastOps), n.op_type) != std::end(kAutocastOps)) ||
+        (n.domain == ops::kDomain && n.op_type == "FusedMatMul");  // train/fusion.h's linear layers
     bool all_f32 = candidate && !n.outputs.empty() && !n.outputs[0].empty();
     // A Conv with one input channel per group (a first layer on one-channel images, depthwise)
     // stays float32: little arithmetic per byte, and oneDNN's bf16 weight gradient ran 2x slower

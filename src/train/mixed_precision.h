@@ -9,8 +9,9 @@ namespace onnxtrain::train {
 /// Operator types autocast runs in the low-precision type.
 inline constexpr const char* kAutocastOps[] = {"MatMul", "Gemm", "Conv"};
 
-/// A copy of `m` (its graph copied, the initializer storage shared) where every MatMul, Gemm and Conv of
-/// the main graph whose float inputs are all float32 reads them through Cast(to=`low`) and
+/// A copy of `m` (its graph copied, the initializer storage shared) where every MatMul, Gemm, Conv and
+/// com.onnxtrain FusedMatMul of the main graph whose float inputs are all float32 reads them through
+/// Cast(to=`low`) and
 /// writes its output through Cast(to=float): products in bfloat16 or float16 with fp32
 /// accumulation, everything else — normalizations, softmax, losses, the optimizer and its fp32
 /// master weights — in float32. Differentiating the result gives low-precision gradients of the

@@ -36,6 +36,28 @@ def export(module, x, y):
     return f.getvalue()
 
 
+def train_like_torch(sess, module, batches, names, steps, lr=1e-2):
+    """`steps` Adam steps of the session and of the module on the same batches (cycled): every loss
+    and, at the end, every weight within 1e-5 relative. Returns the session's state."""
+    opt = torch.optim.Adam(module.parameters(), lr=lr)
+    worst = 0.0
+    for step in range(steps):
+        batch = batches[step % len(batches)]
+        feeds = dict(zip(names, (b.numpy() for b in batch)), Learning_Rate=np.array([lr], np.float32))
+        (loss,) = sess.run(["loss"], feeds)
+        opt.zero_grad()
+        tl = module(*batch)
+        tl.backward()
+        opt.step()
+        worst = max(worst, abs(float(loss) - float(tl)) / abs(float(tl)))
+    assert worst < 1e-5, worst
+    state = sess.get_state()
+    for n, t in module.named_parameters():
+        err = np.abs(state[n] - t.detach().numpy()).max() / np.abs(t.detach().numpy()).max()
+        assert err < 1e-5, (n, err)
+    return state
+
+
 @pytest.mark.parametrize("functional", [False, True], ids=["nn.GELU", "F.gelu"])
 def test_fused_gelu_trains_like_torch(tmp_path, functional):
     torch.manual_seed(0)
@@ -53,21 +75,7 @@ def test_fused_gelu_trains_like_torch(tmp_path, functional):
     ops = [(n.domain, n.op_type) for n in onnx.load(str(tmp_path / "training.onnx")).graph.node]
     assert ops.count(("com.onnxtrain", "Gelu")) == 2 and ops.count(("com.onnxtrain", "GeluGrad")) == 2, ops
     assert ("", "Erf") not in ops
-    opt = torch.optim.Adam(module.parameters(), lr=1e-2)
-    worst = 0.0
-    for step in range(30):
-        x, y = batches[step % len(batches)]
-        (loss,) = sess.run(["loss"], {"x": x.numpy(), "label": y.numpy(), "Learning_Rate": np.array([1e-2], np.float32)})
-        opt.zero_grad()
-        tl = module(x, y)
-        tl.backward()
-        opt.step()
-        worst = max(worst, abs(float(loss) - float(tl)) / abs(float(tl)))
-    assert worst < 1e-5, worst
-    state = sess.get_state()
-    for n, t in module.named_parameters():
-        err = np.abs(state[n] - t.detach().numpy()).max() / np.abs(t.detach().numpy()).max()
-        assert err < 1e-5, (n, err)
+    state = train_like_torch(sess, module, batches, ("x", "label"), 30)
     # eval runs the user's (unfused) model: the same loss bits as the training forward before a step
     x, y = batches[0]
     (ev,) = sess.eval(["loss"], {"x": x.numpy(), "label": y.numpy()})
@@ -114,3 +122,59 @@ def test_gelu_gradient_fused_or_not(tmp_path, extra_reader):
     np.testing.assert_allclose(gw, ref, rtol=1e-6, atol=1e-6)
     ops = [n.op_type for n in onnx.load(str(tmp_path / "t.onnx")).graph.node]
     assert ("Gelu" in ops) != extra_reader and ("Erf" in ops) == extra_reader, ops
+
+
+class LinearOnSequences(torch.nn.Module):
+    """nn.Linear on [batch, seq, features] (torch.onnx writes MatMul(x, Transpose(W)) + Add), a
+    GELU between, and an embedding whose table is also the output projection (weight tying: the
+    table is read by Gather and, transposed, by the last MatMul)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(11, 8)
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 8)
+
+    def forward(self, ids, label):
+        h = self.fc2(torch.nn.functional.gelu(self.fc1(self.emb(ids))))
+        logits = h @ self.emb.weight.t()
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, 11), label.reshape(-1))
+
+
+def test_transposed_weights_fused_into_their_products(tmp_path):
+    """MatMul(X, Transpose(W)) trains as com.onnxtrain.FusedMatMul(X, W, transB=1): no Transpose of a
+    weight or of its gradient left in the training graph, and the trajectory tracks PyTorch (Adam,
+    20 steps, weights within 1e-5)."""
+    torch.manual_seed(3)
+    module = LinearOnSequences()
+    g = torch.Generator().manual_seed(4)
+    batches = [(torch.randint(0, 11, (4, 6), generator=g), torch.randint(0, 11, (4, 6), generator=g)) for _ in range(3)]
+    import io
+    f = io.BytesIO()
+    torch.onnx.export(copy.deepcopy(module), batches[0], f, input_names=["ids", "label"], output_names=["loss"],
+                      opset_version=14, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+    data = f.getvalue()
+    exported = onnx.load_from_string(data).graph.node
+    weights = {n for n, _ in module.named_parameters()}
+    transposed = [n.input[0] for n in exported if n.op_type == "Transpose"]
+    assert sorted(transposed) == ["emb.weight", "fc1.weight", "fc2.weight"], transposed
+    p = ot.TrainingParameters()
+    p.loss_output_name = "loss"
+    p.training_optimizer_name = "AdamOptimizer"
+    p.weights_to_train = weights
+    p.model_with_training_graph_path = str(tmp_path / "training.onnx")
+    sess = ot.TrainingSession(data, p)
+    nodes = onnx.load(str(tmp_path / "training.onnx")).graph.node
+    fused = [n for n in nodes if (n.domain, n.op_type) == ("com.onnxtrain", "FusedMatMul") and n.input[1] in weights]
+    assert sorted(n.input[1] for n in fused) == ["emb.weight", "fc1.weight", "fc2.weight"]
+    assert all({a.name: a.i for a in n.attribute} == {"transA": 0, "transB": 1} for n in fused)
+    assert [n for n in nodes if n.op_type == "Transpose" and n.input[0] in weights] == []
+    train_like_torch(sess, module, batches, ("ids", "label"), 20)
+    # bf16 mixed precision: the fused products are cast like MatMul (inputs in bfloat16).
+    p.mixed_precision = "bf16"
+    p.model_with_training_graph_path = str(tmp_path / "bf16.onnx")
+    ot.TrainingSession(data, p)
+    nodes = onnx.load(str(tmp_path / "bf16.onnx")).graph.node
+    casts = {n.output[0] for n in nodes if n.op_type == "Cast"}
+    fused = [n for n in nodes if (n.domain, n.op_type) == ("com.onnxtrain", "FusedMatMul") and n.input[1] in casts]
+    assert len(fused) >= 3, [(n.op_type, list(n.input)) for n in nodes if n.op_type == "FusedMatMul"]
