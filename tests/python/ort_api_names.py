@@ -119,6 +119,8 @@ REFERENCE = [
     (C + ".AdapterFormat", """read_adapter() export_adapter() adapter_version format_version model_version
      parameters"""),
     (C + ".LoraAdapter", "Load()"),
+    # onnxruntime/python/onnxruntime_validation.py
+    ("capi.onnxruntime_validation", "check_distro_info() validate_build_package_info() version package_name cuda_version"),
     # --- onnxruntime/python/onnxruntime_inference_collection.py ---------------------------------------
     ("capi.onnxruntime_inference_collection", """get_ort_device_type() check_and_normalize_provider_args()
      Session() InferenceSession() IOBinding() OrtValue() OrtDevice() SparseTensor() AdapterFormat()"""),
@@ -198,6 +200,8 @@ REFERENCE = [
      experimental_save_checkpoint() experimental_load_checkpoint() aggregate_checkpoints()"""),
     ("training.experimental", "export_gradient_graph()"),
     ("training.ortmodule", "ORTModule() DebugOptions() LogLevel()"),
+    ("training.ortmodule.DebugOptions", "save_onnx onnx_prefix logging save_onnx_models"),
+    ("training.ortmodule.LogLevel", "VERBOSE INFO WARNING ERROR FATAL"),
     # onnxruntime/python/ort_trainer.py (the legacy trainer, 1.13)
     ("capi.ort_trainer", """ORTTrainer() IODescription() ModelDescription() LossScaler() generate_sample()
      save_checkpoint() load_checkpoint()"""),
@@ -218,7 +222,11 @@ REFERENCE = [
     ("training.artifacts.OptimType", "AdamW SGD"),
     # --- training/onnxblock/** ----------------------------------------------------------------------------
     ("training.onnxblock", """blocks loss optim Block() ForwardBlock() TrainingBlock() base() empty_base()
-     custom_op_library() load_checkpoint_to_model() save_checkpoint()"""),
+     custom_op_library() load_checkpoint_to_model() save_checkpoint()
+     Model() TrainingModel() building_blocks onnx_model()"""),
+    # (the last four: the first onnxblock API, <=1.14: onnxblock/model.py, building_blocks.py,
+    #  model_accessor.onnx_model, with the native get_inference_graph_outputs_metadata_string)
+    (C, "get_inference_graph_outputs_metadata_string()"),
     ("training.onnxblock.blocks", """Block() Add() Sub() Mul() Div() Pow() ReduceMean() ReduceSum() Sigmoid()
      Log() Neg() Abs() Relu() Identity() Cast() Constant() SequenceConstruct() Clip() Gemm() Linear()
      PassThrough() InputLike() LabelEncoder()"""),
@@ -244,8 +252,11 @@ GPU_BUILD_ONLY = [
     (C, """set_cuda_device_id() set_cudnn_conv_algo_search() set_do_copy_in_default_stream()
      set_gpu_mem_limit() set_arena_extend_strategy() get_available_openvino_device_ids()
      set_openvino_device() get_openvino_device() register_tensorrt_plugins_as_custom_ops()
+     register_aten_op_executor() register_triton_op_executor()
      get_mpi_context_local_rank() get_mpi_context_local_size() get_mpi_context_world_rank()
-     get_mpi_context_world_size() register_aten_op_executor() register_triton_op_executor()"""),
+     get_mpi_context_world_size()"""),
+    # (get_mpi_context_*: onnxruntime-training's MPI builds; onnxtrain defines them where it is built
+    #  with MPI, test_api_names.py checks them there)
 ]
 
 

@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxtrain
+import onnxtrain.distributed
 from onnxtrain.capi import _pybind_state as C
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -198,6 +199,14 @@ def test_graph_transformer_configuration_and_severity():
         config.optimized_pre_grad_filepath = 3
 
 
+def test_memory_efficient_execution_order_is_refused_by_name():
+    so = C.SessionOptions()
+    assert int(C.ExecutionOrder.MEMORY_EFFICIENT) == 2  # onnxruntime's value
+    with pytest.raises(C.NotImplemented, match="MEMORY_EFFICIENT"):
+        so.execution_order = C.ExecutionOrder.MEMORY_EFFICIENT
+    assert so.execution_order == C.ExecutionOrder.DEFAULT
+
+
 def test_ort_value_cache_clear_and_dml_device():
     cache = C.OrtValueCache()
     for name in ("a", "b"):
@@ -248,3 +257,30 @@ def test_module_1_13_names(tmp_path):
     for name in (WEIGHT, BIAS):
         np.testing.assert_array_equal(loaded.parameters[name].data, state.parameters[name].data)
     assert not np.array_equal(loaded.parameters[WEIGHT].data, w)  # the stepped values, not the initial ones
+
+
+@pytest.mark.skipif(not onnxtrain.distributed.mpi_available(), reason="this onnxtrain is built without MPI")
+def test_mpi_context_getters_under_mpirun(tmp_path):
+    """onnxruntime-training's MPI builds' get_mpi_context_*: one process outside a launcher; under
+    mpirun, the ranks OpenMPI gives each process (its OMPI_COMM_WORLD_* variables)."""
+    assert (C.get_mpi_context_world_rank(), C.get_mpi_context_world_size(), C.get_mpi_context_local_rank(),
+            C.get_mpi_context_local_size()) == (0, 1, 0, 1)
+    import shutil
+    exe = shutil.which("mpirun")
+    assert exe, "mpirun is missing: run scripts/install_deps.sh --tests (openmpi-bin, libopenmpi-dev)"
+    script = tmp_path / "ranks.py"
+    script.write_text("import json, os\n"
+                      "import onnxruntime.capi._pybind_state as C\n"
+                      "got = [C.get_mpi_context_world_rank(), C.get_mpi_context_world_size(),\n"
+                      "       C.get_mpi_context_local_rank(), C.get_mpi_context_local_size()]\n"
+                      "env = [int(os.environ['OMPI_COMM_WORLD_' + k]) for k in\n"
+                      "       ('RANK', 'SIZE', 'LOCAL_RANK', 'LOCAL_SIZE')]\n"
+                      "print(json.dumps([got, env]))\n")
+    env = _env()
+    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    r = subprocess.run([exe, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-m",
+                        "onnxtrain.ort_alias", str(script)], capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("[")]
+    assert len(rows) == 2 and all(got == env for got, env in rows)
+    assert sorted(got[0] for got, _ in rows) == [0, 1] and all(got[1] == 2 for got, _ in rows)

@@ -156,6 +156,28 @@ def has_collective_ops():
     return False
 
 
+_MPI = ["get_mpi_context_local_rank", "get_mpi_context_local_size", "get_mpi_context_world_rank",
+        "get_mpi_context_world_size"] if _C._distributed_mpi_available() else []
+if _MPI:  # as in onnxruntime-training, only builds with MPI define them
+    def get_mpi_context_world_rank():
+        """This process's rank in the MPI job (starts MPI; 0 outside a launcher)."""
+        return _C._distributed_world_rank()
+
+    def get_mpi_context_world_size():
+        """Ranks in the MPI job (starts MPI; 1 outside a launcher)."""
+        return _C._distributed_world_size()
+
+    def get_mpi_context_local_rank():
+        """This process's rank among the job's processes on this machine (0 outside a launcher)."""
+        get_mpi_context_world_rank()  # MPI started, as onnxruntime's MPIContext does
+        return _C._distributed_launch_info()["local_rank"]
+
+    def get_mpi_context_local_size():
+        """The job's processes on this machine (1 outside a launcher)."""
+        get_mpi_context_world_rank()
+        return _C._distributed_launch_info()["local_size"]
+
+
 def is_torch_interop_default_on():
     """False: this build has no PyTorch interop (onnxruntime-training's PythonOp, custom autograd
     functions inside the ONNX graph), as onnxruntime-training builds without it answer."""
@@ -179,5 +201,5 @@ __all__ = ([n for n in _NATIVE if n in globals()] + list(_ORT_EXCEPTIONS) + _TRA
            ["OrtEpAssignedNode", "OrtEpAssignedSubgraph", "get_available_providers", "get_all_providers", "get_device", "get_build_info", "get_version_string",
             "get_default_session_options", "enable_telemetry_events", "disable_telemetry_events",
             "has_collective_ops", "is_torch_interop_default_on", "is_triton_enabled", "ArenaExtendStrategy",
-            "kNextPowerOfTwo", "kSameAsRequested",
+            "kNextPowerOfTwo", "kSameAsRequested"] + _MPI + [
             "set_default_logger_severity", "set_default_logger_verbosity"])
