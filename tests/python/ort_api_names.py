@@ -15,8 +15,10 @@ the EP-device, model-compiler, sync-stream and provider-policy APIs, OrtMemoryIn
 OrtDevice.mem_type/vendor_id/gpu/webgpu, SessionOptions.use_per_session_threads /
 set_load_cancellation_flag / add_provider*, set_global_thread_pool_sizes, copy_tensors),
 orttraining/orttraining/python/orttraining_pybind_state.cc (1.17-1.20 copy),
-orttraining/orttraining/python/training/{__init__,artifacts}.py, training/api/*.py (1.13 and 1.17+
-copies), training/onnxblock/**.
+orttraining/orttraining/python/training/__init__.py, training/api/module.py (a 1.13 copy) and
+checkpoint_state.py (a 1.16 copy) with the 1.17-1.20 members as onnxruntime's on-device training API
+documents them, training/onnxblock/** (1.15+ copies, and the 1.13-1.14 model.py / model_accessor.py),
+onnxruntime/python/backend/backend.py.
 
 ``GPU_BUILD_ONLY`` lists names that onnxruntime's CPU packages do not define at all (CUDA / ROCm /
 TensorRT / OpenVINO / MPI / ATen / Triton builds): they are not missing from a CPU runtime; the
