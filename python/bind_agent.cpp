@@ -116,6 +116,7 @@ void bind_agent(py::module_& m) {
       .def("remove", [](OrtValueCacheObj& c, const std::string& k) {
         if (!c.values.erase(k)) throw_error<InvalidArgument>("OrtValueCache: no value named '", k, "'");
       })
+      .def("clear", [](OrtValueCacheObj& c) { c.values.clear(); }, "Removes every value.")
       .def("__len__", [](const OrtValueCacheObj& c) { return c.values.size(); })
       .def("__contains__", [](const OrtValueCacheObj& c, const std::string& k) { return c.values.count(k) > 0; })
       .def("__getitem__", [](const OrtValueCacheObj& c, const std::string& k) {

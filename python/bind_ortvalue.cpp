@@ -617,6 +617,7 @@ void bind_ortvalue(py::module_& m) {
       .def_static("cpu", [] { return kOrtCPU; }, "The CPU device type (0).")
       .def_static("cuda", [] { return kOrtGPU; }, "The CUDA (GPU) device type (1).")
       .def_static("cann", [] { return kOrtNPU; }, "The CANN device type (onnxruntime's NPU, 3).")
+      .def_static("dml", [] { return kOrtGPU; }, "The DirectML device type (onnxruntime's GPU, 1).")
       .def_static("fpga", [] { return kOrtFPGA; }, "The FPGA device type (2).")
       .def_static("npu", [] { return kOrtNPU; }, "The NPU device type (3).")
       .def_static("default_memory", [] { return kOrtDefaultMemory; }, "The default memory type (0).")

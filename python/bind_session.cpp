@@ -21,7 +21,7 @@ namespace onnxtrain::python {
 
 namespace {
 
-enum class ExecutionOrder { kDefault = 0, kPriorityBased = 1 };
+enum class ExecutionOrder { kDefault = 0, kPriorityBased = 1, kMemoryEfficient = 2 };
 
 
 /// The C SessionIOBinding: inputs and outputs bound to a session (an InferenceSession, or a
@@ -209,9 +209,12 @@ void bind_options(py::module_& m) {
                            "ORT_SEQUENTIAL or ORT_PARALLEL; onnxtrain runs nodes one after another in both modes.")
       .value("ORT_SEQUENTIAL", ExecutionMode::kSequential)
       .value("ORT_PARALLEL", ExecutionMode::kParallel);
-  py::enum_<ExecutionOrder>(m, "ExecutionOrder", "Node order: DEFAULT (topological, stable); PRIORITY_BASED is not supported.")
+  py::enum_<ExecutionOrder>(m, "ExecutionOrder",
+                            "Node order: DEFAULT (topological, stable); PRIORITY_BASED and MEMORY_EFFICIENT are not "
+                            "supported.")
       .value("DEFAULT", ExecutionOrder::kDefault)
-      .value("PRIORITY_BASED", ExecutionOrder::kPriorityBased);
+      .value("PRIORITY_BASED", ExecutionOrder::kPriorityBased)
+      .value("MEMORY_EFFICIENT", ExecutionOrder::kMemoryEfficient);
 
   py::class_<SessionOptions, std::shared_ptr<SessionOptions>>(m, "SessionOptions",
                                                                   "Settings of an InferenceSession (onnxruntime's SessionOptions).")
@@ -226,7 +229,9 @@ void bind_options(py::module_& m) {
           "execution_order", [](const SessionOptions&) { return ExecutionOrder::kDefault; },
           [](SessionOptions&, ExecutionOrder e) {
             if (e != ExecutionOrder::kDefault)
-              throw_error<NotImplemented>("SessionOptions.execution_order: PRIORITY_BASED is not supported (DEFAULT only)");
+              throw_error<NotImplemented>("SessionOptions.execution_order: ",
+                                          e == ExecutionOrder::kPriorityBased ? "PRIORITY_BASED" : "MEMORY_EFFICIENT",
+                                          " is not supported (DEFAULT only)");
           },
           "DEFAULT only: nodes run in a stable topological order.")
       .def_readwrite("graph_optimization_level", &SessionOptions::graph_optimization_level,

@@ -23,6 +23,7 @@ from ._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, 
 from ._C import (EvalResult, FitResult, Objective, Trainer, TrainerOptions, TrainRecord, loss_names,
                  lr_schedule_names, optimizer_hyperparameters, optimizer_names, shared_allocator_stats)
 from .capi._pybind_state import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, ModelMetadata, NodeArg,
+                                 has_collective_ops,
                                  OrtAllocatorType, OrtDeviceMemoryType, OrtEpAssignedNode, OrtEpAssignedSubgraph,
                                  OrtArenaCfg, OrtMemoryInfo, OrtMemoryInfoDeviceType, OrtMemType, OrtSparseFormat,
                                  RunOptions, SessionIOBinding, SessionOptions, create_and_register_allocator,
@@ -31,6 +32,7 @@ from .capi._pybind_state import (ExecutionMode, ExecutionOrder, GraphOptimizatio
                                  get_version_string, set_default_logger_severity, set_default_logger_verbosity,
                                  set_seed)
 from .capi.onnxruntime_inference_collection import InferenceSession, IOBinding, OrtDevice, OrtValue, SparseTensor
+from .capi.onnxruntime_validation import cuda_version, package_name, version
 from .gradient import GradientGraphBuilder
 from .training import TrainingParameters, TrainingSession, add_loss_output, get_train_initializer
 
@@ -44,7 +46,8 @@ __all__ = [
     "enable_telemetry_events", "disable_telemetry_events", "SparseTensor", "OrtSparseFormat", "OrtArenaCfg",
     "create_and_register_allocator", "create_and_register_allocator_v2",
     "Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError", "RuntimeException", "InvalidProtobuf",
-    "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail",
+    "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail", "has_collective_ops", "version", "package_name",
+    "cuda_version",
     # onnxruntime-training and onnxtrain
     "GradientGraphBuilder", "TrainingParameters", "TrainingSession", "add_loss_output", "get_train_initializer",
     "OnnxTrainError", "InvalidModel", "UnsupportedError", "ModelFileError", "Trainer", "TrainerOptions", "Objective",

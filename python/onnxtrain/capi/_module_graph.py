@@ -1,6 +1,7 @@
 """onnxruntime-training's forward/backward objects of ``onnxruntime.capi._pybind_state``:
-``OrtModuleGraphBuilderConfiguration``, ``TrainingGraphTransformerConfiguration``,
-``PropagateCastOpsConfiguration`` and ``OrtModuleGraphBuilder`` (over the native
+``OrtModuleGraphBuilderConfiguration``, ``GraphTransformerConfiguration`` /
+``TrainingGraphTransformerConfiguration``, ``PropagateCastOpsConfiguration``, ``Severity`` and
+``OrtModuleGraphBuilder`` (over the native
 ``ModuleGraphBuilder``). ``TrainingAgent``, ``PartialGraphExecutionState`` and ``OrtValueCache`` are
 native (python/bind_agent.cpp)."""
 import enum
@@ -48,20 +49,39 @@ class PropagateCastOpsConfiguration(_Fields):
     _FIELDS = {"strategy": (PropagateCastOpsStrategy.FLOOD_FILL, None), "level": (-1, int), "allow": (list, list)}
 
 
-class TrainingGraphTransformerConfiguration(_Fields):
+class Severity(enum.IntEnum):
+    """onnxruntime's logging severities (``OrtModuleGraphBuilderConfiguration.loglevel``)."""
+    VERBOSE = 0
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+    FATAL = 4
+
+
+class GraphTransformerConfiguration(_Fields):
+    """onnxruntime's base graph transformer configuration: ``propagate_cast_ops_config``."""
+    _FIELDS = {"propagate_cast_ops_config": (PropagateCastOpsConfiguration, PropagateCastOpsConfiguration)}
+
+
+class TrainingGraphTransformerConfiguration(GraphTransformerConfiguration):
     """Graph transformations applied while building the training graph: the recompute fields
     (``attn_dropout_recompute``, ``gelu_recompute``, ``transformer_layer_recompute``,
     ``number_recompute_layers``; docs/memory.md) are implemented; for the others onnxtrain
-    implements the defaults, and OrtModuleGraphBuilder.initialize raises NotImplementedError naming
-    any other value."""
+    implements the defaults (off, empty), and OrtModuleGraphBuilder.initialize raises
+    NotImplementedError naming any other value (``sparse_embedding_input_names`` /
+    ``sparse_label_input_names`` feed the compute optimizer, ``optimized_pre_grad_filepath`` asks
+    for the model after the pre-gradient transformations: neither exists here)."""
     _FIELDS = {
+        **GraphTransformerConfiguration._FIELDS,
         "enable_gelu_approximation": (False, bool),
         "attn_dropout_recompute": (False, bool),
         "gelu_recompute": (False, bool),
         "transformer_layer_recompute": (False, bool),
         "number_recompute_layers": (0, int),
         "enable_compute_optimizer": (False, bool),
-        "propagate_cast_ops_config": (PropagateCastOpsConfiguration, PropagateCastOpsConfiguration),
+        "sparse_embedding_input_names": (list, list),
+        "sparse_label_input_names": (list, list),
+        "optimized_pre_grad_filepath": ("", str),
     }
 
     def _recompute(self):
@@ -69,7 +89,8 @@ class TrainingGraphTransformerConfiguration(_Fields):
                 self.number_recompute_layers)
 
     def _non_default(self):
-        r = [n for n in ("enable_gelu_approximation", "enable_compute_optimizer") if getattr(self, n)]
+        r = [n for n in ("enable_gelu_approximation", "enable_compute_optimizer", "sparse_embedding_input_names",
+                         "sparse_label_input_names", "optimized_pre_grad_filepath") if getattr(self, n)]
         if self.propagate_cast_ops_config.level != -1:
             r.append("propagate_cast_ops_config.level")
         return r
@@ -80,7 +101,7 @@ class OrtModuleGraphBuilderConfiguration(_Fields):
     inputs, in this order), ``initializer_names_to_train`` (those whose gradients are output),
     ``input_names_require_grad``, ``build_gradient_graph``, ``graph_transformer_config``,
     ``enable_caching`` and ``use_memory_efficient_gradient`` (True is not implemented),
-    ``loglevel``."""
+    ``loglevel`` (a ``Severity``)."""
     _FIELDS = {
         "initializer_names": (list, list),
         "initializer_names_to_train": (list, list),
@@ -88,7 +109,7 @@ class OrtModuleGraphBuilderConfiguration(_Fields):
         "build_gradient_graph": (True, bool),
         "graph_transformer_config": (TrainingGraphTransformerConfiguration, TrainingGraphTransformerConfiguration),
         "enable_caching": (False, bool),
-        "loglevel": (2, int),
+        "loglevel": (Severity.WARNING, int),
         "use_memory_efficient_gradient": (False, bool),
     }
 

@@ -11,10 +11,11 @@ from .._errors import InvalidArgument
 
 
 def get_ort_device_type(device_type, device_index=0):
-    """The C device type (an int, as ``C.OrtDevice.cpu()``) of a device name: ``'cpu'``, ``'cuda'``
-    or ``'cann'`` (case-insensitive). ``device_index`` is accepted for onnxruntime's call shape."""
+    """The C device type (an int, as ``C.OrtDevice.cpu()``) of a device name: ``'cpu'``, ``'cuda'``,
+    ``'cann'`` or ``'dml'`` (case-insensitive). ``device_index`` is accepted for onnxruntime's call
+    shape."""
     if not isinstance(device_type, str):
-        raise InvalidArgument(f"Unsupported device type: {device_type!r} (expected 'cpu', 'cuda' or 'cann')")
+        raise InvalidArgument(f"Unsupported device type: {device_type!r} (expected 'cpu', 'cuda', 'cann' or 'dml')")
     name = device_type.lower()
     if name == "cuda":
         return C.OrtDevice.cuda()
@@ -22,6 +23,8 @@ def get_ort_device_type(device_type, device_index=0):
         return C.OrtDevice.cann()
     if name == "cpu":
         return C.OrtDevice.cpu()
+    if name == "dml":
+        return C.OrtDevice.dml()
     raise InvalidArgument("Unsupported device type: " + device_type)
 
 

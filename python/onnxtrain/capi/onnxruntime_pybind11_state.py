@@ -2,6 +2,8 @@
 (``OrtValue``, ``OrtValueVector``, ``OrtDevice``, ``SessionIOBinding``, ``InferenceSession``,
 ``SessionOptions``, ``RunOptions``, ...), the enums, the module functions and the exception classes,
 as onnxtrain's native core provides them."""
+import enum
+
 from .. import _C
 from .._errors import (EngineError, EPFail, Fail, InvalidArgument, InvalidGraph, InvalidProtobuf,  # noqa: F401
                        ModelLoaded, NoModel, NoSuchFile, NotImplemented, RuntimeException)
@@ -21,13 +23,36 @@ for _name in _NATIVE:
         globals()[_name] = getattr(_C, _name)
 
 # onnxruntime-training's forward/backward objects and its GradientGraphBuilder.
-from ._module_graph import (OrtModuleGraphBuilder, OrtModuleGraphBuilderConfiguration,  # noqa: E402,F401
-                            PropagateCastOpsConfiguration, PropagateCastOpsStrategy,
-                            TrainingGraphTransformerConfiguration)
+from ._module_graph import (GraphTransformerConfiguration, OrtModuleGraphBuilder,  # noqa: E402,F401
+                            OrtModuleGraphBuilderConfiguration, PropagateCastOpsConfiguration,
+                            PropagateCastOpsStrategy, Severity, TrainingGraphTransformerConfiguration)
 from ..gradient import GradientGraphBuilder  # noqa: E402,F401
 
+GraphInfo = _C.GraphInfo  # what OrtModuleGraphBuilder.get_graph_info() returns
+
 _TRAINING = ["OrtModuleGraphBuilder", "OrtModuleGraphBuilderConfiguration", "PropagateCastOpsConfiguration",
-             "PropagateCastOpsStrategy", "TrainingGraphTransformerConfiguration", "GradientGraphBuilder"]
+             "PropagateCastOpsStrategy", "GraphTransformerConfiguration", "TrainingGraphTransformerConfiguration",
+             "Severity", "GraphInfo", "GradientGraphBuilder"]
+
+
+def __getattr__(name):
+    # onnxruntime-training's TrainingParameters lives in onnxtrain.training, which imports this
+    # module: it is looked up on first use instead of at import.
+    if name == "TrainingParameters":
+        from ..training._session import TrainingParameters
+        return TrainingParameters
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class ArenaExtendStrategy(enum.IntEnum):
+    """How an arena grows (``OrtArenaCfg.arena_extend_strategy`` takes these values, or -1 for the
+    default): by the next power of two, or by the size requested."""
+    kNextPowerOfTwo = 0
+    kSameAsRequested = 1
+
+
+kNextPowerOfTwo = ArenaExtendStrategy.kNextPowerOfTwo
+kSameAsRequested = ArenaExtendStrategy.kSameAsRequested
 
 
 
@@ -123,6 +148,47 @@ def get_default_session_options():
     return _C.SessionOptions()
 
 
+def has_collective_ops():
+    """False: onnxruntime's collective operators (``com.microsoft`` AllReduce, AllGather, AllToAll,
+    which its NCCL/MPI builds register) are not implemented by onnxtrain; a model that uses them
+    fails to load naming the operator. (onnxtrain's own data parallelism does not go through them:
+    docs/distributed.md.)"""
+    return False
+
+
+_MPI = ["get_mpi_context_local_rank", "get_mpi_context_local_size", "get_mpi_context_world_rank",
+        "get_mpi_context_world_size"] if _C._distributed_mpi_available() else []
+if _MPI:  # as in onnxruntime-training, only builds with MPI define them
+    def get_mpi_context_world_rank():
+        """This process's rank in the MPI job (starts MPI; 0 outside a launcher)."""
+        return _C._distributed_world_rank()
+
+    def get_mpi_context_world_size():
+        """Ranks in the MPI job (starts MPI; 1 outside a launcher)."""
+        return _C._distributed_world_size()
+
+    def get_mpi_context_local_rank():
+        """This process's rank among the job's processes on this machine (0 outside a launcher)."""
+        get_mpi_context_world_rank()  # MPI started, as onnxruntime's MPIContext does
+        return _C._distributed_launch_info()["local_rank"]
+
+    def get_mpi_context_local_size():
+        """The job's processes on this machine (1 outside a launcher)."""
+        get_mpi_context_world_rank()
+        return _C._distributed_launch_info()["local_size"]
+
+
+def is_torch_interop_default_on():
+    """False: this build has no PyTorch interop (onnxruntime-training's PythonOp, custom autograd
+    functions inside the ONNX graph), as onnxruntime-training builds without it answer."""
+    return False
+
+
+def is_triton_enabled():
+    """False: this build has no Triton kernels, as onnxruntime-training builds without them answer."""
+    return False
+
+
 def enable_telemetry_events():
     """Accepted for compatibility: onnxtrain sends no telemetry, ever."""
 
@@ -134,4 +200,6 @@ def disable_telemetry_events():
 __all__ = ([n for n in _NATIVE if n in globals()] + list(_ORT_EXCEPTIONS) + _TRAINING +
            ["OrtEpAssignedNode", "OrtEpAssignedSubgraph", "get_available_providers", "get_all_providers", "get_device", "get_build_info", "get_version_string",
             "get_default_session_options", "enable_telemetry_events", "disable_telemetry_events",
+            "has_collective_ops", "is_torch_interop_default_on", "is_triton_enabled", "ArenaExtendStrategy",
+            "kNextPowerOfTwo", "kSameAsRequested"] + _MPI + [
             "set_default_logger_severity", "set_default_logger_verbosity"])

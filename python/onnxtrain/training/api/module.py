@@ -77,6 +77,17 @@ class Module:
         """The next training step overwrites the gradients instead of adding to them."""
         self._model.lazy_reset_grad()
 
+    def reset_grad(self) -> None:
+        """onnxruntime 1.13's name of ``lazy_reset_grad``: the next training step overwrites the
+        gradients instead of adding to them."""
+        self.lazy_reset_grad()
+
+    def save_checkpoint(self, ckpt_uri: str | os.PathLike) -> None:
+        """onnxruntime 1.13's ``Module.save_checkpoint``: writes the module's state (its parameters
+        and properties, without optimizer state) to ``ckpt_uri``, as
+        ``CheckpointState.save_checkpoint(state, ckpt_uri)`` does."""
+        CheckpointState.save_checkpoint(self._state, ckpt_uri)
+
     def get_contiguous_parameters(self, trainable_only: bool = False) -> OrtValue:
         """The parameters as one float32 vector (an OrtValue), in the training model's input order."""
         return OrtValue.ortvalue_from_numpy(self._model.copy_parameters_to_buffer(trainable_only))

@@ -169,6 +169,27 @@ class Cast(_UnaryOp):
         super().__init__("Cast", to=int(to))
 
 
+class LabelEncoder(Block):
+    """An ``ai.onnx.ml`` LabelEncoder node: maps the input's keys (``keys_floats`` / ``keys_int64s``
+    / ``keys_strings``) to values (``values_floats`` / ``values_int64s`` / ``values_strings``), with
+    the defaults ``default_float``, ``default_int64``, ``default_string`` for other keys. Where the
+    model imports no ``ai.onnx.ml`` opset, version 2 (the first with these attributes) is added."""
+
+    def __init__(self, default_float=0.0, default_int64=-1, default_string="_Unused", keys_floats=None,
+                 keys_int64s=None, keys_strings=None, values_floats=None, values_int64s=None, values_strings=None):
+        super().__init__()
+        given = {"keys_floats": keys_floats, "keys_int64s": keys_int64s, "keys_strings": keys_strings,
+                 "values_floats": values_floats, "values_int64s": values_int64s, "values_strings": values_strings}
+        self._attrs = {"default_float": float(default_float), "default_int64": int(default_int64),
+                       "default_string": str(default_string)}
+        self._attrs.update({k: list(v) for k, v in given.items() if v is not None})
+
+    def build(self, label_encoder_input_name):
+        if not any(o.domain == "ai.onnx.ml" for o in self.base.opset_import):
+            self.base.opset_import.append(onnx.helper.make_opsetid("ai.onnx.ml", 2))
+        return _node(self.base, "LabelEncoder", [label_encoder_input_name], domain="ai.onnx.ml", **self._attrs)
+
+
 class Constant(Block):
     """A float initializer of shape [1] holding ``value_float``."""
 

@@ -1,0 +1,1 @@
+"""onnxruntime-training's ``onnxruntime.capi.training``: ``training_session``."""
