@@ -32,7 +32,7 @@ module (kept in ``__onnxtrain__``). The attributes are the real objects, so iden
 under two names) is what lets a missing name be reported by its onnxruntime name. So:
 
 * ``__name__``, ``__spec__`` and ``sys.modules`` keys are the onnxruntime names; ``__file__``,
-  ``__path__`` and ``__doc__`` are the onnxtrain module's; ``onnxruntime.__version__`` is the
+  ``__path__`` and ``__doc__`` are the onnxtrain module's; ``onnxruntime.__version__`` (and ``onnxruntime.version``) is the
   onnxruntime API level onnxtrain provides (``onnxtrain.__onnxruntime_version__``); ``__all__`` and every
   other attribute are read through from the onnxtrain module at each access (``__all__`` is the
   module's public names where it defines none, so ``import *`` takes what it would take);
@@ -137,8 +137,9 @@ class _AliasModule(types.ModuleType):
         real = self.__dict__.get("__onnxtrain__")
         if real is None:
             raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}", name=name, obj=self)
-        if name == "__version__" and hasattr(real, "__onnxruntime_version__"):
-            # The onnxruntime API level onnxtrain provides, so that scripts' version checks pass.
+        if name in ("__version__", "version") and hasattr(real, "__onnxruntime_version__"):
+            # The onnxruntime API level onnxtrain provides, so that scripts' version checks pass
+            # (onnxruntime.version, onnxruntime_validation's, is always its __version__).
             return real.__onnxruntime_version__
         try:
             value = getattr(real, name)

@@ -1,5 +1,5 @@
 """onnxruntime's ``onnxruntime.capi.onnxruntime_validation``: what the package is built for."""
-from .. import __version__
+from .. import __onnxruntime_version__, __version__  # noqa: F401 (the alias reads the first)
 
 package_name = "onnxtrain"
 version = __version__
