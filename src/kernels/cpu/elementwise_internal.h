@@ -113,7 +113,11 @@ inline void unary_loop(const Op& op_ref, const C* x, O* y, int64_t n) {
   const Op op = op_ref;  // a local copy: stores to y cannot alias its parameters, so the loop vectorizes
 #if OT_EW_SIMD
   if constexpr (std::is_same_v<C, float> && std::is_same_v<O, float> && HasVec<Op>) {
-    vmath::apply(x, y, n, [&](__m256 v) { return op.vec(v); });
+    int64_t done = 0;
+    if constexpr (requires { Op::kStagedErf; })  // Erf: part by part over blocks (the same bits)
+      done = vmath::erf_map(x, n, [](__m256 v) { return v; },
+                            [&](int64_t k, __m256, __m256 e) { _mm256_storeu_ps(y + k, e); });
+    vmath::apply(x + done, y + done, n - done, [&](__m256 v) { return op.vec(v); });
     return;
   }
 #endif

@@ -23,6 +23,7 @@
 #define OT_EW_SIMD 0
 #endif
 
+#include <algorithm>
 #include <cstdint>
 
 namespace onnxtrain::kernels::cpu::vmath {
@@ -117,20 +118,67 @@ inline V sigmoid(V x) {
   return _mm256_div_ps(num, _mm256_add_ps(set1(1.0f), e));
 }
 
-inline V erf(V x) {
+// erf in parts: erf(x) = erf_end(x, erf_begin(x), exp(parts.arg)). The one-vector erf is one long
+// dependency chain (a division, two polynomials, exp, a blend) that the core overlaps across too
+// few vectors; erf_map runs a block of vectors through each part before the next (the same bits).
+struct ErfParts {
+  V small, t, arg;  // |x| < 1: x + x P6(x^2); else t = 1 / (1 + |x| / 2) and exp's argument
+};
+
+inline ErfParts erf_begin(V x) {
   const V ax = abs(x);
   static constexpr float a[] = {7.816716970410198e-05f, -0.0007998295477591455f, 0.005186871159821749f,
                                 -0.026852965354919434f, 0.11283561587333679f,    -0.376126229763031f,
                                 0.12837916709551257f};  // 2/sqrt(pi) - 1: x * (1 + p) keeps the leading term exact
-  const V small = fma(x, poly(_mm256_mul_ps(x, x), a), x);
+  ErfParts p;
+  p.small = fma(x, poly(_mm256_mul_ps(x, x), a), x);
   static constexpr float q[] = {0.08488334715366364f, 0.012807464227080345f, -0.5072454810142517f,
                                 0.39532071352005005f, 0.26166296005249023f,  1.0208369493484497f,
                                 -1.2670670747756958f};
   const V xc = _mm256_min_ps(set1(4.0f), ax);  // NaN stays NaN (min returns the second operand)
-  const V t = _mm256_div_ps(set1(1.0f), fma(xc, set1(0.5f), set1(1.0f)));
-  const V erfc = _mm256_mul_ps(t, exp(_mm256_fnmadd_ps(xc, xc, poly(t, q))));
+  p.t = _mm256_div_ps(set1(1.0f), fma(xc, set1(0.5f), set1(1.0f)));
+  p.arg = _mm256_fnmadd_ps(xc, xc, poly(p.t, q));
+  return p;
+}
+
+/// e = exp(p.arg).
+inline V erf_end(V x, V small, V t, V e) {
+  const V erfc = _mm256_mul_ps(t, e);
   const V large = copysign(_mm256_sub_ps(set1(1.0f), erfc), x);
-  return select(lt(ax, set1(1.0f)), small, large);
+  return select(lt(abs(x), set1(1.0f)), small, large);
+}
+
+inline V erf(V x) {
+  const ErfParts p = erf_begin(x);
+  return erf_end(x, p.small, p.t, exp(p.arg));
+}
+
+/// For each full vector of the n floats at x (offset i, a multiple of 8, below n & ~7):
+/// post(i, v, erf(pre(v))), with the bits of erf(pre(v)) but computed part by part over blocks of
+/// 32 vectors (about 1.5x faster than vector by vector on Zen 5). Returns the floats done.
+template <class Pre, class Post>
+inline int64_t erf_map(const float* x, int64_t n, Pre&& pre, Post&& post) {
+  constexpr int kBlock = 32;
+  alignas(32) float u[kBlock * 8], sm[kBlock * 8], tt[kBlock * 8], ar[kBlock * 8];
+  const int64_t full = n / 8 * 8;
+  for (int64_t i0 = 0; i0 < full; i0 += kBlock * 8) {
+    const int nv = int(std::min<int64_t>(kBlock, (full - i0) / 8));
+    for (int b = 0; b < nv; ++b) {
+      const V v = pre(_mm256_loadu_ps(x + i0 + 8 * b));
+      const ErfParts p = erf_begin(v);
+      _mm256_store_ps(u + 8 * b, v);
+      _mm256_store_ps(sm + 8 * b, p.small);
+      _mm256_store_ps(tt + 8 * b, p.t);
+      _mm256_store_ps(ar + 8 * b, p.arg);
+    }
+    for (int b = 0; b < nv; ++b) _mm256_store_ps(ar + 8 * b, exp(_mm256_load_ps(ar + 8 * b)));
+    for (int b = 0; b < nv; ++b) {
+      const V e = erf_end(_mm256_load_ps(u + 8 * b), _mm256_load_ps(sm + 8 * b), _mm256_load_ps(tt + 8 * b),
+                          _mm256_load_ps(ar + 8 * b));
+      post(i0 + 8 * b, _mm256_loadu_ps(x + i0 + 8 * b), e);
+    }
+  }
+  return full;
 }
 
 /// e^x - 1 without cancellation near 0: |x| < ln 2: degree-10 Taylor polynomial (error < 1e-9

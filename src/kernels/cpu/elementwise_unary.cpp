@@ -61,7 +61,7 @@ OT_UNARY(SqrtOp, std::sqrt(x))
 OT_UNARY(ReciprocalOp, C(1) / x)
 OT_UNARY(ExpOp, std::exp(x), OT_VEC(vmath::exp))
 OT_UNARY(LogOp, std::log(x), OT_VEC(vmath::log))
-OT_UNARY(ErfOp, erf_any(x), OT_VEC(vmath::erf))
+OT_UNARY(ErfOp, erf_any(x), OT_VEC(vmath::erf) static constexpr bool kStagedErf = true;)
 OT_UNARY(TanhOp, std::tanh(x), OT_VEC(vmath::tanh))
 OT_UNARY(SigmoidOp, sigmoid(x), OT_VEC(vmath::sigmoid))
 OT_UNARY(SinOp, std::sin(x))
@@ -256,13 +256,20 @@ class GeluKernel final : public Kernel {
         int64_t i = b;
 #if OT_EW_SIMD
         if constexpr (std::is_same_v<T, float>) {
-          auto one = [&](const float* xp, float* yp, float* ap) {
-            const __m256 v = _mm256_loadu_ps(xp);
-            const __m256 av = gelu_a_ps(v);
+          auto store = [&](float* yp, float* ap, __m256 v, __m256 av) {
             if (yp) _mm256_storeu_ps(yp, _mm256_mul_ps(_mm256_mul_ps(v, av), _mm256_set1_ps(0.5f)));
             if (ap) _mm256_storeu_ps(ap, av);
           };
-          for (; i + 8 <= e; i += 8) one(X + i, Y ? Y + i : nullptr, A ? A + i : nullptr);
+          auto one = [&](const float* xp, float* yp, float* ap) {
+            const __m256 v = _mm256_loadu_ps(xp);
+            store(yp, ap, v, gelu_a_ps(v));
+          };
+          // Full vectors: erf part by part over blocks (gelu_a_ps's bits).
+          i += vmath::erf_map(
+              X + b, e - b, [](__m256 v) { return _mm256_div_ps(v, _mm256_set1_ps(kSqrt2f)); },
+              [&](int64_t k, __m256 v, __m256 er) {
+                store(Y ? Y + b + k : nullptr, A ? A + b + k : nullptr, v, _mm256_add_ps(er, _mm256_set1_ps(1.0f)));
+              });
           if (i < e) {  // the tail through a padded vector: the same erf as the blocks (and the Erf kernel)
             alignas(32) float xb[8] = {}, yb[8], ab[8];
             std::copy(X + i, X + e, xb);
@@ -306,12 +313,17 @@ class GeluGradKernel final : public Kernel {
 #if OT_EW_SIMD
         if constexpr (std::is_same_v<T, float>) {
           const __m256 half = _mm256_set1_ps(0.5f), c = _mm256_set1_ps(float(kInvSqrt2Pi));
-          for (; i + 8 <= e; i += 8) {
-            const __m256 v = _mm256_loadu_ps(X + i);
-            const __m256 av = A ? _mm256_loadu_ps(A + i) : gelu_a_ps(v);
+          auto grad = [&](int64_t k, __m256 v, __m256 av) {
             const __m256 phi = _mm256_mul_ps(vmath::exp(_mm256_mul_ps(_mm256_mul_ps(v, v), _mm256_set1_ps(-0.5f))), c);
             const __m256 d = _mm256_fmadd_ps(v, phi, _mm256_mul_ps(half, av));
-            _mm256_storeu_ps(dX + i, _mm256_mul_ps(_mm256_loadu_ps(dY + i), d));
+            _mm256_storeu_ps(dX + k, _mm256_mul_ps(_mm256_loadu_ps(dY + k), d));
+          };
+          if (A) {
+            for (; i + 8 <= e; i += 8) grad(i, _mm256_loadu_ps(X + i), _mm256_loadu_ps(A + i));
+          } else {  // A recomputed as the forward does (gelu_a_ps's bits), erf part by part
+            i += vmath::erf_map(
+                X + b, e - b, [](__m256 v) { return _mm256_div_ps(v, _mm256_set1_ps(kSqrt2f)); },
+                [&](int64_t k, __m256 v, __m256 er) { grad(b + k, v, _mm256_add_ps(er, _mm256_set1_ps(1.0f))); });
           }
           if (!A && i < e) {  // the tail's A as the forward computes it (a padded vector), then as below
             alignas(32) float xb[8] = {}, ab[8];
