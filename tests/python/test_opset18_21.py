@@ -766,3 +766,44 @@ def test_exported_models_with_opset18_operators_load_in_onnxruntime(tmp_path):
     np.testing.assert_array_equal(run_ort_node(tmp_path / "b", saved.SerializeToString(), feeds)[0], y)
     # Reloaded by onnxtrain: the same again.
     np.testing.assert_array_equal(run(saved.SerializeToString(), feeds)[0], y)
+
+
+def test_opset18_operators_in_subgraphs_export_at_18(tmp_path):
+    """An If branch holding BitwiseAnd and a lowered ReduceMax (constant axes from the outer graph): the
+    optimized model imports opset 18, the branch's ReduceMax takes its axes as input again, and
+    onnxruntime-node gives what onnxtrain gives."""
+    then = helper.make_graph([helper.make_node("BitwiseAnd", ["a", "mask"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", I64, None)])
+    other = helper.make_graph([helper.make_node("ReduceMax", ["a", "axes"], ["r"], keepdims=1),
+                               helper.make_node("Sub", ["a", "r"], ["t"])], "else", [],
+                              [helper.make_tensor_value_info("t", I64, None)])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    data = model(nodes, [("c", TensorProto.BOOL, []), ("a", I64, [2, 3])], [("y", I64, None)], 18,
+                 {"mask": np.array(6, np.int64), "axes": np.array([1], np.int64)})
+    a = np.array([[5, 7, 12], [-3, 2, 9]], np.int64)
+    so = onnxtrain.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    s = onnxtrain.InferenceSession(data, so)
+    import onnx
+    saved = onnx.load(str(tmp_path / "opt.onnx"))
+    assert [o.version for o in saved.opset_import if o.domain in ("", "ai.onnx")] == [18]
+    for k, c in enumerate((True, False)):
+        feeds = {"c": np.array(c), "a": a}
+        y = s.run(None, feeds)[0]
+        np.testing.assert_array_equal(y, a & 6 if c else a - a.max(axis=1, keepdims=True))
+        (tmp_path / str(k)).mkdir()
+        np.testing.assert_array_equal(run_ort_node(tmp_path / str(k), saved.SerializeToString(), feeds)[0], y)
+
+
+def test_col2im_with_image_shape_computed_at_run_time(tmp_path):
+    """image_shape and block_shape as graph inputs: the output shape is known only while running."""
+    data = model([helper.make_node("Col2Im", ["x", "image", "block"], ["y"], strides=[1, 2])],
+                 [("x", F, [1, 8, 6]), ("image", I64, [2]), ("block", I64, [2])], [("y", F, None)], 18)
+    x = rng.standard_normal((1, 8, 6)).astype(np.float32)
+    feeds = {"x": x, "image": np.array([4, 5], np.int64), "block": np.array([2, 2], np.int64)}
+    y = run(data, feeds)[0]
+    ref = torch.nn.functional.fold(torch.tensor(x), (4, 5), (2, 2), stride=(1, 2)).numpy()
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(run_ort_node(tmp_path, data, feeds)[0], y, rtol=1e-6, atol=1e-6)
+    with pytest.raises(onnxtrain.InvalidArgument, match=r"number of blocks"):
+        run(data, {**feeds, "image": np.array([5, 5], np.int64)})

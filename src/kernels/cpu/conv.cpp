@@ -13,6 +13,8 @@
 // {forward, backward data, backward weights}.
 //   com.microsoft FusedConv(X, W[, B, Z]) -> Y = activation(Conv(X, W, B) + Z)   (onnxruntime's
 //                  contrib operator; the inference sessions' rewrite of Conv [+ Add] + Relu / Clip)
+//   Col2Im (ai.onnx 18) X[N, C K, L], image_shape, block_shape -> Y[N, C, image...]: ConvView's
+//                  col2im with one group (float32, float64)
 // float32 runs oneDNN (de)convolution primitives (forward, backward_data, backward_weights) created
 // in prepare() for the concrete shapes (layouts chosen by oneDNN, reorders from and to the plain
 // tensors inside the workspace; constant weights reordered once, in prepare(); FusedConv's Z and
