@@ -16,6 +16,7 @@
 //   Gelu-20           0.5 X (1 + Erf(X / sqrt 2)), or the tanh form for approximate = "tanh"
 //   GroupNormalization-18 (per-group scale, bias) and -21 (per-channel scale, bias):
 //                     InstanceNormalization of X viewed as [N, G, -1], then scale and bias
+//   AffineGrid-20     base grid (Range coordinates, ones) @ theta^T (ONNX's function body), 2-D, 3-D
 // Kept as they are (opset-18 forms, their attributes checked here): Bitwise{And,Or,Xor,Not}-18,
 // Col2Im-18, ScatterElements/ScatterND-18 with reduction max or min, ReduceMax/Min/Prod/LogSumExp-18
 // with axes computed at run time (opset18_form; kernels and type rules know them at 17).
@@ -68,7 +69,7 @@ const std::map<std::string, std::vector<int64_t>>& changes() {
 // Operators whose versions past 17 onnxtrain does not implement (no kernel, or no opset-17 form).
 bool not_implemented(const std::string& op) {
   static const std::unordered_set<std::string> s{
-      "DeformConv", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "AffineGrid", "GridSample",
+      "DeformConv", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "GridSample",
       "DFT",        "ImageDecoder",   "RegexFullMatch",   "StringConcat",  "StringSplit"};
   return s.count(op) != 0;
 }
@@ -272,6 +273,7 @@ class Lowerer {
       return out_->push_back(n);
     }
     if (op == "Col2Im") return col2im(n, s);
+    if (op == "AffineGrid") return affine_grid(n, s, v);
     if (op == "GroupNormalization") return group_norm(n, v);
     Node r = n;
     if (op == "LpPool" && int_attr(n, "ceil_mode", 0) != 0) refuse(n, v, " with ceil_mode 1");
@@ -339,6 +341,68 @@ class Lowerer {
     }
     // ReduceMax/Min/Prod/LogSumExp: kept with their axes input (an opset-18 form).
     finish(n, n.op_type, {x, ax}, sum_attrs(keep, noop));
+  }
+
+  // The number of spatial dims of AffineGrid's output: from the length of a constant size, else from
+  // theta's declared shape [N, nd, nd + 1] (a graph input or an initializer); 0 when neither says.
+  static size_t affine_dims(const Scope& s, const std::optional<std::vector<int64_t>>& size, const std::string& theta) {
+    if (size) return size->size() >= 2 ? size->size() - 2 : 0;
+    for (const Scope* sc = &s; sc; sc = sc->parent) {
+      if (!sc->graph) continue;
+      if (const Tensor* t = sc->graph->initializer(theta)) return t->rank() == 3 ? size_t(t->shape()[1]) : 0;
+      for (const auto* list : {&sc->graph->inputs, &sc->graph->value_info})
+        for (const ValueInfo& vi : *list)
+          if (vi.name == theta && vi.type.has_shape && vi.type.dims.size() == 3 && vi.type.dims[1].fixed())
+            return size_t(vi.type.dims[1].value);
+    }
+    return 0;
+  }
+
+  // AffineGrid-20 as ONNX's function body: the base grid of normalized coordinates of size's spatial
+  // dims [.., H, W] (x along the last), with a column of ones, times theta transposed:
+  // grid[n, h, w] = theta[n] @ (x_w, y_h, 1). Coordinates of a dim of S points: (2 i + 1) / S - 1,
+  // or with align_corners (2 i - (S - 1)) / max(S - 1, 1): 2 i / (S - 1) - 1, and 0 for a single
+  // point (torch's affine_grid; ONNX leaves that case to division by zero).
+  void affine_grid(const Node& n, const Scope& s, int64_t v) {
+    if (n.inputs.size() != 2 || n.outputs.size() != 1)
+      throw_error<InvalidGraph>(n.describe(), ": AffineGrid takes 2 inputs and 1 output, not ", n.inputs.size(),
+                                " and ", n.outputs.size());
+    const int64_t ac = int_attr(n, "align_corners", 0);
+    if (ac != 0 && ac != 1)
+      throw_error<InvalidGraph>(n.describe(), ": attribute 'align_corners' must be 0 or 1, not ", ac);
+    const std::string &theta = n.inputs[0], &size_in = n.inputs[1];
+    const auto size = constant_ints(s, n, size_in, "size");
+    const size_t nd = affine_dims(s, size, theta);
+    if (size && nd != 2 && nd != 3)
+      throw_error<InvalidGraph>(n.describe(), ": input 'size' must be [N, C, H, W] or [N, C, D, H, W], not ",
+                                size->size(), " values");
+    if (nd != 2 && nd != 3) refuse(n, v, " with input 'size' computed at run time and theta's shape not declared");
+    const std::string size64 = add(n, "Cast", {size_in}, {Emitter::int_attr("to", int64_t(DType::kInt64))});
+    const std::string spatial = add(n, "Slice", {size64, ints(n, {2}), ints(n, {int64_t(2 + nd)})});
+    const std::string one = scalar_like(n, 1.0f, theta), two = scalar_like(n, 2.0f, theta);
+    const std::string full = add(n, "Concat", {spatial, ints(n, {1})}, {Emitter::int_attr("axis", 0)});
+    std::vector<std::string> parts(nd + 1);  // x (last dim), y, [z], ones: each [spatial..., 1]
+    for (size_t i = 0; i < nd; ++i) {
+      const std::string count = add(n, "Gather", {size64, scalar_int(n, int64_t(2 + i))});
+      const std::string r = add(n, "CastLike", {add(n, "Range", {scalar_int(n, 0), count, scalar_int(n, 1)}), theta});
+      const std::string cnt = add(n, "CastLike", {count, theta});
+      const std::string c =
+          ac ? add(n, "Div", {add(n, "Sub", {add(n, "Mul", {r, two}), add(n, "Sub", {cnt, one})}),
+                              add(n, "Max", {add(n, "Sub", {cnt, one}), one})})
+             : add(n, "Sub", {add(n, "Div", {add(n, "Add", {add(n, "Mul", {r, two}), one}), cnt}), one});
+      std::vector<int64_t> view(nd + 1, 1);
+      view[i] = -1;
+      parts[nd - 1 - i] = add(n, "Expand", {add(n, "Reshape", {c, ints(n, view)}), full});
+    }
+    parts[nd] = add(n, "Expand", {one, full});
+    const std::string base =
+        add(n, "Reshape", {add(n, "Concat", parts, {Emitter::int_attr("axis", -1)}), ints(n, {-1, int64_t(nd + 1)})});
+    const std::string flat =
+        add(n, "MatMul", {base, add(n, "Transpose", {theta}, {Emitter::ints_attr("perm", {0, 2, 1})})});
+    const std::string shape =
+        add(n, "Concat", {add(n, "Slice", {size64, ints(n, {0}), ints(n, {1})}), spatial, ints(n, {int64_t(nd)})},
+            {Emitter::int_attr("axis", 0)});
+    finish(n, "Reshape", {flat, shape});
   }
 
   // Col2Im-18 stays; its attributes, and image_shape / block_shape when constant, are checked here.

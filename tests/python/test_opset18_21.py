@@ -458,8 +458,7 @@ def test_scatter_elements_reduction():
         onnxtrain.InferenceSession(data)
 
 
-@pytest.mark.parametrize("op,opset,n_in", [("DeformConv", 19, 3), ("DFT", 20, 1), ("AffineGrid", 20, 2),
-                                           ("GridSample", 20, 2), ("QuantizeLinear", 19, 2),
+@pytest.mark.parametrize("op,opset,n_in", [("DeformConv", 19, 3), ("DFT", 20, 1), ("GridSample", 20, 2), ("QuantizeLinear", 19, 2),
                                            ("StringSplit", 20, 1), ("ImageDecoder", 20, 1)])
 def test_not_implemented_operators_are_refused_naming_op_and_version(op, opset, n_in):
     ins = [f"i{k}" for k in range(n_in)]
@@ -807,3 +806,48 @@ def test_col2im_with_image_shape_computed_at_run_time(tmp_path):
     np.testing.assert_allclose(run_ort_node(tmp_path, data, feeds)[0], y, rtol=1e-6, atol=1e-6)
     with pytest.raises(onnxtrain.InvalidArgument, match=r"number of blocks"):
         run(data, {**feeds, "image": np.array([5, 5], np.int64)})
+
+
+# ---------------------------------------------------------------- AffineGrid (20), rewritten
+@pytest.mark.parametrize("size", [(2, 3, 4, 5), (2, 1, 3, 1, 4), (1, 2, 1, 3)])
+@pytest.mark.parametrize("align", [0, 1])
+@pytest.mark.parametrize("size_input", [False, True])
+def test_affine_grid(tmp_path, size, align, size_input):
+    """AffineGrid-20 (2-D, 3-D; size a constant or, with theta's shape declared, an input): values against
+    torch.nn.functional.affine_grid and onnxruntime-node, theta's gradient against torch autograd."""
+    nd = len(size) - 2
+    theta = rng.standard_normal((size[0], nd, nd + 1)).astype(np.float32)
+    nodes = [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+             helper.make_node("Mul", ["grid", "w"], ["gw"]),
+             helper.make_node("ReduceSum", ["gw"], ["loss"], keepdims=0)]
+    w = rng.standard_normal(list(size[:1]) + list(size[2:]) + [nd]).astype(np.float32)
+    inputs = [("theta", F, list(theta.shape))] + ([("size", I64, [len(size)])] if size_input else [])
+    inits = {"w": w} if size_input else {"w": w, "size": np.array(size, np.int64)}
+    data = model(nodes, inputs, [("grid", F, None), ("loss", F, [])], 20, inits)
+    feeds = {"theta": theta, **({"size": np.array(size, np.int64)} if size_input else {})}
+    grid = run(data, feeds)[0]
+    tt = torch.tensor(theta, dtype=torch.float64, requires_grad=True)
+    ref = torch.nn.functional.affine_grid(tt, list(size), align_corners=bool(align))
+    np.testing.assert_allclose(grid, ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    if not (align and 1 in size[2:]):  # a single point with align_corners: torch's 0 here, onnxruntime differs
+        np.testing.assert_allclose(run_ort_node(tmp_path, data, feeds)[0], grid, rtol=1e-5, atol=1e-6)
+    (ref * torch.tensor(w, dtype=torch.float64)).sum().backward()
+    g = gradient_model(data, ["theta"], ["loss"], portable=True)
+    s = onnxtrain.InferenceSession(g)
+    names = [o.name for o in s.get_outputs()]
+    np.testing.assert_allclose(dict(zip(names, s.run(None, feeds)))["theta_grad"], tt.grad.numpy(), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_affine_grid_refusals():
+    def data(attrs, size=None, theta_shape=(1, 2, 3)):
+        inits = {"size": np.array(size, np.int64)} if size is not None else {}
+        inputs = [("theta", F, list(theta_shape) if theta_shape else None)] + ([] if size is not None else [("size", I64, [4])])
+        return model([helper.make_node("AffineGrid", ["theta", "size"], ["g"], name="ag", **attrs)], inputs,
+                     [("g", F, None)], 20, inits)
+    with pytest.raises(onnxtrain.InvalidGraph, match=r"'ag'.*'align_corners' must be 0 or 1"):
+        onnxtrain.InferenceSession(data({"align_corners": 2}, (1, 1, 2, 2)))
+    with pytest.raises(onnxtrain.InvalidGraph, match=r"'ag'.*'size' must be \[N, C, H, W\] or"):
+        onnxtrain.InferenceSession(data({}, (1, 1, 2)))
+    with pytest.raises(onnxtrain.NotImplemented, match=r"'ag'.*AffineGrid-20.*'size' computed at run time"):
+        onnxtrain.InferenceSession(data({}, None, None))
