@@ -851,3 +851,32 @@ def test_affine_grid_refusals():
         onnxtrain.InferenceSession(data({}, (1, 1, 2)))
     with pytest.raises(onnxtrain.NotImplemented, match=r"'ag'.*AffineGrid-20.*'size' computed at run time"):
         onnxtrain.InferenceSession(data({}, None, None))
+
+
+def test_training_artifacts_of_a_model_with_opset18_operators(tmp_path):
+    """generate_artifacts on an opset-18 model holding Col2Im and a ScatterElements max: the training and
+    eval models are written at opset 18; onnxruntime-node runs the eval model as onnxtrain runs the
+    original."""
+    import onnx
+    from onnxtrain.training import artifacts
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+             helper.make_node("Col2Im", ["xw", "image", "block"], ["c"]),
+             helper.make_node("ScatterElements", ["c", "i", "u"], ["y"], axis=3, reduction="max")]
+    inits = {"w": rng.standard_normal((6, 6)).astype(np.float32), "image": np.array([3, 4], np.int64),
+             "block": np.array([2, 2], np.int64), "i": np.zeros((1, 2, 2, 1), np.int64),
+             "u": np.full((1, 2, 2, 1), 0.5, np.float32)}
+    data = model(nodes, [("x", F, [1, 8, 6])], [("y", F, [1, 2, 3, 4])], 18, inits)
+    artifacts.generate_artifacts(onnx.load_from_string(data), requires_grad=["w"], loss=artifacts.LossType.MSELoss,
+                                 optimizer=artifacts.OptimType.AdamW, artifact_directory=str(tmp_path))
+    for name in ("training_model.onnx", "eval_model.onnx"):
+        m = onnx.load(str(tmp_path / name))
+        assert [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")] == [18], name
+    x = rng.standard_normal((1, 8, 6)).astype(np.float32)
+    target = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    y = run(data, {"x": x})[0]
+    ev = onnx.load(str(tmp_path / "eval_model.onnx"))
+    known = {"x": x, "target": target, "w": inits["w"]}
+    feeds = {i.name: known[i.name] for i in ev.graph.input if i.name in known}
+    names = [o.name for o in ev.graph.output]
+    ort = dict(zip(names, run_ort_node(tmp_path, ev.SerializeToString(), feeds)))
+    assert any(np.allclose(v, np.mean((y - target) ** 2), rtol=1e-5) for v in ort.values()), ort
