@@ -413,7 +413,7 @@ void rules_elementwise(Table& t) {
                          "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "Shape",
                          "Size", "NonZero", "ConstantOfShape", "Constant", "EyeLike", "RandomNormal",
                          "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
-                         "BitShift"})
+                         "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"})
     t.zero(op);
 }
 
@@ -578,6 +578,29 @@ void einsum_rule(Ctx& c) {
   }
 }
 
+// Col2Im (ai.onnx 18): Y = fold(X) sums each block column into the image; dX = unfold(dY) (Im2Col)
+// reads it back. With dY viewed as [N C, 1, image...], a Conv whose K = prod(block_shape) one-hot
+// filters each pick one block position gives [N C, K, L], which is X's [N, C K, L]. block_shape
+// must be a constant (the filters' shape).
+void col2im_rule(Ctx& c) {
+  const auto block = c.const_ints_input(2);
+  if (!block || block->empty()) c.fail("block_shape (input 2) is not a constant");
+  int64_t K = 1;
+  for (int64_t d : *block)
+    if (d <= 0 || __builtin_mul_overflow(K, d, &K) || K > (int64_t(1) << 16))
+      c.fail("block_shape must be positive with at most 65536 positions");
+  Shape wshape{K, 1};
+  wshape.insert(wshape.end(), block->begin(), block->end());
+  Tensor w = ir::float_tensor(DType::kFloat64, 0.0, wshape);
+  for (int64_t k = 0; k < K; ++k) w.data<double>()[k * K + k] = 1.0;
+  std::vector<ir::Attribute> at;
+  for (const char* a : {"dilations", "pads", "strides"})
+    if (c.has_attr(a)) at.push_back(intsattr(a, c.attr_ints(a, {})));
+  const std::string img = c.reshape(c.GO(0), c.op("Concat", {c.ints({-1, 1}), c.I(1)}, {iattr("axis", 0)}));
+  const std::string cols = c.op("Conv", {img, c.cast_like(c.constant(w), c.I(0))}, at);
+  c.set_GI(0, c.reshape(cols, c.shape_of(c.I(0))));
+}
+
 // ================================================================ linear algebra, convolution, pooling
 void rules_linalg(Table& t) {
   // ---- linear algebra
@@ -605,6 +628,7 @@ void rules_linalg(Table& t) {
   // ---- convolution: com.onnxtrain.Conv(Transpose)Grad, or standard ops in portable mode
   t.add("Conv", conv_rule);
   t.add("ConvTranspose", conv_rule);
+  t.add("Col2Im", col2im_rule, {0});
 
   // ---- pooling: com.onnxtrain.<Pool>Grad, or standard ops in portable mode where the opset allows
   for (const char* op : {"MaxPool", "AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool"})
@@ -615,10 +639,16 @@ void rules_linalg(Table& t) {
 // ---------------------------------------------------------------- helpers: reductions, softmax family
 // Reduce* nodes of type `op` take their axes as input 1 (not an attribute) from this opset on.
 bool axes_as_input(const std::string& op, int64_t opset) { return opset >= (op == "ReduceSum" ? 13 : 18); }
-bool axes_as_input(Ctx& c) { return axes_as_input(c.node().op_type, c.opset()); }
+// (At 17, a Reduce* node with input 1 is opset 18's form kept for axes computed at run time,
+// ir/opset_lower.h.)
+bool axes_as_input(Ctx& c) { return axes_as_input(c.node().op_type, c.opset()) || c.has_input(1); }
+// The axes are input 1, computed at run time.
+bool runtime_axes(Ctx& c) { return axes_as_input(c) && c.has_input(1) && !c.constant_value(c.I(1)); }
 
 // noop_with_empty_axes and no axes: the forward node is the identity.
 bool reduce_is_noop(Ctx& c) {
+  if (runtime_axes(c) && c.attr_int("noop_with_empty_axes", 0))
+    c.fail("noop_with_empty_axes with axes computed at run time has no gradient rule");
   return axes_as_input(c) && c.attr_int("noop_with_empty_axes", 0) && reduced_axes(c, true).empty();
 }
 
@@ -626,6 +656,7 @@ bool reduce_is_noop(Ctx& c) {
 // removed them) so that it broadcasts against the input. All axes reduced: a scalar broadcasts.
 std::string keep_reduced(Ctx& c, const std::string& v) {
   if (c.attr_int("keepdims", 1)) return v;
+  if (runtime_axes(c)) return c.op("Unsqueeze", {v, c.I(1)});  // Unsqueeze-13 takes them as input too
   const std::vector<int64_t> axes = reduced_axes(c, axes_as_input(c));
   return axes.empty() ? v : c.unsqueeze(v, axes);
 }
@@ -640,7 +671,7 @@ std::string reduce_axes(Ctx& c, const char* type, const std::string& v, const st
 
 // Reduce `type` over the forward node's axes, keepdims = 1.
 std::string reduce_like(Ctx& c, const char* type, const std::string& v) {
-  if (axes_as_input(c) && axes_as_input(type, c.opset()))  // pass the axes input through (may be computed)
+  if (axes_as_input(c) && (axes_as_input(type, c.opset()) || runtime_axes(c)))  // pass the axes input through
     return c.op(type, c.has_input(1) ? std::vector<std::string>{v, c.I(1)} : std::vector<std::string>{v},
                 {iattr("keepdims", 1)});
   return reduce_axes(c, type, v, reduced_axes(c, axes_as_input(c)));
@@ -1264,6 +1295,18 @@ void scatter_rule(Ctx& c, const char* scatter, const char* gather) {
       c.set_GI(0, c.mul(g, c.op(scatter, {c.ones_like(x), idx, u}, mul)));
     }
     if (c.needs_GI(2)) c.set_GI(2, c.div(c.op(gather, {c.mul(g, c.O(0)), idx}, at), u));
+  } else if (red == "max" || red == "min") {
+    // Each indexed position holds the max (min) of X and its updates: the gradient goes to the
+    // values equal to Y there, split evenly among ties (torch's scatter_reduce amax / amin with
+    // include_self). count: X's hit plus the updates' hits scattered onto their positions.
+    const std::string& y = c.O(0);
+    const std::string hit_x = c.cast_like(c.op("Equal", {x, y}), x);
+    const std::string hit_u = c.cast_like(c.op("Equal", {u, c.op(gather, {y, idx}, at)}), u);
+    std::vector<ir::Attribute> sum = at;
+    sum.push_back(sattr("reduction", "add"));
+    const std::string share = c.div(g, c.op(scatter, {hit_x, idx, hit_u}, sum));
+    if (c.needs_GI(0)) c.set_GI(0, c.mul(share, hit_x));
+    if (c.needs_GI(2)) c.set_GI(2, c.mul(c.op(gather, {share, idx}, at), hit_u));
   } else {
     c.fail("reduction '", red, "' has no gradient rule");
   }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "ir/opset_lower.h"
 #include "ir/proto.h"
 #include "onnxtrain/error.h"
 #include "ops/onnxtrain_ops.h"
@@ -106,6 +107,14 @@ class OutputTyper {
     }
     if (const ops::OpDef* d = domain == kMicrosoftDomain ? ops::find_op(domain, n_.op_type) : nullptr) {
       custom(d);
+      return true;
+    }
+    if (domain.empty() && !opset18_form(n_).empty()) {  // ai.onnx 18's operators kept at 17 (ONNX 1.12 lacks them)
+      if (n_.inputs.empty() || n_.inputs[0].empty()) fail("input 0 is absent");
+      // Same shape as input 0: BitwiseNot, the scatters; the others its element type only.
+      const bool same = n_.op_type == "BitwiseNot" || n_.op_type.rfind("Scatter", 0) == 0;
+      const TypeInfo* x = in(0);
+      all_outputs(same && x && elementwise_shapes_ ? *x : in_or_unknown(0));
       return true;
     }
     return false;

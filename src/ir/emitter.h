@@ -46,7 +46,9 @@ std::vector<TypeInfo> output_types(const Node& n, const std::map<std::string, in
 
 /// Types of the outputs of a node that ONNX's schema registry does not know, by onnxtrain's own rule
 /// (the one used by output_types and by infer_types): com.onnxtrain operators by their row of the
-/// operator table (src/ops/onnxtrain_ops.h), com.microsoft's YieldOp. The table's elementwise
+/// operator table (src/ops/onnxtrain_ops.h), com.microsoft's YieldOp, ai.onnx 18's forms kept in
+/// graphs lowered to 17 (ir/opset_lower.h: input 0's element type; BitwiseNot and the scatters its
+/// whole type). The table's elementwise
 /// operators (same_shape: Gelu, ReluGrad, ...) give their outputs the source input's whole type,
 /// the others its element type; an output whose source's type is unknown is kUnknown. Throws NotImplemented naming
 /// the node for an operator onnxtrain has no rule for, or when a source input is absent.

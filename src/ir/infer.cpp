@@ -4,8 +4,9 @@
 // the same symbols (unk__N) for unknown dimensions, ONNX's GraphInferencer for subgraphs. What
 // differs: the graph stays the IR (each node alone becomes a NodeProto, for its attributes), nodes
 // are visited once in topological order, large initializers give ONNX their type only, and the
-// operators ONNX does not know (com.onnxtrain, com.microsoft's YieldOp) are typed on the way by
-// onnxtrain's own rule, so that what follows them is typed in the same pass.
+// operators ONNX does not know (com.onnxtrain, com.microsoft's YieldOp, ai.onnx 18's forms kept
+// at 17) are typed on the way by onnxtrain's own rule, so that what follows them is typed in the
+// same pass.
 #include "ir/infer.h"
 
 #include <onnx/defs/schema.h>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "ir/emitter.h"
+#include "ir/opset_lower.h"
 #include "ir/proto.h"
 
 namespace onnxtrain::ir {
@@ -314,8 +316,9 @@ class Typer {
     const onnx::OpSchema* schema = nullptr;
     if (auto it = opsets_.find(n.domain); it != opsets_.end())
       schema = onnx::OpSchemaRegistry::Schema(n.op_type, it->second, n.domain);
-    if (schema) infer_onnx(n, *schema);
-    else if (!n.domain.empty()) custom(n);
+    const bool opset18 = !opset18_form(n).empty();  // ai.onnx 18's forms kept at 17 (ir/opset_lower.h)
+    if (schema && !opset18) infer_onnx(n, *schema);
+    else if (!n.domain.empty() || opset18) custom(n);
   }
 
   // As ONNX's ShapeInferenceImplBase::process(NodeProto&) with check_type off, error mode 0 and

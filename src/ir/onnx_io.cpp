@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <unordered_set>
 
 #include "core/atomic_file.h"
 #include "core/sparse.h"
@@ -639,13 +640,67 @@ void graph_to_proto(const Graph& g, onnx::GraphProto* p, ExternalPlan* ext) {
   }
 }
 
+// Every name of a serialized graph and of its subgraphs.
+void proto_names(const onnx::GraphProto& g, std::unordered_set<std::string>& names) {
+  for (const auto* list : {&g.input(), &g.output(), &g.value_info()})
+    for (const auto& v : *list) names.insert(v.name());
+  for (const auto& t : g.initializer()) names.insert(t.name());
+  for (const auto& n : g.node()) {
+    names.insert(n.name());
+    names.insert(n.input().begin(), n.input().end());
+    names.insert(n.output().begin(), n.output().end());
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) proto_names(a.g(), names);
+      for (const auto& sg : a.graphs()) proto_names(sg, names);
+    }
+  }
+}
+
+// A serialized graph lowered to opset 17 (and its subgraphs) in opset 18's form: the Reduce*
+// nodes whose axes became input 1 at 18 take them from a Constant node placed before them. What
+// else changed at 18 only added inputs, attributes, types or attribute values (ONNX's Changelog).
+void raise_to_opset18(onnx::GraphProto* g, std::unordered_set<std::string>& names) {
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> out;
+  for (auto& n : *g->mutable_node()) {
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) raise_to_opset18(a.mutable_g(), names);
+      for (auto& sg : *a.mutable_graphs()) raise_to_opset18(&sg, names);
+    }
+    auto& attrs = *n.mutable_attribute();
+    auto axes =
+        std::find_if(attrs.begin(), attrs.end(), [](const onnx::AttributeProto& a) { return a.name() == "axes"; });
+    if ((n.domain().empty() || n.domain() == "ai.onnx") && axes_input_from_18(n.op_type()) && axes != attrs.end() &&
+        n.input_size() == 1) {
+      const std::string base = (n.output_size() ? n.output(0) : n.op_type()) + "/opset18_axes";
+      std::string name = base;
+      for (int k = 1; !names.insert(name).second; ++k) name = base + "_" + std::to_string(k);
+      onnx::NodeProto* c = out.Add();
+      c->set_op_type("Constant");
+      c->set_name(name);
+      c->add_output(name);
+      onnx::AttributeProto* v = c->add_attribute();
+      v->set_name("value");
+      v->set_type(onnx::AttributeProto::TENSOR);
+      tensor_to_proto(
+          Tensor::from_vector<int64_t>({int64_t(axes->ints_size())}, {axes->ints().begin(), axes->ints().end()}), "",
+          v->mutable_t());
+      attrs.erase(axes);
+      n.add_input(name);
+    }
+    *out.Add() = std::move(n);
+  }
+  g->mutable_node()->Swap(&out);
+}
+
 void model_to_proto(const Model& m, onnx::ModelProto* p, ExternalPlan* ext) {
   p->Clear();
   p->set_ir_version(m.ir_version);
+  // A graph lowered to 17 that holds opset 18's forms (ir/opset_lower.h) is written at 18.
+  const bool raise = m.graph && m.opset("") == kMaxOpset && required_opset(*m.graph) > kMaxOpset;
   for (const auto& [d, v] : m.opsets) {
     auto* o = p->add_opset_import();
     o->set_domain(d);
-    o->set_version(v);
+    o->set_version(d.empty() && raise ? required_opset(*m.graph) : v);
   }
   if (!m.producer_name.empty()) p->set_producer_name(m.producer_name);
   if (!m.producer_version.empty()) p->set_producer_version(m.producer_version);
@@ -659,6 +714,11 @@ void model_to_proto(const Model& m, onnx::ModelProto* p, ExternalPlan* ext) {
   }
   // Functions were inlined at load time, so none are written back.
   graph_to_proto(*m.graph, p->mutable_graph(), ext);
+  if (raise) {
+    std::unordered_set<std::string> names;
+    proto_names(p->graph(), names);
+    raise_to_opset18(p->mutable_graph(), names);
+  }
 }
 
 }  // namespace

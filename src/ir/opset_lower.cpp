@@ -16,9 +16,14 @@
 //   Gelu-20           0.5 X (1 + Erf(X / sqrt 2)), or the tanh form for approximate = "tanh"
 //   GroupNormalization-18 (per-group scale, bias) and -21 (per-channel scale, bias):
 //                     InstanceNormalization of X viewed as [N, G, -1], then scale and bias
+//   AffineGrid-20     base grid (Range coordinates, ones) @ theta^T (ONNX's function body), 2-D, 3-D
+// Kept as they are (opset-18 forms, their attributes checked here): Bitwise{And,Or,Xor,Not}-18,
+// Col2Im-18, ScatterElements/ScatterND-18 with reduction max or min, ReduceMax/Min/Prod/LogSumExp-18
+// with axes computed at run time (opset18_form; kernels and type rules know them at 17).
 // Constants the rewrites need are Constant nodes (never initializers: those could be trained).
 #include "ir/opset_lower.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -26,6 +31,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "ir/emitter.h"
 #include "ir/onnx_io.h"
 #include "onnxtrain/error.h"
 
@@ -63,9 +69,8 @@ const std::map<std::string, std::vector<int64_t>>& changes() {
 // Operators whose versions past 17 onnxtrain does not implement (no kernel, or no opset-17 form).
 bool not_implemented(const std::string& op) {
   static const std::unordered_set<std::string> s{
-      "BitwiseAnd", "BitwiseNot",    "BitwiseOr", "BitwiseXor", "Col2Im",
-      "DeformConv", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "AffineGrid", "GridSample",
-      "DFT",        "ImageDecoder",  "RegexFullMatch", "StringConcat", "StringSplit"};
+      "DeformConv", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "GridSample",
+      "DFT",        "ImageDecoder",   "RegexFullMatch",   "StringConcat",  "StringSplit"};
   return s.count(op) != 0;
 }
 
@@ -111,30 +116,6 @@ ConstantSource constant_value(const Scope* s, const std::string& v) {
         }
   }
   return {};
-}
-
-Attribute int_attribute(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.type = AttrType::kInt;
-  a.i = v;
-  return a;
-}
-
-Attribute ints_attribute(const std::string& name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.type = AttrType::kInts;
-  a.ints = std::move(v);
-  return a;
-}
-
-Attribute tensor_attribute(const std::string& name, Tensor t) {
-  Attribute a;
-  a.name = name;
-  a.type = AttrType::kTensor;
-  a.t = std::move(t);
-  return a;
 }
 
 void erase_attr(Node& n, const std::string& name) {
@@ -226,7 +207,9 @@ class Lowerer {
     out_->push_back(std::move(n));
     return out_->back().outputs[0];
   }
-  std::string constant(const Node& at, Tensor t) { return add(at, "Constant", {}, {tensor_attribute("value", std::move(t))}); }
+  std::string constant(const Node& at, Tensor t) {
+    return add(at, "Constant", {}, {Emitter::tensor_attr("value", std::move(t))});
+  }
   std::string ints(const Node& at, const std::vector<int64_t>& v) {
     return constant(at, Tensor::from_vector<int64_t>({int64_t(v.size())}, v));
   }
@@ -282,6 +265,15 @@ class Lowerer {
     if (op == "CenterCropPad") return center_crop_pad(n);
     if (op == "Mish") return finish(n, "Mul", {n.inputs.at(0), add(n, "Tanh", {add(n, "Softplus", {n.inputs.at(0)})})});
     if (op == "Gelu") return gelu(n);
+    if (op.rfind("Bitwise", 0) == 0) {
+      const size_t arity = op == "BitwiseNot" ? 1 : 2;
+      if (n.inputs.size() != arity || n.outputs.size() != 1)
+        throw_error<InvalidGraph>(n.describe(), ": ", op, "-18 takes ", arity, " input(s) and 1 output, not ",
+                                  n.inputs.size(), " and ", n.outputs.size());
+      return out_->push_back(n);
+    }
+    if (op == "Col2Im") return col2im(n, s);
+    if (op == "AffineGrid") return affine_grid(n, s, v);
     if (op == "GroupNormalization") return group_norm(n, v);
     Node r = n;
     if (op == "LpPool" && int_attr(n, "ceil_mode", 0) != 0) refuse(n, v, " with ceil_mode 1");
@@ -300,8 +292,7 @@ class Lowerer {
     }
     if (op == "ScatterElements" || op == "ScatterND") {
       const std::string red = string_attr(n, "reduction", "none");
-      if (red == "max" || red == "min") refuse(n, v, " with reduction '" + red + "'");
-      if (red != "none" && red != "add" && red != "mul")
+      if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
         throw_error<InvalidGraph>(n.describe(), ": attribute 'reduction' is '", red,
                                   "'; ", op, "-18 knows none, add, mul, max, min");
     }
@@ -330,14 +321,15 @@ class Lowerer {
         has_input(n, 1) ? constant_ints(s, n, n.inputs[1], "axes") : std::vector<int64_t>{};
     if (axes) {
       if (axes->empty() && noop) return finish(n, "Identity", {x});
-      std::vector<Attribute> at{int_attribute("keepdims", keep)};
-      if (!axes->empty()) at.push_back(ints_attribute("axes", *axes));
+      std::vector<Attribute> at{Emitter::int_attr("keepdims", keep)};
+      if (!axes->empty()) at.push_back(Emitter::ints_attr("axes", *axes));
       return finish(n, n.op_type, {x}, std::move(at));
     }
     // Axes computed at run time: ReduceSum-13 takes them as an input.
     const std::string& ax = n.inputs[1];
     auto sum = [&](const std::string& t) {
-      return add(n, "ReduceSum", {t, ax}, {int_attribute("keepdims", keep), int_attribute("noop_with_empty_axes", noop)});
+      return add(n, "ReduceSum", {t, ax},
+                 {Emitter::int_attr("keepdims", keep), Emitter::int_attr("noop_with_empty_axes", noop)});
     };
     if (n.op_type == "ReduceSumSquare") return finish(n, "ReduceSum", {add(n, "Mul", {x, x}), ax}, sum_attrs(keep, noop));
     if (n.op_type == "ReduceL1") return finish(n, "ReduceSum", {add(n, "Abs", {x}), ax}, sum_attrs(keep, noop));
@@ -347,10 +339,106 @@ class Lowerer {
       const std::string ones = add(n, "Expand", {scalar_like(n, 1.0f, x), add(n, "Shape", {x})});
       return finish(n, "Div", {sum(x), sum(ones)});
     }
-    refuse(n, v, " with axes computed at run time (input 'axes' is not a constant)");
+    // ReduceMax/Min/Prod/LogSumExp: kept with their axes input (an opset-18 form).
+    finish(n, n.op_type, {x, ax}, sum_attrs(keep, noop));
+  }
+
+  // The number of spatial dims of AffineGrid's output: from the length of a constant size, else from
+  // theta's declared shape [N, nd, nd + 1] (a graph input or an initializer); 0 when neither says.
+  static size_t affine_dims(const Scope& s, const std::optional<std::vector<int64_t>>& size, const std::string& theta) {
+    if (size) return size->size() >= 2 ? size->size() - 2 : 0;
+    for (const Scope* sc = &s; sc; sc = sc->parent) {
+      if (!sc->graph) continue;
+      if (const Tensor* t = sc->graph->initializer(theta)) return t->rank() == 3 ? size_t(t->shape()[1]) : 0;
+      for (const auto* list : {&sc->graph->inputs, &sc->graph->value_info})
+        for (const ValueInfo& vi : *list)
+          if (vi.name == theta && vi.type.has_shape && vi.type.dims.size() == 3 && vi.type.dims[1].fixed())
+            return size_t(vi.type.dims[1].value);
+    }
+    return 0;
+  }
+
+  // AffineGrid-20 as ONNX's function body: the base grid of normalized coordinates of size's spatial
+  // dims [.., H, W] (x along the last), with a column of ones, times theta transposed:
+  // grid[n, h, w] = theta[n] @ (x_w, y_h, 1). Coordinates of a dim of S points: (2 i + 1) / S - 1,
+  // or with align_corners (2 i - (S - 1)) / max(S - 1, 1): 2 i / (S - 1) - 1, and 0 for a single
+  // point (torch's affine_grid; ONNX leaves that case to division by zero).
+  void affine_grid(const Node& n, const Scope& s, int64_t v) {
+    if (n.inputs.size() != 2 || n.outputs.size() != 1)
+      throw_error<InvalidGraph>(n.describe(), ": AffineGrid takes 2 inputs and 1 output, not ", n.inputs.size(),
+                                " and ", n.outputs.size());
+    const int64_t ac = int_attr(n, "align_corners", 0);
+    if (ac != 0 && ac != 1)
+      throw_error<InvalidGraph>(n.describe(), ": attribute 'align_corners' must be 0 or 1, not ", ac);
+    const std::string &theta = n.inputs[0], &size_in = n.inputs[1];
+    const auto size = constant_ints(s, n, size_in, "size");
+    const size_t nd = affine_dims(s, size, theta);
+    if (size && nd != 2 && nd != 3)
+      throw_error<InvalidGraph>(n.describe(), ": input 'size' must be [N, C, H, W] or [N, C, D, H, W], not ",
+                                size->size(), " values");
+    if (nd != 2 && nd != 3) refuse(n, v, " with input 'size' computed at run time and theta's shape not declared");
+    const std::string size64 = add(n, "Cast", {size_in}, {Emitter::int_attr("to", int64_t(DType::kInt64))});
+    const std::string spatial = add(n, "Slice", {size64, ints(n, {2}), ints(n, {int64_t(2 + nd)})});
+    const std::string one = scalar_like(n, 1.0f, theta), two = scalar_like(n, 2.0f, theta);
+    const std::string full = add(n, "Concat", {spatial, ints(n, {1})}, {Emitter::int_attr("axis", 0)});
+    std::vector<std::string> parts(nd + 1);  // x (last dim), y, [z], ones: each [spatial..., 1]
+    for (size_t i = 0; i < nd; ++i) {
+      const std::string count = add(n, "Gather", {size64, scalar_int(n, int64_t(2 + i))});
+      const std::string r = add(n, "CastLike", {add(n, "Range", {scalar_int(n, 0), count, scalar_int(n, 1)}), theta});
+      const std::string cnt = add(n, "CastLike", {count, theta});
+      const std::string c =
+          ac ? add(n, "Div", {add(n, "Sub", {add(n, "Mul", {r, two}), add(n, "Sub", {cnt, one})}),
+                              add(n, "Max", {add(n, "Sub", {cnt, one}), one})})
+             : add(n, "Sub", {add(n, "Div", {add(n, "Add", {add(n, "Mul", {r, two}), one}), cnt}), one});
+      std::vector<int64_t> view(nd + 1, 1);
+      view[i] = -1;
+      parts[nd - 1 - i] = add(n, "Expand", {add(n, "Reshape", {c, ints(n, view)}), full});
+    }
+    parts[nd] = add(n, "Expand", {one, full});
+    const std::string base =
+        add(n, "Reshape", {add(n, "Concat", parts, {Emitter::int_attr("axis", -1)}), ints(n, {-1, int64_t(nd + 1)})});
+    const std::string flat =
+        add(n, "MatMul", {base, add(n, "Transpose", {theta}, {Emitter::ints_attr("perm", {0, 2, 1})})});
+    const std::string shape =
+        add(n, "Concat", {add(n, "Slice", {size64, ints(n, {0}), ints(n, {1})}), spatial, ints(n, {int64_t(nd)})},
+            {Emitter::int_attr("axis", 0)});
+    finish(n, "Reshape", {flat, shape});
+  }
+
+  // Col2Im-18 stays; its attributes, and image_shape / block_shape when constant, are checked here.
+  void col2im(const Node& n, const Scope& s) {
+    if (n.inputs.size() != 3 || n.outputs.size() != 1)
+      throw_error<InvalidGraph>(n.describe(), ": Col2Im takes 3 inputs and 1 output, not ", n.inputs.size(), " and ",
+                                n.outputs.size());
+    const auto image = constant_ints(s, n, n.inputs[1], "image_shape");
+    const auto block = constant_ints(s, n, n.inputs[2], "block_shape");
+    for (const auto* v : {&image, &block})
+      if (*v &&
+          (v->value().empty() || std::any_of(v->value().begin(), v->value().end(), [](int64_t d) { return d <= 0; })))
+        throw_error<InvalidGraph>(n.describe(), ": input '", v == &image ? "image_shape" : "block_shape",
+                                  "' must hold one positive size per spatial dim");
+    if (image && block && image->size() != block->size())
+      throw_error<InvalidGraph>(n.describe(), ": image_shape has ", image->size(), " values and block_shape ",
+                                block->size());
+    const size_t nd = image ? image->size() : block ? block->size() : 0;
+    for (const char* name : {"dilations", "pads", "strides"}) {
+      const Attribute* a = n.attr(name);
+      if (!a) continue;
+      if (a->type != AttrType::kInts)
+        throw_error<InvalidGraph>(n.describe(), ": attribute '", name, "' must be ints, not ", attr_type_name(a->type));
+      const bool pads = name[0] == 'p';
+      for (int64_t d : a->ints)
+        if (pads ? d < 0 : d <= 0)
+          throw_error<InvalidGraph>(n.describe(), ": attribute '", name, "' must hold ",
+                                    pads ? "non-negative" : "positive", " values");
+      if (nd && a->ints.size() != (pads ? 2 * nd : nd))
+        throw_error<InvalidGraph>(n.describe(), ": attribute '", name, "' has ", a->ints.size(), " values for ", nd,
+                                  " spatial dims (expected ", pads ? 2 * nd : nd, ")");
+    }
+    out_->push_back(n);
   }
   static std::vector<Attribute> sum_attrs(int64_t keep, int64_t noop) {
-    return {int_attribute("keepdims", keep), int_attribute("noop_with_empty_axes", noop)};
+    return {Emitter::int_attr("keepdims", keep), Emitter::int_attr("noop_with_empty_axes", noop)};
   }
 
   void split(const Node& n) {
@@ -379,7 +467,7 @@ class Lowerer {
     const std::string last = add(n, "Sub", {d, add(n, "Mul", {chunk, scalar_int(n, k - 1)})});
     std::string sizes = add(n, "Reshape", {last, ints(n, {1})});
     if (k > 1)
-      sizes = add(n, "Concat", {add(n, "Expand", {chunk, ints(n, {k - 1})}), sizes}, {int_attribute("axis", 0)});
+      sizes = add(n, "Concat", {add(n, "Expand", {chunk, ints(n, {k - 1})}), sizes}, {Emitter::int_attr("axis", 0)});
     r.inputs = {x, sizes};
     out_->push_back(std::move(r));
   }
@@ -402,7 +490,7 @@ class Lowerer {
   // Axes (cast to int64) counted from `rank`; those outside [-rank, rank) become an index past any
   // length the rewrites scatter into (2 * rank at most), which ScatterElements refuses.
   std::string checked_axes(const Node& n, const std::string& axes_in, const std::string& rank) {
-    const std::string axes64 = add(n, "Cast", {axes_in}, {int_attribute("to", int64_t(DType::kInt64))});
+    const std::string axes64 = add(n, "Cast", {axes_in}, {Emitter::int_attr("to", int64_t(DType::kInt64))});
     const std::string wrapped =
         add(n, "Where", {add(n, "Less", {axes64, scalar_int(n, 0)}), add(n, "Add", {axes64, rank}), axes64});
     const std::string bad = add(n, "Or", {add(n, "Less", {wrapped, scalar_int(n, 0)}),
@@ -415,12 +503,13 @@ class Lowerer {
   std::string full_pads(const Node& n, const std::string& x, const std::string& pads, const std::string& axes_in) {
     const std::string rank = add(n, "Size", {add(n, "Shape", {x})});
     const std::string axes = checked_axes(n, axes_in, rank);
-    const std::string where = add(n, "Concat", {axes, add(n, "Add", {axes, rank})}, {int_attribute("axis", 0)});
+    const std::string where = add(n, "Concat", {axes, add(n, "Add", {axes, rank})}, {Emitter::int_attr("axis", 0)});
     const std::string len = add(n, "Reshape", {add(n, "Mul", {rank, scalar_int(n, 2)}), ints(n, {1})});
     const std::string zeros =
-        add(n, "ConstantOfShape", {len}, {tensor_attribute("value", Tensor::from_vector<int64_t>({1}, {0}))});
-    return add(n, "ScatterElements", {zeros, where, add(n, "Cast", {pads}, {int_attribute("to", int64_t(DType::kInt64))})},
-               {int_attribute("axis", 0)});
+        add(n, "ConstantOfShape", {len}, {Emitter::tensor_attr("value", Tensor::from_vector<int64_t>({1}, {0}))});
+    return add(n, "ScatterElements",
+               {zeros, where, add(n, "Cast", {pads}, {Emitter::int_attr("to", int64_t(DType::kInt64))})},
+               {Emitter::int_attr("axis", 0)});
   }
 
   // CenterCropPad-18 as ONNX's function body: pad each listed axis evenly (the extra one at the
@@ -429,7 +518,7 @@ class Lowerer {
     if (n.inputs.size() != 2 || n.outputs.size() != 1)
       throw_error<InvalidGraph>(n.describe(), ": CenterCropPad takes 2 inputs and 1 output");
     const std::string& x = n.inputs[0];
-    const std::string target = add(n, "Cast", {n.inputs[1]}, {int_attribute("to", int64_t(DType::kInt64))});
+    const std::string target = add(n, "Cast", {n.inputs[1]}, {Emitter::int_attr("to", int64_t(DType::kInt64))});
     const Attribute* ax = n.attr("axes");
     if (ax && ax->type != AttrType::kInts)
       throw_error<InvalidGraph>(n.describe(), ": attribute 'axes' must be ints, not ", attr_type_name(ax->type));
@@ -442,7 +531,7 @@ class Lowerer {
     const std::string padded = add(n, "Max", {in, target});
     const std::string grow = add(n, "Sub", {padded, in});
     const std::string before = add(n, "Div", {grow, scalar_int(n, 2)});
-    const std::string pads = add(n, "Concat", {before, add(n, "Sub", {grow, before})}, {int_attribute("axis", 0)});
+    const std::string pads = add(n, "Concat", {before, add(n, "Sub", {grow, before})}, {Emitter::int_attr("axis", 0)});
     const std::string p = add(n, "Pad", {x, axes.empty() ? pads : full_pads(n, x, pads, axes)});
     const std::string start = add(n, "Div", {add(n, "Sub", {padded, target}), scalar_int(n, 2)});
     std::vector<std::string> ins{p, start, add(n, "Add", {start, target})};
@@ -466,14 +555,15 @@ class Lowerer {
       const std::string shape = add(n, "Shape", {x});
       const std::string rank = add(n, "Size", {shape});
       const std::string axes = checked_axes(n, ints(n, ax->ints), rank);
-      const Attribute axis0 = int_attribute("axis", 0);
+      const Attribute axis0 = Emitter::int_attr("axis", 0);
       if (has_input(n, 2)) {
         const std::string ones = add(n, "Expand", {scalar_like(n, 1.0f, n.inputs[2]), add(n, "Reshape", {rank, ints(n, {1})})});
         r.inputs[2] = add(n, "ScatterElements", {ones, axes, n.inputs[2]}, {axis0});
       }
       if (has_input(n, 3))
-        r.inputs[3] = add(n, "ScatterElements",
-                          {shape, axes, add(n, "Cast", {n.inputs[3]}, {int_attribute("to", int64_t(DType::kInt64))})}, {axis0});
+        r.inputs[3] = add(
+            n, "ScatterElements",
+            {shape, axes, add(n, "Cast", {n.inputs[3]}, {Emitter::int_attr("to", int64_t(DType::kInt64))})}, {axis0});
     }
     const std::string policy = string_attr(n, "keep_aspect_ratio_policy", "stretch");
     if (policy != "stretch") {
@@ -527,18 +617,16 @@ class Lowerer {
       scale = add(n, "Expand", {scalar_like(n, 1.0f, x), groups});
       bias = add(n, "Expand", {scalar_like(n, 0.0f, x), groups});
     }
-    Attribute e;
-    e.name = "epsilon";
-    e.type = AttrType::kFloat;
-    e.f = eps;
-    const std::string normed = add(n, "InstanceNormalization", {grouped, scale, bias}, {e});
+    const std::string normed =
+        add(n, "InstanceNormalization", {grouped, scale, bias}, {Emitter::float_attr("epsilon", eps)});
     if (v < 21) return finish(n, "Reshape", {normed, shape});
     // Per-channel scale and bias, viewed as [C, 1, ..., 1] (rank - 2 ones) against Y [N, C, ...].
     const std::string y = add(n, "Reshape", {normed, shape});
     const std::string rank = add(n, "Size", {shape});
-    const std::string ones = add(n, "ConstantOfShape", {add(n, "Reshape", {add(n, "Sub", {rank, scalar_int(n, 2)}), ints(n, {1})})},
-                                 {tensor_attribute("value", Tensor::from_vector<int64_t>({1}, {1}))});
-    const std::string view = add(n, "Concat", {ints(n, {-1}), ones}, {int_attribute("axis", 0)});
+    const std::string ones =
+        add(n, "ConstantOfShape", {add(n, "Reshape", {add(n, "Sub", {rank, scalar_int(n, 2)}), ints(n, {1})})},
+            {Emitter::tensor_attr("value", Tensor::from_vector<int64_t>({1}, {1}))});
+    const std::string view = add(n, "Concat", {ints(n, {-1}), ones}, {Emitter::int_attr("axis", 0)});
     const std::string sc = add(n, "Reshape", {n.inputs[1], view});
     const std::string bi = add(n, "Reshape", {n.inputs[2], view});
     finish(n, "Add", {add(n, "Mul", {y, sc}), bi});
@@ -561,10 +649,50 @@ void collect_names(const Graph& g, std::unordered_set<std::string>& names) {
   }
 }
 
+// Refuses the opset-18 forms in nodes of a graph (and its subgraphs) importing ai.onnx `opset` <= 17.
+void refuse_opset18_forms(const std::vector<Node>& nodes, int64_t opset);
+
+void refuse_opset18_forms(const Graph& g, int64_t opset) { refuse_opset18_forms(g.nodes, opset); }
+
+void refuse_opset18_forms(const std::vector<Node>& nodes, int64_t opset) {
+  for (const Node& n : nodes) {
+    if (const std::string what = opset18_form(n); !what.empty())
+      throw_error<InvalidGraph>(n.describe(), ": ", what, " needs ai.onnx opset 18; the model imports opset ", opset);
+    for (const Graph* sg : n.subgraphs()) refuse_opset18_forms(*sg, opset);
+  }
+}
+
 }  // namespace lower
 }  // namespace
 
 using namespace lower;
+
+bool axes_input_from_18(const std::string& op) {
+  static const std::unordered_set<std::string> s{"ReduceL1",        "ReduceL2",   "ReduceLogSum",
+                                                 "ReduceLogSumExp", "ReduceMax",  "ReduceMean",
+                                                 "ReduceMin",       "ReduceProd", "ReduceSumSquare"};
+  return s.count(op) != 0;
+}
+
+std::string opset18_form(const Node& n) {
+  if (!n.domain.empty()) return "";
+  const std::string& op = n.op_type;
+  if (op == "BitwiseAnd" || op == "BitwiseOr" || op == "BitwiseXor" || op == "BitwiseNot" || op == "Col2Im") return op;
+  if (op == "ScatterElements" || op == "ScatterND")
+    if (const Attribute* a = n.attr("reduction"); a && a->type == AttrType::kString && (a->s == "max" || a->s == "min"))
+      return op + " with reduction '" + a->s + "'";
+  if (axes_input_from_18(op) && has_input(n, 1)) return op + " with axes as input 1";
+  return "";
+}
+
+int64_t required_opset(const Graph& g) {
+  for (const Node& n : g.nodes) {
+    if (!opset18_form(n).empty()) return 18;
+    for (const Graph* sg : n.subgraphs())
+      if (required_opset(*sg)) return 18;
+  }
+  return 0;
+}
 
 const char* unsupported_onnx_type_name(int64_t t) {
   switch (t) {
@@ -595,10 +723,14 @@ void lower_new_opsets(Model& m) {
                                     ", newer than supported (max ", kMaxImportedOpset, ")");
       Lowerer(it->second, names).nodes(f.nodes, nullptr, nullptr);
       it->second = kMaxOpset;
+    } else if (it != f.opsets.end()) {
+      refuse_opset18_forms(f.nodes, it->second);
     }
   if (auto it = m.opsets.find(""); it != m.opsets.end() && it->second > kMaxOpset && m.graph) {
     Lowerer(it->second, names).graph(*m.graph, nullptr);
     it->second = kMaxOpset;
+  } else if (it != m.opsets.end() && m.graph) {
+    refuse_opset18_forms(*m.graph, it->second);
   }
 }
 

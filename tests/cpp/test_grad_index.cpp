@@ -91,12 +91,6 @@ TEST(GradIndex, ScatterElements) {
                        true);
 }
 
-TEST(GradIndex, ScatterReductionWithoutRule) {
-  std::mt19937 rng(26);
-  GradCheck s = spec("ScatterElements", {f64({3}, rng), i64({0}), f64({1}, rng)}, {attr_string("reduction", "max")}, 18, 26);
-  expect_error<onnxtrain::NotImplemented>([&] { custom_ops(s); }, "ScatterElements", "reduction 'max'");
-}
-
 // ---------------------------------------------------------------- OneHot, Where
 GRAD_COVERS(GradIndex, OneHot, "OneHot");
 TEST(GradIndex, OneHot) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Runs one ONNX model in onnxruntime-node for tests/python/test_opset18_21.py.
 //   node ort_node_run.js JOB.json
-// JOB: {model, inputs: [{name, file, dtype: "float32"|"float64"|"int64"|"int32"|"bool", shape}],
+// JOB: {model, inputs: [{name, file, dtype: "float32"|"float64"|"int64"|"int32"|"bool"|"(u)int8/16"|
+//       "uint32"|"uint64", shape}],
 //       out_dir}. Input files are raw little-endian data. Writes each output to out_dir/<k>.bin and
 // prints one line "RESULT {json}": [{name, dtype, shape, file}]. The package is found through
 // ONNXTRAIN_ORT_NODE (its folder).
@@ -14,6 +15,8 @@ const ort = require(process.env.ONNXTRAIN_ORT_NODE);
 
 const arrays = {
   float32: Float32Array, float64: Float64Array, int64: BigInt64Array, int32: Int32Array, bool: Uint8Array,
+  int8: Int8Array, uint8: Uint8Array, int16: Int16Array, uint16: Uint16Array, uint32: Uint32Array,
+  uint64: BigUint64Array,
 };
 
 function readInput(spec) {

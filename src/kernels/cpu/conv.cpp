@@ -13,6 +13,8 @@
 // {forward, backward data, backward weights}.
 //   com.microsoft FusedConv(X, W[, B, Z]) -> Y = activation(Conv(X, W, B) + Z)   (onnxruntime's
 //                  contrib operator; the inference sessions' rewrite of Conv [+ Add] + Relu / Clip)
+//   Col2Im (ai.onnx 18) X[N, C K, L], image_shape, block_shape -> Y[N, C, image...]: ConvView's
+//                  col2im with one group (float32, float64)
 // float32 runs oneDNN (de)convolution primitives (forward, backward_data, backward_weights) created
 // in prepare() for the concrete shapes (layouts chosen by oneDNN, reorders from and to the plain
 // tensors inside the workspace; constant weights reordered once, in prepare(); FusedConv's Z and
@@ -27,6 +29,7 @@
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/shape/reduce.h"
 #include "kernels/shape/window.h"
 #include "kernels/registry.h"
 #include "ops/onnxtrain_ops.h"
@@ -895,6 +898,64 @@ class ConvGradKernel final : public Kernel {
   Fp16Stage stage_;  // float16 run through the float32 primitives: dY, X, W, dX, dW, dB (empty otherwise)
 };
 
+// ------------------------------------------------------------ Col2Im (ai.onnx 18)
+// X[N, C * prod(block), L] -> Y[N, C, image...]: each column l of block position k adds to the image
+// at its window position (torch.nn.functional.fold), as ConvView's col2im with one group. image_shape
+// (input 1) and block_shape (input 2) are read when known (constants; else at run time).
+class Col2ImKernel final : public Kernel {
+ public:
+  explicit Col2ImKernel(const KernelInfo& info) {
+    attrs_.read(info);
+    if (!attrs_.kernel.empty() || info.node().attr("auto_pad") || info.node().attr("ceil_mode"))
+      info.fail("Col2Im has no attribute kernel_shape, auto_pad or ceil_mode (block_shape is input 2)");
+  }
+  void prepare(PrepareContext& ctx) override {
+    const DType dt = ctx.input_dtype(0);
+    dispatch<TypeList<float, double>>(dt, ctx.node(), [&]<class T>() {});
+    const Tensor* image = ctx.input_value(1);
+    const Tensor* block = ctx.input_value(2);
+    if (!image || !block) return ctx.set_output_dynamic(0, dt);
+    const Shape img = shape::read_ints(ctx, *image, "image_shape"), blk = shape::read_ints(ctx, *block, "block_shape");
+    if (img.empty() || img.size() != blk.size() || img.size() > 8)
+      ctx.fail("image_shape and block_shape must give one size per spatial dim (1 to 8), not ", img.size(), " and ",
+               blk.size());
+    for (const Shape* v : {&img, &blk})
+      for (int64_t d : *v)
+        if (d <= 0) ctx.fail(v == &img ? "image_shape " : "block_shape ", shape_to_string(*v), " must be positive");
+    const Shape& x = ctx.input_shape(0);
+    if (x.size() != 3) ctx.fail("input must be [N, C * prod(block_shape), L], got ", shape_to_string(x));
+    view_.g = shape::forward_geometry(ctx, attrs_, img, blk);  // checks blk > 0, attribute lengths, overflow
+    int64_t kk = 0, L = 0, pin = 0;
+    if (!checked_numel(blk, &kk) || !checked_numel(view_.g.out, &L) || !checked_numel(img, &pin))
+      ctx.fail("block or image sizes overflow int64");
+    if (x[1] % kk != 0) ctx.fail("input dim 1 (", x[1], ") is not a multiple of prod(block_shape) = ", kk);
+    if (x[2] != L)
+      ctx.fail("input dim 2 (", x[2], ") differs from the number of blocks ", L, " that image_shape ",
+               shape_to_string(img), ", block_shape ", shape_to_string(blk), " and the attributes give");
+    view_.Cin = view_.Cout = x[1] / kk;
+    view_.kk = kk;
+    view_.pin = pin;
+    view_.pout = L;
+    Shape out{x[0], view_.Cin};
+    out.insert(out.end(), img.begin(), img.end());
+    int64_t numel = 0;
+    if (!checked_numel(out, &numel)) ctx.fail("output shape ", shape_to_string(out), " overflows int64");
+    ctx.set_output(0, dt, out);
+  }
+  void run(RunContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    dispatch<TypeList<float, double>>(x.dtype(), ctx.node(), [&]<class T>() {
+      const int64_t N = x.shape()[0], xn = x.shape()[1] * view_.pout, yn = view_.Cin * view_.pin;
+      T* y = ctx.output(0).data<T>();
+      for (int64_t n = 0; n < N; ++n) view_.col2im(x.data<T>() + n * xn, y + n * yn);
+    });
+  }
+
+ private:
+  shape::WindowAttrs attrs_;
+  ConvView view_;
+};
+
 KernelFactory conv_factory(bool grad, bool transposed, bool fused = false) {
   return [grad, transposed, fused](const KernelInfo& i) -> std::unique_ptr<Kernel> {
     if (grad) return std::make_unique<ConvGradKernel>(i, transposed);
@@ -910,6 +971,8 @@ void register_conv(KernelRegistry& r) {
   r.add(ops::kDomain, "ConvGrad", 1, kMaxOpsetAll, conv_factory(true, false));
   r.add(ops::kDomain, "ConvTransposeGrad", 1, kMaxOpsetAll, conv_factory(true, true));
   r.add(ops::kMicrosoftDomain, "FusedConv", 1, kMaxOpsetAll, conv_factory(false, false, true));
+  // ai.onnx opset 18, kept as it is in a graph lowered to 17 (ir/opset_lower.h).
+  r.add<Col2ImKernel>("Col2Im", 17, kMaxOpsetAll);
 }
 
 }  // namespace onnxtrain::kernels::cpu

@@ -1,6 +1,7 @@
 // Comparisons, boolean logic, IsNaN/IsInf and Where.
 //   Equal Less Greater LessOrEqual GreaterOrEqual: Y = A op B (bool)   Y: broadcast(A, B)
 //   And Or Xor: bool A, B; Not: bool X
+//   BitwiseAnd BitwiseOr BitwiseXor: integer A, B (broadcast); BitwiseNot: integer X
 //   IsNaN IsInf: bool Y of X's shape
 //   Where: Y = C ? X : Z    Y: broadcast(C, X, Z), X's dtype (any, strings included)
 //   com.onnxtrain.ReluGrad(dY, Y): dX = Y > 0 ? dY : 0
@@ -85,6 +86,29 @@ class WhereKernel final : public Kernel {
   BroadcastPlan plan_;
 };
 
+// Bitwise*: `inner` on integer operands; another element type is an error naming the node, the
+// input and the type (rather than an unsupported type).
+KernelFactory integer_operands(KernelFactory inner) {
+  class IntegerOperands final : public Kernel {
+   public:
+    explicit IntegerOperands(std::unique_ptr<Kernel> k) : k_(std::move(k)) {}
+    void prepare(PrepareContext& ctx) override {
+      for (size_t i = 0; i < ctx.num_inputs(); ++i)
+        if (!dtype_is_integer(ctx.input_dtype(i)))
+          ctx.fail("input ", i, " has element type ", dtype_name(ctx.input_dtype(i)), "; ", ctx.node().op_type,
+                   " takes integer types");
+      k_->prepare(ctx);
+    }
+    void run(RunContext& ctx) override { k_->run(ctx); }
+
+   private:
+    std::unique_ptr<Kernel> k_;
+  };
+  return [inner](const KernelInfo& info) -> std::unique_ptr<Kernel> {
+    return std::make_unique<IntegerOperands>(inner(info));
+  };
+}
+
 }  // namespace
 
 void register_elementwise_logic(KernelRegistry& r) {
@@ -99,6 +123,11 @@ void register_elementwise_logic(KernelRegistry& r) {
   r.add("Or", 1, M, binary<Bool, true>([](bool a, bool b) { return a || b; }));
   r.add("Xor", 1, M, binary<Bool, true>([](bool a, bool b) { return a != b; }));
   r.add("Not", 1, M, unary<Bool>([](bool x) { return !x; }));
+  // Bitwise*: ai.onnx opset 18, kept as they are in a graph lowered to 17 (ir/opset_lower.h).
+  r.add("BitwiseAnd", 17, M, integer_operands(binary<IntTypes>([](auto a, auto b) { return decltype(a)(a & b); })));
+  r.add("BitwiseOr", 17, M, integer_operands(binary<IntTypes>([](auto a, auto b) { return decltype(a)(a | b); })));
+  r.add("BitwiseXor", 17, M, integer_operands(binary<IntTypes>([](auto a, auto b) { return decltype(a)(a ^ b); })));
+  r.add("BitwiseNot", 17, M, integer_operands(unary<IntTypes>([](auto x) { return decltype(x)(~x); })));
   r.add("IsNaN", 9, M, unary<FloatTypes, true>([](auto x) { return x != x; }));
   // com.onnxtrain.ReluGrad(dY, Y) -> dX = Y > 0 ? dY : 0 (the ReLU gradient in one pass; Y: the
   // forward output, NaN gives 0 as Where(Greater(Y, 0), dY, 0) does). Same shapes.
