@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 import onnxtrain as ot  # noqa: E402
 from onnxtrain.training import ORTTrainer, ORTTrainerOptions, _checkpoint_storage, optim  # noqa: E402
 from onnxtrain.training import checkpoint as ck  # noqa: E402
+from onnxtrain.training._utils import mute_dropouts  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ort_node  # noqa: E402
@@ -176,27 +177,6 @@ def test_model_desc_is_typed_once_the_model_is_known():
 
 
 # --------------------------------------------------------------------------------- save_as_onnx
-def muted(model):
-    """``model`` with every Dropout's training_mode (and ratio) set to eval: False / 0, as
-    onnxruntime's check_model_export mutes them."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    producers = {o: n for n in m.graph.node for o in n.output}
-    inits = {i.name: i for i in m.graph.initializer}
-    for node in [n for n in m.graph.node if n.op_type == "Dropout"]:
-        for idx, value in ((1, np.array(0.0, np.float32)), (2, np.array(False))):
-            if len(node.input) <= idx or not node.input[idx]:
-                continue
-            name = node.input[idx]
-            if name in producers:
-                producers[name].ClearField("attribute")
-                producers[name].attribute.append(onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(value)))
-            else:
-                inits[name].CopyFrom(onnx.numpy_helper.from_array(value.astype(
-                    onnx.helper.tensor_dtype_to_np_dtype(inits[name].data_type)), name))
-    return m
-
-
 def test_save_as_onnx_keeps_the_graph_and_writes_the_trained_weights(tmp_path):
     t = trained(p=0.3, steps=3)
     path = str(tmp_path / "trained.onnx")
@@ -220,7 +200,7 @@ def test_save_as_onnx_keeps_the_graph_and_writes_the_trained_weights(tmp_path):
         preds = ref(x)
         loss = ce(preds, y)
     feed = {"x": x.numpy(), "label": y.numpy()}
-    eval_model = muted(saved).SerializeToString()
+    eval_model = mute_dropouts(saved).SerializeToString()  # eval mode, as check_model_export runs it
     got = dict(zip(["loss", "preds"], ot.InferenceSession(eval_model).run(["loss", "preds"], feed)))
     np.testing.assert_allclose(got["preds"], preds.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["loss"], loss.numpy(), rtol=1e-5)
@@ -231,3 +211,80 @@ def test_save_as_onnx_keeps_the_graph_and_writes_the_trained_weights(tmp_path):
     assert err is None, err
     np.testing.assert_allclose(node_out["preds"], got["preds"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(node_out["loss"], got["loss"], rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------- check_model_export
+def test_check_model_export_with_dropout_compares_eval_mode():
+    # onnxruntime compares the torch model in eval mode with the export, its Dropouts muted: a model
+    # with Dropout passes, and trains as without the check (same seed, same losses).
+    losses = []
+    for check in (True, False):
+        torch.manual_seed(4)
+        ot.set_seed(4)
+        t = ORTTrainer(DropNet(0.5), DESC, optim.SGDConfig(lr=0.1), loss_fn=ce,
+                       options=ORTTrainerOptions({"debug": {"check_model_export": check}}))
+        losses.append([float(t.train_step(x, y)[0]) for x, y in batches()])
+        assert t._torch_model.training  # the check leaves the module in training mode
+    assert losses[0] == losses[1]
+
+
+# --------------------------------------------------------------------------------- no weights
+def test_model_without_weights_computes_the_loss_and_updates_nothing():
+    class NoWeights(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.mean(x)
+
+    t = ORTTrainer(NoWeights(), {"inputs": [("x", [3]), ("y", [1])], "outputs": [("loss", [], True)]},
+                   optim.LambConfig(lr=0.001))
+    for x in ([1.0, 2.0, 4.0], [1.0, 2.0, 6.5]):
+        loss = t.train_step(torch.tensor(x), torch.tensor([1.0]))  # y is not used by the model
+        assert float(loss) == pytest.approx(np.mean(x), rel=1e-6)
+    assert float(t.eval_step(torch.tensor([3.0, 3.0, 9.0]), torch.tensor([1.0]))) == pytest.approx(5.0)
+    state = t.state_dict()
+    assert state["model"]["full_precision"] == {}
+    assert state["train_step_info"] == {"optimization_step": 2, "step": 2}
+
+
+# --------------------------------------------------------------------------------- symbolic shapes
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0)
+        self.out = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.layer(x))
+
+
+def attention_trainer(dims, symbolic_infer, seed=2):
+    torch.manual_seed(seed)
+    desc = {"inputs": [("x", dims + [8]), ("label", [dims[0] * dims[1] if isinstance(dims[0], int) else "n"])],
+            "outputs": [("loss", [], True), ("preds", dims + [3])]}
+    return ORTTrainer(Attention(), desc, optim.AdamConfig(lr=0.01),
+                      loss_fn=lambda p, y: torch.nn.functional.cross_entropy(p.reshape(-1, 3), y),
+                      options=ORTTrainerOptions({"utils": {"run_symbolic_shape_infer": symbolic_infer}}))
+
+
+def matmul_shapes(model):
+    vi = {v.name: v for v in model.graph.value_info}
+    return [[d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi[n.output[0]].type.tensor_type.shape.dim]
+            if n.output[0] in vi else None for n in model.graph.node if n.op_type == "MatMul"]
+
+
+def test_run_symbolic_shape_infer_gives_exported_attention_its_ranks():
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(5, 2, 8, generator=g), torch.randint(0, 3, (10,), generator=g)) for _ in range(3)]
+    # the reference: ONNX's own inference (data propagation) of the same module exported with fixed sizes
+    fixed = attention_trainer([5, 2], False)
+    fixed.eval_step(*data[0])
+    expected = matmul_shapes(onnx.shape_inference.infer_shapes(fixed._onnx_model, data_prop=True))
+    assert expected and all(s is not None for s in expected)
+    runs = {}
+    for symbolic_infer in (False, True):
+        t = attention_trainer(["seq", "batch"], symbolic_infer)
+        runs[symbolic_infer] = [float(t.train_step(x, y)[0]) for x, y in data]
+    got = matmul_shapes(t._onnx_model)  # onnxruntime replaces _onnx_model by the inferred one
+    assert [len(s) for s in got] == [len(s) for s in expected]
+    for g_shape, e_shape in zip(got, expected):
+        assert all(gd == ed for gd, ed in zip(g_shape, e_shape) if isinstance(gd, int) and gd > 0), (g_shape, e_shape)
+    assert runs[True] == runs[False]  # the value_info changes nothing of the training

@@ -28,7 +28,7 @@ from ._trainer_checkpoint import _Packer
 from ._trainer_checkpoint import read_checkpoint as _read_checkpoint
 from .orttrainer_options import ORTTrainerOptions, check_supported
 from .optim.config import _OptimizerConfig
-from ._utils import dtype_onnx_to_torch, forward_names, strip_export_scope
+from ._utils import dtype_onnx_to_torch, forward_names, infer_symbolic_shapes, mute_dropouts, strip_export_scope
 from .model_desc_validation import _ORTTrainerModelDesc
 
 
@@ -357,10 +357,9 @@ class ORTTrainer:
             self._onnx_model = self._export(sample_inputs)
             if self.options.debug.check_model_export:
                 self._check_export(sample_inputs)
+        if self.options.utils.run_symbolic_shape_infer:  # onnxruntime replaces _onnx_model by the inferred model
+            self._onnx_model = infer_symbolic_shapes(self._onnx_model)
         model = self._onnx_model
-        if self.options.utils.run_symbolic_shape_infer:
-            import onnx
-            model = onnx.shape_inference.infer_shapes(model)
         inits = [i for i in model.graph.initializer]
         float_types = {1, 10, 11, 16}
         frozen = set(self.options.utils.frozen_weights)
@@ -436,11 +435,18 @@ class ORTTrainer:
             self._load_state(state, strict)
 
     def _check_export(self, sample_inputs):
+        """debug.check_model_export as onnxruntime: the torch model in eval mode against the exported
+        model with its Dropouts muted (ratio 0, training_mode False), run by an InferenceSession."""
         torch = _torch()
-        with torch.no_grad():
-            expected = self._torch_model(*sample_inputs)
+        was_training = self._torch_model.training
+        self._torch_model.eval()
+        try:
+            with torch.no_grad():
+                expected = self._torch_model(*sample_inputs)
+        finally:
+            self._torch_model.train(was_training)
         expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-        sess = InferenceSession(self._onnx_model.SerializeToString())
+        sess = InferenceSession(mute_dropouts(self._onnx_model).SerializeToString())
         feed = self._feed(sample_inputs)
         got = sess.run([d.name for d in self.model_desc.outputs], feed)
         for d, e, g in zip(self.model_desc.outputs, expected, got):
