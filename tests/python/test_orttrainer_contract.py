@@ -288,3 +288,26 @@ def test_run_symbolic_shape_infer_gives_exported_attention_its_ranks():
     for g_shape, e_shape in zip(got, expected):
         assert all(gd == ed for gd, ed in zip(g_shape, e_shape) if isinstance(gd, int) and gd > 0), (g_shape, e_shape)
     assert runs[True] == runs[False]  # the value_info changes nothing of the training
+
+
+# --------------------------------------------------------------------------------- graph_save_paths
+def test_graph_save_paths_write_valid_models_of_each_stage(tmp_path):
+    names = {"model_after_graph_transforms_path": "transformed.onnx",
+             "model_with_gradient_graph_path": "grad.onnx",
+             "model_with_training_graph_path": "training.onnx",
+             "model_with_training_graph_after_optimization_path": "optimized.onnx"}
+    paths = {k: str(tmp_path / v) for k, v in names.items()}
+    torch.manual_seed(0)
+    t = ORTTrainer(DropNet(0.0), DESC, optim.AdamConfig(lr=0.01), loss_fn=ce,
+                   options=ORTTrainerOptions({"debug": {"graph_save_paths": paths}}))
+    assert not any(os.path.exists(p) for p in paths.values())  # a torch model: written at the first step
+    t.train_step(*batches(1)[0])
+    models = {k: onnx.load(p) for k, p in paths.items()}
+    for k, m in models.items():
+        onnx.checker.check_model(m)
+    assert models["model_after_graph_transforms_path"].graph == t._onnx_model.graph
+    grad_ops = [n.op_type for n in models["model_with_gradient_graph_path"].graph.node]
+    assert "ReluGrad" in grad_ops and not any("Optimizer" in op for op in grad_ops)
+    train_ops = [n.op_type for n in models["model_with_training_graph_path"].graph.node]
+    assert sum("AdamWOptimizer" == op for op in train_ops) >= 1
+    assert models["model_with_training_graph_after_optimization_path"] == models["model_with_training_graph_path"]
