@@ -7,6 +7,7 @@
 #include "convert.h"
 #include "onnxtrain/distributed.h"
 #include "onnxtrain/error.h"
+#include "onnxtrain/inspect.h"
 #include "onnxtrain/trainer.h"
 #include "onnxtrain/training.h"
 
@@ -675,6 +676,9 @@ void bind_training(py::module_& m) {
                                            output, kwargs));
         });
   m.def("get_train_initializer", [](py::bytes model) { return get_train_initializer(std::string(model)); });
+  m.def(
+      "infer_model_types", [](py::bytes model) { return py::bytes(infer_model_types(std::string(model))); },
+      py::arg("model"), "The model bytes with onnxtrain's inferred types and shapes in the graph's value_info.");
   m.def("optimizer_names", &optimizer_names, "Names TrainingParameters.training_optimizer_name accepts.");
   m.def("loss_names", &loss_names, "Loss names add_loss_output accepts (aliases included).");
   m.def("lr_schedule_names", &lr_schedule_names, "Names TrainingParameters.lr_schedule accepts (besides '').");

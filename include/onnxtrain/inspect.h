@@ -47,4 +47,10 @@ struct ModelSummary {
 ModelSummary summarize_model(const std::string& path);
 ModelSummary summarize_model_bytes(const std::string& model_bytes, const std::string& base_dir = "");
 
+/// The model (serialized ModelProto bytes, loaded and validated like InferenceSession's) with the
+/// types onnxtrain's own type and shape inference gives its values in the main graph's value_info:
+/// ONNX's inference of each node with data propagation along Shape -> Gather -> Concat -> Reshape
+/// chains, unknown dimensions as symbols (unk__N). What ORTTrainer's run_symbolic_shape_infer adds.
+std::string infer_model_types(const std::string& model_bytes);
+
 }  // namespace onnxtrain

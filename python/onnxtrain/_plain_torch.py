@@ -51,6 +51,33 @@ class _Unpickler(pickle.Unpickler):
         return found
 
 
+def _storage_from_bytes(data):
+    """``torch.storage._load_from_bytes`` (how ``pickle.dumps`` of a tensor stores its storage: a
+    legacy ``torch.save`` of it) read with the restricted unpickler."""
+    import io
+
+    import torch
+    return torch.serialization._legacy_load(io.BytesIO(data), "cpu", _pickle_module(), encoding="utf-8")
+
+
+class DataUnpickler(_Unpickler):
+    """The unpickler of ``pickle.dumps`` of plain data, numpy arrays and scalars and torch tensors
+    (``_checkpoint_storage.from_serialized_hex``): the allow-list plus numpy's array and scalar
+    rebuilders and torch's storage bytes (read by this unpickler again); nothing else resolves."""
+
+    def find_class(self, module, name):
+        import numpy as np
+        extra = {
+            ("torch.storage", "_load_from_bytes"): _storage_from_bytes,
+            ("numpy", "ndarray"): np.ndarray,
+            ("numpy", "dtype"): np.dtype,
+            ("numpy.core.multiarray", "_reconstruct"): np.core.multiarray._reconstruct,
+            ("numpy.core.multiarray", "scalar"): np.core.multiarray.scalar,
+        }
+        found = extra.get((module, name))
+        return found if found is not None else super().find_class(module, name)
+
+
 def _pickle_module():
     """The ``pickle_module`` of torch's zip reader: torch subclasses its ``Unpickler`` (storage
     types are resolved by torch's subclass before find_class)."""
@@ -64,10 +91,12 @@ def _describe(obj):
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def check(obj, where, what="checkpoint"):
+def check(obj, where, what="checkpoint", allow_numpy=False):
     """Raises ``InvalidArgument`` ("<what> '<where>': ...", naming the entry) unless ``obj`` is plain
     data (see the module docstring), at most ``MAX_DEPTH`` containers deep and without cycles. The
-    savers call it before writing, so that what they write is what ``load`` accepts."""
+    savers call it before writing, so that what they write is what ``load`` accepts. With
+    ``allow_numpy``, numpy arrays (not of Python objects) and numpy scalars are plain data too."""
+    import numpy as np
     import torch
     done, path = set(), set()
 
@@ -83,6 +112,10 @@ def check(obj, where, what="checkpoint"):
                 fail(f"a {o.layout} tensor (dense tensors only)", at)
             if getattr(o, "_backward_hooks", None):
                 fail("a tensor with backward hooks", at)
+            return
+        if allow_numpy and (type(o) is np.ndarray or isinstance(o, np.generic)):
+            if o.dtype.hasobject:
+                fail("a numpy array of Python objects", at)
             return
         if type(o) not in (dict, collections.OrderedDict, list, tuple):
             hint = " (convert numpy arrays to torch tensors)" if type(o).__module__ == "numpy" else ""

@@ -8,6 +8,7 @@
 
 #include "api/session_impl.h"
 #include "autodiff/builder.h"
+#include "ir/infer.h"
 #include "ir/onnx_io.h"
 #include "train/training_graph.h"
 
@@ -72,6 +73,12 @@ ModelSummary summarize_model(const std::string& path) { return summarize(ir::loa
 
 ModelSummary summarize_model_bytes(const std::string& model_bytes, const std::string& base_dir) {
   return summarize(ir::load_model_bytes(model_bytes.data(), model_bytes.size(), base_dir));
+}
+
+std::string infer_model_types(const std::string& model_bytes) {
+  ir::Model m = ir::load_model_bytes(model_bytes.data(), model_bytes.size());
+  ir::infer_types(m);
+  return ir::serialize_model(m);
 }
 
 }  // namespace onnxtrain

@@ -161,7 +161,7 @@ void TrainingSession::Impl::init() {
         trained.push_back(n);
       }
   }
-  if (trained.empty()) throw_error<InvalidArgument>("TrainingParameters: no weight to train");
+  // No weight to train (a model without parameters): the steps compute the loss and update nothing, as onnxruntime.
   for (const auto& n : trained) weights.push_back(initializer(n));
 
   setup_data_parallel();

@@ -187,11 +187,16 @@ def test_orttrainer_checkpoint_with_pickled_array_is_refused(tmp_path):
     assert not (tmp_path / "marker").exists()
     # This version's format: a member stored as .npy bytes that hold a pickle.
     good = str(tmp_path / "good")
-    trained_trainer().save_checkpoint(good, user_dict={"names": np.array(["a", "b"])})
+    trained_trainer().save_checkpoint(good)
     buf = io.BytesIO()
     np.save(buf, np.array([CreatesFile(tmp_path / "marker")], dtype=object), allow_pickle=True)
-    bad = rewrite(good, str(tmp_path / "bad_npy"), lambda m, t: t.update(
-        {next(iter(m["npy"])): np.frombuffer(buf.getvalue(), dtype=np.uint8)}))
+
+    def pickled_member(m, t):
+        name = next(k for k in t if k.endswith("fc1.bias"))
+        t[name] = np.frombuffer(buf.getvalue(), dtype=np.uint8)
+        m["npy"].append(name)
+
+    bad = rewrite(good, str(tmp_path / "bad_npy"), pickled_member)
     with pytest.raises(InvalidArgument, match=re.escape(bad)):
         trained_trainer(seed=1).load_checkpoint(bad)
     assert not (tmp_path / "marker").exists()
@@ -628,13 +633,13 @@ def damaged_ckpt_files(good, tmp_path):
                                                            m["npy"].append(weight(t))))),
         ("another writer's checkpoint", rewrite(good, str(tmp_path / "c_kind"), lambda m, t: None, kind="")),
         ("the index not JSON", index_text("c_garbage", "{not json")),
-        ("the index missing a format", index_text("c_noformat", json.dumps({"state": {"dict": []}}))),
+        ("the index missing a format", index_text("c_noformat", json.dumps({"root": {"dict": []}}))),
         ("the index a JSON list", index_text("c_list", "[1, 2]")),
         ("index entries of the wrong type", rewrite(good, str(tmp_path / "c_bad_keys"),
-                                                    lambda m, t: m.update(state={"dict": 5}))),
+                                                    lambda m, t: m.update(root={"dict": 5}))),
         ("npy members malformed", rewrite(good, str(tmp_path / "c_npy"), lambda m, t: m.update(npy=5))),
-        ("JSON nested 100000 deep", index_text("c_deeper", '{"format": "onnxtrain.ORTTrainer.checkpoint/3", '
-                                               '"state": ' + "[" * 100000 + "]" * 100000 + "}")),
+        ("JSON nested 100000 deep", index_text("c_deeper", '{"format": "onnxtrain.checkpoint_storage/1", '
+                                               '"root": ' + "[" * 100000 + "]" * 100000 + "}")),
     ]
 
 
@@ -743,7 +748,7 @@ def test_damaged_orttrainer_checkpoints_raise_one_error_naming_the_file(tmp_path
         t[next(k for k in t if k.endswith("fc1.weight"))] = np.zeros((2, 2))
 
     def drop_first_weight(m, t):
-        del dict(dict(m["state"]["dict"])["model"]["dict"])["full_precision"]["dict"][0]
+        del dict(dict(m["root"]["dict"])["model"]["dict"])["full_precision"]["dict"][0]
 
     other = rewrite(good, str(tmp_path / "c_other_model"), other_shape)
     with pytest.raises(InvalidArgument, match=re.escape(other)):

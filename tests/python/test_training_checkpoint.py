@@ -14,8 +14,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from onnxtrain.training import ORTTrainer, ORTTrainerOptions, optim  # noqa: E402
 from onnxtrain.training import checkpoint as ck  # noqa: E402
-from onnxtrain.training._trainer_checkpoint import read_checkpoint as _read_checkpoint  # noqa: E402
-from onnxtrain.training._trainer_checkpoint import write_checkpoint  # noqa: E402
+from onnxtrain.training.orttrainer import load_saved  # noqa: E402
+from onnxtrain.training import _checkpoint_storage  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -56,8 +56,10 @@ def trained(steps=3, seed=0, data_seed=7, **kw):
 
 
 def write_state(path, state, user=None):
-    """A checkpoint file in ORTTrainer.save_checkpoint's format, from a state dict."""
-    write_checkpoint(str(path), state, user or {})
+    """A checkpoint file in ORTTrainer.save_checkpoint's format (onnxruntime 1.13's:
+    _checkpoint_storage.save of the state, user_dict as to_serialized_hex), from a state dict."""
+    state = dict(state, user_dict=_checkpoint_storage.to_serialized_hex(user)) if user else state
+    _checkpoint_storage.save(state, str(path))
     return str(path)
 
 
@@ -204,7 +206,8 @@ def test_aggregate_single_file_of_save_checkpoint(tmp_path):
     t = trained()
     t.save_checkpoint(str(tmp_path / "ck.npz"), user_dict={"epoch": 1})
     merged = ck.aggregate_checkpoints([tmp_path / "ck.npz"], pytorch_format=False)
-    assert merged["user_dict"] == {"epoch": 1}
+    # as onnxruntime's aggregation: the first rank's user_dict as saved (to_serialized_hex)
+    assert _checkpoint_storage.from_serialized_hex(merged["user_dict"]) == {"epoch": 1}
     for w in WEIGHTS:
         np.testing.assert_array_equal(merged["model"]["full_precision"][w],
                                       t.state_dict()["model"]["full_precision"][w])
@@ -226,28 +229,28 @@ def test_aggregate_errors(tmp_path):
     with pytest.raises(ValueError, match=r"ranks 0..2 of one run, got ranks \[0, 2\]"):
         ck.aggregate_checkpoints([p for p in paths if "rank1" not in p])
 
-    # ZeRO stage 1: each rank holds its block of every optimizer state, flat; aggregation
-    # concatenates the blocks in rank order back into the weights' shapes.
+    # ZeRO stage 1 (onnxruntime's layout): each rank holds its block of the Moment_1/Moment_2 of the
+    # weights named in partition_info, flat; aggregation concatenates the blocks in rank order and
+    # reshapes them to original_dim. Weights are whole (no mixed precision) and must agree.
     weights_ = state["model"]["full_precision"]
+    sharded = ["fc1.weight", "fc2.bias"]
 
     def zero(r, s):
         s["trainer_options"]["zero_stage"] = 1
-        opt = {}
-        for w, states in state["optimizer"].items():
-            if w not in weights_:
-                opt[w] = states
-                continue
-            opt[w] = {}
-            for k, v in states.items():
-                v = np.asarray(v)
-                half = v.size // 2
-                opt[w][k] = v if v.shape != weights_[w].shape else v.ravel()[:half] if r == 0 else v.ravel()[half:]
-        s["optimizer"] = opt
+        s["partition_info"] = {w: {"original_dim": np.array(weights_[w].shape)} for w in sharded}
+        s["optimizer"] = {w: dict(states) for w, states in state["optimizer"].items()}
+        for w in sharded:
+            for k in ("Moment_1", "Moment_2"):
+                flat = np.asarray(state["optimizer"][w][k]).ravel()
+                half = flat.size // 2
+                s["optimizer"][w][k] = flat[:half] if r == 0 else flat[half:]
 
     merged = ck.aggregate_checkpoints(rank_files(tmp_path / "c", state, 2, zero), pytorch_format=False)
+    assert set(merged["optimizer"]) == set(state["optimizer"])
     for w, states in state["optimizer"].items():
         for k, v in states.items():
             np.testing.assert_array_equal(np.asarray(merged["optimizer"][w][k]), np.asarray(v), err_msg=f"{w} {k}")
+    assert merged["trainer_options"]["zero_stage"] == 0 and merged["trainer_options"]["world_size"] == 1
     with pytest.raises(ValueError, match="non-empty list"):
         ck.aggregate_checkpoints([])
     with pytest.raises(ValueError, match="non-empty list"):
@@ -267,7 +270,7 @@ def test_average_checkpoints_against_numpy(tmp_path):
         t = trained(steps=2 + i, seed=i, data_seed=i)
         paths.append(str(tmp_path / f"ck{i}.npz"))
         t.save_checkpoint(paths[-1])
-        states.append(_read_checkpoint(paths[-1])[0])
+        states.append(load_saved(paths[-1]))
     avg = ck.average_checkpoints(paths, pytorch_format=False)
     for w in WEIGHTS:
         expected = np.mean([s["model"]["full_precision"][w].astype(np.float64) for s in states], axis=0)

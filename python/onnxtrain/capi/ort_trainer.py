@@ -226,7 +226,7 @@ class ORTTrainer:
     docstring for the arguments; ``_opset_version`` is the export opset, ``_extra_postprocess(onnx_model)``
     edits the ONNX model in place (or returns a new one), ``_enable_internal_postprocess`` has no
     effect (onnxruntime's graph rewrites for its kernels), ``_use_deterministic_compute`` and
-    ``run_symbolic_shape_infer`` (ONNX shape inference) are honoured, ``optimized_model_filepath``
+    ``run_symbolic_shape_infer`` (onnxtrain's shape inference into the model's value_info) are honoured, ``optimized_model_filepath``
     receives the training graph)."""
 
     def __init__(self, model, loss_fn, model_desc, training_optimizer_name, map_optimizer_attributes,
@@ -346,11 +346,11 @@ class ORTTrainer:
                                "and must be a scalar.")
 
     def _init_session(self):
+        self._check_model(self.onnx_model_)
+        if self.run_symbolic_shape_infer:  # onnxruntime replaces onnx_model_ by the inferred model
+            from ..training._utils import infer_symbolic_shapes
+            self.onnx_model_ = infer_symbolic_shapes(self.onnx_model_)
         onx = self.onnx_model_
-        self._check_model(onx)
-        if self.run_symbolic_shape_infer:
-            import onnx
-            onx = onnx.shape_inference.infer_shapes(onx)
         inits = list(onx.graph.initializer)
         unused = [n for n in self.frozen_weights_ if n not in {i.name for i in inits}]
         if unused:

@@ -16,8 +16,9 @@ of one cannot be read by the other. The behaviour is onnxruntime's:
   FileNotFoundError, another file ValueError.
 * ``to_serialized_hex(obj)`` / ``from_serialized_hex(text)``: ``pickle`` bytes as a hex string and
   back (how onnxruntime stored a checkpoint's ``user_dict``). ``from_serialized_hex`` reads plain
-  data only (dicts, lists, tuples, str, int, float, bool, None) and refuses, with InvalidArgument
-  naming it, a pickle that names a class or function (onnxruntime unpickled anything).
+  data only (dicts, lists, tuples, str, int, float, bool, None, numpy arrays and scalars, torch
+  tensors) and refuses, with InvalidArgument naming it, a pickle that names any other class or
+  function (onnxruntime unpickled anything).
 """
 import os
 import pickle
@@ -95,6 +96,10 @@ def _read(path):
     except InvalidArgument as e:
         raise ValueError(f"_checkpoint_storage.load: '{path}' is not a file of _checkpoint_storage.save ({e})") \
             from None
+    except RecursionError:
+        raise ValueError(f"_checkpoint_storage.load: '{path}' is damaged (nested too deeply)") from None
+    except Exception as e:  # numpy's .npy reader (a pickle refused), json, a malformed index
+        raise ValueError(f"_checkpoint_storage.load: '{path}' is damaged: {type(e).__name__}: {e}") from None
 
 
 def load(path, key=None):
@@ -130,9 +135,9 @@ def to_serialized_hex(user_dict):
 
 def from_serialized_hex(serialized_hex):
     """The object of a ``to_serialized_hex`` string (str or bytes), read by onnxtrain's restricted
-    unpickler: plain data only (dicts, lists, tuples, str, int, float, bool, None); a pickle that
-    names any other class or function (a torch tensor, a numpy array, a user class) raises
-    InvalidArgument naming it instead of running it (onnxruntime unpickled anything)."""
+    unpickler: plain data only (dicts, lists, tuples, str, int, float, bool, None, numpy arrays and
+    scalars, torch tensors); a pickle that names any other class or function (a user class, a
+    callable) raises InvalidArgument naming it instead of running it (onnxruntime unpickled anything)."""
     import io
 
     from .. import _plain_torch
@@ -140,11 +145,11 @@ def from_serialized_hex(serialized_hex):
     if isinstance(serialized_hex, (bytes, bytearray)):
         serialized_hex = serialized_hex.decode()
     try:
-        obj = _plain_torch._Unpickler(io.BytesIO(bytes.fromhex(serialized_hex))).load()
+        obj = _plain_torch.DataUnpickler(io.BytesIO(bytes.fromhex(serialized_hex))).load()
     except _plain_torch._Refused as e:
         raise InvalidArgument(f"from_serialized_hex: the pickle names {e}, which onnxtrain does not unpickle "
                               "(plain data only)") from None
     except (ValueError, EOFError, pickle.UnpicklingError) as e:
         raise InvalidArgument(f"from_serialized_hex: not the hex of a pickle ({e})") from None
-    _plain_torch.check(obj, "from_serialized_hex", "user_dict")
+    _plain_torch.check(obj, "from_serialized_hex", "user_dict", allow_numpy=True)
     return obj

@@ -131,3 +131,57 @@ def forward_names(model, loss_fn, input_names):
     if len(names) < len(params) and all(n in params for n in names) and names != params[:len(names)]:
         return names
     return None
+
+
+def infer_symbolic_shapes(model):
+    """What onnxruntime's trainers get from ``SymbolicShapeInference.infer_shapes(model,
+    auto_merge=True, guess_output_rank=True)`` (``run_symbolic_shape_infer``): a copy of the ONNX
+    ``model`` whose graph value_info holds the type and shape onnxtrain's own inference gives each
+    value the nodes produce (ONNX's inference with data propagation along Shape -> Gather -> Concat
+    -> Reshape chains, so exported attention keeps its ranks; unknown dimensions as symbols unk__N).
+    Values already declared keep their declarations."""
+    import onnx
+
+    from .. import _C
+    inferred = onnx.load_model_from_string(_C.infer_model_types(model.SerializeToString()))
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    declared = {v.name for v in list(g.input) + list(g.output) + list(g.value_info)}
+    produced = {o for n in g.node for o in n.output if o}
+    g.value_info.extend(v for v in inferred.graph.value_info if v.name in produced and v.name not in declared)
+    return out
+
+
+def mute_dropouts(model):
+    """A copy of the ONNX ``model`` whose Dropout nodes run as in eval mode, as onnxruntime's
+    ``check_model_export`` mutes them: their ratio becomes 0 and their training_mode False (the
+    Constant nodes or initializers that feed them rewritten; an absent input stays absent)."""
+    import numpy as np
+    import onnx
+    import onnx.helper
+    import onnx.mapping
+    import onnx.numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    producers = {o: n for n in g.node for o in n.output}
+    inits = {i.name: i for i in g.initializer}
+    values = {1: np.array(0.0, np.float32), 2: np.array(False)}
+    for node in [n for n in g.node if n.op_type == "Dropout" and n.domain in ("", "ai.onnx")]:
+        for idx, value in values.items():
+            name = node.input[idx] if len(node.input) > idx else ""
+            if not name:
+                continue
+            if name in producers and producers[name].op_type == "Constant":
+                c = producers[name]
+                del c.attribute[:]
+                c.attribute.append(onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(value)))
+            elif name in inits:
+                dtype = onnx.mapping.TENSOR_TYPE_TO_NP_TYPE[inits[name].data_type]
+                inits[name].CopyFrom(onnx.numpy_helper.from_array(value.astype(dtype), name))
+            else:
+                raise NotImplementedError(f"check_model_export: Dropout '{node.name}' input {idx} ('{name}') is "
+                                          "computed by the graph; onnxtrain mutes Constant or initializer inputs only")
+    return out

@@ -2,8 +2,9 @@
 over an ``ORTTrainer`` (flat ``{name: torch.Tensor}`` state, files written with ``torch.save`` as
 onnxruntime wrote them) and ``aggregate_checkpoints`` over files of ``ORTTrainer.save_checkpoint``.
 
-``aggregate_checkpoints`` merges the files of the ranks of a data-parallel run: replicas (checked to
-agree) or ZeRO stage 1 parts (optimizer state concatenated in rank order). The experimental
+``aggregate_checkpoints`` merges the files of the ranks of a run as onnxruntime 1.13 (through
+``_checkpoint_storage.load``): replicas (checked to agree), ZeRO and Megatron shards named by the
+files' ``partition_info`` (concatenated in rank order, reshaped to ``original_dim``). The experimental
 functions handle unpartitioned files only: ZeRO rank files (``<prefix>.ZeRO.<rank>.<size>.ort.pt``)
 and Megatron (horizontally) partitioned checkpoints raise NotImplementedError — save and resume
 ZeRO runs with ``ORTTrainer.save_checkpoint`` / ``load_checkpoint(*paths)``. onnxtrain adds
@@ -16,7 +17,7 @@ import warnings
 import numpy as np
 
 from .. import _plain_torch
-from ._trainer_checkpoint import read_checkpoint as _read_checkpoint
+from .orttrainer import load_saved
 
 _OPTIMIZER_PREFIXES = ("Moment_1_", "Moment_2_", "Update_Count_")
 _SINGLE_NAME = "{prefix}.ort.pt"
@@ -188,14 +189,14 @@ def experimental_load_checkpoint(ort_trainer, checkpoint_dir, checkpoint_prefix=
 
 # ----------------------------------------------------------------- files of ORTTrainer.save_checkpoint
 def _load_state(checkpoint):
-    """(state, user_dict) of a checkpoint path, or (state, {}) of a state dict."""
+    """The state of a checkpoint path (ORTTrainer.save_checkpoint's), or the state dict given."""
     if isinstance(checkpoint, dict):
-        return checkpoint, {}
+        return checkpoint
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise TypeError(f"a checkpoint is a path or a state dict, got {type(checkpoint).__name__}")
     if not os.path.isfile(checkpoint):
         raise FileNotFoundError(f"checkpoint '{os.fspath(checkpoint)}' does not exist")
-    return _read_checkpoint(checkpoint)
+    return load_saved(checkpoint)
 
 
 def _weights(state, where):
@@ -223,75 +224,145 @@ def to_pytorch_state_dict(checkpoint, strip_prefix=""):
     state dict ``{name: torch.Tensor}``. For a torch model trained with ``loss_fn``, the weights are
     named ``model.<name>``: ``strip_prefix="model."`` gives the names the module's ``load_state_dict``
     takes. Frozen weights are not part of the trained state."""
-    state, _ = _load_state(checkpoint)
+    state = _load_state(checkpoint)
     return _to_pytorch_format(state, strip_prefix)
 
 
-def _options(state, path):
-    opts = state.get("trainer_options")
-    if not isinstance(opts, dict):
-        raise ValueError(f"'{path}': missing trainer_options")
-    return opts
+_ZERO, _MEGATRON = "Zero", "Megatron"
+_SHARDED_OPTIMIZER_KEYS = ("Moment_1", "Moment_2")
+
+
+def _parallel_groups(data_parallel_size, horizontal_parallel_size, world_size):
+    """onnxruntime's rank groups: data-parallel groups (rank g + horizontal_parallel_size * i) and
+    horizontal groups (horizontal_parallel_size consecutive ranks)."""
+    data = [[g + horizontal_parallel_size * i for i in range(data_parallel_size)]
+            for g in range(world_size // data_parallel_size)]
+    horizontal = [[g * horizontal_parallel_size + i for i in range(horizontal_parallel_size)]
+                  for g in range(world_size // horizontal_parallel_size)]
+    return data, horizontal
 
 
 def aggregate_checkpoints(paths, pytorch_format=True):
     """Merges the checkpoint files of the ranks of one run (``ORTTrainer.save_checkpoint``) into one
-    state: ``{name: torch.Tensor}`` with ``pytorch_format``, else the ``ORTTrainer.state_dict()`` schema
-    (world size 1). The files must be those of ranks 0..world_size-1; unpartitioned states must agree;
-    ZeRO stage 1 optimizer state is concatenated in rank order. Horizontally partitioned
-    checkpoints raise NotImplementedError."""
+    state, as onnxruntime 1.13: ``{name: torch.Tensor}`` with ``pytorch_format``, else the
+    ``ORTTrainer.state_dict()`` schema of a world of size 1 (with the first rank's user_dict, as
+    saved: a to_serialized_hex string). Files are read with ``_checkpoint_storage.load`` (first
+    ``key='trainer_options'`` of ``paths[0]``, then of every path to order them by rank, then each
+    whole). States named in a file's ``partition_info`` are shards: ZeRO (zero_stage > 0) optimizer
+    Moment_1/Moment_2 (and, with mixed precision, the weights) are concatenated in rank order and
+    reshaped to ``original_dim``; Megatron (horizontal_parallel_size > 1) shards are concatenated on
+    the axis ``megatron_row_partition`` gives. Every other state must be the same in every file
+    (ValueError "Value mismatch for model state ..."). Files of an unpartitioned data-parallel run
+    (onnxruntime returned None for them) merge as replicas. The files must be those of ranks
+    0..world_size-1."""
     if isinstance(paths, (str, os.PathLike)) or not paths:
         raise ValueError("paths must be a non-empty list of checkpoint files")
-    loaded = []
-    for p in paths:
-        state, user = _load_state(p)
-        opts = _options(state, p)
-        if opts.get("horizontal_parallel_size", 1) > 1 or "partition_info" in state:
-            raise NotImplementedError(f"aggregate_checkpoints: '{p}' is partitioned (zero_stage "
-                                      f"{opts.get('zero_stage')}, horizontal_parallel_size "
-                                      f"{opts.get('horizontal_parallel_size')}): {_NOT_PARTITIONED}")
-        loaded.append((int(opts["world_rank"]), p, state, user))
-    loaded.sort(key=lambda e: e[0])
-    first = _options(loaded[0][2], loaded[0][1])
-    ranks = [r for r, *_ in loaded]
-    if ranks != list(range(first["world_size"])):
-        raise ValueError(f"aggregate_checkpoints: expected the files of ranks 0..{first['world_size'] - 1} of one run, "
-                         f"got ranks {ranks}")
-    merged = {"model": {"full_precision": {}}, "optimizer": {}}
-    if first.get("zero_stage", 0) > 0:
-        from .orttrainer import _aggregate_rank_states
-        whole = _aggregate_rank_states([e[2] for e in loaded], [e[1] for e in loaded])
-        merged = {"model": whole["model"], "optimizer": whole.get("optimizer", {})}
-    for _, path, state, _ in ([] if first.get("zero_stage", 0) > 0 else loaded):
-        opts = _options(state, path)
-        for key in ("world_size", "mixed_precision", "optimizer_name"):
+    paths = list(paths)
+    opts = load_saved(paths[0], "trainer_options")
+    dp, hp, world = (int(opts[k]) for k in ("data_parallel_size", "horizontal_parallel_size", "world_size"))
+    if dp < 1 or hp < 1 or dp * hp != world:
+        raise ValueError(f"aggregate_checkpoints: '{paths[0]}' has data_parallel_size {dp} and horizontal_parallel_size "
+                         f"{hp} for world_size {world}")
+    data_groups, horizontal_groups = _parallel_groups(dp, hp, world)
+    ranked = sorted(((int(load_saved(p, "trainer_options")["world_rank"]), i, p) for i, p in enumerate(paths)),
+                    key=lambda e: e[0])
+    ranks = [r for r, _, _ in ranked]
+    if ranks != list(range(world)):
+        raise ValueError(f"aggregate_checkpoints: expected the files of ranks 0..{world - 1} of one run, got ranks "
+                         f"{ranks}")
+    by_rank = [p for _, _, p in ranked]
+    dims = {}
+    if int(opts["zero_stage"]) > 0 and hp > 1:
+        partial = [_over_ranks([by_rank[r] for r in g], g, dims, _ZERO, False, partial=True) for g in data_groups]
+        return _over_ranks(partial, horizontal_groups[0], dims, _MEGATRON, pytorch_format)
+    if hp > 1:
+        group = horizontal_groups[0]
+        return _over_ranks([by_rank[r] for r in group], group, dims, _MEGATRON, pytorch_format)
+    return _over_ranks([by_rank[r] for r in data_groups[0]], data_groups[0], dims, _ZERO, pytorch_format)
+
+
+def _over_ranks(items, ranks, dims, mode, pytorch_format, partial=False):
+    """One state from ``items`` (paths, or states of a partial aggregation) of ``ranks``; ``dims``
+    collects the original shapes of sharded states. A partial aggregation keeps its first rank and
+    the Megatron partition info, and reshapes nothing."""
+    merged, first = {}, None
+    for i, item in enumerate(items):
+        state = item if isinstance(item, dict) else load_saved(item)
+        where = f"partial aggregate {i}" if isinstance(item, dict) else os.fspath(item)
+        opts = state.get("trainer_options")
+        if not isinstance(opts, dict):
+            raise ValueError(f"aggregate_checkpoints: '{where}': missing trainer_options")
+        info = state.get("partition_info", {})
+        if int(opts["world_rank"]) != ranks[i]:
+            raise ValueError(f"Unexpected rank in file at path {where}. Expected {ranks[i]}, got {opts['world_rank']}")
+        if first is None:
+            first = opts
+        for key, what in (("mixed_precision", "Mixed precision state"), ("world_size", "World size state"),
+                          ("zero_stage", "Zero stage"), ("optimizer_name", "Optimizer name")):
             if opts.get(key) != first.get(key):
-                raise ValueError(f"aggregate_checkpoints: {key} mismatch among checkpoint files. File: {path}")
-        _merge(_weights(state, path), merged["model"]["full_precision"], "Value mismatch for model state {}")
+                raise ValueError(f"{what} mismatch among checkpoint files. File: {where}")
+        mixed = bool(first["mixed_precision"])
+        if "model" in state:
+            model = merged.setdefault("model", {}).setdefault("full_precision", {})
+            for w, v in _weights(state, where).items():
+                if w in info and (mode == _MEGATRON or mixed):
+                    _add_shard(model, w, v, w, info[w], dims, mode)
+                else:
+                    _add_same(model, w, v, f"Value mismatch for model state {w}")
+        if pytorch_format:
+            continue
         for w, states in state.get("optimizer", {}).items():
-            _merge(states, merged["optimizer"].setdefault(w, {}),
-                   "Value mismatch for model state " + w + " and optimizer state {}")
-    if pytorch_format:
-        return _to_pytorch_format(merged)
-    merged["trainer_options"] = dict(first, world_rank=0, world_size=1, zero_stage=0, data_parallel_size=1,
-                                     horizontal_parallel_size=1)
-    if not merged["optimizer"]:
-        del merged["optimizer"]
-    if "train_step_info" in loaded[0][2]:
-        merged["train_step_info"] = dict(loaded[0][2]["train_step_info"])
-    if loaded[0][3]:
-        merged["user_dict"] = loaded[0][3]
-    return merged
+            entry = merged.setdefault("optimizer", {}).setdefault(w, {})
+            for k, v in states.items():
+                if k in _SHARDED_OPTIMIZER_KEYS and w in info:
+                    _add_shard(entry, k, v, w, info[w], dims, mode)
+                else:
+                    _add_same(entry, k, v, f"Value mismatch for model state {w} and optimizer state {k}")
+        if partial:
+            kept = merged.setdefault("partition_info", {})
+            for w, winfo in info.items():
+                if w not in kept and int(winfo.get("megatron_row_partition", -1)) >= 0:
+                    kept[w] = winfo
+        if "trainer_options" not in merged:
+            merged["trainer_options"] = {"mixed_precision": opts["mixed_precision"], "zero_stage": 0,
+                                         "world_rank": opts["world_rank"] if partial else 0, "world_size": 1,
+                                         "optimizer_name": opts.get("optimizer_name"), "data_parallel_size": 1,
+                                         "horizontal_parallel_size": 1}
+        for key in ("user_dict", "train_step_info"):  # train_step_info: onnxtrain's files carry it
+            if key not in merged and key in state:
+                merged[key] = state[key]
+    if not partial:
+        for w, dim in dims.items():
+            if bool(first["mixed_precision"]) and "model" in merged:
+                merged["model"]["full_precision"][w] = np.reshape(merged["model"]["full_precision"][w], dim)
+            for k, v in merged.get("optimizer", {}).get(w, {}).items():
+                if k in _SHARDED_OPTIMIZER_KEYS:
+                    merged["optimizer"][w][k] = np.reshape(v, dim)
+    return _to_pytorch_format(merged) if pytorch_format else merged
 
 
-def _merge(src, dst, mismatch):
-    for k, v in src.items():
-        v = _numpy(v)
-        if k in dst:
-            if dst[k].shape != v.shape or not np.array_equal(dst[k], v):
-                raise ValueError(mismatch.format(k))
-        else:
-            dst[k] = v
+def _add_shard(entry, key, value, weight, winfo, dims, mode):
+    """Appends the shard ``value`` of ``key`` (a state of ``weight``) to ``entry``. A value already
+    of the original shape is whole (onnxtrain's weights under ZeRO with mixed precision), checked
+    as an unsharded one."""
+    dims[weight] = [int(d) for d in np.asarray(winfo["original_dim"]).ravel()]
+    axis = -1 if mode == _MEGATRON and int(winfo.get("megatron_row_partition", -1)) == 0 else 0
+    value = np.asarray(_numpy(value))
+    whole = list(value.shape) == dims[weight] and (value.ndim > 1 or key in entry and entry[key].shape == value.shape)
+    if whole:
+        _add_same(entry, key, value, f"Value mismatch for model state {weight} ({key})")
+        return
+    entry[key] = np.concatenate((entry[key], value), axis) if key in entry else value
+
+
+def _add_same(entry, key, value, mismatch):
+    """Adds the unsharded ``value``, or checks that it equals the one already there."""
+    value = np.asarray(_numpy(value))
+    if key in entry:
+        if entry[key].shape != value.shape or not np.array_equal(entry[key], value):
+            raise ValueError(mismatch)
+    else:
+        entry[key] = value
 
 
 def average_checkpoints(checkpoints, pytorch_format=True, strip_prefix=""):
@@ -303,7 +374,7 @@ def average_checkpoints(checkpoints, pytorch_format=True, strip_prefix=""):
         raise ValueError("checkpoints must be a non-empty list of checkpoint paths or state dicts")
     all_weights = []
     for i, c in enumerate(checkpoints):
-        state = _load_state(c)[0]
+        state = _load_state(c)
         where = f"checkpoint {i}" if isinstance(c, dict) else f"'{os.fspath(c)}'"
         weights = {k: _numpy(v) for k, v in _weights(state, where).items()}
         all_weights.append((where, weights))

@@ -15,16 +15,20 @@ import sys
 import warnings
 
 import numpy as np
+# onnxruntime's orttrainer imports onnx's numpy_helper (through SymbolicShapeInference): after
+# importing onnxruntime.training, ``onnx.numpy_helper`` is reachable as an attribute of ``onnx``.
+import onnx.numpy_helper  # noqa: F401
 
 from .. import _errors
 from ..capi.onnxruntime_inference_collection import InferenceSession
 from ._session import TrainingParameters, TrainingSession
 from ._step_info import TrainStepInfo
+from . import _checkpoint_storage
+from ._trainer_checkpoint import _Packer
 from ._trainer_checkpoint import read_checkpoint as _read_checkpoint
-from ._trainer_checkpoint import write_checkpoint as _write_checkpoint
 from .orttrainer_options import ORTTrainerOptions, check_supported
 from .optim.config import _OptimizerConfig
-from ._utils import forward_names, strip_export_scope
+from ._utils import dtype_onnx_to_torch, forward_names, infer_symbolic_shapes, mute_dropouts, strip_export_scope
 from .model_desc_validation import _ORTTrainerModelDesc
 
 
@@ -182,9 +186,17 @@ class _TrainingSessionView:
         return out
 
     def get_partition_info_map(self):
-        """``{weight: {'original_dim': [...], ...}}`` for weights split across ranks: none here
-        (onnxtrain's state dicts hold every weight whole, ZeRO's optimizer state gathered)."""
-        return {}
+        """``{weight: {'original_dim': int64 array}}`` for the weights whose optimizer state this rank
+        holds a part of (ZeRO stage 1: its block of the flattened weights, as onnxruntime's views);
+        weights themselves are whole on every rank."""
+        weights = self._session.get_model_state().get("full_precision", {})
+        info = {}
+        for w, states in self.get_optimizer_state().items():
+            shape = np.shape(weights[w]) if w in weights else None
+            if shape is not None and any(k in ("Moment_1", "Moment_2") and np.shape(v) != shape
+                                         for k, v in states.items()):
+                info[w] = {"original_dim": np.array(shape, dtype=np.int64)}
+        return info
 
 
 class ORTTrainer:
@@ -245,7 +257,7 @@ class ORTTrainer:
             self._check_onnx_model(self._onnx_model)
             # An ONNX model needs no sample input: its session is made now, as onnxruntime's
             # constructor makes it (state_dict() holds every initializer before the first step).
-            self._init_session(None)
+            self._make_session(None)
 
     # ------------------------------------------------------------------ model preparation
     @staticmethod
@@ -274,6 +286,23 @@ class ORTTrainer:
         shapes = {vi.name: dims(vi) for vi in list(model.graph.input) + list(model.graph.output)}
         self.model_desc.check_against(inputs, outputs, shapes, allow_unused=exported)
         self._fed = set(inputs)
+        self._add_types(model)
+
+    def _add_types(self, model):
+        """As onnxruntime once the model is known (an ONNX model: at construction; a torch model:
+        exported at the first step): each model_desc input/output becomes its typed description
+        (``dtype``: the torch type of the graph's element type)."""
+        torch = _torch()
+        elem = {vi.name: dtype_onnx_to_torch(vi.type.tensor_type.elem_type)
+                for vi in list(model.graph.input) + list(model.graph.output)
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
+        elem = {k: v for k, v in elem.items() if isinstance(v, torch.dtype)}
+        for i, d in enumerate(self.model_desc.inputs):
+            if d.name in elem:
+                self.model_desc.add_type_to_input_description(i, elem[d.name])
+        for i, d in enumerate(self.model_desc.outputs):
+            if d.name in elem:
+                self.model_desc.add_type_to_output_description(i, elem[d.name])
 
     def _export(self, sample_inputs):
         torch = _torch()
@@ -323,15 +352,14 @@ class ORTTrainer:
             return v.detach().cpu().numpy()
         return np.asarray(v)
 
-    def _init_session(self, sample_inputs):
+    def _make_session(self, sample_inputs):
         if self._onnx_model is None:
             self._onnx_model = self._export(sample_inputs)
             if self.options.debug.check_model_export:
                 self._check_export(sample_inputs)
+        if self.options.utils.run_symbolic_shape_infer:  # onnxruntime replaces _onnx_model by the inferred model
+            self._onnx_model = infer_symbolic_shapes(self._onnx_model)
         model = self._onnx_model
-        if self.options.utils.run_symbolic_shape_infer:
-            import onnx
-            model = onnx.shape_inference.infer_shapes(model)
         inits = [i for i in model.graph.initializer]
         float_types = {1, 10, 11, 16}
         frozen = set(self.options.utils.frozen_weights)
@@ -407,11 +435,18 @@ class ORTTrainer:
             self._load_state(state, strict)
 
     def _check_export(self, sample_inputs):
+        """debug.check_model_export as onnxruntime: the torch model in eval mode against the exported
+        model with its Dropouts muted (ratio 0, training_mode False), run by an InferenceSession."""
         torch = _torch()
-        with torch.no_grad():
-            expected = self._torch_model(*sample_inputs)
+        was_training = self._torch_model.training
+        self._torch_model.eval()
+        try:
+            with torch.no_grad():
+                expected = self._torch_model(*sample_inputs)
+        finally:
+            self._torch_model.train(was_training)
         expected = list(expected) if isinstance(expected, (tuple, list)) else [expected]
-        sess = InferenceSession(self._onnx_model.SerializeToString())
+        sess = InferenceSession(mute_dropouts(self._onnx_model).SerializeToString())
         feed = self._feed(sample_inputs)
         got = sess.run([d.name for d in self.model_desc.outputs], feed)
         for d, e, g in zip(self.model_desc.outputs, expected, got):
@@ -440,7 +475,7 @@ class ORTTrainer:
         inputs = self._inputs(args, kwargs)
         self.model_desc.check_values(inputs)
         if self._session is None:
-            self._init_session(inputs)
+            self._make_session(inputs)
         lr = self.optim_config.lr
         if self.options.lr_scheduler is not None:
             lr = self.options.lr_scheduler._step(self._train_step_info)[0]
@@ -484,7 +519,7 @@ class ORTTrainer:
         inputs = self._inputs(args, kwargs)
         self.model_desc.check_values(inputs)
         if self._session is None:
-            self._init_session(inputs)
+            self._make_session(inputs)
         feed = self._feed(inputs)
         names = list(self._train_step_info.fetches or []) or [d.name for d in self.model_desc.outputs]
         return self._wrap(self._session.eval(names, feed), inputs)
@@ -495,13 +530,20 @@ class ORTTrainer:
             raise RuntimeError(f"{what}: the model is not initialized yet; call train_step or eval_step first")
 
     def save_as_onnx(self, path):
-        """Writes the inference model with the trained weights (loss kept, as model_desc describes)."""
-        if self._session is None:
+        """Writes the model this trainer trains, as onnxruntime 1.13: ``_onnx_model`` (the ONNX model
+        given, or the torch model's export: graph unchanged, loss and Dropout's training_mode kept)
+        with its initializers replaced by the trained state (``_update_onnx_model_initializers`` of
+        ``_training_session.get_state()``, so ``_onnx_model`` holds the trained weights afterwards).
+        Before the first step (torch models) raises RuntimeWarning; a path whose folder does not
+        exist raises ValueError."""
+        if self._training_session is None:
             warnings.warn("save_as_onnx: neither train_step nor eval_step was called", RuntimeWarning)
             raise RuntimeWarning("save_as_onnx: neither train_step nor eval_step was called")
         if not isinstance(path, (str, os.PathLike)) or not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ValueError(f"save_as_onnx: '{path}' is not a valid path")
-        self._session.export_model(path, [d.name for d in self.model_desc.outputs])
+        self._update_onnx_model_initializers(self._training_session.get_state())
+        from .._files import save_model
+        save_model(self._onnx_model, os.fspath(path), "save_as_onnx")
 
     @property
     def _training_session(self):
@@ -609,6 +651,9 @@ class ORTTrainer:
                 warnings.warn(f"Missing key: {top} in state_dict", UserWarning)
         if strict:
             problems = []
+            got_p, want_p = set(state_dict.get("model", {})), set(mine.get("model", {}))
+            if "model" in state_dict and got_p != want_p:
+                problems.append(f"model: missing {sorted(want_p - got_p)}, unexpected {sorted(got_p - want_p)}")
             got_w = set(state_dict.get("model", {}).get("full_precision", {}))
             want_w = set(mine.get("model", {}).get("full_precision", {}))
             if "model" in state_dict and got_w != want_w:
@@ -626,9 +671,9 @@ class ORTTrainer:
                         problems.append(f"optimizer.{w}: missing {sorted(wk - gk)}, unexpected {sorted(gk - wk)}")
             if problems:
                 raise StateDictMismatch("load_state_dict (strict): " + "; ".join(problems))
-        if self._session is None:  # a session object assigned to _training_session: checked, not written
-            raise NotImplementedError("load_state_dict: the assigned ORTTrainer._training_session is not an "
-                                      "onnxtrain TrainingSession; onnxtrain cannot load a state into it")
+        if self._session is None:  # a session object assigned to _training_session: onnxruntime's hooks
+            self._load_into_assigned_session(state_dict, mine, strict)
+            return
         weights = {w: self._to_numpy(v) for w, v in state_dict.get("model", {}).get("full_precision", {}).items()}
         if not strict:
             weights = {w: v for w, v in weights.items() if w in mine.get("model", {}).get("full_precision", {})}
@@ -654,6 +699,47 @@ class ORTTrainer:
             self._session._sess.set_progress(int(tsi["step"]), int(tsi["optimization_step"]))
         self._sync_progress()
 
+    def _load_into_assigned_session(self, state_dict, mine, strict):
+        """onnxruntime's load into an assigned ``_training_session``: the train step info is set, the
+        weights the ONNX model holds are written into it (``_update_onnx_model_initializers``) and the
+        session is made again with the optimizer state (the held one updated by ``state_dict``'s) by
+        ``_init_session``."""
+        tsi = state_dict.get("train_step_info")
+        if tsi:
+            self._train_step_info.optimization_step = int(tsi["optimization_step"])
+            self._train_step_info.step = int(tsi["step"])
+        names = {i.name for i in self._onnx_model.graph.initializer}
+        weights = {w: v for w, v in state_dict.get("model", {}).get("full_precision", {}).items() if w in names}
+        if strict:
+            missing = sorted(names & set(mine.get("model", {}).get("full_precision", {})) - set(weights))
+            if missing:
+                raise RuntimeError(f"Missing keys: {missing} in state_dict[model][full_precision]")
+        self._update_onnx_model_initializers(weights)
+        optimizer = copy.deepcopy(mine.get("optimizer", {}))
+        for w, states in state_dict.get("optimizer", {}).items():
+            optimizer.setdefault(w, {}).update(states)
+        self._init_session(optimizer, session_options=self.options.session_options,
+                           provider_options=self.options._validated_opts.get("provider_options"))
+
+    def _update_onnx_model_initializers(self, state_tensors):
+        """onnxruntime's: replaces the initializers of ``_onnx_model`` named in ``state_tensors``
+        (``{name: array}``) by those values."""
+        if not isinstance(state_tensors, dict):
+            raise TypeError("state_tensors must be a dict")
+        graph = self._onnx_model.graph
+        for i, init in enumerate(list(graph.initializer)):
+            if init.name in state_tensors:
+                graph.initializer[i].CopyFrom(onnx.numpy_helper.from_array(self._to_numpy(state_tensors[init.name]),
+                                                                           init.name))
+
+    def _init_session(self, optimizer_state_dict={}, session_options=None, provider_options=None):  # noqa: B006
+        """onnxruntime's hook that makes the training session again from ``_onnx_model`` holding
+        ``optimizer_state_dict``. onnxtrain makes its session from the model at the first step (its
+        own path); on a trainer whose ``_training_session`` was assigned (onnxruntime's tests assign a
+        mock) it raises NotImplementedError."""
+        raise NotImplementedError("ORTTrainer._init_session: the assigned ORTTrainer._training_session is not an "
+                                  "onnxtrain TrainingSession; onnxtrain cannot make it again with a loaded state")
+
     def _from_wrapped_names(self, state_dict, mine):
         """``state_dict`` of an earlier onnxtrain, whose weights of a torch model trained with a
         loss_fn were named "model.<w>", renamed to this version's (onnxruntime's) "<w>" when that,
@@ -678,34 +764,50 @@ class ORTTrainer:
         return out
 
     def save_checkpoint(self, path, user_dict={}, include_optimizer_states=True):  # noqa: B006 (onnxruntime's signature)
-        """Writes state_dict() and ``user_dict`` to ``path`` (refuses to overwrite an existing file),
-        in onnxtrain's checkpoint format (a CRC per tensor, written atomically; nothing pickled).
-        ``user_dict`` comes back from load_checkpoint as it was saved: dicts (keys str, int, float,
-        bool or None), lists, tuples, numpy arrays and scalars, torch tensors (on the CPU, detached),
-        str, int, float, bool, None. Anything else raises TypeError, nesting deeper than 64
-        InvalidArgument, before anything is written."""
-        path = os.fspath(path)
-        if os.path.exists(path):
-            raise FileExistsError(f"save_checkpoint: '{path}' exists; checkpoints are never overwritten")
-        self._require_session("save_checkpoint")
-        state = self.state_dict()
-        if not include_optimizer_states:
-            state.pop("optimizer", None)
+        """Writes state_dict() and ``user_dict`` to ``path`` (a path or a writable file-like object;
+        an existing file is never overwritten) as onnxruntime 1.13 does: ``user_dict`` (when not
+        empty) is stored as ``state['user_dict'] = _checkpoint_storage.to_serialized_hex(user_dict)``
+        and the state written by ``_checkpoint_storage.save(state, path)`` (onnxtrain's format: a CRC
+        per tensor, written atomically). Before the first step the state is what state_dict()
+        returns then (with its warning). ``user_dict`` comes back from load_checkpoint as it was
+        saved: dicts (keys str, int, float, bool or None), lists, tuples, numpy arrays and scalars,
+        torch tensors (on the CPU, detached), str, int, float, bool, None. Anything else raises
+        TypeError, nesting deeper than 64 InvalidArgument, before anything is written."""
         if not isinstance(user_dict or {}, dict):
             raise TypeError(f"save_checkpoint: user_dict must be a dict, got {type(user_dict).__name__}")
-        _write_checkpoint(path, state, user_dict or {})
+        if not hasattr(path, "write") and os.path.exists(os.fspath(path)):
+            raise FileExistsError(f"save_checkpoint: '{os.fspath(path)}' exists; checkpoints are never overwritten")
+        state = self.state_dict()
+        if user_dict:
+            _check_user_dict(user_dict)
+            state["user_dict"] = _checkpoint_storage.to_serialized_hex(user_dict)
+        if not include_optimizer_states:
+            state.pop("optimizer", None)
+        _checkpoint_storage.save(state, path)
 
     def load_checkpoint(self, *paths, strict=True):
-        """Loads a checkpoint written by save_checkpoint; returns its ``user_dict``. A file that is not
-        such a checkpoint (truncated, damaged, malformed), or whose names or weights do not fit this
+        """Loads a checkpoint written by save_checkpoint (or the files of every rank of a ZeRO /
+        Megatron run); returns its ``user_dict``. As onnxruntime 1.13: reads
+        ``_checkpoint_storage.load(paths[0], key='trainer_options')``; when the run was partitioned
+        (zero_stage > 0 or horizontal_parallel_size > 1) the state is
+        ``checkpoint.aggregate_checkpoints(paths, pytorch_format=False)``, else the one file's
+        ``_checkpoint_storage.load(path)``. Files of earlier onnxtrain versions load too. A file that is
+        not such a checkpoint (truncated, damaged, malformed), or whose names or weights do not fit this
         model, raises ``InvalidArgument`` naming it."""
         if not paths:
             raise TypeError("load_checkpoint: give the checkpoint file (or every rank's file of a distributed run)")
-        if len(paths) == 1:
-            state, user = _read_checkpoint(paths[0])
+        options = load_saved(paths[0], "trainer_options")
+        if int(options["zero_stage"]) > 0 or int(options["horizontal_parallel_size"]) > 1:
+            from . import checkpoint
+            state = checkpoint.aggregate_checkpoints(paths, pytorch_format=False)
+        elif len(paths) != 1:
+            raise ValueError(f"load_checkpoint: expected number of files to load: 1, got {len(paths)} (the "
+                             "checkpoint is not partitioned: zero_stage 0, horizontal_parallel_size 1)")
         else:
-            read = [_read_checkpoint(p) for p in paths]
-            state, user = _aggregate_rank_states([r[0] for r in read], paths), read[0][1]
+            state = load_saved(paths[0])
+        user = {}
+        if "user_dict" in state:
+            user = _checkpoint_storage.from_serialized_hex(state.pop("user_dict"))
         if "optimizer" not in state:
             strict = False
         try:
@@ -718,47 +820,35 @@ class ORTTrainer:
         return user
 
 
-def _aggregate_rank_states(states, paths):
-    """One state from the checkpoints of every rank of a data-parallel run (any order): the model
-    from rank 0 (every rank must hold the same), optimizer state whole from rank 0, or, under ZeRO
-    stage 1, each weight's parts concatenated in rank order into the weight's shape."""
-    opts = [s.get("trainer_options", {}) for s in states]
-    n = len(states)
-    ranks = [int(o.get("world_rank", -1)) for o in opts]
-    if sorted(ranks) != list(range(n)) or any(int(o.get("world_size", 0)) != n for o in opts):
-        raise ValueError(f"load_checkpoint: {n} files hold ranks {ranks} of world sizes "
-                         f"{[o.get('world_size') for o in opts]}: give the files of every rank of one run")
-    ordered = [states[ranks.index(r)] for r in range(n)]
-    model = ordered[0]["model"]["full_precision"]
-    for r, st in enumerate(ordered[1:], 1):
-        for w, v in st["model"]["full_precision"].items():
-            if w not in model or not np.array_equal(np.asarray(model[w]), np.asarray(v)):
-                raise ValueError(f"load_checkpoint: rank {r}'s weight {w!r} differs from rank 0's ({paths[ranks.index(r)]})")
-    merged = dict(ordered[0])
-    if "optimizer" in ordered[0]:
-        optimizer = {}
-        names = []
-        for st in ordered:
-            names += [w for w in st.get("optimizer", {}) if w not in names]
-        for w in names:
-            if w == "shared_optimizer_state" or w not in model:
-                optimizer[w] = next(st["optimizer"][w] for st in ordered if w in st["optimizer"])
-                continue
-            shape = np.asarray(model[w]).shape
-            entry = {}
-            keys = []
-            for st in ordered:
-                keys += [k for k in st["optimizer"].get(w, {}) if k not in keys]
-            for k in keys:
-                parts = [np.asarray(st["optimizer"][w][k]) for st in ordered if k in st["optimizer"].get(w, {})]
-                if parts[0].shape == shape or k == "Update_Count":
-                    entry[k] = parts[0]
-                    continue
-                flat = np.concatenate([p.ravel() for p in parts])
-                if flat.size != int(np.prod(shape)):
-                    raise ValueError(f"load_checkpoint: the ranks' parts of {k} of {w!r} hold {flat.size} values, the "
-                                     f"weight {int(np.prod(shape))}")
-                entry[k] = flat.reshape(shape)
-            optimizer[w] = entry
-        merged["optimizer"] = optimizer
-    return merged
+def _check_user_dict(user_dict):
+    """Raises (TypeError / InvalidArgument naming the entry) for what a checkpoint's user_dict cannot
+    hold, before anything is written."""
+    _Packer().pack(user_dict, ["user"])
+
+
+def load_saved(path, key=None):
+    """``_checkpoint_storage.load(path)`` (``key``: one top-level entry, ``load(path, key=key)``) of a
+    checkpoint of ORTTrainer.save_checkpoint. A file of an earlier onnxtrain (its ORTTrainer
+    checkpoint format) is read as that; its user_dict comes back as a to_serialized_hex string, as
+    this version writes it. Any other file raises InvalidArgument naming it."""
+    try:
+        return _checkpoint_storage.load(path) if key is None else _checkpoint_storage.load(path, key=key)
+    except ValueError as e:
+        if hasattr(path, "read"):
+            raise _errors.InvalidArgument(f"load_checkpoint: {e}") from None
+        storage_error = e
+    try:
+        state, user = _read_checkpoint(path)
+    except _errors.InvalidArgument:
+        with open(path, "rb") as f:
+            archive = f.read(4) == b"PK\x03\x04"
+        if archive or "onnxtrain.ORTTrainer" in str(storage_error):
+            raise  # a file of an earlier version: its reader names what is wrong
+        raise _errors.InvalidArgument(f"load_checkpoint: {storage_error}") from None
+    if user:
+        state = dict(state, user_dict=_checkpoint_storage.to_serialized_hex(user))
+    if key is None:
+        return state
+    if key not in state:
+        raise KeyError(f"load_checkpoint: '{os.fspath(path)}' has no '{key}' entry")
+    return state[key]

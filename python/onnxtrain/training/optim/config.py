@@ -134,7 +134,7 @@ class _OptimizerConfig:
             hp = _group_key(key)
             check(hp in self.defaults, f"{where}: 'params' has {key!r} hyper parameter not present at 'defaults' "
                                        f"(known: {', '.join(sorted(self.defaults))})")
-            check(hp != "lr", f"{where}: 'lr' is not supported inside params (the learning rate is global)")
+            check(hp != "lr", "'lr' is not supported inside params")  # onnxruntime's text
             check(hp not in completed, f"{where}: both 'lambda' and 'lambda_coef' given")
             completed[hp] = self._validate(hp, value, where)
         for key, value in self.defaults.items():
