@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "elementwise_test_util.h"
+#include "kernels/cpu/elementwise_simd.h"
+#include "kernels/cpu/vmath512.h"
 
 using namespace ew_test;
 
@@ -242,6 +244,53 @@ TEST(ElementwiseUnary, VectorMathUlpBounds) {
     EXPECT_LE(ulp, b.ulp) << b.op << " worst at x = " << worst_x;
     std::cout << "[ ulp      ] " << b.op << ": max " << ulp << " ulp (at x = " << worst_x << ")\n";
   }
+}
+
+// The 16-lane erf / GELU loops (vmath512.cpp, run where the CPU has AVX-512) give the 8-lane code's
+// bits on every input: a sweep of the float range with NaN, infinities, zeros and subnormals.
+TEST(ElementwiseUnary, VectorMath16LanesEqual8Lanes) {
+#if OT_EW_SIMD
+  namespace vm = onnxtrain::kernels::cpu::vmath;
+  namespace vm512 = onnxtrain::kernels::cpu::vmath512;
+  if (!vm512::available()) GTEST_SKIP() << "the CPU or this build has no AVX-512F/DQ: the 16-lane code cannot run here";
+  std::vector<float> x;
+  for (uint32_t bits = 0; bits < 0xFFFFFFFFu - 65537u; bits += 65537u) {  // every sign, exponent and many mantissas
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, 1e-40f, -1e-40f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), 0.99999994f, 1.0f, 4.0f})
+    x.push_back(f);
+  std::mt19937 rng(77);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int i = 0; i < 4096; ++i) x.push_back(nd(rng));
+  x.resize(x.size() / 16 * 16);  // full vectors of both widths
+  const int64_t n = int64_t(x.size());
+  std::vector<float> dy(x.size()), y8(x.size()), y16(x.size()), a8(x.size()), a16(x.size());
+  for (auto& v : dy) v = nd(rng);
+  auto same = [&](const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], 4) != 0 && !(std::isnan(a[i]) && std::isnan(b[i]))) {
+        ADD_FAILURE() << what << " differs at x = " << x[i] << ": " << a[i] << " (8 lanes) vs " << b[i] << " (16)";
+        return;
+      }
+  };
+  ASSERT_EQ(vm512::gelu(x.data(), y16.data(), a16.data(), n), n);
+  ASSERT_EQ(vm::gelu_t<vm::O8>(x.data(), y8.data(), a8.data(), n), n);
+  same(y8, y16, "Gelu");
+  same(a8, a16, "Gelu's A");
+  ASSERT_EQ(vm512::gelu_grad(dy.data(), x.data(), y16.data(), n), n);
+  ASSERT_EQ(vm::gelu_grad_t<vm::O8>(dy.data(), x.data(), y8.data(), n), n);
+  same(y8, y16, "GeluGrad");
+  ASSERT_EQ(vm512::erf(x.data(), y16.data(), n), n);
+  ASSERT_EQ(vm::erf_map(x.data(), n, [](__m256 v) { return v; },
+                        [&](int64_t k, __m256, __m256 e) { _mm256_storeu_ps(y8.data() + k, e); }),
+            n);
+  same(y8, y16, "Erf");
+#else
+  GTEST_SKIP() << "built without AVX2: no vector math";
+#endif
 }
 
 // ---------------------------------------------------------------- PRelu

@@ -275,12 +275,15 @@ def test_mpi_context_getters_under_mpirun(tmp_path):
                       "       C.get_mpi_context_local_rank(), C.get_mpi_context_local_size()]\n"
                       "env = [int(os.environ['OMPI_COMM_WORLD_' + k]) for k in\n"
                       "       ('RANK', 'SIZE', 'LOCAL_RANK', 'LOCAL_SIZE')]\n"
-                      "print(json.dumps([got, env]))\n")
+                      "out = os.path.join(os.path.dirname(__file__), 'rank%d.json' % env[0])\n"
+                      "with open(out, 'w') as f:\n"
+                      "    json.dump([got, env], f)\n")
     env = _env()
     env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
     r = subprocess.run([exe, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-m",
                         "onnxtrain.ort_alias", str(script)], capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("[")]
+    # One file per rank: the ranks' stdout lines may interleave under mpirun.
+    rows = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert len(rows) == 2 and all(got == env for got, env in rows)
     assert sorted(got[0] for got, _ in rows) == [0, 1] and all(got[1] == 2 for got, _ in rows)

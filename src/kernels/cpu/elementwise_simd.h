@@ -28,52 +28,95 @@
 
 namespace onnxtrain::kernels::cpu::vmath {
 
-#if OT_EW_SIMD
-using V = __m256;
+// The exact GELU's constants (every path: scalar, 8 and 16 lanes).
+inline constexpr float kSqrt2f = 1.41421356237309515f;      // float(sqrt(2)): the exported constant
+inline constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
 
-inline V set1(float v) { return _mm256_set1_ps(v); }
-inline V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-inline V abs(V x) { return _mm256_andnot_ps(set1(-0.0f), x); }
-/// |x| with the sign of s.
-inline V copysign(V x, V s) { return _mm256_or_ps(abs(x), _mm256_and_ps(s, set1(-0.0f))); }
-inline V select(V mask, V yes, V no) { return _mm256_blendv_ps(no, yes, mask); }
-inline V lt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
-inline V ge(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
-inline V is_nan(V x) { return _mm256_cmp_ps(x, x, _CMP_UNORD_Q); }
+#if OT_EW_SIMD
+/// The operations exp and erf are written in, on AVX2's 8 float lanes. vmath512.cpp has the same
+/// members on AVX-512's 16 lanes: one source gives both, with the same bits lane by lane (the same
+/// IEEE operations in the same order; comparisons give masks there, lanes here).
+struct Avx2Ops {
+  using V = __m256;
+  using M = __m256;  // a comparison's result
+  static constexpr int kLanes = 8;
+  static V set1(float v) { return _mm256_set1_ps(v); }
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_aligned(const float* p) { return _mm256_load_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static void store_aligned(float* p, V v) { _mm256_store_ps(p, v); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  static V round(V x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V floor(V x) { return _mm256_floor_ps(x); }
+  /// 2^n for integral-valued float n in [-126, 127].
+  static V pow2i(V n) {
+    const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+  }
+  static V abs(V x) { return _mm256_andnot_ps(set1(-0.0f), x); }
+  /// |x| with the sign of s.
+  static V copysign(V x, V s) { return _mm256_or_ps(abs(x), _mm256_and_ps(s, set1(-0.0f))); }
+  static M lt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+  static M ge(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  static M is_nan(V x) { return _mm256_cmp_ps(x, x, _CMP_UNORD_Q); }
+  static V select(M m, V yes, V no) { return _mm256_blendv_ps(no, yes, m); }
+};
+
+using V = __m256;
+using O8 = Avx2Ops;
+
+inline V set1(float v) { return O8::set1(v); }
+inline V fma(V a, V b, V c) { return O8::fma(a, b, c); }
+inline V abs(V x) { return O8::abs(x); }
+inline V copysign(V x, V s) { return O8::copysign(x, s); }
+inline V select(V mask, V yes, V no) { return O8::select(mask, yes, no); }
+inline V lt(V a, V b) { return O8::lt(a, b); }
+inline V ge(V a, V b) { return O8::ge(a, b); }
+inline V is_nan(V x) { return O8::is_nan(x); }
+inline V pow2i(V n) { return O8::pow2i(n); }
 
 /// Horner evaluation of c[0] * x^(N-1) + ... + c[N-1].
-template <int N>
-inline V poly(V x, const float (&c)[N]) {
-  V p = set1(c[0]);
-  for (int i = 1; i < N; ++i) p = fma(p, x, set1(c[i]));
+template <class O, int N>
+inline typename O::V poly_t(typename O::V x, const float (&c)[N]) {
+  typename O::V p = O::set1(c[0]);
+  for (int i = 1; i < N; ++i) p = O::fma(p, x, O::set1(c[i]));
   return p;
 }
-
-/// 2^n for integral-valued float n in [-126, 127].
-inline V pow2i(V n) {
-  const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+template <int N>
+inline V poly(V x, const float (&c)[N]) {
+  return poly_t<O8>(x, c);
 }
 
-inline V exp(V x) {
-  const V hi = set1(88.72283935546875f);  // exp(x) rounds to +inf from here on
-  const V lo = set1(-103.97208404541015625f);  // exp(x) < 2^-150: rounds to 0
-  const V xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  const V n = _mm256_round_ps(_mm256_mul_ps(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  V r = _mm256_fnmadd_ps(n, set1(0.693359375f), xc);  // ln2 = 0.693359375 - 2.12194440e-4 (hi part exact)
-  r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+template <class O>
+inline typename O::V exp_t(typename O::V x) {
+  using W = typename O::V;
+  const W hi = O::set1(88.72283935546875f);       // exp(x) rounds to +inf from here on
+  const W lo = O::set1(-103.97208404541015625f);  // exp(x) < 2^-150: rounds to 0
+  const W xc = O::min(O::max(x, lo), hi);
+  const W n = O::round(O::mul(xc, O::set1(1.44269504088896341f)));
+  W r = O::fnmadd(n, O::set1(0.693359375f), xc);  // ln2 = 0.693359375 - 2.12194440e-4 (hi part exact)
+  r = O::fnmadd(n, O::set1(-2.12194440e-4f), r);
   static constexpr float c[] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
                                 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
-  const V r2 = _mm256_mul_ps(r, r);
-  const V p = fma(poly(r, c), r2, _mm256_add_ps(r, set1(1.0f)));
+  const W r2 = O::mul(r, r);
+  const W p = O::fma(poly_t<O>(r, c), r2, O::add(r, O::set1(1.0f)));
   // n in [-150, 128]: scale by 2^(n/2) twice so neither factor leaves the normal range and a
   // subnormal result is rounded once.
-  const V n1 = _mm256_floor_ps(_mm256_mul_ps(n, set1(0.5f)));
-  V y = _mm256_mul_ps(_mm256_mul_ps(p, pow2i(n1)), pow2i(_mm256_sub_ps(n, n1)));
-  y = select(ge(x, hi), set1(__builtin_inff()), y);
-  y = select(lt(x, lo), _mm256_setzero_ps(), y);
-  return select(is_nan(x), x, y);
+  const W n1 = O::floor(O::mul(n, O::set1(0.5f)));
+  W y = O::mul(O::mul(p, O::pow2i(n1)), O::pow2i(O::sub(n, n1)));
+  y = O::select(O::ge(x, hi), O::set1(__builtin_inff()), y);
+  y = O::select(O::lt(x, lo), O::zero(), y);
+  return O::select(O::is_nan(x), x, y);
 }
+inline V exp(V x) { return exp_t<O8>(x); }
 
 inline V log(V x) {
   // Subnormal inputs: scale by 2^23 first.
@@ -121,64 +164,112 @@ inline V sigmoid(V x) {
 // erf in parts: erf(x) = erf_end(x, erf_begin(x), exp(parts.arg)). The one-vector erf is one long
 // dependency chain (a division, two polynomials, exp, a blend) that the core overlaps across too
 // few vectors; erf_map runs a block of vectors through each part before the next (the same bits).
-struct ErfParts {
-  V small, t, arg;  // |x| < 1: x + x P6(x^2); else t = 1 / (1 + |x| / 2) and exp's argument
+template <class O>
+struct ErfPartsT {
+  typename O::V small, t, arg;  // |x| < 1: x + x P6(x^2); else t = 1 / (1 + |x| / 2) and exp's argument
 };
 
-inline ErfParts erf_begin(V x) {
-  const V ax = abs(x);
+template <class O>
+inline ErfPartsT<O> erf_begin_t(typename O::V x) {
+  using W = typename O::V;
+  const W ax = O::abs(x);
   static constexpr float a[] = {7.816716970410198e-05f, -0.0007998295477591455f, 0.005186871159821749f,
                                 -0.026852965354919434f, 0.11283561587333679f,    -0.376126229763031f,
                                 0.12837916709551257f};  // 2/sqrt(pi) - 1: x * (1 + p) keeps the leading term exact
-  ErfParts p;
-  p.small = fma(x, poly(_mm256_mul_ps(x, x), a), x);
+  ErfPartsT<O> p;
+  p.small = O::fma(x, poly_t<O>(O::mul(x, x), a), x);
   static constexpr float q[] = {0.08488334715366364f, 0.012807464227080345f, -0.5072454810142517f,
                                 0.39532071352005005f, 0.26166296005249023f,  1.0208369493484497f,
                                 -1.2670670747756958f};
-  const V xc = _mm256_min_ps(set1(4.0f), ax);  // NaN stays NaN (min returns the second operand)
-  p.t = _mm256_div_ps(set1(1.0f), fma(xc, set1(0.5f), set1(1.0f)));
-  p.arg = _mm256_fnmadd_ps(xc, xc, poly(p.t, q));
+  const W xc = O::min(O::set1(4.0f), ax);  // NaN stays NaN (min returns the second operand)
+  p.t = O::div(O::set1(1.0f), O::fma(xc, O::set1(0.5f), O::set1(1.0f)));
+  p.arg = O::fnmadd(xc, xc, poly_t<O>(p.t, q));
   return p;
 }
 
 /// e = exp(p.arg).
-inline V erf_end(V x, V small, V t, V e) {
-  const V erfc = _mm256_mul_ps(t, e);
-  const V large = copysign(_mm256_sub_ps(set1(1.0f), erfc), x);
-  return select(lt(abs(x), set1(1.0f)), small, large);
+template <class O>
+inline typename O::V erf_end_t(typename O::V x, typename O::V small, typename O::V t, typename O::V e) {
+  const typename O::V erfc = O::mul(t, e);
+  const typename O::V large = O::copysign(O::sub(O::set1(1.0f), erfc), x);
+  return O::select(O::lt(O::abs(x), O::set1(1.0f)), small, large);
 }
 
+using ErfParts = ErfPartsT<O8>;
+inline ErfParts erf_begin(V x) { return erf_begin_t<O8>(x); }
+inline V erf_end(V x, V small, V t, V e) { return erf_end_t<O8>(x, small, t, e); }
 inline V erf(V x) {
   const ErfParts p = erf_begin(x);
   return erf_end(x, p.small, p.t, exp(p.arg));
 }
 
-/// For each full vector of the n floats at x (offset i, a multiple of 8, below n & ~7):
-/// post(i, v, erf(pre(v))), with the bits of erf(pre(v)) but computed part by part over blocks of
-/// 32 vectors (about 1.5x faster than vector by vector on Zen 5). Returns the floats done.
-template <class Pre, class Post>
-inline int64_t erf_map(const float* x, int64_t n, Pre&& pre, Post&& post) {
-  constexpr int kBlock = 32;
-  alignas(32) float u[kBlock * 8], sm[kBlock * 8], tt[kBlock * 8], ar[kBlock * 8];
-  const int64_t full = n / 8 * 8;
-  for (int64_t i0 = 0; i0 < full; i0 += kBlock * 8) {
-    const int nv = int(std::min<int64_t>(kBlock, (full - i0) / 8));
+/// For each full vector of the n floats at x (offset i, a multiple of O::kLanes, below
+/// n - n % kLanes): post(i, v, erf(pre(v))), with the bits of erf(pre(v)) but computed part by
+/// part over blocks of 32 vectors (about 1.5x faster than vector by vector on Zen 5). Returns the
+/// floats done.
+template <class O, class Pre, class Post>
+inline int64_t erf_map_t(const float* x, int64_t n, Pre&& pre, Post&& post) {
+  using W = typename O::V;
+  constexpr int kBlock = 32, L = O::kLanes;
+  alignas(64) float u[kBlock * L], sm[kBlock * L], tt[kBlock * L], ar[kBlock * L];
+  const int64_t full = n / L * L;
+  for (int64_t i0 = 0; i0 < full; i0 += kBlock * L) {
+    const int nv = int(std::min<int64_t>(kBlock, (full - i0) / L));
     for (int b = 0; b < nv; ++b) {
-      const V v = pre(_mm256_loadu_ps(x + i0 + 8 * b));
-      const ErfParts p = erf_begin(v);
-      _mm256_store_ps(u + 8 * b, v);
-      _mm256_store_ps(sm + 8 * b, p.small);
-      _mm256_store_ps(tt + 8 * b, p.t);
-      _mm256_store_ps(ar + 8 * b, p.arg);
+      const W v = pre(O::load(x + i0 + L * b));
+      const ErfPartsT<O> p = erf_begin_t<O>(v);
+      O::store_aligned(u + L * b, v);
+      O::store_aligned(sm + L * b, p.small);
+      O::store_aligned(tt + L * b, p.t);
+      O::store_aligned(ar + L * b, p.arg);
     }
-    for (int b = 0; b < nv; ++b) _mm256_store_ps(ar + 8 * b, exp(_mm256_load_ps(ar + 8 * b)));
+    for (int b = 0; b < nv; ++b) O::store_aligned(ar + L * b, exp_t<O>(O::load_aligned(ar + L * b)));
     for (int b = 0; b < nv; ++b) {
-      const V e = erf_end(_mm256_load_ps(u + 8 * b), _mm256_load_ps(sm + 8 * b), _mm256_load_ps(tt + 8 * b),
-                          _mm256_load_ps(ar + 8 * b));
-      post(i0 + 8 * b, _mm256_loadu_ps(x + i0 + 8 * b), e);
+      const W e = erf_end_t<O>(O::load_aligned(u + L * b), O::load_aligned(sm + L * b),
+                               O::load_aligned(tt + L * b), O::load_aligned(ar + L * b));
+      post(i0 + L * b, O::load(x + i0 + L * b), e);
     }
   }
   return full;
+}
+template <class Pre, class Post>
+inline int64_t erf_map(const float* x, int64_t n, Pre&& pre, Post&& post) {
+  return erf_map_t<O8>(x, n, pre, post);
+}
+
+// The exact GELU of com.onnxtrain.Gelu / GeluGrad (elementwise_unary.cpp) on full vectors, staged:
+// A = 1 + erf(x / sqrt 2), Y = (x A) 0.5, dX = dY (A / 2 + x phi(x)). Each returns the floats done.
+
+template <class O>
+inline int64_t gelu_t(const float* x, float* y, float* a, int64_t n) {
+  using W = typename O::V;
+  return erf_map_t<O>(
+      x, n, [](W v) { return O::div(v, O::set1(kSqrt2f)); },
+      [&](int64_t k, W v, W er) {
+        const W av = O::add(er, O::set1(1.0f));
+        if (y) O::store(y + k, O::mul(O::mul(v, av), O::set1(0.5f)));
+        if (a) O::store(a + k, av);
+      });
+}
+
+/// phi's exp for the gradient (the same bits wherever A comes from).
+template <class O>
+inline typename O::V gelu_grad_one(typename O::V dy, typename O::V v, typename O::V av) {
+  using W = typename O::V;
+  const W phi = O::mul(exp_t<O>(O::mul(O::mul(v, v), O::set1(-0.5f))), O::set1(float(kInvSqrt2Pi)));
+  const W d = O::fma(v, phi, O::mul(O::set1(0.5f), av));
+  return O::mul(dy, d);
+}
+
+/// A recomputed as gelu_t does.
+template <class O>
+inline int64_t gelu_grad_t(const float* dy, const float* x, float* dx, int64_t n) {
+  using W = typename O::V;
+  return erf_map_t<O>(
+      x, n, [](W v) { return O::div(v, O::set1(kSqrt2f)); },
+      [&](int64_t k, W v, W er) {
+        O::store(dx + k, gelu_grad_one<O>(O::load(dy + k), v, O::add(er, O::set1(1.0f))));
+      });
 }
 
 /// e^x - 1 without cancellation near 0: |x| < ln 2: degree-10 Taylor polynomial (error < 1e-9

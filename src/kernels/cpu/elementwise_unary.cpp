@@ -7,6 +7,7 @@
 // float16/bfloat16 compute in float; float32 Exp/Log/Tanh/Sigmoid/Erf use the AVX2 versions of
 // elementwise_simd.h (max error 1-2 ulp, documented there).
 #include "kernels/cpu/elementwise_internal.h"
+#include "kernels/cpu/vmath512.h"
 #include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::kernels::cpu {
@@ -226,8 +227,10 @@ KernelFactory simple(Op op) {
 // gradient d/dx [x Phi(x)] = Phi(x) + x phi(x) with Phi = A / 2 reads the forward's A when given,
 // else recomputes it with the forward's arithmetic (the same bits; train/fusion.h no longer keeps A,
 // which cost an activation-sized tensor per GELU until the backward pass, as PyTorch does not).
-constexpr float kSqrt2f = 1.41421356237309515f;      // float(sqrt(2)): the exported constant
-constexpr double kInvSqrt2Pi = 0.3989422804014327;  // 1 / sqrt(2 pi)
+// The vector paths are vmath::gelu_t / gelu_grad_t: 16 lanes where the CPU has AVX-512
+// (vmath512.cpp), else 8, with the same bits.
+using vmath::kInvSqrt2Pi;
+using vmath::kSqrt2f;
 #if OT_EW_SIMD
 // A = 1 + erf(x / sqrt 2) on 8 floats: the forward's and the gradient's (the same bits in both).
 inline __m256 gelu_a_ps(__m256 v) {
@@ -256,24 +259,16 @@ class GeluKernel final : public Kernel {
         int64_t i = b;
 #if OT_EW_SIMD
         if constexpr (std::is_same_v<T, float>) {
-          auto store = [&](float* yp, float* ap, __m256 v, __m256 av) {
-            if (yp) _mm256_storeu_ps(yp, _mm256_mul_ps(_mm256_mul_ps(v, av), _mm256_set1_ps(0.5f)));
-            if (ap) _mm256_storeu_ps(ap, av);
-          };
-          auto one = [&](const float* xp, float* yp, float* ap) {
-            const __m256 v = _mm256_loadu_ps(xp);
-            store(yp, ap, v, gelu_a_ps(v));
-          };
-          // Full vectors: erf part by part over blocks (gelu_a_ps's bits).
-          i += vmath::erf_map(
-              X + b, e - b, [](__m256 v) { return _mm256_div_ps(v, _mm256_set1_ps(kSqrt2f)); },
-              [&](int64_t k, __m256 v, __m256 er) {
-                store(Y ? Y + b + k : nullptr, A ? A + b + k : nullptr, v, _mm256_add_ps(er, _mm256_set1_ps(1.0f)));
-              });
+          // Full vectors of 16, then of 8 (erf part by part over blocks: gelu_a_ps's bits).
+          auto at = [&](float* p) { return p ? p + i : nullptr; };
+          if (vmath512::available()) i += vmath512::gelu(X + i, at(Y), at(A), e - i);
+          i += vmath::gelu_t<vmath::O8>(X + i, at(Y), at(A), e - i);
           if (i < e) {  // the tail through a padded vector: the same erf as the blocks (and the Erf kernel)
             alignas(32) float xb[8] = {}, yb[8], ab[8];
             std::copy(X + i, X + e, xb);
-            one(xb, yb, ab);
+            const __m256 v = _mm256_load_ps(xb), av = gelu_a_ps(v);
+            _mm256_store_ps(yb, _mm256_mul_ps(_mm256_mul_ps(v, av), _mm256_set1_ps(0.5f)));
+            _mm256_store_ps(ab, av);
             if (Y) std::copy(yb, yb + (e - i), Y + i);
             if (A) std::copy(ab, ab + (e - i), A + i);
           }
@@ -312,18 +307,13 @@ class GeluGradKernel final : public Kernel {
         int64_t i = b;
 #if OT_EW_SIMD
         if constexpr (std::is_same_v<T, float>) {
-          const __m256 half = _mm256_set1_ps(0.5f), c = _mm256_set1_ps(float(kInvSqrt2Pi));
-          auto grad = [&](int64_t k, __m256 v, __m256 av) {
-            const __m256 phi = _mm256_mul_ps(vmath::exp(_mm256_mul_ps(_mm256_mul_ps(v, v), _mm256_set1_ps(-0.5f))), c);
-            const __m256 d = _mm256_fmadd_ps(v, phi, _mm256_mul_ps(half, av));
-            _mm256_storeu_ps(dX + k, _mm256_mul_ps(_mm256_loadu_ps(dY + k), d));
-          };
           if (A) {
-            for (; i + 8 <= e; i += 8) grad(i, _mm256_loadu_ps(X + i), _mm256_loadu_ps(A + i));
-          } else {  // A recomputed as the forward does (gelu_a_ps's bits), erf part by part
-            i += vmath::erf_map(
-                X + b, e - b, [](__m256 v) { return _mm256_div_ps(v, _mm256_set1_ps(kSqrt2f)); },
-                [&](int64_t k, __m256 v, __m256 er) { grad(b + k, v, _mm256_add_ps(er, _mm256_set1_ps(1.0f))); });
+            for (; i + 8 <= e; i += 8)
+              _mm256_storeu_ps(dX + i, vmath::gelu_grad_one<vmath::O8>(_mm256_loadu_ps(dY + i), _mm256_loadu_ps(X + i),
+                                                                       _mm256_loadu_ps(A + i)));
+          } else {  // A recomputed as the forward does (gelu_a_ps's bits): 16 lanes, then 8
+            if (vmath512::available()) i += vmath512::gelu_grad(dY + i, X + i, dX + i, e - i);
+            i += vmath::gelu_grad_t<vmath::O8>(dY + i, X + i, dX + i, e - i);
           }
           if (!A && i < e) {  // the tail's A as the forward computes it (a padded vector), then as below
             alignas(32) float xb[8] = {}, ab[8];

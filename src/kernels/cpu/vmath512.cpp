@@ -1,0 +1,77 @@
+// vmath's staged erf / GELU loops on 16 lanes. CMakeLists.txt compiles this file alone with
+// -mavx512f -mavx512dq; only Avx512Ops instantiations of the header's templates are made here, so no
+// AVX-512 code can stand in for an 8-lane inline function elsewhere.
+#include "kernels/cpu/vmath512.h"
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#include "kernels/cpu/elementwise_simd.h"
+
+namespace onnxtrain::kernels::cpu::vmath512 {
+
+namespace {
+
+// Avx2Ops' members on __m512: the same IEEE operations; comparisons give masks.
+struct Avx512Ops {
+  using V = __m512;
+  using M = __mmask16;
+  static constexpr int kLanes = 16;
+  static V set1(float v) { return _mm512_set1_ps(v); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_aligned(const float* p) { return _mm512_load_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static void store_aligned(float* p, V v) { _mm512_store_ps(p, v); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V round(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V floor(V x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+  static V pow2i(V n) {
+    const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
+  }
+  static V abs(V x) { return _mm512_andnot_ps(set1(-0.0f), x); }
+  static V copysign(V x, V s) { return _mm512_or_ps(abs(x), _mm512_and_ps(s, set1(-0.0f))); }
+  static M lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+  static M ge(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+  static M is_nan(V x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q); }
+  static V select(M m, V yes, V no) { return _mm512_mask_blend_ps(m, no, yes); }
+};
+
+}  // namespace
+
+bool available() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return ok;
+}
+
+int64_t gelu(const float* x, float* y, float* a, int64_t n) { return vmath::gelu_t<Avx512Ops>(x, y, a, n); }
+
+int64_t gelu_grad(const float* dy, const float* x, float* dx, int64_t n) {
+  return vmath::gelu_grad_t<Avx512Ops>(dy, x, dx, n);
+}
+
+int64_t erf(const float* x, float* y, int64_t n) {
+  return vmath::erf_map_t<Avx512Ops>(x, n, [](__m512 v) { return v; },
+                                     [&](int64_t k, __m512, __m512 e) { _mm512_storeu_ps(y + k, e); });
+}
+
+}  // namespace onnxtrain::kernels::cpu::vmath512
+
+#else  // a compiler or target without AVX-512: the 8-lane code does everything
+
+namespace onnxtrain::kernels::cpu::vmath512 {
+bool available() { return false; }
+int64_t gelu(const float*, float*, float*, int64_t) { return 0; }
+int64_t gelu_grad(const float*, const float*, float*, int64_t) { return 0; }
+int64_t erf(const float*, float*, int64_t) { return 0; }
+}  // namespace onnxtrain::kernels::cpu::vmath512
+
+#endif
