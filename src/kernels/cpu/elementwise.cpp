@@ -361,6 +361,31 @@ class VariadicKernel final : public Kernel {
                 int64_t n, bool mean) const {
     using C = compute_t<T>;
     const Op op = op_;  // local copy (no aliasing with acc)
+    if constexpr (!is_half_v<T>) {
+      // Every operand contiguous: fold straight into y, a block at a time (y stays in cache), in
+      // the same left-to-right order as below — no staging copies (a Sum of three gradients ran
+      // 2.6x an Add's time through them).
+      bool contiguous = src.size() - first >= 2;
+      for (size_t j = first; j < src.size(); ++j) contiguous = contiguous && plan.inner_step[j] == 1;
+      if (contiguous) {
+        for (int64_t b = 0; b < n; b += kBlock) {
+          const int64_t m = std::min(kBlock, n - b);
+          const T* a = src[first] + off[first] + b;
+          const T* c = src[first + 1] + off[first + 1] + b;
+          T* q = y + b;
+          for (int64_t i = 0; i < m; ++i) q[i] = static_cast<T>(op(C(a[i]), C(c[i])));
+          for (size_t j = first + 2; j < src.size(); ++j) {
+            const T* d = src[j] + off[j] + b;
+            for (int64_t i = 0; i < m; ++i) q[i] = static_cast<T>(op(C(q[i]), C(d[i])));
+          }
+          if (mean) {
+            const C dv = static_cast<C>(n_);
+            for (int64_t i = 0; i < m; ++i) q[i] = static_cast<T>(C(q[i]) / dv);
+          }
+        }
+        return;
+      }
+    }
     C acc[kBlock], tmp[kBlock];
     for (int64_t b = 0; b < n; b += kBlock) {
       const int64_t m = std::min(kBlock, n - b);
