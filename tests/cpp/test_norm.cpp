@@ -134,6 +134,38 @@ TEST(Norm, BatchNormTrainingRunningStatisticsInPlace) {
   }
 }
 
+// Training moments of channels far from zero (mean 1e4 (c + 1), spread 1e-3): the kernel's one
+// pass sums x - x_first in float64, which keeps the variance (~3e-7) that sum(x^2) / n - mean^2
+// would lose to cancellation (~1e-8 of 1e8).
+TEST(Norm, BatchNormTrainingMomentsFarFromZero) {
+  std::mt19937 rng(1102);
+  const Shape s = {4, 3, 5, 6};
+  const int64_t C = 3, S = 30;
+  Tensor x = random_tensor(DType::kFloat64, s, rng, -1e-3, 1e-3);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] += 1e4 * double(i / S % C + 1);
+  Tensor scale = random_tensor(DType::kFloat64, {C}, rng, 0.5, 2), bias = random_tensor(DType::kFloat64, {C}, rng);
+  Tensor mean = random_tensor(DType::kFloat64, {C}, rng), var = random_tensor(DType::kFloat64, {C}, rng, 0.1, 2);
+  const float eps = 1e-10f, momentum = 0.5f;
+  const auto xv = to_double(x), sv = to_double(scale), bv = to_double(bias), mv = to_double(mean), vv = to_double(var);
+  std::vector<double> y(xv.size()), rm(static_cast<size_t>(C)), rv(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    const auto [mu, s2] = moments(xv, [&](size_t i) { return int64_t(i) / S % C == c; });
+    ASSERT_GT(s2, 1e-7);
+    rm[size_t(c)] = mv[size_t(c)] * momentum + mu * (1 - momentum);
+    rv[size_t(c)] = vv[size_t(c)] * momentum + s2 * (1 - momentum);
+    for (size_t i = 0; i < xv.size(); ++i)
+      if (int64_t(i) / S % C == c) y[i] = (xv[i] - mu) / std::sqrt(s2 + double(eps)) * sv[size_t(c)] + bv[size_t(c)];
+  }
+  RunOptions o;
+  o.opset = 15;
+  o.num_outputs = 3;
+  const auto out = run_node("BatchNormalization", {x, scale, bias, mean, var},
+                            {attr_float("epsilon", eps), attr_float("momentum", momentum), attr_int("training_mode", 1)}, o);
+  EXPECT_TRUE(all_close(out[0], s, y, 1e-7, 1e-7));
+  EXPECT_TRUE(all_close(out[1], {C}, rm, 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(out[2], {C}, rv, 1e-9, 1e-12));
+}
+
 TEST(Norm, BatchNormBadParamsNameNode) {
   Tensor x = Tensor::zeros(DType::kFloat32, {2, 3, 4}), p3 = Tensor::zeros(DType::kFloat32, {3});
   const std::string e = thrown_by([&] { run_node("BatchNormalization", {x, p3, Tensor::zeros(DType::kFloat32, {4}), p3, p3}); });

@@ -190,7 +190,8 @@ struct ConvParams : shape::ConvShape {
 };
 
 // ------------------------------------------------------------ oneDNN descriptors
-enum class Layout { kPlain, kBlocked16, kAny };
+// kPlainToBlocked16: X (and dX) plain, Y (and dY) nC..16c (few input channels, as a stem's).
+enum class Layout { kPlain, kBlocked16, kAny, kPlainToBlocked16 };
 
 // Memory descriptors and geometry of one (de)convolution over the plain ONNX tensors, and the
 // activation layouts worth trying (best first).
@@ -207,8 +208,8 @@ struct DnnlConv {
   md act(Layout l, const Shape& s, const md& plain) const {
     return l == Layout::kPlain ? plain : l == Layout::kBlocked16 ? md(dnnl_util::dims(s), dt, blocked16) : any(s);
   }
-  md ax(Layout l) const { return act(l, xs, x); }
-  md ay(Layout l) const { return act(l, ys, y); }
+  md ax(Layout l) const { return act(l == Layout::kPlainToBlocked16 ? Layout::kPlain : l, xs, x); }
+  md ay(Layout l) const { return act(l == Layout::kPlainToBlocked16 ? Layout::kBlocked16 : l, ys, y); }
   md aw() const { return any(wd); }
   dnnl::algorithm alg(bool transposed) const {
     return transposed ? dnnl::algorithm::deconvolution_direct : dnnl::algorithm::convolution_direct;
@@ -262,6 +263,12 @@ bool dnnl_conv(const ConvParams& p, const Shape& x, DType dt, DnnlConv* d) {
   if (Cg == 1 && Mg == 1 && p.group > 1) d->candidates = {Layout::kBlocked16, Layout::kAny};
   else if (plain) d->candidates = {Layout::kPlain, Layout::kAny};
   else if (Cg % 16 == 0 && Mg % 16 == 0) d->candidates = {Layout::kBlocked16, Layout::kAny};
+  // Few input channels (ResNet-18's 3-channel 7x7 stem): what `any` picks (nhwc brgconv) needs X
+  // and Y transposed, and the nhwc -> nchw reorder of Y ran 2.5-5x longer than nC..16c -> nchw;
+  // oneDNN's jit kernels read the plain X directly (batch 16, 224x224, fastest of 24 runs: the
+  // convolution 45 -> 49 ms, the reorders 28 -> 5 ms).
+  else if (p.group == 1 && Cg < 16 && Mg % 16 == 0 && !p.transposed)
+    d->candidates = {Layout::kPlainToBlocked16, Layout::kAny};
   else d->candidates = {Layout::kAny};
   d->blocked16 = nd == 1   ? memory::format_tag::nCw16c
                  : nd == 2 ? memory::format_tag::nChw16c
@@ -740,13 +747,15 @@ class ConvGradKernel final : public Kernel {
       if (want_[0]) make_data(d);
       if (want_[1]) make_weights(d, want_[2]);
     }
+    share_dy(d);
     const bool all_dnnl = (!want_[0] || data_op_.valid()) && (!want_[1] || weights_op_.valid());
     stage_.numel.clear();
     if (dt_ == DType::kFloat16 && all_dnnl && !empty_)  // dY, X, W, dX, dW, dB
       stage_.numel = {shape_numel(p_.y), shape_numel(x), shape_numel(ctx.input_shape(2)), want_[0] ? shape_numel(x) : 0,
                       want_[1] ? shape_numel(ctx.input_shape(2)) : 0, want_[2] ? p_.M : 0};
     if (dt_ == DType::kFloat16 && !all_dnnl) data_op_ = dnnl_util::DnnlOp(), weights_op_ = dnnl_util::DnnlOp();
-    size_t ws = std::max(data_op_.workspace_bytes(), weights_op_.workspace_bytes()) + stage_.bytes();
+    if (!data_op_.valid() || !weights_op_.valid()) dy_reorder_ = dnnl_util::DnnlOp(), dy_bytes_ = 0;
+    size_t ws = std::max(data_op_.workspace_bytes(), weights_op_.workspace_bytes()) + stage_.bytes() + dy_bytes_;
     if ((want_[0] && !data_op_.valid()) || (want_[1] && !weights_op_.valid())) ws = std::max(ws, generic_workspace());
     ctx.request_workspace(ws);
   }
@@ -774,6 +783,15 @@ class ConvGradKernel final : public Kernel {
       dy = f32[0], x = f32[1], w = f32[2];
       for (size_t i = 0; i < 3; ++i)
         if (o[i]) o[i] = f32[3 + i];
+    }
+    if (dy_reorder_.valid()) {  // dY in the primitives' layout once, for both
+      char* blocked = ws;
+      ws += dy_bytes_;
+      dy_reorder_.bind(DNNL_ARG_FROM, dy);
+      dy_reorder_.bind(DNNL_ARG_TO, blocked);
+      dy_reorder_.execute(ws, CpuContext::of(ctx).stream());
+      data_op_.bind_prim(DNNL_ARG_DIFF_DST, blocked);
+      weights_op_.bind_prim(DNNL_ARG_DIFF_DST, blocked);
     }
     if (out[0] && data_op_.valid()) {
       data_op_.bind(DNNL_ARG_DIFF_DST, dy);
@@ -807,6 +825,23 @@ class ConvGradKernel final : public Kernel {
     typename F::desc fd(dnnl::prop_kind::forward_training, d.alg(p_.transposed), d.ax(l), d.aw(),
                         bias ? d.b : dnnl::memory::desc(), d.ay(l), d.strides, d.dil, d.pl, d.pr);
     return typename F::primitive_desc(fd, dnnl_util::cpu_engine());
+  }
+
+  // Where both primitives read dY in the same non-plain layout, one reorder (into the workspace,
+  // before the primitives' own parts) serves both: ResNet-18's blocked 3x3 gradients reordered
+  // each dY twice.
+  void share_dy(const DnnlConv& d) {
+    dy_reorder_ = dnnl_util::DnnlOp();
+    dy_bytes_ = 0;
+    if (!data_op_.valid() || !weights_op_.valid()) return;
+    const dnnl::memory::desc md = data_op_.prim_desc(DNNL_ARG_DIFF_DST);
+    if (md == d.y || md != weights_op_.prim_desc(DNNL_ARG_DIFF_DST)) return;
+    auto& eng = dnnl_util::cpu_engine();
+    dy_reorder_.init(dnnl::reorder(dnnl::memory(d.y, eng, DNNL_MEMORY_NONE), dnnl::memory(md, eng, DNNL_MEMORY_NONE)),
+                     dnnl::memory::desc());
+    dy_reorder_.add_arg(DNNL_ARG_FROM, d.y, d.y, false);
+    dy_reorder_.add_arg(DNNL_ARG_TO, md, md, true);
+    dy_bytes_ = align64(md.get_size());
   }
 
   bool make_data(const DnnlConv& d) {
@@ -895,6 +930,8 @@ class ConvGradKernel final : public Kernel {
   bool want_[3] = {false, false, false};
   bool empty_ = false;
   dnnl_util::DnnlOp data_op_, weights_op_;
+  dnnl_util::DnnlOp dy_reorder_;  // share_dy's reorder of dY (invalid: each primitive reorders its own)
+  size_t dy_bytes_ = 0;           // its workspace buffer
   Fp16Stage stage_;  // float16 run through the float32 primitives: dY, X, W, dX, dW, dB (empty otherwise)
 };
 

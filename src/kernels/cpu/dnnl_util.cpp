@@ -76,7 +76,7 @@ void DnnlOp::init(dnnl::primitive prim, const dnnl::memory::desc& scratchpad_md)
 }
 
 void DnnlOp::add_arg(int arg, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output, bool read) {
-  Arg a{arg, output, output && read, user != prim, 0, dnnl::memory(user, cpu_engine(), DNNL_MEMORY_NONE), {}, {}, {}};
+  Arg a{arg, output, output && read, user != prim, 0, nullptr, dnnl::memory(user, cpu_engine(), DNNL_MEMORY_NONE), {}, {}, {}};
   if (a.reorder) {
     a.offset = carve(prim.get_size());
     a.prim = dnnl::memory(prim, cpu_engine(), DNNL_MEMORY_NONE);
@@ -110,13 +110,26 @@ void DnnlOp::bind(int arg, const void* data) {
     if (a.id == arg) a.user.set_data_handle(const_cast<void*>(data));
 }
 
+dnnl::memory::desc DnnlOp::prim_desc(int arg) const {
+  for (const auto& a : args_)
+    if (a.id == arg) return a.prim.get_desc();
+  return {};
+}
+
+void DnnlOp::bind_prim(int arg, const void* data) {
+  for (auto& a : args_)
+    if (a.id == arg && !a.output) a.prim_data = data;
+}
+
 void DnnlOp::execute(void* workspace, dnnl::stream& s) {
   std::optional<ThreadScope> one;
   if (single_threaded_ && current_threads() > 1) one.emplace(1);
   auto* ws = static_cast<char*>(workspace);
   if (scratch_) scratch_.set_data_handle(ws + scratch_offset_);
   for (auto& a : args_) {
-    if (a.reorder) {
+    if (a.reorder && a.prim_data) {
+      a.prim.set_data_handle(const_cast<void*>(a.prim_data));
+    } else if (a.reorder) {
       a.prim.set_data_handle(ws + a.offset);
       if (!a.output) run_reorder(a.re, s, a.user, a.prim);
       else if (a.read) run_reorder(a.re_in, s, a.user, a.prim);

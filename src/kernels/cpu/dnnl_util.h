@@ -63,6 +63,11 @@ class DnnlOp {
   size_t workspace_bytes() const { return ws_bytes_; }
   /// Points argument `arg` at tensor memory (call for every argument before execute()).
   void bind(int arg, const void* data);
+  /// The layout the primitive runs argument `arg` in (its `prim` descriptor of add_arg).
+  dnnl::memory::desc prim_desc(int arg) const;
+  /// Points input `arg` at memory already in the primitive's layout (prim_desc): execute() then
+  /// skips its reorder (one reorder of a tensor shared by two primitives). Null: bind() again.
+  void bind_prim(int arg, const void* data);
   /// Runs the reorders and the primitive on `stream` (the run's CpuContext::stream()).
   void execute(void* workspace, dnnl::stream& stream);
   /// Runs on the calling thread only: for primitives too small to repay waking other threads.
@@ -75,6 +80,7 @@ class DnnlOp {
     bool read;  // an output read by the primitive too
     bool reorder;
     size_t offset;  // of the reordered buffer in the workspace
+    const void* prim_data;  // bind_prim's memory (already in the prim layout), else null
     dnnl::memory user, prim;
     dnnl::reorder re, re_in;  // re: user -> prim (inputs), prim -> user (outputs); re_in: user -> prim (read outputs)
   };

@@ -117,14 +117,30 @@ class BatchNormKernel final : public Kernel {
       T* Y = ctx.output(0).data<T>();
       if (training_) {
         const double count = double(N * S);
+        // One pass over X: the moments shifted by the channel's first element k (float64 sums,
+        // as BatchNormalizationGrad's), mean = k + sum(x - k) / M, variance = sum((x - k)^2) / M
+        // minus the shift's square. Two passes (the sum, then the squared deviations) read X
+        // twice: 20 % of ResNet-18's BatchNormalization time.
         parallel_for(C, grain_for(N * S), [&](int64_t c0, int64_t c1) {
           for (int64_t c = c0; c < c1; ++c) {
+            if (count == 0) {
+              mu[c] = sigma2[c] = 0.0;
+              continue;
+            }
+            const double k = double(compute_t<T>(X[c * S]));
             double s1 = 0, s2 = 0;
-            for (int64_t n = 0; n < N; ++n) s1 += sum_of<double>(X + (n * C + c) * S, S);
-            const double m = count > 0 ? s1 / count : 0.0;
-            for (int64_t n = 0; n < N; ++n) s2 += sq_dev<double>(X + (n * C + c) * S, S, m);
-            mu[c] = m;
-            sigma2[c] = count > 0 ? s2 / count : 0.0;
+            for (int64_t n = 0; n < N; ++n) {
+              const T* p = X + (n * C + c) * S;
+#pragma omp simd reduction(+ : s1, s2)
+              for (int64_t j = 0; j < S; ++j) {
+                const double d = double(compute_t<T>(p[j])) - k;
+                s1 += d;
+                s2 += d * d;
+              }
+            }
+            const double m1 = s1 / count;
+            mu[c] = k + m1;
+            sigma2[c] = std::max(s2 / count - m1 * m1, 0.0);
           }
         });
       } else {
