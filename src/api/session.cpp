@@ -1,5 +1,7 @@
 #include "onnxtrain/session.h"
 
+#include <optional>
+
 #include "api/session_impl.h"
 #include "ir/emitter.h"
 #include "autodiff/builder.h"
@@ -136,6 +138,16 @@ void InferenceSession::Impl::init() {
     runtime::fold_conv_batchnorm(model);
     runtime::fuse_conv_activations(model);
   }
+  // optimized_model_filepath gets the model as it is now: the blocked-layout operators below are
+  // onnxtrain's session-internal ones, which no other runtime (nor onnxtrain's loader) takes. The
+  // copy shares the initializers' storage.
+  std::optional<ir::Model> unblocked;
+  if (options.graph_optimization_level >= GraphOptimizationLevel::kEnableAll) {
+    unblocked = model;
+    unblocked->graph = std::make_shared<ir::Graph>(*model.graph);
+    if (runtime::block_conv_layouts(model) == 0) unblocked.reset();
+    else unblocked_graph = unblocked->graph;
+  }
   exec = std::make_unique<runtime::GraphExecutor>(model.graph, model.opsets, exec_options);
   // onnxruntime's opt-in to the environment's registered allocator: plain runs borrow the shared
   // arena; without one registered the session keeps its own arenas, as onnxruntime does.
@@ -154,7 +166,8 @@ void InferenceSession::Impl::init() {
   check(*model.graph);
   for (size_t i = 0; i < exec->input_names().size(); ++i) input_index[exec->input_names()[i]] = i;
   for (size_t i = 0; i < exec->output_names().size(); ++i) output_index[exec->output_names()[i]] = i;
-  if (!options.optimized_model_filepath.empty()) ir::save_model(model, options.optimized_model_filepath, optimized_model_save_options(options));
+  if (!options.optimized_model_filepath.empty())
+    ir::save_model(unblocked ? *unblocked : model, options.optimized_model_filepath, optimized_model_save_options(options));
   if (options.enable_profiling) {
     profiler.start(options.profile_file_prefix);
     profiler.session_event("session_initialization", load_start_ns);
@@ -196,7 +209,7 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
       ExecOptions eo = exec_options;
       eo.training = true;
       const std::string flag = "onnxtrain::training_mode";
-      auto g = training_mode_graph(*model.graph, model.opset(""), flag);
+      auto g = training_mode_graph(unblocked_graph ? *unblocked_graph : *model.graph, model.opset(""), flag);
       g->initializers.emplace_back(flag, Tensor::scalar(true));
       exec_training = std::make_unique<runtime::GraphExecutor>(g, model.opsets, eo);
     }

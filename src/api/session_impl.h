@@ -27,6 +27,10 @@ struct InferenceSession::Impl {
   ir::Model model;
   std::unique_ptr<runtime::GraphExecutor> exec;
   std::unique_ptr<runtime::GraphExecutor> exec_training;  // RunOptions.training_mode, made on first use
+  // The graph before runtime::block_conv_layouts when that pass changed it (null otherwise): what
+  // RunOptions.training_mode runs (its BatchNormalization nodes switch to batch statistics, and
+  // the pass turns some into convolutions).
+  std::shared_ptr<ir::Graph> unblocked_graph;
   std::mutex training_mu;
   ExecOptions exec_options;
   SessionOptions options;

@@ -38,6 +38,13 @@ OpDef elementwise(std::string name, int min_in, int max_in, int max_out, size_t 
   return like(std::move(name), min_in, max_in, 1, max_out, {from}, std::move(doc), {}, true);
 }
 
+// A blocked-layout inference operator: one output typed like input 0; only a session places it.
+OpDef blocked(std::string name, int min_in, int max_in, std::string doc) {
+  OpDef d = like(std::move(name), min_in, max_in, 1, 1, {0}, std::move(doc));
+  d.session_internal = true;
+  return d;
+}
+
 OpDef fixed(std::string name, int min_in, int min_out, int max_out, std::vector<FixedType> types, std::string doc,
             std::vector<size_t> host = {}, bool internal = false) {
   OpDef d = row(std::move(name), min_in, kAny, min_out, max_out, TypeRule::kFixed, std::move(doc), std::move(host), internal);
@@ -84,6 +91,14 @@ std::vector<OpDef> build() {
       like("FusedMatMul", 2, 2, 1, 1, {0}, "(A, B) -> op(A) @ op(B), op transposing the last two axes (transA, transB)"),
       like("ConvGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the Conv; unneeded outputs unnamed)"),
       like("ConvTransposeGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the ConvTranspose)"),
+      // oneDNN's blocked activation layout (inference sessions' runtime::block_conv_layouts).
+      blocked("NchwcConv", 2, 4, "(X, W[, B, Z]) -> Y: com.microsoft.FusedConv over blocked X (or plain, few channels), Z and Y "
+              "(float32 2-D; [N, C, H, W] stored as [N, ceil(C/16), H, W, 16], padded channels zero)"),
+      blocked("ReorderToNchwc", 1, 1, "(X[N, C, H, W]) -> Y[N, ceil(C/16), H, W, 16]: the blocked layout, padded channels zero"),
+      blocked("ReorderFromNchwc", 1, 1, "(X[N, ceil(C/16), H, W, 16]) -> Y[N, C, H, W]: the plain layout (attribute channels = C)"),
+      blocked("NchwcMaxPool", 1, 1, "(X) -> Y: MaxPool (its attributes) over blocked X and Y"),
+      blocked("NchwcAveragePool", 1, 1, "(X) -> Y: AveragePool (its attributes) over blocked X and Y"),
+      blocked("NchwcGlobalAveragePool", 1, 1, "(X) -> Y[N, ceil(C/16), 1, 1, 16]: GlobalAveragePool over blocked X"),
       like("MaxPoolGrad", 2, 3, 1, 1, {1}, "(dY, X[, indices]) -> dX: dY routed to each window's maximum"),
       like("AveragePoolGrad", 2, 2, 1, 1, {1}, "(dY, X) -> dX: dY spread over each window (count_include_pad)"),
       like("LpPoolGrad", 3, 3, 1, 1, {1}, "(dY, X, Y) -> dX = dY |x|^(p-1) sign(x) / y^(p-1) per window"),

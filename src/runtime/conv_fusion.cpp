@@ -1,5 +1,6 @@
 #include "runtime/conv_fusion.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -54,6 +55,16 @@ std::unordered_map<std::string, std::vector<size_t>> readers_of(const ir::Graph&
   }
   for (const auto& o : g.outputs) readers[o.name].push_back(SIZE_MAX);
   return readers;
+}
+
+// Initializers no node, subgraph or graph output reads (and no graph input) go.
+void drop_unread_initializers(ir::Graph& g) {
+  std::set<std::string> read;
+  for (const auto& n : g.nodes) read.insert(n.inputs.begin(), n.inputs.end());
+  for (const auto& n : g.nodes)
+    for (const auto& v : ir::implicit_inputs(n)) read.insert(v);
+  for (const auto& o : g.outputs) read.insert(o.name);
+  std::erase_if(g.initializers, [&](const auto& kv) { return !read.count(kv.first) && !g.is_input(kv.first); });
 }
 
 // Relu, or Clip with known bounds (attributes before opset 11, constant inputs from 11 on).
@@ -147,33 +158,43 @@ size_t fold_conv_batchnorm(ir::Model& model) {
   if (replace.empty()) return 0;
   const size_t folds = replace.size();
   ir::splice_nodes(g, std::move(replace), drop);
-  // Initializers only the folded nodes read (the original weights and statistics) go.
-  std::set<std::string> read;
-  for (const auto& n : g.nodes) read.insert(n.inputs.begin(), n.inputs.end());
-  for (const auto& n : g.nodes)
-    for (const auto& v : ir::implicit_inputs(n)) read.insert(v);
-  for (const auto& o : g.outputs) read.insert(o.name);
-  std::erase_if(g.initializers, [&](const auto& kv) { return !read.count(kv.first) && !g.is_input(kv.first); });
+  drop_unread_initializers(g);  // the original weights and statistics
   return folds;
 }
+
+namespace {
+
+// The inferred types of a model's values (of a copy: inference appends value_info, which the
+// session's model need not carry); initializers that are no graph input included.
+class ValueTypes {
+ public:
+  explicit ValueTypes(const ir::Model& model) : typed_(model) {
+    typed_.graph = std::make_shared<ir::Graph>(*model.graph);
+    // Graph outputs declared without a shape are left out, so that inference records theirs.
+    std::erase_if(typed_.graph->outputs, [](const ir::ValueInfo& v) { return !v.type.has_shape; });
+    ir::infer_types(typed_);
+    for (const auto* list : {&typed_.graph->inputs, &typed_.graph->outputs, &typed_.graph->value_info})
+      for (const auto& vi : *list) types_.emplace(vi.name, &vi.type);
+    for (const auto& [name, t] : model.graph->initializers)
+      if (!types_.count(name)) types_.emplace(name, &(init_types_[name] = ir::TypeInfo::tensor(t.dtype(), t.shape())));
+  }
+  const ir::TypeInfo* operator()(const std::string& v) const {
+    auto it = types_.find(v);
+    return it == types_.end() ? nullptr : it->second;
+  }
+
+ private:
+  ir::Model typed_;
+  std::unordered_map<std::string, const ir::TypeInfo*> types_;
+  std::unordered_map<std::string, ir::TypeInfo> init_types_;
+};
+
+}  // namespace
 
 size_t fuse_conv_activations(ir::Model& model) {
   ir::Graph& g = *model.graph;
   if (has_yield(g)) return 0;
-  // Types of a copy (inference appends value_info, which the session's model need not carry).
-  ir::Model typed = model;
-  typed.graph = std::make_shared<ir::Graph>(g);
-  ir::infer_types(typed);
-  std::unordered_map<std::string, const ir::TypeInfo*> types;
-  for (const auto* list : {&typed.graph->inputs, &typed.graph->outputs, &typed.graph->value_info})
-    for (const auto& vi : *list) types.emplace(vi.name, &vi.type);
-  std::unordered_map<std::string, ir::TypeInfo> init_types;  // initializers that are no graph input
-  for (const auto& [name, t] : g.initializers)
-    if (!types.count(name)) types.emplace(name, &(init_types[name] = ir::TypeInfo::tensor(t.dtype(), t.shape())));
-  auto type_of = [&](const std::string& v) -> const ir::TypeInfo* {
-    auto it = types.find(v);
-    return it == types.end() ? nullptr : it->second;
-  };
+  const ValueTypes type_of(model);
   const auto readers = readers_of(g);
   // The one node reading `v`, if exactly one node reads it once and it is no graph output.
   auto sole_reader = [&](const std::string& v) -> std::optional<size_t> {
@@ -233,6 +254,233 @@ size_t fuse_conv_activations(ir::Model& model) {
   ir::splice_nodes(g, std::move(replace), drop);
   if (model.opset(ops::kMicrosoftDomain) == 0) model.opsets[ops::kMicrosoftDomain] = 1;
   return fused;
+}
+
+
+// ------------------------------------------------------------ blocked activation layout
+// Which nodes run blocked, in graph (topological) order: a node is blocked when its kind allows it
+// and the inputs it would read blocked are available blocked (convolutions start chains, reading a
+// plain input through a reorder or, with few channels, directly). Then the graph is rebuilt: each
+// blocked node reads and writes the blocked forms (named <value>_nchwc), ReorderToNchwc feeds a
+// chain from plain values, and ReorderFromNchwc gives back, under its own name, every value that a
+// plain node, a subgraph or the graph's outputs read.
+size_t block_conv_layouts(ir::Model& model) {
+  ir::Graph& g = *model.graph;
+  if (has_yield(g)) return 0;
+  // Types as inferred with each FusedConv seen as its Conv (same output type; type inference
+  // knows no FusedConv).
+  ir::Model unfused = model;
+  unfused.graph = std::make_shared<ir::Graph>(g);
+  for (ir::Node& n : unfused.graph->nodes)
+    if (n.domain == ops::kMicrosoftDomain && n.op_type == "FusedConv") {
+      n.domain.clear();
+      n.op_type = "Conv";
+      if (n.inputs.size() > 3) n.inputs.resize(3);
+      std::erase_if(n.attrs, [](const ir::Attribute& a) { return a.name == "activation" || a.name == "activation_params"; });
+    }
+  const ValueTypes type_of(unfused);
+  const auto readers = readers_of(g);
+  const int64_t opset = model.opset("");
+  constexpr int64_t kBlock = 16;
+  // C of a float32 [N, C, H, W] value whose C is known.
+  auto channels = [&](const std::string& v) -> std::optional<int64_t> {
+    const ir::TypeInfo* t = type_of(v);
+    if (!t || t->kind != ir::TypeInfo::Kind::kTensor || t->elem != DType::kFloat32 || !t->has_shape ||
+        t->dims.size() != 4 || !t->dims[1].fixed() || t->dims[1].value <= 0)
+      return std::nullopt;
+    return t->dims[1].value;
+  };
+  std::unordered_map<std::string, int64_t> blocked;  // value -> its channels, for the values chains produce
+  auto is_blocked = [&](const std::string& v) { return blocked.count(v) > 0; };
+  const size_t count = g.nodes.size();
+  std::vector<bool> run_blocked(count, false);
+  std::vector<std::vector<size_t>> slots(count);  // the inputs a blocked node reads blocked
+  std::map<size_t, std::pair<Tensor, Tensor>> bn_weights;  // BatchNormalization as a convolution: W, B
+  for (size_t i = 0; i < count; ++i) {
+    const ir::Node& n = g.nodes[i];
+    if (n.outputs.size() != 1 || n.outputs[0].empty() || n.inputs.empty() || !n.subgraphs().empty()) continue;
+    const auto c_out = channels(n.outputs[0]);
+    if (!c_out) continue;
+    std::vector<size_t> reads;
+    bool ok = false;
+    const bool fused = n.domain == ops::kMicrosoftDomain && n.op_type == "FusedConv";
+    if (is(n, "Conv") || fused) {
+      // 2-D, constant weights, float32; grouped only where oneDNN's blocked kernels take the groups
+      // (depthwise, or 16-channel multiples per group). The activation must keep 0 at 0 (the
+      // padded channels stay zero).
+      const auto c = channels(n.inputs[0]);
+      const Tensor* w = n.inputs.size() >= 2 ? constant_tensor(g, n.inputs[1], -1) : nullptr;
+      const ir::Attribute* group_attr = n.attr("group");
+      const int64_t group = group_attr ? group_attr->i : 1;
+      if (!c || !w || w->rank() != 4 || n.inputs.size() > (fused ? 4u : 3u) || group < 1) continue;
+      const int64_t M = w->shape()[0], Cg = w->shape()[1];
+      if (M != *c_out || Cg * group != *c || M % group != 0) continue;
+      const int64_t Mg = M / group;
+      if (M < kBlock / 2) continue;  // a few output channels padded to 16: more bytes than work
+      if (!(group == 1 || (Cg == 1 && Mg == 1) || (Cg % kBlock == 0 && Mg % kBlock == 0))) continue;
+      if (fused) {
+        const ir::Attribute* a = n.attr("activation");
+        const ir::Attribute* params = n.attr("activation_params");
+        const std::string act = a ? a->s : "";
+        const bool zero_kept = act.empty() || act == "Relu" || act == "LeakyRelu" ||
+                               (act == "Clip" && params && params->floats.size() == 2 && params->floats[0] <= 0.f &&
+                                params->floats[1] >= 0.f);
+        if (!zero_kept) continue;
+        if (n.inputs.size() == 4 && !n.inputs[3].empty()) reads.push_back(3);
+      }
+      // Few input channels (the first convolution): oneDNN reads the plain layout directly.
+      if (is_blocked(n.inputs[0]) || group != 1 || *c >= kBlock) reads.push_back(0);
+      ok = true;
+    } else if (is(n, "Relu") || is(n, "LeakyRelu") || is(n, "Clip")) {
+      bool zero_kept = !is(n, "Clip");
+      if (!zero_kept) {
+        const auto act = activation_of(g, n, opset);
+        zero_kept = act && act->params[0] <= 0.f && act->params[1] >= 0.f;
+      }
+      ok = zero_kept && is_blocked(n.inputs[0]);
+      reads = {0};
+    } else if (is(n, "Add") || is(n, "Sum")) {
+      ok = true;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        ok = ok && is_blocked(n.inputs[k]) && same_type(type_of(n.inputs[k]), type_of(n.outputs[0]));
+        reads.push_back(k);
+      }
+    } else if (is(n, "Concat")) {
+      // At least one input blocked; plain ones are reordered (DenseNet's block input, read by
+      // every layer's Concat, once).
+      const ir::Attribute* axis = n.attr("axis");
+      ok = axis && (axis->i == 1 || axis->i == -3);
+      bool any = false;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const auto c = is_blocked(n.inputs[k]) ? std::optional<int64_t>(blocked[n.inputs[k]]) : channels(n.inputs[k]);
+        ok = ok && c && *c % kBlock == 0;
+        any = any || is_blocked(n.inputs[k]);
+        reads.push_back(k);
+      }
+      ok = ok && any;
+    } else if (is(n, "MaxPool") || is(n, "AveragePool") || is(n, "GlobalAveragePool")) {
+      ok = n.inputs.size() == 1 && is_blocked(n.inputs[0]);
+      reads = {0};
+    } else if (is(n, "BatchNormalization") && n.inputs.size() == 5 && is_blocked(n.inputs[0])) {
+      // Inference BatchNormalization after a blocked value (DenseNet's pre-activation layers): the
+      // depthwise 1x1 convolution with W = scale / sqrt(var + epsilon), B = bias - mean W.
+      const ir::Attribute* training = n.attr("training_mode");
+      const ir::Attribute* spatial = n.attr("spatial");
+      const int64_t C = blocked[n.inputs[0]];
+      const Tensor *scale = constant_tensor(g, n.inputs[1], C), *bias = constant_tensor(g, n.inputs[2], C),
+                   *mean = constant_tensor(g, n.inputs[3], C), *var = constant_tensor(g, n.inputs[4], C);
+      if ((training && training->i != 0) || (spatial && spatial->i != 1) || !scale || !bias || !mean || !var) continue;
+      const ir::Attribute* eps_attr = n.attr("epsilon");
+      const double eps = eps_attr ? double(eps_attr->f) : 1e-5;
+      Tensor w = Tensor::empty(DType::kFloat32, {C, 1, 1, 1}), b = Tensor::empty(DType::kFloat32, {C});
+      for (int64_t c = 0; c < C; ++c) {
+        const double s = double(scale->data<float>()[c]) / std::sqrt(double(var->data<float>()[c]) + eps);
+        w.data<float>()[c] = float(s);
+        b.data<float>()[c] = float(double(bias->data<float>()[c]) - double(mean->data<float>()[c]) * s);
+      }
+      bn_weights.emplace(i, std::make_pair(std::move(w), std::move(b)));
+      ok = true;
+      reads = {0};
+    }
+    if (!ok) continue;
+    run_blocked[i] = true;
+    slots[i] = std::move(reads);
+    blocked[n.outputs[0]] = *c_out;
+  }
+  if (blocked.empty()) return 0;
+
+  std::set<std::string> taken;
+  for (const auto& [v, unused] : readers) taken.insert(v);
+  for (const auto& n : g.nodes) taken.insert(n.outputs.begin(), n.outputs.end());
+  for (const auto& [v, unused] : g.initializers) taken.insert(v);
+  for (const auto& v : g.inputs) taken.insert(v.name);
+  auto fresh = [&](const std::string& base) {
+    std::string name = base;
+    for (int k = 1; taken.count(name); ++k) name = base + "_" + std::to_string(k);
+    taken.insert(name);
+    return name;
+  };
+  // Whether v, produced blocked, is also read plain.
+  auto read_plain = [&](const std::string& v) {
+    auto it = readers.find(v);
+    if (it == readers.end()) return false;
+    for (size_t r : it->second) {
+      if (r == SIZE_MAX || !run_blocked[r]) return true;
+      const ir::Node& n = g.nodes[r];
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (n.inputs[k] == v && std::find(slots[r].begin(), slots[r].end(), k) == slots[r].end()) return true;
+    }
+    return false;
+  };
+  auto reorder = [](const std::string& op, const std::string& from, const std::string& to) {
+    ir::Node r;
+    r.name = to + "_reorder";
+    r.op_type = op;
+    r.domain = ops::kDomain;
+    r.inputs = {from};
+    r.outputs = {to};
+    return r;
+  };
+  std::unordered_map<std::string, std::string> blocked_name;  // value -> its blocked form
+  std::vector<ir::Node> nodes;
+  size_t rewritten = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const ir::Node& n = g.nodes[i];
+    if (!run_blocked[i]) {
+      nodes.push_back(n);
+      continue;
+    }
+    ir::Node b = n;
+    for (size_t k : slots[i]) {
+      const std::string& v = n.inputs[k];
+      auto it = blocked_name.find(v);
+      if (it == blocked_name.end()) {  // a plain value entering a chain
+        it = blocked_name.emplace(v, fresh(v + "_nchwc")).first;
+        nodes.push_back(reorder("ReorderToNchwc", v, it->second));
+      }
+      b.inputs[k] = it->second;
+    }
+    const std::string& out = n.outputs[0];
+    b.outputs[0] = blocked_name.emplace(out, fresh(out + "_nchwc")).first->second;
+    if (b.op_type == "BatchNormalization") {
+      auto& [w, bias] = bn_weights.at(i);
+      const std::string wn = fresh(out + "_bn_w"), bn = fresh(out + "_bn_b");
+      const int64_t C = w.shape()[0];
+      g.initializers.emplace_back(wn, std::move(w));
+      g.initializers.emplace_back(bn, std::move(bias));
+      b.inputs = {b.inputs[0], wn, bn};
+      b.attrs.clear();
+      ir::Attribute group, kernel;
+      group.name = "group", group.type = ir::AttrType::kInt, group.i = C;
+      kernel.name = "kernel_shape", kernel.type = ir::AttrType::kInts, kernel.ints = {1, 1};
+      b.attrs = {group, kernel};
+      b.op_type = "NchwcConv";
+      b.domain = ops::kDomain;
+    } else if (b.op_type == "Conv" || b.op_type == "FusedConv") {
+      b.op_type = "NchwcConv";
+      b.domain = ops::kDomain;
+    } else if (b.op_type == "MaxPool" || b.op_type == "AveragePool" || b.op_type == "GlobalAveragePool") {
+      b.op_type = "Nchwc" + b.op_type;
+      b.domain = ops::kDomain;
+    } else if (b.op_type == "Concat") {
+      b.attr("axis")->i = 1;  // [N, C/16, H, W, 16]: whole blocks follow one another
+    }
+    nodes.push_back(std::move(b));
+    ++rewritten;
+    if (read_plain(out)) {
+      ir::Node r = reorder("ReorderFromNchwc", blocked_name[out], out);
+      ir::Attribute c;
+      c.name = "channels";
+      c.type = ir::AttrType::kInt;
+      c.i = blocked[out];
+      r.attrs.push_back(c);
+      nodes.push_back(std::move(r));
+    }
+  }
+  g.nodes = std::move(nodes);
+  if (!bn_weights.empty()) drop_unread_initializers(g);
+  if (model.opset(ops::kDomain) == 0) model.opsets[ops::kDomain] = ops::kOpset;
+  return rewritten;
 }
 
 }  // namespace onnxtrain::runtime

@@ -26,4 +26,23 @@ size_t fuse_conv_activations(ir::Model& model);
 /// Returns the number of folds.
 size_t fold_conv_batchnorm(ir::Model& model);
 
+/// Keeps convolutional activations in oneDNN's blocked layout nChw16c across chains of Conv /
+/// FusedConv, MaxPool, AveragePool, GlobalAveragePool, inference BatchNormalization with constant
+/// statistics (as the depthwise 1x1 convolution it is), Relu / LeakyRelu / Clip (bounds around 0),
+/// Add / Sum (same shapes) and Concat over channels (inputs of 16-channel multiples), as
+/// onnxruntime's NCHWc transformer does (GraphOptimizationLevel all, inference sessions only;
+/// run after fuse_conv_activations). A blocked value [N, C, H, W] is the float32 tensor
+/// [N, ceil(C/16), H, W, 16] holding channel c at [., c / 16, ., ., c % 16], the padded channels
+/// zero (every blocked node keeps them zero). The rewritten nodes are com.onnxtrain NchwcConv,
+/// NchwcMaxPool, NchwcAveragePool, NchwcGlobalAveragePool and the unchanged elementwise ones and
+/// Concat (axis 1 of the 5-D tensors); ReorderToNchwc / ReorderFromNchwc are the chains'
+/// boundaries, the latter giving back the original value (same name) wherever a plain node, a
+/// subgraph or a graph output reads it. Convolutions qualify when 2-D, float32, with constant
+/// weights, a known channel count and at least 8 output channels; ungrouped, depthwise, or grouped
+/// in 16-channel multiples;
+/// one with fewer than 16 input channels reads its plain input directly. The operators are
+/// session-internal: optimized_model_filepath is written before this pass. Graphs with a YieldOp
+/// are left alone. Returns the number of nodes rewritten.
+size_t block_conv_layouts(ir::Model& model);
+
 }  // namespace onnxtrain::runtime

@@ -208,7 +208,7 @@ TEST(ConvFusion, RewriteMatchesUnfusedAndReference) {
   std::mt19937 rng(3);
   const Tensor x = random_tensor(DType::kFloat32, g3.xs(), rng);
   for (int threads : {1, 2}) {
-    InferenceSession fused = session(bytes, GraphOptimizationLevel::kEnableAll, threads);
+    InferenceSession fused = session(bytes, GraphOptimizationLevel::kEnableExtended, threads);
     InferenceSession plain = session(bytes, GraphOptimizationLevel::kEnableBasic, threads);
     EXPECT_EQ(node_ops(fused), (std::map<std::string, int>{{"FusedConv", 3}}));
     EXPECT_EQ(node_ops(plain), (std::map<std::string, int>{{"Add", 1}, {"Clip", 1}, {"Conv", 3}, {"Relu", 2}}));
@@ -290,7 +290,7 @@ TEST(ConvFusion, SkipsWhereItMust) {
     mb.node("Add", {mb.init("z", g.ys()), "c"}, {"a"});
     mb.node("Relu", {"a"}, {"r"});
     mb.output("r");
-    InferenceSession fused = session(mb.bytes(), GraphOptimizationLevel::kEnableAll);
+    InferenceSession fused = session(mb.bytes(), GraphOptimizationLevel::kEnableExtended);
     const Tensor first = fused.run({}, {{"x", x}})[0].clone();
     EXPECT_TRUE(same_bits(fused.run({}, {{"x", x}})[0], first));
     EXPECT_EQ(ops_and_check(mb, {{"x", x}}), (std::map<std::string, int>{{"FusedConv", 1}}));
@@ -315,8 +315,8 @@ TEST(ConvFusion, ConstantWeightsReorderedOnceMatchFedWeights) {
       }
       const Tensor x = random_tensor(DType::kFloat32, g.xs(), rng);
       const Tensor w = onnxtrain::Tensor(*constant.m.graph->initializer("w"));
-      InferenceSession a = session(constant.bytes(), GraphOptimizationLevel::kEnableAll);
-      InferenceSession b = session(fed.bytes(), GraphOptimizationLevel::kEnableAll);
+      InferenceSession a = session(constant.bytes(), GraphOptimizationLevel::kEnableExtended);
+      InferenceSession b = session(fed.bytes(), GraphOptimizationLevel::kEnableExtended);
       const Tensor expected = b.run({}, {{"x", x}, {"w", w}})[0];
       for (int run = 0; run < 2; ++run) EXPECT_TRUE(same_bits(a.run({}, {{"x", x}})[0], expected)) << g.C << " " << relu;
       auto e = ref_conv(g, to_double(x), to_double(w), {});
@@ -347,7 +347,7 @@ TEST(ConvFusion, BatchNormFoldsIntoConv) {
     mb.node("Relu", {"n"}, {"y"});
     mb.output("y");
     if (variant == 2) mb.output("c");
-    InferenceSession fused = session(mb.bytes(), GraphOptimizationLevel::kEnableAll);
+    InferenceSession fused = session(mb.bytes(), GraphOptimizationLevel::kEnableExtended);
     InferenceSession plain = session(mb.bytes(), GraphOptimizationLevel::kEnableBasic);
     const auto expected_ops = variant == 0 ? std::map<std::string, int>{{"FusedConv", 1}}
                                            : std::map<std::string, int>{{"BatchNormalization", 1}, {"Conv", 1}, {"Relu", 1}};

@@ -15,6 +15,12 @@
 //                  contrib operator; the inference sessions' rewrite of Conv [+ Add] + Relu / Clip)
 //   Col2Im (ai.onnx 18) X[N, C K, L], image_shape, block_shape -> Y[N, C, image...]: ConvView's
 //                  col2im with one group (float32, float64)
+//   com.onnxtrain NchwcConv(X, W[, B, Z]) -> Y: FusedConv over oneDNN's blocked activation layout
+//                  (nChw16c seen as the 5-D tensor [N, ceil(C/16), H, W, 16], padded channels zero):
+//                  X blocked, or plain [N, C, H, W] (few input channels); Z and Y blocked. Placed by
+//                  the inference pass runtime::block_conv_layouts; no reorders around the primitive.
+//   com.onnxtrain ReorderToNchwc(X[N, C, H, W]) -> [N, ceil(C/16), H, W, 16] (padded channels zero),
+//                  ReorderFromNchwc(X5; channels = C) -> [N, C, H, W]: the chains' boundaries.
 // float32 runs oneDNN (de)convolution primitives (forward, backward_data, backward_weights) created
 // in prepare() for the concrete shapes (layouts chosen by oneDNN, reorders from and to the plain
 // tensors inside the workspace; constant weights reordered once, in prepare(); FusedConv's Z and
@@ -433,25 +439,29 @@ struct FusedActivation {
 // activation; Y overwrites Z in place).
 class ConvKernel final : public Kernel {
  public:
-  ConvKernel(const KernelInfo& info, bool transposed, bool fused) : fused_(fused) {
+  ConvKernel(const KernelInfo& info, bool transposed, bool fused, bool blocked = false)
+      : fused_(fused), blocked_(blocked) {
     p_.read(info, transposed);
     if (fused) act_.read(info);
   }
 
   void prepare(PrepareContext& ctx) override {
     dt_ = shape::float_inputs(ctx);
-    const Shape& x = ctx.input_shape(0);
+    Shape x = ctx.input_shape(0);
+    x_blocked_ = false;
+    if (blocked_) x = blocked_input(ctx, x);
     p_.resolve(ctx, x, ctx.input_shape(1));
     shape::check_conv_bias(ctx, p_);
     has_bias_ = ctx.has_input(2);
     has_z_ = fused_ && ctx.has_input(3);
+    const Shape y = blocked_ ? nchwc::blocked_shape(p_.y) : p_.y;  // the output tensor's shape
     if (has_z_) {
-      if (ctx.input_dtype(3) != dt_ || ctx.input_shape(3) != p_.y)
-        ctx.fail("Z must be ", dtype_name(dt_), " ", shape_to_string(p_.y), " (the convolution's output), got ",
+      if (ctx.input_dtype(3) != dt_ || ctx.input_shape(3) != y)
+        ctx.fail("Z must be ", dtype_name(dt_), " ", shape_to_string(y), " (the convolution's output), got ",
                  dtype_name(ctx.input_dtype(3)), " ", shape_to_string(ctx.input_shape(3)));
       ctx.set_output_inplace(0, 3);
     } else {
-      ctx.set_output(0, dt_, p_.y);
+      ctx.set_output(0, dt_, y);
     }
     post_pass_ = fused_;  // until a primitive takes the sum and the activation as post-ops
     // Where the post pass adds Z, a copy of it leads the workspace (the output overwrites Z).
@@ -459,7 +469,7 @@ class ConvKernel final : public Kernel {
 
     op_ = dnnl_util::DnnlOp();
     const bool empty = shape_numel(p_.y) == 0 || p_.C == 0 || p_.kk == 0;
-    depthwise_ = dt_ == DType::kFloat32 && !p_.transposed && p_.group > 1 && p_.group == p_.C && p_.g.nd <= 2 &&
+    depthwise_ = !blocked_ && dt_ == DType::kFloat32 && !p_.transposed && p_.group > 1 && p_.group == p_.C && p_.g.nd <= 2 &&
                  !empty && p_.kk <= 64;
     if (depthwise_) {
       ctx.request_workspace(z_bytes() + dw_workspace(ctx.options()));
@@ -471,6 +481,21 @@ class ConvKernel final : public Kernel {
     // Constant weights (initializers of an inference plan) are reordered into the primitive's
     // layout once, here, instead of in every run.
     const Tensor* w_const = dt_ == DType::kFloat16 ? nullptr : ctx.input_value(1);
+    if (blocked_) {
+      // The tensors' own layouts are the primitive's: X blocked (or plain), Y blocked. Where oneDNN
+      // has no kernel for them (kAny), it reorders from and to them in the workspace.
+      if (empty) {
+        if (shape_numel(p_.y) != 0) ctx.fail("NchwcConv needs input channels and a non-empty kernel");
+        return ctx.request_workspace(z_bytes());
+      }
+      if (!dnnl_conv(p_, x, compute, &d)) ctx.fail("oneDNN cannot express this convolution in the blocked layout");
+      const auto tag = dnnl::memory::format_tag::nChw16c;
+      if (x_blocked_) d.x = dnnl::memory::desc(dnnl_util::dims(x), d.dt, tag);
+      d.y = dnnl::memory::desc(dnnl_util::dims(p_.y), d.dt, tag);
+      d.candidates = {Layout::kPlain, Layout::kAny};
+      if (!make_dnnl(d, w_const)) ctx.fail("oneDNN has no convolution kernel for the blocked layout");
+      return ctx.request_workspace(z_bytes() + op_.workspace_bytes());
+    }
     if (!empty && dnnl_conv(p_, x, compute, &d) && make_dnnl(d, w_const)) {
       if (dt_ == DType::kFloat16)
         stage_.numel = {shape_numel(x), shape_numel(ctx.input_shape(1)), has_bias_ ? p_.M : 0, shape_numel(p_.y)};
@@ -506,6 +531,22 @@ class ConvKernel final : public Kernel {
   }
 
  private:
+  // NchwcConv's X: 2-D, float32, [N, ceil(C/16), H, W, 16] (or plain [N, C, H, W]) with C from W;
+  // returns the plain shape it stands for.
+  Shape blocked_input(const PrepareContext& ctx, const Shape& x) {
+    const Shape& w = ctx.input_shape(1);
+    if (dt_ != DType::kFloat32 || p_.transposed || w.size() != 4)
+      ctx.fail("NchwcConv runs float32 2-D convolutions (W [M, C/group, kH, kW]), got ", dtype_name(dt_), " W ",
+               shape_to_string(w));
+    if (x.size() == 4) return x;
+    const int64_t C = w[1] * p_.group;
+    if (x.size() != 5 || x[1] != nchwc::blocks(C) || x[4] != nchwc::kBlock)
+      ctx.fail("X must be [N, ", nchwc::blocks(C), ", H, W, ", nchwc::kBlock, "] (", C, " channels blocked), got ",
+               shape_to_string(x));
+    x_blocked_ = true;
+    return {x[0], C, x[2], x[3]};
+  }
+
   void run_conv(RunContext& ctx, const void* bias, char* ws) {
     if (op_.valid()) {
       const void *x = ctx.input(0).raw_data(), *w = ctx.input(1).raw_data();
@@ -711,6 +752,7 @@ class ConvKernel final : public Kernel {
   DType dt_ = DType::kFloat32;
   bool has_bias_ = false, depthwise_ = false;
   bool fused_ = false, has_z_ = false;  // FusedConv; with Z (input 3)
+  bool blocked_ = false, x_blocked_ = false;  // NchwcConv; its X blocked (else plain)
   bool post_pass_ = false;              // FusedConv's sum and activation run after the convolution
   size_t z_bytes_ = 0;                  // workspace for a copy of Z (paths without post-ops)
   FusedActivation act_;
@@ -935,6 +977,42 @@ class ConvGradKernel final : public Kernel {
   Fp16Stage stage_;  // float16 run through the float32 primitives: dY, X, W, dX, dW, dB (empty otherwise)
 };
 
+// ------------------------------------------------------------ blocked layout boundaries
+// com.onnxtrain ReorderToNchwc / ReorderFromNchwc (see the top of the file), float32.
+class NchwcReorderKernel final : public Kernel {
+ public:
+  NchwcReorderKernel(const KernelInfo& info, bool to_blocked) : to_(to_blocked) {
+    if (!to_) {
+      channels_ = info.attr_int("channels", -1);
+      if (channels_ < 0) info.fail("ReorderFromNchwc needs attribute channels >= 0");
+    }
+  }
+  void prepare(PrepareContext& ctx) override {
+    const Shape& x = ctx.input_shape(0);
+    if (ctx.input_dtype(0) != DType::kFloat32) ctx.fail("float32 only, got ", dtype_name(ctx.input_dtype(0)));
+    if (to_) {
+      if (x.size() != 4) ctx.fail("X must be [N, C, H, W], got ", shape_to_string(x));
+      plain_ = x;
+      return ctx.set_output(0, DType::kFloat32, nchwc::blocked_shape(x));
+    }
+    if (x.size() != 5 || x[1] != nchwc::blocks(channels_) || x[4] != nchwc::kBlock)
+      ctx.fail("X must be [N, ", nchwc::blocks(channels_), ", H, W, ", nchwc::kBlock, "] for ", channels_,
+               " channels, got ", shape_to_string(x));
+    plain_ = {x[0], channels_, x[2], x[3]};
+    ctx.set_output(0, DType::kFloat32, plain_);
+  }
+  void run(RunContext& ctx) override {
+    const int64_t N = plain_[0], C = plain_[1], HW = plain_[2] * plain_[3];
+    if (to_) nchwc::to_blocked(ctx.input(0).data<float>(), ctx.output(0).data<float>(), N, C, HW);
+    else nchwc::from_blocked(ctx.input(0).data<float>(), ctx.output(0).data<float>(), N, C, HW);
+  }
+
+ private:
+  bool to_;
+  int64_t channels_ = 0;
+  Shape plain_;
+};
+
 // ------------------------------------------------------------ Col2Im (ai.onnx 18)
 // X[N, C * prod(block), L] -> Y[N, C, image...]: each column l of block position k adds to the image
 // at its window position (torch.nn.functional.fold), as ConvView's col2im with one group. image_shape
@@ -1008,6 +1086,12 @@ void register_conv(KernelRegistry& r) {
   r.add(ops::kDomain, "ConvGrad", 1, kMaxOpsetAll, conv_factory(true, false));
   r.add(ops::kDomain, "ConvTransposeGrad", 1, kMaxOpsetAll, conv_factory(true, true));
   r.add(ops::kMicrosoftDomain, "FusedConv", 1, kMaxOpsetAll, conv_factory(false, false, true));
+  r.add(ops::kDomain, "NchwcConv", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<ConvKernel>(i, false, true, true); });
+  r.add(ops::kDomain, "ReorderToNchwc", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<NchwcReorderKernel>(i, true); });
+  r.add(ops::kDomain, "ReorderFromNchwc", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<NchwcReorderKernel>(i, false); });
   // ai.onnx opset 18, kept as it is in a graph lowered to 17 (ir/opset_lower.h).
   r.add<Col2ImKernel>("Col2Im", 17, kMaxOpsetAll);
 }

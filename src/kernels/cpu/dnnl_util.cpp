@@ -1,5 +1,6 @@
 #include "kernels/cpu/dnnl_util.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "core/parallel.h"
@@ -156,3 +157,37 @@ void DnnlOp::check(dnnl_status_t st) {
 }
 
 }  // namespace onnxtrain::kernels::cpu::dnnl_util
+
+namespace onnxtrain::kernels::cpu::nchwc {
+
+// One (image, channel block) per task: a [16, HW] slab of planes transposed to [HW, 16].
+void to_blocked(const float* x, float* y, int64_t N, int64_t C, int64_t HW) {
+  const int64_t CB = blocks(C);
+  parallel_for(N * CB, std::max<int64_t>(1, 4096 / std::max<int64_t>(HW * kBlock, 1)), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n = b / CB, c0 = (b % CB) * kBlock, nc = std::min(kBlock, C - c0);
+      const float* src = x + (n * C + c0) * HW;
+      float* dst = y + b * HW * kBlock;
+      for (int64_t p = 0; p < HW; ++p) {
+        float* d = dst + p * kBlock;
+        for (int64_t c = 0; c < nc; ++c) d[c] = src[c * HW + p];
+        for (int64_t c = nc; c < kBlock; ++c) d[c] = 0.f;
+      }
+    }
+  });
+}
+
+void from_blocked(const float* x, float* y, int64_t N, int64_t C, int64_t HW) {
+  const int64_t CB = blocks(C);
+  parallel_for(N * CB, std::max<int64_t>(1, 4096 / std::max<int64_t>(HW * kBlock, 1)), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n = b / CB, c0 = (b % CB) * kBlock, nc = std::min(kBlock, C - c0);
+      const float* src = x + b * HW * kBlock;
+      float* dst = y + (n * C + c0) * HW;
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t p = 0; p < HW; ++p) dst[c * HW + p] = src[p * kBlock + c];
+    }
+  });
+}
+
+}  // namespace onnxtrain::kernels::cpu::nchwc

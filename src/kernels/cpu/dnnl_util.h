@@ -99,3 +99,19 @@ class DnnlOp {
 };
 
 }  // namespace onnxtrain::kernels::cpu::dnnl_util
+
+// oneDNN's blocked activation layout nChw16c as onnxtrain tensors (src/runtime/conv_fusion.h's
+// block_conv_layouts): plain [N, C, H, W] is stored as [N, ceil(C/16), H, W, 16], element
+// (n, c, h, w) at [n, c / 16, h, w, c % 16]; the padded channels c >= C hold zeros.
+namespace onnxtrain::kernels::cpu::nchwc {
+
+inline constexpr int64_t kBlock = 16;
+inline int64_t blocks(int64_t channels) { return (channels + kBlock - 1) / kBlock; }
+/// The blocked tensor's shape of plain [N, C, H, W].
+inline Shape blocked_shape(const Shape& plain) { return {plain[0], blocks(plain[1]), plain[2], plain[3], kBlock}; }
+/// x[N, C, HW] -> y[N, blocks(C), HW, 16], padded channels zeroed.
+void to_blocked(const float* x, float* y, int64_t N, int64_t C, int64_t HW);
+/// x[N, blocks(C), HW, 16] -> y[N, C, HW].
+void from_blocked(const float* x, float* y, int64_t N, int64_t C, int64_t HW);
+
+}  // namespace onnxtrain::kernels::cpu::nchwc

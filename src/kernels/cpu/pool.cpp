@@ -10,12 +10,18 @@
 //   MaxPool      dX[first argmax of window o] += dY[o]   (ties: the first maximum, as PyTorch)
 //   AveragePool  dX[q] += dY[o] / count(o) for every q of window o
 //   LpPool       dX[q] += dY[o] sign(x_q) |x_q|^(p-1) / Y[o]^(p-1)
+// com.onnxtrain NchwcMaxPool / NchwcAveragePool / NchwcGlobalAveragePool: the same over float32 2-D
+// activations in oneDNN's blocked layout ([N, ceil(C/16), H, W, 16], padded channels zero, which
+// pooling keeps zero: see runtime::block_conv_layouts), pooled as the C' = 16 ceil(C/16) channels they
+// hold; oneDNN with nChw16c for MaxPool / AveragePool (else the loops over a plain copy), a loop for
+// GlobalAveragePool.
 // float32 max/average pooling runs oneDNN (pooling_v2) when no Indices are asked for, and so does
 // the float32 average pooling gradient; everything else runs the loops below (every float type,
 // int8/uint8 for MaxPool).
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "kernels/cpu/common.h"
 #include "kernels/cpu/cpu_provider.h"
@@ -397,7 +403,8 @@ struct PoolParams : shape::PoolShape {
   // Creates into `op` the forward (inference) primitive, or with `backward` the backward one
   // (hinted by a forward_training descriptor); false when oneDNN has nothing but its reference
   // kernel (the loops here are faster) or rejects the geometry.
-  bool make_dnnl(dnnl_util::DnnlOp& op, const Shape& x, bool backward) const {
+  bool make_dnnl(dnnl_util::DnnlOp& op, const Shape& x, bool backward,
+                 dnnl::memory::format_tag tag = dnnl::memory::format_tag::undef) const {
     dnnl::algorithm alg;
     dnnl::memory::dims kernel, strides, dil, pl, pr;
     if (!dnnl_geometry(&alg, &kernel, &strides, &dil, &pl, &pr)) return false;
@@ -406,7 +413,11 @@ struct PoolParams : shape::PoolShape {
     // few pixels ran for minutes (fuzz finding).
     for (size_t i = 0; i < g.nd; ++i)
       if (g.extent(i) > g.in[i]) return false;
-    const dnnl::memory::desc xmd = dnnl_util::plain_md(x), ymd = dnnl_util::plain_md(y);
+    const bool blocked = tag != dnnl::memory::format_tag::undef;
+    const dnnl::memory::desc xmd = blocked ? dnnl::memory::desc(dnnl_util::dims(x), dnnl::memory::data_type::f32, tag)
+                                           : dnnl_util::plain_md(x),
+                             ymd = blocked ? dnnl::memory::desc(dnnl_util::dims(y), dnnl::memory::data_type::f32, tag)
+                                           : dnnl_util::plain_md(y);
     auto& eng = dnnl_util::cpu_engine();
     try {
       dnnl::pooling_v2_forward::desc fd(backward ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
@@ -435,15 +446,16 @@ struct PoolParams : shape::PoolShape {
 
 class PoolKernel final : public Kernel {
  public:
-  PoolKernel(const KernelInfo& info, PoolKind kind, bool global) {
+  PoolKernel(const KernelInfo& info, PoolKind kind, bool global, bool blocked = false) : blocked_(blocked) {
     p_.read(info, kind, global, false);
-    int_types_ = kind == PoolKind::kMax && !global && info.opset() >= 12;
+    int_types_ = !blocked && kind == PoolKind::kMax && !global && info.opset() >= 12;
   }
 
   void prepare(PrepareContext& ctx) override {
     dt_ = ctx.input_dtype(0);
     if (int_types_) dispatch<MaxPoolTypes>(dt_, ctx.node(), [&]<class T>() {});
     else dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {});
+    if (blocked_) return prepare_blocked(ctx);
     const Shape& x = ctx.input_shape(0);
     p_.resolve(ctx, x);
     ctx.set_output(0, dt_, p_.y);
@@ -458,6 +470,7 @@ class PoolKernel final : public Kernel {
     const Tensor& X = ctx.input(0);
     Tensor& Y = ctx.output(0);
     if (Y.numel() == 0) return;
+    if (blocked_) return run_blocked(ctx);
     if (op_.valid()) {
       op_.bind(DNNL_ARG_SRC, X.raw_data());
       op_.bind(DNNL_ARG_DST, Y.raw_data());
@@ -494,7 +507,59 @@ class PoolKernel final : public Kernel {
   }
 
  private:
+  // The blocked forms: X [N, CB, H, W, 16] pooled as plain [N, 16 CB, H, W].
+  void prepare_blocked(PrepareContext& ctx) {
+    const Shape& xb = ctx.input_shape(0);
+    if (dt_ != DType::kFloat32 || xb.size() != 5 || xb[4] != nchwc::kBlock)
+      ctx.fail("X must be float32 [N, C/16, H, W, 16], got ", dtype_name(dt_), " ", shape_to_string(xb));
+    x_ = {xb[0], xb[1] * nchwc::kBlock, xb[2], xb[3]};
+    p_.resolve(ctx, x_);
+    ctx.set_output(0, dt_, nchwc::blocked_shape(p_.y));
+    op_ = dnnl_util::DnnlOp();
+    if (shape_numel(p_.y) == 0 || p_.global) return;
+    if (p_.make_dnnl(op_, x_, false, dnnl::memory::format_tag::nChw16c))
+      return ctx.request_workspace(op_.workspace_bytes());
+    // Plain copies of X and Y for the loops.
+    ctx.request_workspace((size_t(shape_numel(x_)) + size_t(shape_numel(p_.y))) * sizeof(float) + 64);
+  }
+  void run_blocked(RunContext& ctx) {
+    const float* x = ctx.input(0).data<float>();
+    float* y = ctx.output(0).data<float>();
+    if (op_.valid()) {
+      op_.bind(DNNL_ARG_SRC, x);
+      op_.bind(DNNL_ARG_DST, y);
+      op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
+      return;
+    }
+    const int64_t N = x_[0], C = x_[1], HW = x_[2] * x_[3];
+    if (p_.global) {  // [N, CB, HW, 16] -> [N, CB, 16]: the mean of each lane, summed in double
+      parallel_for(N * (C / nchwc::kBlock), std::max<int64_t>(1, 4096 / std::max<int64_t>(HW * nchwc::kBlock, 1)),
+                   [&](int64_t b0, int64_t b1) {
+                     for (int64_t b = b0; b < b1; ++b) {
+                       double acc[nchwc::kBlock] = {};
+                       const float* xb = x + b * HW * nchwc::kBlock;
+                       for (int64_t p = 0; p < HW; ++p)
+                         for (int64_t c = 0; c < nchwc::kBlock; ++c) acc[c] += double(xb[p * nchwc::kBlock + c]);
+                       for (int64_t c = 0; c < nchwc::kBlock; ++c)
+                         y[b * nchwc::kBlock + c] = HW ? float(acc[c] / double(HW)) : 0.f;
+                     }
+                   });
+      return;
+    }
+    float* xp = static_cast<float*>(ctx.workspace());
+    float* yp = xp + shape_numel(x_);
+    const int64_t OHW = p_.y[2] * p_.y[3];
+    nchwc::from_blocked(x, xp, N, C, HW);
+    if (p_.kind == PoolKind::kMax)
+      pool_loop<PoolKind::kMax>(xp, yp, static_cast<int64_t*>(nullptr), p_.planes, p_.g, p_.include_pad, p_.p, false);
+    else
+      pool_loop<PoolKind::kAvg>(xp, yp, static_cast<int64_t*>(nullptr), p_.planes, p_.g, p_.include_pad, p_.p, false);
+    nchwc::to_blocked(yp, y, N, C, OHW);
+  }
+
   PoolParams p_;
+  bool blocked_ = false;
+  Shape x_;  // the blocked forms' plain view of X
   bool int_types_ = false, want_indices_ = false;
   DType dt_ = DType::kFloat32;
   dnnl_util::DnnlOp op_;
@@ -679,6 +744,12 @@ void register_pool(KernelRegistry& r) {
   r.add("GlobalAveragePool", 1, kMaxOpsetAll, pool(PoolKind::kAvg, true));
   r.add("GlobalLpPool", 1, kMaxOpsetAll, pool(PoolKind::kLp, true));
   const char* d = ops::kDomain;
+  for (auto [name, kind, global] : {std::tuple{"NchwcMaxPool", PoolKind::kMax, false},
+                                    std::tuple{"NchwcAveragePool", PoolKind::kAvg, false},
+                                    std::tuple{"NchwcGlobalAveragePool", PoolKind::kAvg, true}})
+    r.add(d, name, 1, kMaxOpsetAll, [kind, global](const KernelInfo& i) -> std::unique_ptr<Kernel> {
+      return std::make_unique<PoolKernel>(i, kind, global, true);
+    });
   r.add(d, "MaxPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kMax, false, true));
   r.add(d, "AveragePoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kAvg, false, true));
   r.add(d, "LpPoolGrad", 1, kMaxOpsetAll, pool(PoolKind::kLp, false, true));

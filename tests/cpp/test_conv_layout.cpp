@@ -1,0 +1,262 @@
+// The inference sessions' blocked activation layout (runtime::block_conv_layouts, src/runtime/
+// conv_fusion.cpp; kernels com.onnxtrain NchwcConv, ReorderToNchwc, ReorderFromNchwc, NchwcMaxPool,
+// NchwcAveragePool, NchwcGlobalAveragePool): which nodes the pass rewrites, and the sessions at
+// kEnableAll against kDisableAll and a naive double-precision reference.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "ir/onnx_io.h"
+#include "onnxtrain/session.h"
+#include "ops/onnxtrain_ops.h"
+#include "runtime/conv_fusion.h"
+#include "test_util.h"
+
+using namespace ot_test;
+using onnxtrain::GraphOptimizationLevel;
+using onnxtrain::InferenceSession;
+using onnxtrain::SessionOptions;
+
+namespace {
+
+struct Builder {
+  ir::Model m;
+  std::map<std::string, std::vector<double>> values;
+  std::mt19937 rng{21};
+
+  Builder() {
+    m.opsets[""] = 17;
+    m.graph = std::make_shared<ir::Graph>();
+  }
+  void input(const std::string& name, const Shape& s) { m.graph->inputs.push_back(value_info(name, DType::kFloat32, s)); }
+  void output(const std::string& name) { m.graph->outputs.push_back(value_info(name)); }
+  std::string init(const std::string& name, const Shape& s) {
+    Tensor t = random_tensor(DType::kFloat32, s, rng);
+    values[name] = to_double(t);
+    m.graph->initializers.emplace_back(name, t);
+    return name;
+  }
+  // Conv of square kernel k, stride s, pad p (bias included), M output channels over C inputs.
+  void conv(const std::string& x, const std::string& y, int64_t C, int64_t M, int64_t k, int64_t s, int64_t p,
+            int64_t group = 1) {
+    const std::string w = init(y + "_w", {M, C / group, k, k}), b = init(y + "_b", {M});
+    m.graph->nodes.push_back(make_node("Conv", {x, w, b}, {y},
+                                       {attr_ints("strides", {s, s}), attr_ints("pads", {p, p, p, p}),
+                                        attr_int("group", group)}));
+  }
+  void node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out,
+            std::vector<ir::Attribute> attrs = {}) {
+    m.graph->nodes.push_back(make_node(op, std::move(in), std::move(out), std::move(attrs)));
+  }
+  // Op types after the inference passes (on a copy).
+  std::map<std::string, int> rewritten_ops() const {
+    ir::Model c = m;
+    c.graph = std::make_shared<ir::Graph>(*m.graph);
+    onnxtrain::runtime::fuse_conv_activations(c);
+    onnxtrain::runtime::block_conv_layouts(c);
+    std::map<std::string, int> ops;
+    for (const auto& n : c.graph->nodes) ++ops[n.op_type];
+    return ops;
+  }
+};
+
+InferenceSession session(const std::string& bytes, GraphOptimizationLevel level, int threads) {
+  SessionOptions o;
+  o.graph_optimization_level = level;
+  o.intra_op_num_threads = threads;
+  return InferenceSession(bytes.data(), bytes.size(), o);
+}
+
+// Conv in double over [N, C, H, W] (square kernel, stride, pad, groups), with bias.
+std::vector<double> ref_conv(const std::vector<double>& x, const Shape& xs, const std::vector<double>& w,
+                             const std::vector<double>& b, int64_t M, int64_t k, int64_t s, int64_t p, int64_t G,
+                             Shape* ys) {
+  const int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+  const int64_t Cg = C / G, Mg = M / G;
+  *ys = {N, M, OH, OW};
+  std::vector<double> y(size_t(N * M * OH * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t i = 0; i < OH; ++i)
+        for (int64_t j = 0; j < OW; ++j) {
+          double acc = b[size_t(m)];
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t u = 0; u < k; ++u)
+              for (int64_t v = 0; v < k; ++v) {
+                const int64_t r = i * s - p + u, q = j * s - p + v;
+                if (r < 0 || r >= H || q < 0 || q >= W) continue;
+                acc += x[size_t(((n * C + (m / Mg) * Cg + c) * H + r) * W + q)] * w[size_t(((m * Cg + c) * k + u) * k + v)];
+              }
+          y[size_t(((n * M + m) * OH + i) * OW + j)] = acc;
+        }
+  return y;
+}
+
+void relu(std::vector<double>& v) {
+  for (double& e : v) e = std::max(e, 0.0);
+}
+
+}  // namespace
+
+// Conv(3 -> 24) + Relu reads the plain input, Conv(24 -> 40) + Relu, a residual Conv(40 -> 40) +
+// Add + Relu, MaxPool with a window wider than the input (the plain loops' fallback), AveragePool,
+// GlobalAveragePool, and two graph outputs, one mid-chain and one read by Transpose too.
+TEST(ConvLayout, OddChannelChainMatchesReferenceAndUnoptimized) {
+  Builder b;
+  const Shape xs{2, 3, 11, 9};
+  b.input("x", xs);
+  b.conv("x", "c1", 3, 24, 3, 1, 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  b.conv("r1", "c2", 24, 40, 3, 2, 1);
+  b.node("Relu", {"c2"}, {"r2"});
+  b.conv("r2", "c3", 40, 40, 1, 1, 0);
+  b.node("Add", {"c3", "r2"}, {"a3"});
+  b.node("Relu", {"a3"}, {"r3"});
+  b.node("AveragePool", {"r3"}, {"p1"}, {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {1, 1})});
+  b.node("MaxPool", {"p1"}, {"p2"}, {attr_ints("kernel_shape", {7, 7}), attr_ints("pads", {3, 3, 3, 3})});
+  b.node("GlobalAveragePool", {"p2"}, {"g"});
+  b.node("Transpose", {"r2"}, {"t"}, {attr_ints("perm", {0, 1, 3, 2})});
+  b.output("g"), b.output("r2"), b.output("t");
+  const auto ops = b.rewritten_ops();
+  EXPECT_EQ(ops.at("NchwcConv"), 3);
+  EXPECT_EQ(ops.at("NchwcMaxPool"), 1);
+  EXPECT_EQ(ops.at("NchwcAveragePool"), 1);
+  EXPECT_EQ(ops.at("NchwcGlobalAveragePool"), 1);
+  EXPECT_EQ(ops.at("ReorderFromNchwc"), 2);  // g, and r2 (graph output and Transpose's input)
+  EXPECT_EQ(ops.count("ReorderToNchwc"), 0u);  // 3 input channels: the first Conv reads them plain
+  EXPECT_EQ(ops.count("Conv") + ops.count("FusedConv") + ops.count("MaxPool"), 0u);
+
+  std::mt19937 rng(4);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  // The reference in double.
+  Shape s1, s2, s3;
+  auto r1 = ref_conv(to_double(x), xs, b.values["c1_w"], b.values["c1_b"], 24, 3, 1, 1, 1, &s1);
+  relu(r1);
+  auto r2 = ref_conv(r1, s1, b.values["c2_w"], b.values["c2_b"], 40, 3, 2, 1, 1, &s2);
+  relu(r2);
+  auto r3 = ref_conv(r2, s2, b.values["c3_w"], b.values["c3_b"], 40, 1, 1, 0, 1, &s3);
+  for (size_t i = 0; i < r3.size(); ++i) r3[i] = std::max(r3[i] + r2[i], 0.0);
+  const int64_t N = s3[0], C = s3[1], H = s3[2], W = s3[3];
+  std::vector<double> g(size_t(N * C));
+  for (int64_t nc = 0; nc < N * C; ++nc) {
+    // AveragePool 2x2 stride 1 -> [H-1, W-1]; MaxPool 7x7 pad 3 over it; the global mean.
+    const int64_t PH = H - 1, PW = W - 1;
+    std::vector<double> p1(size_t(PH * PW));
+    for (int64_t i = 0; i < PH; ++i)
+      for (int64_t j = 0; j < PW; ++j) {
+        const double* a = &r3[size_t(nc * H * W)];
+        p1[size_t(i * PW + j)] = (a[i * W + j] + a[i * W + j + 1] + a[(i + 1) * W + j] + a[(i + 1) * W + j + 1]) / 4;
+      }
+    double sum = 0;
+    for (int64_t i = 0; i < PH; ++i)
+      for (int64_t j = 0; j < PW; ++j) {
+        double mx = -1e300;
+        for (int64_t u = std::max<int64_t>(0, i - 3); u <= std::min(PH - 1, i + 3); ++u)
+          for (int64_t v = std::max<int64_t>(0, j - 3); v <= std::min(PW - 1, j + 3); ++v) mx = std::max(mx, p1[size_t(u * PW + v)]);
+        sum += mx;
+      }
+    g[size_t(nc)] = sum / double(PH * PW);
+  }
+  const std::string bytes = ir::serialize_model(b.m);
+  for (int threads : {1, 2}) {
+    InferenceSession fast = session(bytes, GraphOptimizationLevel::kEnableAll, threads);
+    InferenceSession plain = session(bytes, GraphOptimizationLevel::kDisableAll, threads);
+    const auto yf = fast.run({}, {{"x", x}}), yp = plain.run({}, {{"x", x}});
+    ASSERT_EQ(yf.size(), 3u);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_TRUE(all_close(yf[i], yp[i].shape(), to_double(yp[i]), 1e-5, 1e-5)) << "output " << i << ", " << threads;
+    EXPECT_TRUE(all_close(yf[0], {N, C, 1, 1}, g, 1e-5, 1e-5));
+    EXPECT_TRUE(all_close(yf[1], s2, r2, 1e-5, 1e-5));
+  }
+}
+
+// A SqueezeNet-style Concat of two convolutions (16-channel multiples: stays blocked), a depthwise
+// and a 16-channel-group convolution (blocked) and an 8-channel-group one (plain: the chain ends and
+// a later convolution starts another through ReorderToNchwc).
+TEST(ConvLayout, ConcatAndGroupedConvolutions) {
+  Builder b;
+  const Shape xs{3, 16, 10, 10};
+  b.input("x", xs);
+  b.conv("x", "s", 16, 16, 1, 1, 0);
+  b.conv("s", "e1", 16, 32, 1, 1, 0);
+  b.conv("s", "e3", 16, 16, 3, 1, 1);
+  b.node("Concat", {"e1", "e3"}, {"cat"}, {attr_int("axis", 1)});
+  b.conv("cat", "dw", 48, 48, 3, 2, 1, 48);
+  b.conv("dw", "g16", 48, 48, 3, 1, 1, 3);
+  b.conv("g16", "g8", 48, 48, 3, 1, 1, 6);
+  b.conv("g8", "last", 48, 32, 3, 1, 1);
+  b.output("last");
+  const auto ops = b.rewritten_ops();
+  EXPECT_EQ(ops.at("NchwcConv"), 6);
+  EXPECT_EQ(ops.at("Conv"), 1);
+  EXPECT_EQ(ops.at("Concat"), 1);
+  EXPECT_EQ(ops.at("ReorderToNchwc"), 2);  // x, g8
+  EXPECT_EQ(ops.at("ReorderFromNchwc"), 2);  // g16 for g8, last
+  std::mt19937 rng(8);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  Shape ss, s1, s3, sd, s16, s8, sl;
+  const auto rs = ref_conv(to_double(x), xs, b.values["s_w"], b.values["s_b"], 16, 1, 1, 0, 1, &ss);
+  const auto r1 = ref_conv(rs, ss, b.values["e1_w"], b.values["e1_b"], 32, 1, 1, 0, 1, &s1);
+  const auto r3 = ref_conv(rs, ss, b.values["e3_w"], b.values["e3_b"], 16, 3, 1, 1, 1, &s3);
+  std::vector<double> cat;
+  const int64_t plane = s1[2] * s1[3];
+  for (int64_t n = 0; n < xs[0]; ++n) {
+    cat.insert(cat.end(), r1.begin() + n * 32 * plane, r1.begin() + (n + 1) * 32 * plane);
+    cat.insert(cat.end(), r3.begin() + n * 16 * plane, r3.begin() + (n + 1) * 16 * plane);
+  }
+  const auto rd = ref_conv(cat, {xs[0], 48, s1[2], s1[3]}, b.values["dw_w"], b.values["dw_b"], 48, 3, 2, 1, 48, &sd);
+  const auto r16 = ref_conv(rd, sd, b.values["g16_w"], b.values["g16_b"], 48, 3, 1, 1, 3, &s16);
+  const auto r8 = ref_conv(r16, s16, b.values["g8_w"], b.values["g8_b"], 48, 3, 1, 1, 6, &s8);
+  const auto rl = ref_conv(r8, s8, b.values["last_w"], b.values["last_b"], 32, 3, 1, 1, 1, &sl);
+  // Five float32 layers of random weights: outputs of ~100 from sums of terms of ~1000, so the
+  // tolerances scale with the largest output (float32 rounding of the sums, in oneDNN's orders).
+  double scale = 0;
+  for (double v : rl) scale = std::max(scale, std::abs(v));
+  const std::string bytes = ir::serialize_model(b.m);
+  for (int threads : {1, 2}) {
+    InferenceSession fast = session(bytes, GraphOptimizationLevel::kEnableAll, threads);
+    InferenceSession plain = session(bytes, GraphOptimizationLevel::kDisableAll, threads);
+    const Tensor yf = fast.run({}, {{"x", x}})[0], yp = plain.run({}, {{"x", x}})[0];
+    EXPECT_TRUE(all_close(yf, yp.shape(), to_double(yp), 1e-5, 2e-5 * scale)) << threads;
+    EXPECT_TRUE(all_close(yf, sl, rl, 1e-5, 2e-5 * scale)) << threads;
+  }
+}
+
+// What stays plain: a Clip whose range excludes 0 (it would write the padded channels), a Sigmoid,
+// an Add that broadcasts, float64; a model without convolutions is untouched. (Add(c, c) is no
+// fusion: the Conv output has two readers; it stays blocked, same-shaped.)
+TEST(ConvLayout, LeavesWhatItMust) {
+  Builder b;
+  b.input("x", {1, 16, 6, 6});
+  b.conv("x", "c1", 16, 16, 3, 1, 1);
+  b.node("Add", {"c1", "c1"}, {"d"});
+  b.m.graph->initializers.emplace_back("lo", Tensor::from_vector<float>({}, {0.1f}));
+  b.node("Clip", {"d", "lo", ""}, {"k"});  // Clip(0) = 0.1
+  b.node("Sigmoid", {"k"}, {"s"});
+  b.node("Add", {"s", b.init("bias", {16, 1, 1})}, {"a"});
+  b.output("a");
+  const auto ops = b.rewritten_ops();
+  EXPECT_EQ(ops.at("NchwcConv"), 1);
+  EXPECT_EQ(ops.at("Add"), 2);
+  EXPECT_EQ(ops.at("Clip"), 1);
+  EXPECT_EQ(ops.at("ReorderToNchwc"), 1);
+  EXPECT_EQ(ops.at("ReorderFromNchwc"), 1);
+  Builder none;
+  none.input("x", {1, 4});
+  none.node("Relu", {"x"}, {"y"});
+  none.output("y");
+  EXPECT_EQ(none.rewritten_ops(), (std::map<std::string, int>{{"Relu", 1}}));
+  ir::Model m = b.m;
+  m.graph = std::make_shared<ir::Graph>(*b.m.graph);
+  m.graph->inputs[0].type = ir::TypeInfo::tensor(DType::kFloat64, {1, 16, 6, 6});
+  std::mt19937 r64(1);
+  for (auto& [name, t] : m.graph->initializers) t = random_tensor(DType::kFloat64, t.shape(), r64);
+  EXPECT_EQ(onnxtrain::runtime::block_conv_layouts(m), 0u);
+  std::mt19937 rng(2);
+  const Tensor x = random_tensor(DType::kFloat32, {1, 16, 6, 6}, rng);
+  const std::string bytes = ir::serialize_model(b.m);
+  const Tensor yf = session(bytes, GraphOptimizationLevel::kEnableAll, 1).run({}, {{"x", x}})[0];
+  const Tensor yp = session(bytes, GraphOptimizationLevel::kDisableAll, 1).run({}, {{"x", x}})[0];
+  EXPECT_TRUE(all_close(yf, yp.shape(), to_double(yp), 1e-5, 1e-6));
+}
