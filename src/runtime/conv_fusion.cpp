@@ -291,7 +291,23 @@ size_t block_conv_layouts(ir::Model& model) {
     return t->dims[1].value;
   };
   std::unordered_map<std::string, int64_t> blocked;  // value -> its channels, for the values chains produce
-  auto is_blocked = [&](const std::string& v) { return blocked.count(v) > 0; };
+  // Blocked values whose padded channels may hold nonzero (finite) values: a Sigmoid's or
+  // HardSigmoid's output. Only a Mul reads them blocked (a SiLU's x * sigmoid(x), a squeeze-and-
+  // excitation scale); every other reader gets them through ReorderFromNchwc, which drops the
+  // padding, so each blocked input of the other operators keeps its padded channels zero.
+  std::unordered_set<std::string> dirty;
+  auto any_blocked = [&](const std::string& v) { return blocked.count(v) > 0; };
+  auto is_blocked = [&](const std::string& v) { return any_blocked(v) && !dirty.count(v); };
+  // A float32 [N, C, 1, 1] value of the given N and C (broadcast over a blocked [N, C, H, W]).
+  auto per_channel = [&](const std::string& v, const ir::TypeInfo* like) {
+    const ir::TypeInfo* t = type_of(v);
+    return t && like && t->kind == ir::TypeInfo::Kind::kTensor && t->elem == DType::kFloat32 && t->has_shape &&
+           t->dims.size() == 4 && like->has_shape && like->dims.size() == 4 && t->dims[0].fixed() &&
+           like->dims[0].fixed() && t->dims[0].value == like->dims[0].value && t->dims[1].fixed() &&
+           like->dims[1].fixed() && t->dims[1].value == like->dims[1].value && t->dims[2].fixed() &&
+           t->dims[2].value == 1 && t->dims[3].fixed() && t->dims[3].value == 1;
+  };
+  bool out_dirty = false;
   const size_t count = g.nodes.size();
   std::vector<bool> run_blocked(count, false);
   std::vector<std::vector<size_t>> slots(count);  // the inputs a blocked node reads blocked
@@ -303,6 +319,7 @@ size_t block_conv_layouts(ir::Model& model) {
     if (!c_out) continue;
     std::vector<size_t> reads;
     bool ok = false;
+    out_dirty = false;
     const bool fused = n.domain == ops::kMicrosoftDomain && n.op_type == "FusedConv";
     if (is(n, "Conv") || fused) {
       // 2-D, constant weights, float32; grouped only where oneDNN's blocked kernels take the groups
@@ -313,6 +330,7 @@ size_t block_conv_layouts(ir::Model& model) {
       const ir::Attribute* group_attr = n.attr("group");
       const int64_t group = group_attr ? group_attr->i : 1;
       if (!c || !w || w->rank() != 4 || n.inputs.size() > (fused ? 4u : 3u) || group < 1) continue;
+      if (dirty.count(n.inputs[0]) || (n.inputs.size() == 4 && dirty.count(n.inputs[3]))) continue;
       const int64_t M = w->shape()[0], Cg = w->shape()[1];
       if (M != *c_out || Cg * group != *c || M % group != 0) continue;
       const int64_t Mg = M / group;
@@ -339,6 +357,24 @@ size_t block_conv_layouts(ir::Model& model) {
       }
       ok = zero_kept && is_blocked(n.inputs[0]);
       reads = {0};
+    } else if ((is(n, "Sigmoid") || is(n, "HardSigmoid") || is(n, "Tanh")) && n.inputs.size() == 1) {
+      // Bounded, so finite in the padded channels; Sigmoid(0) and HardSigmoid(0) are not 0.
+      ok = any_blocked(n.inputs[0]);
+      out_dirty = !is(n, "Tanh") || dirty.count(n.inputs[0]) > 0;
+      reads = {0};
+    } else if (is(n, "Mul") && n.inputs.size() == 2) {
+      // Same shapes, or one operand [N, C, 1, 1] ([N, C/16, 1, 1, 16] blocked broadcasts the same
+      // way); the product's padding is zero where either operand's is.
+      const ir::TypeInfo* out_t = type_of(n.outputs[0]);
+      ok = true;
+      out_dirty = true;
+      for (size_t k = 0; k < 2; ++k) {
+        const std::string& v = n.inputs[k];
+        ok = ok && any_blocked(v) && blocked[v] == *c_out &&
+             (same_type(type_of(v), out_t) || per_channel(v, out_t));
+        out_dirty = out_dirty && dirty.count(v) > 0;
+        reads.push_back(k);
+      }
     } else if (is(n, "Add") || is(n, "Sum")) {
       ok = true;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -353,7 +389,7 @@ size_t block_conv_layouts(ir::Model& model) {
       bool any = false;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const auto c = is_blocked(n.inputs[k]) ? std::optional<int64_t>(blocked[n.inputs[k]]) : channels(n.inputs[k]);
-        ok = ok && c && *c % kBlock == 0;
+        ok = ok && c && *c % kBlock == 0 && !dirty.count(n.inputs[k]);
         any = any || is_blocked(n.inputs[k]);
         reads.push_back(k);
       }
@@ -386,6 +422,7 @@ size_t block_conv_layouts(ir::Model& model) {
     run_blocked[i] = true;
     slots[i] = std::move(reads);
     blocked[n.outputs[0]] = *c_out;
+    if (out_dirty) dirty.insert(n.outputs[0]);
   }
   if (blocked.empty()) return 0;
 

@@ -29,11 +29,14 @@ size_t fold_conv_batchnorm(ir::Model& model);
 /// Keeps convolutional activations in oneDNN's blocked layout nChw16c across chains of Conv /
 /// FusedConv, MaxPool, AveragePool, GlobalAveragePool, inference BatchNormalization with constant
 /// statistics (as the depthwise 1x1 convolution it is), Relu / LeakyRelu / Clip (bounds around 0),
-/// Add / Sum (same shapes) and Concat over channels (inputs of 16-channel multiples), as
+/// Add / Sum (same shapes), Sigmoid / HardSigmoid / Tanh and Mul (same shapes or a [N, C, 1, 1]
+/// operand: SiLU, squeeze-and-excitation) and Concat over channels (inputs of 16-channel multiples), as
 /// onnxruntime's NCHWc transformer does (GraphOptimizationLevel all, inference sessions only;
 /// run after fuse_conv_activations). A blocked value [N, C, H, W] is the float32 tensor
 /// [N, ceil(C/16), H, W, 16] holding channel c at [., c / 16, ., ., c % 16], the padded channels
-/// zero (every blocked node keeps them zero). The rewritten nodes are com.onnxtrain NchwcConv,
+/// zero (every blocked node keeps them zero, except that a Sigmoid's or HardSigmoid's output,
+/// whose padding is finite but not zero, is read blocked only by a Mul, whose product's padding is
+/// zero again when the other operand's is). The rewritten nodes are com.onnxtrain NchwcConv,
 /// NchwcMaxPool, NchwcAveragePool, NchwcGlobalAveragePool and the unchanged elementwise ones and
 /// Concat (axis 1 of the 5-D tensors); ReorderToNchwc / ReorderFromNchwc are the chains'
 /// boundaries, the latter giving back the original value (same name) wherever a plain node, a

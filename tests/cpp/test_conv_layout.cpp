@@ -260,3 +260,63 @@ TEST(ConvLayout, LeavesWhatItMust) {
   const Tensor yp = session(bytes, GraphOptimizationLevel::kDisableAll, 1).run({}, {{"x", x}})[0];
   EXPECT_TRUE(all_close(yf, yp.shape(), to_double(yp), 1e-5, 1e-6));
 }
+
+// EfficientNet's patterns: SiLU as Mul(c, Sigmoid(c)) over 24 channels (8 padded), a squeeze-and-
+// excitation scale Mul(a, Sigmoid(Conv(GlobalAveragePool(a)))) broadcast from [N, C, 1, 1], both
+// blocked; a Sigmoid read by a Conv stays behind a ReorderFromNchwc (its padded channels are not
+// zero), against a double reference and the unoptimized session.
+TEST(ConvLayout, SigmoidGatesStayBlocked) {
+  Builder b;
+  const Shape xs{2, 16, 6, 6};
+  b.input("x", xs);
+  b.conv("x", "c1", 16, 24, 3, 1, 1);
+  b.node("Sigmoid", {"c1"}, {"s1"});
+  b.node("Mul", {"c1", "s1"}, {"a"});
+  b.node("GlobalAveragePool", {"a"}, {"g"});
+  b.conv("g", "e", 24, 24, 1, 1, 0);
+  b.node("Sigmoid", {"e"}, {"se"});
+  b.node("Mul", {"a", "se"}, {"y"});
+  b.conv("y", "c2", 24, 16, 3, 1, 1);
+  b.node("Sigmoid", {"c2"}, {"t"});
+  b.conv("t", "c3", 16, 16, 1, 1, 0);
+  b.output("c2");
+  b.output("c3");
+  const auto ops = b.rewritten_ops();
+  EXPECT_EQ(ops.at("NchwcConv"), 3);  // c1, e, c2
+  EXPECT_EQ(ops.at("Conv"), 1);       // c3 reads the Sigmoid plain
+  EXPECT_EQ(ops.at("Sigmoid"), 3);
+  EXPECT_EQ(ops.at("Mul"), 2);
+  EXPECT_EQ(ops.at("ReorderToNchwc"), 1);    // x
+  EXPECT_EQ(ops.at("ReorderFromNchwc"), 2);  // c2 (graph output), t (for c3)
+  auto sigmoid = [](std::vector<double> v) {
+    for (double& e : v) e = 1 / (1 + std::exp(-e));
+    return v;
+  };
+  std::mt19937 rng(5);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  Shape s1, se, s2, s3;
+  const auto c1 = ref_conv(to_double(x), xs, b.values["c1_w"], b.values["c1_b"], 24, 3, 1, 1, 1, &s1);
+  const auto sg = sigmoid(c1);
+  std::vector<double> a(c1.size()), g(size_t(s1[0] * 24));
+  const int64_t plane = s1[2] * s1[3];
+  for (size_t i = 0; i < a.size(); ++i) a[i] = c1[i] * sg[i];
+  for (size_t i = 0; i < a.size(); ++i) g[i / size_t(plane)] += a[i] / double(plane);
+  const auto e = sigmoid(ref_conv(g, {s1[0], 24, 1, 1}, b.values["e_w"], b.values["e_b"], 24, 1, 1, 0, 1, &se));
+  std::vector<double> y(a.size());
+  for (size_t i = 0; i < a.size(); ++i) y[i] = a[i] * e[i / size_t(plane)];
+  const auto c2 = ref_conv(y, s1, b.values["c2_w"], b.values["c2_b"], 16, 3, 1, 1, 1, &s2);
+  const auto c3 = ref_conv(sigmoid(c2), s2, b.values["c3_w"], b.values["c3_b"], 16, 1, 1, 0, 1, &s3);
+  const std::string bytes = ir::serialize_model(b.m);
+  for (int threads : {1, 2}) {
+    InferenceSession fast = session(bytes, GraphOptimizationLevel::kEnableAll, threads);
+    InferenceSession plain = session(bytes, GraphOptimizationLevel::kDisableAll, threads);
+    const auto yf = fast.run({}, {{"x", x}}), yp = plain.run({}, {{"x", x}});
+    for (size_t k = 0; k < 2; ++k) {
+      const auto& ref = k == 0 ? c2 : c3;
+      double scale = 0;
+      for (double v : ref) scale = std::max(scale, std::abs(v));
+      EXPECT_TRUE(all_close(yf[k], yp[k].shape(), to_double(yp[k]), 1e-5, 1e-5 * scale)) << threads << " " << k;
+      EXPECT_TRUE(all_close(yf[k], k == 0 ? s2 : s3, ref, 1e-5, 1e-5 * scale)) << threads << " " << k;
+    }
+  }
+}
