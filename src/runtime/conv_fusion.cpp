@@ -458,15 +458,41 @@ size_t block_conv_layouts(ir::Model& model) {
     r.outputs = {to};
     return r;
   };
+  // A blocked convolution without activation whose output c is read only by s = Sigmoid(c) and
+  // Mul(c, s) (s read by that Mul alone, neither a graph output): the Mul's index, folded into the
+  // convolution as its SiLU activation (oneDNN's swish post-op), the Sigmoid and the Mul dropped.
+  auto silu_mul = [&](size_t i) -> std::optional<size_t> {
+    const ir::Node& n = g.nodes[i];
+    const ir::Attribute* act = n.attr("activation");
+    if ((act && !act->s.empty()) || !(is(n, "Conv") || n.op_type == "FusedConv")) return std::nullopt;
+    auto it = readers.find(n.outputs[0]);
+    if (it == readers.end() || it->second.size() != 2) return std::nullopt;
+    std::optional<size_t> sig, mul;
+    for (size_t r : it->second) {
+      if (r == SIZE_MAX || !run_blocked[r]) return std::nullopt;
+      if (is(g.nodes[r], "Sigmoid")) sig = r;
+      else if (is(g.nodes[r], "Mul")) mul = r;
+    }
+    if (!sig || !mul) return std::nullopt;
+    const std::string& s = g.nodes[*sig].outputs[0];
+    auto sr = readers.find(s);
+    if (sr == readers.end() || sr->second.size() != 1 || sr->second[0] != *mul) return std::nullopt;
+    const auto& in = g.nodes[*mul].inputs;
+    if (!((in[0] == n.outputs[0] && in[1] == s) || (in[1] == n.outputs[0] && in[0] == s))) return std::nullopt;
+    return mul;
+  };
+  std::vector<bool> folded(count, false);  // Sigmoid and Mul nodes now a convolution's activation
   std::unordered_map<std::string, std::string> blocked_name;  // value -> its blocked form
   std::vector<ir::Node> nodes;
   size_t rewritten = 0;
   for (size_t i = 0; i < count; ++i) {
     const ir::Node& n = g.nodes[i];
+    if (folded[i]) continue;
     if (!run_blocked[i]) {
       nodes.push_back(n);
       continue;
     }
+    const std::optional<size_t> silu = silu_mul(i);
     ir::Node b = n;
     for (size_t k : slots[i]) {
       const std::string& v = n.inputs[k];
@@ -477,8 +503,15 @@ size_t block_conv_layouts(ir::Model& model) {
       }
       b.inputs[k] = it->second;
     }
-    const std::string& out = n.outputs[0];
+    const std::string& out = silu ? g.nodes[*silu].outputs[0] : n.outputs[0];
     b.outputs[0] = blocked_name.emplace(out, fresh(out + "_nchwc")).first->second;
+    if (silu) {
+      for (size_t r : readers.at(n.outputs[0])) folded[r] = true;
+      std::erase_if(b.attrs, [](const ir::Attribute& a) { return a.name == "activation" || a.name == "activation_params"; });
+      ir::Attribute a;
+      a.name = "activation", a.type = ir::AttrType::kString, a.s = "SiLU";
+      b.attrs.push_back(a);
+    }
     if (b.op_type == "BatchNormalization") {
       auto& [w, bias] = bn_weights.at(i);
       const std::string wn = fresh(out + "_bn_w"), bn = fresh(out + "_bn_b");

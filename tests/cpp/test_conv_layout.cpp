@@ -261,10 +261,11 @@ TEST(ConvLayout, LeavesWhatItMust) {
   EXPECT_TRUE(all_close(yf, yp.shape(), to_double(yp), 1e-5, 1e-6));
 }
 
-// EfficientNet's patterns: SiLU as Mul(c, Sigmoid(c)) over 24 channels (8 padded), a squeeze-and-
-// excitation scale Mul(a, Sigmoid(Conv(GlobalAveragePool(a)))) broadcast from [N, C, 1, 1], both
-// blocked; a Sigmoid read by a Conv stays behind a ReorderFromNchwc (its padded channels are not
-// zero), against a double reference and the unoptimized session.
+// EfficientNet's patterns: SiLU as Mul(c, Sigmoid(c)) over 24 channels (8 padded) folded into the
+// convolution (its SiLU activation), a squeeze-and-excitation scale Mul(a, Sigmoid(Conv(
+// GlobalAveragePool(a)))) broadcast from [N, C, 1, 1], blocked; a Sigmoid read by a Conv stays
+// behind a ReorderFromNchwc (its padded channels are not zero), against a double reference and the
+// unoptimized session.
 TEST(ConvLayout, SigmoidGatesStayBlocked) {
   Builder b;
   const Shape xs{2, 16, 6, 6};
@@ -284,8 +285,8 @@ TEST(ConvLayout, SigmoidGatesStayBlocked) {
   const auto ops = b.rewritten_ops();
   EXPECT_EQ(ops.at("NchwcConv"), 3);  // c1, e, c2
   EXPECT_EQ(ops.at("Conv"), 1);       // c3 reads the Sigmoid plain
-  EXPECT_EQ(ops.at("Sigmoid"), 3);
-  EXPECT_EQ(ops.at("Mul"), 2);
+  EXPECT_EQ(ops.at("Sigmoid"), 2);   // se, t: s1 and its Mul are c1's SiLU
+  EXPECT_EQ(ops.at("Mul"), 1);
   EXPECT_EQ(ops.at("ReorderToNchwc"), 1);    // x
   EXPECT_EQ(ops.at("ReorderFromNchwc"), 2);  // c2 (graph output), t (for c3)
   auto sigmoid = [](std::vector<double> v) {

@@ -230,7 +230,7 @@ def test_extended_level_keeps_plain_layout(tmp_path):
     assert ops["FusedConv"] >= 3, ops
 
 
-@pytest.mark.parametrize("name", ["resnet18", "squeezenet1_0"])
+@pytest.mark.parametrize("name", ["resnet18", "squeezenet1_0", "efficientnet_b0", "mobilenet_v3_small"])
 def test_torchvision_models_match_torch(name):
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)

@@ -372,17 +372,24 @@ struct Fp16Stage {
 // com.microsoft FusedConv's activation (onnxruntime's contrib operator, what the inference
 // rewrite of src/runtime/conv_fusion.cpp writes): Y = act(Conv(X, W, B) + Z).
 struct FusedActivation {
-  enum class Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid } kind = Kind::kNone;
+  enum class Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kSiLU } kind = Kind::kNone;
   float alpha = 0, beta = 0;  // LeakyRelu: alpha; Clip: min, max; HardSigmoid: alpha, beta
 
   /// Reads `activation` and `activation_params` (their count checked against the activation).
-  void read(const KernelInfo& info) {
+  /// `silu`: also "SiLU" (x * Sigmoid(x); NchwcConv's, which block_conv_layouts folds in; not one of
+  /// com.microsoft.FusedConv's activations).
+  void read(const KernelInfo& info, bool silu = false) {
     const std::string name = info.attr_string("activation", "");
     const std::vector<float> params = info.attr_floats("activation_params", {});
     static const std::vector<std::tuple<const char*, Kind, size_t>> known = {
         {"", Kind::kNone, 0},         {"Relu", Kind::kRelu, 0}, {"LeakyRelu", Kind::kLeakyRelu, 1},
         {"Clip", Kind::kClip, 2},     {"Sigmoid", Kind::kSigmoid, 0}, {"Tanh", Kind::kTanh, 0},
         {"HardSigmoid", Kind::kHardSigmoid, 2}};
+    if (silu && name == "SiLU") {
+      if (!params.empty()) info.fail("activation 'SiLU' takes 0 activation_params, got ", params.size());
+      kind = Kind::kSiLU;
+      return;
+    }
     for (const auto& [n, k, count] : known) {
       if (name != n) continue;
       if (params.size() != count)
@@ -397,12 +404,15 @@ struct FusedActivation {
                                 "' is not implemented (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid)");
   }
   /// The activation as a oneDNN eltwise post-op where it is the same arithmetic as onnxtrain's own
-  /// kernel (Relu, LeakyRelu, Clip); false for the others (applied after the primitive).
+  /// kernel (Relu, LeakyRelu, Clip), and SiLU; false for the others (applied after the primitive).
   bool post_op(dnnl::post_ops& po) const {
     switch (kind) {
       case Kind::kRelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f); return true;
       case Kind::kLeakyRelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, alpha, 0.f); return true;
       case Kind::kClip: po.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, alpha, beta); return true;
+      // oneDNN's x * sigmoid(x): not onnxtrain's Sigmoid and Mul bit for bit (within float32
+      // rounding of exp), but the unfused pair costs two passes over the output (EfficientNet).
+      case Kind::kSiLU: po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f); return true;
       default: return kind == Kind::kNone;
     }
   }
@@ -420,6 +430,7 @@ struct FusedActivation {
       case Kind::kTanh: return apply(y, z, n, [](Cm v) { return std::tanh(v); });
       case Kind::kHardSigmoid:
         return apply(y, z, n, [a, b](Cm v) { return std::max(Cm(0), std::min(Cm(1), a * v + b)); });
+      case Kind::kSiLU: return apply(y, z, n, [](Cm v) { return v * (Cm(1) / (Cm(1) + std::exp(-v))); });
     }
   }
   template <class T, class F>
@@ -442,7 +453,7 @@ class ConvKernel final : public Kernel {
   ConvKernel(const KernelInfo& info, bool transposed, bool fused, bool blocked = false)
       : fused_(fused), blocked_(blocked) {
     p_.read(info, transposed);
-    if (fused) act_.read(info);
+    if (fused) act_.read(info, blocked);
   }
 
   void prepare(PrepareContext& ctx) override {
