@@ -93,7 +93,7 @@ std::vector<OpDef> build() {
       like("ConvTransposeGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the ConvTranspose)"),
       // oneDNN's blocked activation layout (inference sessions' runtime::block_conv_layouts).
       blocked("NchwcConv", 2, 4, "(X, W[, B, Z]) -> Y: com.microsoft.FusedConv over blocked X (or plain, few channels), Z and Y "
-              "(float32 2-D; [N, C, H, W] stored as [N, ceil(C/16), H, W, 16], padded channels zero; activation also SiLU)"),
+              "(float32 2-D; [N, C, H, W] stored as [N, ceil(C/16), H, W, 16], padded channels zero; activation also SiLU and HardSwish)"),
       blocked("ReorderToNchwc", 1, 1, "(X[N, C, H, W]) -> Y[N, ceil(C/16), H, W, 16]: the blocked layout, padded channels zero"),
       blocked("ReorderFromNchwc", 1, 1, "(X[N, ceil(C/16), H, W, 16]) -> Y[N, C, H, W]: the plain layout (attribute channels = C)"),
       blocked("NchwcMaxPool", 1, 1, "(X) -> Y: MaxPool (its attributes) over blocked X and Y"),

@@ -349,8 +349,8 @@ size_t block_conv_layouts(ir::Model& model) {
       // Few input channels (the first convolution): oneDNN reads the plain layout directly.
       if (is_blocked(n.inputs[0]) || group != 1 || *c >= kBlock) reads.push_back(0);
       ok = true;
-    } else if (is(n, "Relu") || is(n, "LeakyRelu") || is(n, "Clip")) {
-      bool zero_kept = !is(n, "Clip");
+    } else if (is(n, "Relu") || is(n, "LeakyRelu") || is(n, "Clip") || is(n, "HardSwish")) {
+      bool zero_kept = !is(n, "Clip");  // HardSwish(0) = 0
       if (!zero_kept) {
         const auto act = activation_of(g, n, opset);
         zero_kept = act && act->params[0] <= 0.f && act->params[1] >= 0.f;
@@ -459,17 +459,26 @@ size_t block_conv_layouts(ir::Model& model) {
     return r;
   };
   // A blocked convolution without activation whose output c is read only by s = Sigmoid(c) and
-  // Mul(c, s) (s read by that Mul alone, neither a graph output): the Mul's index, folded into the
-  // convolution as its SiLU activation (oneDNN's swish post-op), the Sigmoid and the Mul dropped.
-  auto silu_mul = [&](size_t i) -> std::optional<size_t> {
+  // Mul(c, s) (s read by that Mul alone, neither a graph output), or only by one HardSwish: the
+  // activation it becomes (oneDNN's swish / hardswish post-op) and the node whose output the
+  // convolution then writes (the Mul, the HardSwish), the Sigmoid and the Mul, or the HardSwish,
+  // dropped.
+  struct Folded {
+    const char* activation;
+    size_t last;
+  };
+  auto fold_activation = [&](size_t i) -> std::optional<Folded> {
     const ir::Node& n = g.nodes[i];
     const ir::Attribute* act = n.attr("activation");
     if ((act && !act->s.empty()) || !(is(n, "Conv") || n.op_type == "FusedConv")) return std::nullopt;
     auto it = readers.find(n.outputs[0]);
-    if (it == readers.end() || it->second.size() != 2) return std::nullopt;
+    if (it == readers.end()) return std::nullopt;
+    for (size_t r : it->second)
+      if (r == SIZE_MAX || !run_blocked[r]) return std::nullopt;
+    if (it->second.size() == 1 && is(g.nodes[it->second[0]], "HardSwish")) return Folded{"HardSwish", it->second[0]};
+    if (it->second.size() != 2) return std::nullopt;
     std::optional<size_t> sig, mul;
     for (size_t r : it->second) {
-      if (r == SIZE_MAX || !run_blocked[r]) return std::nullopt;
       if (is(g.nodes[r], "Sigmoid")) sig = r;
       else if (is(g.nodes[r], "Mul")) mul = r;
     }
@@ -479,9 +488,9 @@ size_t block_conv_layouts(ir::Model& model) {
     if (sr == readers.end() || sr->second.size() != 1 || sr->second[0] != *mul) return std::nullopt;
     const auto& in = g.nodes[*mul].inputs;
     if (!((in[0] == n.outputs[0] && in[1] == s) || (in[1] == n.outputs[0] && in[0] == s))) return std::nullopt;
-    return mul;
+    return Folded{"SiLU", *mul};
   };
-  std::vector<bool> folded(count, false);  // Sigmoid and Mul nodes now a convolution's activation
+  std::vector<bool> folded(count, false);  // nodes now a convolution's activation
   std::unordered_map<std::string, std::string> blocked_name;  // value -> its blocked form
   std::vector<ir::Node> nodes;
   size_t rewritten = 0;
@@ -492,7 +501,7 @@ size_t block_conv_layouts(ir::Model& model) {
       nodes.push_back(n);
       continue;
     }
-    const std::optional<size_t> silu = silu_mul(i);
+    const std::optional<Folded> act = fold_activation(i);
     ir::Node b = n;
     for (size_t k : slots[i]) {
       const std::string& v = n.inputs[k];
@@ -503,13 +512,13 @@ size_t block_conv_layouts(ir::Model& model) {
       }
       b.inputs[k] = it->second;
     }
-    const std::string& out = silu ? g.nodes[*silu].outputs[0] : n.outputs[0];
+    const std::string& out = act ? g.nodes[act->last].outputs[0] : n.outputs[0];
     b.outputs[0] = blocked_name.emplace(out, fresh(out + "_nchwc")).first->second;
-    if (silu) {
+    if (act) {
       for (size_t r : readers.at(n.outputs[0])) folded[r] = true;
       std::erase_if(b.attrs, [](const ir::Attribute& a) { return a.name == "activation" || a.name == "activation_params"; });
       ir::Attribute a;
-      a.name = "activation", a.type = ir::AttrType::kString, a.s = "SiLU";
+      a.name = "activation", a.type = ir::AttrType::kString, a.s = act->activation;
       b.attrs.push_back(a);
     }
     if (b.op_type == "BatchNormalization") {

@@ -97,6 +97,30 @@ void relu(std::vector<double>& v) {
   for (double& e : v) e = std::max(e, 0.0);
 }
 
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double e : v) m = std::max(m, std::abs(e));
+  return m;
+}
+
+// Runs the model at kEnableAll and kDisableAll at 1 and 2 threads on x and compares every output
+// with the unoptimized session's and with refs[k] (of shapes[k]) to 1e-5 relative + 1e-5 of the
+// largest reference value.
+void expect_outputs(const std::string& bytes, const Tensor& x, const std::vector<std::vector<double>>& refs,
+                    const std::vector<Shape>& shapes) {
+  for (int threads : {1, 2}) {
+    InferenceSession fast = session(bytes, GraphOptimizationLevel::kEnableAll, threads);
+    InferenceSession plain = session(bytes, GraphOptimizationLevel::kDisableAll, threads);
+    const auto yf = fast.run({}, {{"x", x}}), yp = plain.run({}, {{"x", x}});
+    ASSERT_EQ(yf.size(), refs.size());
+    for (size_t k = 0; k < refs.size(); ++k) {
+      const double atol = 1e-5 * max_abs(refs[k]);
+      EXPECT_TRUE(all_close(yf[k], yp[k].shape(), to_double(yp[k]), 1e-5, atol)) << threads << " " << k;
+      EXPECT_TRUE(all_close(yf[k], shapes[k], refs[k], 1e-5, atol)) << threads << " " << k;
+    }
+  }
+}
+
 }  // namespace
 
 // Conv(3 -> 24) + Relu reads the plain input, Conv(24 -> 40) + Relu, a residual Conv(40 -> 40) +
@@ -307,17 +331,58 @@ TEST(ConvLayout, SigmoidGatesStayBlocked) {
   for (size_t i = 0; i < a.size(); ++i) y[i] = a[i] * e[i / size_t(plane)];
   const auto c2 = ref_conv(y, s1, b.values["c2_w"], b.values["c2_b"], 16, 3, 1, 1, 1, &s2);
   const auto c3 = ref_conv(sigmoid(c2), s2, b.values["c3_w"], b.values["c3_b"], 16, 1, 1, 0, 1, &s3);
-  const std::string bytes = ir::serialize_model(b.m);
-  for (int threads : {1, 2}) {
-    InferenceSession fast = session(bytes, GraphOptimizationLevel::kEnableAll, threads);
-    InferenceSession plain = session(bytes, GraphOptimizationLevel::kDisableAll, threads);
-    const auto yf = fast.run({}, {{"x", x}}), yp = plain.run({}, {{"x", x}});
-    for (size_t k = 0; k < 2; ++k) {
-      const auto& ref = k == 0 ? c2 : c3;
-      double scale = 0;
-      for (double v : ref) scale = std::max(scale, std::abs(v));
-      EXPECT_TRUE(all_close(yf[k], yp[k].shape(), to_double(yp[k]), 1e-5, 1e-5 * scale)) << threads << " " << k;
-      EXPECT_TRUE(all_close(yf[k], k == 0 ? s2 : s3, ref, 1e-5, 1e-5 * scale)) << threads << " " << k;
-    }
-  }
+  expect_outputs(ir::serialize_model(b.m), x, {c2, c3}, {s2, s3});
+}
+
+// MobileNet-v3's patterns: HardSwish after a convolution (read by it alone) folded into it as its
+// "HardSwish" activation (oneDNN's hardswish post-op), over 24 channels (8 padded) and a depthwise
+// convolution; a squeeze-and-excitation gate Mul(h, HardSigmoid(Conv(Relu(Conv(
+// GlobalAveragePool(h)))))); a HardSwish of a value also read elsewhere (a graph output) stays a
+// blocked node of its own (HardSwish(0) = 0 keeps the padding zero); against a double reference
+// and the unoptimized session.
+TEST(ConvLayout, HardSwishFoldsIntoConvolutions) {
+  Builder b;
+  const Shape xs{2, 16, 7, 7};
+  b.input("x", xs);
+  b.conv("x", "c1", 16, 24, 1, 1, 0);
+  b.node("HardSwish", {"c1"}, {"h1"});
+  b.conv("h1", "d", 24, 24, 3, 2, 1, 24);
+  b.node("HardSwish", {"d"}, {"h2"});
+  b.node("GlobalAveragePool", {"h2"}, {"g"});
+  b.conv("g", "e1", 24, 16, 1, 1, 0);
+  b.node("Relu", {"e1"}, {"r"});
+  b.conv("r", "e2", 16, 24, 1, 1, 0);
+  b.node("HardSigmoid", {"e2"}, {"se"}, {attr_float("alpha", float(1.0 / 6.0)), attr_float("beta", 0.5f)});
+  b.node("Mul", {"h2", "se"}, {"y"});
+  b.conv("y", "c3", 24, 32, 1, 1, 0);
+  b.node("HardSwish", {"c3"}, {"h3"});
+  b.output("h3");
+  b.output("c3");
+  const auto ops = b.rewritten_ops();
+  EXPECT_EQ(ops.at("NchwcConv"), 5);  // c1, d, e1 (+ Relu), e2, c3
+  EXPECT_EQ(ops.at("HardSwish"), 1);  // h3: c3 is also a graph output
+  EXPECT_EQ(ops.at("HardSigmoid"), 1);
+  EXPECT_EQ(ops.at("Mul"), 1);
+  EXPECT_EQ(ops.at("ReorderToNchwc"), 1);    // x
+  EXPECT_EQ(ops.at("ReorderFromNchwc"), 2);  // h3, c3
+  auto hardswish = [](std::vector<double> v) {
+    for (double& e : v) e = e * std::max(0.0, std::min(1.0, e / 6 + 0.5));
+    return v;
+  };
+  std::mt19937 rng(6);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  Shape s1, sd, s_e1, s_e2, s3;
+  const auto h1 = hardswish(ref_conv(to_double(x), xs, b.values["c1_w"], b.values["c1_b"], 24, 1, 1, 0, 1, &s1));
+  const auto h2 = hardswish(ref_conv(h1, s1, b.values["d_w"], b.values["d_b"], 24, 3, 2, 1, 24, &sd));
+  const int64_t plane = sd[2] * sd[3];
+  std::vector<double> g(size_t(sd[0] * 24));
+  for (size_t i = 0; i < h2.size(); ++i) g[i / size_t(plane)] += h2[i] / double(plane);
+  auto r = ref_conv(g, {sd[0], 24, 1, 1}, b.values["e1_w"], b.values["e1_b"], 16, 1, 1, 0, 1, &s_e1);
+  relu(r);
+  auto se = ref_conv(r, s_e1, b.values["e2_w"], b.values["e2_b"], 24, 1, 1, 0, 1, &s_e2);
+  for (double& e : se) e = std::max(0.0, std::min(1.0, e / 6 + 0.5));
+  std::vector<double> y(h2.size());
+  for (size_t i = 0; i < y.size(); ++i) y[i] = h2[i] * se[i / size_t(plane)];
+  const auto c3 = ref_conv(y, sd, b.values["c3_w"], b.values["c3_b"], 32, 1, 1, 0, 1, &s3);
+  expect_outputs(ir::serialize_model(b.m), x, {hardswish(c3), c3}, {s3, s3});
 }

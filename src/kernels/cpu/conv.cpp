@@ -372,22 +372,22 @@ struct Fp16Stage {
 // com.microsoft FusedConv's activation (onnxruntime's contrib operator, what the inference
 // rewrite of src/runtime/conv_fusion.cpp writes): Y = act(Conv(X, W, B) + Z).
 struct FusedActivation {
-  enum class Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kSiLU } kind = Kind::kNone;
+  enum class Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kSiLU, kHardSwish } kind = Kind::kNone;
   float alpha = 0, beta = 0;  // LeakyRelu: alpha; Clip: min, max; HardSigmoid: alpha, beta
 
   /// Reads `activation` and `activation_params` (their count checked against the activation).
-  /// `silu`: also "SiLU" (x * Sigmoid(x); NchwcConv's, which block_conv_layouts folds in; not one of
-  /// com.microsoft.FusedConv's activations).
-  void read(const KernelInfo& info, bool silu = false) {
+  /// `blocked`: also "SiLU" (x * Sigmoid(x)) and "HardSwish" (x * HardSigmoid(x) with alpha 1/6,
+  /// beta 1/2), NchwcConv's, which block_conv_layouts folds in; not com.microsoft.FusedConv's.
+  void read(const KernelInfo& info, bool blocked = false) {
     const std::string name = info.attr_string("activation", "");
     const std::vector<float> params = info.attr_floats("activation_params", {});
     static const std::vector<std::tuple<const char*, Kind, size_t>> known = {
         {"", Kind::kNone, 0},         {"Relu", Kind::kRelu, 0}, {"LeakyRelu", Kind::kLeakyRelu, 1},
         {"Clip", Kind::kClip, 2},     {"Sigmoid", Kind::kSigmoid, 0}, {"Tanh", Kind::kTanh, 0},
         {"HardSigmoid", Kind::kHardSigmoid, 2}};
-    if (silu && name == "SiLU") {
-      if (!params.empty()) info.fail("activation 'SiLU' takes 0 activation_params, got ", params.size());
-      kind = Kind::kSiLU;
+    if (blocked && (name == "SiLU" || name == "HardSwish")) {
+      if (!params.empty()) info.fail("activation '", name, "' takes 0 activation_params, got ", params.size());
+      kind = name == "SiLU" ? Kind::kSiLU : Kind::kHardSwish;
       return;
     }
     for (const auto& [n, k, count] : known) {
@@ -404,7 +404,8 @@ struct FusedActivation {
                                 "' is not implemented (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid)");
   }
   /// The activation as a oneDNN eltwise post-op where it is the same arithmetic as onnxtrain's own
-  /// kernel (Relu, LeakyRelu, Clip), and SiLU; false for the others (applied after the primitive).
+  /// kernel (Relu, LeakyRelu, Clip), and SiLU and HardSwish; false for the others (applied after
+  /// the primitive).
   bool post_op(dnnl::post_ops& po) const {
     switch (kind) {
       case Kind::kRelu: po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f); return true;
@@ -413,6 +414,8 @@ struct FusedActivation {
       // oneDNN's x * sigmoid(x): not onnxtrain's Sigmoid and Mul bit for bit (within float32
       // rounding of exp), but the unfused pair costs two passes over the output (EfficientNet).
       case Kind::kSiLU: po.append_eltwise(1.f, dnnl::algorithm::eltwise_swish, 1.f, 0.f); return true;
+      // oneDNN's x * min(max(x + 3, 0), 6) / 6: ONNX's HardSwish within float32 rounding.
+      case Kind::kHardSwish: po.append_eltwise(1.f, dnnl::algorithm::eltwise_hardswish, 0.f, 0.f); return true;
       default: return kind == Kind::kNone;
     }
   }
@@ -431,6 +434,8 @@ struct FusedActivation {
       case Kind::kHardSigmoid:
         return apply(y, z, n, [a, b](Cm v) { return std::max(Cm(0), std::min(Cm(1), a * v + b)); });
       case Kind::kSiLU: return apply(y, z, n, [](Cm v) { return v * (Cm(1) / (Cm(1) + std::exp(-v))); });
+      case Kind::kHardSwish:
+        return apply(y, z, n, [](Cm v) { return v * std::max(Cm(0), std::min(Cm(1), v * Cm(1.0 / 6.0) + Cm(0.5))); });
     }
   }
   template <class T, class F>
