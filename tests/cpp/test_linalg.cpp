@@ -239,6 +239,51 @@ TEST(Linalg, GemmRandom) {
   }
 }
 
+// One to five rows of A (a classifier at batch 1..4: the matrix-vector path, which streams B
+// instead of oneDNN's packed product; five rows go through oneDNN again): transposed and plain B,
+// K and N around the 8-lane, 4-row and 1024-column tiles, C broadcast, alpha and beta, 1 and 2
+// threads, against a double reference; a NaN in B reaches exactly its column.
+TEST(Linalg, GemmFewRowsMatchesReference) {
+  std::mt19937 rng(33);
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {1, 1000, 2048}, {1, 1100, 37}, {2, 513, 300}, {3, 77, 1031}, {4, 1030, 129}, {5, 300, 200}, {1, 9, 2000}};
+  int trial = 0;
+  for (const auto& [M, N, K] : shapes)
+    for (int tb = 0; tb < 2; ++tb) {
+      ++trial;
+      const bool ta = M == 1 && trial % 3 == 0;
+      const float alpha = trial % 2 ? 1.f : -0.75f, beta = trial % 4 < 2 ? 1.f : 0.5f;
+      Tensor a = random_tensor(DType::kFloat32, ta ? Shape{K, M} : Shape{M, K}, rng);
+      Tensor b = random_tensor(DType::kFloat32, tb ? Shape{N, K} : Shape{K, N}, rng);
+      const Shape sc = trial % 2 ? Shape{N} : Shape{M, N};
+      Tensor c = random_tensor(DType::kFloat32, sc, rng);
+      const int64_t nan_col = N / 2;
+      b.data<float>()[tb ? nan_col * K + K - 1 : (K - 1) * N + nan_col] = std::nanf("");
+      const auto av = to_double(a), bv = to_double(b), cv = to_double(c);
+      std::vector<double> e;
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double sum = 0;
+          for (int64_t k = 0; k < K; ++k) sum += av[size_t(i * K + k)] * bv[size_t(tb ? j * K + k : k * N + j)];
+          e.push_back(double(alpha) * sum + double(beta) * cv[size_t(broadcast_index({i, j}, sc))]);
+        }
+      for (int threads : {1, 2}) {
+        RunOptions o;
+        o.threads = threads;
+        o.inputs_as_constants = trial % 2 == 0;
+        auto y = run_node("Gemm", {a, b, c},
+                          {attr_int("transA", ta), attr_int("transB", tb), attr_float("alpha", alpha),
+                           attr_float("beta", beta)},
+                          o);
+        EXPECT_TRUE(all_close(y[0], {M, N}, e, 1e-4, 2e-4)) << "M=" << M << " N=" << N << " K=" << K << " tb=" << tb
+                                                           << " threads " << threads;
+        int nans = 0;
+        for (int64_t i = 0; i < M * N; ++i) nans += std::isnan(y[0].data<float>()[i]) ? 1 : 0;
+        EXPECT_EQ(nans, M) << "M=" << M << " N=" << N << " K=" << K << " tb=" << tb;
+      }
+    }
+}
+
 TEST(Linalg, GemmErrorsNameNode) {
   Tensor a = Tensor::zeros(DType::kFloat32, {2, 3}), b = Tensor::zeros(DType::kFloat32, {3, 4});
   auto expect_error = [](const std::vector<Tensor>& in, int64_t opset, const char* what) {

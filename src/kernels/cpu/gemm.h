@@ -10,6 +10,13 @@ namespace onnxtrain::kernels::cpu {
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+/// C[M, N] = alpha * A[M, K] @ op(B) + beta * C for float32 with M <= 4 and A's rows contiguous
+/// (row stride lda): matrix-vector products that stream B once, in place of oneDNN, whose sgemm
+/// packs B on every call (a classifier layer at batch 1 read its weights three times over).
+/// Returns false, doing nothing, when M > 4. beta == 0 ignores C's contents.
+bool small_m_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A, int64_t lda,
           const double* B, int64_t ldb, double beta, double* C, int64_t ldc);
 

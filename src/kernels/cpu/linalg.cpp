@@ -347,7 +347,9 @@ class GemmKernel final : public Kernel {
     // float16: oneDNN's float32 product of the widened operands (exact), rounded back.
     widen_ = dt == DType::kFloat16 && !tiny_product(M_ * K_ * N_);
     const DType compute = widen_ ? DType::kFloat32 : dt;
-    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_) make_dnnl(compute, has_c_ && beta_ != 0.f);
+    // A few rows (a classifier at batch 1): matrix-vector products streaming B (small_m_gemm).
+    small_m_ = dt == DType::kFloat32 && !tiny_ && M_ >= 1 && M_ <= 4 && K_ > 0 && N_ > 0 && (!ta_ || M_ == 1);
+    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_) make_dnnl(compute, has_c_ && beta_ != 0.f);
     widen_ = widen_ && op_.valid();
     const size_t a_n = size_t(a[0] * a[1]), b_n = size_t(b[0] * b[1]), c_n = has_c_ ? size_t(c_rows_ * c_cols_) : 0;
     ctx.request_workspace((op_.valid() ? op_.workspace_bytes() : 0) +
@@ -373,6 +375,14 @@ class GemmKernel final : public Kernel {
       op_.bind(DNNL_ARG_DST, y32);
       op_.execute(rest, CpuContext::of(ctx).stream());
       narrow_all(y32, ctx.output(0).data<float16>(), M_ * N_);
+      return;
+    }
+    if (small_m_) {
+      float* y = ctx.output(0).data<float>();
+      const bool use_c = has_c_ && beta_ != 0.f;
+      if (use_c) fill_c(ctx.input(2).data<float>(), y);
+      small_m_gemm(tb_, M_, N_, K_, alpha_, A.data<float>(), K_, ctx.input(1).data<float>(), ctx.input(1).dim(1),
+                   use_c ? beta_ : 0.f, y, N_);
       return;
     }
     if (op_.valid()) {
@@ -444,7 +454,7 @@ class GemmKernel final : public Kernel {
   bool legacy_no_broadcast_;
   bool sparse_a_ = false;
   dnnl_util::DnnlOp op_;
-  bool has_c_ = false, tiny_ = false, widen_ = false;
+  bool has_c_ = false, tiny_ = false, widen_ = false, small_m_ = false;
   int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1, a_numel_ = 0, b_numel_ = 0;
 };
 
