@@ -135,6 +135,7 @@ void InferenceSession::Impl::init() {
   }
   // Inference-only rewrites (training sessions never come here).
   if (options.graph_optimization_level >= GraphOptimizationLevel::kEnableExtended) {
+    runtime::fold_pads(model);
     runtime::fold_conv_batchnorm(model);
     runtime::fuse_conv_activations(model);
   }

@@ -101,6 +101,107 @@ bool same_type(const ir::TypeInfo* a, const ir::TypeInfo* b) {
 
 }  // namespace
 
+size_t fold_pads(ir::Model& model) {
+  ir::Graph& g = *model.graph;
+  if (has_yield(g)) return 0;
+  const int64_t opset = model.opset("");
+  const auto readers = readers_of(g);
+  auto ints_of = [&](const std::string& name) -> std::optional<std::vector<int64_t>> {
+    const Tensor* t = name.empty() ? nullptr : g.initializer(name);
+    if (!t || g.is_input(name) || t->dtype() != DType::kInt64 || t->rank() != 1) return std::nullopt;
+    return std::vector<int64_t>(t->data<int64_t>(), t->data<int64_t>() + t->numel());
+  };
+  // The Pad's spatial pads [b..., e...] (axes 2..), or nullopt when it is not a zero constant pad.
+  auto zero_pads = [&](const ir::Node& pad) -> std::optional<std::vector<int64_t>> {
+    if (!is(pad, "Pad") || pad.inputs.empty()) return std::nullopt;
+    const ir::Attribute* mode = pad.attr("mode");
+    if (mode && mode->s != "constant") return std::nullopt;
+    std::optional<std::vector<int64_t>> pads;
+    if (opset < 11) {
+      const ir::Attribute* value = pad.attr("value");
+      const ir::Attribute* a = pad.attr("pads");
+      if ((value && value->f != 0.f) || !a || pad.inputs.size() != 1) return std::nullopt;
+      pads = a->ints;
+    } else {
+      if (pad.inputs.size() < 2 || pad.inputs.size() > 3) return std::nullopt;  // opset 18's axes: left alone
+      if (pad.inputs.size() == 3 && !pad.inputs[2].empty()) {
+        const Tensor* v = g.initializer(pad.inputs[2]);
+        if (!v || g.is_input(pad.inputs[2]) || v->numel() != 1 || v->dtype() != DType::kFloat32 ||
+            v->data<float>()[0] != 0.f)
+          return std::nullopt;
+      }
+      pads = ints_of(pad.inputs[1]);
+    }
+    if (!pads || pads->size() < 6 || pads->size() % 2 != 0) return std::nullopt;
+    const size_t r = pads->size() / 2;
+    std::vector<int64_t> spatial;
+    for (size_t half = 0; half < 2; ++half)
+      for (size_t a = 0; a < r; ++a) {
+        const int64_t v = (*pads)[half * r + a];
+        if (v < 0 || (a < 2 && v != 0)) return std::nullopt;
+        if (a >= 2) spatial.push_back(v);
+      }
+    return spatial;
+  };
+  std::vector<bool> drop(g.nodes.size(), false);
+  size_t folded = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& pad = g.nodes[i];
+    const auto p1 = zero_pads(pad);
+    if (!p1) continue;
+    auto it = readers.find(pad.outputs[0]);
+    if (it == readers.end() || it->second.size() != 1 || it->second[0] == SIZE_MAX) continue;
+    ir::Node& c = g.nodes[it->second[0]];
+    const bool avg = is(c, "AveragePool"), conv = is(c, "Conv");
+    if ((!avg && !conv) || c.inputs.empty() || c.inputs[0] != pad.outputs[0]) continue;
+    const ir::Attribute* auto_pad = c.attr("auto_pad");
+    if (auto_pad && !auto_pad->s.empty() && auto_pad->s != "NOTSET") continue;
+    const size_t nd = p1->size() / 2;
+    const ir::Attribute* own = c.attr("pads");
+    std::vector<int64_t> p2 = own ? own->ints : std::vector<int64_t>(2 * nd, 0);
+    if (p2.size() != 2 * nd) continue;
+    const bool any_pad = std::any_of(p1->begin(), p1->end(), [](int64_t v) { return v != 0; });
+    if (avg) {
+      const ir::Attribute* ceil_mode = c.attr("ceil_mode");
+      const ir::Attribute* kernel = c.attr("kernel_shape");
+      const ir::Attribute* cip = c.attr("count_include_pad");
+      const bool own_pads = std::any_of(p2.begin(), p2.end(), [](int64_t v) { return v != 0; });
+      if ((ceil_mode && ceil_mode->i != 0) || !kernel || kernel->ints.size() != nd) continue;
+      if (any_pad && own_pads && !(cip && cip->i != 0)) continue;
+    }
+    for (size_t k = 0; k < 2 * nd; ++k) p2[k] += (*p1)[k];
+    if (avg) {  // pools take pads smaller than the window only
+      const std::vector<int64_t>& kernel = c.attr("kernel_shape")->ints;
+      bool fits = true;
+      for (size_t k = 0; k < 2 * nd; ++k) fits = fits && p2[k] < kernel[k % nd];
+      if (!fits) continue;
+    }
+    if (any_pad) {
+      std::erase_if(c.attrs, [&](const ir::Attribute& a) {
+        return a.name == "pads" || a.name == "auto_pad" || (avg && a.name == "count_include_pad");
+      });
+      ir::Attribute a;
+      a.name = "pads", a.type = ir::AttrType::kInts, a.ints = p2;
+      c.attrs.push_back(a);
+      if (avg) {
+        ir::Attribute cip;
+        cip.name = "count_include_pad", cip.type = ir::AttrType::kInt, cip.i = 1;
+        c.attrs.push_back(cip);
+      }
+    }
+    c.inputs[0] = pad.inputs[0];
+    drop[i] = true;
+    ++folded;
+  }
+  if (folded == 0) return 0;
+  std::vector<ir::Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!drop[i]) nodes.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(nodes);
+  drop_unread_initializers(g);
+  return folded;
+}
+
 size_t fold_conv_batchnorm(ir::Model& model) {
   ir::Graph& g = *model.graph;
   if (has_yield(g)) return 0;

@@ -8,6 +8,17 @@
 
 namespace onnxtrain::runtime {
 
+/// Folds a constant zero Pad into the AveragePool or Conv that alone reads it, in the main graph
+/// (onnxruntime's pad fusion): Pad (mode constant, value 0 or absent, pads a constant int64
+/// initializer or the attribute, no axes input, zero on the batch and channel axes, none negative)
+/// -> AveragePool (ceil_mode 0, no auto_pad; count_include_pad 1 or no pads of its own, which
+/// becomes count_include_pad 1: the padded zeros count in the average as the Pad's elements did)
+/// or Conv (no auto_pad): the pads are added to the consumer's and the Pad goes (torch.onnx
+/// exports avg_pool2d(padding=1) as Pad + AveragePool: Inception-v3's nine, DenseNet's all-zero
+/// three). A Pad read by anything else, or that is a graph output, stays; so do MaxPool's (zero is
+/// not its padding). Graphs with a YieldOp are left alone. Returns the number of Pads folded.
+size_t fold_pads(ir::Model& model);
+
 /// Replaces, in the main graph, Conv -> Relu / Clip and Conv -> Add(., Z) -> Relu / Clip by one
 /// com.microsoft FusedConv node (onnxruntime's contrib operator: Y = activation(Conv(X, W, B) + Z),
 /// the Add as a sum into the output, the activation as a post-op of the convolution). A pattern

@@ -386,3 +386,103 @@ TEST(ConvLayout, HardSwishFoldsIntoConvolutions) {
   const auto c3 = ref_conv(y, sd, b.values["c3_w"], b.values["c3_b"], 32, 1, 1, 0, 1, &s3);
   expect_outputs(ir::serialize_model(b.m), x, {hardswish(c3), c3}, {s3, s3});
 }
+
+// Pad folded into the AveragePool or Conv reading it (runtime::fold_pads, at extended and all):
+// Inception-v3's Pad(1) + AveragePool 3x3 (becomes pads 1, count_include_pad 1), DenseNet's
+// all-zero Pad + AveragePool 2x2, a Pad with a zero value input + Conv with pads of its own; and the
+// Pads that stay: before a MaxPool, with value 1.5, in reflect mode, on the channel axis, read
+// twice, before an AveragePool with pads of its own and count_include_pad 0, or wider than the
+// window. Every output against the unoptimized session (which runs the Pads) and the first against
+// a double reference.
+TEST(ConvLayout, PadsFoldIntoPoolsAndConvolutions) {
+  Builder b;
+  const Shape xs{2, 16, 7, 7};
+  b.input("x", xs);
+  auto pads = [&](const std::string& name, std::vector<int64_t> v) {
+    Tensor t = Tensor::empty(DType::kInt64, {int64_t(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int64_t>());
+    b.m.graph->initializers.emplace_back(name, t);
+    return name;
+  };
+  const std::string p1 = pads("p1", {0, 0, 1, 1, 0, 0, 1, 1}), p0 = pads("p0", {0, 0, 0, 0, 0, 0, 0, 0}),
+                    p2 = pads("p2", {0, 0, 0, 2, 0, 0, 1, 0}), pc = pads("pc", {0, 1, 0, 0, 0, 0, 0, 0}),
+                    p3 = pads("p3", {0, 0, 3, 3, 0, 0, 3, 3});
+  Tensor zero = Tensor::empty(DType::kFloat32, {}), other = Tensor::empty(DType::kFloat32, {});
+  zero.data<float>()[0] = 0.f;
+  other.data<float>()[0] = 1.5f;
+  b.m.graph->initializers.emplace_back("zero", zero);
+  b.m.graph->initializers.emplace_back("other", other);
+  const auto k3 = attr_ints("kernel_shape", {3, 3});
+  b.node("Pad", {"x", p1}, {"a"});  // folded
+  b.node("AveragePool", {"a"}, {"y1"}, {k3});
+  b.node("Pad", {"x", p0}, {"d"});  // folded (all zero)
+  b.node("AveragePool", {"d"}, {"y2"}, {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2})});
+  b.node("Pad", {"x", p2, "zero"}, {"c"});  // folded into the Conv's pads
+  const std::string w = b.init("w", {16, 16, 3, 3});
+  b.node("Conv", {"c", w}, {"y3"}, {attr_ints("pads", {1, 0, 0, 1})});
+  b.node("Pad", {"x", p1}, {"m"});  // MaxPool: stays
+  b.node("MaxPool", {"m"}, {"y4"}, {k3});
+  b.node("Pad", {"x", p1, "other"}, {"v"});  // value 1.5: stays
+  b.node("AveragePool", {"v"}, {"y5"}, {k3});
+  b.node("Pad", {"x", p1}, {"r"}, {attr_string("mode", "reflect")});  // stays
+  b.node("AveragePool", {"r"}, {"y6"}, {k3});
+  b.node("Pad", {"x", pc}, {"ch"});  // channel axis: stays
+  b.node("AveragePool", {"ch"}, {"y7"}, {k3});
+  b.node("Pad", {"x", p1}, {"t"});  // read twice: stays
+  b.node("AveragePool", {"t"}, {"y8"}, {k3});
+  b.node("Relu", {"t"}, {"y9"});
+  b.node("Pad", {"x", p1}, {"o"});  // own pads, count_include_pad 0: stays
+  b.node("AveragePool", {"o"}, {"y10"}, {k3, attr_ints("pads", {1, 1, 1, 1})});
+  b.node("Pad", {"x", p3}, {"wide"});  // 3 + 0 >= the 3-wide window: stays
+  b.node("AveragePool", {"wide"}, {"y11"}, {k3});
+  const std::vector<std::string> outs = {"y1", "y2", "y3", "y4", "y5", "y6", "y7", "y8", "y9", "y10", "y11"};
+  for (const auto& o : outs) b.output(o);
+
+  ir::Model c = b.m;
+  c.graph = std::make_shared<ir::Graph>(*b.m.graph);
+  EXPECT_EQ(onnxtrain::runtime::fold_pads(c), 3u);
+  int pads_left = 0;
+  for (const auto& n : c.graph->nodes) {
+    pads_left += n.op_type == "Pad";
+    if (n.outputs[0] == "y1") {
+      EXPECT_EQ(n.inputs[0], "x");
+      EXPECT_EQ(n.attr("pads")->ints, (std::vector<int64_t>{1, 1, 1, 1}));
+      EXPECT_EQ(n.attr("count_include_pad")->i, 1);
+    }
+    if (n.outputs[0] == "y2") {
+      EXPECT_EQ(n.inputs[0], "x");
+      EXPECT_EQ(n.attr("count_include_pad"), nullptr);  // nothing padded
+    }
+    if (n.outputs[0] == "y3") {
+      EXPECT_EQ(n.inputs[0], "x");
+      EXPECT_EQ(n.attr("pads")->ints, (std::vector<int64_t>{1, 2, 1, 1}));
+    }
+  }
+  EXPECT_EQ(pads_left, 7);
+
+  std::mt19937 rng(8);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  // y1: the 3x3 mean over x padded by one zero on each side, zeros counted.
+  const auto xv = to_double(x);
+  std::vector<double> y1;
+  for (int64_t nc = 0; nc < 32; ++nc)
+    for (int64_t i = 0; i < 7; ++i)
+      for (int64_t j = 0; j < 7; ++j) {
+        double s = 0;
+        for (int64_t u = i - 1; u <= i + 1; ++u)
+          for (int64_t v = j - 1; v <= j + 1; ++v)
+            if (u >= 0 && u < 7 && v >= 0 && v < 7) s += xv[size_t((nc * 7 + u) * 7 + v)];
+        y1.push_back(s / 9);
+      }
+  const std::string bytes = ir::serialize_model(b.m);
+  for (int threads : {1, 2}) {
+    const auto plain = session(bytes, GraphOptimizationLevel::kDisableAll, threads).run({}, {{"x", x}});
+    for (auto level : {GraphOptimizationLevel::kEnableExtended, GraphOptimizationLevel::kEnableAll}) {
+      const auto y = session(bytes, level, threads).run({}, {{"x", x}});
+      ASSERT_EQ(y.size(), outs.size());
+      for (size_t k = 0; k < outs.size(); ++k)
+        EXPECT_TRUE(all_close(y[k], plain[k].shape(), to_double(plain[k]), 1e-5, 1e-5)) << outs[k] << " " << threads;
+      EXPECT_TRUE(all_close(y[0], {2, 16, 7, 7}, y1, 1e-5, 1e-6)) << threads;
+    }
+  }
+}

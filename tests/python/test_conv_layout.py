@@ -133,6 +133,20 @@ class Dense(nn.Module):
         return torch.cat([x, y, z], 1)
 
 
+class InceptionPool(nn.Module):
+    """Inception-v3's pool branch: avg_pool2d(3, 1, padding=1), which torch.onnx exports as Pad +
+    AveragePool; fold_pads makes it one AveragePool (count_include_pad 1) in the blocked chain."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2, self.c3 = nn.Conv2d(3, 32, 3), nn.Conv2d(32, 16, 1), nn.Conv2d(32, 16, 3, padding=1)
+
+    def forward(self, x):
+        a = torch.relu(self.c1(x))
+        p = torch.nn.functional.avg_pool2d(a, 3, stride=1, padding=1)
+        return torch.cat([self.c2(p), torch.relu(self.c3(a))], 1)
+
+
 def export(module, shape, seed=0, opset=13):
     torch.manual_seed(seed)
     m = module.eval()
@@ -180,6 +194,8 @@ CASES = {
     "side": (SideReaders, (1, 16, 9, 11), {"NchwcConv": 3}, {"Conv", "FusedConv"}),
     "dense": (Dense, (2, 16, 12, 12), {"NchwcConv": 4, "Concat": 2, "BatchNormalization": 1}, {"Conv", "FusedConv"}),
     "grouped": (Grouped, (2, 16, 14, 14), {"NchwcConv": 3}, set()),
+    "pool_pad": (InceptionPool, (2, 3, 19, 19), {"NchwcConv": 3, "NchwcAveragePool": 1, "Concat": 1},
+                 {"Pad", "AveragePool", "ReorderToNchwc"}),
 }
 
 
@@ -188,6 +204,8 @@ CASES = {
 def test_blocked_chains_give_torch_and_unoptimized_outputs(case, threads, tmp_path):
     module, shape, blocked, gone = CASES[case]
     data, x, expected = export(module(), shape)
+    if case == "pool_pad":  # the pattern under test is in the export
+        assert "Pad" in {n.op_type for n in onnx.load_from_string(data).graph.node}
     path = str(tmp_path / "optimized.onnx")
     fast = session(data, ot.GraphOptimizationLevel.ORT_ENABLE_ALL, threads, path, str(tmp_path / "all"))
     plain = session(data, ot.GraphOptimizationLevel.ORT_DISABLE_ALL, threads)
