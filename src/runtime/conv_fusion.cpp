@@ -571,12 +571,16 @@ size_t block_conv_layouts(ir::Model& model) {
   auto fold_activation = [&](size_t i) -> std::optional<Folded> {
     const ir::Node& n = g.nodes[i];
     const ir::Attribute* act = n.attr("activation");
-    if ((act && !act->s.empty()) || !(is(n, "Conv") || n.op_type == "FusedConv")) return std::nullopt;
+    const bool bn = is(n, "BatchNormalization");
+    if ((act && !act->s.empty()) || !(is(n, "Conv") || n.op_type == "FusedConv" || bn)) return std::nullopt;
     auto it = readers.find(n.outputs[0]);
     if (it == readers.end()) return std::nullopt;
     for (size_t r : it->second)
       if (r == SIZE_MAX || !run_blocked[r]) return std::nullopt;
     if (it->second.size() == 1 && is(g.nodes[it->second[0]], "HardSwish")) return Folded{"HardSwish", it->second[0]};
+    // DenseNet's pre-activation BatchNormalization -> Relu (Conv -> Relu is a FusedConv already).
+    if (it->second.size() == 1 && is(g.nodes[it->second[0]], "Relu")) return Folded{"Relu", it->second[0]};
+    if (bn) return std::nullopt;
     if (it->second.size() != 2) return std::nullopt;
     std::optional<size_t> sig, mul;
     for (size_t r : it->second) {
@@ -629,11 +633,12 @@ size_t block_conv_layouts(ir::Model& model) {
       g.initializers.emplace_back(wn, std::move(w));
       g.initializers.emplace_back(bn, std::move(bias));
       b.inputs = {b.inputs[0], wn, bn};
-      b.attrs.clear();
       ir::Attribute group, kernel;
       group.name = "group", group.type = ir::AttrType::kInt, group.i = C;
       kernel.name = "kernel_shape", kernel.type = ir::AttrType::kInts, kernel.ints = {1, 1};
-      b.attrs = {group, kernel};
+      std::erase_if(b.attrs, [](const ir::Attribute& a) { return a.name != "activation"; });  // a folded Relu's
+      b.attrs.push_back(group);
+      b.attrs.push_back(kernel);
       b.op_type = "NchwcConv";
       b.domain = ops::kDomain;
     } else if (b.op_type == "Conv" || b.op_type == "FusedConv") {

@@ -43,7 +43,8 @@ size_t fold_conv_batchnorm(ir::Model& model);
 /// HardSwish, Add / Sum (same shapes), Sigmoid / HardSigmoid / Tanh and Mul (same shapes or a
 /// [N, C, 1, 1] operand: SiLU, squeeze-and-excitation) and Concat over channels (inputs of
 /// 16-channel multiples; a convolution read only by a HardSwish, or by s = Sigmoid(c) and Mul(c, s),
-/// takes it as its activation "HardSwish" / "SiLU"), as
+/// takes it as its activation "HardSwish" / "SiLU", a BatchNormalization read only by a Relu its
+/// Relu), as
 /// onnxruntime's NCHWc transformer does (GraphOptimizationLevel all, inference sessions only;
 /// run after fuse_conv_activations). A blocked value [N, C, H, W] is the float32 tensor
 /// [N, ceil(C/16), H, W, 16] holding channel c at [., c / 16, ., ., c % 16], the padded channels

@@ -119,7 +119,8 @@ class Grouped(nn.Module):
 
 class Dense(nn.Module):
     """DenseNet's layers: BatchNormalization after a Concat (run as a blocked depthwise 1x1
-    convolution), the block's plain input concatenated with blocked features."""
+    convolution, the Relu after it as its activation), the block's plain input concatenated with
+    blocked features."""
 
     def __init__(self):
         super().__init__()
@@ -221,6 +222,8 @@ def test_blocked_chains_give_torch_and_unoptimized_outputs(case, threads, tmp_pa
     for op in gone:
         assert ops[op] == 0, (op, ops)
     assert ops["ReorderFromNchwc"] >= 1, ops
+    if case == "dense":  # the Relus after the blocked BatchNormalizations are their activation now
+        assert ops["Relu"] == 1, ops
     # The optimized model is written before the blocked-layout pass: onnxruntime's operators only.
     opt = onnx.load(path)
     assert {n.domain for n in opt.graph.node} <= {"", "ai.onnx", "com.microsoft"}
