@@ -73,6 +73,41 @@ TEST(Elementwise, DivAllTypes) {
   for (DType dt : kIntTypes) check_binary({"Div", trunc_div, -9, 9, true}, dt, seed++);
 }
 
+// Runs of 16 repeated along the next axis (a blocked [N, C/16, H, W, 16] with a per-channel
+// [N, C/16, 1, 1, 16]: squeeze-and-excitation gates; [R, 16] with [1, 16]), the repeated operand on
+// either side, float and integer types, 1 and 2 threads, against the double reference; an integer
+// division by zero there still names the node.
+TEST(Elementwise, RepeatedSixteenRuns) {
+  std::mt19937 rng(303);
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{2, 3, 5, 7, 16}, {2, 3, 1, 1, 16}}, {{9, 16}, {1, 16}}, {{1, 40, 14, 14, 16}, {1, 40, 1, 1, 16}},
+      {{3, 1, 4, 16}, {3, 5, 1, 16}}};
+  for (const auto& [big, small] : shapes)
+    for (bool swap : {false, true})
+      for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kFloat16}) {
+        const Shape& sa = swap ? small : big;
+        const Shape& sb = swap ? big : small;
+        Tensor a = random_tensor(dt, sa, rng, -3, 3), b = random_tensor(dt, sb, rng, 0.5, 3);  // quotients within float16
+        for (const BinaryCase& c : {BinaryCase{"Sub", [](double u, double v) { return u - v; }},
+                                    BinaryCase{"Mul", [](double u, double v) { return u * v; }},
+                                    BinaryCase{"Div", dt == DType::kInt32 ? Ref2(trunc_div) : Ref2([](double u, double v) { return u / v; })}}) {
+          Shape so;
+          auto expect = broadcast_reference(
+              {a, b}, [&](const std::vector<double>& v) { return wrap_to(dt, c.ref(v[0], v[1])); }, &so);
+          for (int threads : {1, 2}) {
+            auto y = run_node(c.op, {a, b}, {}, opts(threads == 2, threads));
+            EXPECT_TRUE(all_close(y[0], so, expect, rtol_for(dt), atol_for(dt)))
+                << c.op << " " << dtype_name(dt) << " " << shape_to_string(sa) << " x " << shape_to_string(sb);
+          }
+        }
+      }
+  Tensor a = from_double(DType::kInt32, {3, 16}, std::vector<double>(48, 5.0));
+  std::vector<double> bv(16, 1.0);
+  bv[7] = 0;
+  Tensor b = from_double(DType::kInt32, {1, 16}, bv);
+  expect_error<onnxtrain::InvalidArgument>([&] { run_node("Div", {a, b}); }, "Div", {"division by zero"});
+}
+
 TEST(Elementwise, IntegerWrapAndMinOverMinusOne) {
   const int32_t mn = std::numeric_limits<int32_t>::min(), mx = std::numeric_limits<int32_t>::max();
   Tensor a = Tensor::from_vector<int32_t>({3}, {mn, mx, mn});

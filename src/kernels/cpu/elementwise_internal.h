@@ -246,6 +246,21 @@ class BinaryKernel final : public Kernel {
     dispatch<Types>(dt, ctx.node(), [&]<class T>() {});
     plan_ = binary_plan(ctx, at_);
     ctx.set_output(0, BoolOut ? DType::kBool : dt, plan_.out_shape);
+    // Runs of 16 where one operand's run repeats along the next axis (a blocked [N, C/16, H, W, 16]
+    // times a per-channel [N, C/16, 1, 1, 16]: squeeze-and-excitation gates): walked as groups of
+    // those runs, the repeated 16 values held while the other operand streams.
+    repeat_ = -1;
+    const size_t nd = plan_.outer_dims.size();
+    if (plan_.inner == kRepeatRun && nd >= 1 && plan_.inner_step[0] == 1 && plan_.inner_step[1] == 1)
+      for (int k = 0; k < 2; ++k)
+        if (plan_.outer_strides[size_t(k)][nd - 1] == 0 && plan_.outer_strides[size_t(1 - k)][nd - 1] == kRepeatRun) {
+          repeat_ = k;
+          groups_ = plan_;
+          groups_.inner = kRepeatRun * plan_.outer_dims[nd - 1];
+          groups_.runs = plan_.runs / plan_.outer_dims[nd - 1];
+          groups_.outer_dims.pop_back();
+          for (auto& st : groups_.outer_strides) st.pop_back();
+        }
   }
   void run(RunContext& ctx) override {
     const Tensor& ta = ctx.input(0);
@@ -258,6 +273,9 @@ class BinaryKernel final : public Kernel {
       O* Y = static_cast<O*>(ty.raw_data());
       const int64_t sa = plan_.inner_step[0], sb = plan_.inner_step[1];
       try {
+        if constexpr (!is_half_v<T>) {
+          if (repeat_ >= 0) return run_repeated(A, B, Y);
+        }
         parallel_for(plan_.runs, grain_for(plan_.inner), [&](int64_t r0, int64_t r1) {
           plan_.for_runs(r0, r1, [&](int64_t o, const int64_t* off, int64_t n) {
             binary_any(op_, A + off[0], sa, B + off[1], sb, Y + o, n);
@@ -270,9 +288,36 @@ class BinaryKernel final : public Kernel {
   }
 
  private:
+  static constexpr int64_t kRepeatRun = 16;
+
+  template <class T, class O>
+  void run_repeated(const T* A, const T* B, O* Y) const {
+    const Op op = op_;
+    parallel_for(groups_.runs, grain_for(groups_.inner), [&](int64_t g0, int64_t g1) {
+      groups_.for_runs(g0, g1, [&](int64_t o, const int64_t* off, int64_t n) {
+        const T* a = A + off[0];
+        const T* b = B + off[1];
+        O* y = Y + o;
+        if (repeat_ == 1) {
+          T r[kRepeatRun];
+          std::copy(b, b + kRepeatRun, r);
+          for (int64_t j = 0; j < n; j += kRepeatRun)
+            for (int64_t i = 0; i < kRepeatRun; ++i) y[j + i] = static_cast<O>(op(a[j + i], r[i]));
+        } else {
+          T r[kRepeatRun];
+          std::copy(a, a + kRepeatRun, r);
+          for (int64_t j = 0; j < n; j += kRepeatRun)
+            for (int64_t i = 0; i < kRepeatRun; ++i) y[j + i] = static_cast<O>(op(r[i], b[j + i]));
+        }
+      });
+    });
+  }
+
   Op op_;
   shape::BinaryAttrs at_;
   BroadcastPlan plan_;
+  BroadcastPlan groups_;  // repeat_ >= 0: plan_'s runs grouped along the axis operand repeat_ repeats on
+  int repeat_ = -1;
 };
 
 template <class Types, bool BoolOut = false, class Op>
