@@ -76,12 +76,12 @@ TEST(Elementwise, DivAllTypes) {
 // Runs of 16 repeated along the next axis (a blocked [N, C/16, H, W, 16] with a per-channel
 // [N, C/16, 1, 1, 16]: squeeze-and-excitation gates; [R, 16] with [1, 16]), the repeated operand on
 // either side, float and integer types, 1 and 2 threads, against the double reference; an integer
-// division by zero there still names the node.
+// division by zero there still names the node; empty tensors of those shapes.
 TEST(Elementwise, RepeatedSixteenRuns) {
   std::mt19937 rng(303);
   const std::vector<std::pair<Shape, Shape>> shapes = {
       {{2, 3, 5, 7, 16}, {2, 3, 1, 1, 16}}, {{9, 16}, {1, 16}}, {{1, 40, 14, 14, 16}, {1, 40, 1, 1, 16}},
-      {{3, 1, 4, 16}, {3, 5, 1, 16}}};
+      {{3, 1, 4, 16}, {3, 5, 1, 16}}, {{0, 16}, {1, 16}}, {{2, 0, 16}, {2, 1, 16}}};
   for (const auto& [big, small] : shapes)
     for (bool swap : {false, true})
       for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kFloat16}) {

@@ -251,7 +251,7 @@ class BinaryKernel final : public Kernel {
     // those runs, the repeated 16 values held while the other operand streams.
     repeat_ = -1;
     const size_t nd = plan_.outer_dims.size();
-    if (plan_.inner == kRepeatRun && nd >= 1 && plan_.inner_step[0] == 1 && plan_.inner_step[1] == 1)
+    if (plan_.inner == kRepeatRun && nd >= 1 && plan_.runs > 0 && plan_.inner_step[0] == 1 && plan_.inner_step[1] == 1)
       for (int k = 0; k < 2; ++k)
         if (plan_.outer_strides[size_t(k)][nd - 1] == 0 && plan_.outer_strides[size_t(1 - k)][nd - 1] == kRepeatRun) {
           repeat_ = k;
