@@ -19,6 +19,8 @@
 //                  (nChw16c seen as the 5-D tensor [N, ceil(C/16), H, W, 16], padded channels zero):
 //                  X blocked, or plain [N, C, H, W] (few input channels); Z and Y blocked. Placed by
 //                  the inference pass runtime::block_conv_layouts; no reorders around the primitive.
+//                  With one group and constant weights on AVX-512 CPUs it runs nchwc_direct.h's own
+//                  kernels instead of oneDNN's (Relu, LeakyRelu, Clip and HardSwish applied there).
 //   com.onnxtrain ReorderToNchwc(X[N, C, H, W]) -> [N, ceil(C/16), H, W, 16] (padded channels zero),
 //                  ReorderFromNchwc(X5; channels = C) -> [N, C, H, W]: the chains' boundaries.
 // float32 runs oneDNN (de)convolution primitives (forward, backward_data, backward_weights) created
@@ -35,6 +37,7 @@
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/nchwc_direct.h"
 #include "kernels/shape/reduce.h"
 #include "kernels/shape/window.h"
 #include "kernels/registry.h"
@@ -484,6 +487,7 @@ class ConvKernel final : public Kernel {
     auto z_bytes = [&] { return z_bytes_ = has_z_ && post_pass_ ? align64(size_t(shape_numel(p_.y)) * dtype_size(dt_)) : 0; };
 
     op_ = dnnl_util::DnnlOp();
+    direct_.reset();
     const bool empty = shape_numel(p_.y) == 0 || p_.C == 0 || p_.kk == 0;
     depthwise_ = !blocked_ && dt_ == DType::kFloat32 && !p_.transposed && p_.group > 1 && p_.group == p_.C && p_.g.nd <= 2 &&
                  !empty && p_.kk <= 64;
@@ -504,6 +508,7 @@ class ConvKernel final : public Kernel {
         if (shape_numel(p_.y) != 0) ctx.fail("NchwcConv needs input channels and a non-empty kernel");
         return ctx.request_workspace(z_bytes());
       }
+      if (make_direct(x, w_const)) return ctx.request_workspace(direct_->workspace_bytes());
       if (!dnnl_conv(p_, x, compute, &d)) ctx.fail("oneDNN cannot express this convolution in the blocked layout");
       const auto tag = dnnl::memory::format_tag::nChw16c;
       if (x_blocked_) d.x = dnnl::memory::desc(dnnl_util::dims(x), d.dt, tag);
@@ -563,7 +568,38 @@ class ConvKernel final : public Kernel {
     return {x[0], C, x[2], x[3]};
   }
 
+  // NchwcConv on nchwc_direct.h's kernels (X blocked or plain): one group, constant weights, an
+  // activation they apply (the others stay oneDNN post-ops); false where they do not run it.
+  bool make_direct(const Shape& x, const Tensor* w) {
+    if (!w || p_.group != 1 || p_.g.nd != 2) return false;
+    using nchwc512::Act;
+    Act act = Act::kNone;
+    switch (act_.kind) {
+      case FusedActivation::Kind::kNone: act = Act::kNone; break;
+      case FusedActivation::Kind::kRelu: act = Act::kRelu; break;
+      case FusedActivation::Kind::kLeakyRelu: act = Act::kLeakyRelu; break;
+      case FusedActivation::Kind::kClip: act = Act::kClip; break;
+      case FusedActivation::Kind::kHardSwish: act = Act::kHardSwish; break;
+      default: return false;
+    }
+    const WindowGeom& g = p_.g;
+    NchwcDirectConv::Geometry dg;
+    dg.N = p_.N, dg.C = p_.C, dg.M = p_.M;
+    dg.IH = g.in[0], dg.IW = g.in[1], dg.OH = g.out[0], dg.OW = g.out[1], dg.KH = g.kernel[0], dg.KW = g.kernel[1];
+    dg.sh = g.stride[0], dg.sw = g.stride[1], dg.dh = g.dilation[0], dg.dw = g.dilation[1];
+    dg.ph = g.pad_b[0], dg.pw = g.pad_b[1];
+    dg.plain = !x_blocked_;
+    if (!NchwcDirectConv::supports(dg, act, act_.alpha, act_.beta)) return false;
+    direct_ = std::make_unique<NchwcDirectConv>(dg, w->data<float>(), act, act_.alpha, act_.beta, has_z_);
+    post_pass_ = false;
+    return true;
+  }
+
   void run_conv(RunContext& ctx, const void* bias, char* ws) {
+    if (direct_) {
+      direct_->run(ctx.input(0).data<float>(), static_cast<const float*>(bias), ctx.output(0).data<float>(), ws);
+      return;
+    }
     if (op_.valid()) {
       const void *x = ctx.input(0).raw_data(), *w = ctx.input(1).raw_data();
       void* y = ctx.output(0).raw_data();
@@ -773,6 +809,7 @@ class ConvKernel final : public Kernel {
   size_t z_bytes_ = 0;                  // workspace for a copy of Z (paths without post-ops)
   FusedActivation act_;
   dnnl_util::DnnlOp op_;
+  std::unique_ptr<NchwcDirectConv> direct_;  // NchwcConv on the direct AVX-512 kernels
   Fp16Stage stage_;  // float16 run through the float32 primitive (empty otherwise)
 };
 

@@ -1,0 +1,134 @@
+// The direct NCHWc convolution's row kernel on AVX-512. CMakeLists.txt compiles this file alone with
+// -mavx512f; it uses intrinsics and its own internal functions only (no inline function or template
+// from a shared header is instantiated here, so no AVX-512 code can stand in for one elsewhere).
+#include "kernels/cpu/nchwc_direct512.h"
+
+#if defined(__AVX512F__) && defined(__FMA__)
+#include <immintrin.h>
+
+#include <utility>
+
+namespace onnxtrain::kernels::cpu::nchwc512 {
+
+namespace {
+
+// Pixels per tile with nb output blocks: at most 24 accumulators, so that with the nb weight
+// vectors and the broadcast input value every operand stays in the 32 registers.
+constexpr int pixels(int nb) { return nb == 4 ? 6 : nb == 3 ? 8 : 12; }
+
+inline __m512 activate(const RowArgs& a, __m512 v) {
+  const __m512 zero = _mm512_setzero_ps();
+  switch (a.act) {
+    case Act::kNone: return v;
+    case Act::kRelu: return _mm512_max_ps(zero, v);  // NaN stays NaN (max returns its second operand)
+    case Act::kLeakyRelu:
+      return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, _mm512_set1_ps(a.alpha));
+    case Act::kClip: return _mm512_min_ps(_mm512_set1_ps(a.beta), _mm512_max_ps(_mm512_set1_ps(a.alpha), v));
+    case Act::kHardSwish: {
+      const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
+      return _mm512_mul_ps(v, _mm512_max_ps(zero, _mm512_min_ps(_mm512_set1_ps(1.0f), t)));
+    }
+  }
+  return v;
+}
+
+// NP pixels (SW apart in the input) x NB output blocks: the accumulators stay in registers over
+// the KH x KW x L input channels of each block (L = 16 blocked, 1 plain); each input value is
+// broadcast once into NB fused multiply-adds.
+template <int NB, int NP, int SW, int L>
+inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* in, float* y, bool prefetch) {
+  __m512 acc[NP][NB];
+  if (a.first) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) {
+      const __m512 b = a.bias ? _mm512_loadu_ps(a.bias + 16 * j) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int p = 0; p < NP; ++p)
+        acc[p][j] = a.sum ? _mm512_add_ps(b, _mm512_loadu_ps(y + j * a.y_block + p * 16)) : b;
+    }
+  } else {
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 8
+      for (int p = 0; p < NP; ++p) acc[p][j] = _mm512_loadu_ps(y + j * a.y_block + p * 16);
+  }
+  const float* w = a.w;
+  for (int64_t ib = 0; ib < a.icc; ++ib)
+  for (int64_t kh = 0; kh < a.KH; ++kh) {
+    const float* row = in + ib * a.in_block + kh * a.dh * a.in_row;
+    for (int64_t kw = 0; kw < a.KW; ++kw, w += 16 * L * NB) {
+      const float* px = row + kw * a.dw * L;
+#pragma GCC unroll 16
+      for (int ic = 0; ic < L; ++ic) {
+        __m512 wv[NB];
+#pragma GCC unroll 4
+        for (int j = 0; j < NB; ++j) {
+          wv[j] = _mm512_load_ps(w + ic * 16 * NB + 16 * j);
+          if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(w + a.prefetch + ic * 16 * NB + 16 * j), _MM_HINT_T1);
+        }
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; ++p) {
+          const __m512 b = _mm512_set1_ps(px[p * SW * L + ic]);
+#pragma GCC unroll 4
+          for (int j = 0; j < NB; ++j) acc[p][j] = _mm512_fmadd_ps(b, wv[j], acc[p][j]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p)
+      _mm512_storeu_ps(y + j * a.y_block + p * 16, a.last ? activate(a, acc[p][j]) : acc[p][j]);
+}
+
+// The row's tail: the tile of np = 1 + one of I pixels.
+template <int NB, int SW, int L, int... I>
+void tail(const RowArgs& a, const float* in, float* y, bool prefetch, int np, std::integer_sequence<int, I...>) {
+  ((np == I + 1 ? tile<NB, I + 1, SW, L>(a, in, y, prefetch) : void()), ...);
+}
+
+template <int NB, int SW, int L>
+void row(const RowArgs& a) {
+  constexpr int kP = pixels(NB);
+  int64_t ow = 0;
+  bool prefetch = a.prefetch > 0;
+  for (; ow + kP <= a.OW; ow += kP, prefetch = false) tile<NB, kP, SW, L>(a, a.in + ow * SW * L, a.y + ow * 16, prefetch);
+  if (ow < a.OW)
+    tail<NB, SW, L>(a, a.in + ow * SW * L, a.y + ow * 16, prefetch, int(a.OW - ow), std::make_integer_sequence<int, kP - 1>());
+}
+
+}  // namespace
+
+bool available() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
+template <int L>
+void rows(const RowArgs& a) {
+  const bool s2 = a.sw == 2;
+  switch (a.nb) {
+    case 1: return s2 ? row<1, 2, L>(a) : row<1, 1, L>(a);
+    case 2: return s2 ? row<2, 2, L>(a) : row<2, 1, L>(a);
+    case 3: return s2 ? row<3, 2, L>(a) : row<3, 1, L>(a);
+    case 4: return s2 ? row<4, 2, L>(a) : row<4, 1, L>(a);
+    default: return;
+  }
+}
+
+void conv_row(const RowArgs& a) {
+  if (!available()) return;
+  return a.plain ? rows<1>(a) : rows<16>(a);
+}
+
+}  // namespace onnxtrain::kernels::cpu::nchwc512
+
+#else
+
+namespace onnxtrain::kernels::cpu::nchwc512 {
+bool available() { return false; }
+void conv_row(const RowArgs&) {}
+}  // namespace onnxtrain::kernels::cpu::nchwc512
+
+#endif

@@ -1,0 +1,44 @@
+// The direct NCHWc convolution's inner loop on AVX-512 (nchwc_direct512.cpp, compiled alone with
+// -mavx512f; everything else targets x86-64-v3): one output row of up to four 16-channel output
+// blocks, from one 16-channel input block, held in registers seven pixels at a time. The geometry,
+// the packing of the weights, the zero-padded input and the threads are nchwc_direct.cpp's.
+#pragma once
+
+#include <cstdint>
+
+namespace onnxtrain::kernels::cpu::nchwc512 {
+
+/// True when this build has the AVX-512 code and the CPU runs AVX-512F (checked once).
+bool available();
+
+/// The activation applied with the last input block (FusedActivation's kinds the kernel has).
+enum class Act : int { kNone, kRelu, kLeakyRelu, kClip, kHardSwish };
+
+/// One call: output row `y` (nb blocks of 16 channels, block j at y + j * y_block, pixel p at
+/// + p * 16) += the convolution of `icc` input blocks from `in` (row oh * sh of the padded input,
+/// column 0; rows in_row floats apart, blocks in_block) with weights `w` ([icc][KH][KW][L input
+/// channels][nb * 16]). A block is 16 channels interleaved (L = 16), or one plain channel (L = 1).
+struct RowArgs {
+  const float* in = nullptr;
+  const float* w = nullptr;
+  const float* bias = nullptr;  ///< nb * 16 values (first only; null: zero)
+  float* y = nullptr;
+  int64_t in_row = 0, in_block = 0, y_block = 0;
+  int64_t icc = 1;
+  int64_t OW = 0, KH = 0, KW = 0, sw = 1, dh = 1, dw = 1;
+  /// > 0: the row's first tile prefetches (to the second-level cache) the weights this many floats
+  /// past its own, which the next input block (or group) reads.
+  int64_t prefetch = 0;
+  int nb = 1;
+  bool plain = false;  ///< the input is plain (one channel per block, L = 1)
+  bool first = false;  ///< the row starts from the bias (plus y itself with sum), not from y
+  bool sum = false;    ///< with first: y holds Z, added
+  bool last = false;   ///< the activation follows
+  Act act = Act::kNone;
+  float alpha = 0, beta = 0;  ///< LeakyRelu: alpha; Clip: min, max
+};
+
+/// Runs one row (does nothing when !available(); sw must be 1 or 2, nb 1 to 4).
+void conv_row(const RowArgs& a);
+
+}  // namespace onnxtrain::kernels::cpu::nchwc512
