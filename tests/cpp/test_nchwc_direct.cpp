@@ -37,8 +37,9 @@ double activate(const Case& c, double v) {
   return v;
 }
 
-// Runs case `c` at `threads` threads; max |error| relative to the reference's magnitude.
-void check(const Case& c, int threads) {
+// Runs case `c` at `threads` threads (the kernel built for `built_for`, 0: as many); max |error|
+// relative to the reference's magnitude.
+void check(const Case& c, int threads, int built_for = 0) {
   SCOPED_TRACE(::testing::Message() << "N" << c.N << " C" << c.C << " M" << c.M << " " << c.IH << "x" << c.IW << " k"
                                     << c.KH << "x" << c.KW << " s" << c.sh << "," << c.sw << " d" << c.dh << ","
                                     << c.dw << " p" << c.ph << "," << c.pw << "/" << c.pe_h << "," << c.pe_w << " act"
@@ -61,8 +62,8 @@ void check(const Case& c, int threads) {
   Tensor y = Tensor::empty(DType::kFloat32, {c.N, ocb, g.OH, g.OW, 16});
   if (c.sum) nchwc::to_blocked(z.data<float>(), y.data<float>(), c.N, c.M, ohw);
 
-  NchwcDirectConv conv(g, w.data<float>(), c.act, c.alpha, c.beta, c.sum);
-  std::vector<char> ws_buf(conv.workspace_bytes() + 64);
+  NchwcDirectConv conv(g, w.data<float>(), c.act, c.alpha, c.beta, c.sum, built_for ? built_for : threads);
+  std::vector<char> ws_buf(conv.workspace_bytes() + 64, char(0xff));  // NaNs: nothing may rely on zeros there
   char* ws = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws_buf.data()) + 63) / 64 * 64);
   {
     onnxtrain::ThreadScope scope(threads);
@@ -107,7 +108,9 @@ TEST(NchwcDirect, MatchesDoubleReference) {
   const std::vector<Case> cases = {
       // N, C, M, IH, IW, KH, KW, sh, sw, dh, dw, ph, pw, pe_h, pe_w
       {1, 32, 64, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kRelu},             // one group, two input blocks
-      {2, 16, 80, 9, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, A::kNone},            // five output blocks: 4 + 1
+      {2, 16, 80, 9, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, A::kNone},            // five output blocks: groups 3 + 2
+      {1, 16, 112, 6, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kRelu},           // seven: 4 + 3
+      {2, 32, 150, 5, 7, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, A::kNone, 0, 0, true},  // ten, the last padded: 4 + 3 + 3
       {1, 160, 32, 7, 7, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, A::kNone, 0, 0, true},  // 1x1: input blocks 8 + 2
       {3, 48, 48, 10, 9, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, A::kRelu},            // 1x1 stride 2 (downsample)
       {1, 20, 24, 13, 9, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2, A::kRelu},            // padded input and output channels
@@ -126,7 +129,10 @@ TEST(NchwcDirect, MatchesDoubleReference) {
   };
   for (const Case& c : cases)
     for (int threads : {1, 2}) check(c, threads);
-  // Every tile width (1 to 7 pixels and their sums) and group width (1 to 4 output blocks).
+  // More threads than the kernel was built for: it runs on as many as its workspace has scratches.
+  check(cases[0], 3, 1);
+  check(cases[2], 2, 1);
+  // Every tile width (1 to 12 pixels and the tails after them) and group width (1 to 4 output blocks).
   for (int64_t iw = 1; iw <= 16; ++iw)
     for (int64_t m : {16, 32, 48, 64}) check({1, 16, m, 3, iw, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kRelu}, 1);
 }

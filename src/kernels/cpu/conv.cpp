@@ -508,7 +508,7 @@ class ConvKernel final : public Kernel {
         if (shape_numel(p_.y) != 0) ctx.fail("NchwcConv needs input channels and a non-empty kernel");
         return ctx.request_workspace(z_bytes());
       }
-      if (make_direct(x, w_const)) return ctx.request_workspace(direct_->workspace_bytes());
+      if (make_direct(x, w_const, ctx.options().num_threads)) return ctx.request_workspace(direct_->workspace_bytes());
       if (!dnnl_conv(p_, x, compute, &d)) ctx.fail("oneDNN cannot express this convolution in the blocked layout");
       const auto tag = dnnl::memory::format_tag::nChw16c;
       if (x_blocked_) d.x = dnnl::memory::desc(dnnl_util::dims(x), d.dt, tag);
@@ -570,8 +570,10 @@ class ConvKernel final : public Kernel {
 
   // NchwcConv on nchwc_direct.h's kernels (X blocked or plain): one group, constant weights, an
   // activation they apply (the others stay oneDNN post-ops); false where they do not run it.
-  bool make_direct(const Shape& x, const Tensor* w) {
-    if (!w || p_.group != 1 || p_.g.nd != 2) return false;
+  bool make_direct(const Shape& x, const Tensor* w, int threads) {
+    // 1x1 convolutions stay oneDNN's: its kernels ran MobileNet-v2's, SqueezeNet's and DenseNet's
+    // 1x1 layers as fast or faster (memory-bound ones above all).
+    if (!w || p_.group != 1 || p_.g.nd != 2 || p_.g.kernel[0] * p_.g.kernel[1] == 1) return false;
     using nchwc512::Act;
     Act act = Act::kNone;
     switch (act_.kind) {
@@ -590,7 +592,7 @@ class ConvKernel final : public Kernel {
     dg.ph = g.pad_b[0], dg.pw = g.pad_b[1];
     dg.plain = !x_blocked_;
     if (!NchwcDirectConv::supports(dg, act, act_.alpha, act_.beta)) return false;
-    direct_ = std::make_unique<NchwcDirectConv>(dg, w->data<float>(), act, act_.alpha, act_.beta, has_z_);
+    direct_ = std::make_unique<NchwcDirectConv>(dg, w->data<float>(), act, act_.alpha, act_.beta, has_z_, threads);
     post_pass_ = false;
     return true;
   }

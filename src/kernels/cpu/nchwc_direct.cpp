@@ -14,6 +14,8 @@ constexpr int64_t kGroupBlocks = 4;  // output blocks per group (nchwc512::conv_
 // Bytes of output one band of rows may span: its rows are revisited once per input block, in the
 // second-level cache; the input block's weights stay in the first.
 constexpr int64_t kBandBytes = 128 * 1024;
+// Weights this small stay in the second-level cache when every band reads them all.
+constexpr int64_t kSmallWeights = 256 * 1024;
 
 int64_t blocks16(int64_t c) { return (c + kB - 1) / kB; }
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
@@ -32,38 +34,49 @@ bool NchwcDirectConv::supports(const Geometry& g, nchwc512::Act act, float alpha
 }
 
 NchwcDirectConv::NchwcDirectConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha, float beta,
-                                 bool sum)
+                                 bool sum, int threads)
     : g_(g), act_(act), alpha_(alpha), beta_(beta), sum_(sum) {
+  slices_ = threads > 0 ? threads : hardware_threads();
   L_ = g.plain ? 1 : kB;
   icb_ = g.plain ? g.C : blocks16(g.C);
   ocb_ = blocks16(g.M);
   groups_ = ceil_div(ocb_, kGroupBlocks);
-  // The input rows and columns the windows reach; beyond the input's own (or with leading pads),
-  // a zero-padded copy.
-  PH = (g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1;
-  PW = (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1;
-  padded_ = g.ph > 0 || g.pw > 0 || PH > g.IH || PW > g.IW;
-  if (!padded_) PH = g.IH, PW = g.IW;
+  // The input columns the windows reach; with pads (or windows beyond the input) each task copies
+  // the rows it reads, zero-padded, into its thread's scratch.
+  const int64_t PH = (g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1;
+  PW_ = (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1;
+  padded_ = g.ph > 0 || g.pw > 0 || PH > g.IH || PW_ > g.IW;
+  if (!padded_) PW_ = g.IW;
+  // Input blocks per call: their weights (taps x L x 64 floats each) within 40 KiB.
+  icc_ = std::max<int64_t>(1, 10240 / (g.KH * g.KW * L_ * kGroupBlocks * kB));
+  // The most output rows of a band (run() may take fewer), of one image at a time in the scratch.
+  max_rows_ = std::clamp<int64_t>(kBandBytes / (g.OW * kGroupBlocks * kB * int64_t(sizeof(float))), 1, g.N * g.OH);
+  scratch_floats_ = icc_ * ((std::min(max_rows_, g.OH) - 1) * g.sh + (g.KH - 1) * g.dh + 1) * PW_ * L_;
   const int64_t taps = g.KH * g.KW;
   w_ = Tensor::empty(DType::kFloat32, {ocb_ * icb_ * taps * L_ * kB});
   float* out = w_.data<float>();
   for (int64_t gi = 0; gi < groups_; ++gi) {
-    const int64_t nb = std::min(kGroupBlocks, ocb_ - gi * kGroupBlocks), width = nb * kB;
+    const int64_t b0 = group_start(gi), nb = group_start(gi + 1) - b0, width = nb * kB;
     for (int64_t ib = 0; ib < icb_; ++ib)
       for (int64_t t = 0; t < taps; ++t)
         for (int64_t ic = 0; ic < L_; ++ic) {
           const int64_t c = ib * L_ + ic;
           for (int64_t o = 0; o < width; ++o) {
-            const int64_t m = gi * kGroupBlocks * kB + o;
+            const int64_t m = b0 * kB + o;
             *out++ = m < g.M && c < g.C ? w[(m * g.C + c) * taps + t] : 0.f;
           }
         }
   }
 }
 
+int64_t NchwcDirectConv::group_start(int64_t gi) const {
+  const int64_t base = ocb_ / groups_, extra = ocb_ % groups_;
+  return gi * base + std::min(gi, extra);
+}
+
 size_t NchwcDirectConv::workspace_bytes() const {
   size_t bytes = align64(size_t(ocb_ * kB) * sizeof(float));
-  if (padded_) bytes += align64(size_t(g_.N * icb_ * PH * PW * L_) * sizeof(float));
+  if (padded_) bytes += size_t(slices_) * align64(size_t(scratch_floats_) * sizeof(float));
   return bytes;
 }
 
@@ -73,68 +86,84 @@ void NchwcDirectConv::run(const float* x, const float* bias, float* y, char* ws)
   ws += align64(size_t(ocb_ * kB) * sizeof(float));
   std::fill(b, b + ocb_ * kB, 0.f);
   if (bias) std::copy(bias, bias + g.M, b);
+  const size_t slice = align64(size_t(scratch_floats_) * sizeof(float));
 
-  const float* in = x;
-  if (padded_) {  // padded (r, c) = x(r - ph, c - pw), zero outside
-    float* P = reinterpret_cast<float*>(ws);
-    const int64_t c0 = std::min(g.pw, PW), c1 = std::max(c0, std::min(PW, g.IW + g.pw));
-    const int64_t L = L_;
-    parallel_for(g.N * icb_ * PH, std::max<int64_t>(1, 4096 / (PW * L)), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t plane = r / PH, ih = r % PH - g.ph;
-        float* dst = P + r * PW * L;
-        if (ih < 0 || ih >= g.IH || c1 == c0) {
-          std::memset(dst, 0, size_t(PW * L) * sizeof(float));
-          continue;
-        }
-        std::memset(dst, 0, size_t(c0 * L) * sizeof(float));
-        std::memcpy(dst + c0 * L, x + ((plane * g.IH + ih) * g.IW + (c0 - g.pw)) * L, size_t((c1 - c0) * L) * sizeof(float));
-        std::memset(dst + c1 * L, 0, size_t((PW - c1) * L) * sizeof(float));
-      }
-    });
-    in = P;
-  }
-  const int64_t in_row = PW * L_, in_plane = PH * PW * L_, y_block = g.OH * g.OW * kB;
+  const int64_t in_row = PW_ * L_, in_plane = g.IH * g.IW * L_, y_block = g.OH * g.OW * kB;
   const int64_t taps = g.KH * g.KW;
-  // Input blocks per call: their weights (taps x L x 64 floats each) within 40 KiB.
-  const int64_t icc = std::max<int64_t>(1, 10240 / (taps * L_ * kGroupBlocks * kB));
 
   // Bands of output rows, the images' rows one after the other (the weights read once per band
   // serve every image in it): at most kBandBytes of a group's output, and at least four tasks a
-  // thread where the groups alone give fewer.
-  const int64_t R = g.N * g.OH;
-  int64_t rows = std::clamp<int64_t>(kBandBytes / (g.OW * kGroupBlocks * kB * int64_t(sizeof(float))), 1, R);
-  const int64_t want = 4 * int64_t(current_threads());
+  // thread where the groups alone give fewer (one a thread where a group's weights come from
+  // memory for every band); the rows split evenly between the bands.
+  const int64_t R = g.N * g.OH, T = std::min<int64_t>(current_threads(), slices_);
+  const int64_t w_bytes = int64_t(w_.nbytes()), want = w_bytes / groups_ > kSmallWeights ? T : 4 * T;
+  int64_t rows = max_rows_;
   if (groups_ * ceil_div(R, rows) < want) rows = std::max<int64_t>(1, ceil_div(R, ceil_div(want, groups_)));
-  const int64_t bands = ceil_div(R, rows);
+  int64_t bands = ceil_div(R, rows);
+  while ((groups_ * bands) % T != 0 && bands < R) ++bands;  // as many tasks per thread where the rows allow
+  // Tasks band by band (every group's weights read once per band, the band's input once from
+  // memory) where the weights are small or re-reading them costs less than re-reading the input;
+  // else group by group (each group's weights read once, the input once per group).
+  const int64_t in_bytes = g.N * icb_ * in_plane * int64_t(sizeof(float));
+  const bool band_major = w_bytes <= kSmallWeights || w_bytes * (bands - 1) < in_bytes * (groups_ - 1);
+  const int64_t tasks = groups_ * bands, total = ocb_ * R;  // a task's cost: its output blocks x rows
+  // The padded copy's columns: [c0, c1) from X, zeros around.
+  const int64_t c0 = std::min(g.pw, PW_), c1 = std::max(c0, std::min(PW_, g.IW + g.pw));
 
-  parallel_for(groups_ * bands, 1, [&](int64_t t0, int64_t t1) {
+  // Each thread takes the tasks in order whose cost midpoints fall in its share of the total.
+  parallel_for(T, 1, [&](int64_t th0, int64_t th1) {
+    float* S = reinterpret_cast<float*>(ws + size_t(th0) * slice);  // this thread's scratch
     nchwc512::RowArgs a;
-    a.in_row = in_row;
-    a.in_block = in_plane;
-    a.y_block = y_block;
     a.OW = g.OW, a.KH = g.KH, a.KW = g.KW, a.sw = g.sw, a.dh = g.dh, a.dw = g.dw;
+    a.y_block = y_block;
     a.sum = sum_;
     a.plain = L_ == 1;
     a.act = act_, a.alpha = alpha_, a.beta = beta_;
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t gi = t / bands, band = t % bands;
-      const int64_t nb = std::min(kGroupBlocks, ocb_ - gi * kGroupBlocks);
-      const int64_t r0 = band * rows, r1 = std::min(R, r0 + rows);
-      const float* wg = w_.data<float>() + gi * kGroupBlocks * icb_ * taps * L_ * kB;
+    int64_t done = 0;  // cost of the tasks before t
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t gi = band_major ? t % groups_ : t / bands, band = band_major ? t / groups_ : t % bands;
+      const int64_t b0 = group_start(gi), nb = group_start(gi + 1) - b0;
+      const int64_t r0 = R * band / bands, r1 = R * (band + 1) / bands;
+      const int64_t mid = 2 * done + nb * (r1 - r0);
+      done += nb * (r1 - r0);
+      if (mid < 2 * total * th0 / T || mid >= 2 * total * th1 / T) continue;
+      const float* wg = w_.data<float>() + b0 * icb_ * taps * L_ * kB;
       a.nb = int(nb);
-      a.bias = b + gi * kGroupBlocks * kB;
-      for (int64_t ib = 0; ib < icb_; ib += icc) {
-        a.icc = std::min(icc, icb_ - ib);
+      a.bias = b + b0 * kB;
+      for (int64_t ib = 0; ib < icb_; ib += icc_) {
+        a.icc = std::min(icc_, icb_ - ib);
         a.first = ib == 0;
         a.last = ib + a.icc == icb_;
         a.w = wg + ib * taps * L_ * nb * kB;
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t n = r / g.OH, oh = r % g.OH;
-          a.prefetch = r == r0 ? a.icc * taps * L_ * nb * kB : 0;  // the next blocks' (or group's) weights
-          a.in = in + (n * icb_ + ib) * in_plane + oh * g.sh * in_row;
-          a.y = y + ((n * ocb_ + gi * kGroupBlocks) * g.OH + oh) * g.OW * kB;
-          nchwc512::conv_row(a);
+        a.in_row = in_row;
+        for (int64_t r = r0; r < r1;) {  // the band's rows of one image at a time
+          const int64_t n = r / g.OH, oh0 = r % g.OH, oh1 = std::min(g.OH, oh0 + (r1 - r));
+          const float* in = x + (n * icb_ + ib) * in_plane;
+          int64_t ih0 = oh0 * g.sh;  // in's row of output row oh0
+          a.in_block = in_plane;
+          if (padded_) {  // scratch (block, s, c) = X(block, oh0 * sh - ph + s, c - pw), zero outside
+            const int64_t SR = (oh1 - oh0 - 1) * g.sh + (g.KH - 1) * g.dh + 1;
+            for (int64_t c = 0; c < a.icc; ++c)
+              for (int64_t s = 0; s < SR; ++s) {
+                const int64_t ih = oh0 * g.sh - g.ph + s;
+                float* dst = S + (c * SR + s) * in_row;
+                if (ih < 0 || ih >= g.IH || c1 == c0) {
+                  std::memset(dst, 0, size_t(in_row) * sizeof(float));
+                  continue;
+                }
+                std::memset(dst, 0, size_t(c0 * L_) * sizeof(float));
+                std::memcpy(dst + c0 * L_, in + c * in_plane + (ih * g.IW + (c0 - g.pw)) * L_,
+                            size_t((c1 - c0) * L_) * sizeof(float));
+                std::memset(dst + c1 * L_, 0, size_t((PW_ - c1) * L_) * sizeof(float));
+              }
+            in = S, ih0 = 0, a.in_block = SR * in_row;
+          }
+          for (int64_t oh = oh0; oh < oh1; ++oh, ++r) {
+            a.prefetch = r == r0 ? a.icc * taps * L_ * nb * kB : 0;  // the next blocks' (or group's) weights
+            a.in = in + (ih0 + (oh - oh0) * g.sh) * in_row;
+            a.y = y + ((n * ocb_ + b0) * g.OH + oh) * g.OW * kB;
+            nchwc512::conv_row(a);
+          }
         }
       }
     }

@@ -2,8 +2,9 @@
 // NchwcConv runs for float32 2-D convolutions with one group, constant weights and horizontal
 // stride 1 or 2 (oneDNN 2.6's kernels, its 3x3 ones on 7x7 to 28x28 feature maps above all, were
 // slower than onnxruntime's). X is blocked, or plain for a stem's few channels. The weights are
-// packed once; each run copies the input into a zero-padded buffer when the convolution pads, then
-// splits (group of four output blocks, band of output rows across the images) over the threads.
+// packed once; each run splits (group of up to four output blocks, band of output rows across the
+// images) over the threads, a task copying the input rows it reads into its thread's zero-padded
+// scratch when the convolution pads.
 // In a band, a few input blocks at a time, every output row accumulates in place
 // (nchwc512::conv_row) while those blocks' weights stay in the first-level cache and the next
 // blocks' are prefetched into the second (a network's weights come from memory on every run).
@@ -32,10 +33,12 @@ class NchwcDirectConv {
   static bool supports(const Geometry& g, nchwc512::Act act, float alpha, float beta);
 
   /// Packs weights w[M, C, KH, KW] (plain ONNX layout); `act` with its alpha/beta, `sum`: the output
-  /// holds Z when a run starts and Z is added before the activation.
-  NchwcDirectConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha, float beta, bool sum);
+  /// holds Z when a run starts and Z is added before the activation. `threads`: the most a run uses
+  /// (0: every core; the workspace holds a scratch for each).
+  NchwcDirectConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha, float beta, bool sum,
+                  int threads = 0);
 
-  /// Bytes of workspace run() needs (the zero-padded input, the bias padded to whole blocks).
+  /// Bytes of workspace run() needs (the bias padded to whole blocks, each thread's padded scratch).
   size_t workspace_bytes() const;
 
   /// y[N, ceil(M/16), OH, OW, 16] = act(conv(x[N, ceil(C/16), IH, IW, 16] or plain x[N, C, IH, IW])
@@ -45,13 +48,21 @@ class NchwcDirectConv {
  private:
   Geometry g_;
   int64_t L_ = 16;                            // input channels per input block: 16, or 1 (plain X)
-  int64_t icb_ = 0, ocb_ = 0, groups_ = 0;  // input blocks, output blocks of 16, groups of 4 output blocks
-  int64_t PH = 0, PW = 0;                     // the padded input plane (IH x IW without padding)
-  bool padded_ = false;
+  int64_t icb_ = 0, ocb_ = 0, groups_ = 0;  // input blocks, output blocks of 16, groups of <= 4 output blocks
+  int64_t PW_ = 0;                            // the columns the windows reach (IW without padding)
+  bool padded_ = false;                       // tasks copy their input rows, zero-padded, to scratch
+  int64_t icc_ = 1;                           // input blocks per conv_row call
+  int64_t max_rows_ = 1;                      // the most output rows of a band
+  int64_t scratch_floats_ = 0;                // a thread's scratch (padded_)
+  int slices_ = 1;                            // scratches in the workspace: the most threads a run uses
   nchwc512::Act act_ = nchwc512::Act::kNone;
   float alpha_ = 0, beta_ = 0;
   bool sum_ = false;
   Tensor w_;  // float32; per group of nb output blocks: [icb][KH][KW][L][nb * 16]
+
+  // The first output block of group gi (groups_ at gi = groups_): the blocks split as evenly as
+  // groups of at most four allow (6 blocks: 3 + 3, not 4 + 2), for the tiles and the threads.
+  int64_t group_start(int64_t gi) const;
 };
 
 }  // namespace onnxtrain::kernels::cpu

@@ -42,14 +42,14 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* i
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j) {
       const __m512 b = a.bias ? _mm512_loadu_ps(a.bias + 16 * j) : _mm512_setzero_ps();
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int p = 0; p < NP; ++p)
         acc[p][j] = a.sum ? _mm512_add_ps(b, _mm512_loadu_ps(y + j * a.y_block + p * 16)) : b;
     }
   } else {
 #pragma GCC unroll 4
     for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 8
+#pragma GCC unroll 16
       for (int p = 0; p < NP; ++p) acc[p][j] = _mm512_loadu_ps(y + j * a.y_block + p * 16);
   }
   const float* w = a.w;
@@ -66,7 +66,7 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* i
           wv[j] = _mm512_load_ps(w + ic * 16 * NB + 16 * j);
           if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(w + a.prefetch + ic * 16 * NB + 16 * j), _MM_HINT_T1);
         }
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int p = 0; p < NP; ++p) {
           const __m512 b = _mm512_set1_ps(px[p * SW * L + ic]);
 #pragma GCC unroll 4
@@ -77,7 +77,7 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* i
   }
 #pragma GCC unroll 4
   for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int p = 0; p < NP; ++p)
       _mm512_storeu_ps(y + j * a.y_block + p * 16, a.last ? activate(a, acc[p][j]) : acc[p][j]);
 }
