@@ -82,20 +82,25 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* i
       _mm512_storeu_ps(y + j * a.y_block + p * 16, a.last ? activate(a, acc[p][j]) : acc[p][j]);
 }
 
-// The row's tail: the tile of np = 1 + one of I pixels.
+// A tile of np = 1 + one of I pixels.
 template <int NB, int SW, int L, int... I>
 void tail(const RowArgs& a, const float* in, float* y, bool prefetch, int np, std::integer_sequence<int, I...>) {
   ((np == I + 1 ? tile<NB, I + 1, SW, L>(a, in, y, prefetch) : void()), ...);
 }
 
+// The row in as few tiles as kP allows, of widths that differ by one at most: a 7-pixel row as 4 + 3
+// rather than 6 + 1 (a one-pixel tile has too few accumulators to hide the FMA latency).
 template <int NB, int SW, int L>
 void row(const RowArgs& a) {
   constexpr int kP = pixels(NB);
-  int64_t ow = 0;
+  const int64_t tiles = (a.OW + kP - 1) / kP, q = a.OW / tiles, wider = a.OW % tiles;
   bool prefetch = a.prefetch > 0;
-  for (; ow + kP <= a.OW; ow += kP, prefetch = false) tile<NB, kP, SW, L>(a, a.in + ow * SW * L, a.y + ow * 16, prefetch);
-  if (ow < a.OW)
-    tail<NB, SW, L>(a, a.in + ow * SW * L, a.y + ow * 16, prefetch, int(a.OW - ow), std::make_integer_sequence<int, kP - 1>());
+  for (int64_t i = 0, ow = 0; i < tiles; ++i, prefetch = false) {
+    const int np = int(q + (i < wider));
+    if (np == kP) tile<NB, kP, SW, L>(a, a.in + ow * SW * L, a.y + ow * 16, prefetch);
+    else tail<NB, SW, L>(a, a.in + ow * SW * L, a.y + ow * 16, prefetch, np, std::make_integer_sequence<int, kP - 1>());
+    ow += np;
+  }
 }
 
 }  // namespace
