@@ -129,9 +129,15 @@ TEST(NchwcDirect, MatchesDoubleReference) {
   };
   for (const Case& c : cases)
     for (int threads : {1, 2}) check(c, threads);
+  // Group by group: two groups whose weights (288 KiB) exceed what bands read again from the cache.
+  const Case group_major{1, 64, 128, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kRelu};
+  // Bands that span images, padded: 3 images of 5 rows split in 2-4 bands.
+  const Case across_images{3, 16, 32, 5, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kNone, 0, 0, true};
+  for (int threads : {1, 2, 3}) check(group_major, threads), check(across_images, threads);
   // More threads than the kernel was built for: it runs on as many as its workspace has scratches.
   check(cases[0], 3, 1);
   check(cases[2], 2, 1);
+  check(across_images, 3, 2);
   // Every tile width (1 to 12 pixels and the tails after them) and group width (1 to 4 output blocks).
   for (int64_t iw = 1; iw <= 16; ++iw)
     for (int64_t m : {16, 32, 48, 64}) check({1, 16, m, 3, iw, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kRelu}, 1);
