@@ -8,6 +8,7 @@
 #include "ir/onnx_io.h"
 #include "runtime/feeds.h"
 #include "runtime/conv_fusion.h"
+#include "train/fusion.h"
 #include "runtime/fold.h"
 #include "runtime/run_hooks.h"
 #include "runtime/shared_arena.h"
@@ -96,6 +97,17 @@ ModelSaveOptions optimized_model_save_options(const SessionOptions& o) {
   return r;
 }
 
+// The exact GELU that torch.onnx writes as arithmetic, one com.onnxtrain Gelu node (train/fusion.h:
+// the same bits in float32), as training graphs have it. A TrainingAgent's graph (forward and
+// backward cut by a YieldOp) keeps its nodes.
+void fuse_gelu(ir::Model& model) {
+  for (const auto& n : model.graph->nodes)
+    if (n.domain == ir::kMicrosoftDomain && n.op_type == "YieldOp") return;
+  int fused = 0;
+  ir::Model r = train::fuse_gelu(model, &fused);
+  if (fused > 0) model = std::move(r);
+}
+
 }  // namespace
 
 NodeArg InferenceSession::Impl::node_arg(const ir::ValueInfo& v) const {
@@ -138,6 +150,8 @@ void InferenceSession::Impl::init() {
     runtime::fold_pads(model);
     runtime::fold_conv_batchnorm(model);
     runtime::fuse_conv_activations(model);
+    fuse_gelu(model);
+    runtime::fuse_matmul_bias(model);
   }
   // optimized_model_filepath gets the model as it is now: the blocked-layout operators below are
   // onnxtrain's session-internal ones, which no other runtime (nor onnxtrain's loader) takes. The

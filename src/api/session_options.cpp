@@ -170,6 +170,10 @@ ExecOptions exec_options_of(const SessionOptions& o) {
   eo.reuse_memory = o.enable_mem_reuse;
   eo.keep_memory = o.enable_mem_pattern && o.enable_cpu_mem_arena;
   eo.memory_limit = config_byte_count(o, "session.memory_limit_bytes", "0");  // 0: no session limit
+  const std::string prepack = o.config("session.disable_prepacking", "0");
+  if (prepack != "0" && prepack != "1")
+    throw_error<InvalidArgument>("session config entry session.disable_prepacking must be \"0\" or \"1\", got \"", prepack, "\"");
+  eo.prepack_weights = prepack == "0";
   for (const std::string& name : o.providers) {
     std::string why;
     ExecutionProvider* p = find_execution_provider(name, &why);

@@ -73,6 +73,10 @@ struct ExecOptions {
   bool inplace_aliasing = true;  ///< in-place outputs share their input's memory (else they start as a copy)
   bool reuse_memory = true;      ///< values whose lifetimes do not overlap share arena memory
   bool keep_memory = true;       ///< a plan's run memory is kept between runs (else allocated per run)
+  /// Constant weights of Conv, Gemm and MatMul are packed into their kernels' layouts once, when
+  /// planning (onnxruntime's prepacking; config entry "session.disable_prepacking" = "1": read as
+  /// they are in every run).
+  bool prepack_weights = true;
   /// Session memory limit in bytes (0: the process's allocation_limit()): plans whose memory exceeds
   /// it are refused when built, and every allocation while planning or running respects it.
   uint64_t memory_limit = 0;

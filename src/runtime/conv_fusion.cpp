@@ -668,4 +668,86 @@ size_t block_conv_layouts(ir::Model& model) {
   return rewritten;
 }
 
+size_t fuse_matmul_bias(ir::Model& model) {
+  ir::Graph& g = *model.graph;
+  if (has_yield(g) || model.opset("") < 7) return 0;
+  const ValueTypes type_of(model);
+  auto readers = readers_of(g);
+  auto fresh = [&](const std::string& base) {
+    std::string n = base;
+    for (int k = 1; g.initializer(n) || readers.count(n); ++k) n = base + "_" + std::to_string(k);
+    readers.try_emplace(n);  // reserved: the next fresh() names differ
+    return n;
+  };
+  auto shape_constant = [&](const std::string& base, const std::vector<int64_t>& dims) {
+    Tensor t = Tensor::empty(DType::kInt64, {int64_t(dims.size())});
+    std::copy(dims.begin(), dims.end(), t.data<int64_t>());
+    const std::string name = fresh(base);
+    g.initializers.emplace_back(name, std::move(t));
+    return name;
+  };
+  auto node = [](std::string name, const char* op, std::vector<std::string> in, std::string out) {
+    ir::Node n;
+    n.name = std::move(name);
+    n.op_type = op;
+    n.inputs = std::move(in);
+    n.outputs = {std::move(out)};
+    return n;
+  };
+  std::vector<bool> drop(g.nodes.size(), false);
+  std::map<size_t, std::vector<ir::Node>> replace;  // index of the Add -> the nodes in its place
+  std::set<std::string> gone;                        // the MatMuls' outputs
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& mm = g.nodes[i];
+    if (!is(mm, "MatMul") || mm.inputs.size() != 2) continue;
+    const Tensor* w = constant_tensor(g, mm.inputs[1], -1);
+    if (!w || w->rank() != 2) continue;
+    const int64_t K = w->shape()[0], N = w->shape()[1];
+    const auto& rd = readers[mm.outputs[0]];
+    if (rd.size() != 1 || rd[0] == SIZE_MAX || drop[rd[0]]) continue;
+    const ir::Node& add = g.nodes[rd[0]];
+    if (!is(add, "Add") || add.inputs.size() != 2 || add.inputs[0] == add.inputs[1]) continue;
+    const std::string& b = add.inputs[0] == mm.outputs[0] ? add.inputs[1] : add.inputs[0];
+    const Tensor* bias = constant_tensor(g, b, N);
+    if (!bias || bias->rank() < 1 || bias->rank() > 2 || bias->shape().back() != N) continue;
+    const ir::TypeInfo* xt = type_of(mm.inputs[0]);
+    if (!xt || xt->kind != ir::TypeInfo::Kind::kTensor || xt->elem != DType::kFloat32 || !xt->has_shape ||
+        xt->dims.size() < 2 || !xt->dims.back().fixed() || xt->dims.back().value != K)
+      continue;
+    std::vector<int64_t> lead;  // X's leading dims, -1 for the one unknown
+    int unknown = 0;
+    for (size_t d = 0; d + 1 < xt->dims.size(); ++d) {
+      const ir::Dim& dim = xt->dims[d];
+      if (!dim.fixed()) ++unknown;
+      lead.push_back(dim.fixed() ? dim.value : -1);
+    }
+    if (unknown > 1 || std::count(lead.begin(), lead.end(), 0) > 0) continue;
+    std::vector<ir::Node> nodes;
+    const std::string& y = add.outputs[0];
+    if (lead.size() == 1) {
+      nodes.push_back(node(mm.name, "Gemm", {mm.inputs[0], mm.inputs[1], b}, y));
+    } else {
+      const std::string x2 = fresh(mm.outputs[0] + "_rows"), y2 = fresh(y + "_rows");
+      nodes.push_back(node(mm.name + "_rows", "Reshape", {mm.inputs[0], shape_constant(mm.name + "_rows_shape", {-1, K})}, x2));
+      nodes.push_back(node(mm.name, "Gemm", {x2, mm.inputs[1], b}, y2));
+      lead.push_back(N);
+      nodes.push_back(node(add.name + "_shape", "Reshape", {y2, shape_constant(add.name + "_out_shape", lead)}, y));
+    }
+    drop[i] = drop[rd[0]] = true;
+    gone.insert(mm.outputs[0]);
+    replace[rd[0]] = std::move(nodes);
+  }
+  if (replace.empty()) return 0;
+  std::vector<ir::Node> nodes;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (auto it = replace.find(i); it != replace.end())
+      for (auto& n : it->second) nodes.push_back(std::move(n));
+    else if (!drop[i])
+      nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+  std::erase_if(g.value_info, [&](const ir::ValueInfo& v) { return gone.count(v.name) > 0; });
+  return replace.size();
+}
+
 }  // namespace onnxtrain::runtime

@@ -1,5 +1,6 @@
-// Inference-time fusion of convolutions with what follows them (GraphOptimizationLevel >=
-// extended, inference sessions only: training graphs and exported models keep the plain nodes).
+// Inference-time fusions (GraphOptimizationLevel >= extended, inference sessions only: training
+// graphs and exported models keep the plain nodes): convolutions with what follows them, linear
+// layers with their bias (the exact GELU is train/fusion.h's fuse_gelu, which sessions apply too).
 #pragma once
 
 #include <cstddef>
@@ -61,5 +62,14 @@ size_t fold_conv_batchnorm(ir::Model& model);
 /// session-internal: optimized_model_filepath is written before this pass. Graphs with a YieldOp
 /// are left alone. Returns the number of nodes rewritten.
 size_t block_conv_layouts(ir::Model& model);
+
+/// Replaces, in the main graph, MatMul(X, W) -> Add(., B) by one Gemm(X, W, B) (onnxruntime's
+/// MatMulAddFusion): W a float32 initializer no feed can override, 2-D [K, N], B one [N] or [1, N],
+/// the MatMul's output read by the Add alone and no graph output, X float32 with a known shape
+/// [..., K] of rank 2 or more (opset 7 or newer). X of rank above 2 is read as [rows, K] and the
+/// product given back in X's leading shape by two Reshape nodes (views; at most one of X's leading
+/// dims may be unknown). The Gemm adds B in its product's last step, as the Add did. Graphs with a
+/// YieldOp are left alone. Returns the number of fusions.
+size_t fuse_matmul_bias(ir::Model& model);
 
 }  // namespace onnxtrain::runtime

@@ -693,19 +693,20 @@ def test_profiling(mlp_model, tmp_path):
     runs = [e for e in events if e["cat"] == "Session" and e["name"] == "model_run"]
     assert len(runs) == len(shapes)
     assert all(r["args"]["run_tag"] == 'tag "quoted"' for r in runs)
-    assert len(nodes) == 3 * len(shapes)
-    assert sorted(e["args"]["op_name"] for e in nodes) == sorted(["MatMul", "Add", "Relu"] * len(shapes))
+    # The nodes as run: MatMul + Add fused into one Gemm (as onnxruntime's MatMulAddFusion does), Relu.
+    assert len(nodes) == 2 * len(shapes)
+    assert sorted(e["args"]["op_name"] for e in nodes) == sorted(["Gemm", "Relu"] * len(shapes))
     for e in events:
         assert e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0
     for e in nodes:
         assert e["args"]["provider"] == "CPUExecutionProvider"
         assert e["name"].endswith("_kernel_time")
     for k, shape in enumerate(shapes):
-        run_nodes = {e["args"]["op_name"]: e for e in nodes[3 * k:3 * k + 3]}
+        run_nodes = {e["args"]["op_name"]: e for e in nodes[2 * k:2 * k + 2]}
         n = shape[0]
-        assert run_nodes["MatMul"]["args"]["input_type_shape"] == [{"float": [n, 4]}, {"float": [4, 3]}]
-        assert run_nodes["MatMul"]["args"]["output_type_shape"] == [{"float": [n, 3]}]
-        assert run_nodes["Add"]["args"]["input_type_shape"] == [{"float": [n, 3]}, {"float": [3]}]
+        assert run_nodes["Gemm"]["args"]["input_type_shape"] == [{"float": [n, 4]}, {"float": [4, 3]}, {"float": [3]}]
+        assert run_nodes["Gemm"]["args"]["output_type_shape"] == [{"float": [n, 3]}]
+        assert run_nodes["Relu"]["args"]["input_type_shape"] == [{"float": [n, 3]}]
         assert run_nodes["Relu"]["args"]["output_type_shape"] == [{"float": [n, 3]}]
     # Ended: a second end_profiling has nothing to write.
     assert sess.end_profiling() == ""

@@ -89,7 +89,9 @@ using ew::widen_all;
 class BatchedMatMul {
  public:
   /// False when the batch shapes do not broadcast.
-  bool prepare(DType dt, Shape a_batch, Shape b_batch, int64_t M, int64_t K, int64_t N, bool ta, bool tb) {
+  /// `b_const`: B's data when it is a constant of the plan (float32 weights are then packed once).
+  bool prepare(DType dt, Shape a_batch, Shape b_batch, int64_t M, int64_t K, int64_t N, bool ta, bool tb,
+               const Tensor* b_const = nullptr) {
     if (dt == DType::kFloat16) {
       // float16: the float32 product of the widened operands (exact), rounded back to float16.
       widened_ = std::make_shared<BatchedMatMul>();
@@ -134,7 +136,7 @@ class BatchedMatMul {
     // measured as fast as sgemm or faster on training shapes; 1.6x slower on a [4, 8192] x
     // [8192, 8192] product.
     tiny_ = dt == DType::kFloat32 && tiny_product(shape_numel(cd) * rows_ * K * N);
-    if (float_type(dt) && !tiny_ && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_)) return true;
+    if (float_type(dt) && !tiny_ && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_, b_const)) return true;
     // Offsets of each batch's matrices over the collapsed dims.
     const int64_t nb = shape_numel(cd);
     std::vector<int64_t> idx(cd.size(), 0);
@@ -219,7 +221,8 @@ class BatchedMatMul {
  private:
   // oneDNN matmul on collapsed batch dims (ad, bd broadcast to cd), M rows; false when oneDNN
   // offers only its reference kernel (the per-batch sgemm loop is faster).
-  bool make_dnnl(const Shape& ad, const Shape& bd, const Shape& cd, int64_t M) {
+  // A constant 2-D B (b_const, float32) goes into the layout the primitive picks, once.
+  bool make_dnnl(const Shape& ad, const Shape& bd, const Shape& cd, int64_t M, const Tensor* b_const) {
     using dnnl::memory;
     auto md = [this](const Shape& batch, int64_t rows, int64_t cols, bool trans) {
       Shape d = batch;
@@ -236,11 +239,14 @@ class BatchedMatMul {
       return memory::desc(dnnl_util::dims(d), *float_type(dt_), dnnl_util::dims(st));
     };
     const memory::desc a = md(ad, M, K_, ta_), b = md(bd, K_, N_, tb_), c = md(cd, M, N_, false);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), dnnl_util::default_attr(), dnnl_util::cpu_engine());
+    const bool pack = b_const && dt_ == DType::kFloat32 && ad.empty() && bd.empty();
+    const memory::desc b_prim = pack ? memory::desc({K_, N_}, *float_type(dt_), memory::format_tag::any) : b;
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b_prim, c), dnnl_util::default_attr(), dnnl_util::cpu_engine());
     if (dnnl_util::is_reference(pd)) return false;
     op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
     op_.add_arg(DNNL_ARG_SRC, a, pd.src_desc(), false);
-    op_.add_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), false);
+    if (pack) op_.add_const_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), b_const->raw_data());
+    else op_.add_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), false);
     op_.add_arg(DNNL_ARG_DST, c, pd.dst_desc(), true);
     op_.set_single_threaded(small_product(shape_numel(cd) * M * K_ * N_));
     return true;
@@ -259,7 +265,8 @@ class BatchedMatMul {
 
 // Prepares `mm` for the product `g` describes and declares output 0 and the workspace.
 void prepare_product(PrepareContext& ctx, BatchedMatMul& mm, DType dt, const shape::MatMulGeom& g, bool ta, bool tb) {
-  if (!mm.prepare(dt, g.a_batch, g.b_batch, g.M, g.K, g.N, ta, tb))
+  if (!mm.prepare(dt, g.a_batch, g.b_batch, g.M, g.K, g.N, ta, tb,
+                  ctx.options().prepack_weights ? ctx.input_value(1) : nullptr))
     ctx.fail("internal: batch dimensions ", shape_to_string(g.a_batch), " and ", shape_to_string(g.b_batch),
              " do not broadcast");
   ctx.set_output(0, dt, g.output);
@@ -349,7 +356,16 @@ class GemmKernel final : public Kernel {
     const DType compute = widen_ ? DType::kFloat32 : dt;
     // A few rows (a classifier at batch 1): matrix-vector products streaming B (small_m_gemm).
     small_m_ = dt == DType::kFloat32 && !tiny_ && M_ >= 1 && M_ <= 4 && K_ > 0 && N_ > 0 && (!ta_ || M_ == 1);
-    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_) make_dnnl(compute, has_c_ && beta_ != 0.f);
+    // float32 C of N values added as they are (alpha = beta = 1; how torch.onnx exports nn.Linear,
+    // and what inference sessions fuse MatMul + Add into): the primitive's bias, no pass filling Y.
+    bias_ = dt == DType::kFloat32 && has_c_ && alpha_ == 1.f && beta_ == 1.f && c_rows_ == 1 && c_cols_ == N_ &&
+            c->size() <= 2;
+    // Constant float32 weights (initializers of an inference plan): packed into the primitive's
+    // layout once, here, instead of read plain in every run.
+    const Tensor* w_const = dt == DType::kFloat32 && ctx.options().prepack_weights ? ctx.input_value(1) : nullptr;
+    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_)
+      make_dnnl(compute, has_c_ && beta_ != 0.f, w_const);
+    bias_ = bias_ && op_.valid();
     widen_ = widen_ && op_.valid();
     const size_t a_n = size_t(a[0] * a[1]), b_n = size_t(b[0] * b[1]), c_n = has_c_ ? size_t(c_rows_ * c_cols_) : 0;
     ctx.request_workspace((op_.valid() ? op_.workspace_bytes() : 0) +
@@ -387,7 +403,9 @@ class GemmKernel final : public Kernel {
     }
     if (op_.valid()) {
       void* y = ctx.output(0).raw_data();
-      if (has_c_ && beta_ != 0.f) {
+      if (bias_) {
+        op_.bind(DNNL_ARG_BIAS, ctx.input(2).raw_data());
+      } else if (has_c_ && beta_ != 0.f) {
         if (A.dtype() == DType::kBFloat16) fill_c(ctx.input(2).data<bfloat16>(), static_cast<bfloat16*>(y));
         else fill_c(ctx.input(2).data<float>(), static_cast<float*>(y));
       }
@@ -426,25 +444,30 @@ class GemmKernel final : public Kernel {
     });
   }
   // float32 and bfloat16: a oneDNN matmul with alpha as output scale and beta * Y (Y = C) as a
-  // sum post-op.
-  void make_dnnl(DType dt, bool accumulate) {
+  // sum post-op, or C as its bias (bias_). Constant weights (w_const) in the layout it picks.
+  void make_dnnl(DType dt, bool accumulate, const Tensor* w_const) {
     using dnnl::memory;
     auto md = [dt](int64_t rows, int64_t cols, bool trans) {
       return memory::desc({rows, cols}, *float_type(dt), trans ? memory::dims{1, rows} : memory::dims{cols, 1});
     };
     const memory::desc ad = md(M_, K_, ta_), bd = md(K_, N_, tb_), cd = md(M_, N_, false);
+    const memory::desc bias_d = md(1, N_, false);
+    const memory::desc bd_prim = w_const ? memory::desc({K_, N_}, *float_type(dt), memory::format_tag::any) : bd;
     dnnl::primitive_attr attr = dnnl_util::default_attr();
     if (alpha_ != 1.f) attr.set_output_scales(0, {alpha_});
-    if (accumulate) {
+    if (accumulate && !bias_) {
       dnnl::post_ops po;
       po.append_sum(beta_);
       attr.set_post_ops(po);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), attr, dnnl_util::cpu_engine());
+    const auto desc = bias_ ? dnnl::matmul::desc(ad, bd_prim, bias_d, cd) : dnnl::matmul::desc(ad, bd_prim, cd);
+    dnnl::matmul::primitive_desc pd(desc, attr, dnnl_util::cpu_engine());
     if (dnnl_util::is_reference(pd)) return;
     op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
     op_.add_arg(DNNL_ARG_SRC, ad, pd.src_desc(), false);
-    op_.add_arg(DNNL_ARG_WEIGHTS, bd, pd.weights_desc(), false);
+    if (w_const) op_.add_const_arg(DNNL_ARG_WEIGHTS, bd, pd.weights_desc(), w_const->raw_data());
+    else op_.add_arg(DNNL_ARG_WEIGHTS, bd, pd.weights_desc(), false);
+    if (bias_) op_.add_arg(DNNL_ARG_BIAS, bias_d, pd.bias_desc(), false);
     op_.add_arg(DNNL_ARG_DST, cd, pd.dst_desc(), true);
     op_.set_single_threaded(small_product(M_ * K_ * N_));
   }
@@ -454,7 +477,7 @@ class GemmKernel final : public Kernel {
   bool legacy_no_broadcast_;
   bool sparse_a_ = false;
   dnnl_util::DnnlOp op_;
-  bool has_c_ = false, tiny_ = false, widen_ = false, small_m_ = false;
+  bool has_c_ = false, tiny_ = false, widen_ = false, small_m_ = false, bias_ = false;
   int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1, a_numel_ = 0, b_numel_ = 0;
 };
 
