@@ -9,6 +9,7 @@
 #include "runtime/feeds.h"
 #include "runtime/conv_fusion.h"
 #include "train/fusion.h"
+#include "ir/splice.h"
 #include "runtime/fold.h"
 #include "runtime/run_hooks.h"
 #include "runtime/shared_arena.h"
@@ -101,8 +102,7 @@ ModelSaveOptions optimized_model_save_options(const SessionOptions& o) {
 // the same bits in float32), as training graphs have it. A TrainingAgent's graph (forward and
 // backward cut by a YieldOp) keeps its nodes.
 void fuse_gelu(ir::Model& model) {
-  for (const auto& n : model.graph->nodes)
-    if (n.domain == ir::kMicrosoftDomain && n.op_type == "YieldOp") return;
+  if (ir::has_yield(*model.graph)) return;
   int fused = 0;
   ir::Model r = train::fuse_gelu(model, &fused);
   if (fused > 0) model = std::move(r);

@@ -1,11 +1,12 @@
 #include "ir/ir.h"
 #include "ir/splice.h"
-
+#include <algorithm>
 #include <queue>
 #include <set>
 #include <sstream>
 
 #include "onnxtrain/error.h"
+#include "ops/onnxtrain_ops.h"
 
 namespace onnxtrain::ir {
 
@@ -143,16 +144,29 @@ int64_t Model::opset(const std::string& d) const {
   return it == opsets.end() ? 0 : it->second;
 }
 
-void splice_nodes(Graph& g, std::map<size_t, Node> replace, const std::vector<bool>& drop) {
+bool has_yield(const Graph& g) {
+  return std::any_of(g.nodes.begin(), g.nodes.end(),
+                     [](const Node& n) { return n.domain == ops::kMicrosoftDomain && n.op_type == "YieldOp"; });
+}
+
+void splice_nodes(Graph& g, std::map<size_t, std::vector<Node>> replace, const std::vector<bool>& drop) {
   std::vector<Node> nodes;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (auto it = replace.find(i); it != replace.end()) nodes.push_back(std::move(it->second));
-    else if (!drop[i]) nodes.push_back(std::move(g.nodes[i]));
+    if (auto it = replace.find(i); it != replace.end())
+      for (auto& n : it->second) nodes.push_back(std::move(n));
+    else if (!drop[i])
+      nodes.push_back(std::move(g.nodes[i]));
   }
   g.nodes = std::move(nodes);
   std::set<std::string> defined;
   for (const auto& n : g.nodes) defined.insert(n.outputs.begin(), n.outputs.end());
   std::erase_if(g.value_info, [&](const ValueInfo& v) { return !defined.count(v.name) && !g.is_input(v.name) && !g.initializer(v.name); });
+}
+
+void splice_nodes(Graph& g, std::map<size_t, Node> replace, const std::vector<bool>& drop) {
+  std::map<size_t, std::vector<Node>> many;
+  for (auto& [i, n] : replace) many[i].push_back(std::move(n));
+  splice_nodes(g, std::move(many), drop);
 }
 
 std::vector<std::string> implicit_inputs(const Node& n) {

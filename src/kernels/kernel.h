@@ -164,6 +164,9 @@ class PrepareContext {
   size_t input_rank(size_t i) const { return input_shape(i).size(); }
   /// The input's tensor when known at this time (constants; every input at run time); else null.
   const Tensor* input_value(size_t i) const;
+  /// Input i as constant weights a kernel may pack into its own layout once, at prepare: its
+  /// tensor where known now and ExecOptions::prepack_weights allows packing; else null.
+  const Tensor* constant_weights(size_t i) const { return options_.prepack_weights ? input_value(i) : nullptr; }
   const Value* input_full_value(size_t i) const { return i < inputs_.size() ? inputs_[i].value : nullptr; }
   const std::vector<In>& implicit_inputs() const { return implicit_; }
 

@@ -19,13 +19,6 @@ namespace {
 
 bool is(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op && n.outputs.size() == 1; }
 
-// A TrainingAgent's graph (forward and backward cut by a YieldOp) keeps its nodes where they are.
-bool has_yield(const ir::Graph& g) {
-  for (const auto& n : g.nodes)
-    if (n.domain == ops::kMicrosoftDomain && n.op_type == "YieldOp") return true;
-  return false;
-}
-
 // The fused activation: its name and activation_params.
 struct Activation {
   std::string name;
@@ -103,7 +96,7 @@ bool same_type(const ir::TypeInfo* a, const ir::TypeInfo* b) {
 
 size_t fold_pads(ir::Model& model) {
   ir::Graph& g = *model.graph;
-  if (has_yield(g)) return 0;
+  if (ir::has_yield(g)) return 0;
   const int64_t opset = model.opset("");
   const auto readers = readers_of(g);
   auto ints_of = [&](const std::string& name) -> std::optional<std::vector<int64_t>> {
@@ -204,7 +197,7 @@ size_t fold_pads(ir::Model& model) {
 
 size_t fold_conv_batchnorm(ir::Model& model) {
   ir::Graph& g = *model.graph;
-  if (has_yield(g)) return 0;
+  if (ir::has_yield(g)) return 0;
   auto readers = readers_of(g);
   auto constant = [&](const std::string& name, int64_t numel) { return constant_tensor(g, name, numel); };
   auto fresh = [&](const std::string& base) {
@@ -294,7 +287,7 @@ class ValueTypes {
 
 size_t fuse_conv_activations(ir::Model& model) {
   ir::Graph& g = *model.graph;
-  if (has_yield(g)) return 0;
+  if (ir::has_yield(g)) return 0;
   const ValueTypes type_of(model);
   const auto readers = readers_of(g);
   // The one node reading `v`, if exactly one node reads it once and it is no graph output.
@@ -367,7 +360,7 @@ size_t fuse_conv_activations(ir::Model& model) {
 // plain node, a subgraph or the graph's outputs read.
 size_t block_conv_layouts(ir::Model& model) {
   ir::Graph& g = *model.graph;
-  if (has_yield(g)) return 0;
+  if (ir::has_yield(g)) return 0;
   // Types as inferred with each FusedConv seen as its Conv (same output type; type inference
   // knows no FusedConv).
   ir::Model unfused = model;
@@ -670,7 +663,7 @@ size_t block_conv_layouts(ir::Model& model) {
 
 size_t fuse_matmul_bias(ir::Model& model) {
   ir::Graph& g = *model.graph;
-  if (has_yield(g) || model.opset("") < 7) return 0;
+  if (ir::has_yield(g) || model.opset("") < 7) return 0;
   const ValueTypes type_of(model);
   auto readers = readers_of(g);
   auto fresh = [&](const std::string& base) {
@@ -696,7 +689,6 @@ size_t fuse_matmul_bias(ir::Model& model) {
   };
   std::vector<bool> drop(g.nodes.size(), false);
   std::map<size_t, std::vector<ir::Node>> replace;  // index of the Add -> the nodes in its place
-  std::set<std::string> gone;                        // the MatMuls' outputs
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& mm = g.nodes[i];
     if (!is(mm, "MatMul") || mm.inputs.size() != 2) continue;
@@ -734,20 +726,12 @@ size_t fuse_matmul_bias(ir::Model& model) {
       nodes.push_back(node(add.name + "_shape", "Reshape", {y2, shape_constant(add.name + "_out_shape", lead)}, y));
     }
     drop[i] = drop[rd[0]] = true;
-    gone.insert(mm.outputs[0]);
     replace[rd[0]] = std::move(nodes);
   }
   if (replace.empty()) return 0;
-  std::vector<ir::Node> nodes;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (auto it = replace.find(i); it != replace.end())
-      for (auto& n : it->second) nodes.push_back(std::move(n));
-    else if (!drop[i])
-      nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
-  std::erase_if(g.value_info, [&](const ir::ValueInfo& v) { return gone.count(v.name) > 0; });
-  return replace.size();
+  const size_t fused = replace.size();
+  ir::splice_nodes(g, std::move(replace), drop);
+  return fused;
 }
 
 }  // namespace onnxtrain::runtime

@@ -17,6 +17,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxtrain as ot
+from test_conv_fusion import session
 
 ALL = ot.GraphOptimizationLevel.ORT_ENABLE_ALL
 BASIC = ot.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -33,15 +34,6 @@ class FeedForward(torch.nn.Module):
 
     def forward(self, x):
         return x + self.l2(torch.nn.functional.gelu(self.l1(x)))
-
-
-def session(data, level, threads=1, optimized=None):
-    so = ot.SessionOptions()
-    so.graph_optimization_level = level
-    so.intra_op_num_threads = threads
-    if optimized:
-        so.optimized_model_filepath = optimized
-    return ot.InferenceSession(data, so)
 
 
 def op_counts(path):

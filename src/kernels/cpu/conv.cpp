@@ -500,7 +500,7 @@ class ConvKernel final : public Kernel {
     const DType compute = dt_ == DType::kFloat16 ? DType::kFloat32 : dt_;  // float16 staged through float32
     // Constant weights (initializers of an inference plan) are reordered into the primitive's
     // layout once, here, instead of in every run.
-    const Tensor* w_const = dt_ == DType::kFloat16 || !ctx.options().prepack_weights ? nullptr : ctx.input_value(1);
+    const Tensor* w_const = dt_ == DType::kFloat16 ? nullptr : ctx.constant_weights(1);
     if (blocked_) {
       // The tensors' own layouts are the primitive's: X blocked (or plain), Y blocked. Where oneDNN
       // has no kernel for them (kAny), it reorders from and to them in the workspace.

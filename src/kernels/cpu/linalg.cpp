@@ -266,7 +266,7 @@ class BatchedMatMul {
 // Prepares `mm` for the product `g` describes and declares output 0 and the workspace.
 void prepare_product(PrepareContext& ctx, BatchedMatMul& mm, DType dt, const shape::MatMulGeom& g, bool ta, bool tb) {
   if (!mm.prepare(dt, g.a_batch, g.b_batch, g.M, g.K, g.N, ta, tb,
-                  ctx.options().prepack_weights ? ctx.input_value(1) : nullptr))
+                  ctx.constant_weights(1)))
     ctx.fail("internal: batch dimensions ", shape_to_string(g.a_batch), " and ", shape_to_string(g.b_batch),
              " do not broadcast");
   ctx.set_output(0, dt, g.output);
@@ -362,7 +362,7 @@ class GemmKernel final : public Kernel {
             c->size() <= 2;
     // Constant float32 weights (initializers of an inference plan): packed into the primitive's
     // layout once, here, instead of read plain in every run.
-    const Tensor* w_const = dt == DType::kFloat32 && ctx.options().prepack_weights ? ctx.input_value(1) : nullptr;
+    const Tensor* w_const = dt == DType::kFloat32 ? ctx.constant_weights(1) : nullptr;
     if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_)
       make_dnnl(compute, has_c_ && beta_ != 0.f, w_const);
     bias_ = bias_ && op_.valid();
