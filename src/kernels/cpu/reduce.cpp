@@ -81,36 +81,16 @@ struct ReduceLayout {
 
   template <class Ctx>
   void init(const Ctx& ctx, const Shape& in, const std::vector<bool>& mask, bool keepdims) {
-    out_shape = shape::reduced_shape(in, mask, keepdims);
-    red_numel = 1;
-    for (size_t i = 0; i < in.size(); ++i)
-      if (mask[i]) red_numel *= in[i];
-    out_numel = shape_numel(out_shape);
-    // Collapse from the innermost dim outwards: groups of (dim, stride, reduced).
-    struct G {
-      int64_t dim, stride;
-      bool red;
-    };
-    std::vector<G> g;  // innermost first
-    int64_t stride = 1;
-    for (size_t i = in.size(); i-- > 0;) {
-      if (in[i] != 1) {
-        if (!g.empty() && g.back().red == mask[i])
-          g.back().dim *= in[i];
-        else
-          g.push_back(G{in[i], stride, bool(mask[i])});
-      }
-      stride *= in[i];
-    }
-    bool any_red = false;
-    for (const G& x : g) any_red |= x.red;
-    if (!any_red) g.insert(g.begin(), G{1, 1, true});  // nothing to reduce: rows of length 1
-    if (g.size() > size_t(kMaxWalkDims)) ctx.fail("too many dims to reduce (", g.size(), " after collapsing)");
-    row = g.front().red;
-    inner = g.front().dim;
+    const shape::ReduceGeometry r = shape::reduce_geometry(in, mask, keepdims);
+    const size_t runs = r.kept.size() + r.red.size() + 1;
+    if (runs > size_t(kMaxWalkDims)) ctx.fail("too many dims to reduce (", runs, " after collapsing)");
+    out_shape = r.out_shape;
+    out_numel = r.out_numel, red_numel = r.red_numel;
+    row = r.row, inner = r.inner;
     kept = Walk{};
     red = Walk{};
-    for (size_t i = g.size(); i-- > 1;) (g[i].red ? red : kept).push(g[i].dim, g[i].stride);
+    for (const auto& k : r.kept) kept.push(k.dim, k.stride);
+    for (const auto& k : r.red) red.push(k.dim, k.stride);
   }
 };
 

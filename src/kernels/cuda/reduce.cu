@@ -190,38 +190,21 @@ struct Layout {
 
   template <class Ctx>
   void init(const Ctx& ctx, const Shape& in, const std::vector<bool>& mask, bool keepdims) {
-    out_shape = shape::reduced_shape(in, mask, keepdims);
-    red_numel = 1;
-    for (size_t i = 0; i < in.size(); ++i)
-      if (mask[i]) red_numel *= in[i];
-    out_numel = shape_numel(out_shape);
-    struct G {
-      int64_t dim, stride;
-      bool red;
-    };
-    std::vector<G> g;  // innermost first
-    int64_t stride = 1;
-    for (size_t i = in.size(); i-- > 0;) {
-      if (in[i] != 1) {
-        if (!g.empty() && g.back().red == mask[i]) g.back().dim *= in[i];
-        else g.push_back(G{in[i], stride, bool(mask[i])});
+    const shape::ReduceGeometry r = shape::reduce_geometry(in, mask, keepdims);
+    out_shape = r.out_shape;
+    out_numel = r.out_numel, red_numel = r.red_numel;
+    row = r.row, inner = r.inner;
+    auto fill = [&](Dims& d, const std::vector<shape::ReduceGeometry::Run>& runs) {
+      if (runs.size() > size_t(kMaxDims)) decline(ctx, "too many dims to reduce after collapsing");
+      d = Dims{};
+      for (const auto& k : runs) {
+        d.dim[d.n] = k.dim;
+        d.stride[d.n] = k.stride;
+        ++d.n;
       }
-      stride *= in[i];
-    }
-    bool any_red = false;
-    for (const G& x : g) any_red |= x.red;
-    if (!any_red) g.insert(g.begin(), G{1, 1, true});
-    row = g.front().red;
-    inner = g.front().dim;
-    kept = Dims{};
-    red = Dims{};
-    for (size_t i = g.size(); i-- > 1;) {
-      Dims& d = g[i].red ? red : kept;
-      if (d.n == kMaxDims) decline(ctx, "too many dims to reduce after collapsing");
-      d.dim[d.n] = g[i].dim;
-      d.stride[d.n] = g[i].stride;
-      ++d.n;
-    }
+    };
+    fill(kept, r.kept);
+    fill(red, r.red);
     S = 1;
     chunk = std::max<int64_t>(1, red_numel);
     if (out_numel == 0 || red_numel == 0) return;

@@ -11,6 +11,35 @@ Shape reduced_shape(const Shape& in, const std::vector<bool>& mask, bool keepdim
   return out;
 }
 
+ReduceGeometry reduce_geometry(const Shape& in, const std::vector<bool>& mask, bool keepdims) {
+  ReduceGeometry r;
+  r.out_shape = reduced_shape(in, mask, keepdims);
+  r.out_numel = shape_numel(r.out_shape);
+  r.red_numel = 1;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (mask[i]) r.red_numel *= in[i];
+  struct Group {
+    ReduceGeometry::Run run;
+    bool red;
+  };
+  std::vector<Group> g;  // innermost first
+  int64_t stride = 1;
+  for (size_t i = in.size(); i-- > 0;) {
+    if (in[i] != 1) {
+      if (!g.empty() && g.back().red == mask[i]) g.back().run.dim *= in[i];
+      else g.push_back(Group{{in[i], stride}, bool(mask[i])});
+    }
+    stride *= in[i];
+  }
+  bool any_red = false;
+  for (const Group& x : g) any_red |= x.red;
+  if (!any_red) g.insert(g.begin(), Group{{1, 1}, true});
+  r.row = g.front().red;
+  r.inner = g.front().run.dim;
+  for (size_t i = g.size(); i-- > 1;) (g[i].red ? r.red : r.kept).push_back(g[i].run);
+  return r;
+}
+
 AxisSplit softmax_split(const PrepareContext& ctx, const Shape& s, int64_t axis, bool coerce) {
   const int64_t rank = int64_t(s.size());
   if (coerce) {

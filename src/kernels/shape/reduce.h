@@ -44,6 +44,22 @@ std::vector<bool> axes_mask(const Ctx& ctx, const std::vector<int64_t>& axes, si
 /// The output shape of a reduction over the axes `mask` marks: dropped, or kept as 1 (keepdims).
 Shape reduced_shape(const Shape& in, const std::vector<bool>& mask, bool keepdims);
 
+/// A reduction of a contiguous tensor, collapsed: size-1 dims dropped, adjacent dims that are all
+/// reduced or all kept merged into one run. The innermost run (`inner` elements) is reduced (`row`:
+/// contiguous row reductions) or kept (column reductions); `kept` and `red` hold the other runs as
+/// (dim, stride) pairs, outermost first. Nothing reduced: rows of length 1.
+struct ReduceGeometry {
+  struct Run {
+    int64_t dim, stride;
+  };
+  Shape out_shape;
+  int64_t out_numel = 0, red_numel = 0;
+  bool row = true;
+  int64_t inner = 1;
+  std::vector<Run> kept, red;
+};
+ReduceGeometry reduce_geometry(const Shape& in, const std::vector<bool>& mask, bool keepdims);
+
 /// [outer, n, inner] view of a softmax-family input: coerced to 2-D at axis (opset < 13: inner is
 /// 1) or along one axis.
 AxisSplit softmax_split(const PrepareContext& ctx, const Shape& s, int64_t axis, bool coerce);
