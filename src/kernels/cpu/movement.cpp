@@ -151,23 +151,7 @@ class SplitKernel final : public Kernel {
  public:
   explicit SplitKernel(const KernelInfo& info) : at_(shape::read_split_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
-    const Shape& in = ctx.input_shape(0);
-    int64_t axis;
-    std::vector<int64_t> sizes;
-    if (!shape::split_sizes(ctx, at_, &axis, &sizes)) return all_dynamic(ctx);
-    const int64_t d = in[size_t(axis)], n = int64_t(sizes.size());
-    outer_ = dim_product(in, 0, size_t(axis));
-    const int64_t inner = dim_product(in, size_t(axis) + 1, in.size());
-    row_ = d * inner;
-    widths_.clear();
-    for (int64_t i = 0; i < n; ++i) {
-      Shape s = in;
-      s[size_t(axis)] = sizes[size_t(i)];
-      widths_.push_back(sizes[size_t(i)] * inner);
-      if (n == 1) ctx.set_output_alias(0, 0, s);
-      else ctx.set_output(size_t(i), ctx.input_dtype(0), s);
-    }
-    ptrs_.resize(size_t(n));
+    if (shape::prepare_split(ctx, at_, &rows_)) ptrs_.resize(rows_.widths.size());
   }
   void run(RunContext& ctx) override {
     if (ptrs_.size() == 1 && ctx.output_aliases_input(0, 0)) return;
@@ -175,15 +159,14 @@ class SplitKernel final : public Kernel {
     const Tensor& x = ctx.input(0);
     dispatch_by_size(x.dtype(), ctx.node(), [&]<class T>() {
       copy_blocks<false>(const_cast<T*>(static_cast<const T*>(x.raw_data())), reinterpret_cast<T* const*>(ptrs_.data()),
-                         widths_, outer_, row_);
+                         rows_.widths, rows_.outer, rows_.row);
     });
   }
 
  private:
   shape::SplitAttrs at_;
-  int64_t outer_ = 0, row_ = 0;
-  std::vector<int64_t> widths_;  // columns per row of each output
-  std::vector<void*> ptrs_;      // output data (null: not requested), set per run
+  shape::SplitRows rows_;
+  std::vector<void*> ptrs_;  // output data (null: not requested), set per run
 };
 
 // ---------------------------------------------------------------- Slice

@@ -313,41 +313,27 @@ class SplitKernel final : public Kernel {
   explicit SplitKernel(const KernelInfo& info) : at_(shape::read_split_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
     require_device_type(ctx, ctx.input_dtype(0));
-    const Shape& in = ctx.input_shape(0);
-    int64_t axis;
-    std::vector<int64_t> sizes;
-    if (!shape::split_sizes(ctx, at_, &axis, &sizes)) return shape::all_dynamic(ctx);
-    const int64_t d = in[size_t(axis)], n = int64_t(sizes.size());
     es_ = int64_t(dtype_size(ctx.input_dtype(0)));
-    outer_ = shape::dim_product(in, 0, size_t(axis));
-    const int64_t inner = shape::dim_product(in, size_t(axis) + 1, in.size());
-    row_ = d * inner;
-    widths_.clear();
-    for (int64_t i = 0; i < n; ++i) {
-      Shape s = in;
-      s[size_t(axis)] = sizes[size_t(i)];
-      widths_.push_back(sizes[size_t(i)] * inner);
-      if (n == 1) ctx.set_output_alias(0, 0, s);
-      else ctx.set_output(size_t(i), ctx.input_dtype(0), s);
-    }
+    shape::prepare_split(ctx, at_, &rows_);
   }
   void run(RunContext& ctx) override {
-    if (widths_.size() == 1 && ctx.output_aliases_input(0, 0)) return;
+    const std::vector<int64_t>& widths = rows_.widths;
+    if (widths.size() == 1 && ctx.output_aliases_input(0, 0)) return;
     const CudaContext& c = CudaContext::of(ctx);
     const void* x = ctx.input(0).raw_data();
     int64_t off = 0;
-    for (size_t k = 0; k < widths_.size(); ++k) {
+    for (size_t k = 0; k < widths.size(); ++k) {
       if (ctx.has_output(k))
-        copy_rows(c, bytes_of(x, off * es_), row_ * es_, ctx.output(k).raw_data(), widths_[k] * es_, outer_,
-                  widths_[k] * es_);
-      off += widths_[k];
+        copy_rows(c, bytes_of(x, off * es_), rows_.row * es_, ctx.output(k).raw_data(), widths[k] * es_, rows_.outer,
+                  widths[k] * es_);
+      off += widths[k];
     }
   }
 
  private:
   shape::SplitAttrs at_;
-  int64_t outer_ = 0, row_ = 0, es_ = 0;
-  std::vector<int64_t> widths_;  // elements per row of each output
+  shape::SplitRows rows_;
+  int64_t es_ = 0;
 };
 
 // ---------------------------------------------------------------- Slice, SliceGrad

@@ -82,6 +82,29 @@ SplitAttrs read_split_attrs(const KernelInfo& info) {
   return at;
 }
 
+bool prepare_split(PrepareContext& ctx, const SplitAttrs& at, SplitRows* rows) {
+  const Shape& in = ctx.input_shape(0);
+  int64_t axis;
+  std::vector<int64_t> sizes;
+  if (!split_sizes(ctx, at, &axis, &sizes)) {
+    all_dynamic(ctx);
+    return false;
+  }
+  const size_t n = sizes.size();
+  const int64_t inner = dim_product(in, size_t(axis) + 1, in.size());
+  rows->outer = dim_product(in, 0, size_t(axis));
+  rows->row = in[size_t(axis)] * inner;
+  rows->widths.clear();
+  for (size_t i = 0; i < n; ++i) {
+    Shape s = in;
+    s[size_t(axis)] = sizes[i];
+    rows->widths.push_back(sizes[i] * inner);
+    if (n == 1) ctx.set_output_alias(0, 0, s);
+    else ctx.set_output(i, ctx.input_dtype(0), s);
+  }
+  return true;
+}
+
 bool split_sizes(const PrepareContext& ctx, const SplitAttrs& at, int64_t* axis_out, std::vector<int64_t>* sizes_out) {
   const Shape& in = ctx.input_shape(0);
   const int64_t axis = normalize_axis(ctx, at.axis, int64_t(in.size()));

@@ -38,6 +38,16 @@ SplitAttrs read_split_attrs(const KernelInfo& info);
 /// Normalized axis and the size of each output along it; false when input 1 is not known now.
 bool split_sizes(const PrepareContext& ctx, const SplitAttrs& at, int64_t* axis, std::vector<int64_t>* sizes);
 
+/// A split as row copies: each of the `outer` rows of X (`row` elements) gives output i the next
+/// widths[i] elements.
+struct SplitRows {
+  int64_t outer = 0, row = 0;
+  std::vector<int64_t> widths;
+};
+/// Declares Split's outputs (one output: an alias of X) and returns its rows; false (outputs
+/// dynamic) when input 1 is not known now.
+bool prepare_split(PrepareContext& ctx, const SplitAttrs& at, SplitRows* rows);
+
 /// Slice's starts/ends/axes attributes (opset 1-9); from opset 10 on (and for SliceGrad) they are
 /// inputs, with steps.
 struct SliceAttrs {
