@@ -134,7 +134,7 @@ TEST(NchwcDirect, MatchesDoubleReference) {
   // Bands that span images, padded: 3 images of 5 rows split in 2-4 bands.
   const Case across_images{3, 16, 32, 5, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kNone, 0, 0, true};
   for (int threads : {1, 2, 3}) check(group_major, threads), check(across_images, threads);
-  // More threads than the kernel was built for: it runs on as many as its workspace has scratches.
+  // More threads than the kernel was built for: it runs on as many as it was built for.
   check(cases[0], 3, 1);
   check(cases[2], 2, 1);
   check(across_images, 3, 2);

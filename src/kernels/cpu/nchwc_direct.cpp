@@ -1,7 +1,6 @@
 #include "kernels/cpu/nchwc_direct.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/parallel.h"
 
@@ -41,17 +40,10 @@ NchwcDirectConv::NchwcDirectConv(const Geometry& g, const float* w, nchwc512::Ac
   icb_ = g.plain ? g.C : blocks16(g.C);
   ocb_ = blocks16(g.M);
   groups_ = ceil_div(ocb_, kGroupBlocks);
-  // The input columns the windows reach; with pads (or windows beyond the input) each task copies
-  // the rows it reads, zero-padded, into its thread's scratch.
-  const int64_t PH = (g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1;
-  PW_ = (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1;
-  padded_ = g.ph > 0 || g.pw > 0 || PH > g.IH || PW_ > g.IW;
-  if (!padded_) PW_ = g.IW;
   // Input blocks per call: their weights (taps x L x 64 floats each) within 40 KiB.
   icc_ = std::max<int64_t>(1, 10240 / (g.KH * g.KW * L_ * kGroupBlocks * kB));
-  // The most output rows of a band (run() may take fewer), of one image at a time in the scratch.
+  // The most output rows of a band (run() may take fewer).
   max_rows_ = std::clamp<int64_t>(kBandBytes / (g.OW * kGroupBlocks * kB * int64_t(sizeof(float))), 1, g.N * g.OH);
-  scratch_floats_ = icc_ * ((std::min(max_rows_, g.OH) - 1) * g.sh + (g.KH - 1) * g.dh + 1) * PW_ * L_;
   const int64_t taps = g.KH * g.KW;
   w_ = Tensor::empty(DType::kFloat32, {ocb_ * icb_ * taps * L_ * kB});
   float* out = w_.data<float>();
@@ -74,21 +66,15 @@ int64_t NchwcDirectConv::group_start(int64_t gi) const {
   return gi * base + std::min(gi, extra);
 }
 
-size_t NchwcDirectConv::workspace_bytes() const {
-  size_t bytes = align64(size_t(ocb_ * kB) * sizeof(float));
-  if (padded_) bytes += size_t(slices_) * align64(size_t(scratch_floats_) * sizeof(float));
-  return bytes;
-}
+size_t NchwcDirectConv::workspace_bytes() const { return align64(size_t(ocb_ * kB) * sizeof(float)); }
 
 void NchwcDirectConv::run(const float* x, const float* bias, float* y, char* ws) const {
   const Geometry& g = g_;
   float* b = reinterpret_cast<float*>(ws);  // the bias over whole blocks
-  ws += align64(size_t(ocb_ * kB) * sizeof(float));
   std::fill(b, b + ocb_ * kB, 0.f);
   if (bias) std::copy(bias, bias + g.M, b);
-  const size_t slice = align64(size_t(scratch_floats_) * sizeof(float));
 
-  const int64_t in_row = PW_ * L_, in_plane = g.IH * g.IW * L_, y_block = g.OH * g.OW * kB;
+  const int64_t in_row = g.IW * L_, in_plane = g.IH * g.IW * L_, y_block = g.OH * g.OW * kB;
   const int64_t taps = g.KH * g.KW;
 
   // Bands of output rows, the images' rows one after the other (the weights read once per band
@@ -107,14 +93,13 @@ void NchwcDirectConv::run(const float* x, const float* bias, float* y, char* ws)
   const int64_t in_bytes = g.N * icb_ * in_plane * int64_t(sizeof(float));
   const bool band_major = w_bytes <= kSmallWeights || w_bytes * (bands - 1) < in_bytes * (groups_ - 1);
   const int64_t tasks = groups_ * bands, total = ocb_ * R;  // a task's cost: its output blocks x rows
-  // The padded copy's columns: [c0, c1) from X, zeros around.
-  const int64_t c0 = std::min(g.pw, PW_), c1 = std::max(c0, std::min(PW_, g.IW + g.pw));
 
   // Each thread takes the tasks in order whose cost midpoints fall in its share of the total.
   parallel_for(T, 1, [&](int64_t th0, int64_t th1) {
-    float* S = reinterpret_cast<float*>(ws + size_t(th0) * slice);  // this thread's scratch
     nchwc512::RowArgs a;
     a.OW = g.OW, a.KH = g.KH, a.KW = g.KW, a.sw = g.sw, a.dh = g.dh, a.dw = g.dw;
+    a.IH = g.IH, a.IW = g.IW, a.pw = g.pw;
+    a.in_row = in_row, a.in_block = in_plane;
     a.y_block = y_block;
     a.sum = sum_;
     a.plain = L_ == 1;
@@ -135,35 +120,13 @@ void NchwcDirectConv::run(const float* x, const float* bias, float* y, char* ws)
         a.first = ib == 0;
         a.last = ib + a.icc == icb_;
         a.w = wg + ib * taps * L_ * nb * kB;
-        a.in_row = in_row;
-        for (int64_t r = r0; r < r1;) {  // the band's rows of one image at a time
-          const int64_t n = r / g.OH, oh0 = r % g.OH, oh1 = std::min(g.OH, oh0 + (r1 - r));
-          const float* in = x + (n * icb_ + ib) * in_plane;
-          int64_t ih0 = oh0 * g.sh;  // in's row of output row oh0
-          a.in_block = in_plane;
-          if (padded_) {  // scratch (block, s, c) = X(block, oh0 * sh - ph + s, c - pw), zero outside
-            const int64_t SR = (oh1 - oh0 - 1) * g.sh + (g.KH - 1) * g.dh + 1;
-            for (int64_t c = 0; c < a.icc; ++c)
-              for (int64_t s = 0; s < SR; ++s) {
-                const int64_t ih = oh0 * g.sh - g.ph + s;
-                float* dst = S + (c * SR + s) * in_row;
-                if (ih < 0 || ih >= g.IH || c1 == c0) {
-                  std::memset(dst, 0, size_t(in_row) * sizeof(float));
-                  continue;
-                }
-                std::memset(dst, 0, size_t(c0 * L_) * sizeof(float));
-                std::memcpy(dst + c0 * L_, in + c * in_plane + (ih * g.IW + (c0 - g.pw)) * L_,
-                            size_t((c1 - c0) * L_) * sizeof(float));
-                std::memset(dst + c1 * L_, 0, size_t((PW_ - c1) * L_) * sizeof(float));
-              }
-            in = S, ih0 = 0, a.in_block = SR * in_row;
-          }
-          for (int64_t oh = oh0; oh < oh1; ++oh, ++r) {
-            a.prefetch = r == r0 ? a.icc * taps * L_ * nb * kB : 0;  // the next blocks' (or group's) weights
-            a.in = in + (ih0 + (oh - oh0) * g.sh) * in_row;
-            a.y = y + ((n * ocb_ + b0) * g.OH + oh) * g.OW * kB;
-            nchwc512::conv_row(a);
-          }
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t n = r / g.OH, oh = r % g.OH;
+          a.prefetch = r == r0 ? a.icc * taps * L_ * nb * kB : 0;  // the next blocks' (or group's) weights
+          a.in = x + (n * icb_ + ib) * in_plane;
+          a.ih0 = oh * g.sh - g.ph;
+          a.y = y + ((n * ocb_ + b0) * g.OH + oh) * g.OW * kB;
+          nchwc512::conv_row(a);
         }
       }
     }

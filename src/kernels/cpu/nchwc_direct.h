@@ -3,8 +3,8 @@
 // stride 1 or 2 (oneDNN 2.6's kernels, its 3x3 ones on 7x7 to 28x28 feature maps above all, were
 // slower than onnxruntime's). X is blocked, or plain for a stem's few channels. The weights are
 // packed once; each run splits (group of up to four output blocks, band of output rows across the
-// images) over the threads, a task copying the input rows it reads into its thread's zero-padded
-// scratch when the convolution pads.
+// images) over the threads; the pads are read as zeros by the row kernel's bounded tiles (no
+// padded copy of the input).
 // In a band, a few input blocks at a time, every output row accumulates in place
 // (nchwc512::conv_row) while those blocks' weights stay in the first-level cache and the next
 // blocks' are prefetched into the second (a network's weights come from memory on every run).
@@ -34,11 +34,11 @@ class NchwcDirectConv {
 
   /// Packs weights w[M, C, KH, KW] (plain ONNX layout); `act` with its alpha/beta, `sum`: the output
   /// holds Z when a run starts and Z is added before the activation. `threads`: the most a run uses
-  /// (0: every core; the workspace holds a scratch for each).
+  /// (0: every core).
   NchwcDirectConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha, float beta, bool sum,
                   int threads = 0);
 
-  /// Bytes of workspace run() needs (the bias padded to whole blocks, each thread's padded scratch).
+  /// Bytes of workspace run() needs (the bias padded to whole blocks).
   size_t workspace_bytes() const;
 
   /// y[N, ceil(M/16), OH, OW, 16] = act(conv(x[N, ceil(C/16), IH, IW, 16] or plain x[N, C, IH, IW])
@@ -49,12 +49,9 @@ class NchwcDirectConv {
   Geometry g_;
   int64_t L_ = 16;                            // input channels per input block: 16, or 1 (plain X)
   int64_t icb_ = 0, ocb_ = 0, groups_ = 0;  // input blocks, output blocks of 16, groups of <= 4 output blocks
-  int64_t PW_ = 0;                            // the columns the windows reach (IW without padding)
-  bool padded_ = false;                       // tasks copy their input rows, zero-padded, to scratch
   int64_t icc_ = 1;                           // input blocks per conv_row call
   int64_t max_rows_ = 1;                      // the most output rows of a band
-  int64_t scratch_floats_ = 0;                // a thread's scratch (padded_)
-  int slices_ = 1;                            // scratches in the workspace: the most threads a run uses
+  int slices_ = 1;                            // the most threads a run uses
   nchwc512::Act act_ = nchwc512::Act::kNone;
   float alpha_ = 0, beta_ = 0;
   bool sum_ = false;

@@ -32,11 +32,16 @@ inline __m512 activate(const RowArgs& a, __m512 v) {
   return v;
 }
 
+// Zeros that a bounded tile reads for window positions in the pads.
+alignas(64) const float kZeros[16] = {};
+
 // NP pixels (SW apart in the input) x NB output blocks: the accumulators stay in registers over
 // the KH x KW x L input channels of each block (L = 16 blocked, 1 plain); each input value is
-// broadcast once into NB fused multiply-adds.
-template <int NB, int NP, int SW, int L>
-inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* in, float* y, bool prefetch) {
+// broadcast once into NB fused multiply-adds. `col0`: the first pixel's window column. Unbounded
+// (B false): every window position of the tile lies inside the input. Bounded: each pixel's input
+// for (kh, kw) is found again and is kZeros where outside (the same products as a padded copy).
+template <int NB, int NP, int SW, int L, bool B>
+inline __attribute__((always_inline)) void tile(const RowArgs& a, int64_t col0, float* y, bool prefetch) {
   __m512 acc[NP][NB];
   if (a.first) {
 #pragma GCC unroll 4
@@ -55,9 +60,17 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* i
   const float* w = a.w;
   for (int64_t ib = 0; ib < a.icc; ++ib)
   for (int64_t kh = 0; kh < a.KH; ++kh) {
-    const float* row = in + ib * a.in_block + kh * a.dh * a.in_row;
+    const int64_t ih = a.ih0 + kh * a.dh;
+    const bool row_in = !B || (ih >= 0 && ih < a.IH);
+    const float* row = row_in ? a.in + ib * a.in_block + ih * a.in_row : kZeros;
     for (int64_t kw = 0; kw < a.KW; ++kw, w += 16 * L * NB) {
-      const float* px = row + kw * a.dw * L;
+      const int64_t c = col0 + kw * a.dw;
+      const float* px[NP];  // pixel p's L input channels
+#pragma GCC unroll 16
+      for (int p = 0; p < NP; ++p) {
+        const int64_t cp = c + p * SW;
+        px[p] = !B || (row_in && cp >= 0 && cp < a.IW) ? row + cp * L : kZeros;
+      }
 #pragma GCC unroll 16
       for (int ic = 0; ic < L; ++ic) {
         __m512 wv[NB];
@@ -68,7 +81,7 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* i
         }
 #pragma GCC unroll 16
         for (int p = 0; p < NP; ++p) {
-          const __m512 b = _mm512_set1_ps(px[p * SW * L + ic]);
+          const __m512 b = _mm512_set1_ps(px[p][ic]);
 #pragma GCC unroll 4
           for (int j = 0; j < NB; ++j) acc[p][j] = _mm512_fmadd_ps(b, wv[j], acc[p][j]);
         }
@@ -83,22 +96,34 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, const float* i
 }
 
 // A tile of np = 1 + one of I pixels.
-template <int NB, int SW, int L, int... I>
-void tail(const RowArgs& a, const float* in, float* y, bool prefetch, int np, std::integer_sequence<int, I...>) {
-  ((np == I + 1 ? tile<NB, I + 1, SW, L>(a, in, y, prefetch) : void()), ...);
+template <int NB, int SW, int L, bool B, int... I>
+void tail(const RowArgs& a, int64_t col0, float* y, bool prefetch, int np, std::integer_sequence<int, I...>) {
+  ((np == I + 1 ? tile<NB, I + 1, SW, L, B>(a, col0, y, prefetch) : void()), ...);
+}
+
+template <int NB, int SW, int L, bool B>
+void any_tile(const RowArgs& a, int64_t col0, float* y, bool prefetch, int np) {
+  constexpr int kP = pixels(NB);
+  if (np == kP) tile<NB, kP, SW, L, B>(a, col0, y, prefetch);
+  else tail<NB, SW, L, B>(a, col0, y, prefetch, np, std::make_integer_sequence<int, kP - 1>());
 }
 
 // The row in as few tiles as kP allows, of widths that differ by one at most: a 7-pixel row as 4 + 3
-// rather than 6 + 1 (a one-pixel tile has too few accumulators to hide the FMA latency).
+// rather than 6 + 1 (a one-pixel tile has too few accumulators to hide the FMA latency). Tiles
+// whose windows reach into the pads run bounded.
 template <int NB, int SW, int L>
 void row(const RowArgs& a) {
   constexpr int kP = pixels(NB);
   const int64_t tiles = (a.OW + kP - 1) / kP, q = a.OW / tiles, wider = a.OW % tiles;
+  const bool rows_in = a.ih0 >= 0 && a.ih0 + (a.KH - 1) * a.dh < a.IH;
+  const int64_t reach = (a.KW - 1) * a.dw;  // a window's columns past its first
   bool prefetch = a.prefetch > 0;
   for (int64_t i = 0, ow = 0; i < tiles; ++i, prefetch = false) {
     const int np = int(q + (i < wider));
-    if (np == kP) tile<NB, kP, SW, L>(a, a.in + ow * SW * L, a.y + ow * 16, prefetch);
-    else tail<NB, SW, L>(a, a.in + ow * SW * L, a.y + ow * 16, prefetch, np, std::make_integer_sequence<int, kP - 1>());
+    const int64_t col0 = ow * SW - a.pw;
+    float* y = a.y + ow * 16;
+    if (rows_in && col0 >= 0 && col0 + (np - 1) * SW + reach < a.IW) any_tile<NB, SW, L, false>(a, col0, y, prefetch, np);
+    else any_tile<NB, SW, L, true>(a, col0, y, prefetch, np);
     ow += np;
   }
 }

@@ -1,7 +1,7 @@
 // The direct NCHWc convolution's inner loop on AVX-512 (nchwc_direct512.cpp, compiled alone with
 // -mavx512f; everything else targets x86-64-v3): one output row of up to four 16-channel output
-// blocks, from one 16-channel input block, held in registers seven pixels at a time. The geometry,
-// the packing of the weights, the zero-padded input and the threads are nchwc_direct.cpp's.
+// blocks, from a few 16-channel input blocks, held in registers 6 to 12 pixels at a time (24
+// accumulators). The geometry, the packing of the weights and the threads are nchwc_direct.cpp's.
 #pragma once
 
 #include <cstdint>
@@ -15,15 +15,19 @@ bool available();
 enum class Act : int { kNone, kRelu, kLeakyRelu, kClip, kHardSwish };
 
 /// One call: output row `y` (nb blocks of 16 channels, block j at y + j * y_block, pixel p at
-/// + p * 16) += the convolution of `icc` input blocks from `in` (row oh * sh of the padded input,
-/// column 0; rows in_row floats apart, blocks in_block) with weights `w` ([icc][KH][KW][L input
-/// channels][nb * 16]). A block is 16 channels interleaved (L = 16), or one plain channel (L = 1).
+/// + p * 16) += the convolution of `icc` input blocks from `in` (row 0, column 0 of the first block;
+/// rows in_row floats apart, blocks in_block) with weights `w` ([icc][KH][KW][L input channels][nb *
+/// 16]); output pixel ow's window starts at input row ih0 and column ow * sw - pw. Window positions
+/// outside the IH x IW input (the pads) read zeros: the tiles that touch them take their inputs
+/// pixel by pixel, from a zero vector where outside, so that the products are those of a
+/// zero-padded copy. A block is 16 channels interleaved (L = 16), or one plain channel (L = 1).
 struct RowArgs {
   const float* in = nullptr;
   const float* w = nullptr;
   const float* bias = nullptr;  ///< nb * 16 values (first only; null: zero)
   float* y = nullptr;
   int64_t in_row = 0, in_block = 0, y_block = 0;
+  int64_t ih0 = 0, IH = 0, IW = 0, pw = 0;  ///< the window's first input row; the input's size; left pad
   int64_t icc = 1;
   int64_t OW = 0, KH = 0, KW = 0, sw = 1, dh = 1, dw = 1;
   /// > 0: the row's first tile prefetches (to the second-level cache) the weights this many floats
