@@ -7,7 +7,9 @@
 #include <map>
 #include <memory>
 
+#include "core/parallel.h"
 #include "ir/onnx_io.h"
+#include "kernels/cpu/dnnl_util.h"
 #include "onnxtrain/session.h"
 #include "ops/onnxtrain_ops.h"
 #include "runtime/conv_fusion.h"
@@ -484,5 +486,31 @@ TEST(ConvLayout, PadsFoldIntoPoolsAndConvolutions) {
         EXPECT_TRUE(all_close(y[k], plain[k].shape(), to_double(plain[k]), 1e-5, 1e-5)) << outs[k] << " " << threads;
       EXPECT_TRUE(all_close(y[0], {2, 16, 7, 7}, y1, 1e-5, 1e-6)) << threads;
     }
+  }
+}
+
+// The layout reorders themselves (whole blocks through register transposes, the rest element by
+// element) against the layout's definition: element (n, c, p) at [n, c / 16, p, c % 16], padded
+// channels zero; every mix of whole and partial blocks and of 8-pixel runs and tails, 1-2 threads.
+TEST(ConvLayout, ReordersMatchTheLayoutsDefinition) {
+  namespace nchwc = onnxtrain::kernels::cpu::nchwc;
+  for (int threads : {1, 2}) {
+    onnxtrain::ThreadScope scope(threads);
+    for (int64_t C : {1, 3, 16, 21, 32, 40})
+      for (int64_t HW : {1, 7, 8, 9, 50}) {
+        const int64_t N = 2, CB = nchwc::blocks(C);
+        std::vector<float> x(size_t(N * C * HW)), blocked(size_t(N * CB * HW * 16), -1.f), back(x.size(), -1.f);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = float(i) + 0.5f;
+        nchwc::to_blocked(x.data(), blocked.data(), N, C, HW);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t c = 0; c < CB * 16; ++c)
+            for (int64_t p = 0; p < HW; ++p) {
+              const float want = c < C ? x[size_t((n * C + c) * HW + p)] : 0.f;
+              ASSERT_EQ(blocked[size_t(((n * CB + c / 16) * HW + p) * 16 + c % 16)], want)
+                  << "C " << C << " HW " << HW << " n " << n << " c " << c << " p " << p;
+            }
+        nchwc::from_blocked(blocked.data(), back.data(), N, C, HW);
+        ASSERT_EQ(back, x) << "C " << C << " HW " << HW << " threads " << threads;
+      }
   }
 }

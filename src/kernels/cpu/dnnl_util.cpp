@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/parallel.h"
+#include "kernels/cpu/strided_copy.h"
 
 namespace onnxtrain::kernels::cpu::dnnl_util {
 
@@ -160,34 +161,40 @@ void DnnlOp::check(dnnl_status_t st) {
 
 namespace onnxtrain::kernels::cpu::nchwc {
 
-// One (image, channel block) per task: a [16, HW] slab of planes transposed to [HW, 16].
-void to_blocked(const float* x, float* y, int64_t N, int64_t C, int64_t HW) {
-  const int64_t CB = blocks(C);
-  parallel_for(N * CB, std::max<int64_t>(1, 4096 / std::max<int64_t>(HW * kBlock, 1)), [&](int64_t b0, int64_t b1) {
+namespace {
+
+// One (image, channel block) per task: a [16, HW] slab of planes to [HW, 16] (to_blocked) or back,
+// nc of the 16 channels present. Whole blocks go through 8 x 8 register transposes.
+template <bool ToBlocked>
+void reorder(const float* x, float* y, int64_t N, int64_t C, int64_t HW) {
+  const int64_t CB = blocks(C), HW8 = HW / 8 * 8;
+  parallel_for(N * CB, std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(HW * kBlock, 1)), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n = b / CB, c0 = (b % CB) * kBlock, nc = std::min(kBlock, C - c0);
-      const float* src = x + (n * C + c0) * HW;
-      float* dst = y + b * HW * kBlock;
-      for (int64_t p = 0; p < HW; ++p) {
-        float* d = dst + p * kBlock;
-        for (int64_t c = 0; c < nc; ++c) d[c] = src[c * HW + p];
-        for (int64_t c = nc; c < kBlock; ++c) d[c] = 0.f;
+      float* blocked = ToBlocked ? y + b * HW * kBlock : nullptr;
+      const float* bsrc = ToBlocked ? nullptr : x + b * HW * kBlock;
+      const int64_t plain_off = (n * C + c0) * HW;
+      int64_t p = 0;
+      if (nc == kBlock) {
+        for (; p < HW8; p += 8)
+          for (int64_t c = 0; c < kBlock; c += 8) {
+            if constexpr (ToBlocked) StridedCopy::block<4>(blocked + p * kBlock + c, kBlock, x + plain_off + c * HW + p, HW);
+            else StridedCopy::block<4>(y + plain_off + c * HW + p, HW, bsrc + p * kBlock + c, kBlock);
+          }
       }
+      for (; p < HW; ++p)
+        for (int64_t c = 0; c < kBlock; ++c) {
+          if constexpr (ToBlocked) blocked[p * kBlock + c] = c < nc ? x[plain_off + c * HW + p] : 0.f;
+          else if (c < nc) y[plain_off + c * HW + p] = bsrc[p * kBlock + c];
+        }
     }
   });
 }
 
-void from_blocked(const float* x, float* y, int64_t N, int64_t C, int64_t HW) {
-  const int64_t CB = blocks(C);
-  parallel_for(N * CB, std::max<int64_t>(1, 4096 / std::max<int64_t>(HW * kBlock, 1)), [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n = b / CB, c0 = (b % CB) * kBlock, nc = std::min(kBlock, C - c0);
-      const float* src = x + b * HW * kBlock;
-      float* dst = y + (n * C + c0) * HW;
-      for (int64_t c = 0; c < nc; ++c)
-        for (int64_t p = 0; p < HW; ++p) dst[c * HW + p] = src[p * kBlock + c];
-    }
-  });
-}
+}  // namespace
+
+void to_blocked(const float* x, float* y, int64_t N, int64_t C, int64_t HW) { reorder<true>(x, y, N, C, HW); }
+
+void from_blocked(const float* x, float* y, int64_t N, int64_t C, int64_t HW) { reorder<false>(x, y, N, C, HW); }
 
 }  // namespace onnxtrain::kernels::cpu::nchwc

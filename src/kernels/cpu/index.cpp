@@ -63,7 +63,7 @@ void copy_input_to_output(RunContext& ctx) {
   dispatch_by_size(x.dtype(), ctx.node(), [&]<class T>() {
     const T* src = elems<T>(x);
     T* dst = elems<T>(y);
-    parallel_for(x.numel(), 1 << 16, [&](int64_t b, int64_t e) { copy_elems(dst + b, src + b, e - b); });
+    parallel_for(x.numel(), kCopyGrain, [&](int64_t b, int64_t e) { copy_elems(dst + b, src + b, e - b); });
   });
 }
 

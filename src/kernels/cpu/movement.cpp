@@ -83,7 +83,7 @@ class TransposeKernel final : public Kernel {
 template <bool kToBig, class T>
 void copy_blocks(T* big, T* const* parts, const std::vector<int64_t>& w, int64_t outer, int64_t row) {
   if (row == 0) return;
-  parallel_for(outer * row, 1 << 15, [&](int64_t b, int64_t e) {
+  parallel_for(outer * row, kCopyGrain, [&](int64_t b, int64_t e) {
     int64_t r = b / row, c = b % row, off = 0;
     size_t p = 0;
     for (int64_t pos = b; pos < e;) {

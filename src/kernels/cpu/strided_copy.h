@@ -78,7 +78,7 @@ class StridedCopy {
   static constexpr size_t kMaxDims = 32;
 
  private:
-  static constexpr int64_t kGrain = 1 << 15;  // elements per parallel chunk
+  static constexpr int64_t kGrain = kCopyGrain;  // elements per parallel chunk
 
   template <class T>
   static void copy_row(T* dst, const T* src, int64_t n, int64_t si, int64_t di) {
@@ -141,8 +141,9 @@ class StridedCopy {
     });
   }
 
-  // One register block: o[a * dA + b] = s[a + b * sB] for a, b < 8 (4 for 8-byte elements).
-  // Strides are in elements of `Size` bytes.
+ public:
+  /// One register block: o[a * dA + b] = s[a + b * sB] for a, b < 8 (4 for 8-byte elements).
+  /// Strides are in elements of `Size` bytes (AVX2; also nchwc's layout reorders).
   template <size_t Size>
   static void block(void* out, int64_t dA, const void* in, int64_t sB) {
     const char* s = static_cast<const char*>(in);
@@ -216,6 +217,7 @@ class StridedCopy {
     }
   }
 
+ private:
   std::vector<int64_t> dims_, ss_, ds_;
   int64_t n_ = 0;
   int tk_ = -1;  // transpose fast path: index of the source-contiguous dimension, or -1
