@@ -174,6 +174,10 @@ ExecOptions exec_options_of(const SessionOptions& o) {
   if (prepack != "0" && prepack != "1")
     throw_error<InvalidArgument>("session config entry session.disable_prepacking must be \"0\" or \"1\", got \"", prepack, "\"");
   eo.prepack_weights = prepack == "0";
+  const std::string winograd = o.config("session.conv_winograd", "1");
+  if (winograd != "0" && winograd != "1")
+    throw_error<InvalidArgument>("session config entry session.conv_winograd must be \"0\" or \"1\", got \"", winograd, "\"");
+  eo.winograd = winograd == "1";
   for (const std::string& name : o.providers) {
     std::string why;
     ExecutionProvider* p = find_execution_provider(name, &why);

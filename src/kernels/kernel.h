@@ -77,6 +77,10 @@ struct ExecOptions {
   /// planning (onnxruntime's prepacking; config entry "session.disable_prepacking" = "1": read as
   /// they are in every run).
   bool prepack_weights = true;
+  /// Blocked (NchwcConv) float32 3x3 stride-1 convolutions with constant weights run oneDNN's
+  /// Winograd kernels where it has them (config entry "session.conv_winograd" = "0": the direct
+  /// kernels, whose sums are those of the plain convolution).
+  bool winograd = true;
   /// Session memory limit in bytes (0: the process's allocation_limit()): plans whose memory exceeds
   /// it are refused when built, and every allocation while planning or running respects it.
   uint64_t memory_limit = 0;

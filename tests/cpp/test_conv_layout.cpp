@@ -514,3 +514,45 @@ TEST(ConvLayout, ReordersMatchTheLayoutsDefinition) {
       }
   }
 }
+
+// Blocked 3x3 stride-1 convolutions (oneDNN's Winograd kernels by default; the direct kernels with
+// config entry session.conv_winograd = "0"): padded channels (24 -> 40), the residual sum and Relu
+// as post-ops, no activation; both against a double reference and the unoptimized session, and
+// not bitwise the same (the two paths sum in different orders: both ran).
+TEST(ConvLayout, WinogradConvolutionsMatchTheReference) {
+  Builder b;
+  const Shape xs{2, 24, 13, 11};
+  b.input("x", xs);
+  b.conv("x", "c1", 24, 40, 3, 1, 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  b.conv("r1", "c2", 40, 40, 3, 1, 1);
+  b.node("Add", {"c2", "r1"}, {"a2"});
+  b.node("Relu", {"a2"}, {"r2"});
+  b.conv("r2", "c3", 40, 64, 3, 1, 1);
+  b.output("r2"), b.output("c3");
+  EXPECT_EQ(b.rewritten_ops().at("NchwcConv"), 3);
+
+  std::mt19937 rng(9);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  Shape s1, s2, s3;
+  auto r1 = ref_conv(to_double(x), xs, b.values["c1_w"], b.values["c1_b"], 40, 3, 1, 1, 1, &s1);
+  relu(r1);
+  auto r2 = ref_conv(r1, s1, b.values["c2_w"], b.values["c2_b"], 40, 3, 1, 1, 1, &s2);
+  for (size_t i = 0; i < r2.size(); ++i) r2[i] = std::max(r2[i] + r1[i], 0.0);
+  const auto c3 = ref_conv(r2, s2, b.values["c3_w"], b.values["c3_b"], 64, 3, 1, 1, 1, &s3);
+  const std::string bytes = ir::serialize_model(b.m);
+  expect_outputs(bytes, x, {r2, c3}, {s2, s3});
+
+  SessionOptions o;
+  o.graph_optimization_level = GraphOptimizationLevel::kEnableAll;
+  o.config_entries.emplace_back("session.conv_winograd", "0");
+  InferenceSession direct(bytes.data(), bytes.size(), o);
+  InferenceSession wino = session(bytes, GraphOptimizationLevel::kEnableAll, 1);
+  const auto yd = direct.run({}, {{"x", x}}), yw = wino.run({}, {{"x", x}});
+  EXPECT_TRUE(all_close(yd[1], s3, c3, 1e-5, 1e-5 * max_abs(c3)));
+  const auto dd = to_double(yd[1]), dw = to_double(yw[1]);
+  EXPECT_NE(dd, dw) << "session.conv_winograd changed nothing: one of the two paths did not run";
+
+  o.config_entries.back().second = "2";
+  EXPECT_THROW(InferenceSession(bytes.data(), bytes.size(), o), onnxtrain::InvalidArgument);
+}
