@@ -309,6 +309,28 @@ bool first_layout(const DnnlConv& d, dnnl_util::DnnlOp& op, F&& create) {
   return false;  // unsupported, or only oneDNN's slow reference kernels: im2col + gemm is faster
 }
 
+// Whether NchwcConv tries oneDNN's Winograd kernels for this convolution (float32, ungrouped 2-D
+// 3x3, stride 1, no dilation, at least 16 input and output channels; ExecOptions::winograd):
+// F(2x2, 3x3) or F(4x4, 3x3), oneDNN's choice, 1.6-2.8x the direct kernels' speed, the sums in
+// another order (a few 1e-6 relative apart). Training keeps the direct algorithm: there the weights
+// change every step, and their transform plus the activations' reorders in and out of the blocked
+// layout made ResNet-18's step 1.2x slower (in-process A/B, one thread).
+bool winograd_fits(const ConvParams& p, DType dt, const ExecOptions& o) {
+  const WindowGeom& g = p.g;
+  if (!o.winograd || dt != DType::kFloat32 || p.transposed || p.group != 1 || g.nd != 2 || p.C < 16 || p.M < 16)
+    return false;
+  for (size_t i = 0; i < 2; ++i)
+    if (g.kernel[i] != 3 || g.stride[i] != 1 || g.dilation[i] != 1) return false;
+  return true;
+}
+
+// d with the Winograd algorithm on the tensors' own (blocked) layouts.
+DnnlConv winograd(DnnlConv d) {
+  d.winograd = true;
+  d.candidates = {Layout::kPlain};
+  return d;
+}
+
 // Workspace carving for the generic paths, which compute in Cm (float for float16 / bfloat16):
 // as_compute gives a Cm view of an input (a converted copy only when T is not Cm), out_buffer a Cm
 // buffer for an output (the output itself when T is Cm; copy back with from_compute).
@@ -514,7 +536,8 @@ class ConvKernel final : public Kernel {
       const auto tag = dnnl::memory::format_tag::nChw16c;
       if (x_blocked_) d.x = dnnl::memory::desc(dnnl_util::dims(x), d.dt, tag);
       d.y = dnnl::memory::desc(dnnl_util::dims(p_.y), d.dt, tag);
-      if (make_winograd(d, w_const, ctx.options())) return ctx.request_workspace(z_bytes() + op_.workspace_bytes());
+      if (x_blocked_ && w_const && winograd_fits(p_, dt_, ctx.options()) && make_dnnl(winograd(d), w_const))
+        return ctx.request_workspace(z_bytes() + op_.workspace_bytes());
       if (make_direct(x, w_const, ctx.options().num_threads)) return ctx.request_workspace(direct_->workspace_bytes());
       d.candidates = {Layout::kPlain, Layout::kAny};
       if (!make_dnnl(d, w_const)) ctx.fail("oneDNN has no convolution kernel for the blocked layout");
@@ -569,20 +592,6 @@ class ConvKernel final : public Kernel {
                shape_to_string(x));
     x_blocked_ = true;
     return {x[0], C, x[2], x[3]};
-  }
-
-  // NchwcConv's 3x3 stride-1 convolutions of blocked X with constant weights on oneDNN's Winograd
-  // kernels (F(2x2, 3x3) and F(4x4, 3x3), oneDNN's choice: 1.6-2.8x the direct kernels' speed on
-  // ResNet's layers; the sums are computed in another order, ~1e-6 of the largest output apart),
-  // unless ExecOptions::winograd is off; false where oneDNN has no Winograd kernel for them.
-  bool make_winograd(DnnlConv d, const Tensor* w, const ExecOptions& o) {
-    const WindowGeom& g = p_.g;
-    if (!o.winograd || !w || !x_blocked_ || p_.group != 1 || g.nd != 2) return false;
-    for (size_t i = 0; i < 2; ++i)
-      if (g.kernel[i] != 3 || g.stride[i] != 1 || g.dilation[i] != 1) return false;
-    d.winograd = true;
-    d.candidates = {Layout::kPlain};  // the tensors' own blocked layouts, no reorders
-    return make_dnnl(d, w);
   }
 
   // NchwcConv on nchwc_direct.h's kernels (X blocked or plain): one group, constant weights, an
