@@ -61,6 +61,10 @@ ir::LoadOptions load_options_of(const SessionOptions& options);
 /// for graph inputs (the model's own initializers were replaced by the loader, load_options_of).
 void apply_session_overrides(ir::Model& model, const SessionOptions& options);
 
+/// The session config entry `key` as a switch: "1" true, "0" false, `fallback` when unset,
+/// anything else InvalidArgument naming the entry and the value.
+bool config_flag(const SessionOptions& options, const std::string& key, bool fallback);
+
 /// The session config entry `key` (`fallback` when unset) as a byte count: a non-negative
 /// decimal integer, else InvalidArgument naming the entry and the value.
 uint64_t config_byte_count(const SessionOptions& options, const std::string& key, const std::string& fallback);

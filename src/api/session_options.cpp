@@ -170,14 +170,8 @@ ExecOptions exec_options_of(const SessionOptions& o) {
   eo.reuse_memory = o.enable_mem_reuse;
   eo.keep_memory = o.enable_mem_pattern && o.enable_cpu_mem_arena;
   eo.memory_limit = config_byte_count(o, "session.memory_limit_bytes", "0");  // 0: no session limit
-  const std::string prepack = o.config("session.disable_prepacking", "0");
-  if (prepack != "0" && prepack != "1")
-    throw_error<InvalidArgument>("session config entry session.disable_prepacking must be \"0\" or \"1\", got \"", prepack, "\"");
-  eo.prepack_weights = prepack == "0";
-  const std::string winograd = o.config("session.conv_winograd", "1");
-  if (winograd != "0" && winograd != "1")
-    throw_error<InvalidArgument>("session config entry session.conv_winograd must be \"0\" or \"1\", got \"", winograd, "\"");
-  eo.winograd = winograd == "1";
+  eo.prepack_weights = !config_flag(o, "session.disable_prepacking", false);
+  eo.winograd = config_flag(o, "session.conv_winograd", true);
   for (const std::string& name : o.providers) {
     std::string why;
     ExecutionProvider* p = find_execution_provider(name, &why);
@@ -188,6 +182,13 @@ ExecOptions exec_options_of(const SessionOptions& o) {
 }
 
 std::vector<std::string> get_available_providers() { return available_execution_providers(); }
+
+bool config_flag(const SessionOptions& o, const std::string& key, bool fallback) {
+  const std::string v = o.config(key, fallback ? "1" : "0");
+  if (v != "0" && v != "1")
+    throw_error<InvalidArgument>("session config entry ", key, " must be \"0\" or \"1\", got \"", v, "\"");
+  return v == "1";
+}
 
 uint64_t config_byte_count(const SessionOptions& o, const std::string& key, const std::string& fallback) {
   const std::string v = o.config(key, fallback);

@@ -63,10 +63,18 @@ struct Builder {
   }
 };
 
-InferenceSession session(const std::string& bytes, GraphOptimizationLevel level, int threads) {
+SessionOptions options(GraphOptimizationLevel level, int threads,
+                       std::vector<std::pair<std::string, std::string>> config = {}) {
   SessionOptions o;
   o.graph_optimization_level = level;
   o.intra_op_num_threads = threads;
+  o.config_entries = std::move(config);
+  return o;
+}
+
+InferenceSession session(const std::string& bytes, GraphOptimizationLevel level, int threads,
+                         std::vector<std::pair<std::string, std::string>> config = {}) {
+  const SessionOptions o = options(level, threads, std::move(config));
   return InferenceSession(bytes.data(), bytes.size(), o);
 }
 
@@ -543,16 +551,13 @@ TEST(ConvLayout, WinogradConvolutionsMatchTheReference) {
   const std::string bytes = ir::serialize_model(b.m);
   expect_outputs(bytes, x, {r2, c3}, {s2, s3});
 
-  SessionOptions o;
-  o.graph_optimization_level = GraphOptimizationLevel::kEnableAll;
-  o.config_entries.emplace_back("session.conv_winograd", "0");
-  InferenceSession direct(bytes.data(), bytes.size(), o);
+  InferenceSession direct = session(bytes, GraphOptimizationLevel::kEnableAll, 1, {{"session.conv_winograd", "0"}});
   InferenceSession wino = session(bytes, GraphOptimizationLevel::kEnableAll, 1);
   const auto yd = direct.run({}, {{"x", x}}), yw = wino.run({}, {{"x", x}});
   EXPECT_TRUE(all_close(yd[1], s3, c3, 1e-5, 1e-5 * max_abs(c3)));
   const auto dd = to_double(yd[1]), dw = to_double(yw[1]);
   EXPECT_NE(dd, dw) << "session.conv_winograd changed nothing: one of the two paths did not run";
 
-  o.config_entries.back().second = "2";
-  EXPECT_THROW(InferenceSession(bytes.data(), bytes.size(), o), onnxtrain::InvalidArgument);
+  const SessionOptions bad = options(GraphOptimizationLevel::kEnableAll, 1, {{"session.conv_winograd", "2"}});
+  EXPECT_THROW(InferenceSession(bytes.data(), bytes.size(), bad), onnxtrain::InvalidArgument);
 }

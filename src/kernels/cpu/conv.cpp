@@ -309,16 +309,15 @@ bool first_layout(const DnnlConv& d, dnnl_util::DnnlOp& op, F&& create) {
   return false;  // unsupported, or only oneDNN's slow reference kernels: im2col + gemm is faster
 }
 
-// Whether NchwcConv tries oneDNN's Winograd kernels for this convolution (float32, ungrouped 2-D
-// 3x3, stride 1, no dilation, at least 16 input and output channels; ExecOptions::winograd):
-// F(2x2, 3x3) or F(4x4, 3x3), oneDNN's choice, 1.6-2.8x the direct kernels' speed, the sums in
-// another order (a few 1e-6 relative apart). Training keeps the direct algorithm: there the weights
+// Whether NchwcConv (float32 2-D, blocked_input) tries oneDNN's Winograd kernels for this
+// convolution: X blocked, constant weights, one group, 3x3, stride 1, no dilation, at least 16
+// input and output channels, ExecOptions::winograd on. F(2x2, 3x3) or F(4x4, 3x3), oneDNN's
+// choice, 1.6-2.8x the direct kernels' speed, the sums in another order (a few 1e-6 relative apart). Training keeps the direct algorithm: there the weights
 // change every step, and their transform plus the activations' reorders in and out of the blocked
 // layout made ResNet-18's step 1.2x slower (in-process A/B, one thread).
-bool winograd_fits(const ConvParams& p, DType dt, const ExecOptions& o) {
+bool winograd_fits(const ConvParams& p, bool x_blocked, const Tensor* w_const, const ExecOptions& o) {
   const WindowGeom& g = p.g;
-  if (!o.winograd || dt != DType::kFloat32 || p.transposed || p.group != 1 || g.nd != 2 || p.C < 16 || p.M < 16)
-    return false;
+  if (!o.winograd || !x_blocked || !w_const || p.group != 1 || g.nd != 2 || p.C < 16 || p.M < 16) return false;
   for (size_t i = 0; i < 2; ++i)
     if (g.kernel[i] != 3 || g.stride[i] != 1 || g.dilation[i] != 1) return false;
   return true;
@@ -536,7 +535,7 @@ class ConvKernel final : public Kernel {
       const auto tag = dnnl::memory::format_tag::nChw16c;
       if (x_blocked_) d.x = dnnl::memory::desc(dnnl_util::dims(x), d.dt, tag);
       d.y = dnnl::memory::desc(dnnl_util::dims(p_.y), d.dt, tag);
-      if (x_blocked_ && w_const && winograd_fits(p_, dt_, ctx.options()) && make_dnnl(winograd(d), w_const))
+      if (winograd_fits(p_, x_blocked_, w_const, ctx.options()) && make_dnnl(winograd(d), w_const))
         return ctx.request_workspace(z_bytes() + op_.workspace_bytes());
       if (make_direct(x, w_const, ctx.options().num_threads)) return ctx.request_workspace(direct_->workspace_bytes());
       d.candidates = {Layout::kPlain, Layout::kAny};

@@ -171,21 +171,22 @@ void reorder(const float* x, float* y, int64_t N, int64_t C, int64_t HW) {
   parallel_for(N * CB, std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(HW * kBlock, 1)), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n = b / CB, c0 = (b % CB) * kBlock, nc = std::min(kBlock, C - c0);
-      float* blocked = ToBlocked ? y + b * HW * kBlock : nullptr;
-      const float* bsrc = ToBlocked ? nullptr : x + b * HW * kBlock;
-      const int64_t plain_off = (n * C + c0) * HW;
+      // The slab's offset in the blocked tensor and the planes' in the plain one, whichever is x.
+      const int64_t blocked_off = b * HW * kBlock, plain_off = (n * C + c0) * HW;
+      const float* src = x + (ToBlocked ? plain_off : blocked_off);
+      float* dst = y + (ToBlocked ? blocked_off : plain_off);
       int64_t p = 0;
       if (nc == kBlock) {
         for (; p < HW8; p += 8)
           for (int64_t c = 0; c < kBlock; c += 8) {
-            if constexpr (ToBlocked) StridedCopy::block<4>(blocked + p * kBlock + c, kBlock, x + plain_off + c * HW + p, HW);
-            else StridedCopy::block<4>(y + plain_off + c * HW + p, HW, bsrc + p * kBlock + c, kBlock);
+            if constexpr (ToBlocked) StridedCopy::block<4>(dst + p * kBlock + c, kBlock, src + c * HW + p, HW);
+            else StridedCopy::block<4>(dst + c * HW + p, HW, src + p * kBlock + c, kBlock);
           }
       }
       for (; p < HW; ++p)
         for (int64_t c = 0; c < kBlock; ++c) {
-          if constexpr (ToBlocked) blocked[p * kBlock + c] = c < nc ? x[plain_off + c * HW + p] : 0.f;
-          else if (c < nc) y[plain_off + c * HW + p] = bsrc[p * kBlock + c];
+          if constexpr (ToBlocked) dst[p * kBlock + c] = c < nc ? src[c * HW + p] : 0.f;
+          else if (c < nc) dst[c * HW + p] = src[p * kBlock + c];
         }
     }
   });
