@@ -65,7 +65,9 @@ analytically (2 per multiply-add of each matrix product and convolution; a train
 weight gradient and, except for the first layer whose input is the data, the input gradient: x3
 or x2) and are set against the fp32 GEMM peak measured in the same run (a 2048x2048 product, best
 of 8, by torch.mm in both environments and by an onnxtrain MatMul; the best of them at each thread
-count). The header names the CPU, its ISA extensions, the load average (other work on a 2-core
+count). Each ratio goal also says what 0.70x would ask: PyTorch's share of that peak / 0.70, the
+share the whole step would have to reach (above 100 %: faster than the machine's measured fp32
+products). The header names the CPU, its ISA extensions, the load average (other work on a 2-core
 machine skews the 2-thread rows), the onnxtrain build that ran (a rebuild during the run is
 flagged) and the BLAS/oneDNN libraries each framework's processes mapped (/proc/self/maps).
 
@@ -1015,7 +1017,12 @@ def compute_goals(rows, threads_list):
     for r in rows:
         if r["mode"] in ("train", "infer") and r.get("ratio") is not None:
             what = "training step" if r["mode"] == "train" else "inference"
-            add(f"{r['workload']} {what}, {r['threads']}t: onnxtrain / PyTorch best", "<= 0.70", r["ratio"],
+            # What the target asks of the analytic FLOPs: PyTorch's share of the GEMM peak / 0.70
+            # (above 100 %: beyond this machine's measured fp32 product rate).
+            need = r.get("torch_ref_peak_frac")
+            need = (f" (0.70x needs {need / 0.70 * 100:.0f}% of the GEMM peak; PyTorch's step runs at "
+                    f"{need * 100:.0f}%)" if need else "")
+            add(f"{r['workload']} {what}, {r['threads']}t: onnxtrain / PyTorch best{need}", "<= 0.70", r["ratio"],
                 r["ratio"] <= 0.70, "x")
     if len(threads_list) > 1:
         lo, hi = min(threads_list), max(threads_list)
