@@ -1019,9 +1019,9 @@ def compute_goals(rows, threads_list):
             what = "training step" if r["mode"] == "train" else "inference"
             # What the target asks of the analytic FLOPs: PyTorch's share of the GEMM peak / 0.70
             # (above 100 %: beyond this machine's measured fp32 product rate).
-            need = r.get("torch_ref_peak_frac")
-            need = (f" (0.70x needs {need / 0.70 * 100:.0f}% of the GEMM peak; PyTorch's step runs at "
-                    f"{need * 100:.0f}%)" if need else "")
+            frac = r.get("torch_ref_peak_frac")
+            need = (f" (0.70x needs {frac / 0.70 * 100:.0f}% of the GEMM peak; PyTorch's step runs at "
+                    f"{frac * 100:.0f}%)" if frac else "")
             add(f"{r['workload']} {what}, {r['threads']}t: onnxtrain / PyTorch best{need}", "<= 0.70", r["ratio"],
                 r["ratio"] <= 0.70, "x")
     if len(threads_list) > 1:

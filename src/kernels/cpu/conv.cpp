@@ -312,9 +312,10 @@ bool first_layout(const DnnlConv& d, dnnl_util::DnnlOp& op, F&& create) {
 // Whether NchwcConv (float32 2-D, blocked_input) tries oneDNN's Winograd kernels for this
 // convolution: X blocked, constant weights, one group, 3x3, stride 1, no dilation, at least 16
 // input and output channels, ExecOptions::winograd on. F(2x2, 3x3) or F(4x4, 3x3), oneDNN's
-// choice, 1.6-2.8x the direct kernels' speed, the sums in another order (a few 1e-6 relative apart). Training keeps the direct algorithm: there the weights
-// change every step, and their transform plus the activations' reorders in and out of the blocked
-// layout made ResNet-18's step 1.2x slower (in-process A/B, one thread).
+// choice, 1.6-2.8x the direct kernels' speed, the sums in another order (a few 1e-6 relative
+// apart). Training keeps the direct algorithm: there the weights change every step, and their
+// transform plus the activations' reorders in and out of the blocked layout made ResNet-18's step
+// 1.2x slower (in-process A/B, one thread).
 bool winograd_fits(const ConvParams& p, bool x_blocked, const Tensor* w_const, const ExecOptions& o) {
   const WindowGeom& g = p.g;
   if (!o.winograd || !x_blocked || !w_const || p.group != 1 || g.nd != 2 || p.C < 16 || p.M < 16) return false;
