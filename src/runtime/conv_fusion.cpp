@@ -304,19 +304,25 @@ size_t fuse_conv_activations(ir::Model& model) {
     if (!is(conv, "Conv") || conv.inputs.size() < 2 || conv.inputs.size() > 3 || drop[i]) continue;
     const auto next = sole_reader(conv.outputs[0]);
     if (!next) continue;
+    if (drop[*next]) continue;  // (an Add both of whose operands are convolutions is fused with the first)
     size_t act_i = *next;
     std::string z;
     const ir::Node& add = g.nodes[*next];
-    if (is(add, "Add") && add.inputs.size() == 2) {
+    std::optional<Activation> act;
+    if (is(add, "Add") && add.inputs.size() == 2 && add.inputs[0] != add.inputs[1]) {
       z = add.inputs[0] == conv.outputs[0] ? add.inputs[1] : add.inputs[0];
+      if (!same_type(type_of(z), type_of(conv.outputs[0])) || !same_type(type_of(add.outputs[0]), type_of(z))) continue;
+      // Conv + Add, then the activation where the sum's one reader is one; else Conv + Add alone (a
+      // residual without activation: MobileNet-v2's, EfficientNet's), as onnxruntime's
+      // ConvAddActivationFusion does.
       const auto after = sole_reader(add.outputs[0]);
-      if (!after || !same_type(type_of(z), type_of(conv.outputs[0])) || !same_type(type_of(add.outputs[0]), type_of(z)))
-        continue;
-      act_i = *after;
+      if (after && !drop[*after]) act = activation_of(g, g.nodes[*after], opset);
+      if (act && g.nodes[*after].inputs[0] == add.outputs[0]) act_i = *after;
+      else act.reset();
+    } else {
+      act = activation_of(g, add, opset);
+      if (!act || add.inputs[0] != conv.outputs[0]) continue;
     }
-    const auto act = activation_of(g, g.nodes[act_i], opset);
-    if (!act || g.nodes[act_i].inputs[0] != (z.empty() ? conv.outputs[0] : add.outputs[0]) || drop[*next] || drop[act_i])
-      continue;  // (an Add both of whose operands are convolutions is fused with the first)
     ir::Node fused;
     fused.name = conv.name;
     fused.op_type = "FusedConv";
@@ -328,12 +334,14 @@ size_t fuse_conv_activations(ir::Model& model) {
     }
     fused.outputs = g.nodes[act_i].outputs;
     fused.attrs = conv.attrs;
-    ir::Attribute name;
-    name.name = "activation";
-    name.type = ir::AttrType::kString;
-    name.s = act->name;
-    fused.attrs.push_back(name);
-    if (!act->params.empty()) {
+    if (act) {  // none: no attribute (onnxruntime's FusedConv reads a missing one as the identity)
+      ir::Attribute name;
+      name.name = "activation";
+      name.type = ir::AttrType::kString;
+      name.s = act->name;
+      fused.attrs.push_back(name);
+    }
+    if (act && !act->params.empty()) {
       ir::Attribute params;
       params.name = "activation_params";
       params.type = ir::AttrType::kFloats;

@@ -226,6 +226,45 @@ TEST(ConvFusion, RewriteMatchesUnfusedAndReference) {
   }
 }
 
+// A residual sum without activation (MobileNet-v2's, EfficientNet's): Conv -> Add(x, .) becomes a
+// FusedConv with Z and no activation attribute even though the sum is read twice (the next Conv and a
+// graph output); the next Conv -> Relu fuses as before, and an Add of two convolutions takes the
+// second as Z. Outputs equal the unfused session's and the double reference.
+TEST(ConvFusion, ResidualAddWithoutActivation) {
+  const Geom g{1, 16, 16, 1, 9, 3, 1, 1};
+  ModelBuilder mb;
+  mb.input("x", g.xs());
+  mb.node("Conv", {"x", mb.init("w1", g.ws()), mb.init("b1", {16})}, {"c1"}, g.attrs());
+  mb.node("Add", {"x", "c1"}, {"a"});
+  mb.node("Conv", {"a", mb.init("w2", g.ws())}, {"c2"}, g.attrs());
+  mb.node("Relu", {"c2"}, {"r"});
+  mb.node("Conv", {"r", mb.init("w3", g.ws())}, {"c3"}, g.attrs());
+  mb.node("Conv", {"r", mb.init("w4", g.ws())}, {"c4"}, g.attrs());
+  mb.node("Add", {"c3", "c4"}, {"y"});
+  mb.output("a"), mb.output("y");
+  const std::string bytes = mb.bytes();
+  std::mt19937 rng(7);
+  const Tensor x = random_tensor(DType::kFloat32, g.xs(), rng);
+  const auto xd = to_double(x);
+  auto a = ref_conv(g, xd, mb.values["w1"], mb.values["b1"]);
+  for (size_t i = 0; i < a.size(); ++i) a[i] += xd[i];
+  auto r = ref_conv(g, a, mb.values["w2"], {});
+  for (double& v : r) v = std::max(v, 0.0);
+  auto y = ref_conv(g, r, mb.values["w3"], {});
+  const auto c4 = ref_conv(g, r, mb.values["w4"], {});
+  for (size_t i = 0; i < y.size(); ++i) y[i] += c4[i];
+  for (int threads : {1, 2}) {
+    InferenceSession fused = session(bytes, GraphOptimizationLevel::kEnableExtended, threads);
+    InferenceSession plain = session(bytes, GraphOptimizationLevel::kEnableBasic, threads);
+    EXPECT_EQ(node_ops(fused), (std::map<std::string, int>{{"Conv", 1}, {"FusedConv", 3}}));
+    const auto yf = fused.run({}, {{"x", x}}), yp = plain.run({}, {{"x", x}});
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(all_close(yf[i], yp[i].shape(), to_double(yp[i]), 1e-5, 1e-6)) << i;
+    EXPECT_TRUE(all_close(yf[0], g.ys(), a, 1e-5, 1e-5));
+    // y: float32 through three 144-term convolutions and a sum of two (both sessions agree to 1e-5).
+    EXPECT_TRUE(all_close(yf[1], g.ys(), y, 1e-4, 1e-4));
+  }
+}
+
 // What the rewrite must leave alone: a Conv output also read by another node or also a graph
 // output, an Add that broadcasts, a Clip whose bound a feed may override; a graph input as Z is
 // fused and the caller's tensor is not written.

@@ -155,10 +155,36 @@ inline V tanh(V x) {
   return select(lt(ax, set1(0.625f)), small, copysign(large, x));  // NaN flows through `large`
 }
 
-inline V sigmoid(V x) {
-  const V e = exp(_mm256_sub_ps(_mm256_setzero_ps(), abs(x)));
-  const V num = select(ge(x, _mm256_setzero_ps()), set1(1.0f), e);
-  return _mm256_div_ps(num, _mm256_add_ps(set1(1.0f), e));
+template <class O>
+inline typename O::V sigmoid_t(typename O::V x) {
+  const typename O::V e = exp_t<O>(O::sub(O::zero(), O::abs(x)));
+  const typename O::V num = O::select(O::ge(x, O::zero()), O::set1(1.0f), e);
+  return O::div(num, O::add(O::set1(1.0f), e));
+}
+inline V sigmoid(V x) { return sigmoid_t<O8>(x); }
+
+/// y = x / (1 + exp(-x)) (SiLU, the activation of a fused convolution) on the full vectors of the
+/// n floats at x; y may be x. Returns the floats done. Cheaper than Sigmoid then Mul (about a third
+/// of the operations): exp's argument is clamped to [-87, 88], where 2^n needs one scaling and no
+/// special case, so a finite x's result is within a few ulp of x * sigmoid(x) (x -> -inf: -0 where
+/// Sigmoid then Mul gives NaN); NaN stays NaN.
+template <class O>
+inline int64_t silu_t(const float* x, float* y, int64_t n) {
+  using W = typename O::V;
+  static constexpr float c[] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                                4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
+  const int64_t full = n / O::kLanes * O::kLanes;
+  for (int64_t i = 0; i < full; i += O::kLanes) {
+    const W v = O::load(x + i);
+    const W t = O::min(O::max(O::sub(O::zero(), v), O::set1(-87.0f)), O::set1(88.0f));
+    const W k = O::round(O::mul(t, O::set1(1.44269504088896341f)));
+    W r = O::fnmadd(k, O::set1(0.693359375f), t);
+    r = O::fnmadd(k, O::set1(-2.12194440e-4f), r);
+    const W p = O::fma(poly_t<O>(r, c), O::mul(r, r), O::add(r, O::set1(1.0f)));
+    const W e = O::mul(p, O::pow2i(k));  // exp(t), k in [-126, 127]
+    O::store(y + i, O::div(v, O::add(O::set1(1.0f), e)));
+  }
+  return full;
 }
 
 // erf in parts: erf(x) = erf_end(x, erf_begin(x), exp(parts.arg)). The one-vector erf is one long

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/parallel.h"
+#include "kernels/cpu/elementwise_simd.h"
+#include "kernels/cpu/vmath512.h"
 
 namespace onnxtrain::kernels::cpu {
 
@@ -20,6 +22,28 @@ int64_t blocks16(int64_t c) { return (c + kB - 1) / kB; }
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// y = x * sigmoid(x) over a finished row (n a multiple of 16, whole blocks): 16 lanes where the
+// CPU has them, else 8.
+void silu_row(float* y, int64_t n) {
+  const int64_t i = vmath512::available() ? vmath512::silu(y, y, n) : 0;
+  vmath::silu_t<vmath::O8>(y + i, y + i, n - i);
+}
+
+// The workspace of a run: the bias over `blocks` whole blocks.
+size_t bias_bytes(int64_t blocks) { return align64(size_t(blocks * kB) * sizeof(float)); }
+// The bias (null: zeros) of `channels` channels copied into `ws`, zeros up to whole blocks.
+const float* padded_bias(char* ws, const float* bias, int64_t channels) {
+  float* b = reinterpret_cast<float*>(ws);
+  std::fill(b, b + blocks16(channels) * kB, 0.f);
+  if (bias) std::copy(bias, bias + channels, b);
+  return b;
+}
+
+// Whether act(0) = 0 holds where the output has padded channels (their zeros must stay zeros).
+bool keeps_padding(int64_t channels, nchwc512::Act act, float alpha, float beta) {
+  return channels % kB == 0 || act != nchwc512::Act::kClip || (alpha <= 0 && beta >= 0);
+}
+
 }  // namespace
 
 bool NchwcDirectConv::supports(const Geometry& g, nchwc512::Act act, float alpha, float beta) {
@@ -28,8 +52,7 @@ bool NchwcDirectConv::supports(const Geometry& g, nchwc512::Act act, float alpha
   if ((g.sw != 1 && g.sw != 2) || g.sh <= 0 || g.dh <= 0 || g.dw <= 0) return false;
   if (g.ph < 0 || g.pw < 0) return false;
   // The layout's padded output channels hold zeros: act(0) must be 0 where there are any.
-  if (g.M % kB != 0 && act == nchwc512::Act::kClip && !(alpha <= 0 && beta >= 0)) return false;
-  return true;
+  return keeps_padding(g.M, act, alpha, beta);
 }
 
 NchwcDirectConv::NchwcDirectConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha, float beta,
@@ -66,13 +89,11 @@ int64_t NchwcDirectConv::group_start(int64_t gi) const {
   return gi * base + std::min(gi, extra);
 }
 
-size_t NchwcDirectConv::workspace_bytes() const { return align64(size_t(ocb_ * kB) * sizeof(float)); }
+size_t NchwcDirectConv::workspace_bytes() const { return bias_bytes(ocb_); }
 
 void NchwcDirectConv::run(const float* x, const float* bias, float* y, char* ws) const {
   const Geometry& g = g_;
-  float* b = reinterpret_cast<float*>(ws);  // the bias over whole blocks
-  std::fill(b, b + ocb_ * kB, 0.f);
-  if (bias) std::copy(bias, bias + g.M, b);
+  const float* b = padded_bias(ws, bias, g.M);
 
   const int64_t in_row = g.IW * L_, in_plane = g.IH * g.IW * L_, y_block = g.OH * g.OW * kB;
   const int64_t taps = g.KH * g.KW;
@@ -104,6 +125,7 @@ void NchwcDirectConv::run(const float* x, const float* bias, float* y, char* ws)
     a.sum = sum_;
     a.plain = L_ == 1;
     a.act = act_, a.alpha = alpha_, a.beta = beta_;
+    const bool silu = act_ == nchwc512::Act::kSiLU;
     int64_t done = 0;  // cost of the tasks before t
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t gi = band_major ? t % groups_ : t / bands, band = band_major ? t / groups_ : t % bands;
@@ -127,8 +149,59 @@ void NchwcDirectConv::run(const float* x, const float* bias, float* y, char* ws)
           a.ih0 = oh * g.sh - g.ph;
           a.y = y + ((n * ocb_ + b0) * g.OH + oh) * g.OW * kB;
           nchwc512::conv_row(a);
+          if (silu && a.last)
+            for (int64_t j = 0; j < nb; ++j) silu_row(a.y + j * y_block, g.OW * kB);
         }
       }
+    }
+  });
+}
+
+bool NchwcDepthwiseConv::supports(const Geometry& g, nchwc512::Act act, float alpha, float beta) {
+  if (!nchwc512::available() || g.plain || g.C != g.M) return false;
+  if (g.N <= 0 || g.C <= 0 || g.OH <= 0 || g.OW <= 0 || g.KH <= 0 || g.KW <= 0) return false;
+  if ((g.sw != 1 && g.sw != 2) || g.sh <= 0 || g.dh <= 0 || g.dw <= 0 || g.ph < 0 || g.pw < 0) return false;
+  return keeps_padding(g.M, act, alpha, beta);
+}
+
+NchwcDepthwiseConv::NchwcDepthwiseConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha,
+                                       float beta, int threads)
+    : g_(g), cb_(blocks16(g.C)), act_(act), alpha_(alpha), beta_(beta) {
+  slices_ = threads > 0 ? threads : hardware_threads();
+  const int64_t taps = g.KH * g.KW;
+  w_ = Tensor::empty(DType::kFloat32, {cb_ * taps * kB});
+  float* out = w_.data<float>();
+  for (int64_t b = 0; b < cb_; ++b)
+    for (int64_t t = 0; t < taps; ++t)
+      for (int64_t l = 0; l < kB; ++l) {
+        const int64_t c = b * kB + l;
+        *out++ = c < g.C ? w[c * taps + t] : 0.f;
+      }
+}
+
+size_t NchwcDepthwiseConv::workspace_bytes() const { return bias_bytes(cb_); }
+
+void NchwcDepthwiseConv::run(const float* x, const float* bias, float* y, char* ws) const {
+  const Geometry& g = g_;
+  const float* b = padded_bias(ws, bias, g.C);
+  const int64_t taps = g.KH * g.KW, in_plane = g.IH * g.IW * kB, y_plane = g.OH * g.OW * kB;
+  const nchwc512::Act row_act = act_ == nchwc512::Act::kSiLU ? nchwc512::Act::kNone : act_;
+  // Rows (image, block, output row) in order, an equal share per thread.
+  const int64_t R = g.N * cb_ * g.OH, T = std::min<int64_t>({current_threads(), slices_, R});
+  parallel_for(T, 1, [&](int64_t th0, int64_t th1) {
+    nchwc512::DwRowArgs a;
+    a.IH = g.IH, a.IW = g.IW, a.pw = g.pw;
+    a.OW = g.OW, a.KH = g.KH, a.KW = g.KW, a.sw = g.sw, a.dh = g.dh, a.dw = g.dw;
+    a.act = row_act, a.alpha = alpha_, a.beta = beta_;
+    for (int64_t r = R * th0 / T; r < R * th1 / T; ++r) {
+      const int64_t plane = r / g.OH, oh = r % g.OH, blk = plane % cb_;  // plane: image * cb + block
+      a.in = x + plane * in_plane;
+      a.w = w_.data<float>() + blk * taps * kB;
+      a.bias = b + blk * kB;
+      a.ih0 = oh * g.sh - g.ph;
+      a.y = y + plane * y_plane + oh * g.OW * kB;
+      nchwc512::dw_row(a);
+      if (act_ == nchwc512::Act::kSiLU) silu_row(a.y, g.OW * kB);
     }
   });
 }

@@ -29,7 +29,7 @@ class NchwcDirectConv {
 
   /// Whether these kernels run `g` with activation `act` (false: the caller uses oneDNN). Needs
   /// nchwc512::available(), sw 1 or 2, non-negative pads, and where the output has padded channels
-  /// an activation that keeps zero at zero.
+  /// an activation that keeps zero at zero. SiLU is applied to each finished row (nchwc512::Act).
   static bool supports(const Geometry& g, nchwc512::Act act, float alpha, float beta);
 
   /// Packs weights w[M, C, KH, KW] (plain ONNX layout); `act` with its alpha/beta, `sum`: the output
@@ -60,6 +60,40 @@ class NchwcDirectConv {
   // The first output block of group gi (groups_ at gi = groups_): the blocks split as evenly as
   // groups of at most four allow (6 blocks: 3 + 3, not 4 + 2), for the tiles and the threads.
   int64_t group_start(int64_t gi) const;
+};
+
+/// Depthwise convolution (one 3-D filter per channel: group = C = M) over the blocked layout on
+/// AVX-512: what NchwcConv runs for float32 2-D depthwise convolutions with constant weights, blocked
+/// X, horizontal stride 1 or 2 and no Z. Each output row of a 16-channel block is one
+/// nchwc512::dw_row call; the activation (SiLU too) is applied to the row while it is in the first-
+/// level cache, where oneDNN 2.6's swish post-op doubled the time of EfficientNet's depthwise layers.
+/// The rows of all images and blocks split evenly over the threads.
+class NchwcDepthwiseConv {
+ public:
+  using Geometry = NchwcDirectConv::Geometry;
+
+  /// Whether these kernels run `g` with activation `act` (false: the caller uses oneDNN): needs
+  /// nchwc512::available(), C = M, X blocked, sw 1 or 2, non-negative pads, and where the output
+  /// has padded channels an activation that keeps zero at zero.
+  static bool supports(const Geometry& g, nchwc512::Act act, float alpha, float beta);
+
+  /// Packs weights w[C, 1, KH, KW]; `threads`: the most a run uses (0: every core).
+  NchwcDepthwiseConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha, float beta, int threads = 0);
+
+  /// Bytes of workspace run() needs (the bias padded to whole blocks).
+  size_t workspace_bytes() const;
+
+  /// y[N, ceil(C/16), OH, OW, 16] = act(depthwise conv(x[N, ceil(C/16), IH, IW, 16]) + bias); bias
+  /// [C] or null; `ws` of workspace_bytes(), 64-byte aligned.
+  void run(const float* x, const float* bias, float* y, char* ws) const;
+
+ private:
+  Geometry g_;
+  int64_t cb_ = 0;  // 16-channel blocks
+  int slices_ = 1;
+  nchwc512::Act act_ = nchwc512::Act::kNone;
+  float alpha_ = 0, beta_ = 0;
+  Tensor w_;  // float32 [cb][KH][KW][16], padded channels zero
 };
 
 }  // namespace onnxtrain::kernels::cpu

@@ -16,18 +16,19 @@ namespace {
 // vectors and the broadcast input value every operand stays in the 32 registers.
 constexpr int pixels(int nb) { return nb == 4 ? 6 : nb == 3 ? 8 : 12; }
 
-inline __m512 activate(const RowArgs& a, __m512 v) {
+inline __m512 activate(Act act, float alpha, float beta, __m512 v) {
   const __m512 zero = _mm512_setzero_ps();
-  switch (a.act) {
+  switch (act) {
     case Act::kNone: return v;
     case Act::kRelu: return _mm512_max_ps(zero, v);  // NaN stays NaN (max returns its second operand)
     case Act::kLeakyRelu:
-      return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, _mm512_set1_ps(a.alpha));
-    case Act::kClip: return _mm512_min_ps(_mm512_set1_ps(a.beta), _mm512_max_ps(_mm512_set1_ps(a.alpha), v));
+      return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ), v, _mm512_set1_ps(alpha));
+    case Act::kClip: return _mm512_min_ps(_mm512_set1_ps(beta), _mm512_max_ps(_mm512_set1_ps(alpha), v));
     case Act::kHardSwish: {
       const __m512 t = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
       return _mm512_mul_ps(v, _mm512_max_ps(zero, _mm512_min_ps(_mm512_set1_ps(1.0f), t)));
     }
+    case Act::kSiLU: return v;  // the caller's (see Act)
   }
   return v;
 }
@@ -92,7 +93,7 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, int64_t col0, 
   for (int j = 0; j < NB; ++j)
 #pragma GCC unroll 16
     for (int p = 0; p < NP; ++p)
-      _mm512_storeu_ps(y + j * a.y_block + p * 16, a.last ? activate(a, acc[p][j]) : acc[p][j]);
+      _mm512_storeu_ps(y + j * a.y_block + p * 16, a.last ? activate(a.act, a.alpha, a.beta, acc[p][j]) : acc[p][j]);
 }
 
 // A tile of np = 1 + one of I pixels.
@@ -128,7 +129,72 @@ void row(const RowArgs& a) {
   }
 }
 
+// Depthwise: NP pixels (SW apart in the input) of one 16-channel block, one accumulator each, over
+// the window rows [kh0, kh1) (those inside the input). Unbounded (B false): every column of the
+// tile's windows lies inside the input; bounded: the columns outside add nothing.
+template <int NP, int SW, bool B>
+inline __attribute__((always_inline)) void dw_tile(const DwRowArgs& a, int64_t kh0, int64_t kh1, int64_t col0,
+                                                   float* y) {
+  __m512 acc[NP];
+  const __m512 b = a.bias ? _mm512_loadu_ps(a.bias) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int p = 0; p < NP; ++p) acc[p] = b;
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* row = a.in + (a.ih0 + kh * a.dh) * a.IW * 16;
+    const float* w = a.w + kh * a.KW * 16;
+    for (int64_t kw = 0; kw < a.KW; ++kw) {
+      const __m512 wv = _mm512_loadu_ps(w + kw * 16);
+      const int64_t c = col0 + kw * a.dw;
+#pragma GCC unroll 16
+      for (int p = 0; p < NP; ++p) {
+        const int64_t cp = c + p * SW;
+        if (!B || (cp >= 0 && cp < a.IW)) acc[p] = _mm512_fmadd_ps(_mm512_loadu_ps(row + cp * 16), wv, acc[p]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < NP; ++p) _mm512_storeu_ps(y + p * 16, activate(a.act, a.alpha, a.beta, acc[p]));
+}
+
+template <int SW, bool B, int... I>
+void dw_tail(const DwRowArgs& a, int64_t kh0, int64_t kh1, int64_t col0, float* y, int np,
+             std::integer_sequence<int, I...>) {
+  ((np == I + 1 ? dw_tile<I + 1, SW, B>(a, kh0, kh1, col0, y) : void()), ...);
+}
+
+// Pixels per depthwise tile: enough independent accumulators to hide the fused multiply-add's
+// latency on two pipes, few enough for every operand to stay in registers.
+constexpr int kDwPixels = 12;
+
+template <int SW>
+void dw_row_t(const DwRowArgs& a) {
+  // The window rows inside the input: kh with 0 <= ih0 + kh * dh < IH.
+  int64_t kh0 = 0, kh1 = a.KH;
+  while (kh0 < kh1 && a.ih0 + kh0 * a.dh < 0) ++kh0;
+  while (kh1 > kh0 && a.ih0 + (kh1 - 1) * a.dh >= a.IH) --kh1;
+  const int64_t tiles = (a.OW + kDwPixels - 1) / kDwPixels, q = a.OW / tiles, wider = a.OW % tiles;
+  const int64_t reach = (a.KW - 1) * a.dw;
+  for (int64_t i = 0, ow = 0; i < tiles; ++i) {
+    const int np = int(q + (i < wider));
+    const int64_t col0 = ow * SW - a.pw;
+    float* y = a.y + ow * 16;
+    if (col0 >= 0 && col0 + (np - 1) * SW + reach < a.IW) {
+      if (np == kDwPixels) dw_tile<kDwPixels, SW, false>(a, kh0, kh1, col0, y);
+      else dw_tail<SW, false>(a, kh0, kh1, col0, y, np, std::make_integer_sequence<int, kDwPixels - 1>());
+    } else {
+      if (np == kDwPixels) dw_tile<kDwPixels, SW, true>(a, kh0, kh1, col0, y);
+      else dw_tail<SW, true>(a, kh0, kh1, col0, y, np, std::make_integer_sequence<int, kDwPixels - 1>());
+    }
+    ow += np;
+  }
+}
+
 }  // namespace
+
+void dw_row(const DwRowArgs& a) {
+  if (!available()) return;
+  return a.sw == 2 ? dw_row_t<2>(a) : dw_row_t<1>(a);
+}
 
 bool available() {
   static const bool ok = __builtin_cpu_supports("avx512f");
@@ -159,6 +225,7 @@ void conv_row(const RowArgs& a) {
 namespace onnxtrain::kernels::cpu::nchwc512 {
 bool available() { return false; }
 void conv_row(const RowArgs&) {}
+void dw_row(const DwRowArgs&) {}
 }  // namespace onnxtrain::kernels::cpu::nchwc512
 
 #endif

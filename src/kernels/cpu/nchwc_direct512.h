@@ -12,7 +12,9 @@ namespace onnxtrain::kernels::cpu::nchwc512 {
 bool available();
 
 /// The activation applied with the last input block (FusedActivation's kinds the kernel has).
-enum class Act : int { kNone, kRelu, kLeakyRelu, kClip, kHardSwish };
+/// kSiLU (x * sigmoid(x)) is not the row kernels': they store the sums and the caller maps the row
+/// through vmath512::silu while it is in the first-level cache.
+enum class Act : int { kNone, kRelu, kLeakyRelu, kClip, kHardSwish, kSiLU };
 
 /// One call: output row `y` (nb blocks of 16 channels, block j at y + j * y_block, pixel p at
 /// + p * 16) += the convolution of `icc` input blocks from `in` (row 0, column 0 of the first block;
@@ -44,5 +46,23 @@ struct RowArgs {
 
 /// Runs one row (does nothing when !available(); sw must be 1 or 2, nb 1 to 4).
 void conv_row(const RowArgs& a);
+
+/// One output row of a depthwise convolution (one filter per channel) over one 16-channel block:
+/// y[ow * 16 + c] = act(bias[c] + sum over (kh, kw) of in[ih][iw * 16 + c] * w[(kh * KW + kw) * 16
+/// + c]) for the rows ih = ih0 + kh * dh inside [0, IH) and columns iw = ow * sw - pw + kw * dw
+/// inside [0, IW) (the pads add nothing, as a zero-padded copy).
+struct DwRowArgs {
+  const float* in = nullptr;    ///< the block's plane: IH rows of IW * 16 floats
+  const float* w = nullptr;     ///< KH * KW * 16 weights
+  const float* bias = nullptr;  ///< 16 values (null: zero)
+  float* y = nullptr;           ///< OW * 16 floats
+  int64_t ih0 = 0, IH = 0, IW = 0, pw = 0;
+  int64_t OW = 0, KH = 0, KW = 0, sw = 1, dh = 1, dw = 1;
+  Act act = Act::kNone;
+  float alpha = 0, beta = 0;
+};
+
+/// Runs one depthwise row (does nothing when !available(); sw must be 1 or 2).
+void dw_row(const DwRowArgs& a);
 
 }  // namespace onnxtrain::kernels::cpu::nchwc512

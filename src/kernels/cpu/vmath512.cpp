@@ -63,6 +63,8 @@ int64_t erf(const float* x, float* y, int64_t n) {
                                      [&](int64_t k, __m512, __m512 e) { _mm512_storeu_ps(y + k, e); });
 }
 
+int64_t silu(const float* x, float* y, int64_t n) { return vmath::silu_t<Avx512Ops>(x, y, n); }
+
 }  // namespace onnxtrain::kernels::cpu::vmath512
 
 #else  // a compiler or target without AVX-512: the 8-lane code does everything
@@ -72,6 +74,7 @@ bool available() { return false; }
 int64_t gelu(const float*, float*, float*, int64_t) { return 0; }
 int64_t gelu_grad(const float*, const float*, float*, int64_t) { return 0; }
 int64_t erf(const float*, float*, int64_t) { return 0; }
+int64_t silu(const float*, float*, int64_t) { return 0; }
 }  // namespace onnxtrain::kernels::cpu::vmath512
 
 #endif

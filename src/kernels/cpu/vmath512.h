@@ -18,5 +18,7 @@ int64_t gelu(const float* x, float* y, float* a, int64_t n);
 int64_t gelu_grad(const float* dy, const float* x, float* dx, int64_t n);
 /// erf(x) (vmath::erf_map).
 int64_t erf(const float* x, float* y, int64_t n);
+/// x * sigmoid(x) (vmath::silu_t; y may be x).
+int64_t silu(const float* x, float* y, int64_t n);
 
 }  // namespace onnxtrain::kernels::cpu::vmath512
