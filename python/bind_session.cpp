@@ -33,6 +33,11 @@ struct IOBindingObj {
   std::function<std::vector<Value>(std::vector<std::string>, const std::vector<std::pair<std::string, const Value*>>&,
                                    const RunOptions*)>
       run;
+  /// Same, writing into the preallocated buffers where it can (InferenceSession::run_into); null
+  /// (a TrainingSession): run, then the outputs are copied into the buffers.
+  std::function<std::vector<Value>(std::vector<std::string>, const std::vector<std::pair<std::string, const Value*>>&,
+                                   const RunOptions*, std::vector<Value>)>
+      run_into;
   std::vector<std::pair<std::string, OrtValuePtr>> inputs;
   std::vector<std::pair<std::string, OrtValuePtr>> outputs;  // value: the preallocated buffer, or null (the run allocates)
   std::vector<OrtValuePtr> results;
@@ -440,7 +445,10 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
   }
   std::vector<std::string> names;
   for (const auto& o : outputs) names.push_back(o.first);
-  auto out = b.run(names, f, ro);
+  std::vector<Value> buffers;
+  for (const auto& o : outputs) buffers.push_back(o.second ? o.second->value : Value());
+  // Outputs the run wrote into their buffers come back as those tensors; the others are copied.
+  auto out = b.run_into ? b.run_into(names, f, ro, std::move(buffers)) : b.run(names, f, ro);
   const std::vector<bool> sparse = sparse_flags(b.sparse_outputs, names);
   std::vector<OrtValuePtr> results;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -455,7 +463,7 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
       throw_error<InvalidArgument>("output '", names[i], "' is ",
                                    out[i].is_tensor() ? out[i].tensor.describe() : std::string("not a tensor"),
                                    " but the buffer bound to it is ", dst.describe());
-    dst.copy_from(out[i].tensor);
+    if (out[i].tensor.raw_data() != dst.raw_data()) dst.copy_from(out[i].tensor);  // not written in place
     results.push_back(pre);
   }
   b.results = std::move(results);
@@ -634,6 +642,14 @@ void bind_session(py::module_& m) {
              b->sparse_inputs = s->sparse_inputs;
              b->run = [s](std::vector<std::string> names, const auto& feeds, const RunOptions* ro) {
                return run_session(*s, names_or_all(*s, std::move(names)), feeds, ro);
+             };
+             b->run_into = [s](std::vector<std::string> names, const auto& feeds, const RunOptions* ro,
+                               std::vector<Value> buffers) {
+               InferenceSession& sess = s->get();
+               RunOptions dflt;
+               names = names_or_all(*s, std::move(names));
+               py::gil_scoped_release nogil;
+               return sess.run_into(names, feeds, ro ? *ro : dflt, std::move(buffers));
              };
              return b;
            }),

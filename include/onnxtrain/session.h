@@ -168,6 +168,14 @@ class InferenceSession {
   std::vector<Value> run_values(const std::vector<std::string>& output_names,
                                 const std::vector<std::pair<std::string, const Value*>>& feeds,
                                 const RunOptions& run_options);
+  /// Same, into the caller's buffers (onnxruntime's IOBinding with preallocated outputs): where
+  /// buffers[i] is a tensor with output i's type, shape and device, the run writes output i into
+  /// its memory and returns that tensor; otherwise (no buffer, another type or shape, memory shared
+  /// with a feed or another buffer, or an output the graph does not compute, such as an input
+  /// passed through) a new value is returned and the buffer is left as it was.
+  std::vector<Value> run_into(const std::vector<std::string>& output_names,
+                              const std::vector<std::pair<std::string, const Value*>>& feeds,
+                              const RunOptions& run_options, std::vector<Value> buffers);
 
   /// The options the session runs with (after the model's own "ort_config" entries were applied).
   const SessionOptions& options() const;

@@ -191,7 +191,7 @@ void InferenceSession::Impl::init() {
 
 std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& output_names,
                                                const std::vector<std::pair<std::string, const Value*>>& feeds,
-                                               const RunOptions* run_options) {
+                                               const RunOptions* run_options, std::vector<Value>* lent) {
   const int64_t run_start = profiler.active() ? runtime::now_ns() : 0;
   std::vector<const Value*> ins(exec->input_names().size(), nullptr);
   for (const auto& [name, v] : feeds) {
@@ -235,7 +235,12 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
   std::vector<Value> result;
   {
     runtime::ScopedRunHooks scope(hooks.terminate || hooks.on_node ? &hooks : nullptr);
-    result = ex->run(ins, outs);
+    if (lent) {
+      result = std::move(*lent);
+      ex->run_into(ins, outs, result);
+    } else {
+      result = ex->run(ins, outs);
+    }
   }
   if (run_start) {
     std::string tag = run_options ? run_options->run_tag : "";
@@ -322,6 +327,36 @@ std::vector<Value> InferenceSession::run_values(const std::vector<std::string>& 
                                                 const std::vector<std::pair<std::string, const Value*>>& feeds,
                                                 const RunOptions& run_options) {
   return impl_->run(output_names, feeds, &run_options);
+}
+
+namespace {
+
+// Whether tensors a and b share any byte.
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0 || !a.raw_data() || !b.raw_data()) return false;
+  const auto a0 = reinterpret_cast<uintptr_t>(a.raw_data()), b0 = reinterpret_cast<uintptr_t>(b.raw_data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+}  // namespace
+
+std::vector<Value> InferenceSession::run_into(const std::vector<std::string>& output_names,
+                                              const std::vector<std::pair<std::string, const Value*>>& feeds,
+                                              const RunOptions& run_options, std::vector<Value> buffers) {
+  if (buffers.size() > output_names.size())
+    throw_error<InvalidArgument>("run_into: ", buffers.size(), " buffers for ", output_names.size(), " outputs");
+  // A buffer sharing memory with a feed or with another buffer is not written in place (the run
+  // would overwrite what it reads, or one output another): such outputs get new values.
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i].kind != Value::Kind::kTensor) continue;
+    bool shared = false;
+    for (const auto& [n, v] : feeds)
+      shared = shared || (v && v->kind == Value::Kind::kTensor && overlaps(buffers[i].tensor, v->tensor));
+    for (size_t j = 0; j < buffers.size(); ++j)
+      shared = shared || (j != i && buffers[j].kind == Value::Kind::kTensor && overlaps(buffers[i].tensor, buffers[j].tensor));
+    if (shared) buffers[i] = Value();
+  }
+  return impl_->run(output_names, feeds, &run_options, &buffers);
 }
 
 const SessionOptions& InferenceSession::options() const { return impl_->options; }

@@ -44,9 +44,10 @@ struct InferenceSession::Impl {
   void init();
   /// The NodeArg of `v`, sparse_tensor(T) for a declared-sparse input or output.
   NodeArg node_arg(const ir::ValueInfo& v) const;
+  /// `lent`: InferenceSession::run_into's buffers (moved into the result), else null.
   std::vector<Value> run(const std::vector<std::string>& output_names,
                          const std::vector<std::pair<std::string, const Value*>>& feeds,
-                         const RunOptions* run_options = nullptr);
+                         const RunOptions* run_options = nullptr, std::vector<Value>* lent = nullptr);
 };
 
 /// Applies onnxruntime's "ort_config" model metadata (JSON {"session_options": {...}}) over

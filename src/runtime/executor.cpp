@@ -421,12 +421,13 @@ std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& 
 }
 
 void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool finish,
-                            const std::vector<const Value*>& inputs, std::vector<Value>& results) {
+                            const std::vector<const Value*>& inputs, std::vector<Value>& results, bool lent) {
   auto& vals = f.values;
   if (bind) bind_values(plan.input_slots, inputs, f);
   const auto& rs = plan.result_slots[phase];
   if (results.size() != rs.size()) results.resize(rs.size());
-  // Result buffers: reuse the caller's when they fit and nobody else holds them.
+  // Result buffers: reuse the caller's when they fit and nobody else holds them (or the caller
+  // lends them).
   for (int sid : plan.output_alloc[phase]) {
     const Tensor& tmpl = plan.slots[size_t(sid)].value.tensor;
     Value& v = vals[size_t(sid)];
@@ -435,7 +436,9 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
       if (rs[r] != sid) continue;
       const Value& c = results[r];
       if (c.kind == Value::Kind::kTensor && c.tensor.dtype() == tmpl.dtype() && c.tensor.shape() == tmpl.shape() &&
-          c.tensor.storage() && c.tensor.storage().use_count() == 1) {
+          c.tensor.device() == tmpl.device() &&
+          (lent ? c.tensor.raw_data() != nullptr || c.tensor.numel() == 0
+                : c.tensor.storage() && c.tensor.storage().use_count() == 1)) {
         v.tensor.rebind(c.tensor);
         reused = true;
       }
@@ -528,6 +531,14 @@ std::vector<Value> GraphExecutor::run(const std::vector<const Value*>& inputs, c
   return results;
 }
 
+void GraphExecutor::run_into(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs,
+                             std::vector<Value>& results) {
+  check_inputs(inputs);
+  for (size_t o : outputs)
+    if (o >= index_.output_names.size()) throw_error<InvalidArgument>("output index ", o, " out of range");
+  run_whole(inputs, -1, outputs, results, true);
+}
+
 void GraphExecutor::run(const std::vector<const Value*>& inputs, size_t request, std::vector<Value>& results) {
   check_inputs(inputs);
   if (request >= requests_.size()) throw_error<InvalidArgument>("unknown request ", request);
@@ -537,7 +548,7 @@ void GraphExecutor::run(const std::vector<const Value*>& inputs, size_t request,
 }
 
 void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t request_tag,
-                              const std::vector<size_t>& outputs, std::vector<Value>& results) {
+                              const std::vector<size_t>& outputs, std::vector<Value>& results, bool lent) {
   std::lock_guard<std::mutex> lock(mu_);
   ThreadScope threads(options_.num_threads);
   ScopedAllocationLimit memory(options_.memory_limit);
@@ -572,7 +583,7 @@ void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t r
     }
   };
   try {
-    execute(plan, f, 0, true, true, inputs, results);
+    execute(plan, f, 0, true, true, inputs, results, lent);
   } catch (...) {
     finish();
     throw;

@@ -86,6 +86,12 @@ class GraphExecutor {
   /// with a default). `outputs` lists indices into output_names() (empty: all). Returns the
   /// requested outputs in order.
   std::vector<Value> run(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs = {});
+  /// Same, into `results` (resized to the outputs): a tensor results[i] already holds with output
+  /// i's type, shape and device is written in place even where the caller holds other references
+  /// to its memory (onnxruntime's IOBinding with preallocated outputs); any other entry is replaced
+  /// by a new value. The caller makes sure no such tensor overlaps a feed or another of them.
+  void run_into(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs,
+                std::vector<Value>& results);
 
   /// Registers a request (results, state updates, a cut); throws InvalidArgument for names that
   /// are not values of the graph, states that are not mutable initializers, or a forward output
@@ -137,10 +143,12 @@ class GraphExecutor {
   void check_inputs(const std::vector<const Value*>& inputs) const;
   std::shared_ptr<Plan> find_plan(const std::vector<const Value*>& inputs, int64_t request_tag,
                                   const std::vector<size_t>& outputs);
+  // `lent`: the tensors in `results` are the caller's to write (run_into), else only those nobody
+  // else holds are reused.
   void run_whole(const std::vector<const Value*>& inputs, int64_t request_tag, const std::vector<size_t>& outputs,
-                 std::vector<Value>& results);
+                 std::vector<Value>& results, bool lent = false);
   void execute(Plan& plan, Frame& f, int phase, bool bind, bool finish, const std::vector<const Value*>& inputs,
-               std::vector<Value>& results);
+               std::vector<Value>& results, bool lent = false);
   // The plan's main frame over `arenas`, growing them first where they are too small: to exactly
   // what the plan needs, or on the shared arena as its configuration says (within its max_mem).
   Frame& main_frame(Plan& plan, ArenaSet& arenas, const SharedArena* shared = nullptr);

@@ -243,3 +243,29 @@ TEST(Executor, WithoutMemoryPatternNothingIsKeptBetweenRuns) {
   run(ex, {Tensor::zeros(DType::kFloat32, {8, 1024})});
   EXPECT_EQ(ex.shared_arena_bytes(), 0u);
 }
+
+// run_into writes into the caller's tensors although the caller still holds them (IOBinding's
+// preallocated outputs); a tensor of another shape, or an output the graph does not compute (its
+// input given back), gets a new value and the caller's tensor is left as it was.
+TEST(Executor, RunIntoWritesTheCallersBuffers) {
+  auto g = relu_chain(2);
+  g->outputs.push_back(vi("x"));
+  runtime::GraphExecutor ex(g, kOpsets, ExecOptions{});
+  const Tensor x = Tensor::from_vector<float>({4}, {-1, 2, -3, 4});
+  Tensor y = Tensor::from_vector<float>({4}, {7, 7, 7, 7}), xb = Tensor::from_vector<float>({4}, {7, 7, 7, 7});
+  Tensor held = y;  // the caller's reference: the plain run() would not reuse it
+  Value xv = Value::of(x);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<Value> results{Value::of(y), Value::of(xb)};
+    ex.run_into({&xv}, {}, results);
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[0].tensor.raw_data(), held.raw_data()) << pass;
+    EXPECT_TRUE(ot_test::all_close(held, {4}, {0, 2, 0, 4})) << pass;
+    EXPECT_NE(results[1].tensor.raw_data(), xb.raw_data()) << pass;  // the input given back: a copy
+    EXPECT_TRUE(ot_test::all_close(results[1].tensor, {4}, {-1, 2, -3, 4})) << pass;
+    EXPECT_TRUE(ot_test::all_close(xb, {4}, {7, 7, 7, 7})) << pass;
+  }
+  std::vector<Value> wrong{Value::of(Tensor::zeros(DType::kFloat32, {5}))};
+  ex.run_into({&xv}, {0}, wrong);
+  EXPECT_TRUE(ot_test::all_close(wrong[0].tensor, {4}, {0, 2, 0, 4}));
+}

@@ -258,6 +258,56 @@ def test_iobinding_ortvalue_input_and_output_in_place(mlp_model, x54):
     np.testing.assert_allclose(zs, z_ref, rtol=1e-5, atol=1e-5)
 
 
+def test_iobinding_output_bound_to_an_input_buffer():
+    # The output bound to the input's own memory: the run must not write it while it reads the
+    # input (Transpose would read what it wrote); the result is x's transpose as it was.
+    model = make_model([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], [tensor("x", [48, 48])],
+                       [tensor("y", [48, 48])])
+    sess = ort.InferenceSession(model)
+    x = np.random.default_rng(3).standard_normal((48, 48)).astype(np.float32)
+    want = x.T.copy()
+    io = sess.io_binding()
+    io.bind_input("x", "cpu", 0, np.float32, [48, 48], x.ctypes.data)
+    io.bind_output("y", "cpu", 0, np.float32, [48, 48], x.ctypes.data)
+    sess.run_with_iobinding(io)
+    np.testing.assert_array_equal(x, want)
+    # Two outputs bound to halves of one array, and an output bound to an array the input views.
+    model2 = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Abs", ["x"], ["b"])],
+                        [tensor("x", [4, 8])], [tensor("a", [4, 8]), tensor("b", [4, 8])])
+    sess2 = ort.InferenceSession(model2)
+    x2 = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
+    both = np.zeros((2, 4, 8), np.float32)
+    io2 = sess2.io_binding()
+    io2.bind_cpu_input("x", x2)
+    io2.bind_ortvalue_output("a", ort.OrtValue.ortvalue_from_numpy(both[0]))
+    io2.bind_ortvalue_output("b", ort.OrtValue.ortvalue_from_numpy(both[1]))
+    sess2.run_with_iobinding(io2)
+    np.testing.assert_array_equal(both[0], -x2)
+    np.testing.assert_array_equal(both[1], np.abs(x2))
+
+
+def test_iobinding_preallocated_outputs_the_graph_does_not_compute():
+    # Outputs that are the graph's input and an initializer, next to a computed one: every bound
+    # buffer receives its value, run after run.
+    c = np.arange(6, dtype=np.float32).reshape(2, 3)
+    model = make_model([helper.make_node("Relu", ["x"], ["r"])], [tensor("x", [2, 3])],
+                       [tensor("x", [2, 3]), tensor("c", [2, 3]), tensor("r", [2, 3])],
+                       [numpy_helper.from_array(c, "c")])
+    sess = ort.InferenceSession(model)
+    bufs = {n: np.full((2, 3), np.nan, np.float32) for n in ("x", "c", "r")}
+    io = sess.io_binding()
+    for n, buf in bufs.items():
+        io.bind_output(n, "cpu", 0, np.float32, [2, 3], buf.ctypes.data)
+    for seed in (1, 2):
+        x = np.random.default_rng(seed).standard_normal((2, 3)).astype(np.float32)
+        io.bind_cpu_input("x", x)
+        sess.run_with_iobinding(io)
+        np.testing.assert_array_equal(bufs["x"], x)
+        np.testing.assert_array_equal(bufs["c"], c)
+        np.testing.assert_array_equal(bufs["r"], np.maximum(x, 0))
+        assert [o.data_ptr() for o in io.get_outputs()] == [b.ctypes.data for b in bufs.values()]
+
+
 def test_iobinding_clear_and_rebind(mlp_model, x54):
     data, w, b = mlp_model
     sess = ort.InferenceSession(data)
