@@ -29,15 +29,12 @@ enum class ExecutionOrder { kDefault = 0, kPriorityBased = 1, kMemoryEfficient =
 struct IOBindingObj {
   py::object owner;              // the session's Python object: kept alive as long as the binding
   const void* session = nullptr;  // identity: run_with_iobinding refuses another session's binding
-  /// Runs the session for `names` (empty: every output) on borrowed feeds, without the GIL.
-  std::function<std::vector<Value>(std::vector<std::string>, const std::vector<std::pair<std::string, const Value*>>&,
-                                   const RunOptions*)>
-      run;
-  /// Same, writing into the preallocated buffers where it can (InferenceSession::run_into); null
-  /// (a TrainingSession): run, then the outputs are copied into the buffers.
+  /// Runs the session for `names` (empty: every output) on borrowed feeds, without the GIL; an
+  /// InferenceSession writes into the preallocated buffers (one per name, empty where none) where it
+  /// can (InferenceSession::run_into), a TrainingSession returns new values.
   std::function<std::vector<Value>(std::vector<std::string>, const std::vector<std::pair<std::string, const Value*>>&,
                                    const RunOptions*, std::vector<Value>)>
-      run_into;
+      run;
   std::vector<std::pair<std::string, OrtValuePtr>> inputs;
   std::vector<std::pair<std::string, OrtValuePtr>> outputs;  // value: the preallocated buffer, or null (the run allocates)
   std::vector<OrtValuePtr> results;
@@ -159,12 +156,15 @@ const Value& value_of_feed(InferenceSession& sess, const std::string& name, py::
   return *owned.back();
 }
 
-// Runs `s` with borrowed feeds; the GIL is released while it runs.
+// Runs `s` with borrowed feeds, into `buffers` where given (InferenceSession::run_into); the GIL is
+// released while it runs.
 std::vector<Value> run_session(PySession& s, const std::vector<std::string>& names,
-                               const std::vector<std::pair<std::string, const Value*>>& feeds, const RunOptions* ro) {
+                               const std::vector<std::pair<std::string, const Value*>>& feeds, const RunOptions* ro,
+                               std::vector<Value>* buffers = nullptr) {
   InferenceSession& sess = s.get();
   RunOptions dflt;
   py::gil_scoped_release nogil;
+  if (buffers) return sess.run_into(names, feeds, ro ? *ro : dflt, std::move(*buffers));
   return sess.run_values(names, feeds, ro ? *ro : dflt);
 }
 
@@ -448,7 +448,7 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
   std::vector<Value> buffers;
   for (const auto& o : outputs) buffers.push_back(o.second ? o.second->value : Value());
   // Outputs the run wrote into their buffers come back as those tensors; the others are copied.
-  auto out = b.run_into ? b.run_into(names, f, ro, std::move(buffers)) : b.run(names, f, ro);
+  auto out = b.run(names, f, ro, std::move(buffers));
   const std::vector<bool> sparse = sparse_flags(b.sparse_outputs, names);
   std::vector<OrtValuePtr> results;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -622,7 +622,8 @@ void bind_session(py::module_& m) {
              if (py::isinstance<TrainingSession>(session)) {
                auto* t = session.cast<TrainingSession*>();
                b->session = t;
-               b->run = [t](std::vector<std::string> names, const auto& feeds, const RunOptions* ro) {
+               b->run = [t](std::vector<std::string> names, const auto& feeds, const RunOptions* ro,
+                            std::vector<Value>) {  // the outputs are new values, copied into the buffers
                  std::vector<std::pair<std::string, Value>> f;
                  for (const auto& [n, v] : feeds) f.emplace_back(n, *v);
                  const bool stop = ro && ro->terminate && ro->terminate->load();
@@ -640,16 +641,9 @@ void bind_session(py::module_& m) {
              b->session = s.get();
              b->sparse_outputs = sparse_output_names(s->get());
              b->sparse_inputs = s->sparse_inputs;
-             b->run = [s](std::vector<std::string> names, const auto& feeds, const RunOptions* ro) {
-               return run_session(*s, names_or_all(*s, std::move(names)), feeds, ro);
-             };
-             b->run_into = [s](std::vector<std::string> names, const auto& feeds, const RunOptions* ro,
-                               std::vector<Value> buffers) {
-               InferenceSession& sess = s->get();
-               RunOptions dflt;
-               names = names_or_all(*s, std::move(names));
-               py::gil_scoped_release nogil;
-               return sess.run_into(names, feeds, ro ? *ro : dflt, std::move(buffers));
+             b->run = [s](std::vector<std::string> names, const auto& feeds, const RunOptions* ro,
+                          std::vector<Value> buffers) {
+               return run_session(*s, names_or_all(*s, std::move(names)), feeds, ro, &buffers);
              };
              return b;
            }),

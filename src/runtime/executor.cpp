@@ -523,20 +523,22 @@ void GraphExecutor::execute(Plan& plan, Frame& f, int phase, bool bind, bool fin
 }
 
 std::vector<Value> GraphExecutor::run(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs) {
-  check_inputs(inputs);
-  for (size_t o : outputs)
-    if (o >= index_.output_names.size()) throw_error<InvalidArgument>("output index ", o, " out of range");
   std::vector<Value> results;
-  run_whole(inputs, -1, outputs, results);
+  run_outputs(inputs, outputs, results, false);
   return results;
 }
 
 void GraphExecutor::run_into(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs,
                              std::vector<Value>& results) {
+  run_outputs(inputs, outputs, results, true);
+}
+
+void GraphExecutor::run_outputs(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs,
+                                std::vector<Value>& results, bool lent) {
   check_inputs(inputs);
   for (size_t o : outputs)
     if (o >= index_.output_names.size()) throw_error<InvalidArgument>("output index ", o, " out of range");
-  run_whole(inputs, -1, outputs, results, true);
+  run_whole(inputs, -1, outputs, results, lent);
 }
 
 void GraphExecutor::run(const std::vector<const Value*>& inputs, size_t request, std::vector<Value>& results) {

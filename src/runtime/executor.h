@@ -143,6 +143,9 @@ class GraphExecutor {
   void check_inputs(const std::vector<const Value*>& inputs) const;
   std::shared_ptr<Plan> find_plan(const std::vector<const Value*>& inputs, int64_t request_tag,
                                   const std::vector<size_t>& outputs);
+  // run() and run_into(): `outputs` checked, then run_whole on the plain request.
+  void run_outputs(const std::vector<const Value*>& inputs, const std::vector<size_t>& outputs,
+                   std::vector<Value>& results, bool lent);
   // `lent`: the tensors in `results` are the caller's to write (run_into), else only those nobody
   // else holds are reused.
   void run_whole(const std::vector<const Value*>& inputs, int64_t request_tag, const std::vector<size_t>& outputs,

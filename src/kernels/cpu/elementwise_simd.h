@@ -95,19 +95,31 @@ inline V poly(V x, const float (&c)[N]) {
   return poly_t<O8>(x, c);
 }
 
+/// exp(x) = p * 2^n: n = round(x / ln 2), p = exp(x - n ln 2) by Cody-Waite reduction and the
+/// cephes polynomial (x finite; exp_t and silu_t scale p by 2^n as their ranges need).
+template <class O>
+struct ExpParts {
+  typename O::V p, n;
+};
+template <class O>
+inline ExpParts<O> exp_parts_t(typename O::V x) {
+  using W = typename O::V;
+  const W n = O::round(O::mul(x, O::set1(1.44269504088896341f)));
+  W r = O::fnmadd(n, O::set1(0.693359375f), x);  // ln2 = 0.693359375 - 2.12194440e-4 (hi part exact)
+  r = O::fnmadd(n, O::set1(-2.12194440e-4f), r);
+  static constexpr float c[] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                                4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
+  const W r2 = O::mul(r, r);
+  return {O::fma(poly_t<O>(r, c), r2, O::add(r, O::set1(1.0f))), n};
+}
+
 template <class O>
 inline typename O::V exp_t(typename O::V x) {
   using W = typename O::V;
   const W hi = O::set1(88.72283935546875f);       // exp(x) rounds to +inf from here on
   const W lo = O::set1(-103.97208404541015625f);  // exp(x) < 2^-150: rounds to 0
   const W xc = O::min(O::max(x, lo), hi);
-  const W n = O::round(O::mul(xc, O::set1(1.44269504088896341f)));
-  W r = O::fnmadd(n, O::set1(0.693359375f), xc);  // ln2 = 0.693359375 - 2.12194440e-4 (hi part exact)
-  r = O::fnmadd(n, O::set1(-2.12194440e-4f), r);
-  static constexpr float c[] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
-                                4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
-  const W r2 = O::mul(r, r);
-  const W p = O::fma(poly_t<O>(r, c), r2, O::add(r, O::set1(1.0f)));
+  const auto [p, n] = exp_parts_t<O>(xc);
   // n in [-150, 128]: scale by 2^(n/2) twice so neither factor leaves the normal range and a
   // subnormal result is rounded once.
   const W n1 = O::floor(O::mul(n, O::set1(0.5f)));
@@ -171,16 +183,11 @@ inline V sigmoid(V x) { return sigmoid_t<O8>(x); }
 template <class O>
 inline int64_t silu_t(const float* x, float* y, int64_t n) {
   using W = typename O::V;
-  static constexpr float c[] = {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
-                                4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f};
   const int64_t full = n / O::kLanes * O::kLanes;
   for (int64_t i = 0; i < full; i += O::kLanes) {
     const W v = O::load(x + i);
     const W t = O::min(O::max(O::sub(O::zero(), v), O::set1(-87.0f)), O::set1(88.0f));
-    const W k = O::round(O::mul(t, O::set1(1.44269504088896341f)));
-    W r = O::fnmadd(k, O::set1(0.693359375f), t);
-    r = O::fnmadd(k, O::set1(-2.12194440e-4f), r);
-    const W p = O::fma(poly_t<O>(r, c), O::mul(r, r), O::add(r, O::set1(1.0f)));
+    const auto [p, k] = exp_parts_t<O>(t);
     const W e = O::mul(p, O::pow2i(k));  // exp(t), k in [-126, 127]
     O::store(y + i, O::div(v, O::add(O::set1(1.0f), e)));
   }

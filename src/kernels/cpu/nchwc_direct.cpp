@@ -185,14 +185,14 @@ void NchwcDepthwiseConv::run(const float* x, const float* bias, float* y, char* 
   const Geometry& g = g_;
   const float* b = padded_bias(ws, bias, g.C);
   const int64_t taps = g.KH * g.KW, in_plane = g.IH * g.IW * kB, y_plane = g.OH * g.OW * kB;
-  const nchwc512::Act row_act = act_ == nchwc512::Act::kSiLU ? nchwc512::Act::kNone : act_;
   // Rows (image, block, output row) in order, an equal share per thread.
   const int64_t R = g.N * cb_ * g.OH, T = std::min<int64_t>({current_threads(), slices_, R});
+  const bool silu = act_ == nchwc512::Act::kSiLU;
   parallel_for(T, 1, [&](int64_t th0, int64_t th1) {
     nchwc512::DwRowArgs a;
     a.IH = g.IH, a.IW = g.IW, a.pw = g.pw;
     a.OW = g.OW, a.KH = g.KH, a.KW = g.KW, a.sw = g.sw, a.dh = g.dh, a.dw = g.dw;
-    a.act = row_act, a.alpha = alpha_, a.beta = beta_;
+    a.act = act_, a.alpha = alpha_, a.beta = beta_;  // SiLU: the row kernel stores the sums
     for (int64_t r = R * th0 / T; r < R * th1 / T; ++r) {
       const int64_t plane = r / g.OH, oh = r % g.OH, blk = plane % cb_;  // plane: image * cb + block
       a.in = x + plane * in_plane;
@@ -201,7 +201,7 @@ void NchwcDepthwiseConv::run(const float* x, const float* bias, float* y, char* 
       a.ih0 = oh * g.sh - g.ph;
       a.y = y + plane * y_plane + oh * g.OW * kB;
       nchwc512::dw_row(a);
-      if (act_ == nchwc512::Act::kSiLU) silu_row(a.y, g.OW * kB);
+      if (silu) silu_row(a.y, g.OW * kB);
     }
   });
 }
