@@ -210,6 +210,8 @@ void TrainingSession::Impl::init() {
     if (params.loss_scale > 0) scaler.scale = scaler.initial_scale = double(params.loss_scale);
     scaler.dynamic = params.loss_scale == 0;
   }
+  // Conv + Relu as one FusedConv (default mode; after the casts, which keep low-precision pairs apart).
+  if (!params.portable_training_graph) autocast = train::fuse_conv_relu(autocast);
   tg = train::build_training_graph(autocast, loss_name, trained, running,
                                    params.immutable_weights, sc,
                                    params.model_with_gradient_graph_path.empty() ? nullptr : &grad_model);

@@ -628,6 +628,21 @@ void rules_linalg(Table& t) {
   // ---- convolution: com.onnxtrain.Conv(Transpose)Grad, or standard ops in portable mode
   t.add("Conv", conv_rule);
   t.add("ConvTranspose", conv_rule);
+  // com.microsoft.FusedConv(X, W[, B], activation = "Relu"): train/fusion.h's Conv + Relu. The
+  // pre-activation gradient is ReluGrad on the output (Y > 0 iff Conv(X) > 0), then ConvGrad as
+  // for Conv; other activations and Z (onnxruntime's inference rewrites) are not differentiated.
+  t.add("FusedConv", [](Ctx& c) {
+    const std::string act = c.attr_string("activation", "");
+    if (act != "Relu" || (c.num_inputs() > 3 && c.has_input(3)) || !c.attr_floats("activation_params", {}).empty())
+      c.fail("gradient of FusedConv is implemented for activation 'Relu' without Z (the fused Conv + Relu); got "
+             "activation '", act, "' and ", c.num_inputs(), " inputs");
+    if (c.portable()) c.fail("gradient of FusedConv has no portable form (com.onnxtrain.ReluGrad and ConvGrad)");
+    const std::string pre = c.custom("ReluGrad", {c.GO(0), c.O(0)}, 1)[0];
+    const std::vector<bool> want = {c.needs_GI(0), c.needs_GI(1), c.has_input(2) && c.needs_GI(2)};
+    const auto g = c.custom_some("ConvGrad", {pre, c.I(0), c.I(1)}, want, attrs_but(c, {"activation", "activation_params"}));
+    for (size_t i = 0; i < 3; ++i)
+      if (want[i]) c.set_GI(i, g[i]);
+  }, {0, 1, 2}, 1, 1000, ops::kMicrosoftDomain);
   t.add("Col2Im", col2im_rule, {0});
 
   // ---- pooling: com.onnxtrain.<Pool>Grad, or standard ops in portable mode where the opset allows

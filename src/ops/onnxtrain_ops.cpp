@@ -99,7 +99,7 @@ std::vector<OpDef> build() {
       blocked("NchwcMaxPool", 1, 1, "(X) -> Y: MaxPool (its attributes) over blocked X and Y"),
       blocked("NchwcAveragePool", 1, 1, "(X) -> Y: AveragePool (its attributes) over blocked X and Y"),
       blocked("NchwcGlobalAveragePool", 1, 1, "(X) -> Y[N, ceil(C/16), 1, 1, 16]: GlobalAveragePool over blocked X"),
-      like("MaxPoolGrad", 2, 3, 1, 1, {1}, "(dY, X[, indices]) -> dX: dY routed to each window's maximum"),
+      like("MaxPoolGrad", 2, 3, 1, 1, {1}, "(dY, X[, indices]) -> dX: dY routed to each window's maximum (relu_mask = 1: dX masked by X > 0)"),
       like("AveragePoolGrad", 2, 2, 1, 1, {1}, "(dY, X) -> dX: dY spread over each window (count_include_pad)"),
       like("LpPoolGrad", 3, 3, 1, 1, {1}, "(dY, X, Y) -> dX = dY |x|^(p-1) sign(x) / y^(p-1) per window"),
       like("GlobalMaxPoolGrad", 2, 2, 1, 1, {1}, "(dY, X) -> dX: dY routed to each channel's maximum"),

@@ -9,6 +9,7 @@
 #include "ir/emitter.h"
 #include "ops/onnxtrain_ops.h"
 #include "ops/optimizers.h"
+#include "train/fusion.h"
 
 namespace onnxtrain::train {
 
@@ -640,6 +641,7 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
   bo.portable = cfg.portable;
   TrainingGraph tg;
   tg.model = autodiff::build_gradient_model(forward, ys, trained, loss, bo);
+  if (!cfg.portable) fuse_relu_grad(*tg.model.graph);  // ReluGrad folded into MaxPoolGrad
   RecomputeConfig rc = cfg.recompute;
   rc.portable = cfg.portable;
   tg.recompute = apply_recompute(tg.model, *forward.graph, rc);

@@ -41,6 +41,40 @@ class Constants {
 
 bool is(const ir::Node& n, const char* op) { return n.op_type == op && n.domain.empty() && n.outputs.size() == 1; }
 
+// The nodes reading each value, and the values no fusion may rename or drop: those read by
+// subgraphs or named as graph outputs.
+struct Readers {
+  std::unordered_map<std::string, std::vector<size_t>> of;
+  std::set<std::string> blocked;
+  explicit Readers(const ir::Graph& g) {
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (const auto& in : g.nodes[i].inputs) of[in].push_back(i);
+      for (const auto& v : ir::implicit_inputs(g.nodes[i])) blocked.insert(v);
+    }
+    for (const auto& o : g.outputs) blocked.insert(o.name);
+  }
+};
+
+// A fusion of a copy of a model (graph copied, types inferred first: ONNX's inference does not
+// know the fused nodes, so what follows them keeps the shapes recorded now): the nodes to replace
+// or drop, then finish() splices them and imports the fused nodes' domain.
+struct Rewrite {
+  ir::Model r;
+  ir::Graph& g;
+  std::vector<bool> drop;
+  std::map<size_t, ir::Node> replace;
+  explicit Rewrite(const ir::Model& m) : r(m), g(*(r.graph = std::make_shared<ir::Graph>(*m.graph))) {
+    ir::infer_types(r);
+    drop.assign(g.nodes.size(), false);
+  }
+  ir::Model finish(const char* domain, int64_t version) {
+    if (replace.empty()) return std::move(r);
+    ir::splice_nodes(g, std::move(replace), drop);
+    if (!r.opsets.count(domain)) r.opsets[domain] = version;
+    return std::move(r);
+  }
+};
+
 }  // namespace
 
 ir::Model fuse_gelu(const ir::Model& m, int* fused) {
@@ -139,10 +173,10 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused) {
 }
 
 ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused) {
-  ir::Model r = m;
-  r.graph = std::make_shared<ir::Graph>(*m.graph);
-  ir::infer_types(r);  // as fuse_gelu: what follows the fused node keeps the shapes recorded now
-  ir::Graph& g = *r.graph;
+  Rewrite rw(m);
+  ir::Graph& g = rw.g;
+  auto &drop = rw.drop;
+  auto &replace = rw.replace;
   if (fused) *fused = 0;
   std::unordered_map<std::string, const ir::TypeInfo*> types;
   for (const auto* list : {&g.inputs, &g.value_info, &g.outputs})
@@ -154,16 +188,9 @@ ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused) {
                ? int64_t(it->second->dims.size())
                : -1;
   };
-  // Readers of each value, subgraphs' implicit reads counted as readers that are no MatMul.
-  std::unordered_map<std::string, std::vector<size_t>> readers;
-  std::set<std::string> blocked;  // values read by subgraphs or named as graph outputs
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const auto& in : g.nodes[i].inputs) readers[in].push_back(i);
-    for (const auto& v : ir::implicit_inputs(g.nodes[i])) blocked.insert(v);
-  }
-  for (const auto& o : g.outputs) blocked.insert(o.name);
-  std::vector<bool> drop(g.nodes.size(), false);
-  std::map<size_t, ir::Node> replace;
+  Readers rd_of(g);
+  auto& readers = rd_of.of;
+  const auto& blocked = rd_of.blocked;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& t = g.nodes[i];
     if (!is(t, "Transpose") || t.inputs.size() != 1 || blocked.count(t.outputs[0])) continue;
@@ -191,10 +218,68 @@ ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused) {
     }
     if (fused) ++*fused;
   }
-  if (replace.empty()) return r;
-  ir::splice_nodes(g, std::move(replace), drop);
-  if (!r.opsets.count(ops::kDomain)) r.opsets[ops::kDomain] = ops::kOpset;
-  return r;
+  return rw.finish(ops::kDomain, ops::kOpset);
+}
+
+ir::Model fuse_conv_relu(const ir::Model& m, int* fused) {
+  Rewrite rw(m);
+  const ir::Graph& g = rw.g;
+  if (fused) *fused = 0;
+  Readers rd_of(g);
+  auto& readers = rd_of.of;
+  const auto& blocked = rd_of.blocked;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& conv = g.nodes[i];
+    if (!is(conv, "Conv") || conv.inputs.size() < 2 || conv.inputs.size() > 3 || blocked.count(conv.outputs[0]))
+      continue;
+    const auto& rd = readers[conv.outputs[0]];
+    if (rd.size() != 1) continue;
+    const ir::Node& relu = g.nodes[rd[0]];
+    if (!is(relu, "Relu") || relu.inputs.size() != 1) continue;
+    ir::Node f;
+    f.op_type = "FusedConv";
+    f.domain = ops::kMicrosoftDomain;
+    f.name = conv.name.empty() ? "FusedConv_" + std::to_string(i) : conv.name + "_relu";
+    f.inputs = conv.inputs;
+    f.outputs = relu.outputs;
+    f.attrs = conv.attrs;
+    f.attrs.push_back(ir::Emitter::string_attr("activation", "Relu"));
+    rw.drop[i] = rw.drop[rd[0]] = true;
+    rw.replace[rd[0]] = std::move(f);  // in the Relu's place: every reader of its output comes later
+    if (fused) ++*fused;
+  }
+  return rw.finish(ops::kMicrosoftDomain, 1);
+}
+
+int fuse_relu_grad(ir::Graph& g) {
+  std::unordered_map<std::string, size_t> producer;
+  std::unordered_map<std::string, int> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+    for (const auto& in : g.nodes[i].inputs) ++readers[in];
+    for (const auto& v : ir::implicit_inputs(g.nodes[i])) readers[v] += 2;  // never fused
+  }
+  for (const auto& o : g.outputs) readers[o.name] += 2;
+  auto custom = [](const ir::Node& n, const char* op) {
+    return n.op_type == op && n.domain == ops::kDomain && n.outputs.size() == 1;
+  };
+  std::vector<bool> drop(g.nodes.size(), false);
+  int fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& r = g.nodes[i];
+    if (!custom(r, "ReluGrad") || r.inputs.size() != 2 || readers[r.inputs[0]] != 1) continue;
+    auto it = producer.find(r.inputs[0]);
+    if (it == producer.end()) continue;
+    ir::Node& p = g.nodes[it->second];
+    const bool no_indices = p.inputs.size() == 2 || (p.inputs.size() == 3 && p.inputs[2].empty());
+    if (!custom(p, "MaxPoolGrad") || !no_indices || p.inputs[1] != r.inputs[1] || p.attr("relu_mask")) continue;
+    p.outputs[0] = r.outputs[0];
+    p.attrs.push_back(ir::Emitter::int_attr("relu_mask", 1));
+    drop[i] = true;
+    ++fused;
+  }
+  if (fused) ir::splice_nodes(g, std::map<size_t, ir::Node>{}, drop);
+  return fused;
 }
 
 }  // namespace onnxtrain::train

@@ -24,4 +24,20 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused = nullptr);
 /// number of Transpose nodes removed.
 ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused = nullptr);
 
+/// A copy of `m` where Conv followed by Relu — the Conv's output read by that Relu alone, neither
+/// a graph output nor read by a subgraph — is one com.microsoft.FusedConv(X, W[, B], activation =
+/// "Relu") writing the Relu's output: the activation runs as the convolution's post-op instead of
+/// a pass of its own over the activation, and the gradient is ReluGrad on that output, then
+/// ConvGrad, as for the pair (the same bits both ways). Applied after mixed-precision casts, where
+/// a low-precision Conv's Cast back to float32 stands between the two and keeps them apart.
+/// `fused` (optional) receives the number of pairs fused.
+ir::Model fuse_conv_relu(const ir::Model& m, int* fused = nullptr);
+
+/// In a gradient graph: ReluGrad(MaxPoolGrad(dY, X), X) — both com.onnxtrain, the pool's gradient
+/// read by that ReluGrad alone, no Indices input — becomes one MaxPoolGrad(dY, X) with relu_mask = 1
+/// writing the ReluGrad's output: dX is nonzero only at each window's maximum, so masking it by
+/// X > 0 there is the whole ReluGrad (the same bits), without its pass over the pooled activation.
+/// Returns the number of ReluGrad nodes removed.
+int fuse_relu_grad(ir::Graph& g);
+
 }  // namespace onnxtrain::train

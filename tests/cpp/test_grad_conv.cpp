@@ -249,6 +249,41 @@ TEST(GradConv, ConvSymbolicShapes) {
   }
 }
 
+// com.microsoft.FusedConv(X, W[, B], activation = "Relu"): train/fusion.h's Conv + Relu, against
+// central differences (random inputs: no output within a step of the kink); other activations and
+// Z name what is not implemented.
+GRAD_COVERS(GradConv, FusedConvRelu, "com.microsoft.FusedConv");
+TEST(GradConv, FusedConvRelu) {
+  uint32_t seed = 700;
+  for (bool bias : {true, false}) {
+    Geo g = conv(2, 3, 4, 1, {5, 6}, {3, 3}, {2, 1}, {1, 1}, {1, 0}, {1, 1});
+    g.bias = bias;
+    std::mt19937 rng(seed);
+    GradCheck s;
+    s.op = "FusedConv";
+    s.domain = "com.microsoft";
+    s.inputs = {random_tensor(DType::kFloat64, g.xshape(), rng), random_tensor(DType::kFloat64, g.wshape(), rng)};
+    if (bias) s.inputs.push_back(random_tensor(DType::kFloat64, {g.M}, rng));
+    s.attrs = g.attrs();
+    s.attrs.push_back(attr_string("activation", "Relu"));
+    s.seed = seed++;
+    EXPECT_TRUE(check_gradient(s)) << g.describe() << (bias ? " bias" : "");
+  }
+  std::mt19937 rng(seed);
+  const Geo g = conv(2, 2, 2, 1, {4, 4}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1});
+  GradCheck s;
+  s.op = "FusedConv";
+  s.domain = "com.microsoft";
+  s.inputs = {random_tensor(DType::kFloat64, g.xshape(), rng), random_tensor(DType::kFloat64, g.wshape(), rng)};
+  s.attrs = g.attrs();
+  s.attrs.push_back(attr_string("activation", "Tanh"));
+  const ::testing::AssertionResult r = check_gradient(s);
+  EXPECT_FALSE(r);
+  EXPECT_NE(std::string(r.message()).find("gradient of FusedConv is implemented for activation 'Relu' without Z"),
+            std::string::npos)
+      << r.message();
+}
+
 GRAD_COVERS(GradConv, ConvTranspose, "ConvTranspose");
 TEST(GradConv, ConvTranspose) {
   auto convt = [](size_t nd, int64_t C, int64_t M, int64_t G, Shape in, Shape k, Shape s, Shape d, Shape pb, Shape pe,

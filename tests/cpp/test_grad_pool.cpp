@@ -367,6 +367,68 @@ TEST(GradPool, KernelMax2x2Stride2) {
     }
 }
 
+TEST(GradPool, KernelMaxReluMask) {
+  // MaxPoolGrad with relu_mask (train/fusion.h's fuse_relu_grad): ReluGrad(dX, X) of the naive
+  // reference, on the 2x2 stride-2 direct path (odd sizes, vector tails) and on overlapping padded
+  // windows (the general loop), with zeros, negatives, ties and -inf, in float32, float64 and
+  // float16; Indices or another pool kind with relu_mask name what is wrong.
+  std::mt19937 rng(130);
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    Shape in, k, s, pb;
+  };
+  const std::vector<Case> cases = {{{5, 11}, {2, 2}, {2, 2}, {0, 0}}, {{6, 26}, {2, 2}, {2, 2}, {0, 0}},
+                                   {{7, 9}, {3, 3}, {2, 2}, {1, 1}}, {{5, 6}, {3, 3}, {1, 1}, {1, 1}}};
+  for (const Case& c : cases)
+    for (DType dt : {DType::kFloat32, DType::kFloat64, DType::kFloat16}) {
+      PGeo g;
+      g.N = 2, g.C = 3;
+      g.in = c.in, g.k = c.k, g.s = c.s, g.d = {1, 1}, g.pb = c.pb, g.pe = c.pb;
+      std::vector<double> v = to_double(random_tensor(DType::kFloat32, g.xshape(), rng, -2, 2));
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i % 3 == 0) v[i] = std::round(v[i]);  // ties, zeros among them
+        if (i % 13 == 0) v[i] = -inf;
+        if (i % 7 == 0) v[i] = 0;
+      }
+      for (size_t i = 0; i < 4; ++i) v[i] = -inf;  // a whole -inf window
+      Tensor x = from_double(dt, g.xshape(), v);
+      Tensor dy = from_double(dt, g.yshape(), to_double(random_tensor(DType::kFloat32, g.yshape(), rng)));
+      const std::vector<double> xd = to_double(x);
+      std::vector<double> e = ref_pool_grad(g, Kind::kMax, xd, to_double(dy));
+      for (size_t i = 0; i < e.size(); ++i) e[i] = xd[i] > 0 ? e[i] : 0.0;
+      std::vector<ir::Attribute> a = g.attrs(Kind::kMax, 17);
+      a.push_back(attr_int("relu_mask", 1));
+      // Disjoint windows route single values (exact); overlapping ones sum in the compute type.
+      const double tol = c.k == c.s ? 0 : dt == DType::kFloat64 ? 1e-10 : dt == DType::kFloat32 ? 1e-5 : 2e-2;
+      for (int threads : {1, 2}) {
+        RunOptions o;
+        o.domain = "com.onnxtrain";
+        o.opset = 17;
+        o.threads = threads;
+        auto dx = run_node("MaxPoolGrad", {dy, x}, a, o);
+        EXPECT_TRUE(all_close(dx[0], g.xshape(), e, tol, tol)) << g.describe() << " " << dtype_name(dt) << " threads " << threads;
+      }
+    }
+  RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.opset = 17;
+  const std::vector<ir::Attribute> a = {attr_ints("kernel_shape", {2, 2}), attr_int("relu_mask", 1)};
+  Tensor x = Tensor::zeros(DType::kFloat32, {1, 1, 2, 2});
+  for (const auto& [op, in, what] :
+       {std::tuple{"MaxPoolGrad", std::vector<Tensor>{Tensor::zeros(DType::kFloat32, {1, 1, 1, 1}), x,
+                                                      Tensor::from_vector<int64_t>({1, 1, 1, 1}, {0})},
+                   "relu_mask is not implemented with MaxPool's Indices"},
+        std::tuple{"AveragePoolGrad", std::vector<Tensor>{Tensor::zeros(DType::kFloat32, {1, 1, 1, 1}), x},
+                   "relu_mask applies to MaxPoolGrad only"}}) {
+    try {
+      run_node(op, in, a, o);
+      ADD_FAILURE() << "expected an error: " << what;
+    } catch (const onnxtrain::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(GradPool, KernelErrors) {
   RunOptions o;
   o.domain = "com.onnxtrain";

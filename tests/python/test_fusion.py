@@ -36,6 +36,16 @@ def export(module, x, y):
     return f.getvalue()
 
 
+def adam_params(module, graph_path):
+    """Adam on every parameter of `module`, loss "loss", the training graph written to graph_path."""
+    p = ot.TrainingParameters()
+    p.loss_output_name = "loss"
+    p.training_optimizer_name = "AdamOptimizer"
+    p.weights_to_train = {n for n, _ in module.named_parameters()}
+    p.model_with_training_graph_path = str(graph_path)
+    return p
+
+
 def train_like_torch(sess, module, batches, names, steps, lr=1e-2):
     """`steps` Adam steps of the session and of the module on the same batches (cycled): every loss
     and, at the end, every weight within 1e-5 relative. Returns the session's state."""
@@ -66,11 +76,7 @@ def test_fused_gelu_trains_like_torch(tmp_path, functional):
     batches = [(torch.randn(16, 12, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(4)]
     data = export(module, *batches[0])
     assert sum(n.op_type == "Erf" for n in onnx.load_from_string(data).graph.node) == 2
-    p = ot.TrainingParameters()
-    p.loss_output_name = "loss"
-    p.training_optimizer_name = "AdamOptimizer"
-    p.weights_to_train = {n for n, _ in module.named_parameters()}
-    p.model_with_training_graph_path = str(tmp_path / "training.onnx")
+    p = adam_params(module, tmp_path / "training.onnx")
     sess = ot.TrainingSession(data, p)
     ops = [(n.domain, n.op_type) for n in onnx.load(str(tmp_path / "training.onnx")).graph.node]
     assert ops.count(("com.onnxtrain", "Gelu")) == 2 and ops.count(("com.onnxtrain", "GeluGrad")) == 2, ops
@@ -178,3 +184,59 @@ def test_transposed_weights_fused_into_their_products(tmp_path):
     casts = {n.output[0] for n in nodes if n.op_type == "Cast"}
     fused = [n for n in nodes if (n.domain, n.op_type) == ("com.onnxtrain", "FusedMatMul") and n.input[1] in casts]
     assert len(fused) >= 3, [(n.op_type, list(n.input)) for n in nodes if n.op_type == "FusedMatMul"]
+
+
+class SmallCNN(torch.nn.Module):
+    """Conv + Relu twice (one with bias, one without), a Relu read twice (the second Conv's output
+    also feeds the residual sum, which keeps that pair apart), and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.conv3 = torch.nn.Conv2d(8, 8, 1)
+        self.fc = torch.nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x, label):
+        h = torch.nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
+        h = torch.relu(self.conv2(h))
+        c3 = self.conv3(h)
+        h = torch.relu(c3) + c3
+        return torch.nn.functional.cross_entropy(self.fc(h.flatten(1)), label)
+
+
+def test_conv_relu_fused_into_one_node(tmp_path):
+    """Conv followed by Relu trains as com.microsoft.FusedConv(activation='Relu') where the Conv's
+    output has no other reader: ReluGrad then ConvGrad in the backward pass (the ReluGrad of a pooled
+    activation folded into its MaxPoolGrad), the trajectory within 1e-5 of PyTorch's (Adam, 20
+    steps); a Conv read elsewhere stays a Conv and a Relu; portable training graphs and bf16
+    products keep standard nodes."""
+    torch.manual_seed(5)
+    module = SmallCNN()
+    g = torch.Generator().manual_seed(6)
+    batches = [(torch.randn(4, 3, 8, 8, generator=g), torch.randint(0, 5, (4,), generator=g)) for _ in range(3)]
+    data = export(module, *batches[0])
+    p = adam_params(module, tmp_path / "training.onnx")
+    sess = ot.TrainingSession(data, p)
+    nodes = onnx.load(str(tmp_path / "training.onnx")).graph.node
+    fused = [n for n in nodes if (n.domain, n.op_type) == ("com.microsoft", "FusedConv")]
+    assert sorted(n.input[1] for n in fused) == ["conv1.weight", "conv2.weight"], [list(n.input) for n in fused]
+    assert all(helper.get_attribute_value(next(a for a in n.attribute if a.name == "activation")) == b"Relu"
+               for n in fused)
+    convs = [n.input[1] for n in nodes if (n.domain, n.op_type) == ("", "Conv")]
+    assert convs == ["conv3.weight"], convs
+    assert sum(n.op_type == "Relu" for n in nodes) == 1
+    # conv1's ReluGrad folded into the MaxPoolGrad of its output (relu_mask); conv2's and conv3's stay
+    assert sum(n.op_type == "ReluGrad" for n in nodes) == 2
+    pool_grads = [n for n in nodes if n.op_type == "MaxPoolGrad"]
+    assert len(pool_grads) == 1 and {a.name: a.i for a in pool_grads[0].attribute}.get("relu_mask") == 1
+    assert pool_grads[0].input[1] == fused[0].output[0]
+    train_like_torch(sess, module, batches, ("x", "label"), 20)
+    for option, value in (("portable_training_graph", True), ("mixed_precision", "bf16")):
+        q = ot.TrainingParameters()
+        q.loss_output_name, q.weights_to_train = "loss", p.weights_to_train
+        setattr(q, option, value)
+        q.model_with_training_graph_path = str(tmp_path / f"{option}.onnx")
+        ot.TrainingSession(data, q)
+        ops = [n.op_type for n in onnx.load(str(tmp_path / f"{option}.onnx")).graph.node]
+        assert "FusedConv" not in ops and ops.count("Conv") >= 3, (option, ops)

@@ -20,6 +20,9 @@
 // int8/uint8 for MaxPool).
 #include <cmath>
 #include <cstring>
+#ifdef __AVX2__
+#include <immintrin.h>
+#endif
 #include <limits>
 #include <tuple>
 
@@ -287,7 +290,8 @@ inline size_t pool_grad_scratch(const PoolTables& t, DType dt) {
 // `scratch`: pool_grad_scratch bytes for each thread of the budget (the plan's workspace).
 template <PoolKind K, class T>
 void pool_grad_loop(const T* x, const T* y, const T* dy, const int64_t* ind, T* dx, int64_t planes,
-                    const PoolTables& t, bool include_pad, double p, char* scratch, const RunContext* err) {
+                    const PoolTables& t, bool include_pad, double p, char* scratch, const RunContext* err,
+                    bool relu_mask = false) {
   using C = compute_t<T>;
   using Acc = PoolAcc<K, T>;
   const int64_t pin = t.pin, OW = t.OW, rows = t.rows, pout = rows * OW;
@@ -316,7 +320,7 @@ void pool_grad_loop(const T* x, const T* y, const T* dy, const int64_t* ind, T* 
           const T* dyr = dyp + row * OW;
           if constexpr (K == PoolKind::kMax) {
             reduce_row<K, T, Acc>(t, xp, offs, n_offs, p, [&](int64_t c, Acc, int64_t best) {
-              if (best >= 0) gx[best] += C(dyr[c]);
+              if (best >= 0 && (!relu_mask || C(xp[best]) > C(0))) gx[best] += C(dyr[c]);
             });
           } else if constexpr (K == PoolKind::kAvg) {
             for (int64_t c = 0; c < OW; ++c) {
@@ -568,6 +572,8 @@ class PoolKernel final : public Kernel {
 // ------------------------------------------------------------ gradients
 // com.onnxtrain.<Pool>Grad(dY, X [, third]) -> dX, attributes of the forward node:
 //   MaxPoolGrad        third: MaxPool's Indices output (storage_order 0), optional: then a scatter.
+//                      Attribute relu_mask = 1 (no third input): dX masked by X > 0, the
+//                      ReluGrad(dX, X) that train/fusion.h's fuse_relu_grad folds in.
 //                      Without it the first maximum of each window is found again in X (one pass
 //                      over X, 8 columns per vector for float32), so that nothing stays alive
 //                      between forward and backward and the forward keeps its fast oneDNN
@@ -591,11 +597,11 @@ void global_avg_grad(const T* dy, T* dx, int64_t planes, int64_t n) {
 // maximum as pool_grad_loop: strictly greater than the running maximum from the lowest value, the
 // window's first element when none is (all NaN or lowest); rows and columns outside every window
 // get 0.
-// 8 windows: rows r0, r1 (16 columns each), their gradients g (8) -> d0, d1 (16 columns each).
-inline void maxpool2x2_grad8(const float* r0, const float* r1, const float* g, float* d0, float* d1) {
+// 8 windows: rows a (r0) and b (r1), 16 columns each as two vectors, their gradients gv ->
+// d0[0..1], d1[0..1] (16 columns each).
+// relu_mask: nothing routed where the window's maximum is not > 0 (ReluGrad of X fused).
+inline void maxpool2x2_grad8(v8f a0, v8f a1, v8f b0, v8f b1, v8f gv, v8f* d0, v8f* d1, bool relu_mask) {
   const v8f ninf = v8f{} - std::numeric_limits<float>::infinity(), zero = v8f{};
-  const v8f a0 = *reinterpret_cast<const v8f_u*>(r0), a1 = *reinterpret_cast<const v8f_u*>(r0 + 8);
-  const v8f b0 = *reinterpret_cast<const v8f_u*>(r1), b1 = *reinterpret_cast<const v8f_u*>(r1 + 8);
   const v8f a = __builtin_shufflevector(a0, a1, 0, 2, 4, 6, 8, 10, 12, 14);
   const v8f b = __builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15);
   const v8f c = __builtin_shufflevector(b0, b1, 0, 2, 4, 6, 8, 10, 12, 14);
@@ -607,19 +613,50 @@ inline void maxpool2x2_grad8(const float* r0, const float* r1, const float* g, f
   const v8i gc = c > m;
   m = gc ? c : m;
   const v8i gd = d > m;
-  const v8f gv = *reinterpret_cast<const v8f_u*>(g);
+  // The routed element's value is the maximum, -inf where none won (a, then -inf or NaN).
+  if (relu_mask) gv = (gd ? d : m) > zero ? gv : zero;
   const v8f wd = gd ? gv : zero;
   const v8f wc = (gc & ~gd) ? gv : zero;
   const v8f wb = (gb & ~gc & ~gd) ? gv : zero;
   const v8f wa = (gb | gc | gd) ? zero : gv;
-  *reinterpret_cast<v8f_u*>(d0) = __builtin_shufflevector(wa, wb, 0, 8, 1, 9, 2, 10, 3, 11);
-  *reinterpret_cast<v8f_u*>(d0 + 8) = __builtin_shufflevector(wa, wb, 4, 12, 5, 13, 6, 14, 7, 15);
-  *reinterpret_cast<v8f_u*>(d1) = __builtin_shufflevector(wc, wd, 0, 8, 1, 9, 2, 10, 3, 11);
-  *reinterpret_cast<v8f_u*>(d1 + 8) = __builtin_shufflevector(wc, wd, 4, 12, 5, 13, 6, 14, 7, 15);
+  d0[0] = __builtin_shufflevector(wa, wb, 0, 8, 1, 9, 2, 10, 3, 11);
+  d0[1] = __builtin_shufflevector(wa, wb, 4, 12, 5, 13, 6, 14, 7, 15);
+  d1[0] = __builtin_shufflevector(wc, wd, 0, 8, 1, 9, 2, 10, 3, 11);
+  d1[1] = __builtin_shufflevector(wc, wd, 4, 12, 5, 13, 6, 14, 7, 15);
+}
+
+// The last n < 8 windows of a row pair (2n columns of r0 and r1, n gradients). AVX2: masked
+// loads and stores, nothing read or written past the 2n columns (the rows of a small plane, 11 or
+// 26 columns, end in such a tail every time: copying it through padded buffers cost as much as
+// the rest of the row); otherwise through zero-padded copies.
+inline void maxpool2x2_grad_tail(const float* r0, const float* r1, const float* g, float* d0, float* d1, int n,
+                                 bool relu_mask) {
+  v8f o0[2], o1[2];
+#ifdef __AVX2__
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n), lane);
+  const __m256i hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(2 * n - 8), lane);
+  const __m256i gm = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane);
+  maxpool2x2_grad8(v8f(_mm256_maskload_ps(r0, lo)), v8f(_mm256_maskload_ps(r0 + 8, hi)),
+                   v8f(_mm256_maskload_ps(r1, lo)), v8f(_mm256_maskload_ps(r1 + 8, hi)),
+                   v8f(_mm256_maskload_ps(g, gm)), o0, o1, relu_mask);
+  _mm256_maskstore_ps(d0, lo, __m256(o0[0]));
+  _mm256_maskstore_ps(d0 + 8, hi, __m256(o0[1]));
+  _mm256_maskstore_ps(d1, lo, __m256(o1[0]));
+  _mm256_maskstore_ps(d1 + 8, hi, __m256(o1[1]));
+#else
+  alignas(32) float in0[16] = {}, in1[16] = {}, gin[8] = {}, out0[16], out1[16];
+  std::copy_n(r0, 2 * n, in0), std::copy_n(r1, 2 * n, in1), std::copy_n(g, n, gin);
+  const v8f* i0 = reinterpret_cast<const v8f*>(in0);
+  const v8f* i1 = reinterpret_cast<const v8f*>(in1);
+  maxpool2x2_grad8(i0[0], i0[1], i1[0], i1[1], *reinterpret_cast<const v8f*>(gin), o0, o1, relu_mask);
+  std::memcpy(out0, o0, sizeof(out0)), std::memcpy(out1, o1, sizeof(out1));
+  std::copy_n(out0, 2 * n, d0), std::copy_n(out1, 2 * n, d1);
+#endif
 }
 
 void maxpool2x2_grad(const float* x, const float* dy, float* dx, int64_t planes, int64_t H, int64_t W, int64_t OH,
-                     int64_t OW) {
+                     int64_t OW, bool relu_mask) {
   parallel_for(planes, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t plane = p0; plane < p1; ++plane) {
       const float* xp = x + plane * H * W;
@@ -631,19 +668,22 @@ void maxpool2x2_grad(const float* x, const float* dy, float* dx, int64_t planes,
         float* d0 = dxp + 2 * oh * W;
         float* d1 = d0 + W;
         const float* g = dyp + oh * OW;
-        // 8 windows at a time in vector registers (even/odd columns split by shuffles); the last
-        // 1-7 windows of the row through a padded copy.
+        // 8 windows at a time in vector registers (even/odd columns split by shuffles), then the
+        // last 1-7 windows of the row.
         for (int64_t ow = 0; ow < OW; ow += 8) {
           const int64_t n = std::min<int64_t>(8, OW - ow);
-          if (n == 8) {
-            maxpool2x2_grad8(r0 + 2 * ow, r1 + 2 * ow, g + ow, d0 + 2 * ow, d1 + 2 * ow);
+          if (n < 8) {
+            maxpool2x2_grad_tail(r0 + 2 * ow, r1 + 2 * ow, g + ow, d0 + 2 * ow, d1 + 2 * ow, int(n), relu_mask);
             continue;
           }
-          float in0[16], in1[16], gin[8], out0[16], out1[16];
-          std::fill_n(in0, 16, 0.f), std::fill_n(in1, 16, 0.f), std::fill_n(gin, 8, 0.f);
-          std::copy_n(r0 + 2 * ow, 2 * n, in0), std::copy_n(r1 + 2 * ow, 2 * n, in1), std::copy_n(g + ow, n, gin);
-          maxpool2x2_grad8(in0, in1, gin, out0, out1);
-          std::copy_n(out0, 2 * n, d0 + 2 * ow), std::copy_n(out1, 2 * n, d1 + 2 * ow);
+          auto ld = [](const float* p) { return v8f(*reinterpret_cast<const v8f_u*>(p)); };
+          v8f o0[2], o1[2];
+          maxpool2x2_grad8(ld(r0 + 2 * ow), ld(r0 + 2 * ow + 8), ld(r1 + 2 * ow), ld(r1 + 2 * ow + 8), ld(g + ow), o0,
+                           o1, relu_mask);
+          for (int h = 0; h < 2; ++h) {
+            *reinterpret_cast<v8f_u*>(d0 + 2 * ow + 8 * h) = o0[h];
+            *reinterpret_cast<v8f_u*>(d1 + 2 * ow + 8 * h) = o1[h];
+          }
         }
         for (int64_t w = 2 * OW; w < W; ++w) d0[w] = d1[w] = 0.f;
       }
@@ -654,12 +694,18 @@ void maxpool2x2_grad(const float* x, const float* dy, float* dx, int64_t planes,
 
 class PoolGradKernel final : public Kernel {
  public:
-  PoolGradKernel(const KernelInfo& info, PoolKind kind, bool global) { p_.read(info, kind, global, true); }
+  PoolGradKernel(const KernelInfo& info, PoolKind kind, bool global) {
+    p_.read(info, kind, global, true);
+    relu_mask_ = info.attr_int("relu_mask", 0) != 0;
+    if (relu_mask_ && (kind != PoolKind::kMax || global))
+      info.fail("attribute relu_mask applies to MaxPoolGrad only");
+  }
 
   void prepare(PrepareContext& ctx) override {
     dt_ = ctx.input_dtype(0);
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {});
     third_ = shape::pool_grad_inputs(ctx, p_, dt_);
+    if (relu_mask_ && third_) ctx.fail("relu_mask is not implemented with MaxPool's Indices (input 2)");
     const Shape& x = ctx.input_shape(1);
     ctx.set_output(0, dt_, x);
     op_ = dnnl_util::DnnlOp();
@@ -694,7 +740,7 @@ class PoolGradKernel final : public Kernel {
     }
     if (fast2x2_)
       return maxpool2x2_grad(ctx.input(1).data<float>(), dY.data<float>(), dX.data<float>(), p_.planes, p_.g.in[0],
-                             p_.g.in[1], p_.g.out[0], p_.g.out[1]);
+                             p_.g.in[1], p_.g.out[0], p_.g.out[1], relu_mask_);
     const int64_t* ind = third_ && p_.kind == PoolKind::kMax ? ctx.input(2).data<int64_t>() : nullptr;
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
       const T* x = ctx.input(1).data<T>();
@@ -707,7 +753,8 @@ class PoolGradKernel final : public Kernel {
       char* ws = static_cast<char*>(ctx.workspace());
       switch (p_.kind) {
         case PoolKind::kMax:
-          pool_grad_loop<PoolKind::kMax>(x, y, dy, ind, dx, p_.planes, *tables_, p_.include_pad, p_.p, ws, &ctx);
+          pool_grad_loop<PoolKind::kMax>(x, y, dy, ind, dx, p_.planes, *tables_, p_.include_pad, p_.p, ws, &ctx,
+                                         relu_mask_);
           break;
         case PoolKind::kAvg:
           pool_grad_loop<PoolKind::kAvg>(x, y, dy, ind, dx, p_.planes, *tables_, p_.include_pad, p_.p, ws, &ctx);
@@ -722,6 +769,7 @@ class PoolGradKernel final : public Kernel {
  private:
   PoolParams p_;
   bool third_ = false, fast2x2_ = false;
+  bool relu_mask_ = false;  // dX masked by X > 0: ReluGrad(MaxPoolGrad(dY, X), X) in one pass
   DType dt_ = DType::kFloat32;
   dnnl_util::DnnlOp op_;
   std::unique_ptr<PoolTables> tables_;  // window tables, built for the prepared shapes
