@@ -175,8 +175,8 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused) {
 ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused) {
   Rewrite rw(m);
   ir::Graph& g = rw.g;
-  auto &drop = rw.drop;
-  auto &replace = rw.replace;
+  auto& drop = rw.drop;
+  auto& replace = rw.replace;
   if (fused) *fused = 0;
   std::unordered_map<std::string, const ir::TypeInfo*> types;
   for (const auto* list : {&g.inputs, &g.value_info, &g.outputs})
@@ -253,13 +253,13 @@ ir::Model fuse_conv_relu(const ir::Model& m, int* fused) {
 
 int fuse_relu_grad(ir::Graph& g) {
   std::unordered_map<std::string, size_t> producer;
-  std::unordered_map<std::string, int> readers;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
+  for (size_t i = 0; i < g.nodes.size(); ++i)
     for (const auto& o : g.nodes[i].outputs) producer[o] = i;
-    for (const auto& in : g.nodes[i].inputs) ++readers[in];
-    for (const auto& v : ir::implicit_inputs(g.nodes[i])) readers[v] += 2;  // never fused
-  }
-  for (const auto& o : g.outputs) readers[o.name] += 2;
+  const Readers readers(g);
+  auto read_once = [&](const std::string& v) {  // by one node input, no subgraph, not a graph output
+    auto it = readers.of.find(v);
+    return it != readers.of.end() && it->second.size() == 1 && !readers.blocked.count(v);
+  };
   auto custom = [](const ir::Node& n, const char* op) {
     return n.op_type == op && n.domain == ops::kDomain && n.outputs.size() == 1;
   };
@@ -267,7 +267,7 @@ int fuse_relu_grad(ir::Graph& g) {
   int fused = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const ir::Node& r = g.nodes[i];
-    if (!custom(r, "ReluGrad") || r.inputs.size() != 2 || readers[r.inputs[0]] != 1) continue;
+    if (!custom(r, "ReluGrad") || r.inputs.size() != 2 || !read_once(r.inputs[0])) continue;
     auto it = producer.find(r.inputs[0]);
     if (it == producer.end()) continue;
     ir::Node& p = g.nodes[it->second];
