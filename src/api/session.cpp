@@ -144,6 +144,7 @@ void InferenceSession::Impl::init() {
   if (exec_options.fold_constants) {
     ScopedAllocationLimit memory(exec_options.memory_limit);
     runtime::fold_constant_nodes(model, exec_options);
+    if (runtime::fold_static_shapes(model) > 0) runtime::fold_constant_nodes(model, exec_options);
   }
   // Inference-only rewrites (training sessions never come here).
   if (options.graph_optimization_level >= GraphOptimizationLevel::kEnableExtended) {

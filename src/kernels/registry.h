@@ -14,6 +14,7 @@ void register_movement(KernelRegistry& r);      // cpu/movement.cpp: Transpose, 
 void register_index(KernelRegistry& r);         // cpu/index.cpp: Gather*, Scatter*, OneHot
 void register_image(KernelRegistry& r);         // cpu/image.cpp: Resize, DepthToSpace, SpaceToDepth
 void register_conv(KernelRegistry& r);          // cpu/conv.cpp: Conv, ConvTranspose
+void register_nchwc_channels(KernelRegistry& r);  // cpu/nchwc_channels.cpp: NchwcChannels (blocked channel gather)
 void register_pool(KernelRegistry& r);          // cpu/pool.cpp: MaxPool, AveragePool, Global*Pool, LpPool
 void register_norm(KernelRegistry& r);          // cpu/norm.cpp: BatchNormalization, InstanceNorm, LayerNorm, LRN, Dropout
 void register_loss(KernelRegistry& r);          // cpu/loss.cpp: SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss

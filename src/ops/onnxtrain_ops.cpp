@@ -98,6 +98,8 @@ std::vector<OpDef> build() {
       blocked("ReorderFromNchwc", 1, 1, "(X[N, ceil(C/16), H, W, 16]) -> Y[N, C, H, W]: the plain layout (attribute channels = C)"),
       blocked("NchwcMaxPool", 1, 1, "(X) -> Y: MaxPool (its attributes) over blocked X and Y"),
       blocked("NchwcAveragePool", 1, 1, "(X) -> Y: AveragePool (its attributes) over blocked X and Y"),
+      blocked("NchwcChannels", 1, kAny, "(X_0, ...) -> Y[N, ceil(M/16), H, W, 16]: channel m of Y is channel channels[m] of the "
+              "blocked inputs' channels end to end (attributes channels, input_channels); a blocked Concat, channel Slice or shuffle"),
       blocked("NchwcGlobalAveragePool", 1, 1, "(X) -> Y[N, ceil(C/16), 1, 1, 16]: GlobalAveragePool over blocked X"),
       like("MaxPoolGrad", 2, 3, 1, 1, {1}, "(dY, X[, indices]) -> dX: dY routed to each window's maximum (relu_mask = 1: dX masked by X > 0)"),
       like("AveragePoolGrad", 2, 2, 1, 1, {1}, "(dY, X) -> dX: dY spread over each window (count_include_pad)"),

@@ -39,6 +39,15 @@ std::optional<float> constant_scalar(const ir::Graph& g, const std::string& name
   return t->data<float>()[0];
 }
 
+// The integers of a 1-D int64 or int32 constant (an initializer that is no graph input).
+std::optional<std::vector<int64_t>> constant_ints(const ir::Graph& g, const std::string& name) {
+  const Tensor* t = name.empty() ? nullptr : g.initializer(name);
+  if (!t || g.is_input(name) || t->rank() != 1) return std::nullopt;
+  if (t->dtype() == DType::kInt64) return std::vector<int64_t>(t->data<int64_t>(), t->data<int64_t>() + t->numel());
+  if (t->dtype() == DType::kInt32) return std::vector<int64_t>(t->data<int32_t>(), t->data<int32_t>() + t->numel());
+  return std::nullopt;
+}
+
 // Who reads each value: node indices, SIZE_MAX for a graph output.
 std::unordered_map<std::string, std::vector<size_t>> readers_of(const ir::Graph& g) {
   std::unordered_map<std::string, std::vector<size_t>> readers;
@@ -99,11 +108,7 @@ size_t fold_pads(ir::Model& model) {
   if (ir::has_yield(g)) return 0;
   const int64_t opset = model.opset("");
   const auto readers = readers_of(g);
-  auto ints_of = [&](const std::string& name) -> std::optional<std::vector<int64_t>> {
-    const Tensor* t = name.empty() ? nullptr : g.initializer(name);
-    if (!t || g.is_input(name) || t->dtype() != DType::kInt64 || t->rank() != 1) return std::nullopt;
-    return std::vector<int64_t>(t->data<int64_t>(), t->data<int64_t>() + t->numel());
-  };
+  auto ints_of = [&](const std::string& name) { return constant_ints(g, name); };
   // The Pad's spatial pads [b..., e...] (axes 2..), or nullopt when it is not a zero constant pad.
   auto zero_pads = [&](const ir::Node& pad) -> std::optional<std::vector<int64_t>> {
     if (!is(pad, "Pad") || pad.inputs.empty()) return std::nullopt;
@@ -411,6 +416,82 @@ size_t block_conv_layouts(ir::Model& model) {
   };
   bool out_dirty = false;
   const size_t count = g.nodes.size();
+  // Channel gathers (NchwcChannels): Concats of any channel counts, channel Slices, channel
+  // shuffles. A gather reading another gather's output reads that one's inputs instead (the
+  // shuffle of a Concat, the Slices of a shuffle: one pass over the data); a gather that only
+  // such gathers read is not run.
+  struct Gather {
+    std::vector<std::string> inputs;
+    std::vector<int64_t> input_channels;
+    std::vector<int64_t> channels;  // into the inputs' channels end to end
+    int64_t total() const {
+      int64_t t = 0;
+      for (int64_t c : input_channels) t += c;
+      return t;
+    }
+  };
+  std::map<size_t, Gather> gathers;
+  std::unordered_map<std::string, size_t> gather_node;  // output -> the gather node making it
+  std::unordered_map<std::string, size_t> composed;     // gather output -> readers that composed it
+  std::vector<bool> dropped(count, false);              // a shuffle's Reshape and Transpose
+  auto compose = [&](Gather gt) {
+    Gather out;
+    std::vector<int64_t> base;  // where each input of gt starts in out's channels, or -1 ...
+    std::vector<const Gather*> via(gt.inputs.size(), nullptr);  // ... with the gather it goes through
+    for (size_t j = 0; j < gt.inputs.size(); ++j) {
+      auto it = gather_node.find(gt.inputs[j]);
+      if (it != gather_node.end()) {
+        via[j] = &gathers.at(it->second);
+        ++composed[gt.inputs[j]];
+      }
+      base.push_back(out.total());
+      const std::vector<std::string>& ins = via[j] ? via[j]->inputs : std::vector<std::string>{gt.inputs[j]};
+      const std::vector<int64_t>& cs = via[j] ? via[j]->input_channels : std::vector<int64_t>{gt.input_channels[j]};
+      out.inputs.insert(out.inputs.end(), ins.begin(), ins.end());
+      out.input_channels.insert(out.input_channels.end(), cs.begin(), cs.end());
+    }
+    for (int64_t ch : gt.channels) {
+      size_t j = 0;
+      while (ch >= gt.input_channels[j]) ch -= gt.input_channels[j++];
+      out.channels.push_back(base[j] + (via[j] ? via[j]->channels[size_t(ch)] : ch));
+    }
+    return out;
+  };
+  // Which node makes each value.
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < count; ++i)
+    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+  auto only_reader = [&](const std::string& v, size_t r) {
+    auto it = readers.find(v);
+    return it != readers.end() && it->second.size() == 1 && it->second[0] == r;
+  };
+  // Reshape [N, C, H, W] -> [N, G, C/G, H, W], Transpose 0 2 1 3 4, Reshape -> [N, C, H, W] ending at
+  // node i, the first Reshape reading a blocked value: the gather and the two nodes it replaces.
+  auto channel_shuffle = [&](size_t i) -> std::optional<std::pair<Gather, std::vector<size_t>>> {
+    const ir::Node& n = g.nodes[i];
+    if (!is(n, "Reshape")) return std::nullopt;
+    auto pt = producer.find(n.inputs[0]);
+    if (pt == producer.end() || !only_reader(n.inputs[0], i)) return std::nullopt;
+    const ir::Node& t = g.nodes[pt->second];
+    const ir::Attribute* perm = t.attr("perm");
+    if (!is(t, "Transpose") || !perm || perm->ints != std::vector<int64_t>{0, 2, 1, 3, 4}) return std::nullopt;
+    auto pr = producer.find(t.inputs[0]);
+    if (pr == producer.end() || !only_reader(t.inputs[0], pt->second)) return std::nullopt;
+    const ir::Node& r = g.nodes[pr->second];
+    if (!is(r, "Reshape") || !is_blocked(r.inputs[0])) return std::nullopt;
+    const ir::TypeInfo *x = type_of(r.inputs[0]), *mid = type_of(r.outputs[0]), *y = type_of(n.outputs[0]);
+    if (!same_type(x, y) || !mid || !mid->has_shape || mid->dims.size() != 5) return std::nullopt;
+    for (const ir::Dim& d : mid->dims)
+      if (!d.fixed()) return std::nullopt;
+    const int64_t C = blocked[r.inputs[0]], G = mid->dims[1].value, CG = mid->dims[2].value;
+    if (mid->dims[0].value != x->dims[0].value || G * CG != C || mid->dims[3].value != x->dims[2].value ||
+        mid->dims[4].value != x->dims[3].value)
+      return std::nullopt;
+    Gather gather{{r.inputs[0]}, {C}, {}};
+    for (int64_t k = 0; k < CG; ++k)  // channel k G + gi of Y is channel gi CG + k of X
+      for (int64_t gi = 0; gi < G; ++gi) gather.channels.push_back(gi * CG + k);
+    return std::make_pair(std::move(gather), std::vector<size_t>{pr->second, pt->second});
+  };
   std::vector<bool> run_blocked(count, false);
   std::vector<std::vector<size_t>> slots(count);  // the inputs a blocked node reads blocked
   std::map<size_t, std::pair<Tensor, Tensor>> bn_weights;  // BatchNormalization as a convolution: W, B
@@ -485,17 +566,48 @@ size_t block_conv_layouts(ir::Model& model) {
       }
     } else if (is(n, "Concat")) {
       // At least one input blocked; plain ones are reordered (DenseNet's block input, read by
-      // every layer's Concat, once).
+      // every layer's Concat, once). Channel counts that are no multiple of 16 (ShuffleNet's 58 +
+      // 58) make it a gather.
       const ir::Attribute* axis = n.attr("axis");
       ok = axis && (axis->i == 1 || axis->i == -3);
-      bool any = false;
+      bool any = false, aligned = true;
+      Gather gather;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const auto c = is_blocked(n.inputs[k]) ? std::optional<int64_t>(blocked[n.inputs[k]]) : channels(n.inputs[k]);
-        ok = ok && c && *c % kBlock == 0 && !dirty.count(n.inputs[k]);
+        ok = ok && c && !dirty.count(n.inputs[k]);
+        if (!ok) break;
+        aligned = aligned && *c % kBlock == 0;
         any = any || is_blocked(n.inputs[k]);
         reads.push_back(k);
+        for (int64_t j = 0; j < *c; ++j) gather.channels.push_back(gather.total() + j);
+        gather.inputs.push_back(n.inputs[k]);
+        gather.input_channels.push_back(*c);
       }
       ok = ok && any;
+      if (ok && !aligned) gathers[i] = compose(std::move(gather));
+    } else if (is(n, "Slice") && n.inputs.size() >= 3 && n.inputs.size() <= 5 && is_blocked(n.inputs[0])) {
+      // A run of channels (step 1) of a blocked value: a gather.
+      const int64_t C = blocked[n.inputs[0]];
+      const auto starts = constant_ints(g, n.inputs[1]), ends = constant_ints(g, n.inputs[2]);
+      const auto axes = n.inputs.size() > 3 && !n.inputs[3].empty() ? constant_ints(g, n.inputs[3])
+                                                                     : std::optional<std::vector<int64_t>>(std::vector<int64_t>{0});
+      const auto steps = n.inputs.size() > 4 && !n.inputs[4].empty() ? constant_ints(g, n.inputs[4])
+                                                                      : std::optional<std::vector<int64_t>>(std::vector<int64_t>{1});
+      if (!starts || !ends || !axes || !steps || starts->size() != 1 || ends->size() != 1 || axes->size() != 1 ||
+          steps->size() != 1 || ((*axes)[0] != 1 && (*axes)[0] != -3) || (*steps)[0] != 1)
+        continue;
+      auto clamp = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + C : v, 0, C); };
+      const int64_t b = clamp((*starts)[0]), e = clamp((*ends)[0]);
+      if (e - b != *c_out || e <= b) continue;
+      Gather gather{{n.inputs[0]}, {C}, {}};
+      for (int64_t j = b; j < e; ++j) gather.channels.push_back(j);
+      gathers[i] = compose(std::move(gather));
+      ok = true;
+      reads = {0};
+    } else if (const auto shuffle = channel_shuffle(i)) {
+      gathers[i] = compose(std::move(shuffle->first));
+      for (size_t d : shuffle->second) dropped[d] = true;
+      ok = true;
     } else if (is(n, "MaxPool") || is(n, "AveragePool") || is(n, "GlobalAveragePool")) {
       ok = n.inputs.size() == 1 && is_blocked(n.inputs[0]);
       reads = {0};
@@ -524,6 +636,7 @@ size_t block_conv_layouts(ir::Model& model) {
     run_blocked[i] = true;
     slots[i] = std::move(reads);
     blocked[n.outputs[0]] = *c_out;
+    if (gathers.count(i)) gather_node[n.outputs[0]] = i;
     if (out_dirty) dirty.insert(n.outputs[0]);
   }
   if (blocked.empty()) return 0;
@@ -544,6 +657,7 @@ size_t block_conv_layouts(ir::Model& model) {
     auto it = readers.find(v);
     if (it == readers.end()) return false;
     for (size_t r : it->second) {
+      if (r != SIZE_MAX && dropped[r]) continue;
       if (r == SIZE_MAX || !run_blocked[r]) return true;
       const ir::Node& n = g.nodes[r];
       for (size_t k = 0; k < n.inputs.size(); ++k)
@@ -600,24 +714,56 @@ size_t block_conv_layouts(ir::Model& model) {
   std::unordered_map<std::string, std::string> blocked_name;  // value -> its blocked form
   std::vector<ir::Node> nodes;
   size_t rewritten = 0;
+  // The blocked form of v; a plain value entering a chain gets its ReorderToNchwc.
+  auto blocked_input = [&](const std::string& v) {
+    auto it = blocked_name.find(v);
+    if (it == blocked_name.end()) {
+      it = blocked_name.emplace(v, fresh(v + "_nchwc")).first;
+      nodes.push_back(reorder("ReorderToNchwc", v, it->second));
+    }
+    return it->second;
+  };
+  // Where plain nodes, subgraphs or graph outputs read out: its plain form, under its own name.
+  auto give_back = [&](const std::string& out) {
+    if (!read_plain(out)) return;
+    ir::Node r = reorder("ReorderFromNchwc", blocked_name[out], out);
+    ir::Attribute c;
+    c.name = "channels";
+    c.type = ir::AttrType::kInt;
+    c.i = blocked[out];
+    r.attrs.push_back(c);
+    nodes.push_back(std::move(r));
+  };
+  auto ints_attr = [](const char* name, const std::vector<int64_t>& v) {
+    ir::Attribute a;
+    a.name = name, a.type = ir::AttrType::kInts, a.ints = v;
+    return a;
+  };
   for (size_t i = 0; i < count; ++i) {
     const ir::Node& n = g.nodes[i];
-    if (folded[i]) continue;
+    if (folded[i] || dropped[i]) continue;
     if (!run_blocked[i]) {
       nodes.push_back(n);
       continue;
     }
+    if (auto gt = gathers.find(i); gt != gathers.end()) {
+      const std::string& out = n.outputs[0];
+      if (composed[out] == readers.at(out).size()) continue;  // every reader gathers from its inputs
+      ir::Node b;
+      b.name = n.name;
+      b.op_type = "NchwcChannels";
+      b.domain = ops::kDomain;
+      for (const std::string& v : gt->second.inputs) b.inputs.push_back(blocked_input(v));
+      b.outputs = {blocked_name.emplace(out, fresh(out + "_nchwc")).first->second};
+      b.attrs = {ints_attr("input_channels", gt->second.input_channels), ints_attr("channels", gt->second.channels)};
+      nodes.push_back(std::move(b));
+      ++rewritten;
+      give_back(out);
+      continue;
+    }
     const std::optional<Folded> act = fold_activation(i);
     ir::Node b = n;
-    for (size_t k : slots[i]) {
-      const std::string& v = n.inputs[k];
-      auto it = blocked_name.find(v);
-      if (it == blocked_name.end()) {  // a plain value entering a chain
-        it = blocked_name.emplace(v, fresh(v + "_nchwc")).first;
-        nodes.push_back(reorder("ReorderToNchwc", v, it->second));
-      }
-      b.inputs[k] = it->second;
-    }
+    for (size_t k : slots[i]) b.inputs[k] = blocked_input(n.inputs[k]);
     const std::string& out = act ? g.nodes[act->last].outputs[0] : n.outputs[0];
     b.outputs[0] = blocked_name.emplace(out, fresh(out + "_nchwc")).first->second;
     if (act) {
@@ -653,18 +799,10 @@ size_t block_conv_layouts(ir::Model& model) {
     }
     nodes.push_back(std::move(b));
     ++rewritten;
-    if (read_plain(out)) {
-      ir::Node r = reorder("ReorderFromNchwc", blocked_name[out], out);
-      ir::Attribute c;
-      c.name = "channels";
-      c.type = ir::AttrType::kInt;
-      c.i = blocked[out];
-      r.attrs.push_back(c);
-      nodes.push_back(std::move(r));
-    }
+    give_back(out);
   }
   g.nodes = std::move(nodes);
-  if (!bn_weights.empty()) drop_unread_initializers(g);
+  if (!bn_weights.empty() || !gathers.empty()) drop_unread_initializers(g);
   if (model.opset(ops::kDomain) == 0) model.opsets[ops::kDomain] = ops::kOpset;
   return rewritten;
 }

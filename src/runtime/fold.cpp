@@ -1,8 +1,12 @@
 #include "runtime/fold.h"
 
+#include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/infer.h"
+#include "ir/splice.h"
 #include "runtime/executor.h"
 
 namespace onnxtrain::runtime {
@@ -99,6 +103,65 @@ size_t fold_constant_nodes(ir::Model& model, const ExecOptions& options) {
   for (auto& a : added) inits.push_back(std::move(a));
   g.initializers = std::move(inits);
   return removed;
+}
+
+size_t fold_static_shapes(ir::Model& model) {
+  ir::Graph& g = *model.graph;
+  if (ir::has_yield(g)) return 0;
+  bool any = false;
+  for (const ir::Node& n : g.nodes) any = any || (n.domain.empty() && n.op_type == "Shape");
+  if (!any) return 0;
+  // Types from the graph's inputs and initializers only.
+  ir::Model typed = model;
+  typed.graph = std::make_shared<ir::Graph>(g);
+  typed.graph->value_info.clear();
+  for (auto& o : typed.graph->outputs) o.type = ir::TypeInfo{};
+  ir::infer_types(typed);
+  std::unordered_map<std::string, const ir::TypeInfo*> type_of;
+  for (const auto* list : {&typed.graph->inputs, &typed.graph->value_info, &typed.graph->outputs})
+    for (const auto& vi : *list) type_of.emplace(vi.name, &vi.type);
+  std::unordered_set<std::string> graph_outputs, graph_inputs;
+  for (const auto& o : g.outputs) graph_outputs.insert(o.name);
+  for (const auto& i : g.inputs) graph_inputs.insert(i.name);
+  std::vector<ir::Node> kept;
+  size_t folded = 0;
+  for (ir::Node& n : g.nodes) {
+    std::optional<std::vector<int64_t>> dims;
+    if (n.domain.empty() && n.op_type == "Shape" && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+        !n.outputs[0].empty() && !graph_outputs.count(n.outputs[0]) && !graph_inputs.count(n.outputs[0])) {
+      auto it = type_of.find(n.inputs[0]);
+      const ir::TypeInfo* t = it == type_of.end() ? nullptr : it->second;
+      if (t && t->kind == ir::TypeInfo::Kind::kTensor && t->has_shape) {
+        dims.emplace();
+        for (const ir::Dim& d : t->dims) {
+          if (!d.fixed()) {
+            dims.reset();
+            break;
+          }
+          dims->push_back(d.value);
+        }
+      }
+    }
+    if (!dims) {
+      kept.push_back(std::move(n));
+      continue;
+    }
+    // Shape-15's start / end: negative counts from the back, both clamped to [0, rank].
+    const int64_t rank = int64_t(dims->size());
+    auto bound = [&](const char* name, int64_t dflt) {
+      const ir::Attribute* a = n.attr(name);
+      int64_t v = a ? a->i : dflt;
+      if (v < 0) v += rank;
+      return std::clamp<int64_t>(v, 0, rank);
+    };
+    const int64_t b = bound("start", 0), e = std::max(b, bound("end", rank));
+    Tensor shape = Tensor::empty(DType::kInt64, {e - b});
+    std::copy(dims->begin() + b, dims->begin() + e, shape.data<int64_t>());
+    g.initializers.emplace_back(n.outputs[0], std::move(shape));
+    ++folded;
+  }
+  g.nodes = std::move(kept);
+  return folded;
 }
 
 }  // namespace onnxtrain::runtime

@@ -1,6 +1,6 @@
 // The inference sessions' blocked activation layout (runtime::block_conv_layouts, src/runtime/
 // conv_fusion.cpp; kernels com.onnxtrain NchwcConv, ReorderToNchwc, ReorderFromNchwc, NchwcMaxPool,
-// NchwcAveragePool, NchwcGlobalAveragePool): which nodes the pass rewrites, and the sessions at
+// NchwcAveragePool, NchwcGlobalAveragePool, NchwcChannels): which nodes the pass rewrites, and the sessions at
 // kEnableAll against kDisableAll and a naive double-precision reference.
 #include <algorithm>
 #include <cmath>
@@ -255,6 +255,67 @@ TEST(ConvLayout, ConcatAndGroupedConvolutions) {
     EXPECT_TRUE(all_close(yf, yp.shape(), to_double(yp), 1e-5, 2e-5 * scale)) << threads;
     EXPECT_TRUE(all_close(yf, sl, rl, 1e-5, 2e-5 * scale)) << threads;
   }
+}
+
+// ShuffleNet-v2's channel arithmetic on 20 + 20 channels (no multiple of 16): a Concat, the channel
+// shuffle (Reshape [N, 2, 20, H, W] -> Transpose 0 2 1 3 4 -> Reshape), the chunk's two Slices, a
+// convolution of the second and the Concat of the first with it. All of it runs blocked as
+// com.onnxtrain NchwcChannels gathers composed through one another: the gather of the convolved
+// Slice and the second Concat's are the only two that run.
+TEST(ConvLayout, ShuffleConcatAndSlicesBecomeGathers) {
+  Builder b;
+  const Shape xs{2, 16, 7, 7};
+  b.input("x", xs);
+  b.conv("x", "c1", 16, 20, 1, 1, 0);
+  b.conv("x", "c2", 16, 20, 3, 1, 1);
+  b.node("Concat", {"c1", "c2"}, {"cat"}, {attr_int("axis", 1)});
+  auto ints = [&](const std::string& name, std::vector<int64_t> v) {
+    const int64_t n = int64_t(v.size());
+    b.m.graph->initializers.emplace_back(name, Tensor::from_vector<int64_t>({n}, std::move(v)));
+    return name;
+  };
+  b.node("Reshape", {"cat", ints("split_shape", {2, 2, 20, 7, 7})}, {"r"});
+  b.node("Transpose", {"r"}, {"t"}, {attr_ints("perm", {0, 2, 1, 3, 4})});
+  b.node("Reshape", {"t", ints("flat_shape", {2, 40, 7, 7})}, {"sh"});
+  b.node("Slice", {"sh", ints("s0", {0}), ints("e0", {20}), ints("ax", {1})}, {"s1"});
+  b.node("Slice", {"sh", ints("s1b", {-20}), ints("e1", {1000}), ints("ax1", {-3})}, {"s2"});
+  b.conv("s2", "c3", 20, 20, 3, 1, 1);
+  b.node("Concat", {"s1", "c3"}, {"cat2"}, {attr_int("axis", 1)});
+  b.conv("cat2", "out", 40, 24, 1, 1, 0);
+  b.output("out");
+  const auto ops = b.rewritten_ops();
+  EXPECT_EQ(ops.at("NchwcConv"), 4);
+  EXPECT_EQ(ops.at("NchwcChannels"), 2);
+  for (const char* gone : {"Concat", "Reshape", "Transpose", "Slice", "Conv"}) EXPECT_EQ(ops.count(gone), 0u) << gone;
+  EXPECT_EQ(ops.at("ReorderToNchwc"), 1);    // x
+  EXPECT_EQ(ops.at("ReorderFromNchwc"), 1);  // out
+
+  std::mt19937 rng(6);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  Shape s1, s2, s3, so;
+  const auto r1 = ref_conv(to_double(x), xs, b.values["c1_w"], b.values["c1_b"], 20, 1, 1, 0, 1, &s1);
+  const auto r2 = ref_conv(to_double(x), xs, b.values["c2_w"], b.values["c2_b"], 20, 3, 1, 1, 1, &s2);
+  const int64_t N = 2, plane = 49;
+  // Channel c of the concatenation of a (ca channels) and b; shuffled channel k 2 + g is cat's g 20 + k.
+  auto channel = [&](const std::vector<double>& a, int64_t ca, const std::vector<double>& bb, int64_t cb, int64_t n, int64_t c) {
+    return c < ca ? &a[size_t((n * ca + c) * plane)] : &bb[size_t((n * cb + c - ca) * plane)];
+  };
+  std::vector<double> sh(size_t(N * 40 * plane));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < 20; ++k)
+      for (int64_t g = 0; g < 2; ++g)
+        std::copy_n(channel(r1, 20, r2, 20, n, g * 20 + k), plane, &sh[size_t((n * 40 + k * 2 + g) * plane)]);
+  std::vector<double> first(size_t(N * 20 * plane)), second(first.size());
+  for (int64_t n = 0; n < N; ++n) {
+    std::copy_n(&sh[size_t(n * 40 * plane)], 20 * plane, &first[size_t(n * 20 * plane)]);
+    std::copy_n(&sh[size_t((n * 40 + 20) * plane)], 20 * plane, &second[size_t(n * 20 * plane)]);
+  }
+  const auto r3 = ref_conv(second, {N, 20, 7, 7}, b.values["c3_w"], b.values["c3_b"], 20, 3, 1, 1, 1, &s3);
+  std::vector<double> cat2(size_t(N * 40 * plane));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < 40; ++c) std::copy_n(channel(first, 20, r3, 20, n, c), plane, &cat2[size_t((n * 40 + c) * plane)]);
+  const auto ro = ref_conv(cat2, {N, 40, 7, 7}, b.values["out_w"], b.values["out_b"], 24, 1, 1, 0, 1, &so);
+  expect_outputs(ir::serialize_model(b.m), x, {ro}, {so});
 }
 
 // What stays plain: a Clip whose range excludes 0 (it would write the padded channels), a Sigmoid,

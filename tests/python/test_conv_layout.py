@@ -282,3 +282,59 @@ def test_training_mode_runs_the_unblocked_graph():
     assert np.abs(y_fast - fast.run(None, {"x": x})[0]).max() > 1e-2
     # torch.onnx folded the BatchNormalization after c1 into it at export: compare the rest.
     np.testing.assert_allclose(y_fast, y_plain, rtol=1e-4, atol=1e-4)
+
+
+def channel_shuffle(x, groups):
+    """torchvision's ShuffleNet-v2 channel shuffle (Reshape -> Transpose -> Reshape in the export)."""
+    n, c, h, w = x.size()
+    return torch.transpose(x.view(n, groups, c // groups, h, w), 1, 2).contiguous().view(n, -1, h, w)
+
+
+class Shuffle(nn.Module):
+    """ShuffleNet-v2's two units at 58 channels a branch (no multiple of 16): the downsampling unit
+    (two strided branches concatenated), then the unit that splits its input with chunk, which
+    torch.onnx exports as Shape -> Gather -> Add -> Div -> Mul -> Slice."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 24, 3, stride=2, padding=1)
+        self.b1 = nn.Sequential(nn.Conv2d(24, 24, 3, 2, 1, groups=24), nn.Conv2d(24, 58, 1), nn.ReLU())
+        self.b2 = nn.Sequential(nn.Conv2d(24, 58, 1), nn.ReLU(), nn.Conv2d(58, 58, 3, 2, 1, groups=58),
+                                nn.Conv2d(58, 58, 1), nn.ReLU())
+        self.u = nn.Sequential(nn.Conv2d(58, 58, 1), nn.ReLU(), nn.Conv2d(58, 58, 3, 1, 1, groups=58),
+                               nn.Conv2d(58, 58, 1), nn.ReLU())
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = channel_shuffle(torch.cat([self.b1(x), self.b2(x)], 1), 2)
+        x1, x2 = x.chunk(2, dim=1)
+        return channel_shuffle(torch.cat([x1, self.u(x2)], 1), 2)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_shufflenet_units_fold_their_shapes_and_run_blocked(threads, tmp_path):
+    """With the input's shape fixed, the chunk's Shape folds (runtime::fold_static_shapes), the
+    Slice gets constant bounds and known channels, and the whole graph runs blocked: the Concats,
+    shuffles and Slices as NchwcChannels gathers."""
+    data, x, expected = export(Shuffle(), (2, 3, 30, 30), opset=17)
+    exported = Counter(n.op_type for n in onnx.load_from_string(data).graph.node)
+    assert exported["Shape"] >= 1 and exported["Slice"] == 2, exported  # the pattern under test
+    path = str(tmp_path / "optimized.onnx")
+    fast = session(data, ot.GraphOptimizationLevel.ORT_ENABLE_ALL, threads, path, str(tmp_path / "all"))
+    outs, ops = run_ops(fast, x)
+    np.testing.assert_allclose(outs[0], expected[0], rtol=1e-4, atol=1e-4)
+    plain = session(data, ot.GraphOptimizationLevel.ORT_DISABLE_ALL, threads)
+    np.testing.assert_allclose(outs[0], plain.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    assert ops["NchwcConv"] == 9 and ops["Conv"] == ops["FusedConv"] == 0, ops
+    # Concats of 58 + 58, the shuffles and the chunk's Slices are channel gathers on the blocked
+    # layout, each reading through the gathers before it: the Slice the unit convolves (from both
+    # branches of the first unit) and the output (the second Concat's shuffle, its first half the
+    # other Slice's channels, again from the first unit's branches) are all that run.
+    assert ops["NchwcChannels"] == 2, ops
+    for op in ("Shape", "Gather", "Div", "Concat", "Transpose", "Reshape", "Slice", "ReorderToNchwc"):
+        assert ops[op] == 0, (op, ops)
+    assert ops["ReorderFromNchwc"] == 1, ops
+    assert "Shape" not in {n.op_type for n in onnx.load(path).graph.node}
+    # Fixed dimensions are checked on every feed, so the folded shape cannot go stale.
+    with pytest.raises(Exception, match="dimension"):
+        fast.run(None, {"x": np.zeros((1, 3, 30, 30), np.float32)})

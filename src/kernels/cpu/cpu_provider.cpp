@@ -31,6 +31,7 @@ class CpuProvider final : public ExecutionProvider {
     register_index(registry_);
     register_image(registry_);
     register_conv(registry_);
+    register_nchwc_channels(registry_);
     register_pool(registry_);
     register_norm(registry_);
     register_loss(registry_);
