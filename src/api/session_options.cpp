@@ -171,7 +171,13 @@ ExecOptions exec_options_of(const SessionOptions& o) {
   eo.keep_memory = o.enable_mem_pattern && o.enable_cpu_mem_arena;
   eo.memory_limit = config_byte_count(o, "session.memory_limit_bytes", "0");  // 0: no session limit
   eo.prepack_weights = !config_flag(o, "session.disable_prepacking", false);
-  eo.winograd = config_flag(o, "session.conv_winograd", true);
+  const std::string wino = o.config("session.conv_winograd", "auto");
+  if (wino != "auto" && wino != "0" && wino != "1")
+    throw_error<InvalidArgument>("session config entry session.conv_winograd must be \"auto\", \"0\" or \"1\", got \"",
+                                 wino, "\"");
+  eo.winograd = wino == "auto" ? ExecOptions::Winograd::kAuto
+                : wino == "1"  ? ExecOptions::Winograd::kAlways
+                               : ExecOptions::Winograd::kNever;
   for (const std::string& name : o.providers) {
     std::string why;
     ExecutionProvider* p = find_execution_provider(name, &why);

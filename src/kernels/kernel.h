@@ -77,10 +77,12 @@ struct ExecOptions {
   /// planning (onnxruntime's prepacking; config entry "session.disable_prepacking" = "1": read as
   /// they are in every run).
   bool prepack_weights = true;
-  /// Blocked (NchwcConv) float32 3x3 stride-1 convolutions with constant weights run oneDNN's
-  /// Winograd kernels where it has them (config entry "session.conv_winograd" = "0": the direct
-  /// kernels, whose sums are those of the plain convolution).
-  bool winograd = true;
+  /// Blocked (NchwcConv) float32 3x3 stride-1 convolutions with constant weights: oneDNN's
+  /// Winograd kernels where it has them and they are expected to be faster than the direct kernel
+  /// (kAuto, the default; config entry "session.conv_winograd" absent or "auto"), wherever it has
+  /// them ("1"), or never ("0": the direct kernels, whose sums are those of the plain convolution).
+  enum class Winograd { kAuto, kAlways, kNever };
+  Winograd winograd = Winograd::kAuto;
   /// Session memory limit in bytes (0: the process's allocation_limit()): plans whose memory exceeds
   /// it are refused when built, and every allocation while planning or running respects it.
   uint64_t memory_limit = 0;

@@ -10,6 +10,7 @@
 #include "core/parallel.h"
 #include "ir/onnx_io.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/nchwc_direct.h"
 #include "onnxtrain/session.h"
 #include "ops/onnxtrain_ops.h"
 #include "runtime/conv_fusion.h"
@@ -621,4 +622,33 @@ TEST(ConvLayout, WinogradConvolutionsMatchTheReference) {
 
   const SessionOptions bad = options(GraphOptimizationLevel::kEnableAll, 1, {{"session.conv_winograd", "2"}});
   EXPECT_THROW(InferenceSession(bytes.data(), bytes.size(), bad), onnxtrain::InvalidArgument);
+}
+
+// session.conv_winograd "auto" (the default): Winograd at one thread; at two, for a convolution with
+// few output pixels a thread and input channels not equal to the output's, the direct kernel
+// (where the CPU runs it: AVX-512), bit for bit what "0" gives; "1" keeps Winograd there.
+TEST(ConvLayout, WinogradAutoPicksTheDirectKernelForSmallLayersOnSeveralThreads) {
+  if (!onnxtrain::kernels::cpu::nchwc512::available()) GTEST_SKIP() << "no AVX-512F: auto always takes Winograd here";
+  Builder b;
+  const Shape xs{1, 24, 13, 11};  // 143 output pixels: 72 a thread
+  b.input("x", xs);
+  b.conv("x", "c", 24, 40, 3, 1, 1);
+  b.output("c");
+  std::mt19937 rng(12);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  const std::string bytes = ir::serialize_model(b.m);
+  auto run = [&](int threads, const char* mode) {
+    std::vector<std::pair<std::string, std::string>> config;
+    if (mode) config.emplace_back("session.conv_winograd", mode);
+    return to_double(session(bytes, GraphOptimizationLevel::kEnableAll, threads, config).run({}, {{"x", x}})[0]);
+  };
+  Shape ys;
+  const auto ref = ref_conv(to_double(x), xs, b.values["c_w"], b.values["c_b"], 40, 3, 1, 1, 1, &ys);
+  const auto auto1 = run(1, nullptr), auto2 = run(2, "auto"), wino2 = run(2, "1"), direct2 = run(2, "0");
+  EXPECT_EQ(auto1, run(1, "1"));
+  EXPECT_NE(auto1, run(1, "0"));
+  EXPECT_EQ(auto2, direct2);
+  EXPECT_NE(auto2, wino2);
+  for (const auto* y : {&auto1, &auto2, &wino2})
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*y)[i], ref[i], 1e-5 * max_abs(ref)) << i;
 }

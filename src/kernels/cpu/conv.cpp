@@ -309,6 +309,20 @@ bool first_layout(const DnnlConv& d, dnnl_util::DnnlOp& op, F&& create) {
   return false;  // unsupported, or only oneDNN's slow reference kernels: im2col + gemm is faster
 }
 
+// Whether oneDNN's Winograd kernels are expected to beat the direct NCHWc kernel (nchwc_direct.h)
+// at `threads` threads. One thread: everywhere (1.2-2.2x on the bench's networks, three small
+// exceptions within 1.3x). Several: oneDNN's Winograd splits its tiles over the threads, and with
+// few output pixels a thread and input channels not equal to the output's it scaled badly (two
+// threads, batch 1, GoogLeNet's 3x3 convolutions at 14x14 and 7x7: 1.1-2.2x the direct kernel's
+// time; at batch 8 the same layers 0.6-0.9x, except those with 16-48 input channels). Measured on
+// AMD Zen 5 (bench/vs_onnxruntime.py's models, per-node profiles, docs/kernels.md); the direct
+// kernel is AVX-512's, so elsewhere this keeps Winograd.
+bool winograd_pays(const ConvParams& p, int threads) {
+  if (threads <= 1 || p.C == p.M || !nchwc512::available()) return true;
+  const double pixels = double(p.N) * double(p.pout) / threads;  // output pixels a thread
+  return pixels >= 1000 || (pixels >= 350 && p.C >= 24) || (pixels >= 196 && p.C >= 96);
+}
+
 // Whether NchwcConv (float32 2-D, blocked_input) tries oneDNN's Winograd kernels for this
 // convolution: X blocked, constant weights, one group, 3x3, stride 1, no dilation, at least 16
 // input and output channels, ExecOptions::winograd on. F(2x2, 3x3) or F(4x4, 3x3), oneDNN's
@@ -318,10 +332,12 @@ bool first_layout(const DnnlConv& d, dnnl_util::DnnlOp& op, F&& create) {
 // 1.2x slower (in-process A/B, one thread).
 bool winograd_fits(const ConvParams& p, bool x_blocked, const Tensor* w_const, const ExecOptions& o) {
   const WindowGeom& g = p.g;
-  if (!o.winograd || !x_blocked || !w_const || p.group != 1 || g.nd != 2 || p.C < 16 || p.M < 16) return false;
+  if (o.winograd == ExecOptions::Winograd::kNever || !x_blocked || !w_const || p.group != 1 || g.nd != 2 || p.C < 16 ||
+      p.M < 16)
+    return false;
   for (size_t i = 0; i < 2; ++i)
     if (g.kernel[i] != 3 || g.stride[i] != 1 || g.dilation[i] != 1) return false;
-  return true;
+  return o.winograd == ExecOptions::Winograd::kAlways || winograd_pays(p, o.num_threads > 0 ? o.num_threads : hardware_threads());
 }
 
 // d with the Winograd algorithm on the tensors' own (blocked) layouts.
