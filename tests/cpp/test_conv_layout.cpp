@@ -4,6 +4,8 @@
 // kEnableAll against kDisableAll and a naive double-precision reference.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -651,4 +653,57 @@ TEST(ConvLayout, WinogradAutoPicksTheDirectKernelForSmallLayersOnSeveralThreads)
   EXPECT_NE(auto2, wino2);
   for (const auto* y : {&auto1, &auto2, &wino2})
     for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*y)[i], ref[i], 1e-5 * max_abs(ref)) << i;
+}
+
+// NchwcMaxPool (2-D: its own 16-lane loop) against the plain MaxPool on the same values, bit for bit:
+// strides, dilation, pads wider on one side, ceil_mode, a window wider than the input, windows
+// entirely in the padding; values with NaN, +-inf and -FLT_MAX, whose maxima follow the plain
+// MaxPool's (oneDNN's: from the lowest float, NaN passed over), at 1 and 2 threads.
+TEST(ConvLayout, BlockedMaxPoolMatchesThePlainOneBitForBit) {
+  namespace nchwc = onnxtrain::kernels::cpu::nchwc;
+  const int64_t N = 2, C = 32, H = 9, W = 10;
+  std::mt19937 rng(3);
+  Tensor x = random_tensor(DType::kFloat32, {N, C, H, W}, rng);
+  float* xv = x.data<float>();
+  const float specials[] = {std::nanf(""), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::infinity(), std::numeric_limits<float>::lowest()};
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (rng() % 7 == 0) xv[i] = specials[rng() % 4];
+  for (int64_t i = 0; i < H * W; ++i) xv[i] = -std::numeric_limits<float>::infinity();  // a plane of -inf ...
+  for (int64_t i = H * W; i < 2 * H * W; i += 2) xv[i] = std::nanf("");                 // ... and one half NaN
+  Tensor xb = Tensor::empty(DType::kFloat32, nchwc::blocked_shape(x.shape()));
+  nchwc::to_blocked(xv, xb.data<float>(), N, C, H * W);
+  struct Geometry {
+    const char* name;
+    std::vector<ir::Attribute> attrs;
+  };
+  const std::vector<Geometry> cases = {
+      {"3x3 s2 p1 ceil", {attr_ints("kernel_shape", {3, 3}), attr_ints("strides", {2, 2}), attr_ints("pads", {1, 1, 1, 1}),
+                          attr_int("ceil_mode", 1)}},
+      {"2x2 s2", {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {2, 2})}},
+      {"3x3 dilation 2 p1", {attr_ints("kernel_shape", {3, 3}), attr_ints("dilations", {2, 2}), attr_ints("pads", {1, 1, 1, 1})}},
+      {"7x7 p3 (wider than the input)", {attr_ints("kernel_shape", {7, 7}), attr_ints("pads", {3, 3, 3, 3})}},
+      {"3x2 s3x1 pads 2,0,0,1", {attr_ints("kernel_shape", {3, 2}), attr_ints("strides", {3, 1}), attr_ints("pads", {2, 0, 0, 1})}},
+      {"1x3 s1x3 pads 0,2,0,2 (windows in the pads)", {attr_ints("kernel_shape", {1, 3}), attr_ints("strides", {1, 3}),
+                                                        attr_ints("pads", {0, 2, 0, 2})}},
+  };
+  for (const Geometry& c : cases)
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(c.name) + ", " + std::to_string(threads) + " threads");
+      ot_test::RunOptions plain_opts;
+      plain_opts.threads = threads;
+      const Tensor want = run_node("MaxPool", {x}, c.attrs, plain_opts)[0];
+      ot_test::RunOptions blocked_opts = plain_opts;
+      blocked_opts.domain = onnxtrain::ops::kDomain;
+      const Tensor got = run_node("NchwcMaxPool", {xb}, c.attrs, blocked_opts)[0];
+      ASSERT_EQ(got.shape(), nchwc::blocked_shape(want.shape()));
+      Tensor back = Tensor::empty(DType::kFloat32, want.shape());
+      nchwc::from_blocked(got.data<float>(), back.data<float>(), want.dim(0), want.dim(1), want.dim(2) * want.dim(3));
+      EXPECT_TRUE(same_bits(back, want));
+      for (int64_t i = 0; i < want.numel(); ++i)
+        if (std::memcmp(back.data<float>() + i, want.data<float>() + i, 4) != 0) {
+          ADD_FAILURE() << "first difference at " << i << ": " << back.data<float>()[i] << " vs " << want.data<float>()[i];
+          break;
+        }
+    }
 }

@@ -448,6 +448,65 @@ struct PoolParams : shape::PoolShape {
   }
 };
 
+// Max pooling of blocked float32 [blocks, H, W, 16] (2-D; NchwcMaxPool): each output pixel's 16
+// lanes the maximum over its window's positions inside the input, 8 lanes a vector, from the
+// lowest float as oneDNN's pooling (which the plain float32 MaxPool runs): NaN is passed over
+// (vmaxps returns its second operand, the running maximum, when the new value is NaN), so a window
+// of nothing but -inf and NaN, or with no position inside the input, gives the lowest float.
+// Padded channels stay 0.
+void maxpool_blocked(const float* x, float* y, int64_t blocks, const WindowGeom& g) {
+  constexpr int64_t B = nchwc::kBlock;
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+  const int64_t KH = g.kernel[0], KW = g.kernel[1], sh = g.stride[0], sw = g.stride[1];
+  const int64_t dh = g.dilation[0], dw = g.dilation[1], ph = g.pad_b[0], pw = g.pad_b[1];
+  // The window's first and past-last kernel index inside [0, size): k0, k1 for output o.
+  auto range = [](int64_t o, int64_t s, int64_t p, int64_t d, int64_t k, int64_t size, int64_t* k0, int64_t* k1) {
+    const int64_t start = o * s - p;
+    *k0 = start >= 0 ? 0 : (-start + d - 1) / d;
+    *k1 = start + (k - 1) * d < size ? k : (size - 1 - start) / d + 1;
+    *k1 = std::max(*k1, *k0);
+    if (start + *k0 * d >= size) *k1 = *k0;
+  };
+  const __m256 lowest = _mm256_set1_ps(std::numeric_limits<float>::lowest());
+  // Rows of output pixels; small tensors stay on one core (kCopyGrain, as the layout reorders).
+  parallel_for(blocks * OH, std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(OW * B, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / OH, oh = r % OH;
+      const float* xb = x + b * H * W * B;
+      float* yr = y + r * OW * B;
+      int64_t kh0, kh1;
+      range(oh, sh, ph, dh, KH, H, &kh0, &kh1);
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        int64_t kw0, kw1;
+        range(ow, sw, pw, dw, KW, W, &kw0, &kw1);
+        float* out = yr + ow * B;
+        __m256 lo = lowest, hi = lowest;
+        if (KH == 3 && KW == 3 && kh1 - kh0 == 3 && kw1 - kw0 == 3) {  // whole 3x3 window: unrolled
+          const float* v = xb + ((oh * sh - ph) * W + ow * sw - pw) * B;
+          for (int64_t kh = 0; kh < 3; ++kh, v += dh * W * B)
+            for (int64_t kw = 0; kw < 3; ++kw) {
+              lo = _mm256_max_ps(_mm256_loadu_ps(v + kw * dw * B), lo);
+              hi = _mm256_max_ps(_mm256_loadu_ps(v + kw * dw * B + 8), hi);
+            }
+          _mm256_storeu_ps(out, lo);
+          _mm256_storeu_ps(out + 8, hi);
+          continue;
+        }
+        for (int64_t kh = kh0; kh < kh1; ++kh) {
+          const int64_t row = (oh * sh - ph + kh * dh) * W + ow * sw - pw;  // may be negative: offsets
+          for (int64_t kw = kw0; kw < kw1; ++kw) {
+            const float* v = xb + (row + kw * dw) * B;
+            lo = _mm256_max_ps(_mm256_loadu_ps(v), lo);
+            hi = _mm256_max_ps(_mm256_loadu_ps(v + 8), hi);
+          }
+        }
+        _mm256_storeu_ps(out, lo);
+        _mm256_storeu_ps(out + 8, hi);
+      }
+    }
+  });
+}
+
 class PoolKernel final : public Kernel {
  public:
   PoolKernel(const KernelInfo& info, PoolKind kind, bool global, bool blocked = false) : blocked_(blocked) {
@@ -520,7 +579,9 @@ class PoolKernel final : public Kernel {
     p_.resolve(ctx, x_);
     ctx.set_output(0, dt_, nchwc::blocked_shape(p_.y));
     op_ = dnnl_util::DnnlOp();
-    if (shape_numel(p_.y) == 0 || p_.global) return;
+    // Dilated windows keep the plain loops (their max starts at -inf; oneDNN's, the lowest float).
+    blocked_max_ = p_.kind == PoolKind::kMax && !p_.global && p_.g.nd == 2 && p_.g.dilation == Shape{1, 1};
+    if (shape_numel(p_.y) == 0 || p_.global || blocked_max_) return;
     if (p_.make_dnnl(op_, x_, false, dnnl::memory::format_tag::nChw16c))
       return ctx.request_workspace(op_.workspace_bytes());
     // Plain copies of X and Y for the loops.
@@ -529,6 +590,7 @@ class PoolKernel final : public Kernel {
   void run_blocked(RunContext& ctx) {
     const float* x = ctx.input(0).data<float>();
     float* y = ctx.output(0).data<float>();
+    if (blocked_max_) return maxpool_blocked(x, y, x_[0] * (x_[1] / nchwc::kBlock), p_.g);
     if (op_.valid()) {
       op_.bind(DNNL_ARG_SRC, x);
       op_.bind(DNNL_ARG_DST, y);
@@ -563,6 +625,7 @@ class PoolKernel final : public Kernel {
 
   PoolParams p_;
   bool blocked_ = false;
+  bool blocked_max_ = false;  // NchwcMaxPool 2-D: maxpool_blocked
   Shape x_;  // the blocked forms' plain view of X
   bool int_types_ = false, want_indices_ = false;
   DType dt_ = DType::kFloat32;
