@@ -448,7 +448,7 @@ struct PoolParams : shape::PoolShape {
   }
 };
 
-// Max pooling of blocked float32 [blocks, H, W, 16] (2-D; NchwcMaxPool): each output pixel's 16
+// Max pooling of blocked float32 [blocks, H, W, 16] (2-D, no dilation; NchwcMaxPool): each output pixel's 16
 // lanes the maximum over its window's positions inside the input, 8 lanes a vector, from the
 // lowest float as oneDNN's pooling (which the plain float32 MaxPool runs): NaN is passed over
 // (vmaxps returns its second operand, the running maximum, when the new value is NaN), so a window
@@ -457,48 +457,33 @@ struct PoolParams : shape::PoolShape {
 void maxpool_blocked(const float* x, float* y, int64_t blocks, const WindowGeom& g) {
   constexpr int64_t B = nchwc::kBlock;
   const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
-  const int64_t KH = g.kernel[0], KW = g.kernel[1], sh = g.stride[0], sw = g.stride[1];
-  const int64_t dh = g.dilation[0], dw = g.dilation[1], ph = g.pad_b[0], pw = g.pad_b[1];
-  // The window's first and past-last kernel index inside [0, size): k0, k1 for output o.
-  auto range = [](int64_t o, int64_t s, int64_t p, int64_t d, int64_t k, int64_t size, int64_t* k0, int64_t* k1) {
-    const int64_t start = o * s - p;
-    *k0 = start >= 0 ? 0 : (-start + d - 1) / d;
-    *k1 = start + (k - 1) * d < size ? k : (size - 1 - start) / d + 1;
-    *k1 = std::max(*k1, *k0);
-    if (start + *k0 * d >= size) *k1 = *k0;
-  };
+  const int64_t KH = g.kernel[0], KW = g.kernel[1], sh = g.stride[0], sw = g.stride[1], ph = g.pad_b[0], pw = g.pad_b[1];
   const __m256 lowest = _mm256_set1_ps(std::numeric_limits<float>::lowest());
   // Rows of output pixels; small tensors stay on one core (kCopyGrain, as the layout reorders).
   parallel_for(blocks * OH, std::max<int64_t>(1, kCopyGrain / std::max<int64_t>(OW * B, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t b = r / OH, oh = r % OH;
+      const int64_t b = r / OH, oh = r % OH, ih = oh * sh - ph;
+      const int64_t kh0 = std::max<int64_t>(0, -ih), kh1 = std::clamp<int64_t>(H - ih, kh0, KH);  // rows inside
       const float* xb = x + b * H * W * B;
-      float* yr = y + r * OW * B;
-      int64_t kh0, kh1;
-      range(oh, sh, ph, dh, KH, H, &kh0, &kh1);
-      for (int64_t ow = 0; ow < OW; ++ow) {
-        int64_t kw0, kw1;
-        range(ow, sw, pw, dw, KW, W, &kw0, &kw1);
-        float* out = yr + ow * B;
+      float* out = y + r * OW * B;
+      for (int64_t ow = 0; ow < OW; ++ow, out += B) {
+        const int64_t iw = ow * sw - pw;
+        const int64_t kw0 = std::max<int64_t>(0, -iw), kw1 = std::clamp<int64_t>(W - iw, kw0, KW);
         __m256 lo = lowest, hi = lowest;
-        if (KH == 3 && KW == 3 && kh1 - kh0 == 3 && kw1 - kw0 == 3) {  // whole 3x3 window: unrolled
-          const float* v = xb + ((oh * sh - ph) * W + ow * sw - pw) * B;
-          for (int64_t kh = 0; kh < 3; ++kh, v += dh * W * B)
+        if (KH == 3 && KW == 3 && kh0 == 0 && kh1 == 3 && kw0 == 0 && kw1 == 3) {  // whole 3x3 window: unrolled
+          const float* v = xb + (ih * W + iw) * B;
+          for (int64_t kh = 0; kh < 3; ++kh, v += W * B)
             for (int64_t kw = 0; kw < 3; ++kw) {
-              lo = _mm256_max_ps(_mm256_loadu_ps(v + kw * dw * B), lo);
-              hi = _mm256_max_ps(_mm256_loadu_ps(v + kw * dw * B + 8), hi);
+              lo = _mm256_max_ps(_mm256_loadu_ps(v + kw * B), lo);
+              hi = _mm256_max_ps(_mm256_loadu_ps(v + kw * B + 8), hi);
             }
-          _mm256_storeu_ps(out, lo);
-          _mm256_storeu_ps(out + 8, hi);
-          continue;
-        }
-        for (int64_t kh = kh0; kh < kh1; ++kh) {
-          const int64_t row = (oh * sh - ph + kh * dh) * W + ow * sw - pw;  // may be negative: offsets
-          for (int64_t kw = kw0; kw < kw1; ++kw) {
-            const float* v = xb + (row + kw * dw) * B;
-            lo = _mm256_max_ps(_mm256_loadu_ps(v), lo);
-            hi = _mm256_max_ps(_mm256_loadu_ps(v + 8), hi);
-          }
+        } else {
+          for (int64_t kh = kh0; kh < kh1; ++kh)
+            for (int64_t kw = kw0; kw < kw1; ++kw) {
+              const float* v = xb + ((ih + kh) * W + iw + kw) * B;
+              lo = _mm256_max_ps(_mm256_loadu_ps(v), lo);
+              hi = _mm256_max_ps(_mm256_loadu_ps(v + 8), hi);
+            }
         }
         _mm256_storeu_ps(out, lo);
         _mm256_storeu_ps(out + 8, hi);
