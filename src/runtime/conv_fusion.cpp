@@ -436,8 +436,8 @@ size_t block_conv_layouts(ir::Model& model) {
   std::vector<bool> dropped(count, false);              // a shuffle's Reshape and Transpose
   auto compose = [&](Gather gt) {
     Gather out;
-    std::vector<int64_t> base;  // where each input of gt starts in out's channels, or -1 ...
-    std::vector<const Gather*> via(gt.inputs.size(), nullptr);  // ... with the gather it goes through
+    std::vector<int64_t> base;  // where each input of gt (or the inputs of the gather it goes through) starts
+    std::vector<const Gather*> via(gt.inputs.size(), nullptr);  // the gather making input j, if any
     for (size_t j = 0; j < gt.inputs.size(); ++j) {
       auto it = gather_node.find(gt.inputs[j]);
       if (it != gather_node.end()) {
@@ -579,7 +579,8 @@ size_t block_conv_layouts(ir::Model& model) {
         aligned = aligned && *c % kBlock == 0;
         any = any || is_blocked(n.inputs[k]);
         reads.push_back(k);
-        for (int64_t j = 0; j < *c; ++j) gather.channels.push_back(gather.total() + j);
+        const int64_t base = gather.total();
+        for (int64_t j = 0; j < *c; ++j) gather.channels.push_back(base + j);
         gather.inputs.push_back(n.inputs[k]);
         gather.input_channels.push_back(*c);
       }

@@ -564,7 +564,8 @@ class PoolKernel final : public Kernel {
     p_.resolve(ctx, x_);
     ctx.set_output(0, dt_, nchwc::blocked_shape(p_.y));
     op_ = dnnl_util::DnnlOp();
-    // Dilated windows keep the plain loops (their max starts at -inf; oneDNN's, the lowest float).
+    // Dilated windows keep the path below (oneDNN, else the plain loops): the plain MaxPool runs its
+    // loops there, whose max starts at -inf where maxpool_blocked's starts at the lowest float.
     blocked_max_ = p_.kind == PoolKind::kMax && !p_.global && p_.g.nd == 2 && p_.g.dilation == Shape{1, 1};
     if (shape_numel(p_.y) == 0 || p_.global || blocked_max_) return;
     if (p_.make_dnnl(op_, x_, false, dnnl::memory::format_tag::nChw16c))
