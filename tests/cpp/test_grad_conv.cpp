@@ -4,8 +4,11 @@
 #include <algorithm>
 
 #include "grad_linalg_util.h"
+#include "kernels/cpu/nchwc_direct.h"
+#include "kernels/kernel.h"
 
 using namespace ot_test;
+using onnxtrain::ExecOptions;
 
 namespace {
 
@@ -98,7 +101,8 @@ void ref_grads(const Geo& g, const std::vector<double>& x, const std::vector<dou
 
 // Runs one com.onnxtrain gradient node naming only the outputs in `named` (others left unnamed).
 std::vector<Tensor> run_grad_node(const std::string& op, const std::vector<Tensor>& inputs,
-                                  const std::vector<ir::Attribute>& attrs, const std::vector<bool>& named, int threads) {
+                                  const std::vector<ir::Attribute>& attrs, const std::vector<bool>& named,
+                                  const ExecOptions& eo) {
   ir::Model m;
   m.ir_version = 8;
   m.opsets[""] = 17;
@@ -119,7 +123,13 @@ std::vector<Tensor> run_grad_node(const std::string& op, const std::vector<Tenso
     if (named[i]) m.graph->outputs.push_back(ir::ValueInfo{"out" + std::to_string(i), {}, ""});
   }
   m.graph->nodes.push_back(n);
-  return run_model(m, inputs, threads);
+  return run_model(m, inputs, eo);
+}
+std::vector<Tensor> run_grad_node(const std::string& op, const std::vector<Tensor>& inputs,
+                                  const std::vector<ir::Attribute>& attrs, const std::vector<bool>& named, int threads) {
+  ExecOptions eo;
+  eo.num_threads = threads;
+  return run_grad_node(op, inputs, attrs, named, eo);
 }
 
 Geo random_geo(std::mt19937& rng, bool transposed) {
@@ -343,6 +353,85 @@ TEST(GradConv, KernelBlockedLayouts) {
         EXPECT_TRUE(all_close(out[1], g.wshape(), dw, rt, atw)) << dtype_name(dt) << " dW " << g.describe();
         EXPECT_TRUE(all_close(out[2], {g.M}, db, rt, atw)) << dtype_name(dt) << " dB " << g.describe();
       }
+    }
+  }
+}
+
+// Training's Winograd (cpu/conv.cpp train_winograd_fits): Conv over weights that are not constants
+// (a graph input, as a training graph's parameters are) and ConvGrad's dX, dW and dB through oneDNN's
+// Winograd F(4x4, 3x3) kernels, against the double reference. "auto" takes them where a thread
+// has 24+ output tiles and both channel counts are 32+ (here 32 -> 48 channels, 2 x 14 x 14: 32
+// tiles, so at one thread and not at two), "1" everywhere it fits, "0" never; the Winograd
+// results differ from the direct kernels' in the last bits (proof that the path ran).
+TEST(GradConv, KernelWinogradTraining) {
+  std::mt19937 rng(209);
+  Geo g = conv(2, 32, 48, 1, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1});
+  const Tensor x = random_tensor(DType::kFloat32, g.xshape(), rng), w = random_tensor(DType::kFloat32, g.wshape(), rng),
+               b = random_tensor(DType::kFloat32, {g.M}, rng), dy = random_tensor(DType::kFloat32, g.yshape(), rng);
+  std::vector<double> dx, dw, db;
+  ref_grads(g, to_double(x), to_double(w), to_double(dy), &dx, &dw, &db);
+  // The forward reference: Y[n, m, p] = b[m] + sum over c, k of X W (pads 1).
+  const Shape ys = g.yshape();
+  const std::vector<double> xd = to_double(x), wd = to_double(w), bd = to_double(b);
+  std::vector<double> y(size_t(onnxtrain::shape_numel(ys)));
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t m = 0; m < g.M; ++m)
+      for (int64_t oh = 0; oh < 14; ++oh)
+        for (int64_t ow = 0; ow < 14; ++ow) {
+          double acc = bd[size_t(m)];
+          for (int64_t c = 0; c < g.C; ++c)
+            for (int64_t kh = 0; kh < 3; ++kh)
+              for (int64_t kw = 0; kw < 3; ++kw) {
+                const int64_t ih = oh - 1 + kh, iw = ow - 1 + kw;
+                if (ih >= 0 && ih < 14 && iw >= 0 && iw < 14)
+                  acc += xd[size_t(((n * g.C + c) * 14 + ih) * 14 + iw)] * wd[size_t(((m * g.C + c) * 3 + kh) * 3 + kw)];
+              }
+          y[size_t(((n * g.M + m) * 14 + oh) * 14 + ow)] = acc;
+        }
+  auto run = [&](int threads, ExecOptions::Winograd mode) {
+    ExecOptions eo;
+    eo.num_threads = threads;
+    eo.winograd = mode;
+    ir::Model m;
+    m.ir_version = 8;
+    m.opsets[""] = 17;
+    m.graph = std::make_shared<ir::Graph>();
+    ir::Node n;
+    n.op_type = "Conv";
+    n.inputs = {"x", "w", "b"};
+    n.outputs = {"y"};
+    n.attrs = g.attrs();
+    m.graph->nodes.push_back(n);
+    for (auto [name, t] : {std::pair{"x", &x}, {"w", &w}, {"b", &b}})
+      m.graph->inputs.push_back(ir::ValueInfo{name, ir::TypeInfo::tensor(t->dtype(), t->shape()), ""});
+    m.graph->outputs.push_back(ir::ValueInfo{"y", {}, ""});
+    std::vector<Tensor> out = run_model(m, {x, w, b}, eo);
+    for (Tensor& t : run_grad_node("ConvGrad", {dy, x, w}, g.attrs(), {true, true, true}, eo)) out.push_back(t);
+    return out;  // Y, dX, dW, dB
+  };
+  using W = ExecOptions::Winograd;
+  const auto auto1 = run(1, W::kAuto), wino1 = run(1, W::kAlways), direct1 = run(1, W::kNever);
+  const auto auto2 = run(2, W::kAuto), wino2 = run(2, W::kAlways), direct2 = run(2, W::kNever);
+  const std::vector<std::pair<Shape, const std::vector<double>*>> want = {
+      {ys, &y}, {g.xshape(), &dx}, {g.wshape(), &dw}, {{g.M}, &db}};
+  const char* names[] = {"Y", "dX", "dW", "dB"};
+  for (const auto* r : {&auto1, &wino1, &direct1, &auto2, &wino2, &direct2})
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_TRUE(all_close((*r)[i], want[i].first, *want[i].second, 1e-4, i == 2 ? 1e-3 : 1e-4)) << names[i];
+  auto same = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b, size_t i) {
+    return to_double(a[i]) == to_double(b[i]);
+  };
+  // Which kernels ran: Winograd's Y, dX and dW (dB is a plain sum over dY in both) differ from the
+  // direct kernels'. oneDNN has Winograd F(4x4, 3x3) on AVX-512 CPUs only; elsewhere "1" falls
+  // back to the direct kernels.
+  const bool avx512 = onnxtrain::kernels::cpu::nchwc512::available();
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE(names[i]);
+    EXPECT_TRUE(same(auto2, direct2, i));  // 32 tiles: under 24 a thread at two threads
+    EXPECT_TRUE(same(auto1, avx512 ? wino1 : direct1, i));
+    if (avx512) {
+      EXPECT_FALSE(same(wino1, direct1, i));
+      EXPECT_FALSE(same(wino2, direct2, i));
     }
   }
 }

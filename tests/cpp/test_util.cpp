@@ -232,6 +232,10 @@ std::vector<Value> run(runtime::GraphExecutor& ex, const std::vector<Tensor>& in
 std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads) {
   ExecOptions eo;
   eo.num_threads = threads;
+  return run_model(m, inputs, eo);
+}
+
+std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, const ExecOptions& eo) {
   runtime::GraphExecutor ex(m.graph, m.opsets, eo);
   std::vector<Value> feeds;
   for (const auto& t : inputs) feeds.push_back(Value::of(t));

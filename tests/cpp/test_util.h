@@ -14,9 +14,12 @@
 #include "onnxtrain/tensor.h"
 #include "onnxtrain/value.h"
 
-namespace onnxtrain::runtime {
+namespace onnxtrain {
+struct ExecOptions;
+namespace runtime {
 class GraphExecutor;
 }
+}  // namespace onnxtrain
 
 namespace ot_test {
 
@@ -104,6 +107,9 @@ std::vector<onnxtrain::Value> run(onnxtrain::runtime::GraphExecutor& ex, const s
 
 /// Runs a model (graph inputs fed in order) and returns its outputs.
 std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs, int threads = 1);
+/// The same with the executor's options (threads, session config such as the Winograd choice).
+std::vector<Tensor> run_model(const ir::Model& m, const std::vector<Tensor>& inputs,
+                              const onnxtrain::ExecOptions& eo);
 
 /// Uniform random tensor in [lo, hi) (integers: rounded; bool: coin flips). Deterministic per rng.
 /// y = X W + b (times a constant s [1] = 2 when `scaled`): X float [N, 2], W [2, 1] = (0.5, -0.25),

@@ -327,9 +327,8 @@ bool winograd_pays(const ConvParams& p, int threads) {
 // convolution: X blocked, constant weights, one group, 3x3, stride 1, no dilation, at least 16
 // input and output channels, ExecOptions::winograd on. F(2x2, 3x3) or F(4x4, 3x3), oneDNN's
 // choice, 1.6-2.8x the direct kernels' speed, the sums in another order (a few 1e-6 relative
-// apart). Training keeps the direct algorithm: there the weights change every step, and their
-// transform plus the activations' reorders in and out of the blocked layout made ResNet-18's step
-// 1.2x slower (in-process A/B, one thread).
+// apart). Training graphs' convolutions (plain tensors, weights that change) have their own gate,
+// train_winograd_fits.
 bool winograd_fits(const ConvParams& p, bool x_blocked, const Tensor* w_const, const ExecOptions& o) {
   const WindowGeom& g = p.g;
   if (o.winograd == ExecOptions::Winograd::kNever || !x_blocked || !w_const || p.group != 1 || g.nd != 2 || p.C < 16 ||
@@ -340,10 +339,36 @@ bool winograd_fits(const ConvParams& p, bool x_blocked, const Tensor* w_const, c
   return o.winograd == ExecOptions::Winograd::kAlways || winograd_pays(p, o.num_threads > 0 ? o.num_threads : hardware_threads());
 }
 
-// d with the Winograd algorithm on the tensors' own (blocked) layouts.
-DnnlConv winograd(DnnlConv d) {
+// Whether a float32 convolution whose weights change between runs (training: Conv and ConvGrad
+// over plain tensors) runs oneDNN's Winograd F(4x4, 3x3) kernels for its forward, backward-data
+// and backward-weights passes, the activations reordered to nChw16c and back as the direct
+// kernels' are. One group, 3x3, stride 1, no dilation, both channel counts multiples of 16 and at
+// least 32, and (auto) at least 24 output tiles of 4x4 a thread: below that the weights' transform
+// (C x M x 36 a pass) outweighs the products saved. Measured with oneDNN 2.6 on AMD Zen 5, the three
+// passes together against the direct kernels' (fastest of 5): ResNet-18's 3x3 layers at batch 16
+// 1.5-2.2x at one thread and 1.4-1.9x at two; 512 channels at 7x7 batch 4 (16 tiles) 1.25x slower,
+// batch 8 1.1x faster; 128 channels at 14x14 batch 1 (16 tiles) 1.2x slower at one thread and 1.65x
+// at two, batch 2 (32 tiles) 1.1x faster at one thread and 1.25x slower at two; 16 -> 32 channels
+// (bench/side_by_side.py's CNN) 1.1-1.2x slower at any size. "1" (kAlways) drops the tile and
+// channel-count thresholds, "0" keeps the direct kernels.
+bool train_winograd_fits(const ConvParams& p, DType dt, const ExecOptions& o) {
+  const WindowGeom& g = p.g;
+  if (o.winograd == ExecOptions::Winograd::kNever || dt != DType::kFloat32 || p.transposed || p.group != 1 ||
+      g.nd != 2 || p.C % 16 != 0 || p.M % 16 != 0 || p.C == 0 || p.M == 0)
+    return false;
+  for (size_t i = 0; i < 2; ++i)
+    if (g.kernel[i] != 3 || g.stride[i] != 1 || g.dilation[i] != 1) return false;
+  if (o.winograd == ExecOptions::Winograd::kAlways) return true;
+  const int threads = o.num_threads > 0 ? o.num_threads : hardware_threads();
+  const double tiles = double(p.N) * double((g.out[0] + 3) / 4) * double((g.out[1] + 3) / 4);
+  return p.C >= 32 && p.M >= 32 && tiles >= 24.0 * threads;
+}
+
+// d with the Winograd algorithm on the activation layout `l`: kPlain, the tensors' own (NchwcConv's
+// blocked ones), or kBlocked16 (plain tensors reordered in and out, training).
+DnnlConv winograd(DnnlConv d, Layout l = Layout::kPlain) {
   d.winograd = true;
-  d.candidates = {Layout::kPlain};
+  d.candidates = {l};
   return d;
 }
 
@@ -560,7 +585,9 @@ class ConvKernel final : public Kernel {
       if (!make_dnnl(d, w_const)) ctx.fail("oneDNN has no convolution kernel for the blocked layout");
       return ctx.request_workspace(z_bytes() + op_.workspace_bytes());
     }
-    if (!empty && dnnl_conv(p_, x, compute, &d) && make_dnnl(d, w_const)) {
+    const bool dnnl = !empty && dnnl_conv(p_, x, compute, &d);
+    const bool wino = dnnl && !w_const && train_winograd_fits(p_, dt_, ctx.options());
+    if (dnnl && ((wino && make_dnnl(winograd(d, Layout::kBlocked16), w_const)) || make_dnnl(d, w_const))) {
       if (dt_ == DType::kFloat16)
         stage_.numel = {shape_numel(x), shape_numel(ctx.input_shape(1)), has_bias_ ? p_.M : 0, shape_numel(p_.y)};
       ctx.request_workspace(z_bytes() + stage_.bytes() + op_.workspace_bytes());
@@ -711,8 +738,10 @@ class ConvKernel final : public Kernel {
     return first_layout(d, op_, [&](Layout l) {
       if (gemm && *gemm) return false;  // not another layout: the one oneDNN picked, without post-ops
       auto create = [&]<class P>() {
-        typename P::desc desc(dnnl::prop_kind::forward_inference, d.alg(p_.transposed), d.ax(l), d.aw(), bias, d.ay(l),
-                              d.strides, d.dil, d.pl, d.pr);
+        // Winograd over weights that change between runs: forward_training, whose kernel transforms
+        // the weights itself (forward_inference wants them pre-transformed, a reorder every run).
+        const auto prop = d.winograd && !w_const ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+        typename P::desc desc(prop, d.alg(p_.transposed), d.ax(l), d.aw(), bias, d.ay(l), d.strides, d.dil, d.pl, d.pr);
         typename P::primitive_desc pd(desc, attr, eng);
         if (dnnl_util::is_reference(pd)) return false;
         if (po && std::string(pd.impl_info_str()).find("gemm") != std::string::npos) return !(*gemm = true);
@@ -900,8 +929,15 @@ class ConvGradKernel final : public Kernel {
     DnnlConv d;
     const DType compute = dt_ == DType::kFloat16 ? DType::kFloat32 : dt_;  // float16 staged through float32
     if (!empty_ && dnnl_conv(p_, x, compute, &d)) {
-      if (want_[0]) make_data(d);
-      if (want_[1]) make_weights(d, want_[2]);
+      // Winograd (train_winograd_fits) for both passes or for neither: the forward's choice is the
+      // same, so dX, dW and Y come from one algorithm.
+      if (train_winograd_fits(p_, dt_, ctx.options())) {
+        const DnnlConv wd = winograd(d, Layout::kBlocked16);
+        if ((!want_[0] || make_data(wd)) && (!want_[1] || make_weights(wd, want_[2]))) d = wd;
+        else data_op_ = dnnl_util::DnnlOp(), weights_op_ = dnnl_util::DnnlOp();
+      }
+      if (want_[0] && !data_op_.valid()) make_data(d);
+      if (want_[1] && !weights_op_.valid()) make_weights(d, want_[2]);
     }
     share_dy(d);
     const bool all_dnnl = (!want_[0] || data_op_.valid()) && (!want_[1] || weights_op_.valid());
