@@ -929,8 +929,9 @@ class ConvGradKernel final : public Kernel {
     DnnlConv d;
     const DType compute = dt_ == DType::kFloat16 ? DType::kFloat32 : dt_;  // float16 staged through float32
     if (!empty_ && dnnl_conv(p_, x, compute, &d)) {
-      // Winograd (train_winograd_fits) for both passes or for neither: the forward's choice is the
-      // same, so dX, dW and Y come from one algorithm.
+      // Winograd (train_winograd_fits) for both passes or for neither. The forward Conv makes the
+      // same choice where its weights are not constants (trained ones); a frozen, constant W keeps
+      // the forward's direct kernel over its prepacked weights while dX here may take Winograd.
       if (train_winograd_fits(p_, dt_, ctx.options())) {
         const DnnlConv wd = winograd(d, Layout::kBlocked16);
         if ((!want_[0] || make_data(wd)) && (!want_[1] || make_weights(wd, want_[2]))) d = wd;
