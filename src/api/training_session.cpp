@@ -126,6 +126,7 @@ void TrainingSession::Impl::check_ranks_agree() {
 }
 
 void TrainingSession::Impl::check_weights_agree() {
+  state_to_host();
   std::vector<distributed::RankFact> d;
   for (size_t i = 0; i < trained.size(); ++i) d.push_back({"weight '" + trained[i] + "'", distributed::digest(*weights[i])});
   require_same_as_rank0(d, "the weight check", "after update " + std::to_string(driver.step) + ", the weights diverged");
@@ -231,6 +232,10 @@ void TrainingSession::Impl::init() {
     if (dtype_is_float(t.dtype())) mutable_inits.insert(n);
   train_exec = std::make_unique<runtime::GraphExecutor>(tg.model.graph, tg.model.opsets, eo,
                                                         std::vector<std::string>{}, mutable_inits);
+  // On a device provider the weights and optimizer state stay in its memory between steps;
+  // the methods that read or write them on the host sync first (state_to_host, HostStateWrite).
+  for (const ExecutionProvider* p : eo.providers)
+    if (p && !p->device().is_host()) train_exec->keep_state_on_device(true);
   ExecOptions ev = eo;
   ev.training = false;
   eval_exec = std::make_unique<runtime::GraphExecutor>(train::inference_graph(model, {}, false).graph, model.opsets, ev,
@@ -450,6 +455,7 @@ void TrainingSession::run(const std::vector<std::string>& output_names,
 std::vector<Value> TrainingSession::eval(const std::vector<std::string>& output_names,
                                          const std::vector<std::pair<std::string, Value>>& feeds) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->state_to_host();
   return impl_->run_eval(output_names, feeds);
 }
 
@@ -544,12 +550,14 @@ const TrainingParameters& TrainingSession::parameters() const { return impl_->pa
 
 std::string TrainingSession::export_model(const std::vector<std::string>& outputs) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->state_to_host();
   ir::Model m = train::inference_graph(impl_->model, outputs, true, impl_->params.loss_output_name);
   return ir::serialize_model(m);
 }
 
 void TrainingSession::export_model_to(const std::string& path, const std::vector<std::string>& outputs) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->state_to_host();
   // Written beside its weights (external data) when over protobuf's 2 GiB limit.
   ir::save_model(train::inference_graph(impl_->model, outputs, true, impl_->params.loss_output_name), path);
 }

@@ -87,6 +87,24 @@ struct TrainingSession::Impl {
                  std::vector<Value>& results);
   std::vector<Value> run_eval(const std::vector<std::string>& outs,
                               const std::vector<std::pair<std::string, Value>>& feeds);
+  /// The host's weights and optimizer state up to date: a session on a device provider keeps them
+  /// on the device between runs (GraphExecutor::keep_state_on_device). Every method that reads
+  /// them calls it first.
+  void state_to_host() { train_exec->sync_state_to_host(); }
+  /// A method that writes the host's state holds one of these while it does: the state is brought
+  /// to the host first, and the device copies are refreshed before the next run whatever happens.
+  struct HostStateWrite {
+    Impl& s;
+    explicit HostStateWrite(Impl& i) : s(i) { s.state_to_host(); }
+    ~HostStateWrite() {
+      try {
+        s.train_exec->state_changed_on_host();
+      } catch (...) {  // cannot fail: the constructor brought the state to the host, nothing ran since
+      }
+    }
+    HostStateWrite(const HostStateWrite&) = delete;
+    HostStateWrite& operator=(const HostStateWrite&) = delete;
+  };
   Tensor* initializer(const std::string& n) { return model.graph->initializer(n); }
   Tensor* state(const std::string& n) { return tg.model.graph->initializer(n); }
   /// Optimizer state by trained weight (in trained order), then by the optimizer's state order.

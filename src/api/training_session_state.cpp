@@ -19,6 +19,7 @@ namespace onnxtrain {
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::get_state() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->state_to_host();
   std::vector<std::pair<std::string, Tensor>> r;
   for (const auto& [n, t] : impl_->model.graph->initializers) r.emplace_back(n, t.clone());
   return r;
@@ -26,6 +27,7 @@ std::vector<std::pair<std::string, Tensor>> TrainingSession::get_state() const {
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::get_model_state() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->state_to_host();
   std::vector<std::pair<std::string, Tensor>> r;
   for (size_t i = 0; i < impl_->trained.size(); ++i) r.emplace_back(impl_->trained[i], impl_->weights[i]->clone());
   return r;
@@ -33,6 +35,7 @@ std::vector<std::pair<std::string, Tensor>> TrainingSession::get_model_state() c
 
 std::vector<std::pair<std::string, Tensor>> TrainingSession::get_optimizer_state() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->state_to_host();
   std::vector<std::pair<std::string, Tensor>> r;
   for (const auto& u : impl_->optimizer_states()) r.emplace_back(u->key, impl_->state(u->state)->clone());
   r.emplace_back("step", Tensor::scalar<int64_t>(impl_->driver.step));
@@ -49,6 +52,7 @@ std::vector<std::string> TrainingSession::optimizer_state_names() const {
 
 void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl::HostStateWrite write(*impl_);
   std::set<std::string> given;
   for (const auto& [n, t] : state) {
     Tensor* w = impl_->initializer(n);
@@ -67,6 +71,7 @@ void TrainingSession::load_state(const std::vector<std::pair<std::string, Tensor
 
 void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::string, Tensor>>& state, bool strict) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl::HostStateWrite write(*impl_);
   std::map<std::string, Tensor*> known;
   std::map<std::string, std::string> state_of;
   for (const auto* u : impl_->optimizer_states()) known[u->key] = impl_->state(u->state), state_of[u->key] = u->state;
@@ -103,6 +108,7 @@ void TrainingSession::load_optimizer_state(const std::vector<std::pair<std::stri
 
 void TrainingSession::save_checkpoint(const std::string& path, const std::map<std::string, std::string>& metadata) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->state_to_host();
   const Impl& s = *impl_;
   auto state = [&] { return s.checkpoint(metadata); };
   if (s.world == 1) {
@@ -184,6 +190,7 @@ struct StoredTensor {
 
 std::map<std::string, std::string> TrainingSession::load_checkpoint(const std::string& path) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  Impl::HostStateWrite write(*impl_);
   Impl& s = *impl_;
   // A single checkpoint streams: its header is read and checked here, every tensor's checksum is
   // verified before anything changes, and each tensor is then read into its storage (no second copy

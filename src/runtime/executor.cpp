@@ -377,8 +377,52 @@ void GraphExecutor::check_inputs(const std::vector<const Value*>& inputs) const 
     throw_error<InvalidArgument>("expected ", index_.input_names.size(), " inputs, got ", inputs.size());
 }
 
+const Tensor* GraphExecutor::state_mirror(const std::string& name, const Device& device) {
+  if (auto it = mirrors_.find(name); it != mirrors_.end())
+    return it->second.device() == device ? &it->second : nullptr;
+  const Tensor* host = graph_->initializer(name);
+  if (!host || host->dtype() == DType::kString) return nullptr;
+  const size_t p = providers_.of_device(device);
+  Tensor t = Tensor::empty(host->dtype(), host->shape(), providers_.providers[p]->allocator());
+  providers_.providers[p]->copy(*host, t, *providers_.contexts[p]);
+  providers_.providers[p]->synchronize(*providers_.contexts[p]);
+  return &mirrors_.emplace(name, std::move(t)).first->second;
+}
+
+void GraphExecutor::copy_state(bool to_host) {
+  std::vector<size_t> used;
+  for (auto& [name, dev] : mirrors_) {
+    Tensor host = *graph_->initializer(name);  // shares the initializer's storage
+    const size_t p = providers_.of_device(dev.device());
+    if (to_host)
+      providers_.providers[p]->copy(dev, host, *providers_.contexts[p]);
+    else
+      providers_.providers[p]->copy(host, dev, *providers_.contexts[p]);
+    if (std::find(used.begin(), used.end(), p) == used.end()) used.push_back(p);
+  }
+  for (size_t p : used) providers_.providers[p]->synchronize(*providers_.contexts[p]);
+}
+
+void GraphExecutor::sync_state_to_host() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!device_newer_) return;
+  copy_state(true);
+  device_newer_ = false;
+}
+
+void GraphExecutor::state_changed_on_host() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (device_newer_)
+    throw_error<RuntimeError>("the host's state was written while the device's held newer values (sync_state_to_host first)");
+  host_newer_ = !mirrors_.empty();
+}
+
 std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& inputs, int64_t request_tag,
                                                const std::vector<size_t>& outputs) {
+  if (host_newer_) {  // the host's state was written since the device copies were made
+    copy_state(false);
+    host_newer_ = false;
+  }
   key_.clear();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value* v = inputs[i];
@@ -401,7 +445,10 @@ std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& 
   if (request_tag < 0)
     for (size_t o : outputs) key_.push_back(int64_t(o));
   auto it = plans_.find(key_);
-  if (it != plans_.end()) return it->second;
+  if (it != plans_.end()) {
+    device_newer_ = device_newer_ || !mirrors_.empty();  // the run about to start may update them
+    return it->second;
+  }
   if (plans_.size() >= 64) {  // bound the cache: shapes that keep changing rebuild
     drop_main_frames();
     plans_.clear();
@@ -415,8 +462,12 @@ std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& 
   } else {
     for (size_t o : outputs) built.outputs.push_back(index_.output_names[o]);
   }
-  auto plan = build_plan(index_, opsets_, options_, inputs, *req, providers_);
+  planner::StateMirror mirror;
+  if (device_state_)
+    mirror = [this](const std::string& name, const Device& d) { return state_mirror(name, d); };
+  auto plan = build_plan(index_, opsets_, options_, inputs, *req, providers_, mirror);
   plans_.emplace(key_, plan);
+  device_newer_ = device_newer_ || !mirrors_.empty();  // the run about to start may update them
   return plan;
 }
 
@@ -606,6 +657,7 @@ void GraphExecutor::run_forward(const std::vector<const Value*>& inputs, size_t 
         if (in == index_.input_names[i])
           throw_error<InvalidArgument>("input '", in, "' is a backward input: feed it to run_backward");
   std::lock_guard<std::mutex> lock(mu_);  // a state used by two threads at once is checked by one at a time
+  if (device_state_) throw_error<NotImplemented>("partial runs of an executor that keeps its state on a device");
   if (state.pending())
     throw_error<InvalidArgument>("this PartialRun holds a forward pass whose backward part has not run yet");
   ThreadScope threads(options_.num_threads);

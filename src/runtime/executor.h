@@ -136,6 +136,22 @@ class GraphExecutor {
   /// Frames kept for later partial runs, over the cached plans (at most Plan::kMaxPooledFrames each).
   size_t pooled_frames();
 
+  /// Device-resident state: each mutable initializer that only steps of one device other than the
+  /// host read (planner::place_state) lives in a copy on that device, made at the first plan that
+  /// binds it, and runs read and update it there with no copies. The graph's initializers (host)
+  /// then lag behind: sync_state_to_host() brings them up to date, state_changed_on_host() says
+  /// they were written (the device copies are refreshed before the next run). Set before the first
+  /// run; partial runs are refused with it.
+  void keep_state_on_device(bool on) { device_state_ = on; }
+  /// Copies the device-resident state back into the graph's initializers where a run may have
+  /// changed it since the last sync (waits for the copies).
+  void sync_state_to_host();
+  /// The graph's initializers were written on the host: the next run first copies them to the
+  /// device-resident state.
+  void state_changed_on_host();
+  /// Mutable initializers held on a device now (keep_state_on_device).
+  size_t device_state_count() const { return mirrors_.size(); }
+
  private:
   struct KeyHash {
     size_t operator()(const std::vector<int64_t>& k) const noexcept;
@@ -177,6 +193,13 @@ class GraphExecutor {
   ArenaSet arenas_;
   std::vector<char> scratch_;
   std::shared_ptr<SharedArena> shared_arena_;
+  // Device-resident state (keep_state_on_device): the device copy of each mutable initializer
+  // placed there; `device_newer_`: a run may have changed them since the last sync_state_to_host;
+  // `host_newer_`: the host's were written (state_changed_on_host), copied before the next run.
+  const Tensor* state_mirror(const std::string& name, const Device& device);
+  void copy_state(bool to_host);
+  bool device_state_ = false, device_newer_ = false, host_newer_ = false;
+  std::unordered_map<std::string, Tensor> mirrors_;
 };
 
 }  // namespace onnxtrain::runtime

@@ -13,6 +13,8 @@
 //   assign_providers  each node's execution provider: the first in preference order with a kernel
 //   make_slots        one slot per value; results and state updates marked
 //   bind_inputs       graph inputs and initializers: fed per run, bound once, or constant
+//   place_state       mutable initializers read only on one device (not the host) bound to the
+//                     executor's copy of them there (GraphExecutor::keep_state_on_device)
 //   prepare_and_fold  kernels created and prepared in topological order; constant nodes evaluated
 //                     (always by the CPU provider's kernel)
 //   insert_copies     copies between devices where a step reads a value from another device (or
@@ -28,6 +30,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -226,6 +229,16 @@ void make_slots(Plan& plan, const GraphIndex& gi, const std::vector<bool>& neede
 /// per-run inputs; mutable initializers are bound once; other initializers are constants.
 void bind_inputs(Plan& plan, const GraphIndex& gi, const std::vector<const Value*>& inputs, const PlanRequest& req);
 
+/// The device copy of mutable initializer `name` on `device` that a plan binds in its place, or
+/// null to keep the host tensor (GraphExecutor::keep_state_on_device).
+using StateMirror = std::function<const Tensor*(const std::string& name, const Device& device)>;
+
+/// Binds each bound mutable initializer whose readers among the needed nodes all run on one
+/// device other than the host (no subgraph reads it) to `mirror`'s tensor there: its readers use it
+/// without copies and its update is written into it.
+void place_state(Plan& plan, const GraphIndex& gi, const std::vector<bool>& needed, const ProviderSet& ps,
+                 const StateMirror& mirror);
+
 /// Creates and prepares the kernels of the needed nodes (forward part first), evaluating nodes
 /// whose inputs are all constant; one Step per remaining node.
 void prepare_and_fold(Plan& plan, const GraphIndex& gi, const std::vector<bool>& needed,
@@ -272,6 +285,6 @@ void wire(Plan& plan, const PlanRequest& req);
 /// Runs every pass; throws errors naming the node or value.
 std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, const ExecOptions& options,
                                  const std::vector<const Value*>& inputs, const PlanRequest& req,
-                                 const ProviderSet& providers);
+                                 const ProviderSet& providers, const planner::StateMirror& mirror = {});
 
 }  // namespace onnxtrain::runtime

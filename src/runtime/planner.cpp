@@ -235,6 +235,38 @@ void bind_inputs(Plan& plan, const GraphIndex& gi, const std::vector<const Value
       throw_error<InvalidArgument>("state '", st, "' is fed as an input: it cannot be updated in place");
 }
 
+void place_state(Plan& plan, const GraphIndex& gi, const std::vector<bool>& needed, const ProviderSet& ps,
+                 const StateMirror& mirror) {
+  if (!mirror || ps.providers.size() < 2) return;
+  const ir::Graph& g = *gi.graph;
+  // Per bound mutable initializer: the one device its readers run on; the host where they differ.
+  std::unordered_map<int, std::optional<Device>> device_of;
+  auto read_on = [&](const std::string& name, const Device& d) {
+    auto it = plan.ids.find(name);
+    if (it == plan.ids.end()) return;
+    const Slot& s = plan.slots[size_t(it->second)];
+    if (s.state != Slot::State::kInput || !s.bound || !gi.mutable_inits.count(name)) return;
+    auto [e, fresh] = device_of.emplace(it->second, d);
+    if (!fresh && e->second && !(*e->second == d)) e->second = Device::cpu();
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!needed[i]) continue;
+    const Device d = ps.providers[size_t(plan.node_provider[i])]->device();
+    for (const auto& n : g.nodes[i].inputs)
+      if (!n.empty()) read_on(n, d);
+    for (const auto& n : gi.implicit[i]) read_on(n, Device::cpu());  // subgraphs read the host's
+  }
+  for (const auto& [sid, d] : device_of) {
+    if (!d || d->is_host()) continue;
+    Slot& s = plan.slots[size_t(sid)];
+    if (s.value.kind != Value::Kind::kTensor) continue;
+    if (const Tensor* t = mirror(s.name, *d)) {
+      s.value = Value::of(*t);
+      s.device = *d;
+    }
+  }
+}
+
 namespace {
 
 PrepareContext::In in_info(const Slot* s) {
@@ -894,7 +926,7 @@ std::unique_ptr<Frame> make_frame(const Plan& plan, const ProviderSet& ps, const
 
 std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, const ExecOptions& options,
                                  const std::vector<const Value*>& inputs, const PlanRequest& req,
-                                 const ProviderSet& providers) {
+                                 const ProviderSet& providers, const planner::StateMirror& mirror) {
   auto plan = std::make_shared<Plan>();
   std::vector<std::string> roots = req.outputs;
   for (const auto& [v, s] : req.updates) roots.push_back(v);
@@ -904,6 +936,7 @@ std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, c
   plan->node_provider = planner::assign_providers(gi, needed, opsets, providers);
   planner::make_slots(*plan, gi, needed, req);
   planner::bind_inputs(*plan, gi, inputs, req);
+  planner::place_state(*plan, gi, needed, providers, mirror);
   planner::prepare_and_fold(*plan, gi, needed, phases, opsets, options, req, providers);
   planner::insert_copies(*plan, providers);
   planner::schedule_steps(*plan);

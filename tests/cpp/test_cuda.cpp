@@ -59,8 +59,8 @@ std::string mlp_model(uint32_t seed) {
   return add_loss_output(ir::serialize_model(m), "cross_entropy", "loss", "label", "", {}, "", {{"reduction", "mean"}});
 }
 
-// Runs `steps` training steps of the MLP with `optimizer` on `providers`; returns the losses and
-// the final state.
+// Runs `steps` training steps of the MLP with `optimizer` on `providers`, the weights scaled by 0.9
+// through get_state / load_state halfway; returns the losses and the final state.
 std::pair<std::vector<double>, std::vector<std::pair<std::string, Tensor>>> train_mlp(
     const std::vector<std::string>& providers, const std::string& optimizer, int steps) {
   const std::string model = mlp_model(7);
@@ -80,6 +80,16 @@ std::pair<std::vector<double>, std::vector<std::pair<std::string, Tensor>>> trai
     auto out = s.run({"loss"}, {{"X", Value::of(X)}, {"label", Value::of(label)},
                                 {"Learning_Rate", Value::of(Tensor::from_vector<float>({1}, {0.05f}))}});
     losses.push_back(ot_test::to_double(out[0].tensor)[0]);
+    if (i == steps / 2) {
+      // The host reads and writes the state mid-training: on CUDA it lives on the device between
+      // steps, and both directions must sync (a stale read or a lost write departs from the CPU).
+      auto weights = s.get_state();
+      for (auto& [n, t] : weights)
+        if (t.dtype() == DType::kFloat32)
+          for (int64_t k = 0; k < t.numel(); ++k) t.data<float>()[k] *= 0.9f;
+      s.load_state(weights);
+      s.load_optimizer_state(s.get_optimizer_state());
+    }
   }
   return {losses, s.get_state()};
 }

@@ -125,6 +125,66 @@ TEST(Providers, InPlaceUpdateAcrossDevicesIsCopiedBack) {
   }
 }
 
+TEST(Providers, StateStaysOnTheDeviceBetweenRuns) {
+  // keep_state_on_device: 'acc', read and updated only on cpu:1, lives there between runs (no
+  // copies, updated in place) and the host's initializer lags until sync_state_to_host; 'h', read
+  // on both devices, stays on the host. A host write reaches the device before the next run.
+  auto g = std::make_shared<ir::Graph>();
+  g->inputs = {value_info("g", DType::kFloat32, {4}), value_info("reset", DType::kBool, {1})};
+  g->initializers.emplace_back("acc", Tensor::from_vector<float>({4}, {1, 2, 3, 4}));
+  g->initializers.emplace_back("h", Tensor::from_vector<float>({4}, {-1, 2, -3, 4}));
+  g->nodes.push_back(make_node("AccumulateGradients", {"reset", "acc", "g"}, {"acc_new"}, {}, "com.onnxtrain"));
+  g->nodes.push_back(make_node("Add", {"acc", "g"}, {"y"}));
+  g->nodes.push_back(make_node("LeakyRelu", {"h"}, {"hl"}));
+  g->nodes.push_back(make_node("Add", {"hl", "h"}, {"z"}));
+  g->outputs = {value_info("y"), value_info("z")};
+  runtime::GraphExecutor ex(g, kOpsets, on_test_provider(), {}, {"acc", "h"});
+  ex.keep_state_on_device(true);
+  runtime::PlanRequest req;
+  req.outputs = {"y", "z"};
+  req.updates = {{"acc_new", "acc"}};
+  const size_t id = ex.add_request(req);
+  Value gv = Value::of(Tensor::from_vector<float>({4}, {10, 20, 30, 40}));
+  Value rv = Value::of(Tensor::from_vector<bool>({1}, {false}));
+  std::vector<Value> out;
+  auto floats = [](const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); };
+  for (int i = 0; i < 3; ++i) ex.run({&gv, &rv}, id, out);
+  // y = acc + g, the update acc + g: after three runs both are 1 + 3 * 10, ...
+  EXPECT_EQ(floats(out[0].tensor), (std::vector<float>{31, 62, 93, 124}));
+  const std::vector<float> z = floats(out[1].tensor), z_ref{-1.01f, 4, -3.03f, 8};  // LeakyRelu(h) + h
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(z[i], z_ref[i], 1e-6) << i;
+  EXPECT_EQ(ex.device_state_count(), 1u);
+  EXPECT_EQ(ex.last_stats().state_in_place, 1u);
+  EXPECT_EQ(ex.last_stats().state_copies, 0u);
+  const auto a = assignment_of(ex);
+  EXPECT_FALSE(has(a, "copy of 'acc'"));
+  EXPECT_TRUE(has(a, "copy of 'h' to cpu:1"));
+  EXPECT_EQ(floats(*g->initializer("acc")), (std::vector<float>{1, 2, 3, 4}));  // the host's lags
+  EXPECT_THROW(ex.state_changed_on_host(), RuntimeError);  // it would lose the device's updates
+  ex.sync_state_to_host();
+  EXPECT_EQ(floats(*g->initializer("acc")), (std::vector<float>{31, 62, 93, 124}));
+  ex.sync_state_to_host();  // nothing ran since: no copy
+  const long copies = ot_test::test_provider().copies;
+  ex.sync_state_to_host();
+  EXPECT_EQ(ot_test::test_provider().copies, copies);
+  // A host write reaches the device before the next run.
+  std::fill_n(g->initializer("acc")->data<float>(), 4, 0.5f);
+  ex.state_changed_on_host();
+  ex.run({&gv, &rv}, id, out);
+  EXPECT_EQ(floats(out[0].tensor), (std::vector<float>{10.5f, 20.5f, 30.5f, 40.5f}));
+  ex.sync_state_to_host();
+  EXPECT_EQ(floats(*g->initializer("acc")), (std::vector<float>{10.5f, 20.5f, 30.5f, 40.5f}));
+  // Without the mode the state is copied each run (InPlaceUpdateAcrossDevicesIsCopiedBack).
+  runtime::PlanRequest partial;
+  partial.outputs = {"y"};
+  partial.backward_outputs = {"z"};
+  runtime::GraphExecutor px(g, kOpsets, on_test_provider(), {}, {"acc", "h"});
+  px.keep_state_on_device(true);
+  const size_t pid = px.add_request(partial);
+  runtime::PartialRun state;
+  EXPECT_THROW(px.run_forward({&gv, &rv}, pid, state, out), NotImplemented);
+}
+
 TEST(Providers, OneArenaPerDeviceAndFoldingOnTheCpu) {
   const long before = ot_test::test_provider_live_bytes();
   auto g = std::make_shared<ir::Graph>();

@@ -323,6 +323,16 @@ bool winograd_pays(const ConvParams& p, int threads) {
   return pixels >= 1000 || (pixels >= 350 && p.C >= 24) || (pixels >= 196 && p.C >= 96);
 }
 
+// The geometry oneDNN's Winograd F(4x4, 3x3) and F(2x2, 3x3) kernels take: one group, a 2-D 3x3
+// window, stride 1, no dilation.
+bool winograd_geometry(const ConvParams& p) {
+  const WindowGeom& g = p.g;
+  if (p.group != 1 || g.nd != 2) return false;
+  for (size_t i = 0; i < 2; ++i)
+    if (g.kernel[i] != 3 || g.stride[i] != 1 || g.dilation[i] != 1) return false;
+  return true;
+}
+
 // Whether NchwcConv (float32 2-D, blocked_input) tries oneDNN's Winograd kernels for this
 // convolution: X blocked, constant weights, one group, 3x3, stride 1, no dilation, at least 16
 // input and output channels, ExecOptions::winograd on. F(2x2, 3x3) or F(4x4, 3x3), oneDNN's
@@ -330,12 +340,9 @@ bool winograd_pays(const ConvParams& p, int threads) {
 // apart). Training graphs' convolutions (plain tensors, weights that change) have their own gate,
 // train_winograd_fits.
 bool winograd_fits(const ConvParams& p, bool x_blocked, const Tensor* w_const, const ExecOptions& o) {
-  const WindowGeom& g = p.g;
-  if (o.winograd == ExecOptions::Winograd::kNever || !x_blocked || !w_const || p.group != 1 || g.nd != 2 || p.C < 16 ||
+  if (o.winograd == ExecOptions::Winograd::kNever || !x_blocked || !w_const || !winograd_geometry(p) || p.C < 16 ||
       p.M < 16)
     return false;
-  for (size_t i = 0; i < 2; ++i)
-    if (g.kernel[i] != 3 || g.stride[i] != 1 || g.dilation[i] != 1) return false;
   return o.winograd == ExecOptions::Winograd::kAlways || winograd_pays(p, o.num_threads > 0 ? o.num_threads : hardware_threads());
 }
 
@@ -352,12 +359,10 @@ bool winograd_fits(const ConvParams& p, bool x_blocked, const Tensor* w_const, c
 // (bench/side_by_side.py's CNN) 1.1-1.2x slower at any size. "1" (kAlways) drops the tile and
 // channel-count thresholds, "0" keeps the direct kernels.
 bool train_winograd_fits(const ConvParams& p, DType dt, const ExecOptions& o) {
-  const WindowGeom& g = p.g;
-  if (o.winograd == ExecOptions::Winograd::kNever || dt != DType::kFloat32 || p.transposed || p.group != 1 ||
-      g.nd != 2 || p.C % 16 != 0 || p.M % 16 != 0 || p.C == 0 || p.M == 0)
+  if (o.winograd == ExecOptions::Winograd::kNever || dt != DType::kFloat32 || p.transposed || !winograd_geometry(p) ||
+      p.C % 16 != 0 || p.M % 16 != 0)
     return false;
-  for (size_t i = 0; i < 2; ++i)
-    if (g.kernel[i] != 3 || g.stride[i] != 1 || g.dilation[i] != 1) return false;
+  const WindowGeom& g = p.g;
   if (o.winograd == ExecOptions::Winograd::kAlways) return true;
   const int threads = o.num_threads > 0 ? o.num_threads : hardware_threads();
   const double tiles = double(p.N) * double((g.out[0] + 3) / 4) * double((g.out[1] + 3) / 4);

@@ -396,19 +396,11 @@ class ReduceKernel final : public Kernel {
 
 template <RK K>
 void add_reduce(KernelRegistry& r, const std::string& op, int64_t axes_input_since) {
-  auto make = [](bool axes_input) {
+  shape::add_reduce_kernels(r, op, axes_input_since, [](bool axes_input) -> KernelFactory {
     return [axes_input](const KernelInfo& i) -> std::unique_ptr<Kernel> {
       return std::make_unique<ReduceKernel<K>>(i, axes_input);
     };
-  };
-  if (axes_input_since != 18) {
-    r.add(op, 1, axes_input_since - 1, make(false));
-  } else {  // a graph lowered to 17 keeps opset 18's form, axes as input 1, when they are computed at
-    r.add(op, 1, 16, make(false));  // run time (ir/opset_lower.h)
-    r.add(op, 17, 17,
-          [make](const KernelInfo& i) { return make(i.node().inputs.size() > 1 && !i.node().inputs[1].empty())(i); });
-  }
-  r.add(op, axes_input_since, kMaxOpsetAll, make(true));
+  });
 }
 
 // ---------------------------------------------------------------- ArgMax / ArgMin

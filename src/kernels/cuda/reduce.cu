@@ -307,13 +307,11 @@ class ReduceKernel final : public Kernel {
 
 template <RK K>
 void add_reduce(KernelRegistry& r, const std::string& op, int64_t axes_input_since) {
-  auto make = [](bool axes_input) {
+  shape::add_reduce_kernels(r, op, axes_input_since, [](bool axes_input) -> KernelFactory {
     return [axes_input](const KernelInfo& i) -> std::unique_ptr<Kernel> {
       return std::make_unique<ReduceKernel<K>>(i, axes_input);
     };
-  };
-  r.add("", op, 1, axes_input_since - 1, make(false));
-  r.add("", op, axes_input_since, kMaxOpsetAll, make(true), {1});
+  });
 }
 
 // ---------------------------------------------------------------- Softmax, LogSoftmax

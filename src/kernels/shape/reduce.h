@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/shape/common.h"
@@ -59,6 +60,27 @@ struct ReduceGeometry {
   std::vector<Run> kept, red;
 };
 ReduceGeometry reduce_geometry(const Shape& in, const std::vector<bool>& mask, bool keepdims);
+
+/// Registers a Reduce* operator whose `make(axes_input)` gives the kernel factory: axes from the
+/// attribute before opset `axes_input_since`, from input 1 (a host input) from it on. An operator
+/// whose axes moved to input 1 at 18 also reads input 1 at 17 where the node has one: a graph
+/// lowered to 17 keeps opset 18's form when the axes are computed at run time (ir/opset_lower.h).
+template <class Make>
+void add_reduce_kernels(KernelRegistry& r, const std::string& op, int64_t axes_input_since, Make make) {
+  if (axes_input_since != 18) {
+    r.add("", op, 1, axes_input_since - 1, make(false));
+  } else {
+    r.add("", op, 1, 16, make(false));
+    KernelFactory attr = make(false), input = make(true);
+    r.add(
+        "", op, 17, 17,
+        [attr, input](const KernelInfo& i) {
+          return i.node().inputs.size() > 1 && !i.node().inputs[1].empty() ? input(i) : attr(i);
+        },
+        {1});
+  }
+  r.add("", op, axes_input_since, kMaxOpsetAll, make(true), {1});
+}
 
 /// [outer, n, inner] view of a softmax-family input: coerced to 2-D at axis (opset < 13: inner is
 /// 1) or along one axis.
