@@ -235,9 +235,10 @@ using StateMirror = std::function<const Tensor*(const std::string& name, const D
 
 /// Binds each bound mutable initializer whose readers among the needed nodes all run on one
 /// device other than the host (no subgraph reads it) to `mirror`'s tensor there: its readers use it
-/// without copies and its update is written into it.
+/// without copies and its update is written into it. `fold_shapes` (ExecOptions::fold_constants):
+/// Shape and Size nodes, folded at plan time, do not count as readers.
 void place_state(Plan& plan, const GraphIndex& gi, const std::vector<bool>& needed, const ProviderSet& ps,
-                 const StateMirror& mirror);
+                 const StateMirror& mirror, bool fold_shapes);
 
 /// Creates and prepares the kernels of the needed nodes (forward part first), evaluating nodes
 /// whose inputs are all constant; one Step per remaining node.

@@ -236,7 +236,7 @@ void bind_inputs(Plan& plan, const GraphIndex& gi, const std::vector<const Value
 }
 
 void place_state(Plan& plan, const GraphIndex& gi, const std::vector<bool>& needed, const ProviderSet& ps,
-                 const StateMirror& mirror) {
+                 const StateMirror& mirror, bool fold_shapes) {
   if (!mirror || ps.providers.size() < 2) return;
   const ir::Graph& g = *gi.graph;
   // Per bound mutable initializer: the one device its readers run on; the host where they differ.
@@ -251,8 +251,11 @@ void place_state(Plan& plan, const GraphIndex& gi, const std::vector<bool>& need
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!needed[i]) continue;
+    const ir::Node& node = g.nodes[i];
+    // Shape and Size of a state read its shape alone, fixed for the plan: folded now, no data read.
+    if (fold_shapes && node.domain.empty() && (node.op_type == "Shape" || node.op_type == "Size")) continue;
     const Device d = ps.providers[size_t(plan.node_provider[i])]->device();
-    for (const auto& n : g.nodes[i].inputs)
+    for (const auto& n : node.inputs)
       if (!n.empty()) read_on(n, d);
     for (const auto& n : gi.implicit[i]) read_on(n, Device::cpu());  // subgraphs read the host's
   }
@@ -538,6 +541,21 @@ void insert_copies(Plan& plan, const ProviderSet& ps) {
     if (src.value.kind == Value::Kind::kTensor)
       c.value = Value::of(Tensor::wrap(src.value.tensor.dtype(), src.value.tensor.shape(), nullptr, nullptr, to));
     const int cid = int(slots.size());
+    if (src.state == Slot::State::kConstant && src.value.kind == Value::Kind::kTensor && !to.is_host() &&
+        src.value.tensor.dtype() != DType::kString) {
+      // A constant moves once, now: its copy on the device is a constant too (no step per run).
+      const size_t p = ps.of_device(to);
+      Tensor t = Tensor::empty(src.value.tensor.dtype(), src.value.tensor.shape(), ps.providers[p]->allocator());
+      ps.providers[p]->copy(src.value.tensor, t, *ps.contexts[p]);
+      ps.providers[p]->synchronize(*ps.contexts[p]);
+      c.state = Slot::State::kConstant;
+      c.value = Value::of(std::move(t));
+      slots.push_back(std::move(c));
+      plan.ids[slots.back().name] = cid;
+      plan.stats.constant_bytes += slots.back().value.tensor.nbytes();
+      copies[key] = cid;
+      return cid;
+    }
     slots.push_back(std::move(c));
     plan.ids[slots.back().name] = cid;
     ir::Node n;
@@ -936,7 +954,7 @@ std::shared_ptr<Plan> build_plan(const GraphIndex& gi, const OpsetMap& opsets, c
   plan->node_provider = planner::assign_providers(gi, needed, opsets, providers);
   planner::make_slots(*plan, gi, needed, req);
   planner::bind_inputs(*plan, gi, inputs, req);
-  planner::place_state(*plan, gi, needed, providers, mirror);
+  planner::place_state(*plan, gi, needed, providers, mirror, options.fold_constants);
   planner::prepare_and_fold(*plan, gi, needed, phases, opsets, options, req, providers);
   planner::insert_copies(*plan, providers);
   planner::schedule_steps(*plan);

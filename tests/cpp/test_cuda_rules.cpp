@@ -12,6 +12,7 @@
 #include <cstring>
 #include <random>
 
+#include "kernels/cuda/broadcast.h"
 #include "kernels/cuda/optimizer_rules.h"
 #include "ops/optimizers.h"
 #include "test_util.h"
@@ -97,5 +98,38 @@ TEST(CudaHostRules, OptimizerRulesMatchTheCpuKernelsBitForBit) {
       check_case<float>(c, t, seed++);
       check_case<double>(c, t, seed++);
     }
+}
+
+// Broadcast offsets (kernels/cuda/broadcast.h), the 32-bit and the 64-bit division paths, against
+// the multi-index computed digit by digit from the most significant dim.
+TEST(CudaRules, StridedOffsetNarrowAndWide) {
+  std::mt19937 rng(77);
+  auto naive = [](int64_t i, int rank, const int64_t* dims, const int64_t* strides) {
+    int64_t below = 1, off = 0;
+    for (int d = 0; d < rank; ++d) below *= dims[d];
+    for (int d = 0; d < rank; ++d) {
+      below /= dims[d];
+      off += (i / below) * strides[d];
+      i %= below;
+    }
+    return off;
+  };
+  for (int c = 0; c < 200; ++c) {
+    const int rank = 1 + int(rng() % 5);
+    int64_t dims[kMaxDims], strides[kMaxDims], n = 1;
+    for (int d = 0; d < rank; ++d) dims[d] = 1 + int64_t(rng() % 9), strides[d] = int64_t(rng() % 50), n *= dims[d];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t want = naive(i, rank, dims, strides);
+      ASSERT_EQ(strided_offset(i, rank, dims, strides, true), want) << c << " " << i;
+      ASSERT_EQ(strided_offset(i, rank, dims, strides, false), want) << c << " " << i;
+    }
+  }
+  // Near 2^32 elements (narrow holds below it) and beyond (only the 64-bit path).
+  const int64_t big[2] = {65536, 65535}, st[2] = {1, 70000};
+  for (int64_t i : {int64_t(0), int64_t(65534), int64_t(65535) * 65536 - 1, int64_t(4000000000)})
+    EXPECT_EQ(strided_offset(i, 2, big, st, true), naive(i, 2, big, st)) << i;
+  const int64_t huge[2] = {100000, 100000};
+  for (int64_t i : {int64_t(0), int64_t(9999999999), int64_t(5000000001)})
+    EXPECT_EQ(strided_offset(i, 2, huge, st, false), naive(i, 2, huge, st)) << i;
 }
 #endif  // ONNXTRAIN_WITH_CUDA

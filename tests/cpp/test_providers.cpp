@@ -1,6 +1,8 @@
 // The provider seam with the test provider (tests/cpp/test_provider.h: device cpu:1, a subset of
 // the CPU kernels): assignment by preference and support, fallback, copies at device boundaries,
 // host-memory inputs, in-place outputs across devices, one arena per device, folding on the CPU.
+#include <cmath>
+
 #include "runtime/executor.h"
 #include "test_provider.h"
 #include "test_util.h"
@@ -137,11 +139,12 @@ TEST(Providers, StateStaysOnTheDeviceBetweenRuns) {
   g->nodes.push_back(make_node("Add", {"acc", "g"}, {"y"}));
   g->nodes.push_back(make_node("LeakyRelu", {"h"}, {"hl"}));
   g->nodes.push_back(make_node("Add", {"hl", "h"}, {"z"}));
-  g->outputs = {value_info("y"), value_info("z")};
+  g->nodes.push_back(make_node("Shape", {"acc"}, {"acc_shape"}));  // CPU only, but folded: reads no data
+  g->outputs = {value_info("y"), value_info("z"), value_info("acc_shape")};
   runtime::GraphExecutor ex(g, kOpsets, on_test_provider(), {}, {"acc", "h"});
   ex.keep_state_on_device(true);
   runtime::PlanRequest req;
-  req.outputs = {"y", "z"};
+  req.outputs = {"y", "z", "acc_shape"};
   req.updates = {{"acc_new", "acc"}};
   const size_t id = ex.add_request(req);
   Value gv = Value::of(Tensor::from_vector<float>({4}, {10, 20, 30, 40}));
@@ -153,6 +156,7 @@ TEST(Providers, StateStaysOnTheDeviceBetweenRuns) {
   EXPECT_EQ(floats(out[0].tensor), (std::vector<float>{31, 62, 93, 124}));
   const std::vector<float> z = floats(out[1].tensor), z_ref{-1.01f, 4, -3.03f, 8};  // LeakyRelu(h) + h
   for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(z[i], z_ref[i], 1e-6) << i;
+  EXPECT_EQ(std::vector<int64_t>(out[2].tensor.data<int64_t>(), out[2].tensor.data<int64_t>() + 1), (std::vector<int64_t>{4}));
   EXPECT_EQ(ex.device_state_count(), 1u);
   EXPECT_EQ(ex.last_stats().state_in_place, 1u);
   EXPECT_EQ(ex.last_stats().state_copies, 0u);
@@ -199,10 +203,21 @@ TEST(Providers, OneArenaPerDeviceAndFoldingOnTheCpu) {
   {
     runtime::GraphExecutor dev(g, kOpsets, on_test_provider());
     std::mt19937 rng(3);
-    run(dev, {ot_test::random_tensor(DType::kFloat32, {64}, rng)});
+    const Tensor x = ot_test::random_tensor(DType::kFloat32, {64}, rng);
+    const long c0 = ot_test::test_provider().copies;
+    run(dev, {x});
+    const long c1 = ot_test::test_provider().copies;
+    const auto out = run(dev, {x});
+    const long c2 = ot_test::test_provider().copies;
     EXPECT_EQ(dev.last_stats().folded_nodes, 1u);
     EXPECT_FALSE(has(assignment_of(dev), "Mul node 'Mul_kk'"));
-    EXPECT_TRUE(has(assignment_of(dev), "copy of 'kk' to cpu:1"));  // the folded constant moves to the device
+    // The folded constant moves to the device once, when the plan is made: no copy step per run.
+    EXPECT_FALSE(has(assignment_of(dev), "copy of 'kk'"));
+    EXPECT_EQ(c1 - c0, c2 - c1 + 1);
+    for (int64_t i = 0; i < 64; ++i) {  // Exp(LeakyRelu(Exp(x * 0.25))): LeakyRelu of a positive value
+      const double ref = std::exp(std::exp(double(x.data<float>()[i]) * 0.25));
+      EXPECT_NEAR(out[0].tensor.data<float>()[i], ref, 1e-5 * ref) << i;
+    }
     // cpu:1 holds an arena (a, b, the copies), the host another (c's input copy...).
     EXPECT_GT(ot_test::test_provider_live_bytes(), before);
   }

@@ -50,6 +50,7 @@ bool make_bcast(const Shape& output, const std::vector<Shape>& inputs, Bcast* b)
   if (dims.size() > size_t(kMaxDims)) return false;
   *b = Bcast{};
   b->rank = int(dims.size());
+  b->narrow = shape_numel(output) <= int64_t(UINT32_MAX);
   for (size_t d = 0; d < dims.size(); ++d) b->dims[d] = dims[d];
   for (size_t k = 0; k < n; ++k) {
     bool all_zero = true;
@@ -409,6 +410,7 @@ struct FoldGeom {
   bool accumulate = false;
   bool mean = false;
   float divisor = 1.f;
+  bool narrow = false;  ///< the output has fewer than 2^32 elements (strided_offset)
   int64_t dims[kMaxDims] = {};
   int kind[kFoldMax] = {};
   int64_t strides[kFoldMax][kMaxDims] = {};
@@ -417,7 +419,7 @@ struct FoldGeom {
   __device__ int64_t offset(int k, int64_t i) const {
     if (kind[k] == 0) return i;
     if (kind[k] == 1) return 0;
-    return strided_offset(i, rank, dims, strides[k]);
+    return strided_offset(i, rank, dims, strides[k], narrow);
   }
 };
 
@@ -452,6 +454,7 @@ class VariadicKernel final : public Kernel {
         if (!make_bcast(vg.output, {shapes[k]}, &one))
           throw_error<NotImplemented>(ctx.node().describe(), ": over ", kMaxDims, " broadcast dims on the CUDA provider");
         g.rank = one.rank;
+        g.narrow = one.narrow;
         for (int d = 0; d < kMaxDims; ++d) g.dims[d] = one.dims[d], g.strides[k][d] = one.strides[0][d];
         g.kind[k] = one.kind[0];
       }
