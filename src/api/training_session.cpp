@@ -198,7 +198,7 @@ void TrainingSession::Impl::init() {
   // model (weights, export, eval) stays float32.
   // The forward graph differentiated: GELUs and transposed weights fused into their products
   // (default mode), products in low precision.
-  ir::Model autocast = params.portable_training_graph ? model : train::fuse_transposed_matmul(train::fuse_gelu(model));
+  ir::Model autocast = params.portable_training_graph ? model : train::fuse_transposed_matmul(train::fuse_gelu(train::drop_zero_dropout(model)));
   const std::string precision = effective_precision(params);
   std::string loss_name = params.loss_output_name;
   if (precision == "bf16") autocast = train::autocast(autocast, DType::kBFloat16);

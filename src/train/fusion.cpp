@@ -221,6 +221,48 @@ ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused) {
   return rw.finish(ops::kDomain, ops::kOpset);
 }
 
+ir::Model drop_zero_dropout(const ir::Model& m, int* dropped) {
+  if (dropped) *dropped = 0;
+  ir::Model r = m;
+  r.graph = std::make_shared<ir::Graph>(*m.graph);
+  ir::Graph& g = *r.graph;
+  const Constants consts(g);
+  const Readers rd(g);
+  auto op = m.opsets.find("");
+  const int64_t opset = op == m.opsets.end() ? 0 : op->second;
+  std::unordered_map<std::string, std::string> source;  // dropped output -> the value it equals
+  std::vector<bool> drop(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& n = g.nodes[i];
+    if (n.op_type != "Dropout" || !n.domain.empty() || n.inputs.empty() || n.outputs.empty()) continue;
+    double ratio = 0.5;  // the default at every opset
+    if (opset >= 12) {
+      if (n.inputs.size() > 1 && !n.inputs[1].empty()) ratio = consts.scalar(n.inputs[1]);
+    } else if (const ir::Attribute* a = n.attr("ratio")) {
+      ratio = a->f;
+    }
+    if (ratio != 0.0) continue;  // NaN too: not a constant
+    const std::string& y = n.outputs[0];
+    const bool mask_read = n.outputs.size() > 1 && !n.outputs[1].empty() &&
+                           (rd.of.count(n.outputs[1]) || rd.blocked.count(n.outputs[1]));
+    if (mask_read || y.empty() || rd.blocked.count(y)) continue;
+    source[y] = n.inputs[0];
+    drop[i] = true;
+    if (dropped) ++*dropped;
+  }
+  if (source.empty()) return r;
+  std::vector<ir::Node> kept;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (drop[i]) continue;
+    ir::Node n = std::move(g.nodes[i]);
+    for (auto& in : n.inputs)
+      for (auto it = source.find(in); it != source.end(); it = source.find(in)) in = it->second;  // chains too
+    kept.push_back(std::move(n));
+  }
+  g.nodes = std::move(kept);
+  return r;
+}
+
 ir::Model fuse_conv_relu(const ir::Model& m, int* fused) {
   Rewrite rw(m);
   const ir::Graph& g = rw.g;

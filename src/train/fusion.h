@@ -24,6 +24,14 @@ ir::Model fuse_gelu(const ir::Model& m, int* fused = nullptr);
 /// number of Transpose nodes removed.
 ir::Model fuse_transposed_matmul(const ir::Model& m, int* fused = nullptr);
 
+/// A copy of `m` without its Dropout nodes of constant ratio 0 (the identity in training too:
+/// x * 1 / (1 - 0), no random draws), their readers reading the Dropout's input: no copy, mask or
+/// DropoutGrad pass per step and no activation kept for them. torch.onnx exports nn.Dropout(0.0)
+/// (nn.TransformerEncoderLayer(dropout=0.0)) so in training mode. A Dropout whose output is a
+/// graph output or read by a subgraph, or whose mask is read, stays. `dropped` (optional) receives
+/// the number removed.
+ir::Model drop_zero_dropout(const ir::Model& m, int* dropped = nullptr);
+
 /// A copy of `m` where Conv followed by Relu — the Conv's output read by that Relu alone, neither
 /// a graph output nor read by a subgraph — is one com.microsoft.FusedConv(X, W[, B], activation =
 /// "Relu") writing the Relu's output: the activation runs as the convolution's post-op instead of

@@ -240,3 +240,69 @@ def test_conv_relu_fused_into_one_node(tmp_path):
         ot.TrainingSession(data, q)
         ops = [n.op_type for n in onnx.load(str(tmp_path / f"{option}.onnx")).graph.node]
         assert "FusedConv" not in ops and ops.count("Conv") >= 3, (option, ops)
+
+
+class ZeroDropoutMLP(torch.nn.Module):
+    """nn.Dropout(0.0) after each hidden layer (as nn.TransformerEncoderLayer(dropout=0.0) has)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(12, 32)
+        self.fc2 = torch.nn.Linear(32, 3)
+        self.drop = torch.nn.Dropout(0.0)
+
+    def forward(self, x, label):
+        h = self.drop(torch.relu(self.fc1(x)))
+        return torch.nn.functional.cross_entropy(self.drop(self.fc2(h)), label)
+
+
+def test_zero_ratio_dropout_dropped_from_the_training_graph(tmp_path):
+    """Dropout of constant ratio 0 (torch.onnx exports nn.Dropout(0.0) in training mode) is left out
+    of the training graph: no Dropout or DropoutGrad node, and Adam tracks PyTorch (20 steps, 1e-5)."""
+    torch.manual_seed(5)
+    module = ZeroDropoutMLP()
+    g = torch.Generator().manual_seed(6)
+    batches = [(torch.randn(16, 12, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(3)]
+    data = export(module, *batches[0])
+    assert sum(n.op_type == "Dropout" for n in onnx.load_from_string(data).graph.node) == 2
+    p = adam_params(module, tmp_path / "training.onnx")
+    sess = ot.TrainingSession(data, p)
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "training.onnx")).graph.node]
+    assert "Dropout" not in ops and "DropoutGrad" not in ops, ops
+    train_like_torch(sess, module, batches, ("x", "label"), 20)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_dropouts_that_stay(tmp_path, opset):
+    """Kept: a ratio that is not 0, a ratio-0 Dropout whose mask is read, or whose output is a graph
+    output; dropped: a ratio-0 one whose output only nodes read (attribute form before opset 12)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])
+    w = numpy_helper.from_array(np.linspace(-1, 1, 36, dtype=np.float32).reshape(6, 6), "w")
+    inits = [w]
+
+    def dropout(name, src, ratio, mask=False):
+        outs = [name] + ([name + "_mask"] if mask else [])
+        if opset >= 12:
+            inits.append(numpy_helper.from_array(np.array(ratio, np.float32), name + "_ratio"))
+            return helper.make_node("Dropout", [src, name + "_ratio"], outs, name=name)
+        return helper.make_node("Dropout", [src], outs, name=name, ratio=ratio)
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             dropout("zero", "h", 0.0),             # dropped
+             dropout("half", "zero", 0.5),          # kept: ratio 0.5
+             dropout("masked", "half", 0.0, True),  # kept: its mask is read
+             helper.make_node("Cast", ["masked_mask"], ["mask_f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["masked", "mask_f"], ["m"]),
+             dropout("out", "m", 0.0),              # kept: a graph output
+             helper.make_node("ReduceSum", ["out"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("loss", TensorProto.FLOAT, []),
+                                                helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    p = ot.TrainingParameters()
+    p.loss_output_name = "loss"
+    p.weights_to_train = {"w"}
+    p.model_with_training_graph_path = str(tmp_path / "training.onnx")
+    ot.TrainingSession(model.SerializeToString(), p)
+    kept = [n.name for n in onnx.load(str(tmp_path / "training.onnx")).graph.node if n.op_type == "Dropout"]
+    assert sorted(kept) == ["half", "masked", "out"], kept

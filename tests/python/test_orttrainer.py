@@ -580,9 +580,9 @@ def test_graph_transformer_recompute_keeps_the_losses_and_weights(switch, tmp_pa
         np.testing.assert_array_equal(state[k].numpy(), v.numpy(), err_msg=k)
     clones = [n for n in onnx.load(str(path)).graph.node if n.name.endswith("_recompute")]
     # BertToy (opset 14: LayerNorm decomposed, the layers found at their cut values): two layers,
-    # the first recomputed; no Dropout after a Softmax and no GELU output that a gradient reads (the
-    # Dropout(0) behind each GELU is what the second Linear's gradient reads): nothing to drop.
-    assert bool(clones) == (switch == "transformer_layer_recompute"), switch
+    # the first recomputed; the GELU outputs the second Linear's gradient reads (the Dropout(0)
+    # behind each GELU is left out of the training graph); no Dropout after a Softmax.
+    assert bool(clones) == (switch != "attn_dropout_recompute"), switch
 
 
 def test_memory_efficient_gradient_option(tmp_path):
