@@ -132,4 +132,41 @@ TEST(CudaRules, StridedOffsetNarrowAndWide) {
   for (int64_t i : {int64_t(0), int64_t(9999999999), int64_t(5000000001)})
     EXPECT_EQ(strided_offset(i, 2, huge, st, false), naive(i, 2, huge, st)) << i;
 }
+
+// Which operands the four-at-a-time elementwise kernels read with one access (quad_read), and the
+// premise each class rests on, checked against Bcast::offset for every group of four outputs:
+// kQuadSame and kQuadRow read four consecutive, aligned elements, kQuadSpread one for the four.
+TEST(CudaRules, QuadReadsMatchTheOffsets) {
+  alignas(64) static float buf[64];
+  struct Case {
+    Shape out, a, b;
+    int how_b;
+  };
+  const std::vector<Case> cases = {
+      {{4, 8}, {4, 8}, {4, 8}, kQuadSame},     {{4, 8}, {4, 8}, {8}, kQuadRow},
+      {{4, 8}, {4, 8}, {4, 1}, kQuadSpread},   {{4, 8}, {4, 8}, {1}, kQuadOne},
+      {{4, 6}, {4, 6}, {6}, kQuadNone},        {{2, 3, 8}, {2, 3, 8}, {3, 8}, kQuadRow},
+      {{2, 3, 8}, {2, 3, 8}, {2, 1, 8}, kQuadRow}, {{2, 3, 4}, {2, 3, 4}, {2, 3, 1}, kQuadSpread},
+      {{3, 4, 2}, {3, 4, 2}, {3, 1, 2}, kQuadNone}};
+  for (const Case& c : cases) {
+    Bcast g;
+    ASSERT_TRUE(make_bcast(c.out, {c.a, c.b}, &g));
+    EXPECT_EQ(quad_read(g, 0, buf, sizeof(float)), kQuadSame) << shape_to_string(c.b);
+    const int how = quad_read(g, 1, buf, sizeof(float));
+    EXPECT_EQ(how, c.how_b) << shape_to_string(c.out) << " " << shape_to_string(c.b);
+    if (how == kQuadSame || how == kQuadRow) {
+      EXPECT_EQ(quad_read(g, 1, buf + 1, sizeof(float)), kQuadNone);
+    }
+    const int64_t n = shape_numel(c.out);
+    for (int64_t e = 0; e + 3 < n && how != kQuadNone; e += 4)
+      for (int64_t j = 0; j < 4; ++j) {
+        const int64_t want = how == kQuadSame ? e + j : how == kQuadOne ? 0 : g.offset(1, e + j);
+        const int64_t got = how == kQuadSame ? e + j : how == kQuadOne ? 0 : g.offset(1, e) + (how == kQuadRow ? j : 0);
+        ASSERT_EQ(got, want) << shape_to_string(c.b) << " at " << e + j;
+        if (how == kQuadRow) {
+          EXPECT_EQ(g.offset(1, e) % 4, 0);
+        }
+      }
+  }
+}
 #endif  // ONNXTRAIN_WITH_CUDA

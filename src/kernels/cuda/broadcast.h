@@ -53,6 +53,25 @@ struct Bcast {
   }
 };
 
+/// How an elementwise kernel that handles four consecutive outputs a thread reads operand k of
+/// `g` (at `p`, elements of `elem` bytes): kQuadSame (its index is the output's: one access),
+/// kQuadOne (one element), kQuadRow (strided, the four in its innermost dim: one access at the
+/// first's offset), kQuadSpread (strided, its innermost dim broadcast: one element for the four);
+/// kQuadNone: it cannot (a row length not a multiple of 4, or an access not aligned to the four).
+enum QuadRead : int { kQuadNone = -1, kQuadSame = 0, kQuadOne = 1, kQuadRow = 2, kQuadSpread = 3 };
+inline int quad_read(const Bcast& g, int k, const void* p, size_t elem) {
+  const bool aligned = reinterpret_cast<uintptr_t>(p) % (elem * 4) == 0;
+  if (g.kind[k] == 0) return aligned ? kQuadSame : kQuadNone;
+  if (g.kind[k] == 1) return kQuadOne;
+  if (g.rank == 0 || g.dims[g.rank - 1] % 4 != 0) return kQuadNone;
+  const int64_t inner = g.strides[k][g.rank - 1];
+  if (inner == 0) return kQuadSpread;
+  if (inner != 1 || !aligned) return kQuadNone;
+  for (int d = 0; d + 1 < g.rank; ++d)
+    if (g.strides[k][d] % 4 != 0) return kQuadNone;
+  return kQuadRow;
+}
+
 /// The geometry of `inputs` broadcast to `output` (each input's shape broadcasts to it); false
 /// when more than kMaxDims dims remain after merging (the caller declines the node).
 bool make_bcast(const Shape& output, const std::vector<Shape>& inputs, Bcast* b);

@@ -126,36 +126,16 @@ __global__ void unary_kernel(const TA* a, TO* y, int64_t n, F f) {
   }
 }
 
-// How binary_kernel<W = 4> reads an operand of Bcast `g` four outputs at a time: kSame (its index
-// is the output's), kOne (one element), kRow (strided, four consecutive elements in its innermost
-// dim: one access at the first's offset), kSpread (strided, the innermost dim broadcast: one
-// element for all four); kNone: it cannot.
-enum QuadRead : int { kNone = -1, kSame = 0, kOne = 1, kRow = 2, kSpread = 3 };
-
-template <class T>
-int quad_read(const Bcast& g, int k, const void* p) {
-  const bool aligned = reinterpret_cast<uintptr_t>(p) % (sizeof(T) * 4) == 0;
-  if (g.kind[k] == 0) return aligned ? kSame : kNone;
-  if (g.kind[k] == 1) return kOne;
-  if (g.rank == 0 || g.dims[g.rank - 1] % 4 != 0) return kNone;
-  const int64_t inner = g.strides[k][g.rank - 1];
-  if (inner == 0) return kSpread;
-  if (inner != 1 || !aligned) return kNone;
-  for (int d = 0; d + 1 < g.rank; ++d)
-    if (g.strides[k][d] % 4 != 0) return kNone;
-  return kRow;
-}
-
 template <int W, class T>
 __device__ inline void load_operand(const T* p, const Bcast& g, int k, int how, int64_t e, T* out) {
   if constexpr (W == 1) {
     out[0] = p[g.offset(k, e)];
-  } else if (how == kSame) {
+  } else if (how == kQuadSame) {
     load_w<W>(p, e, out);
-  } else if (how == kRow) {
+  } else if (how == kQuadRow) {
     load_w<W>(p, g.offset(k, e), out);
-  } else {  // kOne, kSpread
-    const T v = p[how == kOne ? 0 : g.offset(k, e)];
+  } else {  // kQuadOne, kQuadSpread
+    const T v = p[how == kQuadOne ? 0 : g.offset(k, e)];
 #pragma unroll
     for (int j = 0; j < W; ++j) out[j] = v;
   }
@@ -202,11 +182,12 @@ void launch_binary(RunContext& ctx, const void* a, const void* b, void* y, int64
   const TA* pa = static_cast<const TA*>(a);
   const TB* pb = static_cast<const TB*>(b);
   TO* py = static_cast<TO*>(y);
-  const int how_a = quad_read<TA>(g, 0, a), how_b = quad_read<TB>(g, 1, b);
-  if (how_a != kNone && how_b != kNone && quad_ok<TO>(n, {y}))
+  const int how_a = quad_read(g, 0, a, sizeof(TA)), how_b = quad_read(g, 1, b, sizeof(TB));
+  if (how_a != kQuadNone && how_b != kQuadNone && quad_ok<TO>(n, {y}))
     binary_kernel<TO, TA, TB, F, 4><<<grid_for(n / 4, c), 256, 0, c.stream()>>>(pa, pb, py, n, g, how_a, how_b, f);
   else
-    binary_kernel<TO, TA, TB, F, 1><<<grid_for(n, c), 256, 0, c.stream()>>>(pa, pb, py, n, g, kNone, kNone, f);
+    binary_kernel<TO, TA, TB, F, 1><<<grid_for(n, c), 256, 0, c.stream()>>>(pa, pb, py, n, g, kQuadNone, kQuadNone,
+                                                                            f);
   check_launch(name);
 }
 
