@@ -102,7 +102,7 @@ TEST(CudaHostRules, OptimizerRulesMatchTheCpuKernelsBitForBit) {
 
 // Broadcast offsets (kernels/cuda/broadcast.h), the 32-bit and the 64-bit division paths, against
 // the multi-index computed digit by digit from the most significant dim.
-TEST(CudaRules, StridedOffsetNarrowAndWide) {
+TEST(CudaHostRules, StridedOffsetNarrowAndWide) {
   std::mt19937 rng(77);
   auto naive = [](int64_t i, int rank, const int64_t* dims, const int64_t* strides) {
     int64_t below = 1, off = 0;
@@ -136,7 +136,7 @@ TEST(CudaRules, StridedOffsetNarrowAndWide) {
 // Which operands the four-at-a-time elementwise kernels read with one access (quad_read), and the
 // premise each class rests on, checked against Bcast::offset for every group of four outputs:
 // kQuadSame and kQuadRow read four consecutive, aligned elements, kQuadSpread one for the four.
-TEST(CudaRules, QuadReadsMatchTheOffsets) {
+TEST(CudaHostRules, QuadReadsMatchTheOffsets) {
   alignas(64) static float buf[64];
   struct Case {
     Shape out, a, b;
