@@ -382,11 +382,7 @@ const Tensor* GraphExecutor::state_mirror(const std::string& name, const Device&
     return it->second.device() == device ? &it->second : nullptr;
   const Tensor* host = graph_->initializer(name);
   if (!host || host->dtype() == DType::kString) return nullptr;
-  const size_t p = providers_.of_device(device);
-  Tensor t = Tensor::empty(host->dtype(), host->shape(), providers_.providers[p]->allocator());
-  providers_.providers[p]->copy(*host, t, *providers_.contexts[p]);
-  providers_.providers[p]->synchronize(*providers_.contexts[p]);
-  return &mirrors_.emplace(name, std::move(t)).first->second;
+  return &mirrors_.emplace(name, copy_to_device(providers_, *host, device)).first->second;
 }
 
 void GraphExecutor::copy_state(bool to_host) {
@@ -445,10 +441,7 @@ std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& 
   if (request_tag < 0)
     for (size_t o : outputs) key_.push_back(int64_t(o));
   auto it = plans_.find(key_);
-  if (it != plans_.end()) {
-    device_newer_ = device_newer_ || !mirrors_.empty();  // the run about to start may update them
-    return it->second;
-  }
+  if (it != plans_.end()) return it->second;
   if (plans_.size() >= 64) {  // bound the cache: shapes that keep changing rebuild
     drop_main_frames();
     plans_.clear();
@@ -467,7 +460,6 @@ std::shared_ptr<Plan> GraphExecutor::find_plan(const std::vector<const Value*>& 
     mirror = [this](const std::string& name, const Device& d) { return state_mirror(name, d); };
   auto plan = build_plan(index_, opsets_, options_, inputs, *req, providers_, mirror);
   plans_.emplace(key_, plan);
-  device_newer_ = device_newer_ || !mirrors_.empty();  // the run about to start may update them
   return plan;
 }
 
@@ -606,6 +598,7 @@ void GraphExecutor::run_whole(const std::vector<const Value*>& inputs, int64_t r
   ThreadScope threads(options_.num_threads);
   ScopedAllocationLimit memory(options_.memory_limit);
   last_plan_ = find_plan(inputs, request_tag, outputs);
+  device_newer_ = device_newer_ || !mirrors_.empty();  // the run about to start may update the device's state
   Plan& plan = *last_plan_;
   // A session on the process's shared arena borrows it for this run (held under its lock, so runs
   // of the sessions sharing it are serialized) and gives it back at the end: its frame goes, the

@@ -201,6 +201,10 @@ using ArenaSet = std::map<Device, ArenaBlock>;
 /// A block of `bytes` (rounded up to kArenaAlign) from the allocator of device `dev`'s provider.
 std::shared_ptr<void> allocate_arena(const ProviderSet& providers, const Device& dev, size_t bytes);
 
+/// A copy of host tensor `host` on device `dev`, in memory of that device's provider's allocator;
+/// the copy has finished when this returns.
+Tensor copy_to_device(const ProviderSet& providers, const Tensor& host, const Device& dev);
+
 /// Creates a frame for `plan`: values from the slot templates, pointer tables, and arenas — fresh
 /// ones, or the blocks of `shared` (each at least as large as the plan's arena of its device),
 /// which the frame then holds a reference to.

@@ -544,12 +544,8 @@ void insert_copies(Plan& plan, const ProviderSet& ps) {
     if (src.state == Slot::State::kConstant && src.value.kind == Value::Kind::kTensor && !to.is_host() &&
         src.value.tensor.dtype() != DType::kString) {
       // A constant moves once, now: its copy on the device is a constant too (no step per run).
-      const size_t p = ps.of_device(to);
-      Tensor t = Tensor::empty(src.value.tensor.dtype(), src.value.tensor.shape(), ps.providers[p]->allocator());
-      ps.providers[p]->copy(src.value.tensor, t, *ps.contexts[p]);
-      ps.providers[p]->synchronize(*ps.contexts[p]);
       c.state = Slot::State::kConstant;
-      c.value = Value::of(std::move(t));
+      c.value = Value::of(copy_to_device(ps, src.value.tensor, to));
       slots.push_back(std::move(c));
       plan.ids[slots.back().name] = cid;
       plan.stats.constant_bytes += slots.back().value.tensor.nbytes();
@@ -888,6 +884,14 @@ void wire(Plan& plan, const PlanRequest& req) {
 }
 
 }  // namespace planner
+
+Tensor copy_to_device(const ProviderSet& ps, const Tensor& host, const Device& dev) {
+  const size_t p = ps.of_device(dev);
+  Tensor t = Tensor::empty(host.dtype(), host.shape(), ps.providers[p]->allocator());
+  ps.providers[p]->copy(host, t, *ps.contexts[p]);
+  ps.providers[p]->synchronize(*ps.contexts[p]);
+  return t;
+}
 
 std::shared_ptr<void> allocate_arena(const ProviderSet& ps, const Device& dev, size_t bytes) {
   Allocator& a = ps.providers[ps.of_device(dev)]->allocator();
