@@ -293,6 +293,72 @@ TEST(ElementwiseUnary, VectorMath16LanesEqual8Lanes) {
 #endif
 }
 
+// erf's 1 / (1 + |x| / 2) and GELU's x / sqrt 2 replace divisions by a few multiply-adds
+// (vmath::recip_1_3_t, div_sqrt2_t): they give the division's bits, on 8 lanes and on 16, for every
+// float d of [1, 3] and for a sweep of x over the float range (within 2^-60 < |x| < 1e30, where
+// the bits can change 1 + erf(x / sqrt 2)); NaN stays NaN.
+TEST(ElementwiseUnary, DivisionFreeReciprocalsRoundLikeTheDivision) {
+#if OT_EW_SIMD
+  namespace vm = onnxtrain::kernels::cpu::vmath;
+  namespace vm512 = onnxtrain::kernels::cpu::vmath512;
+  auto check = [](const std::vector<float>& in, const std::vector<float>& out, auto&& ref, auto&& in_range,
+                  const char* what) {
+    int64_t bad = 0;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const float r = ref(in[i]);
+      if (std::isnan(r) ? !std::isnan(out[i]) : (in_range(in[i]) && std::memcmp(&r, &out[i], 4) != 0)) {
+        if (bad++ == 0) ADD_FAILURE() << what << " at " << in[i] << ": " << out[i] << ", the division gives " << r;
+      }
+    }
+    EXPECT_EQ(bad, 0) << what;
+  };
+  auto run8 = [](const std::vector<float>& in, auto&& f) {
+    std::vector<float> out(in.size());
+    for (size_t i = 0; i + 8 <= in.size(); i += 8) _mm256_storeu_ps(&out[i], f(_mm256_loadu_ps(&in[i])));
+    return out;
+  };
+  std::vector<float> d;
+  for (float v = 1.0f; v <= 3.0f; v = std::nextafter(v, 4.0f)) d.push_back(v);
+  d.push_back(std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> x;
+  for (uint32_t bits = 0; bits < 0xFFFFFFFFu - 257u; bits += 257u) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) x.push_back(f);
+  d.resize((d.size() + 15) / 16 * 16, 2.0f);
+  x.resize((x.size() + 15) / 16 * 16, 1.0f);
+  const auto recip = [](float v) {
+    volatile float one = 1.0f;
+    return one / v;
+  };
+  const auto div2 = [](float v) {
+    volatile float s = vm::kSqrt2f;
+    return v / s;
+  };
+  const auto all = [](float) { return true; };
+  const auto bits_matter = [](float v) { return std::fabs(v) > 0x1p-60f && std::fabs(v) < 1e30f; };
+  check(d, run8(d, [](__m256 v) { return vm::recip_1_3_t<vm::O8>(v); }), recip, all, "1 / d, 8 lanes");
+  check(x, run8(x, [](__m256 v) { return vm::div_sqrt2_t<vm::O8>(v); }), div2, bits_matter, "x / sqrt 2, 8 lanes");
+  // Outside the range: |x| <= 2^-60 gives |q| <= 2^-59 (1 + erf(q) rounds to 1), |x| >= 1e30 gives |q| > 4.
+  const std::vector<float> edge = {0x1p-60f, -0x1p-70f, 1e-45f, 1e30f, -3e38f, std::numeric_limits<float>::infinity(),
+                                   0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const auto q = run8(edge, [](__m256 v) { return vm::div_sqrt2_t<vm::O8>(v); });
+  for (size_t i = 0; i < 6; ++i)
+    EXPECT_TRUE(std::fabs(edge[i]) <= 0x1p-60f ? std::fabs(q[i]) <= 0x1p-59f : std::fabs(q[i]) > 4.0f) << edge[i] << " -> " << q[i];
+  if (!vm512::available()) GTEST_SKIP() << "the CPU or this build has no AVX-512F/DQ: the 16-lane code cannot run here";
+  std::vector<float> y(d.size());
+  ASSERT_EQ(vm512::recip_1_3(d.data(), y.data(), int64_t(d.size())), int64_t(d.size()));
+  check(d, y, recip, all, "1 / d, 16 lanes");
+  y.assign(x.size(), 0.0f);
+  ASSERT_EQ(vm512::div_sqrt2(x.data(), y.data(), int64_t(x.size())), int64_t(x.size()));
+  check(x, y, div2, bits_matter, "x / sqrt 2, 16 lanes");
+#else
+  GTEST_SKIP() << "built without AVX2: no vector math";
+#endif
+}
+
 // ---------------------------------------------------------------- PRelu
 TEST(ElementwiseUnary, PReluBroadcastsSlope) {
   uint32_t seed = 1300;

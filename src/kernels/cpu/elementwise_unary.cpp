@@ -234,7 +234,7 @@ using vmath::kSqrt2f;
 #if OT_EW_SIMD
 // A = 1 + erf(x / sqrt 2) on 8 floats: the forward's and the gradient's (the same bits in both).
 inline __m256 gelu_a_ps(__m256 v) {
-  return _mm256_add_ps(vmath::erf(_mm256_div_ps(v, _mm256_set1_ps(kSqrt2f))), _mm256_set1_ps(1.0f));
+  return _mm256_add_ps(vmath::erf(vmath::div_sqrt2_t<vmath::O8>(v)), _mm256_set1_ps(1.0f));
 }
 #endif
 

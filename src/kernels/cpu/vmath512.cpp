@@ -27,6 +27,7 @@ struct Avx512Ops {
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V rcp(V x) { return _mm512_rcp14_ps(x); }
   static V min(V a, V b) { return _mm512_min_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
@@ -41,6 +42,7 @@ struct Avx512Ops {
   static V copysign(V x, V s) { return _mm512_or_ps(abs(x), _mm512_and_ps(s, set1(-0.0f))); }
   static M lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
   static M ge(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+  static M eq(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static M is_nan(V x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q); }
   static V select(M m, V yes, V no) { return _mm512_mask_blend_ps(m, no, yes); }
 };
@@ -65,6 +67,22 @@ int64_t erf(const float* x, float* y, int64_t n) {
 
 int64_t silu(const float* x, float* y, int64_t n) { return vmath::silu_t<Avx512Ops>(x, y, n); }
 
+namespace {
+template <class F>
+int64_t map16(const float* x, float* y, int64_t n, F&& f) {
+  const int64_t full = n / 16 * 16;
+  for (int64_t i = 0; i < full; i += 16) _mm512_storeu_ps(y + i, f(_mm512_loadu_ps(x + i)));
+  return full;
+}
+}  // namespace
+
+int64_t recip_1_3(const float* d, float* y, int64_t n) {
+  return map16(d, y, n, [](__m512 v) { return vmath::recip_1_3_t<Avx512Ops>(v); });
+}
+int64_t div_sqrt2(const float* x, float* y, int64_t n) {
+  return map16(x, y, n, [](__m512 v) { return vmath::div_sqrt2_t<Avx512Ops>(v); });
+}
+
 }  // namespace onnxtrain::kernels::cpu::vmath512
 
 #else  // a compiler or target without AVX-512: the 8-lane code does everything
@@ -75,6 +93,8 @@ int64_t gelu(const float*, float*, float*, int64_t) { return 0; }
 int64_t gelu_grad(const float*, const float*, float*, int64_t) { return 0; }
 int64_t erf(const float*, float*, int64_t) { return 0; }
 int64_t silu(const float*, float*, int64_t) { return 0; }
+int64_t recip_1_3(const float*, float*, int64_t) { return 0; }
+int64_t div_sqrt2(const float*, float*, int64_t) { return 0; }
 }  // namespace onnxtrain::kernels::cpu::vmath512
 
 #endif

@@ -20,5 +20,8 @@ int64_t gelu_grad(const float* dy, const float* x, float* dx, int64_t n);
 int64_t erf(const float* x, float* y, int64_t n);
 /// x * sigmoid(x) (vmath::silu_t; y may be x).
 int64_t silu(const float* x, float* y, int64_t n);
+/// vmath::recip_1_3_t (1 / d, d in [1, 3]) and vmath::div_sqrt2_t, for the tests of their bits.
+int64_t recip_1_3(const float* d, float* y, int64_t n);
+int64_t div_sqrt2(const float* x, float* y, int64_t n);
 
 }  // namespace onnxtrain::kernels::cpu::vmath512
