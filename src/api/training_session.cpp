@@ -193,6 +193,9 @@ void TrainingSession::Impl::init() {
   sc.recompute.values = params.recompute_values;
   sc.recompute.budget_bytes = params.recompute_budget_bytes;
   sc.memory_efficient_gradient = params.use_memory_efficient_gradient;
+  ExecOptions eo = exec_options_of(options);
+  sc.host_kernels_only = std::all_of(eo.providers.begin(), eo.providers.end(),
+                                     [](const ExecutionProvider* p) { return !p || p->device().is_host(); });
   ir::Model grad_model;
   // bf16: the training graph differentiates a copy whose products run in bfloat16; the session's
   // model (weights, export, eval) stays float32.
@@ -223,7 +226,6 @@ void TrainingSession::Impl::init() {
   if (!params.model_with_gradient_graph_path.empty()) ir::save_model(grad_model, params.model_with_gradient_graph_path);
   if (!params.model_with_training_graph_path.empty()) ir::save_model(tg.model, params.model_with_training_graph_path);
 
-  ExecOptions eo = exec_options_of(options);
   eo.deterministic = options.deterministic || params.deterministic_compute;
   eo.training = true;
   eo.torch_running_var = true;

@@ -78,6 +78,10 @@ std::vector<OpDef> build() {
       like("SumToShape", 2, 2, 1, 1, {0}, "(G, shape) -> Y: G summed over its broadcast axes down to shape", {1}),
       like("SliceGrad", 4, 6, 1, 1, {0}, "(dY, shape(X), starts, ends[, axes, steps]) -> dX: zeros with dY at the slice",
            {1, 2, 3, 4, 5}),
+      like("SliceGradSum", 6, 21, 1, 1, {1},
+           "(shape(X), then per slice dY, starts, ends, axes, steps; 2 to 4 slices) -> dX: the sum of their SliceGrads "
+           "(copies alone where the slices tile X)",
+           {0, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 17, 18, 19, 20}),
       like("PadGrad", 3, 4, 1, 1, {0}, "(dY, shape(X), pads[, axes]) -> dX: dY cropped (reflect/edge: folded back); attribute mode",
            {1, 2, 3}),
       like("GatherGrad", 3, 3, 1, 1, {2}, "(shape(X), indices, dY) -> dX: dY added at the gathered rows (axis); duplicates accumulate", {0}),

@@ -642,6 +642,7 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
   TrainingGraph tg;
   tg.model = autodiff::build_gradient_model(forward, ys, trained, loss, bo);
   if (!cfg.portable) fuse_relu_grad(*tg.model.graph);  // ReluGrad folded into MaxPoolGrad
+  if (!cfg.portable && cfg.host_kernels_only) fuse_slice_grad_sum(*tg.model.graph);  // the slices' gradients as copies
   RecomputeConfig rc = cfg.recompute;
   rc.portable = cfg.portable;
   tg.recompute = apply_recompute(tg.model, *forward.graph, rc);

@@ -62,6 +62,7 @@ struct StepConfig {
   bool clip_grad_norm = false;     ///< scale gradients so that their global L2 norm is <= max_grad_norm
   float max_grad_norm = 1.0f;
   bool portable = false;           ///< standard ONNX (+ preview-training ops where they fit) only
+  bool host_kernels_only = false;  ///< every kernel runs on the CPU (fusions without device kernels apply)
   std::string lr_input = "Learning_Rate";
   DataParallelConfig data_parallel;
   /// Loss scaling (float16 mixed precision): the float32 [1] graph input the differentiated loss

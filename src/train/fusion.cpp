@@ -324,4 +324,52 @@ int fuse_relu_grad(ir::Graph& g) {
   return fused;
 }
 
+int fuse_slice_grad_sum(ir::Graph& g) {
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+  const Readers readers(g);
+  auto read_once = [&](const std::string& v) {
+    auto it = readers.of.find(v);
+    return it != readers.of.end() && it->second.size() == 1 && !readers.blocked.count(v);
+  };
+  std::map<size_t, ir::Node> replace;
+  std::vector<bool> drop(g.nodes.size(), false);
+  int fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& sum = g.nodes[i];
+    if (sum.op_type != "Sum" || !sum.domain.empty() || sum.outputs.size() != 1 || sum.inputs.size() < 2 ||
+        sum.inputs.size() > 4)
+      continue;
+    std::vector<size_t> grads;
+    for (const auto& in : sum.inputs) {
+      auto it = producer.find(in);
+      if (in.empty() || !read_once(in) || it == producer.end()) break;
+      const ir::Node& p = g.nodes[it->second];
+      if (p.op_type != "SliceGrad" || p.domain != ops::kDomain || p.outputs.size() != 1 || p.inputs.size() < 4 ||
+          p.inputs.size() > 6 || (!grads.empty() && p.inputs[1] != g.nodes[grads[0]].inputs[1]))
+        break;
+      grads.push_back(it->second);
+    }
+    if (grads.size() != sum.inputs.size()) continue;
+    ir::Node f;
+    f.op_type = "SliceGradSum";
+    f.domain = ops::kDomain;
+    f.name = sum.name.empty() ? "SliceGradSum_" + std::to_string(i) : sum.name + "_slices";
+    f.inputs.push_back(g.nodes[grads[0]].inputs[1]);
+    for (size_t k : grads) {
+      std::vector<std::string> in = g.nodes[k].inputs;
+      in.resize(6);
+      f.inputs.push_back(in[0]);
+      f.inputs.insert(f.inputs.end(), in.begin() + 2, in.end());
+      drop[k] = true;
+    }
+    f.outputs = sum.outputs;
+    replace.emplace(i, std::move(f));
+    ++fused;
+  }
+  if (fused) ir::splice_nodes(g, std::move(replace), drop);
+  return fused;
+}
+
 }  // namespace onnxtrain::train

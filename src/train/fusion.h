@@ -48,4 +48,12 @@ ir::Model fuse_conv_relu(const ir::Model& m, int* fused = nullptr);
 /// Returns the number of ReluGrad nodes removed.
 int fuse_relu_grad(ir::Graph& g);
 
+/// In a gradient graph: Sum(SliceGrad(dY_1, shape(X), ...), ..., SliceGrad(dY_n, shape(X), ...))
+/// for 2 to 4 slices of one X — each SliceGrad read by that Sum alone — becomes one
+/// com.onnxtrain.SliceGradSum(shape(X), dY_1, starts_1, ends_1, axes_1, steps_1, ...): where the
+/// slices tile X (an attention's Q, K and V cut from one projection) its kernel only copies each
+/// dY into place, instead of n zero-filled tensors and a sum over them. CPU kernels only: sessions
+/// with a device provider keep the pair. Returns the number of Sum nodes replaced.
+int fuse_slice_grad_sum(ir::Graph& g);
+
 }  // namespace onnxtrain::train

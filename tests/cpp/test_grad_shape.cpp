@@ -301,6 +301,74 @@ TEST(GradMovement, SliceGradKernel) {
   }
 }
 
+// SliceGradSum (train::fuse_slice_grad_sum's node) against the sum of the adjoints of the forward
+// Slices: slices that tile X along one axis (copies alone), disjoint ones with gaps (zeros, then
+// copies) and random, overlapping ones with steps (accumulated); axes and steps absent in some.
+TEST(GradMovement, SliceGradSumKernel) {
+  const uint32_t seed = 17;
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 45; ++trial) {
+    const Shape xs = random_shape(rng, 1, 4, 3, 7);
+    const int64_t r = int64_t(xs.size());
+    const int kind = trial % 3;  // 0: tiling, 1: disjoint with gaps, 2: random
+    const size_t n = 2 + size_t(rng() % 3);
+    const int64_t axis = int64_t(rng() % uint32_t(r)), d = xs[size_t(axis)];
+    std::vector<int64_t> cuts{0, d};
+    while (cuts.size() < n + 1) cuts.push_back(int64_t(rng() % uint32_t(d + 1)));
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<Tensor> in{i64(xs)};
+    std::vector<double> want(size_t(onnxtrain::shape_numel(xs)), 0.0);
+    for (const DType dt : {DType::kFloat64, DType::kFloat32}) {
+      in.resize(1);
+      std::fill(want.begin(), want.end(), 0.0);
+      for (size_t g = 0; g < n; ++g) {
+        std::vector<int64_t> starts, ends, axes, steps;
+        if (kind == 0 || kind == 1) {
+          starts = {cuts[g] + (kind == 1 && cuts[g + 1] > cuts[g] + 1 ? 1 : 0)};
+          ends = {cuts[g + 1]};
+          axes = {rng() % 2 ? axis : axis - r};
+          steps = {1};
+        } else {
+          std::uniform_int_distribution<int64_t> pick(-8, 8), st(-2, 2);
+          for (int64_t a = 0; a < r; ++a) {
+            if (rng() % 3 == 0) continue;
+            axes.push_back(a);
+            starts.push_back(pick(rng));
+            ends.push_back(pick(rng));
+            const int64_t s = st(rng);
+            steps.push_back(s == 0 ? 1 : s);
+          }
+        }
+        const bool plain = kind != 2 && g % 2 == 1 && axis == 0;  // axes and steps absent: axes 0.., steps 1
+        std::vector<Tensor> fin{f64(xs, rng), i64(starts), i64(ends), i64(axes), i64(steps)};
+        const Shape ys = run_node("Slice", fin, {}, {})[0].shape();
+        const Tensor dy = random_tensor(dt, ys, rng);
+        const auto adj = adjoint_reference("Slice", xs, fin, {}, dy);
+        for (size_t i = 0; i < want.size(); ++i) want[i] += adj[i];
+        in.push_back(dy);
+        in.push_back(i64(starts));
+        in.push_back(i64(ends));
+        in.push_back(plain ? Tensor() : i64(axes));
+        in.push_back(plain ? Tensor() : i64(steps));
+      }
+      const Tensor dx = run_grad_kernel("SliceGradSum", in, {}, trial % 2 ? 2 : 1);
+      EXPECT_TRUE(all_close(dx, xs, want, 1e-6, 1e-6))
+          << seed_msg(seed, trial) << " kind " << kind << " x " << onnxtrain::shape_to_string(xs) << " slices " << n;
+    }
+  }
+  // Bad input: a gradient whose shape is not its slice's, an input count not 1 + 5 per slice.
+  expect_error<onnxtrain::InvalidArgument>(
+      [&] {
+        run_grad_kernel("SliceGradSum", {i64({4, 4}), f64({2, 2}, rng), i64({0}), i64({3}), Tensor(), Tensor(),
+                                         f64({1, 4}, rng), i64({3}), i64({4}), Tensor(), Tensor()});
+      },
+      "SliceGradSum", "the slice's is");
+  expect_error<onnxtrain::InvalidModel>(
+      [&] { run_grad_kernel("SliceGradSum", {i64({4}), f64({2}, rng), i64({0}), i64({2}), i64({0}), i64({1}), f64({2}, rng), i64({2})}); },
+      "SliceGradSum",
+      "five inputs per slice");
+}
+
 // PadGrad (edge, reflect, wrap; negative pads) against the adjoint of the forward Pad.
 TEST(GradMovement, PadGradKernel) {
   const uint32_t seed = 15;

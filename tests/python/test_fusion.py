@@ -68,17 +68,25 @@ def train_like_torch(sess, module, batches, names, steps, lr=1e-2):
     return state
 
 
-@pytest.mark.parametrize("functional", [False, True], ids=["nn.GELU", "F.gelu"])
-def test_fused_gelu_trains_like_torch(tmp_path, functional):
-    torch.manual_seed(0)
-    module = GeluMLP(functional)
-    g = torch.Generator().manual_seed(1)
-    batches = [(torch.randn(16, 12, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(4)]
+def classifier_session(tmp_path, make_module, seed, nbatches, op, count):
+    """A seeded classifier (inputs [16, 12], 3 classes), `nbatches` random batches, its export
+    (checked to hold `count` nodes of type `op`), Adam parameters, the TrainingSession, and the
+    training graph's (domain, op_type) list."""
+    torch.manual_seed(seed)
+    module = make_module()
+    g = torch.Generator().manual_seed(seed + 1)
+    batches = [(torch.randn(16, 12, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(nbatches)]
     data = export(module, *batches[0])
-    assert sum(n.op_type == "Erf" for n in onnx.load_from_string(data).graph.node) == 2
+    assert sum(n.op_type == op for n in onnx.load_from_string(data).graph.node) == count
     p = adam_params(module, tmp_path / "training.onnx")
     sess = ot.TrainingSession(data, p)
     ops = [(n.domain, n.op_type) for n in onnx.load(str(tmp_path / "training.onnx")).graph.node]
+    return module, batches, data, p, sess, ops
+
+
+@pytest.mark.parametrize("functional", [False, True], ids=["nn.GELU", "F.gelu"])
+def test_fused_gelu_trains_like_torch(tmp_path, functional):
+    module, batches, data, p, sess, ops = classifier_session(tmp_path, lambda: GeluMLP(functional), 0, 4, "Erf", 2)
     assert ops.count(("com.onnxtrain", "Gelu")) == 2 and ops.count(("com.onnxtrain", "GeluGrad")) == 2, ops
     assert ("", "Erf") not in ops
     state = train_like_torch(sess, module, batches, ("x", "label"), 30)
@@ -259,16 +267,31 @@ class ZeroDropoutMLP(torch.nn.Module):
 def test_zero_ratio_dropout_dropped_from_the_training_graph(tmp_path):
     """Dropout of constant ratio 0 (torch.onnx exports nn.Dropout(0.0) in training mode) is left out
     of the training graph: no Dropout or DropoutGrad node, and Adam tracks PyTorch (20 steps, 1e-5)."""
-    torch.manual_seed(5)
-    module = ZeroDropoutMLP()
-    g = torch.Generator().manual_seed(6)
-    batches = [(torch.randn(16, 12, generator=g), torch.randint(0, 3, (16,), generator=g)) for _ in range(3)]
-    data = export(module, *batches[0])
-    assert sum(n.op_type == "Dropout" for n in onnx.load_from_string(data).graph.node) == 2
-    p = adam_params(module, tmp_path / "training.onnx")
-    sess = ot.TrainingSession(data, p)
-    ops = [n.op_type for n in onnx.load(str(tmp_path / "training.onnx")).graph.node]
-    assert "Dropout" not in ops and "DropoutGrad" not in ops, ops
+    module, batches, data, p, sess, ops = classifier_session(tmp_path, ZeroDropoutMLP, 5, 3, "Dropout", 2)
+    assert not any(op in ("Dropout", "DropoutGrad") for _, op in ops), ops
+    train_like_torch(sess, module, batches, ("x", "label"), 20)
+
+
+class SplitProjection(torch.nn.Module):
+    """One projection cut into three slices along its last axis, as attention cuts Q, K and V."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(12, 24)
+        self.out = torch.nn.Linear(8, 3)
+
+    def forward(self, x, label):
+        h = self.proj(x)
+        q, k, v = h[:, :8], h[:, 8:16], h[:, 16:]
+        return torch.nn.functional.cross_entropy(self.out(torch.tanh(q) * k + v), label)
+
+
+def test_slice_gradients_summed_as_copies(tmp_path):
+    """The gradient of the three slices of one tensor is one SliceGradSum (no SliceGrad, no Sum
+    of them), and Adam tracks PyTorch (20 steps, 1e-5)."""
+    module, batches, data, p, sess, ops = classifier_session(tmp_path, SplitProjection, 9, 3, "Slice", 3)
+    assert ops.count(("com.onnxtrain", "SliceGradSum")) == 1, ops
+    assert ("com.onnxtrain", "SliceGrad") not in ops, ops
     train_like_torch(sess, module, batches, ("x", "label"), 20)
 
 

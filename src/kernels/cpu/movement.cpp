@@ -207,6 +207,97 @@ class SliceKernel final : public Kernel {
   int64_t offset_ = 0;
 };
 
+// ---------------------------------------------------------------- SliceGradSum
+// SliceGradSum (com.onnxtrain): inputs shape(X), then per slice (dY, starts, ends, axes, steps),
+// absent axes / steps unnamed: dX = the sum of the slices' SliceGrads. The slices of one tensor
+// that a model reads apart (an attention's Q, K and V cut from one projection) usually tile it:
+// then dX is their copies alone, with neither zeros nor a sum pass (train::fuse_slice_grad_sum).
+// Disjoint slices that leave gaps: zeros, then the copies; overlapping ones: each slice's
+// SliceGrad in the workspace, added into dX (the unfused arithmetic).
+class SliceGradSumKernel final : public Kernel {
+ public:
+  explicit SliceGradSumKernel(const KernelInfo& info) {
+    const size_t n = info.node().inputs.size();
+    if (n < 6 || (n - 1) % 5 != 0)
+      info.fail("expected shape(X), then five inputs per slice (dY, starts, ends, axes, steps; unnamed when absent), got ", n,
+                " inputs");
+  }
+  void prepare(PrepareContext& ctx) override {
+    const size_t n = (ctx.num_inputs() - 1) / 5;
+    const DType dt = ctx.input_dtype(1);
+    dispatch<NumericTypes>(dt, ctx.node(), [&]<class T>() {});
+    Shape xs;
+    if (!read_shape_value(ctx, 0, dt, &xs)) return ctx.set_output_dynamic(0, dt);
+    const auto xst = contiguous_strides(xs);
+    parts_.assign(n, {});
+    int64_t covered = 0;
+    for (size_t g = 0; g < n; ++g) {
+      const size_t dy = 1 + 5 * g;
+      if (ctx.input_dtype(dy) != dt)
+        ctx.fail("input ", dy, " has element type ", dtype_name(ctx.input_dtype(dy)), ", expected ", dtype_name(dt));
+      Shape ys;
+      std::vector<int64_t> ss;
+      Part& p = parts_[g];
+      if (!shape::slice_geometry(ctx, attrs_, dy + 1, xs, &ys, &ss, &p.offset)) return ctx.set_output_dynamic(0, dt);
+      if (ys != ctx.input_shape(dy))
+        ctx.fail("gradient ", g, " has shape ", shape_to_string(ctx.input_shape(dy)), ", the slice's is ", shape_to_string(ys));
+      if (!p.copy.init(ys, contiguous_strides(ys), ss)) ctx.fail("rank ", ys.size(), " is too large");
+      // The index range each axis spans (first to last index).
+      p.lo.resize(xs.size()), p.hi.resize(xs.size());
+      p.empty = shape_numel(ys) == 0;
+      for (size_t a = 0; a < xs.size(); ++a) {
+        const int64_t start = xs[a] ? (p.offset / xst[a]) % xs[a] : 0, step = ss[a] / xst[a];
+        const int64_t last = start + (ys[a] > 1 ? (ys[a] - 1) * step : 0);
+        p.lo[a] = std::min(start, last), p.hi[a] = std::max(start, last);
+      }
+      covered += shape_numel(ys);
+    }
+    // Two slices are disjoint when some axis's ranges do not meet.
+    bool disjoint = true;
+    for (size_t i = 0; i < n && disjoint; ++i)
+      for (size_t j = i + 1; j < n && disjoint; ++j) {
+        if (parts_[i].empty || parts_[j].empty) continue;
+        bool apart = false;
+        for (size_t a = 0; a < xs.size() && !apart; ++a)
+          apart = parts_[i].hi[a] < parts_[j].lo[a] || parts_[j].hi[a] < parts_[i].lo[a];
+        disjoint = apart;
+      }
+    mode_ = !disjoint ? Mode::kAccumulate : covered == shape_numel(xs) ? Mode::kTile : Mode::kZeroThenCopy;
+    ctx.set_output(0, dt, xs);
+    if (mode_ == Mode::kAccumulate) ctx.request_workspace(size_t(shape_numel(xs)) * dtype_size(dt));
+  }
+  void run(RunContext& ctx) override {
+    Tensor& y = ctx.output(0);
+    if (mode_ != Mode::kTile) zero_fill(y);
+    if (mode_ != Mode::kAccumulate) {
+      for (size_t g = 0; g < parts_.size(); ++g) run_copy(ctx, parts_[g].copy, 1 + 5 * g, 0, 0, parts_[g].offset);
+      return;
+    }
+    dispatch<NumericTypes>(y.dtype(), ctx.node(), [&]<class T>() {
+      T* out = y.data<T>();
+      T* ws = static_cast<T*>(ctx.workspace());
+      const int64_t m = y.numel();
+      for (size_t g = 0; g < parts_.size(); ++g) {
+        std::fill(ws, ws + m, T(0));
+        parts_[g].copy.run(ws + parts_[g].offset, ctx.input(1 + 5 * g).data<T>());
+        for (int64_t i = 0; i < m; ++i) out[i] = T(out[i] + ws[i]);
+      }
+    });
+  }
+
+ private:
+  struct Part {
+    StridedCopy copy;
+    int64_t offset = 0;
+    std::vector<int64_t> lo, hi;
+    bool empty = false;
+  };
+  enum class Mode { kTile, kZeroThenCopy, kAccumulate };
+  shape::SliceAttrs attrs_;  // from inputs
+  std::vector<Part> parts_;
+  Mode mode_ = Mode::kAccumulate;
+};
+
 // ---------------------------------------------------------------- Tile
 // Y viewed as [rep_0, d_0, rep_1, d_1, ...] reads X with strides [0, s_0, 0, s_1, ...].
 class TileKernel final : public Kernel {
@@ -469,6 +560,8 @@ void register_movement(KernelRegistry& r) {
   r.add<NonZeroKernel>("NonZero", 9, kMaxOpsetAll);
   // Backward kernels of the gradient rules (src/autodiff/rules.cpp).
   r.add(ops::kDomain, "SliceGrad", 1, kMaxOpsetAll, slice(true));
+  r.add(ops::kDomain, "SliceGradSum", 1, kMaxOpsetAll,
+        [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<SliceGradSumKernel>(i); });
   r.add(ops::kDomain, "PadGrad", 1, kMaxOpsetAll,
         [](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<PadGradKernel>(i); });
 }
