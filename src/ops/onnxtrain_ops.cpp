@@ -92,7 +92,10 @@ std::vector<OpDef> build() {
            "Resize (its attributes, forward_opset)",
            {1, 2, 3, 4}),
       // Products, convolution, pooling.
-      like("FusedMatMul", 2, 2, 1, 1, {0}, "(A, B) -> op(A) @ op(B), op transposing the last two axes (transA, transB)"),
+      like("FusedMatMul", 2, 3, 1, 1, {0},
+           "(A, B[, C]) -> op(A) @ op(B) [+ C on every row, C of shape [N]], op transposing the last two axes (transA, "
+           "transB) after transBatchA / transBatchB moved a rank-3 operand's first axis behind its batch axis; "
+           "transBatchY: the product stored with its row axis first"),
       like("ConvGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the Conv; unneeded outputs unnamed)"),
       like("ConvTransposeGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the ConvTranspose)"),
       // oneDNN's blocked activation layout (inference sessions' runtime::block_conv_layouts).
@@ -206,7 +209,15 @@ std::vector<OpDef> build_microsoft() {
                      "w = w - lr g in place",
                      {0, 3}),
   };
-  for (const std::string& name : shared_with_microsoft()) t.push_back(*find_op(name));
+  for (const std::string& name : shared_with_microsoft()) {
+    t.push_back(*find_op(name));
+    if (name == "FusedMatMul") {  // onnxruntime's schema: no bias input
+      t.back().max_inputs = 2;
+      t.back().doc =
+          "(A, B) -> op(A) @ op(B), op transposing the last two axes (transA, transB) after transBatchA / transBatchB "
+          "moved a rank-3 operand's first axis behind its batch axis";
+    }
+  }
   std::sort(t.begin(), t.end(), [](const OpDef& a, const OpDef& b) { return a.name < b.name; });
   return t;
 }

@@ -642,7 +642,11 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
   TrainingGraph tg;
   tg.model = autodiff::build_gradient_model(forward, ys, trained, loss, bo);
   if (!cfg.portable) fuse_relu_grad(*tg.model.graph);  // ReluGrad folded into MaxPoolGrad
-  if (!cfg.portable && cfg.host_kernels_only) fuse_slice_grad_sum(*tg.model.graph);  // the slices' gradients as copies
+  if (!cfg.portable && cfg.host_kernels_only) {
+    fuse_slice_grad_sum(*tg.model.graph);  // the slices' gradients as copies
+    fuse_matmul_bias(*tg.model.graph);     // biases added by their products
+    absorb_transposes(*tg.model.graph);    // head transposes read through the products' strides
+  }
   RecomputeConfig rc = cfg.recompute;
   rc.portable = cfg.portable;
   tg.recompute = apply_recompute(tg.model, *forward.graph, rc);

@@ -53,7 +53,20 @@ struct Readers {
     }
     for (const auto& o : g.outputs) blocked.insert(o.name);
   }
+  /// Read by one node input, by no subgraph, and not a graph output.
+  bool read_once(const std::string& v) const {
+    auto it = of.find(v);
+    return it != of.end() && it->second.size() == 1 && !blocked.count(v);
+  }
 };
+
+// The node that writes each value.
+std::unordered_map<std::string, size_t> producers(const ir::Graph& g) {
+  std::unordered_map<std::string, size_t> p;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs) p[o] = i;
+  return p;
+}
 
 // A fusion of a copy of a model (graph copied, types inferred first: ONNX's inference does not
 // know the fused nodes, so what follows them keeps the shapes recorded now): the nodes to replace
@@ -294,14 +307,9 @@ ir::Model fuse_conv_relu(const ir::Model& m, int* fused) {
 }
 
 int fuse_relu_grad(ir::Graph& g) {
-  std::unordered_map<std::string, size_t> producer;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+  const auto producer = producers(g);
   const Readers readers(g);
-  auto read_once = [&](const std::string& v) {  // by one node input, no subgraph, not a graph output
-    auto it = readers.of.find(v);
-    return it != readers.of.end() && it->second.size() == 1 && !readers.blocked.count(v);
-  };
+  auto read_once = [&](const std::string& v) { return readers.read_once(v); };
   auto custom = [](const ir::Node& n, const char* op) {
     return n.op_type == op && n.domain == ops::kDomain && n.outputs.size() == 1;
   };
@@ -325,14 +333,9 @@ int fuse_relu_grad(ir::Graph& g) {
 }
 
 int fuse_slice_grad_sum(ir::Graph& g) {
-  std::unordered_map<std::string, size_t> producer;
-  for (size_t i = 0; i < g.nodes.size(); ++i)
-    for (const auto& o : g.nodes[i].outputs) producer[o] = i;
+  const auto producer = producers(g);
   const Readers readers(g);
-  auto read_once = [&](const std::string& v) {
-    auto it = readers.of.find(v);
-    return it != readers.of.end() && it->second.size() == 1 && !readers.blocked.count(v);
-  };
+  auto read_once = [&](const std::string& v) { return readers.read_once(v); };
   std::map<size_t, ir::Node> replace;
   std::vector<bool> drop(g.nodes.size(), false);
   int fused = 0;
@@ -370,6 +373,324 @@ int fuse_slice_grad_sum(ir::Graph& g) {
   }
   if (fused) ir::splice_nodes(g, std::move(replace), drop);
   return fused;
+}
+
+int fuse_matmul_bias(ir::Graph& g) {
+  const auto producer = producers(g);
+  const Readers readers(g);
+  auto rank1 = [&](const std::string& v) -> const Tensor* {
+    const Tensor* t = g.initializer(v);
+    return t && t->rank() == 1 ? t : nullptr;
+  };
+  std::vector<bool> drop(g.nodes.size(), false);
+  int fused = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& add = g.nodes[i];
+    if (add.op_type != "Add" || !add.domain.empty() || add.inputs.size() != 2 || add.outputs.size() != 1) continue;
+    for (int side = 0; side < 2; ++side) {
+      const std::string &prod = add.inputs[size_t(side)], &bias = add.inputs[size_t(1 - side)];
+      auto it = producer.find(prod);
+      const Tensor* c = rank1(bias);
+      if (it == producer.end() || !c || !readers.read_once(prod)) continue;
+      ir::Node& mm = g.nodes[it->second];
+      if (mm.op_type != "FusedMatMul" || mm.domain != ops::kDomain || mm.inputs.size() != 2 || mm.outputs.size() != 1 ||
+          mm.attr("transBatchA") || mm.attr("transBatchB"))
+        continue;
+      const Tensor* w = g.initializer(mm.inputs[1]);
+      const ir::Attribute* tb = mm.attr("transB");
+      if (!w || w->rank() != 2 || c->dtype() != w->dtype() || c->dim(0) != w->dim(tb && tb->i ? 0 : 1)) continue;
+      mm.inputs.push_back(bias);
+      mm.outputs[0] = add.outputs[0];
+      drop[i] = true;
+      ++fused;
+      break;
+    }
+  }
+  if (fused) ir::splice_nodes(g, std::map<size_t, ir::Node>{}, drop);
+  return fused;
+}
+
+namespace {
+
+// ---- absorb_transposes' helpers
+using Perm = std::vector<int64_t>;
+
+int64_t int_attr_of(const ir::Node& n, const char* name, int64_t def = 0) {
+  const ir::Attribute* a = n.attr(name);
+  return a ? a->i : def;
+}
+
+void set_int_attr(ir::Node& n, const char* name, int64_t v) {
+  if (ir::Attribute* a = n.attr(name)) a->i = v;
+  else n.attrs.push_back(ir::Emitter::int_attr(name, v));
+}
+
+bool is_product(const ir::Node& n) {
+  return ((n.op_type == "MatMul" && n.domain.empty()) || (n.op_type == "FusedMatMul" && n.domain == ops::kDomain)) &&
+         n.inputs.size() == 2 && n.outputs.size() == 1;
+}
+
+// A FusedMatMul operand's (transBatch, trans) flags as the permutation of its rank-3 storage they
+// read, and back: none (0, 1, 2), trans (0, 2, 1), transBatch (1, 0, 2), both (1, 2, 0).
+Perm perm_of_flags(bool tb, bool tr) {
+  if (tb) return tr ? Perm{1, 2, 0} : Perm{1, 0, 2};
+  return tr ? Perm{0, 2, 1} : Perm{0, 1, 2};
+}
+bool flags_of_perm(const Perm& c, bool* tb, bool* tr) {
+  for (int f = 0; f < 4; ++f)
+    if (perm_of_flags(f & 2, f & 1) == c) {
+      *tb = f & 2, *tr = f & 1;
+      return true;
+    }
+  return false;
+}
+
+// Transpose(Transpose(x, p), q) = Transpose(x, c), c[k] = p[q[k]].
+Perm compose(const Perm& p, const Perm& q) {
+  Perm c(q.size());
+  for (size_t k = 0; k < q.size(); ++k) c[k] = p[size_t(q[k])];
+  return c;
+}
+
+// The ranks the graph's values have where they can be told without shapes: inputs, value_info,
+// initializers and Constants, then along the nodes (transposes, products, elementwise and
+// normalizing operators, Reshape and the slices' gradients by the length of their shape input).
+struct Ranks {
+  std::unordered_map<std::string, int64_t> rank, length;  // length: of a 1-D shape value
+  explicit Ranks(const ir::Graph& g) {
+    auto from_type = [&](const ir::ValueInfo& v) {
+      if (v.type.kind == ir::TypeInfo::Kind::kTensor && v.type.has_shape) rank[v.name] = int64_t(v.type.dims.size());
+    };
+    for (const auto& v : g.inputs) from_type(v);
+    for (const auto& v : g.value_info) from_type(v);
+    for (const auto& v : g.outputs) from_type(v);
+    auto constant = [&](const std::string& name, const Tensor& t) {
+      rank[name] = t.rank();
+      if (t.rank() == 1) length[name] = t.dim(0);
+    };
+    for (const auto& [n, t] : g.initializers) constant(n, t);
+    static const std::set<std::string> same = {"Div", "Mul", "Add", "Sub", "Sum", "Softmax", "SoftmaxGrad", "Relu",
+                                               "ReluGrad", "Gelu", "GeluGrad", "Identity", "Cast", "Dropout",
+                                               "DropoutGrad", "Erf", "Tanh", "Sigmoid", "LayerNormalization", "Neg"};
+    for (const auto& n : g.nodes) {
+      if (n.outputs.empty() || n.outputs[0].empty()) continue;
+      const std::string& o = n.outputs[0];
+      auto r = [&](size_t i) { return i < n.inputs.size() ? get(n.inputs[i]) : -1; };
+      if (n.op_type == "Constant") {
+        if (const ir::Attribute* v = n.attr("value"); v && v->t.defined()) constant(o, v->t);
+      } else if (n.op_type == "Shape" && n.inputs.size() == 1 && !n.attr("start") && !n.attr("end")) {
+        rank[o] = 1;
+        if (r(0) >= 0) length[o] = r(0);
+      } else if (n.op_type == "Transpose") {
+        if (const ir::Attribute* p = n.attr("perm")) rank[o] = int64_t(p->ints.size());
+        else if (r(0) >= 0) rank[o] = r(0);
+      } else if (is_product(n) || n.op_type == "Gemm") {
+        if (n.op_type == "Gemm") rank[o] = 2;
+        else if (r(0) >= 2 && r(1) >= 2) rank[o] = std::max(r(0), r(1));
+      } else if (n.op_type == "Reshape" || ((n.op_type == "SliceGrad") && n.inputs.size() > 1) ||
+                 (n.op_type == "SliceGradSum" && !n.inputs.empty())) {
+        const std::string& shape = n.op_type == "Reshape" ? n.inputs[1] : n.op_type == "SliceGrad" ? n.inputs[1] : n.inputs[0];
+        if (auto it = length.find(shape); it != length.end()) rank[o] = it->second;
+      } else if (same.count(n.op_type)) {
+        int64_t m = -1;
+        bool known = true;
+        for (size_t k = 0; k < n.inputs.size(); ++k)
+          if (!n.inputs[k].empty()) {
+            const int64_t rk = r(k);
+            known = known && rk >= 0;
+            m = std::max(m, rk);
+          }
+        if (known && m >= 0) rank[o] = m;
+      }
+    }
+  }
+  int64_t get(const std::string& v) const {
+    auto it = rank.find(v);
+    return it == rank.end() ? -1 : it->second;
+  }
+};
+
+// A scalar operand: an initializer or Constant of one element.
+bool is_scalar(const ir::Graph& g, const std::unordered_map<std::string, size_t>& producer, const std::string& v) {
+  if (const Tensor* t = g.initializer(v)) return t->numel() == 1 && t->rank() <= 1;
+  auto it = producer.find(v);
+  if (it == producer.end() || g.nodes[it->second].op_type != "Constant") return false;
+  const ir::Attribute* a = g.nodes[it->second].attr("value");
+  return a && a->t.defined() && a->t.numel() == 1 && a->t.rank() <= 1;
+}
+
+Perm perm_attr(const ir::Node& t) {
+  const ir::Attribute* p = t.attr("perm");
+  return p ? p->ints : Perm{};
+}
+
+}  // namespace
+
+int absorb_transposes(ir::Graph& g) {
+  int absorbed = 0;
+  auto is_transpose3 = [](const ir::Node& n) {
+    return n.op_type == "Transpose" && n.domain.empty() && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+           perm_attr(n).size() == 3;
+  };
+  // 1. Chains: Transpose(Transpose(x, p), q) reads x with the composed permutation.
+  {
+    const auto producer = producers(g);
+    for (auto& n : g.nodes) {
+      if (!is_transpose3(n)) continue;
+      auto it = producer.find(n.inputs[0]);
+      if (it == producer.end() || !is_transpose3(g.nodes[it->second])) continue;
+      const ir::Node& inner = g.nodes[it->second];
+      n.attr("perm")->ints = compose(perm_attr(inner), perm_attr(n));
+      n.inputs[0] = inner.inputs[0];
+    }
+  }
+  // 2. A division or product by a scalar trades places with a Transpose next to it, so that the
+  // Transpose meets the product it feeds (the attention's scaled Q) or follows (its gradient). The
+  // value between them keeps its name (only the two nodes read it): no forward value is renamed,
+  // which apply_recompute, telling forward nodes by name, relies on.
+  {
+    const auto producer = producers(g);
+    const Readers readers(g);
+    std::map<size_t, std::vector<ir::Node>> replace;
+    std::vector<bool> drop(g.nodes.size(), false);
+    std::set<size_t> used;
+    std::set<std::string> renamed;  // names reused for a value of another layout: their value_info goes
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::Node& e = g.nodes[i];
+      if ((e.op_type != "Div" && e.op_type != "Mul") || !e.domain.empty() || e.inputs.size() != 2 || e.outputs.size() != 1)
+        continue;
+      for (size_t pos = 0; pos < 2; ++pos) {
+        if (e.op_type == "Div" && pos == 1) break;  // the divisor is the scalar
+        if (!is_scalar(g, producer, e.inputs[1 - pos])) continue;
+        auto it = producer.find(e.inputs[pos]);
+        // Transpose, then the scalar: the scalar first (read before the Transpose).
+        if (it != producer.end() && is_transpose3(g.nodes[it->second]) && readers.read_once(e.inputs[pos]) &&
+            !used.count(it->second)) {
+          const size_t ti = it->second;
+          ir::Node e2 = e, t2 = g.nodes[ti];  // the Transpose's output name now the scalar's result
+          e2.inputs[pos] = t2.inputs[0];
+          e2.outputs[0] = t2.outputs[0];
+          t2.inputs[0] = e2.outputs[0];
+          t2.outputs[0] = e.outputs[0];
+          renamed.insert(e2.outputs[0]);
+          replace[i] = {e2, t2};
+          drop[ti] = true;
+          used.insert(ti), used.insert(i);
+          ++absorbed;
+          break;
+        }
+        // The scalar, then a Transpose that alone reads it: the Transpose first.
+        const auto rd = readers.of.find(e.outputs[0]);
+        if (rd != readers.of.end() && readers.read_once(e.outputs[0]) && is_transpose3(g.nodes[rd->second[0]]) &&
+            !used.count(rd->second[0])) {
+          const size_t ti = rd->second[0];
+          ir::Node t2 = g.nodes[ti], e2 = e;  // the scalar's output name now the Transpose's result
+          t2.inputs[0] = e.inputs[pos];
+          t2.outputs[0] = e.outputs[0];
+          e2.inputs[pos] = t2.outputs[0];
+          e2.outputs[0] = g.nodes[ti].outputs[0];
+          renamed.insert(t2.outputs[0]);
+          replace[i] = {t2, e2};
+          drop[ti] = true;
+          used.insert(ti), used.insert(i);
+          ++absorbed;
+          break;
+        }
+      }
+    }
+    if (!replace.empty()) ir::splice_nodes(g, std::move(replace), drop);
+    std::erase_if(g.value_info, [&](const ir::ValueInfo& v) { return renamed.count(v.name) > 0; });
+  }
+  const Ranks ranks(g);
+  auto to_fused = [](ir::Node& m) {
+    if (m.op_type == "MatMul") m.op_type = "FusedMatMul", m.domain = ops::kDomain;
+  };
+  auto operands_ok = [&](const ir::Node& m) {  // ranks 2 or 3, one at least 3: FusedMatMul's strided product
+    const int64_t ra = ranks.get(m.inputs[0]), rb = ranks.get(m.inputs[1]);
+    return ra >= 2 && ra <= 3 && rb >= 2 && rb <= 3 && std::max(ra, rb) == 3;
+  };
+  // 3. A product read only by a Transpose moving its row axis first (perm [1, 0, 2]; [2, 0, 1]
+  // with the operands swapped: Y^T = op(B)^T op(A)^T) writes the transposed layout itself.
+  {
+    const auto producer = producers(g);
+    const Readers readers(g);
+    std::vector<bool> drop(g.nodes.size(), false);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::Node& t = g.nodes[i];
+      if (!is_transpose3(t)) continue;
+      const Perm p = perm_attr(t);
+      auto it = producer.find(t.inputs[0]);
+      if (it == producer.end() || !readers.read_once(t.inputs[0])) continue;
+      ir::Node& m = g.nodes[it->second];
+      if (!is_product(m) || !operands_ok(m) || int_attr_of(m, "transBatchY")) continue;
+      if (p == Perm{2, 0, 1}) {
+        const bool ta = int_attr_of(m, "transA"), tb = int_attr_of(m, "transB");
+        const bool tba = int_attr_of(m, "transBatchA"), tbb = int_attr_of(m, "transBatchB");
+        to_fused(m);
+        std::swap(m.inputs[0], m.inputs[1]);
+        set_int_attr(m, "transA", !tb), set_int_attr(m, "transB", !ta);
+        set_int_attr(m, "transBatchA", tbb), set_int_attr(m, "transBatchB", tba);
+      } else if (p != Perm{1, 0, 2}) {
+        continue;
+      }
+      to_fused(m);
+      set_int_attr(m, "transBatchY", 1);
+      m.outputs[0] = t.outputs[0];
+      drop[i] = true;
+      ++absorbed;
+    }
+    ir::splice_nodes(g, std::map<size_t, ir::Node>{}, drop);
+  }
+  // 4. A Transpose whose every reader is a product reads through the products' strides.
+  {
+    const auto producer = producers(g);
+    const Readers readers(g);
+    std::vector<bool> drop(g.nodes.size(), false);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::Node& t = g.nodes[i];
+      if (!is_transpose3(t) || readers.blocked.count(t.outputs[0])) continue;
+      auto rd = readers.of.find(t.outputs[0]);
+      if (rd == readers.of.end()) continue;
+      const Perm p = perm_attr(t);
+      // Operand `pos` of product m reading t's input: its flags, when some read that layout.
+      auto flags = [&](const ir::Node& m, size_t pos, bool* tb, bool* tr) {
+        return flags_of_perm(compose(p, perm_of_flags(int_attr_of(m, pos ? "transBatchB" : "transBatchA"),
+                                                      int_attr_of(m, pos ? "transB" : "transA"))),
+                             tb, tr);
+      };
+      bool ok = true, tb, tr;
+      for (size_t r : rd->second) {
+        const ir::Node& m = g.nodes[r];
+        ok = ok && is_product(m) && operands_ok(m);
+        for (size_t pos = 0; ok && pos < 2; ++pos) ok = m.inputs[pos] != t.outputs[0] || flags(m, pos, &tb, &tr);
+      }
+      if (!ok) continue;
+      for (size_t r : std::set<size_t>(rd->second.begin(), rd->second.end())) {
+        ir::Node& m = g.nodes[r];
+        to_fused(m);
+        for (size_t pos = 0; pos < 2; ++pos) {
+          if (m.inputs[pos] != t.outputs[0]) continue;
+          flags(m, pos, &tb, &tr);
+          set_int_attr(m, pos ? "transBatchB" : "transBatchA", tb), set_int_attr(m, pos ? "transB" : "transA", tr);
+          m.inputs[pos] = t.inputs[0];
+        }
+      }
+      drop[i] = true;
+      ++absorbed;
+    }
+    ir::splice_nodes(g, std::map<size_t, ir::Node>{}, drop);
+  }
+  // Transposes of step 1 that nothing reads any more.
+  {
+    const Readers readers(g);
+    std::vector<bool> drop(g.nodes.size(), false);
+    bool any = false;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (is_transpose3(g.nodes[i]) && !readers.of.count(g.nodes[i].outputs[0]) && !readers.blocked.count(g.nodes[i].outputs[0]))
+        drop[i] = any = true;
+    if (any) ir::splice_nodes(g, std::map<size_t, ir::Node>{}, drop);
+  }
+  return absorbed;
 }
 
 }  // namespace onnxtrain::train

@@ -56,4 +56,22 @@ int fuse_relu_grad(ir::Graph& g);
 /// with a device provider keep the pair. Returns the number of Sum nodes replaced.
 int fuse_slice_grad_sum(ir::Graph& g);
 
+/// In a training graph: Add(FusedMatMul(X, W), c) (operands in either order) — W a 2-D
+/// initializer, c a 1-D initializer of its N values and the same type, the product read by that
+/// Add alone — becomes FusedMatMul(X, W, c): the bias is oneDNN's bias argument of the product
+/// (the same float32 sum, then + c) instead of a pass over the activation. The Add's gradient
+/// nodes, already built, stay. CPU kernels only (CUDA's FusedMatMul has no bias input). Returns
+/// the number of Add nodes removed.
+int fuse_matmul_bias(ir::Graph& g);
+
+/// In a training graph: the Transposes around batched products — a batch-first attention's
+/// (1, 0, 2) and (1, 2, 0) head transposes and their gradients' — are read and written through
+/// FusedMatMul's strides instead of copied: chains of Transposes are composed; a Div or Mul by a
+/// scalar trades places with an adjacent Transpose; a product read only by a Transpose moving its
+/// row axis first writes that layout (transBatchY; for [2, 0, 1] with its operands swapped); a
+/// Transpose read only by products becomes their transBatchA / transBatchB / transA / transB.
+/// Only products whose operands have rank 2 or 3 (one 3) are touched. CPU kernels only. Returns
+/// the number of Transpose nodes removed or moved.
+int absorb_transposes(ir::Graph& g);
+
 }  // namespace onnxtrain::train

@@ -90,8 +90,23 @@ TEST(Linalg, MatMulUInt32) { check_matmul(DType::kUInt32, 15, 10); }
 TEST(Linalg, MatMulFloat16) { check_matmul(DType::kFloat16, 16, 30); }  // widened to float32
 TEST(Linalg, MatMulBFloat16) { check_matmul(DType::kBFloat16, 17, 30); }  // oneDNN's bf16 matmul
 
+// Runs a FusedMatMul node and expects an error naming `what`.
+void expect_fused_matmul_error(std::vector<Tensor> in, std::vector<ir::Attribute> attrs, const char* what) {
+  RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.opset = 1;
+  try {
+    run_node("FusedMatMul", in, attrs, o);
+    ADD_FAILURE() << "no error for " << what;
+  } catch (const onnxtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 // com.onnxtrain.FusedMatMul: the operands stored transposed (last two dims swapped) give the
-// product of the untransposed ones, batch broadcast included.
+// product of the untransposed ones, batch broadcast included; with C, C added to every row
+// (oneDNN's bias argument in float32, a pass after the product in the other types), the weights
+// sometimes constants of the plan (packed once).
 std::vector<double> swap_last2(const std::vector<double>& v, const Shape& s, Shape* out) {
   const int64_t R = s[s.size() - 2], C = s.back(), n = int64_t(v.size()) / std::max<int64_t>(R * C, 1);
   std::vector<double> r(v.size());
@@ -122,35 +137,124 @@ TEST(Linalg, FusedMatMulTransposedOperands) {
     const DType dt = t % 3 == 2 ? DType::kFloat64 : t % 5 == 4 ? DType::kFloat16 : DType::kFloat32;
     const std::vector<double> a = to_double(random_tensor(dt, sa, rng)), b = to_double(random_tensor(dt, sb, rng));
     Shape so;
-    const auto expect = ref_matmul(a, sa, b, sb, &so);
-    const bool ta = t % 2 == 1, tb = (t / 2) % 2 == 1;
+    auto expect = ref_matmul(a, sa, b, sb, &so);
+    const bool ta = t % 2 == 1, tb = (t / 2) % 2 == 1, with_c = t % 3 != 1;
+    const Tensor c = random_tensor(dt, {N}, rng);
+    if (with_c) {
+      const std::vector<double> cv = to_double(c);
+      for (size_t i = 0; i < expect.size(); ++i) expect[i] += cv[i % size_t(N)];
+    }
     Shape sta = sa, stb = sb;
     const std::vector<double> fa = ta ? swap_last2(a, sa, &sta) : a, fb = tb ? swap_last2(b, sb, &stb) : b;
     RunOptions o;
     o.domain = "com.onnxtrain";
     o.opset = 1;
     o.threads = 1 + t % 2;
-    auto y = run_node("FusedMatMul", {from_double(dt, sta, fa), from_double(dt, stb, fb)},
-                      {attr_int("transA", ta), attr_int("transB", tb)}, o);
+    o.inputs_as_constants = t % 4 == 2;
+    std::vector<Tensor> in{from_double(dt, sta, fa), from_double(dt, stb, fb)};
+    if (with_c) in.push_back(c);
+    auto y = run_node("FusedMatMul", in, {attr_int("transA", ta), attr_int("transB", tb)}, o);
     EXPECT_TRUE(all_close(y[0], so, expect, tol_for(dt), tol_for(dt)))
-        << "FusedMatMul " << str(sta) << (ta ? "^T" : "") << " @ " << str(stb) << (tb ? "^T" : "") << " trial " << t;
+        << "FusedMatMul " << str(sta) << (ta ? "^T" : "") << " @ " << str(stb) << (tb ? "^T" : "") << (with_c ? " + C" : "")
+        << " trial " << t;
   }
-  RunOptions o;
-  o.domain = "com.onnxtrain";
-  o.opset = 1;
-  auto fails = [&](std::vector<Tensor> in, std::vector<ir::Attribute> attrs, const char* what) {
-    try {
-      run_node("FusedMatMul", in, attrs, o);
-      ADD_FAILURE() << "no error for " << what;
-    } catch (const onnxtrain::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
+  const auto fails = expect_fused_matmul_error;
   std::mt19937 r2(3);
   const Tensor m34 = random_tensor(DType::kFloat32, {3, 4}, r2);
   fails({random_tensor(DType::kFloat32, {4}, r2), m34}, {}, "rank >= 2");
   fails({m34, m34}, {}, "inner dimensions differ");
   fails({m34, m34}, {attr_int("transB", 1), attr_float("alpha", 2.f)}, "alpha");
+  fails({m34, m34, random_tensor(DType::kFloat32, {4}, r2)}, {attr_int("transB", 1)}, "bias C has shape [4], expected [3]");
+  fails({m34, m34, random_tensor(DType::kFloat64, {3}, r2)}, {attr_int("transB", 1)}, "bias C has element type");
+}
+
+// A rank-3 tensor's values permuted: out[i0, i1, i2] = v[i_perm...], out shape s[perm].
+std::vector<double> permute3(const std::vector<double>& v, const Shape& s, const std::vector<int>& perm, Shape* out) {
+  *out = {s[size_t(perm[0])], s[size_t(perm[1])], s[size_t(perm[2])]};
+  const int64_t st[3] = {s[1] * s[2], s[2], 1};
+  std::vector<double> r(v.size());
+  size_t k = 0;
+  for (int64_t i = 0; i < (*out)[0]; ++i)
+    for (int64_t j = 0; j < (*out)[1]; ++j)
+      for (int64_t l = 0; l < (*out)[2]; ++l) {
+        const int64_t idx[3] = {i, j, l};
+        int64_t src = 0;
+        for (int d = 0; d < 3; ++d) src += idx[d] * st[perm[d]];
+        r[k++] = v[size_t(src)];
+      }
+  return r;
+}
+
+// FusedMatMul's transBatchA / transBatchB (onnxruntime's: a rank-3 operand's first axis moved
+// behind its batch axis, before transA / transB) and transBatchY (the product stored with its row
+// axis first) against the naive product of the permuted operands: every flag combination, 2-D
+// operands broadcast over the batch, with and without the bias C, sizes on both sides of the
+// tiny-product cut, one and two threads, float32, float64 and float16.
+TEST(Linalg, FusedMatMulTransBatch) {
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int> small(1, 6), big(1, 48);
+  for (int t = 0; t < 96; ++t) {
+    const bool tba = t & 1, tbb = t & 2, ta = t & 4, tb = t & 8, tby = t & 16 || (!tba && !tbb);
+    const bool a2 = !tba && t % 3 == 0, b2 = !tbb && !a2 && t % 5 == 0, with_c = t % 4 == 1;
+    const int64_t nb = small(rng), M = (t % 7 ? big : small)(rng), K = big(rng), N = big(rng);
+    const DType dt = t % 6 == 5 ? DType::kFloat64 : t % 11 == 10 ? DType::kFloat16 : DType::kFloat32;
+    // Logical operands [nb, M, K], [nb, K, N] (2-D: [M, K], [K, N]); their storage undoes the flags.
+    const Shape la = a2 ? Shape{M, K} : Shape{nb, M, K}, lb = b2 ? Shape{K, N} : Shape{nb, K, N};
+    const std::vector<double> va = to_double(random_tensor(dt, la, rng)), vb = to_double(random_tensor(dt, lb, rng));
+    Shape so;
+    auto expect = ref_matmul(va, la, vb, lb, &so);
+    const Tensor c = random_tensor(dt, {N}, rng);
+    if (with_c) {
+      const std::vector<double> cv = to_double(c);
+      for (size_t i = 0; i < expect.size(); ++i) expect[i] += cv[i % size_t(N)];
+    }
+    // Stored = logical permuted by the inverse of what the flags read: trans swaps the last two
+    // axes, then transBatch moves axis 0 behind the batch axis.
+    auto store = [&](const std::vector<double>& v, const Shape& s, bool trans_batch, bool trans, Shape* out) {
+      if (s.size() == 2) {
+        if (!trans) return *out = s, v;
+        Shape o3;
+        auto r = permute3(v, {1, s[0], s[1]}, {0, 2, 1}, &o3);
+        *out = {o3[1], o3[2]};
+        return r;
+      }
+      Shape s1 = s;
+      std::vector<double> r = v;
+      if (trans) r = permute3(r, s, {0, 2, 1}, &s1);
+      Shape s2 = s1;
+      if (trans_batch) r = permute3(r, s1, {1, 0, 2}, &s2);
+      *out = s2;
+      return r;
+    };
+    Shape sa, sb;
+    const std::vector<double> fa = store(va, la, tba, ta, &sa), fb = store(vb, lb, tbb, tb, &sb);
+    if (tby) {  // [nb, M, N] stored as [M, nb, N]
+      Shape s2;
+      expect = permute3(expect, so, {1, 0, 2}, &s2);
+      so = s2;
+    }
+    RunOptions o;
+    o.domain = "com.onnxtrain";
+    o.opset = 1;
+    o.threads = 1 + t % 2;
+    std::vector<Tensor> in{from_double(dt, sa, fa), from_double(dt, sb, fb)};
+    if (with_c) in.push_back(c);
+    auto y = run_node("FusedMatMul", in,
+                      {attr_int("transA", ta), attr_int("transB", tb), attr_int("transBatchA", tba),
+                       attr_int("transBatchB", tbb), attr_int("transBatchY", tby)},
+                      o);
+    EXPECT_TRUE(all_close(y[0], so, expect, tol_for(dt), tol_for(dt)))
+        << "trial " << t << ": " << str(sa) << " tbA " << tba << " tA " << ta << " @ " << str(sb) << " tbB " << tbb << " tB "
+        << tb << " tbY " << tby << (with_c ? " + C" : "");
+  }
+  std::mt19937 r2(5);
+  const auto fails = expect_fused_matmul_error;
+  fails({random_tensor(DType::kFloat32, {3, 4}, r2), random_tensor(DType::kFloat32, {4, 5}, r2)},
+        {attr_int("transBatchA", 1)}, "needs an operand of rank 3");
+  fails({random_tensor(DType::kFloat32, {2, 3, 4}, r2), random_tensor(DType::kFloat32, {2, 2, 4, 5}, r2)},
+        {attr_int("transBatchB", 1)}, "rank 2 or 3");
+  fails({random_tensor(DType::kFloat32, {2, 3, 4}, r2), random_tensor(DType::kFloat32, {4, 3, 5}, r2)},
+        {attr_int("transBatchB", 1)}, "batch dimensions differ");
 }
 
 TEST(Linalg, MatMulLarge) {  // large enough for oneDNN's blocked paths and both threads

@@ -74,6 +74,27 @@ void matmul2d(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, c
   }
 }
 
+// Runs one(i) for the n products of a batch: many small ones one per thread; otherwise each
+// product uses every thread (macs: multiply-adds of one product).
+template <class F>
+void run_batches(int64_t n, int64_t macs, F&& one) {
+  if (n >= 2 * current_threads() && macs < (1 << 18)) {
+    parallel_for(n, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) one(i);
+    });
+  } else {
+    for (int64_t i = 0; i < n; ++i) one(i);
+  }
+}
+
+// y[r, j] += c[j] for `rows` rows of n values, row stride ld (the element type's arithmetic).
+template <class T>
+void add_row_bias(T* y, int64_t rows, int64_t n, int64_t ld, const T* c) {
+  using Acc = compute_t<T>;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) y[r * ld + j] = T(wrap_add(Acc(y[r * ld + j]), Acc(c[j])));
+}
+
 // ---------------------------------------------------------------- float16 through float32
 size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -90,8 +111,11 @@ class BatchedMatMul {
  public:
   /// False when the batch shapes do not broadcast.
   /// `b_const`: B's data when it is a constant of the plan (float32 weights are then packed once).
+  /// `bias`: a [N] row to add to every row of C, asked for; has_bias() says whether the product
+  /// adds it (oneDNN's bias argument) or the caller must.
   bool prepare(DType dt, Shape a_batch, Shape b_batch, int64_t M, int64_t K, int64_t N, bool ta, bool tb,
-               const Tensor* b_const = nullptr) {
+               const Tensor* b_const = nullptr, bool bias = false) {
+    bias_ = false;
     if (dt == DType::kFloat16) {
       // float16: the float32 product of the widened operands (exact), rounded back to float16.
       widened_ = std::make_shared<BatchedMatMul>();
@@ -136,7 +160,10 @@ class BatchedMatMul {
     // measured as fast as sgemm or faster on training shapes; 1.6x slower on a [4, 8192] x
     // [8192, 8192] product.
     tiny_ = dt == DType::kFloat32 && tiny_product(shape_numel(cd) * rows_ * K * N);
-    if (float_type(dt) && !tiny_ && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_, b_const)) return true;
+    if (float_type(dt) && !tiny_ && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_, b_const, bias)) {
+      bias_ = bias;
+      return true;
+    }
     // Offsets of each batch's matrices over the collapsed dims.
     const int64_t nb = shape_numel(cd);
     std::vector<int64_t> idx(cd.size(), 0);
@@ -160,10 +187,12 @@ class BatchedMatMul {
   }
 
   const Shape& batch() const { return batch_; }
-  /// Runs on a kernel's inputs 0 and 1 into its output 0.
+  /// True when run() adds the bias prepare() was asked for.
+  bool has_bias() const { return bias_; }
+  /// Runs on a kernel's inputs 0 and 1 (and 2, the bias, when has_bias()) into its output 0.
   void run(RunContext& ctx) {
     run(ctx.input(0).raw_data(), ctx.input(1).raw_data(), ctx.output(0).raw_data(), ctx.workspace(), ctx.node(),
-        CpuContext::of(ctx).stream());
+        CpuContext::of(ctx).stream(), bias_ ? ctx.input(2).raw_data() : nullptr);
   }
   size_t workspace_bytes() const {
     if (widened_)
@@ -172,7 +201,8 @@ class BatchedMatMul {
     return op_.valid() ? op_.workspace_bytes() : 0;
   }
 
-  void run(const void* a, const void* b, void* c, void* ws, const ir::Node& node, dnnl::stream& stream) {
+  void run(const void* a, const void* b, void* c, void* ws, const ir::Node& node, dnnl::stream& stream,
+           const void* bias = nullptr) {
     if (nbatch_ == 0 || M_ == 0 || N_ == 0) return;
     if (widened_) {
       float* a32 = static_cast<float*>(ws);
@@ -189,6 +219,7 @@ class BatchedMatMul {
       op_.bind(DNNL_ARG_SRC, a);
       op_.bind(DNNL_ARG_WEIGHTS, b);
       op_.bind(DNNL_ARG_DST, c);
+      if (bias_) op_.bind(DNNL_ARG_BIAS, bias);
       op_.execute(ws, stream);
       return;
     }
@@ -207,14 +238,7 @@ class BatchedMatMul {
         matmul2d<T>(ta_, tb_, rows_, N_, K_, 1.0, A + a_off_[size_t(i)], lda, B + b_off_[size_t(i)], ldb, 0.0,
                     C + i * rows_ * N_, N_);
       };
-      // Many small products: one per thread; otherwise each product uses every thread.
-      if (n >= 2 * current_threads() && rows_ * N_ * K_ < (1 << 18)) {
-        parallel_for(n, 1, [&](int64_t b0, int64_t b1) {
-          for (int64_t i = b0; i < b1; ++i) one(i);
-        });
-      } else {
-        for (int64_t i = 0; i < n; ++i) one(i);
-      }
+      run_batches(n, rows_ * N_ * K_, one);
     });
   }
 
@@ -222,7 +246,8 @@ class BatchedMatMul {
   // oneDNN matmul on collapsed batch dims (ad, bd broadcast to cd), M rows; false when oneDNN
   // offers only its reference kernel (the per-batch sgemm loop is faster).
   // A constant 2-D B (b_const, float32) goes into the layout the primitive picks, once.
-  bool make_dnnl(const Shape& ad, const Shape& bd, const Shape& cd, int64_t M, const Tensor* b_const) {
+  // `bias`: a [N] row added to every row of the product (oneDNN's bias argument, [1, ..., 1, N]).
+  bool make_dnnl(const Shape& ad, const Shape& bd, const Shape& cd, int64_t M, const Tensor* b_const, bool bias) {
     using dnnl::memory;
     auto md = [this](const Shape& batch, int64_t rows, int64_t cols, bool trans) {
       Shape d = batch;
@@ -241,12 +266,18 @@ class BatchedMatMul {
     const memory::desc a = md(ad, M, K_, ta_), b = md(bd, K_, N_, tb_), c = md(cd, M, N_, false);
     const bool pack = b_const && dt_ == DType::kFloat32 && ad.empty() && bd.empty();
     const memory::desc b_prim = pack ? memory::desc({K_, N_}, *float_type(dt_), memory::format_tag::any) : b;
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b_prim, c), dnnl_util::default_attr(), dnnl_util::cpu_engine());
+    Shape bias_dims(cd.size() + 1, 1);
+    bias_dims.push_back(N_);
+    const memory::desc bmd = bias ? memory::desc(dnnl_util::dims(bias_dims), *float_type(dt_), dnnl_util::dims(contiguous_strides(bias_dims)))
+                                  : memory::desc();
+    dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(a, b_prim, bmd, c) : dnnl::matmul::desc(a, b_prim, c),
+                                    dnnl_util::default_attr(), dnnl_util::cpu_engine());
     if (dnnl_util::is_reference(pd)) return false;
     op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
     op_.add_arg(DNNL_ARG_SRC, a, pd.src_desc(), false);
     if (pack) op_.add_const_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), b_const->raw_data());
     else op_.add_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), false);
+    if (bias) op_.add_arg(DNNL_ARG_BIAS, bmd, pd.bias_desc(), false);
     op_.add_arg(DNNL_ARG_DST, c, pd.dst_desc(), true);
     op_.set_single_threaded(small_product(shape_numel(cd) * M * K_ * N_));
     return true;
@@ -257,16 +288,16 @@ class BatchedMatMul {
   std::shared_ptr<BatchedMatMul> widened_;  // float16: the float32 product it runs through
   int64_t a_numel_ = 0, b_numel_ = 0;         // float16: elements of A and B
   int64_t rows_ = 0;  // rows of each product (M, or batch*M when A's batch folds into the rows)
-  bool ta_ = false, tb_ = false, tiny_ = false;
+  bool ta_ = false, tb_ = false, tiny_ = false, bias_ = false;
   Shape batch_;
   std::vector<int64_t> a_off_, b_off_;
   dnnl_util::DnnlOp op_;
 };
 
 // Prepares `mm` for the product `g` describes and declares output 0 and the workspace.
-void prepare_product(PrepareContext& ctx, BatchedMatMul& mm, DType dt, const shape::MatMulGeom& g, bool ta, bool tb) {
-  if (!mm.prepare(dt, g.a_batch, g.b_batch, g.M, g.K, g.N, ta, tb,
-                  ctx.constant_weights(1)))
+void prepare_product(PrepareContext& ctx, BatchedMatMul& mm, DType dt, const shape::MatMulGeom& g, bool ta, bool tb,
+                     bool bias = false) {
+  if (!mm.prepare(dt, g.a_batch, g.b_batch, g.M, g.K, g.N, ta, tb, ctx.constant_weights(1), bias))
     ctx.fail("internal: batch dimensions ", shape_to_string(g.a_batch), " and ", shape_to_string(g.b_batch),
              " do not broadcast");
   ctx.set_output(0, dt, g.output);
@@ -292,32 +323,183 @@ class MatMulKernel final : public Kernel {
   BatchedMatMul mm_;
 };
 
+// ---------------------------------------------------------------- product of strided batches
+// C[b] = A[b] @ B[b] (+ bias on every row) over nb batches, each operand a view: element (b, i, j)
+// at b * bs + i * rs + j * cs, bs 0 where a batch is broadcast. What FusedMatMul's transBatchA /
+// transBatchB (onnxruntime's: the operand's first axis moved behind its batch axes) and
+// transBatchY (com.onnxtrain's: the product's row axis stored first) read and write in place
+// of a Transpose copy: the attention products of a batch-first encoder. float32 runs one oneDNN
+// matmul over the strided descriptors where oneDNN has a kernel for them; else (or another type)
+// one gemm per batch with leading dimensions, which needs each matrix's rows or columns contiguous.
+struct MatView {
+  int64_t bs = 0, rs = 0, cs = 1;
+  bool trans = false;  ///< stored column-major: the gemm's transposed operand (rs 1, leading dimension cs)
+};
+
+class StridedMatMul {
+ public:
+  /// False (nothing prepared) when a matrix has neither unit row nor unit column stride, or C's
+  /// columns are not contiguous.
+  bool prepare(DType dt, int64_t nb, int64_t M, int64_t K, int64_t N, MatView a, MatView b, MatView c, bool bias) {
+    dt_ = dt, nb_ = nb, M_ = M, K_ = K, N_ = N, a_ = a, b_ = b, c_ = c, bias_ = bias;
+    op_ = dnnl_util::DnnlOp();
+    auto gemm_ok = [](const MatView& v) { return v.trans ? v.rs == 1 : v.cs == 1; };
+    if (!gemm_ok(a) || !gemm_ok(b) || c.cs != 1 || c.trans) return false;
+    if (nb == 0 || M == 0 || N == 0 || K == 0 || !float_type(dt) || dt == DType::kFloat16 ||
+        tiny_product(nb * M * K * N))
+      return true;
+    using dnnl::memory;
+    auto md = [&](const MatView& v, int64_t batch, int64_t rows, int64_t cols) {
+      return memory::desc({batch, rows, cols}, *float_type(dt), {v.bs, v.rs, v.cs});
+    };
+    const memory::desc amd = md(a, a.bs ? nb : 1, M, K), bmd = md(b, b.bs ? nb : 1, K, N), cmd = md(c, nb, M, N);
+    const memory::desc bias_md = bias ? memory::desc({1, 1, N}, *float_type(dt), memory::format_tag::abc) : memory::desc();
+    try {
+      dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(amd, bmd, bias_md, cmd) : dnnl::matmul::desc(amd, bmd, cmd),
+                                      dnnl_util::default_attr(), dnnl_util::cpu_engine());
+      if (dnnl_util::is_reference(pd)) return true;
+      op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
+      op_.add_arg(DNNL_ARG_SRC, amd, pd.src_desc(), false);
+      op_.add_arg(DNNL_ARG_WEIGHTS, bmd, pd.weights_desc(), false);
+      if (bias) op_.add_arg(DNNL_ARG_BIAS, bias_md, pd.bias_desc(), false);
+      op_.add_arg(DNNL_ARG_DST, cmd, pd.dst_desc(), true);
+      op_.set_single_threaded(small_product(nb * M * K * N));
+    } catch (const dnnl::error&) {  // a stride layout oneDNN does not take: the gemm loop
+      op_ = dnnl_util::DnnlOp();
+    }
+    return true;
+  }
+  size_t workspace_bytes() const { return op_.valid() ? op_.workspace_bytes() : 0; }
+
+  void run(RunContext& ctx) {
+    const void* bias = bias_ ? ctx.input(2).raw_data() : nullptr;
+    if (nb_ == 0 || M_ == 0 || N_ == 0) return;
+    if (op_.valid()) {
+      op_.bind(DNNL_ARG_SRC, ctx.input(0).raw_data());
+      op_.bind(DNNL_ARG_WEIGHTS, ctx.input(1).raw_data());
+      if (bias_) op_.bind(DNNL_ARG_BIAS, bias);
+      op_.bind(DNNL_ARG_DST, ctx.output(0).raw_data());
+      op_.execute(ctx.workspace(), CpuContext::of(ctx).stream());
+      return;
+    }
+    dispatch<MatMulTypes>(dt_, ctx.node(), [&]<class T>() {
+      const T* A = ctx.input(0).data<T>();
+      const T* B = ctx.input(1).data<T>();
+      T* C = ctx.output(0).data<T>();
+      const bool ta = a_.trans, tb = b_.trans;
+      const int64_t lda = ta ? a_.cs : a_.rs, ldb = tb ? b_.cs : b_.rs;
+      auto one = [&](int64_t i) {
+        T* c = C + i * c_.bs;
+        if (K_ == 0) {
+          for (int64_t r = 0; r < M_; ++r) std::fill(c + r * c_.rs, c + r * c_.rs + N_, T(0.f));
+        } else {
+          matmul2d<T>(ta, tb, M_, N_, K_, 1.0, A + i * a_.bs, lda, B + i * b_.bs, ldb, 0.0, c, c_.rs);
+        }
+        if (bias_) add_row_bias(c, M_, N_, c_.rs, static_cast<const T*>(bias));
+      };
+      run_batches(nb_, M_ * N_ * K_, one);
+    });
+  }
+
+ private:
+  DType dt_ = DType::kFloat32;
+  int64_t nb_ = 0, M_ = 0, K_ = 0, N_ = 0;
+  MatView a_, b_, c_;
+  bool bias_ = false;
+  dnnl_util::DnnlOp op_;
+};
+
 // ---------------------------------------------------------------- FusedMatMul (com.onnxtrain)
-// Y[b..., M, N] = op(A)[b..., M, K] @ op(B)[b..., K, N], op transposing the last two dims when
-// transA / transB is set (onnxruntime's com.microsoft.FusedMatMul without alpha). The gradient rule
-// of MatMul emits it for A^T g and g B^T: the transposed operand is read through its strides, no
-// Transpose node copies it. Both operands have rank >= 2; batch dims broadcast.
+// Y[b..., M, N] = op(A)[b..., M, K] @ op(B)[b..., K, N] (+ C[N] on every row), op transposing the
+// last two dims when transA / transB is set (onnxruntime's com.microsoft.FusedMatMul without alpha;
+// the bias C is com.onnxtrain's, train::fuse_matmul_bias). The gradient rule of MatMul emits it for
+// A^T g and g B^T: the transposed operand is read through its strides, no Transpose node copies it.
+// Both operands have rank >= 2; batch dims broadcast. C is oneDNN's bias argument where the
+// product runs there (float32: the sum of products, then + C, as Add after the product rounds);
+// else a pass after the product.
 class FusedMatMulKernel final : public Kernel {
  public:
   explicit FusedMatMulKernel(const KernelInfo& info)
       : ta_(info.attr_int("transA", 0) != 0), tb_(info.attr_int("transB", 0) != 0) {
     if (info.attr_float("alpha", 1.f) != 1.f) info.fail("alpha other than 1 is not implemented");
-    if (info.attr_int("transBatchA", 0) || info.attr_int("transBatchB", 0))
-      info.fail("transBatchA / transBatchB are not implemented");
+    tba_ = info.attr_int("transBatchA", 0) != 0, tbb_ = info.attr_int("transBatchB", 0) != 0;
+    tby_ = info.attr_int("transBatchY", 0) != 0;
   }
   void prepare(PrepareContext& ctx) override {
     const DType dt = ctx.input_dtype(0);
     if (ctx.input_dtype(1) != dt)
       ctx.fail("inputs have different element types (", dtype_name(dt), " and ", dtype_name(ctx.input_dtype(1)), ")");
     dispatch<MatMulTypes>(dt, ctx.node(), [&]<class T>() {});
+    strided_ = tba_ || tbb_ || tby_;
+    if (strided_) return prepare_strided(ctx, dt);
     const shape::MatMulGeom g = shape::fused_matmul_geometry(ctx, ctx.input_shape(0), ctx.input_shape(1), ta_, tb_);
-    prepare_product(ctx, mm_, dt, g, ta_, tb_);
+    bias_ = ctx.num_inputs() > 2 && ctx.has_input(2);
+    if (bias_) {
+      if (ctx.input_dtype(2) != dt)
+        ctx.fail("bias C has element type ", dtype_name(ctx.input_dtype(2)), ", expected ", dtype_name(dt));
+      if (ctx.input_shape(2) != Shape{g.N})
+        ctx.fail("bias C has shape ", shape_to_string(ctx.input_shape(2)), ", expected [", g.N, "]");
+    }
+    prepare_product(ctx, mm_, dt, g, ta_, tb_, bias_);
+    rows_ = shape_numel(g.output) / std::max<int64_t>(g.N, 1), n_ = g.N;
   }
-  void run(RunContext& ctx) override { mm_.run(ctx); }
+  void run(RunContext& ctx) override {
+    if (strided_) return smm_.run(ctx);
+    mm_.run(ctx);
+    if (!bias_ || mm_.has_bias()) return;
+    dispatch<MatMulTypes>(ctx.input(0).dtype(), ctx.node(), [&]<class T>() {
+      add_row_bias(ctx.output(0).data<T>(), rows_, n_, n_, ctx.input(2).data<T>());
+    });
+  }
 
  private:
-  bool ta_, tb_;
+  // transBatchA / B / Y: operands of rank 3 (or 2: one matrix for every batch), batch axes equal.
+  void prepare_strided(PrepareContext& ctx, DType dt) {
+    const Shape &sa = ctx.input_shape(0), &sb = ctx.input_shape(1);
+    if (sa.size() < 2 || sb.size() < 2 || sa.size() > 3 || sb.size() > 3)
+      ctx.fail("transBatchA / transBatchB / transBatchY are implemented for operands of rank 2 or 3, got ", shape_to_string(sa),
+               " and ", shape_to_string(sb));
+    // An operand's logical [batch, rows, cols] view of its contiguous storage.
+    struct Op {
+      int64_t batch = 0, rows = 0, cols = 0;  // batch 0: a 2-D operand
+      MatView v;
+    };
+    auto view = [&](const Shape& s, bool trans_batch, bool trans, const char* name) {
+      Op o;
+      if (s.size() == 3) {
+        if (trans_batch) o = Op{s[1], s[0], s[2], MatView{s[2], s[1] * s[2], 1, false}};  // [s1, s0, s2]
+        else o = Op{s[0], s[1], s[2], MatView{s[1] * s[2], s[2], 1, false}};
+      } else {
+        if (trans_batch) ctx.fail("transBatch", name, " needs an operand of rank 3, got ", shape_to_string(s));
+        o = Op{0, s[0], s[1], MatView{0, s[1], 1, false}};
+      }
+      if (trans) std::swap(o.rows, o.cols), std::swap(o.v.rs, o.v.cs), o.v.trans = true;
+      return o;
+    };
+    const Op a = view(sa, tba_, ta_, "A"), b = view(sb, tbb_, tb_, "B");
+    if (a.cols != b.rows)
+      ctx.fail("inner dimensions differ: op(A) is [", a.rows, ", ", a.cols, "], op(B) is [", b.rows, ", ", b.cols, "]");
+    if (a.batch && b.batch && a.batch != b.batch)
+      ctx.fail("batch dimensions differ (", a.batch, " and ", b.batch, "): broadcast with transBatch is not implemented");
+    const int64_t nb = std::max(a.batch, b.batch), M = a.rows, K = a.cols, N = b.cols;
+    if (nb == 0) ctx.fail("transBatchY needs an operand of rank 3");
+    bias_ = ctx.num_inputs() > 2 && ctx.has_input(2);
+    if (bias_ && (ctx.input_dtype(2) != dt || ctx.input_shape(2) != Shape{N}))
+      ctx.fail("bias C must be ", dtype_name(dt), " [", N, "], got ", dtype_name(ctx.input_dtype(2)), " ",
+               shape_to_string(ctx.input_shape(2)));
+    const MatView c = tby_ ? MatView{N, nb * N, 1, false} : MatView{M * N, N, 1, false};
+    MatView av = a.v, bv = b.v;
+    if (!a.batch) av.bs = 0;
+    if (!b.batch) bv.bs = 0;
+    if (!smm_.prepare(dt, nb, M, K, N, av, bv, c, bias_)) ctx.fail("internal: an operand view without a unit stride");
+    ctx.set_output(0, dt, tby_ ? Shape{M, nb, N} : Shape{nb, M, N});
+    ctx.request_workspace(smm_.workspace_bytes());
+  }
+
+  bool ta_, tb_, tba_ = false, tbb_ = false, tby_ = false, strided_ = false, bias_ = false;
+  int64_t rows_ = 0, n_ = 0;
   BatchedMatMul mm_;
+  StridedMatMul smm_;
 };
 
 // ---------------------------------------------------------------- Gemm

@@ -177,6 +177,8 @@ class MatMulKernel final : public Kernel {
       alpha_ = info.attr_float("alpha", 1.f);
       if (info.attr_int("transBatchA", 0) || info.attr_int("transBatchB", 0))
         info.fail("transBatchA / transBatchB are not implemented");
+      if (info.node().inputs.size() > 2 && !info.node().inputs[2].empty())
+        info.fail("the bias input C is not implemented on CUDA");
     }
   }
   void prepare(PrepareContext& ctx) override {
