@@ -645,7 +645,7 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
   if (!cfg.portable && cfg.host_kernels_only) {
     fuse_slice_grad_sum(*tg.model.graph);  // the slices' gradients as copies
     fuse_matmul_bias(*tg.model.graph);     // biases added by their products
-    absorb_transposes(*tg.model.graph);    // head transposes read through the products' strides
+    if (cfg.absorb_transposes) absorb_transposes(*tg.model.graph);  // head transposes read through strides
   }
   RecomputeConfig rc = cfg.recompute;
   rc.portable = cfg.portable;

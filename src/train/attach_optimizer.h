@@ -63,6 +63,10 @@ struct StepConfig {
   float max_grad_norm = 1.0f;
   bool portable = false;           ///< standard ONNX (+ preview-training ops where they fit) only
   bool host_kernels_only = false;  ///< every kernel runs on the CPU (fusions without device kernels apply)
+  /// train::absorb_transposes (with host_kernels_only): the SessionOptions config entry
+  /// onnxtrain.absorb_transposes = "1". Off by default: oneDNN 2.6 runs batch-permuted products
+  /// through its gemm path, whose cost about equals the Transpose copies it saves (docs/autodiff.md).
+  bool absorb_transposes = false;
   std::string lr_input = "Learning_Rate";
   DataParallelConfig data_parallel;
   /// Loss scaling (float16 mixed precision): the float32 [1] graph input the differentiated loss

@@ -70,8 +70,9 @@ int fuse_matmul_bias(ir::Graph& g);
 /// scalar trades places with an adjacent Transpose; a product read only by a Transpose moving its
 /// row axis first writes that layout (transBatchY; for [2, 0, 1] with its operands swapped); a
 /// Transpose read only by products becomes their transBatchA / transBatchB / transA / transB.
-/// Only products whose operands have rank 2 or 3 (one 3) are touched. CPU kernels only. Returns
-/// the number of Transpose nodes removed or moved.
+/// Only products whose operands have rank 2 or 3 (one 3) are touched. CPU kernels only; applied
+/// when StepConfig::absorb_transposes asks for it. Returns the number of Transpose nodes removed
+/// or moved.
 int absorb_transposes(ir::Graph& g);
 
 }  // namespace onnxtrain::train

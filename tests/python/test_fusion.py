@@ -71,10 +71,10 @@ def train_like_torch(sess, module, batches, names, steps, lr=1e-2, unchecked=())
     return state
 
 
-def classifier_session(tmp_path, make_module, seed, nbatches, op, count):
+def classifier_session(tmp_path, make_module, seed, nbatches, op, count, config=None):
     """A seeded classifier (inputs [16, 12], 3 classes), `nbatches` random batches, its export
     (checked to hold `count` nodes of type `op`), Adam parameters, the TrainingSession, and the
-    training graph's (domain, op_type) list."""
+    training graph's (domain, op_type) list. `config`: SessionOptions config entries."""
     torch.manual_seed(seed)
     module = make_module()
     g = torch.Generator().manual_seed(seed + 1)
@@ -82,7 +82,10 @@ def classifier_session(tmp_path, make_module, seed, nbatches, op, count):
     data = export(module, *batches[0])
     assert sum(n.op_type == op for n in onnx.load_from_string(data).graph.node) == count
     p = adam_params(module, tmp_path / "training.onnx")
-    sess = ot.TrainingSession(data, p)
+    so = ot.SessionOptions()
+    for k, v in (config or {}).items():
+        so.add_session_config_entry(k, v)
+    sess = ot.TrainingSession(data, p, so)
     ops = [(n.domain, n.op_type) for n in onnx.load(str(tmp_path / "training.onnx")).graph.node]
     return module, batches, data, p, sess, ops
 
@@ -335,18 +338,30 @@ class TinyEncoder(torch.nn.Module):
 
 
 def test_attention_transposes_read_through_the_products(tmp_path):
-    """A batch-first attention's head transposes are read and written through FusedMatMul's
-    transBatch strides: six products take them, 3 of the training graph's 13 Transpose nodes stay,
-    and Adam tracks PyTorch (20 steps, 1e-5). The key's share of in_proj_bias has a gradient of 0
+    """With config entry onnxtrain.absorb_transposes = "1", a batch-first attention's head
+    transposes are read and written through FusedMatMul's transBatch strides: six products take
+    them, 3 of the training graph's 13 Transpose nodes stay, and Adam tracks PyTorch (20 steps, 1e-5). The key's share of in_proj_bias has a gradient of 0
     in exact arithmetic (softmax ignores a shift of every score), rounding noise that Adam scales up
     to +-lr steps in both frameworks: that weight is left out of the final comparison."""
-    module, batches, data, p, sess, ops = classifier_session(tmp_path, TinyEncoder, 13, 3, "Transpose", 10)
+    module, batches, data, p, sess, ops = classifier_session(tmp_path, TinyEncoder, 13, 3, "Transpose", 10,
+                                                             {"onnxtrain.absorb_transposes": "1"})
     g = onnx.load(str(tmp_path / "training.onnx")).graph
     strided = [n for n in g.node if n.op_type == "FusedMatMul" and
                any(a.name.startswith("transBatch") and a.i for a in n.attribute)]
     assert len(strided) == 6, [(n.name, [(a.name, a.i) for a in n.attribute]) for n in strided]
     assert ops.count(("", "Transpose")) == 3, ops.count(("", "Transpose"))
     train_like_torch(sess, module, batches, ("x", "label"), 20, unchecked=("layer.self_attn.in_proj_bias",))
+
+
+def test_attention_transposes_kept_by_default(tmp_path):
+    """Without the config entry the 13 Transposes stay (no transBatch product); a value other than
+    "0" or "1" is refused, naming the entry."""
+    _, _, data, p, _, ops = classifier_session(tmp_path, TinyEncoder, 13, 1, "Transpose", 10)
+    assert ops.count(("", "Transpose")) == 13, ops.count(("", "Transpose"))
+    so = ot.SessionOptions()
+    so.add_session_config_entry("onnxtrain.absorb_transposes", "yes")
+    with pytest.raises(Exception, match="onnxtrain.absorb_transposes"):
+        ot.TrainingSession(data, p, so)
 
 
 @pytest.mark.parametrize("opset", [11, 13])
