@@ -271,6 +271,30 @@ TEST(Linalg, MatMulLarge) {  // large enough for oneDNN's blocked paths and both
   }
 }
 
+// Plain float32 weights with a 4 KiB-multiple row stride (N = 1024) go through oneDNN's blocked
+// layout, reordered each run (reorder_plain_weights): MatMul over a batch and 2-D, and Gemm with
+// A transposed (a weight gradient's form), against the naive double products, on two threads.
+TEST(Linalg, PlainWeightsWithAPageStrideReordered) {
+  std::mt19937 rng(19);
+  for (auto [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{40, 1024}, {1024, 1024}}, {{2, 20, 1200}, {1200, 1024}}}) {
+    Tensor a = random_tensor(DType::kFloat32, sa, rng), b = random_tensor(DType::kFloat32, sb, rng);
+    Shape so;
+    auto e = ref_matmul(to_double(a), sa, to_double(b), sb, &so);
+    RunOptions o;
+    o.threads = 2;
+    EXPECT_TRUE(all_close(run_node("MatMul", {a, b}, {}, o)[0], so, e, 1e-4, 1e-4)) << str(sa) << " @ " << str(sb);
+  }
+  // Gemm(A^T, B): A [1200, 30] read transposed, B [1200, 1024].
+  Tensor a = random_tensor(DType::kFloat32, {1200, 30}, rng), b = random_tensor(DType::kFloat32, {1200, 1024}, rng);
+  Shape sat;
+  const std::vector<double> at = swap_last2(to_double(a), {1200, 30}, &sat);
+  Shape so;
+  auto e = ref_matmul(at, sat, to_double(b), {1200, 1024}, &so);
+  RunOptions o;
+  o.threads = 2;
+  EXPECT_TRUE(all_close(run_node("Gemm", {a, b}, {attr_int("transA", 1)}, o)[0], so, e, 1e-4, 1e-4));
+}
+
 TEST(Linalg, MatMulEmpty) {
   Tensor a = Tensor::zeros(DType::kFloat32, {2, 0, 3}), b = Tensor::zeros(DType::kFloat32, {3, 4});
   auto y = run_node("MatMul", {a, b});
