@@ -562,38 +562,36 @@ int absorb_transposes(ir::Graph& g) {
       for (size_t pos = 0; pos < 2; ++pos) {
         if (e.op_type == "Div" && pos == 1) break;  // the divisor is the scalar
         if (!is_scalar(g, producer, e.inputs[1 - pos])) continue;
-        auto it = producer.find(e.inputs[pos]);
-        // Transpose, then the scalar: the scalar first (read before the Transpose).
-        if (it != producer.end() && is_transpose3(g.nodes[it->second]) && readers.read_once(e.inputs[pos]) &&
-            !used.count(it->second)) {
-          const size_t ti = it->second;
-          ir::Node e2 = e, t2 = g.nodes[ti];  // the Transpose's output name now the scalar's result
-          e2.inputs[pos] = t2.inputs[0];
-          e2.outputs[0] = t2.outputs[0];
-          t2.inputs[0] = e2.outputs[0];
-          t2.outputs[0] = e.outputs[0];
-          renamed.insert(e2.outputs[0]);
-          replace[i] = {e2, t2};
+        // The adjacent nodes first -> second (the Transpose at ti, e at i, in either order) trade
+        // places: second reads first's input, writes the middle value; first reads it, writes
+        // second's output.
+        auto swap_with = [&](size_t ti, bool transpose_first) {
+          const size_t fi = transpose_first ? ti : i, si = transpose_first ? i : ti;
+          const size_t fin = transpose_first ? 0 : pos, sin = transpose_first ? pos : 0;
+          const ir::Node &first = g.nodes[fi], &second = g.nodes[si];
+          ir::Node f2 = first, s2 = second;
+          s2.inputs[sin] = first.inputs[fin];
+          s2.outputs[0] = first.outputs[0];
+          f2.inputs[fin] = first.outputs[0];
+          f2.outputs[0] = second.outputs[0];
+          renamed.insert(first.outputs[0]);
+          replace[i] = {s2, f2};
           drop[ti] = true;
           used.insert(ti), used.insert(i);
           ++absorbed;
+        };
+        // Transpose, then the scalar: the scalar first (read before the Transpose).
+        auto it = producer.find(e.inputs[pos]);
+        if (it != producer.end() && is_transpose3(g.nodes[it->second]) && readers.read_once(e.inputs[pos]) &&
+            !used.count(it->second)) {
+          swap_with(it->second, true);
           break;
         }
         // The scalar, then a Transpose that alone reads it: the Transpose first.
         const auto rd = readers.of.find(e.outputs[0]);
         if (rd != readers.of.end() && readers.read_once(e.outputs[0]) && is_transpose3(g.nodes[rd->second[0]]) &&
             !used.count(rd->second[0])) {
-          const size_t ti = rd->second[0];
-          ir::Node t2 = g.nodes[ti], e2 = e;  // the scalar's output name now the Transpose's result
-          t2.inputs[0] = e.inputs[pos];
-          t2.outputs[0] = e.outputs[0];
-          e2.inputs[pos] = t2.outputs[0];
-          e2.outputs[0] = g.nodes[ti].outputs[0];
-          renamed.insert(t2.outputs[0]);
-          replace[i] = {t2, e2};
-          drop[ti] = true;
-          used.insert(ti), used.insert(i);
-          ++absorbed;
+          swap_with(rd->second[0], false);
           break;
         }
       }

@@ -164,8 +164,8 @@ TEST(Linalg, FusedMatMulTransposedOperands) {
   fails({random_tensor(DType::kFloat32, {4}, r2), m34}, {}, "rank >= 2");
   fails({m34, m34}, {}, "inner dimensions differ");
   fails({m34, m34}, {attr_int("transB", 1), attr_float("alpha", 2.f)}, "alpha");
-  fails({m34, m34, random_tensor(DType::kFloat32, {4}, r2)}, {attr_int("transB", 1)}, "bias C has shape [4], expected [3]");
-  fails({m34, m34, random_tensor(DType::kFloat64, {3}, r2)}, {attr_int("transB", 1)}, "bias C has element type");
+  fails({m34, m34, random_tensor(DType::kFloat32, {4}, r2)}, {attr_int("transB", 1)}, "bias C must be float [3], got float [4]");
+  fails({m34, m34, random_tensor(DType::kFloat64, {3}, r2)}, {attr_int("transB", 1)}, "bias C must be float [3], got double [3]");
 }
 
 // A rank-3 tensor's values permuted: out[i0, i1, i2] = v[i_perm...], out shape s[perm].
@@ -257,18 +257,23 @@ TEST(Linalg, FusedMatMulTransBatch) {
         {attr_int("transBatchB", 1)}, "batch dimensions differ");
 }
 
+// MatMul of random float32 operands of shapes sa and sb on two threads against the naive double
+// product.
+static void expect_matmul_matches_reference(const Shape& sa, const Shape& sb, std::mt19937& rng) {
+  Tensor a = random_tensor(DType::kFloat32, sa, rng), b = random_tensor(DType::kFloat32, sb, rng);
+  Shape so;
+  auto e = ref_matmul(to_double(a), sa, to_double(b), sb, &so);
+  RunOptions o;
+  o.threads = 2;
+  EXPECT_TRUE(all_close(run_node("MatMul", {a, b}, {}, o)[0], so, e, 1e-4, 1e-4)) << str(sa) << " @ " << str(sb);
+}
+
 TEST(Linalg, MatMulLarge) {  // large enough for oneDNN's blocked paths and both threads
   std::mt19937 rng(17);
   for (auto [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{130, 257}, {257, 129}},
                                                             {{3, 1, 65, 70}, {4, 70, 33}},
-                                                            {{70, 65}, {2, 65, 71}}}) {
-    Tensor a = random_tensor(DType::kFloat32, sa, rng), b = random_tensor(DType::kFloat32, sb, rng);
-    Shape so;
-    auto e = ref_matmul(to_double(a), sa, to_double(b), sb, &so);
-    RunOptions o;
-    o.threads = 2;
-    EXPECT_TRUE(all_close(run_node("MatMul", {a, b}, {}, o)[0], so, e, 1e-4, 1e-4)) << str(sa) << " @ " << str(sb);
-  }
+                                                            {{70, 65}, {2, 65, 71}}})
+    expect_matmul_matches_reference(sa, sb, rng);
 }
 
 // Plain float32 weights with a 4 KiB-multiple row stride (N = 1024) go through oneDNN's blocked
@@ -276,14 +281,8 @@ TEST(Linalg, MatMulLarge) {  // large enough for oneDNN's blocked paths and both
 // A transposed (a weight gradient's form), against the naive double products, on two threads.
 TEST(Linalg, PlainWeightsWithAPageStrideReordered) {
   std::mt19937 rng(19);
-  for (auto [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{40, 1024}, {1024, 1024}}, {{2, 20, 1200}, {1200, 1024}}}) {
-    Tensor a = random_tensor(DType::kFloat32, sa, rng), b = random_tensor(DType::kFloat32, sb, rng);
-    Shape so;
-    auto e = ref_matmul(to_double(a), sa, to_double(b), sb, &so);
-    RunOptions o;
-    o.threads = 2;
-    EXPECT_TRUE(all_close(run_node("MatMul", {a, b}, {}, o)[0], so, e, 1e-4, 1e-4)) << str(sa) << " @ " << str(sb);
-  }
+  for (auto [sa, sb] : std::vector<std::pair<Shape, Shape>>{{{40, 1024}, {1024, 1024}}, {{2, 20, 1200}, {1200, 1024}}})
+    expect_matmul_matches_reference(sa, sb, rng);
   // Gemm(A^T, B): A [1200, 30] read transposed, B [1200, 1024].
   Tensor a = random_tensor(DType::kFloat32, {1200, 30}, rng), b = random_tensor(DType::kFloat32, {1200, 1024}, rng);
   Shape sat;

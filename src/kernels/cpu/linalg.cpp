@@ -47,6 +47,35 @@ bool reorder_plain_weights(DType dt, int64_t K, int64_t N, bool tb) {
   return dt == DType::kFloat32 && !tb && (N * 4) % 4096 == 0 && K * N >= (int64_t(1) << 20);
 }
 
+// ---------------------------------------------------------------- one oneDNN matmul
+// oneDNN's bias argument of a product whose output is `c`: [1, ..., 1, N], contiguous.
+dnnl::memory::desc row_bias_desc(const dnnl::memory::desc& c) {
+  dnnl::memory::dims d(c.dims().size(), 1), st(d.size(), c.dims().back());
+  d.back() = c.dims().back(), st.back() = 1;
+  return dnnl::memory::desc(d, c.data_type(), st);
+}
+
+// Sets `op` to a oneDNN matmul over the user layouts a, b, c, the weights in layout b_prim (b, or
+// `any`: the primitive's choice, reordered into per run or, for constant weights b_const, once),
+// plus the row bias when `bias`; macs sizes its threading. False (op untouched) where oneDNN offers
+// only its reference kernel.
+bool init_matmul(dnnl_util::DnnlOp& op, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                 const dnnl::memory::desc& b_prim, const dnnl::memory::desc& c, bool bias,
+                 const dnnl::primitive_attr& attr, const void* b_const, int64_t macs) {
+  const dnnl::memory::desc bmd = bias ? row_bias_desc(c) : dnnl::memory::desc();
+  const dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(a, b_prim, bmd, c) : dnnl::matmul::desc(a, b_prim, c),
+                                        attr, dnnl_util::cpu_engine());
+  if (dnnl_util::is_reference(pd)) return false;
+  op.init(dnnl::matmul(pd), pd.scratchpad_desc());
+  op.add_arg(DNNL_ARG_SRC, a, pd.src_desc(), false);
+  if (b_const) op.add_const_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), b_const);
+  else op.add_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), false);
+  if (bias) op.add_arg(DNNL_ARG_BIAS, bmd, pd.bias_desc(), false);
+  op.add_arg(DNNL_ARG_DST, c, pd.dst_desc(), true);
+  op.set_single_threaded(small_product(macs));
+  return true;
+}
+
 // ---------------------------------------------------------------- one matrix product
 // C[M, N] = alpha * op(A) @ op(B) + beta * C, row-major with leading dimensions.
 template <class T>
@@ -276,21 +305,8 @@ class BatchedMatMul {
     const bool pack = b_const && dt_ == DType::kFloat32 && ad.empty() && bd.empty();
     const bool reorder = !pack && ad.empty() && bd.empty() && reorder_plain_weights(dt_, K_, N_, tb_);
     const memory::desc b_prim = pack || reorder ? memory::desc({K_, N_}, *float_type(dt_), memory::format_tag::any) : b;
-    Shape bias_dims(cd.size() + 1, 1);
-    bias_dims.push_back(N_);
-    const memory::desc bmd = bias ? memory::desc(dnnl_util::dims(bias_dims), *float_type(dt_), dnnl_util::dims(contiguous_strides(bias_dims)))
-                                  : memory::desc();
-    dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(a, b_prim, bmd, c) : dnnl::matmul::desc(a, b_prim, c),
-                                    dnnl_util::default_attr(), dnnl_util::cpu_engine());
-    if (dnnl_util::is_reference(pd)) return false;
-    op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
-    op_.add_arg(DNNL_ARG_SRC, a, pd.src_desc(), false);
-    if (pack) op_.add_const_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), b_const->raw_data());
-    else op_.add_arg(DNNL_ARG_WEIGHTS, b, pd.weights_desc(), false);
-    if (bias) op_.add_arg(DNNL_ARG_BIAS, bmd, pd.bias_desc(), false);
-    op_.add_arg(DNNL_ARG_DST, c, pd.dst_desc(), true);
-    op_.set_single_threaded(small_product(shape_numel(cd) * M * K_ * N_));
-    return true;
+    return init_matmul(op_, a, b, b_prim, c, bias, dnnl_util::default_attr(), pack ? b_const->raw_data() : nullptr,
+                       shape_numel(cd) * M * K_ * N_);
   }
 
   DType dt_ = DType::kFloat32;
@@ -363,17 +379,8 @@ class StridedMatMul {
       return memory::desc({batch, rows, cols}, *float_type(dt), {v.bs, v.rs, v.cs});
     };
     const memory::desc amd = md(a, a.bs ? nb : 1, M, K), bmd = md(b, b.bs ? nb : 1, K, N), cmd = md(c, nb, M, N);
-    const memory::desc bias_md = bias ? memory::desc({1, 1, N}, *float_type(dt), memory::format_tag::abc) : memory::desc();
     try {
-      dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(amd, bmd, bias_md, cmd) : dnnl::matmul::desc(amd, bmd, cmd),
-                                      dnnl_util::default_attr(), dnnl_util::cpu_engine());
-      if (dnnl_util::is_reference(pd)) return true;
-      op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
-      op_.add_arg(DNNL_ARG_SRC, amd, pd.src_desc(), false);
-      op_.add_arg(DNNL_ARG_WEIGHTS, bmd, pd.weights_desc(), false);
-      if (bias) op_.add_arg(DNNL_ARG_BIAS, bias_md, pd.bias_desc(), false);
-      op_.add_arg(DNNL_ARG_DST, cmd, pd.dst_desc(), true);
-      op_.set_single_threaded(small_product(nb * M * K * N));
+      init_matmul(op_, amd, bmd, bmd, cmd, bias, dnnl_util::default_attr(), nullptr, nb * M * K * N);
     } catch (const dnnl::error&) {  // a stride layout oneDNN does not take: the gemm loop
       op_ = dnnl_util::DnnlOp();
     }
@@ -443,26 +450,29 @@ class FusedMatMulKernel final : public Kernel {
     strided_ = tba_ || tbb_ || tby_;
     if (strided_) return prepare_strided(ctx, dt);
     const shape::MatMulGeom g = shape::fused_matmul_geometry(ctx, ctx.input_shape(0), ctx.input_shape(1), ta_, tb_);
-    bias_ = ctx.num_inputs() > 2 && ctx.has_input(2);
-    if (bias_) {
-      if (ctx.input_dtype(2) != dt)
-        ctx.fail("bias C has element type ", dtype_name(ctx.input_dtype(2)), ", expected ", dtype_name(dt));
-      if (ctx.input_shape(2) != Shape{g.N})
-        ctx.fail("bias C has shape ", shape_to_string(ctx.input_shape(2)), ", expected [", g.N, "]");
-    }
+    check_bias(ctx, dt, g.N);
     prepare_product(ctx, mm_, dt, g, ta_, tb_, bias_);
-    rows_ = shape_numel(g.output) / std::max<int64_t>(g.N, 1), n_ = g.N;
   }
   void run(RunContext& ctx) override {
     if (strided_) return smm_.run(ctx);
     mm_.run(ctx);
     if (!bias_ || mm_.has_bias()) return;
-    dispatch<MatMulTypes>(ctx.input(0).dtype(), ctx.node(), [&]<class T>() {
-      add_row_bias(ctx.output(0).data<T>(), rows_, n_, n_, ctx.input(2).data<T>());
+    const Tensor& c = ctx.input(2);
+    Tensor& y = ctx.output(0);
+    dispatch<MatMulTypes>(y.dtype(), ctx.node(), [&]<class T>() {
+      add_row_bias(y.data<T>(), c.numel() ? y.numel() / c.numel() : 0, c.numel(), c.numel(), c.data<T>());
     });
   }
 
  private:
+  // The optional bias C (input 2): `dt` [N].
+  void check_bias(PrepareContext& ctx, DType dt, int64_t N) {
+    bias_ = ctx.num_inputs() > 2 && ctx.has_input(2);
+    if (bias_ && (ctx.input_dtype(2) != dt || ctx.input_shape(2) != Shape{N}))
+      ctx.fail("bias C must be ", dtype_name(dt), " [", N, "], got ", dtype_name(ctx.input_dtype(2)), " ",
+               shape_to_string(ctx.input_shape(2)));
+  }
+
   // transBatchA / B / Y: operands of rank 3 (or 2: one matrix for every batch), batch axes equal.
   void prepare_strided(PrepareContext& ctx, DType dt) {
     const Shape &sa = ctx.input_shape(0), &sb = ctx.input_shape(1);
@@ -493,10 +503,7 @@ class FusedMatMulKernel final : public Kernel {
       ctx.fail("batch dimensions differ (", a.batch, " and ", b.batch, "): broadcast with transBatch is not implemented");
     const int64_t nb = std::max(a.batch, b.batch), M = a.rows, K = a.cols, N = b.cols;
     if (nb == 0) ctx.fail("transBatchY needs an operand of rank 3");
-    bias_ = ctx.num_inputs() > 2 && ctx.has_input(2);
-    if (bias_ && (ctx.input_dtype(2) != dt || ctx.input_shape(2) != Shape{N}))
-      ctx.fail("bias C must be ", dtype_name(dt), " [", N, "], got ", dtype_name(ctx.input_dtype(2)), " ",
-               shape_to_string(ctx.input_shape(2)));
+    check_bias(ctx, dt, N);
     const MatView c = tby_ ? MatView{N, nb * N, 1, false} : MatView{M * N, N, 1, false};
     MatView av = a.v, bv = b.v;
     if (!a.batch) av.bs = 0;
@@ -507,7 +514,6 @@ class FusedMatMulKernel final : public Kernel {
   }
 
   bool ta_, tb_, tba_ = false, tbb_ = false, tby_ = false, strided_ = false, bias_ = false;
-  int64_t rows_ = 0, n_ = 0;
   BatchedMatMul mm_;
   StridedMatMul smm_;
 };
@@ -643,7 +649,6 @@ class GemmKernel final : public Kernel {
       return memory::desc({rows, cols}, *float_type(dt), trans ? memory::dims{1, rows} : memory::dims{cols, 1});
     };
     const memory::desc ad = md(M_, K_, ta_), bd = md(K_, N_, tb_), cd = md(M_, N_, false);
-    const memory::desc bias_d = md(1, N_, false);
     const memory::desc bd_prim = w_const || reorder_plain_weights(dt, K_, N_, tb_)
                                      ? memory::desc({K_, N_}, *float_type(dt), memory::format_tag::any)
                                      : bd;
@@ -654,16 +659,7 @@ class GemmKernel final : public Kernel {
       po.append_sum(beta_);
       attr.set_post_ops(po);
     }
-    const auto desc = bias_ ? dnnl::matmul::desc(ad, bd_prim, bias_d, cd) : dnnl::matmul::desc(ad, bd_prim, cd);
-    dnnl::matmul::primitive_desc pd(desc, attr, dnnl_util::cpu_engine());
-    if (dnnl_util::is_reference(pd)) return;
-    op_.init(dnnl::matmul(pd), pd.scratchpad_desc());
-    op_.add_arg(DNNL_ARG_SRC, ad, pd.src_desc(), false);
-    if (w_const) op_.add_const_arg(DNNL_ARG_WEIGHTS, bd, pd.weights_desc(), w_const->raw_data());
-    else op_.add_arg(DNNL_ARG_WEIGHTS, bd, pd.weights_desc(), false);
-    if (bias_) op_.add_arg(DNNL_ARG_BIAS, bias_d, pd.bias_desc(), false);
-    op_.add_arg(DNNL_ARG_DST, cd, pd.dst_desc(), true);
-    op_.set_single_threaded(small_product(M_ * K_ * N_));
+    init_matmul(op_, ad, bd, bd_prim, cd, bias_, attr, w_const ? w_const->raw_data() : nullptr, M_ * K_ * N_);
   }
 
   bool ta_, tb_;
