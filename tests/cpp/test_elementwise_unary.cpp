@@ -359,6 +359,47 @@ TEST(ElementwiseUnary, DivisionFreeReciprocalsRoundLikeTheDivision) {
 #endif
 }
 
+// exp without clamps and special cases (vmath::exp_normal_t, erf's exp) gives exp_t's bits on
+// [-87, 88] (every 61st float there); erf's exp argument stays in [-17.5, 0.5], inside that range,
+// for a sweep of x over the whole float range.
+TEST(ElementwiseUnary, ExpWithoutSpecialCasesKeepsTheBitsOfExp) {
+#if OT_EW_SIMD
+  namespace vm = onnxtrain::kernels::cpu::vmath;
+  int64_t bad = 0;
+  alignas(32) float x[8], a[8], b[8];
+  for (const float end : {88.0f, -87.0f}) {
+    uint32_t lo = end > 0 ? 0u : 0x80000000u, hi;
+    std::memcpy(&hi, &end, 4);
+    for (uint64_t u = lo; u <= hi; u += 8 * 61) {
+      for (int k = 0; k < 8; ++k) {
+        const uint32_t w = uint32_t(std::min<uint64_t>(u + 61 * k, hi));
+        std::memcpy(&x[k], &w, 4);
+      }
+      const __m256 v = _mm256_load_ps(x);
+      _mm256_store_ps(a, vm::exp_t<vm::O8>(v));
+      _mm256_store_ps(b, vm::exp_normal_t<vm::O8>(v));
+      for (int k = 0; k < 8; ++k)
+        if (std::memcmp(&a[k], &b[k], 4) != 0 && bad++ == 0) ADD_FAILURE() << "exp(" << x[k] << "): " << b[k] << " vs " << a[k];
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  float lo = 0, hi = -100;
+  for (uint64_t u = 0; u < 0xFFFFFFFFull; u += 8 * 4099) {
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t w = uint32_t(u + 4099 * k);
+      std::memcpy(&x[k], &w, 4);
+    }
+    _mm256_store_ps(a, vm::erf_begin(_mm256_load_ps(x)).arg);
+    for (int k = 0; k < 8; ++k)
+      if (!std::isnan(x[k])) lo = std::min(lo, a[k]), hi = std::max(hi, a[k]);
+  }
+  EXPECT_GE(lo, -17.5f);
+  EXPECT_LE(hi, 0.5f);
+#else
+  GTEST_SKIP() << "built without AVX2: no vector math";
+#endif
+}
+
 // ---------------------------------------------------------------- PRelu
 TEST(ElementwiseUnary, PReluBroadcastsSlope) {
   uint32_t seed = 1300;

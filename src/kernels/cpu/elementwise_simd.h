@@ -116,6 +116,14 @@ inline ExpParts<O> exp_parts_t(typename O::V x) {
   return {O::fma(poly_t<O>(r, c), r2, O::add(r, O::set1(1.0f))), n};
 }
 
+/// exp(x) for x in [-87, 88], where 2^n is one normal scaling (no clamp, no special case): exp_t's
+/// bits there. A NaN x gives an unspecified value (callers blend NaN in themselves).
+template <class O>
+inline typename O::V exp_normal_t(typename O::V x) {
+  const auto [p, n] = exp_parts_t<O>(x);
+  return O::mul(p, O::pow2i(n));
+}
+
 template <class O>
 inline typename O::V exp_t(typename O::V x) {
   using W = typename O::V;
@@ -190,8 +198,7 @@ inline int64_t silu_t(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < full; i += O::kLanes) {
     const W v = O::load(x + i);
     const W t = O::min(O::max(O::sub(O::zero(), v), O::set1(-87.0f)), O::set1(88.0f));
-    const auto [p, k] = exp_parts_t<O>(t);
-    const W e = O::mul(p, O::pow2i(k));  // exp(t), k in [-126, 127]
+    const W e = exp_normal_t<O>(t);
     O::store(y + i, O::div(v, O::add(O::set1(1.0f), e)));
   }
   return full;
@@ -252,7 +259,7 @@ inline ErfPartsT<O> erf_begin_t(typename O::V x) {
   return p;
 }
 
-/// e = exp(p.arg).
+/// e = exp(p.arg): arg is in [-17.5, 0.5] (or NaN, where t is NaN too), so exp_normal_t serves.
 template <class O>
 inline typename O::V erf_end_t(typename O::V x, typename O::V small, typename O::V t, typename O::V e) {
   const typename O::V erfc = O::mul(t, e);
@@ -265,7 +272,7 @@ inline ErfParts erf_begin(V x) { return erf_begin_t<O8>(x); }
 inline V erf_end(V x, V small, V t, V e) { return erf_end_t<O8>(x, small, t, e); }
 inline V erf(V x) {
   const ErfParts p = erf_begin(x);
-  return erf_end(x, p.small, p.t, exp(p.arg));
+  return erf_end(x, p.small, p.t, exp_normal_t<O8>(p.arg));
 }
 
 /// For each full vector of the n floats at x (offset i, a multiple of O::kLanes, below
@@ -288,7 +295,7 @@ inline int64_t erf_map_t(const float* x, int64_t n, Pre&& pre, Post&& post) {
       O::store_aligned(tt + L * b, p.t);
       O::store_aligned(ar + L * b, p.arg);
     }
-    for (int b = 0; b < nv; ++b) O::store_aligned(ar + L * b, exp_t<O>(O::load_aligned(ar + L * b)));
+    for (int b = 0; b < nv; ++b) O::store_aligned(ar + L * b, exp_normal_t<O>(O::load_aligned(ar + L * b)));
     for (int b = 0; b < nv; ++b) {
       const W e = erf_end_t<O>(O::load_aligned(u + L * b), O::load_aligned(sm + L * b),
                                O::load_aligned(tt + L * b), O::load_aligned(ar + L * b));
