@@ -6,6 +6,7 @@
 
 #include "elementwise_test_util.h"
 #include "kernels/cpu/elementwise_simd.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/vmath512.h"
 
 using namespace ew_test;
@@ -395,6 +396,45 @@ TEST(ElementwiseUnary, ExpWithoutSpecialCasesKeepsTheBitsOfExp) {
   }
   EXPECT_GE(lo, -17.5f);
   EXPECT_LE(hi, 0.5f);
+#else
+  GTEST_SKIP() << "built without AVX2: no vector math";
+#endif
+}
+
+// Softmax's exp-and-sum on 16 lanes (vmath512::exp_shift_acc) gives the 8-lane loop's bits: each
+// exp (exp8 = exp_flush_t, NaN, +-inf and both flush ends included) and both 8-lane accumulators.
+TEST(ElementwiseUnary, ExpShiftSumOn16LanesKeepsThe8LaneBits) {
+#if OT_EW_SIMD
+  namespace vm512 = onnxtrain::kernels::cpu::vmath512;
+  if (!vm512::available()) GTEST_SKIP() << "the CPU or this build has no AVX-512F/DQ: the 16-lane code cannot run here";
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.0f, 40.0f);
+  std::vector<float> x(16 * 200);
+  for (float& v : x) v = nd(rng);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -87.33654f, -87.34f, 88.37f, 88.72283f, 88.8f, -1e30f, 0.0f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[7 * i + 3] = specials[i];
+  const float shift = 1.5f;
+  std::vector<float> y8(x.size()), y16(x.size());
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (size_t j = 0; j < x.size(); j += 16) {  // exp_shift_sum's 8-lane loop
+    const __m256 e0 = onnxtrain::kernels::cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(&x[j]), _mm256_set1_ps(shift)));
+    const __m256 e1 = onnxtrain::kernels::cpu::exp8(_mm256_sub_ps(_mm256_loadu_ps(&x[j + 8]), _mm256_set1_ps(shift)));
+    _mm256_storeu_ps(&y8[j], e0);
+    _mm256_storeu_ps(&y8[j + 8], e1);
+    acc0 = _mm256_add_ps(acc0, e0);
+    acc1 = _mm256_add_ps(acc1, e1);
+  }
+  alignas(32) float a8[16], a16[16] = {};
+  _mm256_store_ps(a8, acc0);
+  _mm256_store_ps(a8 + 8, acc1);
+  ASSERT_EQ(vm512::exp_shift_acc(x.data(), y16.data(), int64_t(x.size()), shift, a16), int64_t(x.size()));
+  EXPECT_EQ(std::memcmp(y8.data(), y16.data(), x.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(a8, a16, sizeof a8), 0);
+  EXPECT_TRUE(std::isnan(y16[3]));                              // NaN
+  EXPECT_EQ(y16[10], std::numeric_limits<float>::infinity());  // +inf
+  EXPECT_EQ(y16[17], 0.0f);                                    // -inf
+  EXPECT_EQ(y16[24], 0.0f);                                    // below -87.34 after the shift: flushed
 #else
   GTEST_SKIP() << "built without AVX2: no vector math";
 #endif

@@ -68,6 +68,7 @@ struct Avx2Ops {
   static V copysign(V x, V s) { return _mm256_or_ps(abs(x), _mm256_and_ps(s, set1(-0.0f))); }
   static M lt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
   static M ge(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+  static M gt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
   static M eq(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static M is_nan(V x) { return _mm256_cmp_ps(x, x, _CMP_UNORD_Q); }
   static V select(M m, V yes, V no) { return _mm256_blendv_ps(no, yes, m); }
@@ -122,6 +123,34 @@ template <class O>
 inline typename O::V exp_normal_t(typename O::V x) {
   const auto [p, n] = exp_parts_t<O>(x);
   return O::mul(p, O::pow2i(n));
+}
+
+/// exp with results below FLT_MIN flushed to 0 (exp8 of vec_math.h, the reductions' and losses'
+/// exp, on any lanes): x clamped to [-87.34, 88.37] (NaN kept), then one scaling; x < -87.34 gives
+/// 0, x > 88.72 gives +inf.
+template <class O>
+inline typename O::V exp_flush_t(typename O::V in) {
+  using W = typename O::V;
+  const W lo = O::set1(-87.33654f);
+  const W x = O::max(lo, O::min(O::set1(88.37f), in));  // operand order keeps NaN
+  const W y = O::select(O::lt(in, lo), O::zero(), exp_normal_t<O>(x));
+  return O::select(O::gt(in, O::set1(88.72283f)), O::set1(__builtin_inff()), y);
+}
+
+/// y[j] = exp_flush(x[j] - shift) for the full 16-float blocks of n (y may be x, or null), summed
+/// into acc: lanes 0-7 take the first 8 floats of every block, lanes 8-15 the second 8 (the
+/// 8-lane loop's two accumulators, in its order). Returns the floats done.
+template <class O>
+inline int64_t exp_shift_acc_t(const float* x, float* y, int64_t n, float shift, typename O::V& acc) {
+  static_assert(O::kLanes == 16, "two 8-lane accumulators per vector");
+  const typename O::V s = O::set1(shift);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const typename O::V e = exp_flush_t<O>(O::sub(O::load(x + j), s));
+    if (y) O::store(y + j, e);
+    acc = O::add(acc, e);
+  }
+  return j;
 }
 
 template <class O>

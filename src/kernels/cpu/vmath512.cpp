@@ -42,6 +42,7 @@ struct Avx512Ops {
   static V copysign(V x, V s) { return _mm512_or_ps(abs(x), _mm512_and_ps(s, set1(-0.0f))); }
   static M lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
   static M ge(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+  static M gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
   static M eq(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static M is_nan(V x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q); }
   static V select(M m, V yes, V no) { return _mm512_mask_blend_ps(m, no, yes); }
@@ -66,6 +67,12 @@ int64_t erf(const float* x, float* y, int64_t n) {
 }
 
 int64_t silu(const float* x, float* y, int64_t n) { return vmath::silu_t<Avx512Ops>(x, y, n); }
+int64_t exp_shift_acc(const float* x, float* y, int64_t n, float shift, float* acc) {
+  __m512 a = _mm512_loadu_ps(acc);
+  const int64_t done = vmath::exp_shift_acc_t<Avx512Ops>(x, y, n, shift, a);
+  _mm512_storeu_ps(acc, a);
+  return done;
+}
 
 namespace {
 template <class F>
@@ -93,6 +100,7 @@ int64_t gelu(const float*, float*, float*, int64_t) { return 0; }
 int64_t gelu_grad(const float*, const float*, float*, int64_t) { return 0; }
 int64_t erf(const float*, float*, int64_t) { return 0; }
 int64_t silu(const float*, float*, int64_t) { return 0; }
+int64_t exp_shift_acc(const float*, float*, int64_t, float, float*) { return 0; }
 int64_t recip_1_3(const float*, float*, int64_t) { return 0; }
 int64_t div_sqrt2(const float*, float*, int64_t) { return 0; }
 }  // namespace onnxtrain::kernels::cpu::vmath512

@@ -20,6 +20,9 @@ int64_t gelu_grad(const float* dy, const float* x, float* dx, int64_t n);
 int64_t erf(const float* x, float* y, int64_t n);
 /// x * sigmoid(x) (vmath::silu_t; y may be x).
 int64_t silu(const float* x, float* y, int64_t n);
+/// vmath::exp_shift_acc_t: y = exp_flush(x - shift) (y may be x or null) over the full 16-float
+/// blocks, summed into acc[16] (acc[0..7]: the 8-lane loop's first accumulator, acc[8..15] its second).
+int64_t exp_shift_acc(const float* x, float* y, int64_t n, float shift, float* acc);
 /// vmath::recip_1_3_t (1 / d, d in [1, 3]) and vmath::div_sqrt2_t, for the tests of their bits.
 int64_t recip_1_3(const float* d, float* y, int64_t n);
 int64_t div_sqrt2(const float* x, float* y, int64_t n);
