@@ -610,10 +610,11 @@ void rules_linalg(Table& t) {
   // and g flattened to 2-D: one GEMM, already in W's layout (no transposed copy of W or of dW).
   t.add("FusedMatMul", [](Ctx& c) {
     const int64_t ra = c.rank(c.I(0)), rb = c.rank(c.I(1));
-    if (c.attr_int("transA", 0) != 0 || c.attr_int("transB", 0) != 1 || rb != 2 || ra < 2)
-      c.fail("gradient of FusedMatMul is implemented for transA = 0, transB = 1, a 2-D B and A of rank 2 or "
-             "more (the fused linear layer); got transA ", c.attr_int("transA", 0), ", transB ",
-             c.attr_int("transB", 0), ", ranks ", ra, " and ", rb);
+    if (c.attr_int("transA", 0) != 0 || c.attr_int("transB", 0) != 1 || rb != 2 || ra < 2 ||
+        c.attr_float("alpha", 1.f) != 1.f)
+      c.fail("gradient of FusedMatMul is implemented for transA = 0, transB = 1, alpha 1, a 2-D B and A of rank 2 "
+             "or more (the fused linear layer); got transA ", c.attr_int("transA", 0), ", transB ",
+             c.attr_int("transB", 0), ", alpha ", c.attr_float("alpha", 1.f), ", ranks ", ra, " and ", rb);
     const std::string &g = c.GO(0), &X = c.I(0), &W = c.I(1);
     if (c.needs_GI(0)) c.set_GI(0, c.op("MatMul", {g, W}));
     if (c.needs_GI(1)) {

@@ -93,9 +93,9 @@ std::vector<OpDef> build() {
            {1, 2, 3, 4}),
       // Products, convolution, pooling.
       like("FusedMatMul", 2, 3, 1, 1, {0},
-           "(A, B[, C]) -> op(A) @ op(B) [+ C on every row, C of shape [N]], op transposing the last two axes (transA, "
-           "transB) after transBatchA / transBatchB moved a rank-3 operand's first axis behind its batch axis; "
-           "transBatchY: the product stored with its row axis first"),
+           "(A, B[, C]) -> alpha op(A) @ op(B) [+ C on every row, C of shape [N], alpha 1], op transposing the last "
+           "two axes (transA, transB) after transBatchA / transBatchB moved a rank-3 operand's first axis behind its "
+           "batch axis; transBatchY: the product stored with its row axis first"),
       like("ConvGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the Conv; unneeded outputs unnamed)"),
       like("ConvTransposeGrad", 3, 3, 1, 3, {1, 2, 2}, "(dY, X, W) -> dX, dW, dB (attributes of the ConvTranspose)"),
       // oneDNN's blocked activation layout (inference sessions' runtime::block_conv_layouts).
@@ -214,8 +214,8 @@ std::vector<OpDef> build_microsoft() {
     if (name == "FusedMatMul") {  // onnxruntime's schema: no bias input
       t.back().max_inputs = 2;
       t.back().doc =
-          "(A, B) -> op(A) @ op(B), op transposing the last two axes (transA, transB) after transBatchA / transBatchB "
-          "moved a rank-3 operand's first axis behind its batch axis";
+          "(A, B) -> alpha op(A) @ op(B), op transposing the last two axes (transA, transB) after transBatchA / "
+          "transBatchB moved a rank-3 operand's first axis behind its batch axis";
     }
   }
   std::sort(t.begin(), t.end(), [](const OpDef& a, const OpDef& b) { return a.name < b.name; });

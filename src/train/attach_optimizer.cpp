@@ -645,6 +645,7 @@ TrainingGraph build_training_graph(const ir::Model& forward, const std::string& 
   if (!cfg.portable && cfg.host_kernels_only) {
     fuse_slice_grad_sum(*tg.model.graph);  // the slices' gradients as copies
     fuse_matmul_bias(*tg.model.graph);     // biases added by their products
+    fold_scales_into_products(*tg.model.graph);  // power-of-two scalings as the products' alpha
     if (cfg.absorb_transposes) absorb_transposes(*tg.model.graph);  // head transposes read through strides
   }
   RecomputeConfig rc = cfg.recompute;

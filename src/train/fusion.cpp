@@ -691,4 +691,88 @@ int absorb_transposes(ir::Graph& g) {
   return absorbed;
 }
 
+namespace {
+
+// 1 / c or c (a Div's or Mul's scalar) when it is a power of two whose scaling stays exact for
+// products of normal magnitude (2^-32 ... 2^32); else 0.
+double power_of_two_scale(double c, bool divide) {
+  if (!std::isfinite(c) || c == 0) return 0;
+  int e = 0;
+  if (std::fabs(std::frexp(c, &e)) != 0.5 || e < -31 || e > 33) return 0;
+  return divide ? 1.0 / c : c;
+}
+
+// A product whose result alpha may scale: MatMul with operands of rank >= 2 (it becomes
+// FusedMatMul), FusedMatMul without the bias C, Gemm (without C when `output_side`: alpha does
+// not scale C).
+bool scalable_product(const ir::Node& n, const Ranks& ranks, bool output_side) {
+  if (n.outputs.size() != 1) return false;
+  if (n.op_type == "MatMul" && n.domain.empty())
+    return n.inputs.size() == 2 && ranks.get(n.inputs[0]) >= 2 && ranks.get(n.inputs[1]) >= 2;
+  if (n.op_type == "FusedMatMul" && n.domain == ops::kDomain) return n.inputs.size() == 2;
+  if (n.op_type == "Gemm" && n.domain.empty()) return !output_side || n.inputs.size() == 2 || n.inputs[2].empty();
+  return false;
+}
+
+// alpha *= s on a scalable product (a MatMul becomes FusedMatMul).
+void scale_product(ir::Node& n, double s) {
+  if (n.op_type == "MatMul") n.op_type = "FusedMatMul", n.domain = ops::kDomain;
+  if (ir::Attribute* a = n.attr("alpha")) a->f = float(double(a->f) * s);
+  else n.attrs.push_back(ir::Emitter::float_attr("alpha", float(s)));
+}
+
+}  // namespace
+
+int fold_scales_into_products(ir::Graph& g) {
+  const auto producer = producers(g);
+  const Readers readers(g);
+  const Constants constants(g);
+  const Ranks ranks(g);
+  std::vector<bool> drop(g.nodes.size(), false);
+  std::set<size_t> touched;  // products already rescaled (each once: their readers / producers fixed)
+  int folded = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const ir::Node& e = g.nodes[i];
+    const bool div = is(e, "Div");
+    if ((!div && !is(e, "Mul")) || e.inputs.size() != 2) continue;
+    for (size_t pos = 0; pos < (div ? 1u : 2u); ++pos) {
+      const double s = power_of_two_scale(constants.scalar(e.inputs[1 - pos]), div);
+      if (s == 0) continue;
+      const std::string &v = e.inputs[pos], &y = e.outputs[0];
+      // Its input a product's result read by it alone: the product scales and writes y.
+      auto p = producer.find(v);
+      if (p != producer.end() && readers.read_once(v) && !touched.count(p->second) &&
+          scalable_product(g.nodes[p->second], ranks, true)) {
+        ir::Node& prod = g.nodes[p->second];
+        scale_product(prod, s);
+        prod.outputs[0] = y;
+        touched.insert(p->second);
+        drop[i] = true;
+        ++folded;
+        break;
+      }
+      // Its result read by products alone (not by a subgraph, not a graph output): they read v.
+      auto r = readers.of.find(y);
+      if (r == readers.of.end() || readers.blocked.count(y)) continue;
+      bool all = true;
+      for (size_t k : r->second) all = all && !touched.count(k) && scalable_product(g.nodes[k], ranks, false);
+      if (!all) continue;
+      for (size_t k : std::set<size_t>(r->second.begin(), r->second.end())) {
+        ir::Node& prod = g.nodes[k];
+        for (size_t in = 0; in < 2; ++in)
+          if (prod.inputs[in] == y) {
+            prod.inputs[in] = v;
+            scale_product(prod, s);  // a product reading y twice: s^2, as (s a)(s b)
+          }
+        touched.insert(k);
+      }
+      drop[i] = true;
+      ++folded;
+      break;
+    }
+  }
+  if (folded) ir::splice_nodes(g, std::map<size_t, ir::Node>{}, drop);
+  return folded;
+}
+
 }  // namespace onnxtrain::train

@@ -64,6 +64,15 @@ int fuse_slice_grad_sum(ir::Graph& g);
 /// the number of Add nodes removed.
 int fuse_matmul_bias(ir::Graph& g);
 
+/// In a training graph: a Div or Mul by a scalar constant power of two (the attention's 1 / sqrt
+/// of a head size of 4^k) beside products becomes their alpha (oneDNN's output scale): where its
+/// input is a product's result read by it alone, that product scales and writes its output; where
+/// its result is read by products alone, they read its input and scale. MatMul (operands of rank
+/// >= 2) becomes FusedMatMul; FusedMatMul with a bias input is left alone, so is Gemm with C on the
+/// output side. The same bits: scaling by a power of two is exact wherever the values are normal.
+/// CPU kernels only. Returns the number of Div / Mul nodes removed.
+int fold_scales_into_products(ir::Graph& g);
+
 /// In a training graph: the Transposes around batched products — a batch-first attention's
 /// (1, 0, 2) and (1, 2, 0) head transposes and their gradients' — are read and written through
 /// FusedMatMul's strides instead of copied: chains of Transposes are composed; a Div or Mul by a

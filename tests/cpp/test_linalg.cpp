@@ -139,6 +139,8 @@ TEST(Linalg, FusedMatMulTransposedOperands) {
     Shape so;
     auto expect = ref_matmul(a, sa, b, sb, &so);
     const bool ta = t % 2 == 1, tb = (t / 2) % 2 == 1, with_c = t % 3 != 1;
+    const float alpha = with_c ? 1.f : t % 4 < 2 ? 0.125f : -2.5f;  // scales the product (no C)
+    for (double& e : expect) e *= alpha;
     const Tensor c = random_tensor(dt, {N}, rng);
     if (with_c) {
       const std::vector<double> cv = to_double(c);
@@ -153,17 +155,18 @@ TEST(Linalg, FusedMatMulTransposedOperands) {
     o.inputs_as_constants = t % 4 == 2;
     std::vector<Tensor> in{from_double(dt, sta, fa), from_double(dt, stb, fb)};
     if (with_c) in.push_back(c);
-    auto y = run_node("FusedMatMul", in, {attr_int("transA", ta), attr_int("transB", tb)}, o);
+    auto y = run_node("FusedMatMul", in, {attr_int("transA", ta), attr_int("transB", tb), attr_float("alpha", alpha)}, o);
     EXPECT_TRUE(all_close(y[0], so, expect, tol_for(dt), tol_for(dt)))
-        << "FusedMatMul " << str(sta) << (ta ? "^T" : "") << " @ " << str(stb) << (tb ? "^T" : "") << (with_c ? " + C" : "")
-        << " trial " << t;
+        << "FusedMatMul " << alpha << " " << str(sta) << (ta ? "^T" : "") << " @ " << str(stb) << (tb ? "^T" : "")
+        << (with_c ? " + C" : "") << " trial " << t;
   }
   const auto fails = expect_fused_matmul_error;
   std::mt19937 r2(3);
   const Tensor m34 = random_tensor(DType::kFloat32, {3, 4}, r2);
   fails({random_tensor(DType::kFloat32, {4}, r2), m34}, {}, "rank >= 2");
   fails({m34, m34}, {}, "inner dimensions differ");
-  fails({m34, m34}, {attr_int("transB", 1), attr_float("alpha", 2.f)}, "alpha");
+  fails({m34, m34, random_tensor(DType::kFloat32, {3}, r2)}, {attr_int("transB", 1), attr_float("alpha", 2.f)},
+        "alpha other than 1 with the bias C is not implemented");
   fails({m34, m34, random_tensor(DType::kFloat32, {4}, r2)}, {attr_int("transB", 1)}, "bias C must be float [3], got float [4]");
   fails({m34, m34, random_tensor(DType::kFloat64, {3}, r2)}, {attr_int("transB", 1)}, "bias C must be float [3], got double [3]");
 }
@@ -203,6 +206,8 @@ TEST(Linalg, FusedMatMulTransBatch) {
     const std::vector<double> va = to_double(random_tensor(dt, la, rng)), vb = to_double(random_tensor(dt, lb, rng));
     Shape so;
     auto expect = ref_matmul(va, la, vb, lb, &so);
+    const float alpha = with_c || t % 3 == 0 ? 1.f : 0.25f;
+    for (double& e : expect) e *= alpha;
     const Tensor c = random_tensor(dt, {N}, rng);
     if (with_c) {
       const std::vector<double> cv = to_double(c);
@@ -241,7 +246,7 @@ TEST(Linalg, FusedMatMulTransBatch) {
     if (with_c) in.push_back(c);
     auto y = run_node("FusedMatMul", in,
                       {attr_int("transA", ta), attr_int("transB", tb), attr_int("transBatchA", tba),
-                       attr_int("transBatchB", tbb), attr_int("transBatchY", tby)},
+                       attr_int("transBatchB", tbb), attr_int("transBatchY", tby), attr_float("alpha", alpha)},
                       o);
     EXPECT_TRUE(all_close(y[0], so, expect, tol_for(dt), tol_for(dt)))
         << "trial " << t << ": " << str(sa) << " tbA " << tba << " tA " << ta << " @ " << str(sb) << " tbB " << tbb << " tB "

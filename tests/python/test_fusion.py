@@ -364,6 +364,41 @@ def test_attention_transposes_kept_by_default(tmp_path):
         ot.TrainingSession(data, p, so)
 
 
+class PowerOfTwoHeads(torch.nn.Module):
+    """A projection to 32 features, then one batch-first encoder layer of 2 heads of 16: the
+    scores' scale 1 / sqrt(16) is a power of two."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(12, 32)
+        self.layer = torch.nn.TransformerEncoderLayer(32, 2, 48, dropout=0.0, batch_first=True)
+        self.head = torch.nn.Linear(32, 3)
+
+    def forward(self, x, label):
+        return torch.nn.functional.cross_entropy(self.head(self.layer(self.proj(x).reshape(4, 4, 32))).reshape(16, 3),
+                                                 label)
+
+
+def test_power_of_two_scale_folded_into_the_products(tmp_path):
+    """The attention's division by 4 becomes alpha 0.25 of the three products beside it (the
+    scores, the key's gradient reading the scaled query, the query's gradient); the training
+    forward keeps eval's bits (eval runs the user's model, the division unfused) and Adam tracks
+    PyTorch (20 steps, 1e-5; in_proj_bias unchecked, see the test above)."""
+    module, batches, data, p, sess, ops = classifier_session(tmp_path, PowerOfTwoHeads, 18, 3, "Div", 4)
+    g = onnx.load(str(tmp_path / "training.onnx")).graph
+    scaled = [n for n in g.node if n.op_type == "FusedMatMul" and any(a.name == "alpha" for a in n.attribute)]
+    assert sorted(a.f for n in scaled for a in n.attribute if a.name == "alpha") == [0.25] * 3, scaled
+    fours = {n.output[0] for n in g.node if n.op_type == "Constant" and
+             numpy_helper.to_array(n.attribute[0].t).tolist() == 4.0}
+    assert fours and not [n.name for n in g.node if n.op_type == "Div" and n.input[1] in fours]
+    x, y = batches[0]
+    (ev,) = sess.eval(["loss"], {"x": x.numpy(), "label": y.numpy()})
+    (tr,) = sess.run(["loss"], {"x": x.numpy(), "label": y.numpy(), "Learning_Rate": np.array([0.0], np.float32)})
+    assert np.asarray(ev).tobytes() == np.asarray(tr).tobytes()
+    sess2 = ot.TrainingSession(data, p)
+    train_like_torch(sess2, module, batches, ("x", "label"), 20, unchecked=("layer.self_attn.in_proj_bias",))
+
+
 @pytest.mark.parametrize("opset", [11, 13])
 def test_dropouts_that_stay(tmp_path, opset):
     """Kept: a ratio that is not 0, a ratio-0 Dropout whose mask is read, or whose output is a graph

@@ -455,15 +455,15 @@ def test_gradient_builder_operators_of_onnxruntime_match_torch():
     ref = np.zeros((5, 4), np.float64)
     np.add.at(ref, idx, dy)
     np.testing.assert_allclose(dx, ref, rtol=1e-6, atol=1e-6)
-    # DropoutGrad(dY, mask, ratio) = dY mask / (1 - ratio); FusedMatMul(A, B, transA) = A^T B; ReluGrad.
+    # DropoutGrad(dY, mask, ratio) = dY mask / (1 - ratio); FusedMatMul(A, B, transA, alpha) = alpha A^T B; ReluGrad.
     mask = rng.random((3, 4)) > 0.3
     (dx,) = run_microsoft_node("DropoutGrad", {"dY": dy, "mask": mask, "ratio": np.array(0.25, np.float32)}, ["dX"])
     np.testing.assert_allclose(dx, dy * mask / 0.75, rtol=1e-6)
     a, b = f(3, 2), f(3, 5)
     (y,) = run_microsoft_node("FusedMatMul", {"A": a, "B": b}, ["Y"], transA=1)
     np.testing.assert_allclose(y, a.T.astype(np.float64) @ b, rtol=1e-5, atol=1e-6)
-    with pytest.raises(Exception, match="alpha other than 1 is not implemented"):
-        run_microsoft_node("FusedMatMul", {"A": a, "B": b}, ["Y"], transA=1, alpha=2.0)
+    (y,) = run_microsoft_node("FusedMatMul", {"A": a, "B": b}, ["Y"], transA=1, alpha=-0.3)  # onnxruntime's alpha
+    np.testing.assert_allclose(y, -0.3 * (a.T.astype(np.float64) @ b), rtol=1e-5, atol=1e-6)
 
 
 def write_mlp_artifacts(folder):

@@ -55,6 +55,14 @@ dnnl::memory::desc row_bias_desc(const dnnl::memory::desc& c) {
   return dnnl::memory::desc(d, c.data_type(), st);
 }
 
+// The primitive attributes of a product scaled by alpha (oneDNN's output scale: alpha times the
+// float32 sum of products, exact for a power of two).
+dnnl::primitive_attr scaled_attr(float alpha) {
+  dnnl::primitive_attr attr = dnnl_util::default_attr();
+  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  return attr;
+}
+
 // Sets `op` to a oneDNN matmul over the user layouts a, b, c, the weights in layout b_prim (b, or
 // `any`: the primitive's choice, reordered into per run or, for constant weights b_const, once),
 // plus the row bias when `bias`; macs sizes its threading. False (op untouched) where oneDNN offers
@@ -150,16 +158,18 @@ class BatchedMatMul {
   /// False when the batch shapes do not broadcast.
   /// `b_const`: B's data when it is a constant of the plan (float32 weights are then packed once).
   /// `bias`: a [N] row to add to every row of C, asked for; has_bias() says whether the product
-  /// adds it (oneDNN's bias argument) or the caller must.
+  /// adds it (oneDNN's bias argument) or the caller must. `alpha` scales the product (not the bias).
   bool prepare(DType dt, Shape a_batch, Shape b_batch, int64_t M, int64_t K, int64_t N, bool ta, bool tb,
-               const Tensor* b_const = nullptr, bool bias = false) {
+               const Tensor* b_const = nullptr, bool bias = false, float alpha = 1.f) {
     bias_ = false;
+    alpha_ = alpha;
     if (dt == DType::kFloat16) {
       // float16: the float32 product of the widened operands (exact), rounded back to float16.
       widened_ = std::make_shared<BatchedMatMul>();
       a_numel_ = shape_numel(a_batch) * M * K;
       b_numel_ = shape_numel(b_batch) * K * N;
-      if (!widened_->prepare(DType::kFloat32, std::move(a_batch), std::move(b_batch), M, K, N, ta, tb)) return false;
+      if (!widened_->prepare(DType::kFloat32, std::move(a_batch), std::move(b_batch), M, K, N, ta, tb, nullptr, false, alpha))
+        return false;
       batch_ = widened_->batch();
       dt_ = dt, M_ = M, K_ = K, N_ = N, nbatch_ = shape_numel(batch_);
       return true;
@@ -273,7 +283,7 @@ class BatchedMatMul {
       }
       const int64_t lda = ta_ ? M_ : K_, ldb = tb_ ? K_ : N_, n = int64_t(a_off_.size());
       auto one = [&](int64_t i) {
-        matmul2d<T>(ta_, tb_, rows_, N_, K_, 1.0, A + a_off_[size_t(i)], lda, B + b_off_[size_t(i)], ldb, 0.0,
+        matmul2d<T>(ta_, tb_, rows_, N_, K_, alpha_, A + a_off_[size_t(i)], lda, B + b_off_[size_t(i)], ldb, 0.0,
                     C + i * rows_ * N_, N_);
       };
       run_batches(n, rows_ * N_ * K_, one);
@@ -305,11 +315,12 @@ class BatchedMatMul {
     const bool pack = b_const && dt_ == DType::kFloat32 && ad.empty() && bd.empty();
     const bool reorder = !pack && ad.empty() && bd.empty() && reorder_plain_weights(dt_, K_, N_, tb_);
     const memory::desc b_prim = pack || reorder ? memory::desc({K_, N_}, *float_type(dt_), memory::format_tag::any) : b;
-    return init_matmul(op_, a, b, b_prim, c, bias, dnnl_util::default_attr(), pack ? b_const->raw_data() : nullptr,
+    return init_matmul(op_, a, b, b_prim, c, bias, scaled_attr(alpha_), pack ? b_const->raw_data() : nullptr,
                        shape_numel(cd) * M * K_ * N_);
   }
 
   DType dt_ = DType::kFloat32;
+  float alpha_ = 1.f;
   int64_t M_ = 0, K_ = 0, N_ = 0, nbatch_ = 0;
   std::shared_ptr<BatchedMatMul> widened_;  // float16: the float32 product it runs through
   int64_t a_numel_ = 0, b_numel_ = 0;         // float16: elements of A and B
@@ -322,8 +333,8 @@ class BatchedMatMul {
 
 // Prepares `mm` for the product `g` describes and declares output 0 and the workspace.
 void prepare_product(PrepareContext& ctx, BatchedMatMul& mm, DType dt, const shape::MatMulGeom& g, bool ta, bool tb,
-                     bool bias = false) {
-  if (!mm.prepare(dt, g.a_batch, g.b_batch, g.M, g.K, g.N, ta, tb, ctx.constant_weights(1), bias))
+                     bool bias = false, float alpha = 1.f) {
+  if (!mm.prepare(dt, g.a_batch, g.b_batch, g.M, g.K, g.N, ta, tb, ctx.constant_weights(1), bias, alpha))
     ctx.fail("internal: batch dimensions ", shape_to_string(g.a_batch), " and ", shape_to_string(g.b_batch),
              " do not broadcast");
   ctx.set_output(0, dt, g.output);
@@ -366,8 +377,9 @@ class StridedMatMul {
  public:
   /// False (nothing prepared) when a matrix has neither unit row nor unit column stride, or C's
   /// columns are not contiguous.
-  bool prepare(DType dt, int64_t nb, int64_t M, int64_t K, int64_t N, MatView a, MatView b, MatView c, bool bias) {
-    dt_ = dt, nb_ = nb, M_ = M, K_ = K, N_ = N, a_ = a, b_ = b, c_ = c, bias_ = bias;
+  bool prepare(DType dt, int64_t nb, int64_t M, int64_t K, int64_t N, MatView a, MatView b, MatView c, bool bias,
+               float alpha = 1.f) {
+    dt_ = dt, nb_ = nb, M_ = M, K_ = K, N_ = N, a_ = a, b_ = b, c_ = c, bias_ = bias, alpha_ = alpha;
     op_ = dnnl_util::DnnlOp();
     auto gemm_ok = [](const MatView& v) { return v.trans ? v.rs == 1 : v.cs == 1; };
     if (!gemm_ok(a) || !gemm_ok(b) || c.cs != 1 || c.trans) return false;
@@ -380,7 +392,7 @@ class StridedMatMul {
     };
     const memory::desc amd = md(a, a.bs ? nb : 1, M, K), bmd = md(b, b.bs ? nb : 1, K, N), cmd = md(c, nb, M, N);
     try {
-      init_matmul(op_, amd, bmd, bmd, cmd, bias, dnnl_util::default_attr(), nullptr, nb * M * K * N);
+      init_matmul(op_, amd, bmd, bmd, cmd, bias, scaled_attr(alpha), nullptr, nb * M * K * N);
     } catch (const dnnl::error&) {  // a stride layout oneDNN does not take: the gemm loop
       op_ = dnnl_util::DnnlOp();
     }
@@ -410,7 +422,7 @@ class StridedMatMul {
         if (K_ == 0) {
           for (int64_t r = 0; r < M_; ++r) std::fill(c + r * c_.rs, c + r * c_.rs + N_, T(0.f));
         } else {
-          matmul2d<T>(ta, tb, M_, N_, K_, 1.0, A + i * a_.bs, lda, B + i * b_.bs, ldb, 0.0, c, c_.rs);
+          matmul2d<T>(ta, tb, M_, N_, K_, alpha_, A + i * a_.bs, lda, B + i * b_.bs, ldb, 0.0, c, c_.rs);
         }
         if (bias_) add_row_bias(c, M_, N_, c_.rs, static_cast<const T*>(bias));
       };
@@ -423,13 +435,15 @@ class StridedMatMul {
   int64_t nb_ = 0, M_ = 0, K_ = 0, N_ = 0;
   MatView a_, b_, c_;
   bool bias_ = false;
+  float alpha_ = 1.f;
   dnnl_util::DnnlOp op_;
 };
 
 // ---------------------------------------------------------------- FusedMatMul (com.onnxtrain)
-// Y[b..., M, N] = op(A)[b..., M, K] @ op(B)[b..., K, N] (+ C[N] on every row), op transposing the
-// last two dims when transA / transB is set (onnxruntime's com.microsoft.FusedMatMul without alpha;
-// the bias C is com.onnxtrain's, train::fuse_matmul_bias). The gradient rule of MatMul emits it for
+// Y[b..., M, N] = alpha op(A)[b..., M, K] @ op(B)[b..., K, N] (+ C[N] on every row, alpha 1), op
+// transposing the last two dims when transA / transB is set (onnxruntime's com.microsoft.FusedMatMul;
+// the bias C is com.onnxtrain's, train::fuse_matmul_bias; alpha is oneDNN's output scale, a power of
+// two from train::fold_scales_into_products). The gradient rule of MatMul emits it for
 // A^T g and g B^T: the transposed operand is read through its strides, no Transpose node copies it.
 // Both operands have rank >= 2; batch dims broadcast. C is oneDNN's bias argument where the
 // product runs there (float32: the sum of products, then + C, as Add after the product rounds);
@@ -437,8 +451,7 @@ class StridedMatMul {
 class FusedMatMulKernel final : public Kernel {
  public:
   explicit FusedMatMulKernel(const KernelInfo& info)
-      : ta_(info.attr_int("transA", 0) != 0), tb_(info.attr_int("transB", 0) != 0) {
-    if (info.attr_float("alpha", 1.f) != 1.f) info.fail("alpha other than 1 is not implemented");
+      : ta_(info.attr_int("transA", 0) != 0), tb_(info.attr_int("transB", 0) != 0), alpha_(info.attr_float("alpha", 1.f)) {
     tba_ = info.attr_int("transBatchA", 0) != 0, tbb_ = info.attr_int("transBatchB", 0) != 0;
     tby_ = info.attr_int("transBatchY", 0) != 0;
   }
@@ -451,7 +464,7 @@ class FusedMatMulKernel final : public Kernel {
     if (strided_) return prepare_strided(ctx, dt);
     const shape::MatMulGeom g = shape::fused_matmul_geometry(ctx, ctx.input_shape(0), ctx.input_shape(1), ta_, tb_);
     check_bias(ctx, dt, g.N);
-    prepare_product(ctx, mm_, dt, g, ta_, tb_, bias_);
+    prepare_product(ctx, mm_, dt, g, ta_, tb_, bias_, alpha_);
   }
   void run(RunContext& ctx) override {
     if (strided_) return smm_.run(ctx);
@@ -465,9 +478,10 @@ class FusedMatMulKernel final : public Kernel {
   }
 
  private:
-  // The optional bias C (input 2): `dt` [N].
+  // The optional bias C (input 2): `dt` [N], with alpha 1.
   void check_bias(PrepareContext& ctx, DType dt, int64_t N) {
     bias_ = ctx.num_inputs() > 2 && ctx.has_input(2);
+    if (bias_ && alpha_ != 1.f) ctx.fail("alpha other than 1 with the bias C is not implemented");
     if (bias_ && (ctx.input_dtype(2) != dt || ctx.input_shape(2) != Shape{N}))
       ctx.fail("bias C must be ", dtype_name(dt), " [", N, "], got ", dtype_name(ctx.input_dtype(2)), " ",
                shape_to_string(ctx.input_shape(2)));
@@ -508,12 +522,14 @@ class FusedMatMulKernel final : public Kernel {
     MatView av = a.v, bv = b.v;
     if (!a.batch) av.bs = 0;
     if (!b.batch) bv.bs = 0;
-    if (!smm_.prepare(dt, nb, M, K, N, av, bv, c, bias_)) ctx.fail("internal: an operand view without a unit stride");
+    if (!smm_.prepare(dt, nb, M, K, N, av, bv, c, bias_, alpha_)) ctx.fail("internal: an operand view without a unit stride");
     ctx.set_output(0, dt, tby_ ? Shape{M, nb, N} : Shape{nb, M, N});
     ctx.request_workspace(smm_.workspace_bytes());
   }
 
-  bool ta_, tb_, tba_ = false, tbb_ = false, tby_ = false, strided_ = false, bias_ = false;
+  bool ta_, tb_;
+  float alpha_;
+  bool tba_ = false, tbb_ = false, tby_ = false, strided_ = false, bias_ = false;
   BatchedMatMul mm_;
   StridedMatMul smm_;
 };
@@ -652,8 +668,7 @@ class GemmKernel final : public Kernel {
     const memory::desc bd_prim = w_const || reorder_plain_weights(dt, K_, N_, tb_)
                                      ? memory::desc({K_, N_}, *float_type(dt), memory::format_tag::any)
                                      : bd;
-    dnnl::primitive_attr attr = dnnl_util::default_attr();
-    if (alpha_ != 1.f) attr.set_output_scales(0, {alpha_});
+    dnnl::primitive_attr attr = scaled_attr(alpha_);
     if (accumulate && !bias_) {
       dnnl::post_ops po;
       po.append_sum(beta_);
