@@ -751,11 +751,16 @@ int fold_scales_into_products(ir::Graph& g) {
         ++folded;
         break;
       }
-      // Its result read by products alone (not by a subgraph, not a graph output): they read v.
+      // Its result read by products alone, as their A or B (not by a subgraph, not a graph output,
+      // not as Gemm's C): they read v.
       auto r = readers.of.find(y);
       if (r == readers.of.end() || readers.blocked.count(y)) continue;
       bool all = true;
-      for (size_t k : r->second) all = all && !touched.count(k) && scalable_product(g.nodes[k], ranks, false);
+      for (size_t k : r->second) {
+        const ir::Node& prod = g.nodes[k];
+        all = all && !touched.count(k) && scalable_product(prod, ranks, false) &&
+              std::find(prod.inputs.begin() + 2, prod.inputs.end(), y) == prod.inputs.end();
+      }
       if (!all) continue;
       for (size_t k : std::set<size_t>(r->second.begin(), r->second.end())) {
         ir::Node& prod = g.nodes[k];

@@ -399,6 +399,36 @@ def test_power_of_two_scale_folded_into_the_products(tmp_path):
     train_like_torch(sess2, module, batches, ("x", "label"), 20, unchecked=("layer.self_attn.in_proj_bias",))
 
 
+def test_scale_read_as_gemm_bias_stays(tmp_path):
+    """d = tanh(x W) / 4 read by one Gemm as A and by another as its C: alpha cannot scale C, so
+    the forward Div stays (both Gemms keep reading its result); W's gradient against float64 numpy."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Tanh", ["h"], ["t"]),
+             helper.make_node("Div", ["t", "four"], ["d"]), helper.make_node("Gemm", ["d", "V"], ["a"]),
+             helper.make_node("Gemm", ["x", "U", "d"], ["b"]), helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("ReduceSum", ["s"], ["loss"], keepdims=0)]
+    rng = np.random.default_rng(3)
+    W, V, U = (rng.standard_normal((4, 4)).astype(np.float32) for _ in range(3))
+    inits = [numpy_helper.from_array(np.array(4.0, np.float32), "four")] + [
+        numpy_helper.from_array(t, n) for n, t in (("W", W), ("V", V), ("U", U))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                          [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    p = ot.TrainingParameters()
+    p.loss_output_name, p.weights_to_train, p.set_gradients_as_graph_outputs = "loss", {"W"}, True
+    p.model_with_training_graph_path = str(tmp_path / "t.onnx")
+    sess = ot.TrainingSession(model, p)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    (gw,) = sess.run(["W_grad"], {"x": x, "Learning_Rate": np.array([0.0], np.float32)})
+    # loss = sum(d V) + sum(x U + d): dL/dd = 1 V^T + 1, dL/dh = dL/dd / 4 (1 - tanh(h)^2), dL/dW = x^T dL/dh
+    xd = x.astype(np.float64)
+    th = np.tanh(xd @ W.astype(np.float64))
+    ones = np.ones((3, 4))
+    ref = xd.T @ ((ones @ V.astype(np.float64).T + ones) / 4 * (1 - th * th))
+    np.testing.assert_allclose(gw, ref, rtol=1e-5, atol=1e-5)
+    graph = onnx.load(str(tmp_path / "t.onnx")).graph
+    assert [n.input for n in graph.node if n.op_type == "Div" and n.output[0] == "d"] == [["t", "four"]]
+
+
 @pytest.mark.parametrize("opset", [11, 13])
 def test_dropouts_that_stay(tmp_path, opset):
     """Kept: a ratio that is not 0, a ratio-0 Dropout whose mask is read, or whose output is a graph
