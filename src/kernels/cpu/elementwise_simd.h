@@ -71,6 +71,11 @@ struct Avx2Ops {
   static M gt(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_GT_OQ); }
   static M eq(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
   static M is_nan(V x) { return _mm256_cmp_ps(x, x, _CMP_UNORD_Q); }
+  /// True when every lane is in [lo, hi] (NaN is not).
+  static bool all_within(V x, float lo, float hi) {
+    const V in = _mm256_and_ps(_mm256_cmp_ps(x, set1(lo), _CMP_GE_OQ), _mm256_cmp_ps(x, set1(hi), _CMP_LE_OQ));
+    return _mm256_movemask_ps(in) == 0xFF;
+  }
   static V select(M m, V yes, V no) { return _mm256_blendv_ps(no, yes, m); }
 };
 
@@ -153,8 +158,10 @@ inline int64_t exp_shift_acc_t(const float* x, float* y, int64_t n, float shift,
   return j;
 }
 
+/// exp over the whole float range: clamps, 2^n in two scalings (subnormal results rounded once),
+/// +inf, 0 and NaN handled.
 template <class O>
-inline typename O::V exp_t(typename O::V x) {
+inline typename O::V exp_any_t(typename O::V x) {
   using W = typename O::V;
   const W hi = O::set1(88.72283935546875f);       // exp(x) rounds to +inf from here on
   const W lo = O::set1(-103.97208404541015625f);  // exp(x) < 2^-150: rounds to 0
@@ -167,6 +174,11 @@ inline typename O::V exp_t(typename O::V x) {
   y = O::select(O::ge(x, hi), O::set1(__builtin_inff()), y);
   y = O::select(O::lt(x, lo), O::zero(), y);
   return O::select(O::is_nan(x), x, y);
+}
+/// exp: exp_normal_t where every lane is in [-87, 88] (its bits there), else exp_any_t.
+template <class O>
+inline typename O::V exp_t(typename O::V x) {
+  return O::all_within(x, -87.0f, 88.0f) ? exp_normal_t<O>(x) : exp_any_t<O>(x);
 }
 inline V exp(V x) { return exp_t<O8>(x); }
 

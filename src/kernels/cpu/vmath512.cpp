@@ -45,6 +45,9 @@ struct Avx512Ops {
   static M gt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
   static M eq(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   static M is_nan(V x) { return _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q); }
+  static bool all_within(V x, float lo, float hi) {
+    return _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(x, set1(lo), _CMP_GE_OQ), x, set1(hi), _CMP_LE_OQ) == 0xFFFF;
+  }
   static V select(M m, V yes, V no) { return _mm512_mask_blend_ps(m, no, yes); }
 };
 
