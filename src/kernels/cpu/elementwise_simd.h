@@ -136,6 +136,7 @@ inline typename O::V exp_normal_t(typename O::V x) {
 template <class O>
 inline typename O::V exp_flush_t(typename O::V in) {
   using W = typename O::V;
+  if (O::all_within(in, -87.33654f, 88.37f)) return exp_normal_t<O>(in);  // the same bits there
   const W lo = O::set1(-87.33654f);
   const W x = O::max(lo, O::min(O::set1(88.37f), in));  // operand order keeps NaN
   const W y = O::select(O::lt(in, lo), O::zero(), exp_normal_t<O>(x));
