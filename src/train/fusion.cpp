@@ -425,6 +425,11 @@ void set_int_attr(ir::Node& n, const char* name, int64_t v) {
   else n.attrs.push_back(ir::Emitter::int_attr(name, v));
 }
 
+// MatMul as com.onnxtrain.FusedMatMul (same semantics for operands of rank >= 2).
+void to_fused(ir::Node& m) {
+  if (m.op_type == "MatMul") m.op_type = "FusedMatMul", m.domain = ops::kDomain;
+}
+
 bool is_product(const ir::Node& n) {
   return ((n.op_type == "MatMul" && n.domain.empty()) || (n.op_type == "FusedMatMul" && n.domain == ops::kDomain)) &&
          n.inputs.size() == 2 && n.outputs.size() == 1;
@@ -600,9 +605,6 @@ int absorb_transposes(ir::Graph& g) {
     std::erase_if(g.value_info, [&](const ir::ValueInfo& v) { return renamed.count(v.name) > 0; });
   }
   const Ranks ranks(g);
-  auto to_fused = [](ir::Node& m) {
-    if (m.op_type == "MatMul") m.op_type = "FusedMatMul", m.domain = ops::kDomain;
-  };
   auto operands_ok = [&](const ir::Node& m) {  // ranks 2 or 3, one at least 3: FusedMatMul's strided product
     const int64_t ra = ranks.get(m.inputs[0]), rb = ranks.get(m.inputs[1]);
     return ra >= 2 && ra <= 3 && rb >= 2 && rb <= 3 && std::max(ra, rb) == 3;
@@ -706,17 +708,14 @@ double power_of_two_scale(double c, bool divide) {
 // FusedMatMul), FusedMatMul without the bias C, Gemm (without C when `output_side`: alpha does
 // not scale C).
 bool scalable_product(const ir::Node& n, const Ranks& ranks, bool output_side) {
-  if (n.outputs.size() != 1) return false;
-  if (n.op_type == "MatMul" && n.domain.empty())
-    return n.inputs.size() == 2 && ranks.get(n.inputs[0]) >= 2 && ranks.get(n.inputs[1]) >= 2;
-  if (n.op_type == "FusedMatMul" && n.domain == ops::kDomain) return n.inputs.size() == 2;
-  if (n.op_type == "Gemm" && n.domain.empty()) return !output_side || n.inputs.size() == 2 || n.inputs[2].empty();
-  return false;
+  if (is_product(n)) return n.op_type == "FusedMatMul" || (ranks.get(n.inputs[0]) >= 2 && ranks.get(n.inputs[1]) >= 2);
+  return n.op_type == "Gemm" && n.domain.empty() && n.outputs.size() == 1 && n.inputs.size() >= 2 &&
+         (!output_side || n.inputs.size() == 2 || n.inputs[2].empty());
 }
 
 // alpha *= s on a scalable product (a MatMul becomes FusedMatMul).
 void scale_product(ir::Node& n, double s) {
-  if (n.op_type == "MatMul") n.op_type = "FusedMatMul", n.domain = ops::kDomain;
+  to_fused(n);
   if (ir::Attribute* a = n.attr("alpha")) a->f = float(double(a->f) * s);
   else n.attrs.push_back(ir::Emitter::float_attr("alpha", float(s)));
 }

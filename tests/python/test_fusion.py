@@ -124,16 +124,20 @@ def gelu_graph(extra_reader):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
+def gradient_session(model, weights, graph_path):
+    """A TrainingSession (SGD) of `model` returning the gradients of `weights` as graph outputs,
+    its training graph written to `graph_path`."""
+    p = ot.TrainingParameters()
+    p.loss_output_name, p.weights_to_train, p.set_gradients_as_graph_outputs = "loss", set(weights), True
+    p.model_with_training_graph_path = str(graph_path)
+    return ot.TrainingSession(model, p)
+
+
 @pytest.mark.parametrize("extra_reader", [False, True], ids=["fused", "erf_read_elsewhere"])
 def test_gelu_gradient_fused_or_not(tmp_path, extra_reader):
     """The weight's gradient through the GELU against float64 numpy; an Erf output the model also
     returns keeps the pattern unfused."""
-    p = ot.TrainingParameters()
-    p.loss_output_name = "loss"
-    p.weights_to_train = {"W"}
-    p.set_gradients_as_graph_outputs = True
-    p.model_with_training_graph_path = str(tmp_path / "t.onnx")
-    sess = ot.TrainingSession(gelu_graph(extra_reader), p)
+    sess = gradient_session(gelu_graph(extra_reader), {"W"}, tmp_path / "t.onnx")
     x = np.linspace(-3, 3, 20, dtype=np.float32).reshape(4, 5)
     (gw,) = sess.run(["W_grad"], {"x": x, "Learning_Rate": np.array([0.0], np.float32)})
     from math import erf
@@ -413,10 +417,7 @@ def test_scale_read_as_gemm_bias_stays(tmp_path):
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
                           [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    p = ot.TrainingParameters()
-    p.loss_output_name, p.weights_to_train, p.set_gradients_as_graph_outputs = "loss", {"W"}, True
-    p.model_with_training_graph_path = str(tmp_path / "t.onnx")
-    sess = ot.TrainingSession(model, p)
+    sess = gradient_session(model, {"W"}, tmp_path / "t.onnx")
     x = rng.standard_normal((3, 4)).astype(np.float32)
     (gw,) = sess.run(["W_grad"], {"x": x, "Learning_Rate": np.array([0.0], np.float32)})
     # loss = sum(d V) + sum(x U + d): dL/dd = 1 V^T + 1, dL/dh = dL/dd / 4 (1 - tanh(h)^2), dL/dW = x^T dL/dh

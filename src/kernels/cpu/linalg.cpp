@@ -63,13 +63,15 @@ dnnl::primitive_attr scaled_attr(float alpha) {
   return attr;
 }
 
-// Sets `op` to a oneDNN matmul over the user layouts a, b, c, the weights in layout b_prim (b, or
-// `any`: the primitive's choice, reordered into per run or, for constant weights b_const, once),
-// plus the row bias when `bias`; macs sizes its threading. False (op untouched) where oneDNN offers
-// only its reference kernel.
+// Sets `op` to a oneDNN matmul over the user layouts a, b, c, plus the row bias when `bias`; macs
+// sizes its threading. With `any_weights` or constant weights b_const, the weights take the
+// primitive's layout (format `any`): reordered into per run, or once for b_const. False (op
+// untouched) where oneDNN offers only its reference kernel.
 bool init_matmul(dnnl_util::DnnlOp& op, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
-                 const dnnl::memory::desc& b_prim, const dnnl::memory::desc& c, bool bias,
-                 const dnnl::primitive_attr& attr, const void* b_const, int64_t macs) {
+                 const dnnl::memory::desc& c, bool bias, const dnnl::primitive_attr& attr, bool any_weights,
+                 const void* b_const, int64_t macs) {
+  const dnnl::memory::desc b_prim =
+      any_weights || b_const ? dnnl::memory::desc(b.dims(), b.data_type(), dnnl::memory::format_tag::any) : b;
   const dnnl::memory::desc bmd = bias ? row_bias_desc(c) : dnnl::memory::desc();
   const dnnl::matmul::primitive_desc pd(bias ? dnnl::matmul::desc(a, b_prim, bmd, c) : dnnl::matmul::desc(a, b_prim, c),
                                         attr, dnnl_util::cpu_engine());
@@ -314,8 +316,7 @@ class BatchedMatMul {
     const memory::desc a = md(ad, M, K_, ta_), b = md(bd, K_, N_, tb_), c = md(cd, M, N_, false);
     const bool pack = b_const && dt_ == DType::kFloat32 && ad.empty() && bd.empty();
     const bool reorder = !pack && ad.empty() && bd.empty() && reorder_plain_weights(dt_, K_, N_, tb_);
-    const memory::desc b_prim = pack || reorder ? memory::desc({K_, N_}, *float_type(dt_), memory::format_tag::any) : b;
-    return init_matmul(op_, a, b, b_prim, c, bias, scaled_attr(alpha_), pack ? b_const->raw_data() : nullptr,
+    return init_matmul(op_, a, b, c, bias, scaled_attr(alpha_), reorder, pack ? b_const->raw_data() : nullptr,
                        shape_numel(cd) * M * K_ * N_);
   }
 
@@ -392,7 +393,7 @@ class StridedMatMul {
     };
     const memory::desc amd = md(a, a.bs ? nb : 1, M, K), bmd = md(b, b.bs ? nb : 1, K, N), cmd = md(c, nb, M, N);
     try {
-      init_matmul(op_, amd, bmd, bmd, cmd, bias, scaled_attr(alpha), nullptr, nb * M * K * N);
+      init_matmul(op_, amd, bmd, cmd, bias, scaled_attr(alpha), false, nullptr, nb * M * K * N);
     } catch (const dnnl::error&) {  // a stride layout oneDNN does not take: the gemm loop
       op_ = dnnl_util::DnnlOp();
     }
@@ -665,16 +666,14 @@ class GemmKernel final : public Kernel {
       return memory::desc({rows, cols}, *float_type(dt), trans ? memory::dims{1, rows} : memory::dims{cols, 1});
     };
     const memory::desc ad = md(M_, K_, ta_), bd = md(K_, N_, tb_), cd = md(M_, N_, false);
-    const memory::desc bd_prim = w_const || reorder_plain_weights(dt, K_, N_, tb_)
-                                     ? memory::desc({K_, N_}, *float_type(dt), memory::format_tag::any)
-                                     : bd;
     dnnl::primitive_attr attr = scaled_attr(alpha_);
     if (accumulate && !bias_) {
       dnnl::post_ops po;
       po.append_sum(beta_);
       attr.set_post_ops(po);
     }
-    init_matmul(op_, ad, bd, bd_prim, cd, bias_, attr, w_const ? w_const->raw_data() : nullptr, M_ * K_ * N_);
+    init_matmul(op_, ad, bd, cd, bias_, attr, reorder_plain_weights(dt, K_, N_, tb_), w_const ? w_const->raw_data() : nullptr,
+                M_ * K_ * N_);
   }
 
   bool ta_, tb_;
