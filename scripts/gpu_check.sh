@@ -26,7 +26,11 @@ tests() { (cd "$REPO/gpu-run" && "$@"); }
 # The CUDA 13 libraries of the GPU image (cuBLASLt): the toolkit's, else PyTorch's wheels'.
 LT=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
 CUDA_LIBS=$(dirname "${LT:-/nonexistent/x}")
-export LD_LIBRARY_PATH="$B/lib:${CUDA_LIBS}:${LD_LIBRARY_PATH:-}"
+# cuDNN 9 (Conv and ConvGrad; the provider opens libcudnn.so.9 at run time): PyTorch's wheel's,
+# else one under the toolkit or /opt. Without it those nodes run on the CPU provider.
+DNN=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
+[ -e "$DNN/libcudnn.so.9" ] || DNN=$(dirname "$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcudnn.so.9' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$B/lib:${CUDA_LIBS}:${DNN}:${LD_LIBRARY_PATH:-}"
 # The tests find their data through the source path compiled in (the checkout's: /work/main) and
 # some through ../tests from the build folder: they run in a folder beside tests/.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
@@ -37,7 +41,7 @@ SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 
 {
   echo "pack: $(head -1 "$B/commit.txt")"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  echo "cuBLASLt: ${LT:-not found}; stages: $STAGES"
+  echo "cuBLASLt: ${LT:-not found}; cuDNN: $(ls "$DNN"/libcudnn.so.9 2>/dev/null || echo not found); stages: $STAGES"
   ldd "$B/onnxtrain_tests" | grep "not found" || echo "every library found"
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"

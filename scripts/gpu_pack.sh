@@ -17,7 +17,7 @@ done
 ldd .gpu/pack/onnxtrain_tests | awk '/=> \// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libstdc++.so*|libgcc_s.so*|ld-linux*|libcuda.so*) ;;
-    libcublas*|libcudart*) ;;  # the GPU machine's own CUDA 13
+    libcublas*|libcudart*|libcudnn*) ;;  # the GPU machine's own CUDA 13 (cuDNN is opened at run time)
     *) cp -L "$lib" .gpu/pack/lib/ ;;
   esac
 done

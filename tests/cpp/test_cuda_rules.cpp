@@ -13,7 +13,10 @@
 #include <random>
 
 #include "kernels/cuda/broadcast.h"
+#include "kernels/cuda/cuda_common.h"
+#include "kernels/cuda/cudnn.h"
 #include "kernels/cuda/optimizer_rules.h"
+#include "kernels/cuda/pool_rules.h"
 #include "ops/optimizers.h"
 #include "test_util.h"
 
@@ -168,5 +171,148 @@ TEST(CudaHostRules, QuadReadsMatchTheOffsets) {
         }
       }
   }
+}
+// cuDNN's convolution descriptors (kernels/cuda/cudnn.h: host objects, made without a device) for
+// the geometries the Conv tests use: cuDNN's own output-shape computation must give the node's
+// output (shape/window.h) for 1-D (as 2-D of height 1), 2-D and 3-D convolutions with strides,
+// dilations, symmetric pads, auto_pad and groups, in every float type; what cuDNN cannot take
+// (asymmetric pads, ConvTranspose, empty channels) is declined with the reason.
+TEST(CudaHostRules, CudnnDescribesTheConvolutionGeometry) {
+  std::string why;
+  const CudnnApi* a = cudnn_api(&why);
+  if (!a) GTEST_SKIP() << why;
+  struct Case {
+    Shape x, w;
+    std::vector<ir::Attribute> attrs;
+    std::string refusal;  // empty: cuDNN takes it
+  };
+  using ot_test::attr_int;
+  using ot_test::attr_ints;
+  using ot_test::attr_string;
+  const std::vector<Case> cases = {
+      {{2, 3, 9}, {4, 3, 3}, {}, ""},
+      {{2, 4, 11}, {6, 2, 3}, {attr_int("group", 2), attr_ints("strides", {2}), attr_ints("pads", {1, 1})}, ""},
+      {{1, 3, 10}, {2, 3, 4}, {attr_ints("dilations", {3})}, ""},
+      {{2, 3, 7, 6}, {5, 3, 3, 3}, {attr_ints("pads", {1, 1, 1, 1})}, ""},
+      {{2, 6, 9, 8}, {6, 1, 3, 3}, {attr_int("group", 6), attr_ints("strides", {2, 2}), attr_ints("pads", {1, 1, 1, 1})}, ""},
+      {{1, 4, 12, 10}, {8, 4, 3, 2}, {attr_ints("dilations", {2, 3}), attr_ints("strides", {1, 2})}, ""},
+      {{2, 3, 8, 8}, {4, 3, 3, 3}, {attr_string("auto_pad", "SAME_UPPER")}, ""},
+      {{2, 3, 8, 8}, {4, 3, 2, 2}, {attr_string("auto_pad", "SAME_UPPER")}, "asymmetric pads"},
+      {{2, 3, 8, 8}, {4, 3, 3, 3}, {attr_ints("pads", {0, 1, 1, 0})}, "asymmetric pads"},
+      {{1, 2, 5, 6, 7}, {3, 2, 2, 3, 3}, {attr_ints("pads", {1, 1, 1, 1, 1, 1}), attr_ints("strides", {1, 2, 2})}, ""},
+      {{2, 0, 5, 5}, {4, 0, 3, 3}, {}, "empty"},
+  };
+  for (const Case& c : cases)
+    for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+      ir::Node node = ot_test::make_node("Conv", {"x", "w"}, {"y"}, c.attrs);
+      const OpsetMap opsets{{"", 17}};
+      const ExecOptions eo;
+      const KernelInfo info(node, 17, opsets, eo);
+      kernels::shape::ConvShape p;
+      p.read(info, false);
+      std::vector<PrepareContext::In> ins = {{.kind = Value::Kind::kTensor, .dtype = dt, .shape = c.x, .value = nullptr},
+                                             {.kind = Value::Kind::kTensor, .dtype = dt, .shape = c.w, .value = nullptr}};
+      PrepareContext ctx(node, 17, eo, ins, 1);
+      p.resolve(ctx, c.x, c.w);
+      ConvDescs d;
+      const std::string got = d.make(*a, p, c.x, c.w, dt);
+      const std::string at = shape_to_string(c.x) + " * " + shape_to_string(c.w) + " " + dtype_name(dt);
+      if (c.refusal.empty()) {
+        EXPECT_EQ(got, "") << at << " -> " << shape_to_string(p.y);
+        EXPECT_EQ(d.strict, dt == DType::kFloat32 && !tf32_allowed()) << at;
+      } else {
+        EXPECT_NE(got.find(c.refusal), std::string::npos) << at << ": " << got;
+      }
+    }
+}
+// The CUDA pooling kernels' per-element bodies (kernels/cuda/pool_rules.h) run here over every
+// output and input must give the CPU provider's MaxPool (value and Indices), AveragePool and their
+// gradients: bit for bit in float64 (the CPU's loops; the same terms in the same order), within
+// 1e-6 in float32 where the CPU runs oneDNN. Geometries: 1-D to 3-D, strides, dilations, asymmetric
+// pads, ceil_mode, count_include_pad, the global pools; inputs with many ties (values on a grid of
+// 0.5, half of them 0, as after a ReLU) so that "the first maximum" is exercised.
+TEST(CudaHostRules, PoolingBodiesMatchTheCpuKernels) {
+  using ot_test::attr_int;
+  using ot_test::attr_ints;
+  struct Case {
+    Shape x;
+    std::vector<ir::Attribute> attrs;
+    bool global = false;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 11}, {attr_ints("kernel_shape", {3}), attr_ints("strides", {2})}},
+      {{1, 2, 9}, {attr_ints("kernel_shape", {2}), attr_ints("dilations", {3}), attr_ints("pads", {1, 2})}},
+      {{2, 2, 8, 7}, {attr_ints("kernel_shape", {3, 3}), attr_ints("strides", {2, 2}), attr_ints("pads", {1, 1, 1, 1})}},
+      {{1, 3, 7, 9}, {attr_ints("kernel_shape", {2, 3}), attr_ints("strides", {2, 1}), attr_ints("pads", {0, 1, 1, 2}),
+                      attr_int("ceil_mode", 1), attr_int("count_include_pad", 1)}},
+      {{1, 2, 10, 10}, {attr_ints("kernel_shape", {3, 2}), attr_ints("dilations", {2, 2}), attr_int("ceil_mode", 1)}},
+      {{1, 2, 4, 5, 6}, {attr_ints("kernel_shape", {2, 2, 3}), attr_ints("strides", {1, 2, 2}),
+                         attr_ints("pads", {1, 0, 1, 0, 1, 1}), attr_int("count_include_pad", 1)}},
+      {{2, 3, 5, 4}, {}, true},
+  };
+  std::mt19937 rng(7);
+  for (const Case& c : cases)
+    for (DType dt : {DType::kFloat64, DType::kFloat32})
+      for (const char* kind : {"Max", "Average"}) {
+        const bool max = kind[0] == 'M';
+        const std::string op = std::string(c.global ? "Global" : "") + kind + "Pool";
+        std::vector<double> xv(size_t(shape_numel(c.x)));
+        for (double& v : xv) v = std::uniform_int_distribution<int>(0, 1)(rng) ? 0.5 * std::uniform_int_distribution<int>(-3, 6)(rng) : 0.0;
+        const Tensor x = ot_test::from_double(dt, c.x, xv);
+        std::vector<ir::Attribute> attrs = c.attrs;
+        // The CPU's loops (not oneDNN) compute MaxPool when Indices are asked for.
+        ot_test::RunOptions fo;
+        fo.num_outputs = max && !c.global ? 2 : 1;
+        const std::vector<Tensor> cpu = ot_test::run_node(op, {x}, attrs, fo);
+        const Tensor& y = cpu[0];
+        ir::Node node = ot_test::make_node(op, {"x"}, {"y"}, attrs);
+        const OpsetMap opsets{{"", 17}};
+        const ExecOptions eo;
+        const KernelInfo info(node, 17, opsets, eo);
+        kernels::shape::PoolShape p;
+        p.read(info, max ? kernels::shape::PoolKind::kMax : kernels::shape::PoolKind::kAvg, c.global, false);
+        std::vector<PrepareContext::In> ins = {{.kind = Value::Kind::kTensor, .dtype = dt, .shape = c.x, .value = nullptr}};
+        PrepareContext ctx(node, 17, eo, ins, 1);
+        p.resolve(ctx, c.x);
+        const PoolGeo g = pool_geo(p.g);
+        const std::string at = op + " " + shape_to_string(c.x) + " " + dtype_name(dt);
+        const double tol = dt == DType::kFloat64 ? 0.0 : 1e-6;
+        const std::vector<double> yc = ot_test::to_double(y);
+        std::vector<int64_t> arg(size_t(y.numel()));
+        auto body = [&]<class T>() {
+          const auto ld = [](const T* q, int64_t j) { return q[j]; };
+          const T* xp = x.data<T>();
+          for (int64_t i = 0; i < y.numel(); ++i) {
+            T v;
+            if (max) {
+              arg[size_t(i)] = max_pool_at(g, xp, i, ld, &v);
+              if (!c.global) {
+                ASSERT_EQ(cpu[1].data<int64_t>()[i], (i / g.pout) * g.pin + arg[size_t(i)]) << at << " Indices at " << i;
+              }
+            } else {
+              v = avg_pool_at<T>(g, xp, i, p.include_pad, ld);
+            }
+            ASSERT_NEAR(double(v), yc[size_t(i)], tol * std::max(1.0, std::abs(yc[size_t(i)]))) << at << " at " << i;
+          }
+          // The gradients, dY random.
+          const Tensor dy = ot_test::random_tensor(dt, y.shape(), rng);
+          for (bool relu : {false, true}) {
+            if (relu && (!max || c.global)) continue;
+            std::vector<ir::Attribute> ga = attrs;
+            if (relu) ga.push_back(attr_int("relu_mask", 1));
+            ot_test::RunOptions go;
+            go.domain = "com.onnxtrain";
+            const std::vector<double> dxc = ot_test::to_double(ot_test::run_node(op + "Grad", {dy, x}, ga, go)[0]);
+            for (int64_t i = 0; i < x.numel(); ++i) {
+              const T v = max ? max_pool_grad_at<T>(g, xp, dy.data<T>(), arg.data(), i, relu, ld)
+                              : avg_pool_grad_at<T>(g, dy.data<T>(), i, p.include_pad, ld);
+              ASSERT_NEAR(double(v), dxc[size_t(i)], tol * std::max(1.0, std::abs(dxc[size_t(i)])))
+                  << at << " gradient" << (relu ? " (relu_mask)" : "") << " at " << i;
+            }
+          }
+        };
+        if (dt == DType::kFloat64) body.template operator()<double>();
+        else body.template operator()<float>();
+      }
 }
 #endif  // ONNXTRAIN_WITH_CUDA

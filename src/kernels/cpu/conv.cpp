@@ -444,38 +444,7 @@ struct Fp16Stage {
 
 // com.microsoft FusedConv's activation (onnxruntime's contrib operator, what the inference
 // rewrite of src/runtime/conv_fusion.cpp writes): Y = act(Conv(X, W, B) + Z).
-struct FusedActivation {
-  enum class Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kSiLU, kHardSwish } kind = Kind::kNone;
-  float alpha = 0, beta = 0;  // LeakyRelu: alpha; Clip: min, max; HardSigmoid: alpha, beta
-
-  /// Reads `activation` and `activation_params` (their count checked against the activation).
-  /// `blocked`: also "SiLU" (x * Sigmoid(x)) and "HardSwish" (x * HardSigmoid(x) with alpha 1/6,
-  /// beta 1/2), NchwcConv's, which block_conv_layouts folds in; not com.microsoft.FusedConv's.
-  void read(const KernelInfo& info, bool blocked = false) {
-    const std::string name = info.attr_string("activation", "");
-    const std::vector<float> params = info.attr_floats("activation_params", {});
-    static const std::vector<std::tuple<const char*, Kind, size_t>> known = {
-        {"", Kind::kNone, 0},         {"Relu", Kind::kRelu, 0}, {"LeakyRelu", Kind::kLeakyRelu, 1},
-        {"Clip", Kind::kClip, 2},     {"Sigmoid", Kind::kSigmoid, 0}, {"Tanh", Kind::kTanh, 0},
-        {"HardSigmoid", Kind::kHardSigmoid, 2}};
-    if (blocked && (name == "SiLU" || name == "HardSwish")) {
-      if (!params.empty()) info.fail("activation '", name, "' takes 0 activation_params, got ", params.size());
-      kind = name == "SiLU" ? Kind::kSiLU : Kind::kHardSwish;
-      return;
-    }
-    for (const auto& [n, k, count] : known) {
-      if (name != n) continue;
-      if (params.size() != count)
-        info.fail("activation '", name, "' takes ", count, " activation_params, got ", params.size());
-      kind = k;
-      if (count > 0) alpha = params[0];
-      if (count > 1) beta = params[1];
-      if (k == Kind::kClip && !(alpha <= beta)) info.fail("Clip's activation_params min ", alpha, " > max ", beta);
-      return;
-    }
-    throw_error<NotImplemented>(info.node().describe(), ": activation '", name,
-                                "' is not implemented (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid)");
-  }
+struct FusedActivation : shape::ConvActivation {
   /// The activation as a oneDNN eltwise post-op where it is the same arithmetic as onnxtrain's own
   /// kernel (Relu, LeakyRelu, Clip), and SiLU and HardSwish; false for the others (applied after
   /// the primitive).
@@ -920,14 +889,8 @@ class ConvGradKernel final : public Kernel {
   ConvGradKernel(const KernelInfo& info, bool transposed) { p_.read(info, transposed); }
 
   void prepare(PrepareContext& ctx) override {
-    dt_ = shape::conv_grad_inputs(ctx);
+    dt_ = shape::prepare_conv_grad(ctx, p_, want_);  // ConvParams::resolve
     const Shape& x = ctx.input_shape(1);
-    p_.resolve(ctx, x, ctx.input_shape(2));
-    shape::check_conv_grad_dy(ctx, p_);
-    for (size_t i = 0; i < 3; ++i) want_[i] = ctx.has_output(i);
-    if (want_[0]) ctx.set_output(0, dt_, x);
-    if (want_[1]) ctx.set_output(1, dt_, ctx.input_shape(2));
-    if (want_[2]) ctx.set_output(2, dt_, {p_.M});
     data_op_ = dnnl_util::DnnlOp();
     weights_op_ = dnnl_util::DnnlOp();
     empty_ = shape_numel(p_.y) == 0 || shape_numel(x) == 0 || p_.kk == 0;

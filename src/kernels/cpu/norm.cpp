@@ -86,17 +86,9 @@ class BatchNormKernel final : public Kernel {
   void prepare(PrepareContext& ctx) override {
     g_ = shape::check_batch_norm(ctx, at_);
     training_ = shape::batch_norm_training(ctx, at_);
-    const DType dt = ctx.input_dtype(0);
-    const Shape& s = ctx.input_shape(0);
-    ctx.set_output(0, dt, s);
-    for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), at_.new_style ? 3 : 5); ++k) {
-      const size_t src = k % 2 ? 3 : 4;  // mean-like outputs follow input_mean, var-like input_var
-      if (!ctx.has_output(k)) continue;
-      // Training: the running statistics overwrite input_mean / input_var in place (run() reads
-      // both into the workspace before writing either).
-      if (k <= 2 && training_) ctx.set_output_inplace(k, src);
-      else ctx.set_output(k, k <= 2 ? ctx.input_dtype(src) : dt, ctx.input_shape(src));
-    }
+    // Training: the running statistics overwrite input_mean / input_var in place (run() reads
+    // both into the workspace before writing either).
+    shape::set_batch_norm_outputs(ctx, at_, training_);
     ctx.request_workspace(size_t(g_.c) * 6 * sizeof(double));
   }
   void run(RunContext& ctx) override {
@@ -190,11 +182,7 @@ class BatchNormGradKernel final : public Kernel {
   explicit BatchNormGradKernel(const KernelInfo& info) : at_(shape::read_batch_norm_grad_attrs(info)) {}
   void prepare(PrepareContext& ctx) override {
     g_ = shape::check_batch_norm_grad(ctx, at_);
-    if (ctx.has_output(0)) ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(1));
-    for (size_t k = 1; k < ctx.num_outputs(); ++k) {
-      const size_t src = k <= 2 ? 2 : k;  // dscale, dB like scale; dmean, dvar like mean, var
-      if (ctx.has_output(k)) ctx.set_output(k, ctx.input_dtype(src), ctx.input_shape(src));
-    }
+    shape::set_batch_norm_grad_outputs(ctx);
     ctx.request_workspace(size_t(g_.c) * 10 * sizeof(double));
   }
   void run(RunContext& ctx) override {

@@ -40,6 +40,10 @@ class CudaContext final : public DeviceContext {
   void* lt_handle();
   void* lt_workspace() { return lt_workspace_; }
   size_t lt_workspace_bytes() const { return kLtWorkspace; }
+  /// The session's cuDNN handle (cudnn.h's cudnn_handle makes it; null until then) and how to
+  /// destroy it with the context.
+  void*& dnn_slot() { return dnn_; }
+  void (*dnn_destroy)(void*) = nullptr;
   /// Multiprocessors of the device (launch geometry of grid-stride loops).
   int multiprocessors() const { return sms_; }
   /// The context of a CUDA kernel's run; throws RuntimeError when the run has none (a kernel of
@@ -54,6 +58,7 @@ class CudaContext final : public DeviceContext {
   cudaStream_t stream_ = nullptr;
   void* lt_ = nullptr;
   void* lt_workspace_ = nullptr;
+  void* dnn_ = nullptr;
 };
 
 /// Blocks of `threads` for a grid-stride loop over n elements: enough to fill the device, never
@@ -62,6 +67,10 @@ inline unsigned grid_for(int64_t n, const CudaContext& c, int threads = 256) {
   const int64_t need = (n + threads - 1) / threads;
   return unsigned(std::max<int64_t>(1, std::min<int64_t>(need, int64_t(c.multiprocessors()) * 16)));
 }
+
+/// ONNXTRAIN_CUDA_TF32=1: float32 products and convolutions may use TF32 (as PyTorch's
+/// allow_tf32); otherwise they compute in float32.
+bool tf32_allowed();
 
 /// Counts a kernel launch (launches() in cuda_provider.h).
 void count_launch();

@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -25,6 +26,13 @@ void check_launch(const char* kernel) {
 namespace {
 std::atomic<long> g_launches{0};
 }
+bool tf32_allowed() {
+  static const bool on = [] {
+    const char* v = std::getenv("ONNXTRAIN_CUDA_TF32");
+    return v && v[0] == '1';
+  }();
+  return on;
+}
 void count_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); }
 long launches() { return g_launches.load(); }
 
@@ -37,6 +45,7 @@ CudaContext::CudaContext(int device) : device_(device) {
 CudaContext::~CudaContext() {
   // Errors are ignored here: at process exit the runtime may already be unloading.
   if (stream_) cudaStreamSynchronize(stream_);
+  if (dnn_ && dnn_destroy) dnn_destroy(dnn_);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
   if (stream_) cudaStreamDestroy(stream_);
@@ -213,6 +222,9 @@ const KernelRegistry& kernel_registry() {
     register_loss(k);
     register_movement(k);
     register_training(k);
+    register_conv(k);
+    register_pool(k);
+    register_batch_norm(k);
     for (const std::string& op : ops::shared_with_microsoft())
       if (k.knows(ops::kDomain, op)) k.alias(ops::kMicrosoftDomain, ops::kDomain, op);
     return k;

@@ -33,5 +33,8 @@ void register_norm(KernelRegistry& r);         // cuda/norm.cu: LayerNormalizati
 void register_loss(KernelRegistry& r);         // cuda/loss.cu: SoftmaxCrossEntropyLoss and its gradient
 void register_movement(KernelRegistry& r);     // cuda/movement.cu: views, Transpose, Concat, Split, Slice, Gather, Expand
 void register_training(KernelRegistry& r);     // cuda/optimizer.cu: optimizers, AccumulateGradients, GlobalNormClip
+void register_conv(KernelRegistry& r);         // cuda/conv.cu: Conv and ConvGrad (cuDNN, loaded at run time)
+void register_batch_norm(KernelRegistry& r);   // cuda/batch_norm.cu: BatchNormalization and its gradient
+void register_pool(KernelRegistry& r);         // cuda/pool.cu: Max/Average/Global pooling and their gradients
 
 }  // namespace onnxtrain::kernels::cuda

@@ -9,8 +9,6 @@
 // memory read column-major, with no copies.
 #include <cublasLt.h>
 
-#include <cstdlib>
-
 #include "kernels/cuda/broadcast.h"
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_provider.h"
@@ -24,14 +22,6 @@ namespace {
 
 void check_lt(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw_error<RuntimeError>("cuBLASLt: ", what, " failed with status ", int(s));
-}
-
-bool tf32_allowed() {
-  static const bool on = [] {
-    const char* v = std::getenv("ONNXTRAIN_CUDA_TF32");
-    return v && v[0] == '1';
-  }();
-  return on;
 }
 
 cudaDataType_t lt_type(DType dt) {

@@ -72,12 +72,30 @@ bool batch_norm_training(const PrepareContext& ctx, const BatchNormAttrs& at) {
   return at.new_style ? at.train_attr : at.train_attr && extra;
 }
 
+void set_batch_norm_outputs(PrepareContext& ctx, const BatchNormAttrs& at, bool training) {
+  ctx.set_output(0, ctx.input_dtype(0), ctx.input_shape(0));
+  for (size_t k = 1; k < std::min<size_t>(ctx.num_outputs(), at.new_style ? 3 : 5); ++k) {
+    const size_t src = k % 2 ? 3 : 4;  // mean-like outputs follow input_mean, var-like input_var
+    if (!ctx.has_output(k)) continue;
+    if (k <= 2 && training) ctx.set_output_inplace(k, src);
+    else ctx.set_output(k, k <= 2 ? ctx.input_dtype(src) : ctx.input_dtype(0), ctx.input_shape(src));
+  }
+}
+
 BatchNormGradAttrs read_batch_norm_grad_attrs(const KernelInfo& info) {
   BatchNormGradAttrs at;
   at.epsilon = info.attr_float("epsilon", 1e-5f);
   at.training = info.attr_int("training_mode", 0) != 0;
   at.spatial = info.attr_int("spatial", 1) != 0;
   return at;
+}
+
+void set_batch_norm_grad_outputs(PrepareContext& ctx) {
+  if (ctx.has_output(0)) ctx.set_output(0, ctx.input_dtype(1), ctx.input_shape(1));
+  for (size_t k = 1; k < ctx.num_outputs(); ++k) {
+    const size_t src = k <= 2 ? 2 : k;  // dscale, dB like scale; dmean, dvar like mean, var
+    if (ctx.has_output(k)) ctx.set_output(k, ctx.input_dtype(src), ctx.input_shape(src));
+  }
 }
 
 BatchNormGeom check_batch_norm_grad(const PrepareContext& ctx, const BatchNormGradAttrs& at) {

@@ -38,6 +38,11 @@ BatchNormGeom check_batch_norm(const PrepareContext& ctx, const BatchNormAttrs& 
 /// Whether the node trains: training_mode (opset >= 14), else is_test = 0 and an output past Y requested.
 bool batch_norm_training(const PrepareContext& ctx, const BatchNormAttrs& at);
 
+/// BatchNormalization's outputs at prepare: Y like X; the running statistics (1, 2) like input_mean /
+/// input_var, in training written in place over them (a kernel reads both before writing either);
+/// opset < 14 also the batch's saved statistics (3, 4) in X's type.
+void set_batch_norm_outputs(PrepareContext& ctx, const BatchNormAttrs& at, bool training);
+
 /// BatchNormalizationGrad's attributes (the forward node's mode).
 struct BatchNormGradAttrs {
   float epsilon = 1e-5f;
@@ -48,6 +53,9 @@ BatchNormGradAttrs read_batch_norm_grad_attrs(const KernelInfo& info);
 /// check_nc_grad_inputs, scale (and, in inference mode, mean and var) of C elements, at most 5
 /// outputs, dmean and dvar only in inference mode; returns X's view.
 BatchNormGeom check_batch_norm_grad(const PrepareContext& ctx, const BatchNormGradAttrs& at);
+/// BatchNormalizationGrad's outputs at prepare: dX like X, dscale and dB like scale, dmean and dvar
+/// like mean and var.
+void set_batch_norm_grad_outputs(PrepareContext& ctx);
 
 /// InstanceNormalization: input (input 0) by check_nc_input, scale and B of C elements; returns C.
 int64_t check_instance_norm(const PrepareContext& ctx);

@@ -1,6 +1,7 @@
 #include "kernels/shape/window.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace onnxtrain::kernels::shape {
 
@@ -142,6 +143,32 @@ DType float_inputs(const PrepareContext& ctx) {
   require_float(ctx, dt);
   check_same_dtype(ctx, 1, ctx.num_inputs());
   return dt;
+}
+
+void ConvActivation::read(const KernelInfo& info, bool blocked) {
+  const std::string name = info.attr_string("activation", "");
+  const std::vector<float> params = info.attr_floats("activation_params", {});
+  static const std::vector<std::tuple<const char*, Kind, size_t>> known = {
+      {"", Kind::kNone, 0},         {"Relu", Kind::kRelu, 0}, {"LeakyRelu", Kind::kLeakyRelu, 1},
+      {"Clip", Kind::kClip, 2},     {"Sigmoid", Kind::kSigmoid, 0}, {"Tanh", Kind::kTanh, 0},
+      {"HardSigmoid", Kind::kHardSigmoid, 2}};
+  if (blocked && (name == "SiLU" || name == "HardSwish")) {
+    if (!params.empty()) info.fail("activation '", name, "' takes 0 activation_params, got ", params.size());
+    kind = name == "SiLU" ? Kind::kSiLU : Kind::kHardSwish;
+    return;
+  }
+  for (const auto& [n, k, count] : known) {
+    if (name != n) continue;
+    if (params.size() != count)
+      info.fail("activation '", name, "' takes ", count, " activation_params, got ", params.size());
+    kind = k;
+    if (count > 0) alpha = params[0];
+    if (count > 1) beta = params[1];
+    if (k == Kind::kClip && !(alpha <= beta)) info.fail("Clip's activation_params min ", alpha, " > max ", beta);
+    return;
+  }
+  throw_error<NotImplemented>(info.node().describe(), ": activation '", name,
+                              "' is not implemented (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid)");
 }
 
 void ConvShape::read(const KernelInfo& info, bool t) {

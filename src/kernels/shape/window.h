@@ -61,12 +61,40 @@ struct ConvShape {
   /// and resolves the geometry and Y; every size's product must fit int64.
   void resolve(const PrepareContext& ctx, const Shape& x, const Shape& w);
 };
+/// com.microsoft FusedConv's activation (and NchwcConv's): Y = act(Conv(X, W, B) + Z).
+struct ConvActivation {
+  enum class Kind { kNone, kRelu, kLeakyRelu, kClip, kSigmoid, kTanh, kHardSigmoid, kSiLU, kHardSwish } kind = Kind::kNone;
+  float alpha = 0, beta = 0;  ///< LeakyRelu: alpha; Clip: min, max; HardSigmoid: alpha, beta
+
+  /// Reads `activation` and `activation_params` (their count checked against the activation;
+  /// NotImplemented for an unknown activation). `blocked`: also "SiLU" (x * Sigmoid(x)) and
+  /// "HardSwish" (x * HardSigmoid(x) with alpha 1/6, beta 1/2), NchwcConv's, which
+  /// block_conv_layouts folds in; not com.microsoft.FusedConv's.
+  void read(const KernelInfo& info, bool blocked = false);
+};
+
 /// Conv's optional bias (input 2) is [M].
 void check_conv_bias(const PrepareContext& ctx, const ConvShape& p);
 /// ConvGrad(dY, X, W): the three inputs present, float, one type; returns the element type.
 DType conv_grad_inputs(const PrepareContext& ctx);
 /// ConvGrad's dY (input 0) has the shape of the resolved node's output.
 void check_conv_grad_dy(const PrepareContext& ctx, const ConvShape& p);
+/// ConvGrad(dY, X, W) -> dX, dW, dB at prepare: checks the inputs (conv_grad_inputs,
+/// check_conv_grad_dy), resolves `p` (a ConvShape, or a provider's type deriving from it, through
+/// its own resolve) from X and W and sets the requested outputs (dX like X, dW like W, dB [M]);
+/// `want[i]`: output i is requested. Returns the element type.
+template <class P>
+DType prepare_conv_grad(PrepareContext& ctx, P& p, bool want[3]) {
+  const DType dt = conv_grad_inputs(ctx);
+  const Shape& x = ctx.input_shape(1);
+  p.resolve(ctx, x, ctx.input_shape(2));
+  check_conv_grad_dy(ctx, p);
+  for (size_t i = 0; i < 3; ++i) want[i] = ctx.has_output(i);
+  if (want[0]) ctx.set_output(0, dt, x);
+  if (want[1]) ctx.set_output(1, dt, ctx.input_shape(2));
+  if (want[2]) ctx.set_output(2, dt, {p.M});
+  return dt;
+}
 
 enum class PoolKind { kMax, kAvg, kLp };
 
