@@ -8,7 +8,8 @@
 #   sanitizer  the whole suite under compute-sanitizer (memcheck), 8 shards (SAN_FILTER narrows it)
 #   golden     PyTorch golden runs: torch on CUDA vs `onnxtrain train --provider cuda` (and on the
 #              CPU), scripts/gpu_golden.py
-#   bench      BERT-base-like training step vs PyTorch eager (bench/cuda_step.py), alone on the GPU
+#   bench      BERT-base-like and ResNet-50 training steps vs PyTorch eager (bench/cuda_step.py), alone
+#              on the GPU
 # suite, sanitizer and golden run side by side; bench runs after them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -75,7 +76,7 @@ suite_s=$((SECONDS - start))
 if has suite; then cat "$W"/shard_*.log > "$OUT/suite.log"; fi
 if has sanitizer; then cat "$W"/san_*.log > "$OUT/sanitizer.log"; fi
 if has bench; then
-  timeout ${BENCH_TIMEOUT:-200} python3 bench/cuda_step.py --exe "$B/bench_cuda_step" --work "$W/bench" $BENCH_ARGS > "$OUT/bench.log" 2>&1
+  timeout ${BENCH_TIMEOUT:-330} python3 bench/cuda_step.py --exe "$B/bench_cuda_step" --work "$W/bench" $BENCH_ARGS > "$OUT/bench.log" 2>&1
   echo "rc $?" >> "$OUT/bench.log"
 fi
 

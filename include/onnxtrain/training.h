@@ -224,6 +224,10 @@ class TrainingSession {
   /// Figures of the plan of the last training run (arena bytes: the activations and temporaries
   /// of a step, which recompute lowers).
   RunStats last_run_stats() const;
+  /// The last training run's plan, step by step (forward, backward, optimizer nodes and the copies
+  /// between devices), with the provider each ran on: a node a device provider declined at prepare
+  /// shows on the CPU provider. Empty before the first run.
+  std::vector<AssignedNode> node_assignment() const;
   /// Sets the counters a trainer's state dict carries: `runs` (run_count) and `step` (step). The
   /// accumulation position and the tensors stay as they are (an exact checkpoint restores them).
   /// InvalidArgument when either is negative.

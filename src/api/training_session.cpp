@@ -527,6 +527,14 @@ RunStats TrainingSession::last_run_stats() const {
   return run_stats_of(*impl_->train_exec);
 }
 
+std::vector<AssignedNode> TrainingSession::node_assignment() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<AssignedNode> r;
+  for (const auto& [n, provider] : impl_->train_exec->last_step_providers())
+    r.push_back(AssignedNode{n->name, n->op_type, n->domain, provider});
+  return r;
+}
+
 int64_t TrainingSession::run_count() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return int64_t(impl_->train_exec->run_counter());

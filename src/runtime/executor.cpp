@@ -302,9 +302,14 @@ PlanStats GraphExecutor::last_stats() const { return last_plan_ ? last_plan_->st
 
 std::vector<std::string> GraphExecutor::last_assignment() const {
   std::vector<std::string> r;
+  for (const auto& [node, provider] : last_step_providers()) r.push_back(node->describe() + " on " + provider);
+  return r;
+}
+
+std::vector<std::pair<const ir::Node*, std::string>> GraphExecutor::last_step_providers() const {
+  std::vector<std::pair<const ir::Node*, std::string>> r;
   if (last_plan_)
-    for (const Step& st : last_plan_->steps)
-      r.push_back(st.node->describe() + " on " + providers_.providers[st.provider]->name());
+    for (const Step& st : last_plan_->steps) r.emplace_back(st.node, providers_.providers[st.provider]->name());
   return r;
 }
 

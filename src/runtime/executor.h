@@ -127,6 +127,9 @@ class GraphExecutor {
   std::vector<std::pair<const ir::Node*, std::string>> node_providers() const;
   /// The node of every step of the last run's plan (nodes folded at plan time have none).
   std::vector<const ir::Node*> last_step_nodes() const;
+  /// The node of every step of the last run's plan and the provider it ran on (a node a device
+  /// provider declined at prepare shows on the provider that took it; copies included).
+  std::vector<std::pair<const ir::Node*, std::string>> last_step_providers() const;
   size_t num_plans() const { return plans_.size(); }
   /// Bytes of the arenas that plain runs share (the largest plan's so far, per device).
   size_t shared_arena_bytes() const;

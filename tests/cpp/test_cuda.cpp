@@ -6,6 +6,7 @@
 // present: tests/cpp/test_provider.cpp, check_providers_agree.)
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "ir/onnx_io.h"
@@ -180,4 +181,29 @@ TEST(CudaProvider, TrainingStepsMatchTheCpu) {
       EXPECT_LT(worst, 1e-3) << opt << ": " << cpu_state[k].first;
     }
   }
+}
+
+// TrainingSession::node_assignment (what bench_cuda_step reports: which nodes ran where): empty
+// before the first run, then the last run's plan step by step, forward, backward and optimizer
+// nodes, each on the provider that ran it (here all on the CPU).
+TEST(TrainingSessionPlan, NodeAssignmentIsTheLastRunsPlan) {
+  const std::string model = mlp_model(7);
+  TrainingParameters p;
+  p.loss_output_name = "loss";
+  p.training_optimizer_name = "SGDOptimizer";
+  TrainingSession s(model.data(), model.size(), p);
+  EXPECT_TRUE(s.node_assignment().empty());
+  std::mt19937 rng(3);
+  Tensor X = ot_test::random_tensor(DType::kFloat32, {8, 16}, rng);
+  Tensor label = Tensor::from_vector<int64_t>({8}, {0, 1, 2, 3, 0, 1, 2, 3});
+  s.run({"loss"}, {{"X", Value::of(X)}, {"label", Value::of(label)},
+                   {"Learning_Rate", Value::of(Tensor::from_vector<float>({1}, {0.05f}))}});
+  std::map<std::string, int> ops;
+  for (const AssignedNode& n : s.node_assignment()) {
+    EXPECT_EQ(n.provider, "CPUExecutionProvider") << n.name;
+    ++ops[n.op_type];
+  }
+  EXPECT_EQ(ops["LayerNormalization"], 1);
+  EXPECT_EQ(ops["LayerNormalizationGrad"], 1);
+  EXPECT_GE(ops["SGDOptimizer"], 1);
 }
