@@ -103,6 +103,81 @@ TEST(CudaHostRules, OptimizerRulesMatchTheCpuKernelsBitForBit) {
     }
 }
 
+// LAMB on the host as the CUDA kernels compute it (optimizer_rules.h: LambRule's moments and
+// direction, lamb_coef), with each tensor's norms summed chunk by chunk of 8192 as the CPU kernel
+// sums them (the device sums a chunk as a tree: only the norms' last bits can differ there), must
+// give the CPU LambOptimizer's weights and moments bit for bit: two tensors (one of three chunks),
+// float32 and float64, with and without bias correction, weight decay and a clamped ratio.
+template <class T>
+void check_lamb(const std::vector<ir::Attribute>& attrs, int64_t t, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const DType dt = dtype_v<T>;
+  const std::vector<int64_t> sizes = {37, 2 * 8192 + 100};
+  std::vector<Tensor> w, g, m, v;
+  for (int64_t n : sizes) {
+    w.push_back(ot_test::random_tensor(dt, {n}, rng));
+    g.push_back(ot_test::random_tensor(dt, {n}, rng));
+    m.push_back(ot_test::random_tensor(dt, {n}, rng, -0.1, 0.1));
+    v.push_back(ot_test::random_tensor(dt, {n}, rng, 0.0, 0.1));
+  }
+  const float lr = 0.03125f;
+  const double grad_scale = 0.75;
+  std::vector<Tensor> in = {Tensor::scalar<float>(lr), Tensor::scalar<int64_t>(t), Tensor::scalar<double>(grad_scale)};
+  for (const auto* group : {&w, &g, &m, &v}) in.insert(in.end(), group->begin(), group->end());
+  ot_test::RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.num_outputs = 6;
+  const std::vector<Tensor> cpu = ot_test::run_node("LambOptimizer", in, attrs, o);
+  ir::Node node = ot_test::make_node("LambOptimizer", {}, {}, attrs);
+  node.domain = "com.onnxtrain";
+  const OpsetMap opsets{{"com.onnxtrain", 1}};
+  const ExecOptions eo;
+  const KernelInfo info(node, 1, opsets, eo);
+  const kernels::shape::OptimizerAttrs at = kernels::shape::read_optimizer_attrs(info, *ops::find_optimizer_spec("LambOptimizer"));
+  const LambRule<T> rule = lamb_rule<T>(at, t);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const int64_t n = sizes[k];
+    std::vector<T> m2(static_cast<size_t>(n)), v2(static_cast<size_t>(n));
+    double w2 = 0, r2 = 0;
+    for (int64_t lo = 0; lo < n; lo += 8192) {
+      double wn = 0, rn = 0;  // one chunk, in order
+      for (int64_t i = lo; i < std::min<int64_t>(lo + 8192, n); ++i) {
+        const T wi = w[k].data<T>()[i];
+        T r;
+        const Updated<T> u = rule.moments(wi, op_mul(g[k].data<T>()[i], T(grad_scale)), m[k].data<T>()[i], v[k].data<T>()[i], &r);
+        m2[size_t(i)] = u.s0, v2[size_t(i)] = u.s1;
+        wn = op_fma(double(wi), double(wi), wn);
+        rn = op_fma(double(r), double(r), rn);
+      }
+      w2 += wn, r2 += rn;
+    }
+    const T a = T(lamb_coef(w2, r2, double(lr), at.ratio_min, at.ratio_max));
+    for (int64_t i = 0; i < n; ++i) {
+      const T want[3] = {rule.apply(a, m2[size_t(i)], v2[size_t(i)], w[k].data<T>()[i]), m2[size_t(i)], v2[size_t(i)]};
+      for (size_t out = 0; out < 3; ++out)
+        ASSERT_EQ(std::memcmp(&want[out], &cpu[out * 2 + k].data<T>()[i], sizeof(T)), 0)
+            << dtype_name(dt) << " step " << t << " tensor " << k << " output " << out << " element " << i << ": host "
+            << want[out] << ", CPU " << cpu[out * 2 + k].data<T>()[i] << " (seed " << seed << ")";
+    }
+  }
+}
+
+TEST(CudaHostRules, LambRuleMatchesTheCpuKernelBitForBit) {
+  using ot_test::attr_float;
+  using ot_test::attr_int;
+  const std::vector<std::vector<ir::Attribute>> cases = {
+      {},
+      {attr_float("lambda", 0.01f), attr_int("do_bias_correction", 1)},
+      {attr_float("ratio_min", 0.5f), attr_float("ratio_max", 0.75f), attr_float("epsilon", 1e-8f)},
+  };
+  uint32_t seed = 5200;
+  for (const auto& attrs : cases)
+    for (int64_t t : {int64_t(1), int64_t(4)}) {
+      check_lamb<float>(attrs, t, seed++);
+      check_lamb<double>(attrs, t, seed++);
+    }
+}
+
 // Broadcast offsets (kernels/cuda/broadcast.h), the 32-bit and the 64-bit division paths, against
 // the multi-index computed digit by digit from the most significant dim.
 TEST(CudaHostRules, StridedOffsetNarrowAndWide) {

@@ -1,7 +1,9 @@
 // CUDA update step (com.onnxtrain, rows of src/ops/optimizers.h), as cpu/optimizer_ops.cpp computes it:
 //   SGD, Momentum, Adam, AdamW, Adagrad optimizers (lr, step, grad_scale?, update_signal?, W1..n,
 //     G1..n, states) -> W1..n', states' in place: w, s = rule(w, g * grad_scale, s) per element
-//     (optimizer_rules.h, the CPU rules' rounding). lr, step and grad_scale are host inputs;
+//     (optimizer_rules.h, the CPU rules' rounding). LambOptimizer: the moments and the direction
+//     r by the CPU's rule, each tensor's trust ratio ||w|| / ||r|| from per-chunk partial sums (a
+//     tree per chunk of 8192: the norms' last bits may differ from the CPU's sequential sums). lr, step and grad_scale are host inputs;
 //     update_signal is read on the device (no host sync): false copies w and the states to their
 //     outputs unchanged.
 //   AccumulateGradients(reset, A1..n, G1..n) -> A1..n': A' = reset ? G : A + G (reset on the host).
@@ -10,13 +12,14 @@
 //   LossScaleCheck(loss_scale, G1..n) -> grad_scale[1], all_finite[1] on the same sum.
 // Multi-tensor launches: a table of up to kMaxSlots tensors is a kernel argument; each tensor is
 // cut into chunks of kChunk elements and the blocks walk the chunks of the table.
-// Declined (NotImplemented: the CPU provider runs them): LambOptimizer, the ai.onnx.preview.training
-// optimizers and the com.microsoft ones (not registered).
+// Declined (NotImplemented: the CPU provider runs them): the ai.onnx.preview.training optimizers and
+// the com.microsoft ones (not registered).
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_provider.h"
 #include "kernels/cuda/optimizer_rules.h"
+#include "kernels/cuda/reduce_util.h"
 #include "kernels/shape/optimizer.h"
 #include "ops/onnxtrain_ops.h"
 
@@ -52,6 +55,16 @@ struct SlotTable {
   T* s1o[kMaxSlots] = {};
 };
 
+// Chunk q of the table: its tensor k (returned) and element range [lo, hi), chunks of `chunk`.
+template <class Table>
+__device__ inline int chunk_of(const Table& tab, int64_t q, int64_t chunk, int64_t* lo, int64_t* hi) {
+  int k = 0;
+  while (q >= tab.chunk0[k + 1]) ++k;
+  *lo = (q - tab.chunk0[k]) * chunk;
+  *hi = *lo + chunk < tab.numel[k] ? *lo + chunk : tab.numel[k];
+  return k;
+}
+
 // One thread per element of a chunk: reads w, g, states, then writes (safe in place). skip
 // (*signal false): outputs keep their inputs.
 template <class T, class Rule>
@@ -61,10 +74,8 @@ __global__ void update_kernel(SlotTable<T> tab, Rule rule, double grad_scale, co
   const T scale = T(grad_scale);
   const int64_t chunks = tab.chunk0[tab.n];
   for (int64_t q = blockIdx.x; q < chunks; q += gridDim.x) {
-    int k = 0;
-    while (q >= tab.chunk0[k + 1]) ++k;
-    const int64_t lo = (q - tab.chunk0[k]) * kChunk;
-    const int64_t hi = lo + kChunk < tab.numel[k] ? lo + kChunk : tab.numel[k];
+    int64_t lo, hi;
+    const int k = chunk_of(tab, q, kChunk, &lo, &hi);
     const T* W = tab.w[k];
     const T* G = tab.g[k];
     T* Wo = tab.wo[k];
@@ -105,6 +116,22 @@ struct Slot {
   void* so[2] = {nullptr, nullptr};
 };
 
+// Appends slot p to the table, cut into chunks of `chunk` elements; true when the table is full.
+template <class T>
+bool add_slot(SlotTable<T>& tab, const Slot& p, int64_t chunk) {
+  const int k = tab.n;
+  tab.numel[k] = p.numel;
+  tab.chunk0[k + 1] = tab.chunk0[k] + (p.numel + chunk - 1) / chunk;
+  tab.w[k] = static_cast<const T*>(p.w);
+  tab.wo[k] = static_cast<T*>(p.wo);
+  tab.g[k] = static_cast<const T*>(p.g);
+  tab.s0[k] = static_cast<const T*>(p.s[0]);
+  tab.s1[k] = static_cast<const T*>(p.s[1]);
+  tab.s0o[k] = static_cast<T*>(p.so[0]);
+  tab.s1o[k] = static_cast<T*>(p.so[1]);
+  return ++tab.n == kMaxSlots;
+}
+
 template <class T, class Rule>
 void launch_update(const CudaContext& c, SlotTable<T>& tab, const Rule& rule, double scale, const bool* signal) {
   const int64_t chunks = tab.chunk0[tab.n];
@@ -124,22 +151,115 @@ void update_all(const CudaContext& c, const std::vector<Slot>& slots, double sca
     SlotTable<T> tab;
     for (const Slot& p : slots) {
       if (p.dtype != dt || p.numel == 0) continue;
-      const int k = tab.n;
-      tab.numel[k] = p.numel;
-      tab.chunk0[k + 1] = tab.chunk0[k] + (p.numel + kChunk - 1) / kChunk;
-      tab.w[k] = static_cast<const T*>(p.w);
-      tab.wo[k] = static_cast<T*>(p.wo);
-      tab.g[k] = static_cast<const T*>(p.g);
-      tab.s0[k] = static_cast<const T*>(p.s[0]);
-      tab.s1[k] = static_cast<const T*>(p.s[1]);
-      tab.s0o[k] = static_cast<T*>(p.so[0]);
-      tab.s1o[k] = static_cast<T*>(p.so[1]);
-      if (++tab.n == kMaxSlots) {
+      if (add_slot(tab, p, kChunk)) {
         launch_update(c, tab, rule, scale, signal);
         tab = SlotTable<T>{};
       }
     }
     if (tab.n > 0) launch_update(c, tab, rule, scale, signal);
+  };
+  run_type.template operator()<float>(DType::kFloat32);
+  run_type.template operator()<double>(DType::kFloat64);
+}
+
+// ---------------------------------------------------------------- LAMB
+// Three launches per table of tensors (chunks of kNormChunk elements): the moments and each chunk's
+// partial sums of w^2 and r^2 (part[2 q], part[2 q + 1]); one thread per tensor summing its
+// chunks into coef[k] = -lr * trust ratio; the update from this step's moments. skip (*signal
+// false): the outputs keep their inputs.
+template <class T>
+__global__ void lamb_moments_kernel(SlotTable<T> tab, LambRule<T> rule, double grad_scale, const bool* signal,
+                                    double* part) {
+  const bool skip = signal != nullptr && !*signal;
+  const T scale = T(grad_scale);
+  const int64_t chunks = tab.chunk0[tab.n];
+  for (int64_t q = blockIdx.x; q < chunks; q += gridDim.x) {
+    int64_t lo, hi;
+    const int k = chunk_of(tab, q, kNormChunk, &lo, &hi);
+    double wn = 0, rn = 0;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      if (skip) {
+        if (tab.s0o[k] != tab.s0[k]) tab.s0o[k][i] = tab.s0[k][i];
+        if (tab.s1o[k] != tab.s1[k]) tab.s1o[k][i] = tab.s1[k][i];
+        continue;
+      }
+      const T w = tab.w[k][i];
+      T r;
+      const Updated<T> u = rule.moments(w, op_mul(tab.g[k][i], scale), tab.s0[k][i], tab.s1[k][i], &r);
+      tab.s0o[k][i] = u.s0;
+      tab.s1o[k][i] = u.s1;
+      wn = op_fma(double(w), double(w), wn);
+      rn = op_fma(double(r), double(r), rn);
+    }
+    wn = red::group_reduce<kThreads>(wn, red::SumOp{});
+    rn = red::group_reduce<kThreads>(rn, red::SumOp{});
+    if (threadIdx.x == 0) part[2 * q] = wn, part[2 * q + 1] = rn;
+  }
+}
+
+template <class T>
+__global__ void lamb_coef_kernel(SlotTable<T> tab, const double* part, double* coef, double lr, double ratio_min,
+                                 double ratio_max) {
+  const int k = threadIdx.x;
+  if (k >= tab.n) return;
+  double w2 = 0, r2 = 0;
+  for (int64_t q = tab.chunk0[k]; q < tab.chunk0[k + 1]; ++q) w2 += part[2 * q], r2 += part[2 * q + 1];
+  coef[k] = lamb_coef(w2, r2, lr, ratio_min, ratio_max);
+}
+
+template <class T>
+__global__ void lamb_apply_kernel(SlotTable<T> tab, LambRule<T> rule, const double* coef, const bool* signal) {
+  const bool skip = signal != nullptr && !*signal;
+  const int64_t chunks = tab.chunk0[tab.n];
+  for (int64_t q = blockIdx.x; q < chunks; q += gridDim.x) {
+    int64_t lo, hi;
+    const int k = chunk_of(tab, q, kNormChunk, &lo, &hi);
+    const T a = T(coef[k]);
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      if (skip) {
+        if (tab.wo[k] != tab.w[k]) tab.wo[k][i] = tab.w[k][i];
+        continue;
+      }
+      tab.wo[k][i] = rule.apply(a, tab.s0o[k][i], tab.s1o[k][i], tab.w[k][i]);
+    }
+  }
+}
+
+/// Chunks of kNormChunk elements over the slots (LAMB's partial sums): the workspace holds two
+/// doubles per chunk, then one per tensor.
+int64_t lamb_chunks(const std::vector<Slot>& slots) {
+  int64_t n = 0;
+  for (const Slot& p : slots) n += (p.numel + kNormChunk - 1) / kNormChunk;
+  return n;
+}
+
+void run_lamb(const CudaContext& c, const std::vector<Slot>& slots, const shape::OptimizerAttrs& at, float lr, int64_t t,
+              double scale, const bool* signal, double* workspace) {
+  double* part = workspace;
+  double* coef = workspace + 2 * lamb_chunks(slots);
+  auto run_type = [&]<class T>(DType dt) {
+    const LambRule<T> rule = lamb_rule<T>(at, t);
+    SlotTable<T> tab;
+    auto launch = [&] {
+      const int64_t chunks = tab.chunk0[tab.n];
+      if (chunks > 0) {
+        const unsigned grid = unsigned(std::min<int64_t>(chunks, int64_t(c.multiprocessors()) * 16));
+        lamb_moments_kernel<T><<<grid, kThreads, 0, c.stream()>>>(tab, rule, scale, signal, part);
+        check_launch("lamb_moments_kernel");
+        lamb_coef_kernel<T><<<1, kMaxSlots, 0, c.stream()>>>(tab, part, coef, double(lr), at.ratio_min, at.ratio_max);
+        check_launch("lamb_coef_kernel");
+        lamb_apply_kernel<T><<<grid, kThreads, 0, c.stream()>>>(tab, rule, coef, signal);
+        check_launch("lamb_apply_kernel");
+      }
+      part += 2 * chunks;
+      coef += tab.n;
+      tab = SlotTable<T>{};
+    };
+    for (const Slot& p : slots) {
+      if (p.dtype != dt || p.numel == 0) continue;
+      if (add_slot(tab, p, kNormChunk)) launch();
+    }
+    if (tab.n > 0) launch();
   };
   run_type.template operator()<float>(DType::kFloat32);
   run_type.template operator()<double>(DType::kFloat64);
@@ -153,8 +273,6 @@ class OptimizerKernel final : public Kernel {
 
   void prepare(PrepareContext& ctx) override {
     n_ = shape::check_optimizer_inputs(ctx, at_);
-    if (algo_ == Algo::kLamb)
-      throw_error<NotImplemented>(ctx.node().describe(), ": LambOptimizer has no CUDA kernel");
     const size_t S = at_.spec->states.size(), first = at_.first;
     slots_.assign(n_, Slot{});
     for (size_t i = 0; i < n_; ++i) {
@@ -162,6 +280,7 @@ class OptimizerKernel final : public Kernel {
       slots_[i].dtype = ctx.input_dtype(first + i);
       slots_[i].numel = shape_numel(ctx.input_shape(first + i));
     }
+    if (algo_ == Algo::kLamb) ctx.request_workspace(size_t(2 * lamb_chunks(slots_) + int64_t(n_)) * sizeof(double));
     ctx.set_nondeterministic();  // updates state: never folded
   }
 
@@ -200,7 +319,9 @@ class OptimizerKernel final : public Kernel {
       case Algo::kAdagrad:
         update_all<AdagradRule>(c, slots_, scale, signal, [&]<class T>() { return adagrad_rule<T>(at_, lr, t); });
         break;
-      case Algo::kLamb: throw_error<NotImplemented>(ctx.node().describe(), ": LambOptimizer has no CUDA kernel");
+      case Algo::kLamb:
+        run_lamb(c, slots_, at_, lr, t, scale, signal, static_cast<double*>(ctx.workspace()));
+        break;
     }
   }
 
@@ -272,10 +393,8 @@ __device__ double block_sum(double v) {
 __global__ void sum_squares_kernel(NormTable tab, double* partial) {
   const int64_t chunks = tab.chunk0[tab.n];
   for (int64_t q = blockIdx.x; q < chunks; q += gridDim.x) {
-    int k = 0;
-    while (q >= tab.chunk0[k + 1]) ++k;
-    const int64_t lo = (q - tab.chunk0[k]) * kNormChunk;
-    const int64_t hi = lo + kNormChunk < tab.numel[k] ? lo + kNormChunk : tab.numel[k];
+    int64_t lo, hi;
+    const int k = chunk_of(tab, q, kNormChunk, &lo, &hi);
     double s = 0;
     if (tab.dbl[k]) {
       const double* x = static_cast<const double*>(tab.p[k]);
@@ -421,7 +540,6 @@ void register_training(KernelRegistry& r) {
   // Host inputs (as the operator table's rows say): lr, step and grad_scale (optimizers), reset
   // (AccumulateGradients), loss_scale (LossScaleCheck).
   for (const ops::OptimizerSpec& spec : ops::optimizer_specs()) {
-    if (spec.algorithm == Algo::kLamb) continue;  // no CUDA kernel: the CPU provider runs it
     r.add(
         ops::kDomain, spec.name, ops::kOpset, kMaxOpsetAll,
         [&spec](const KernelInfo& i) -> std::unique_ptr<Kernel> { return std::make_unique<OptimizerKernel>(i, spec); },

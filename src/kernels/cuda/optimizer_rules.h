@@ -165,6 +165,44 @@ AdagradRule<T> adagrad_rule(const shape::OptimizerAttrs& at, float lr, int64_t t
   const double clr = adagrad_lr(lr, double(t - 1), at.lr_decay);
   return AdagradRule<T>{.wd = T(at.lambda), .a = T(-clr), .eps = T(at.epsilon), .decay = T(at.lambda) != T(0)};
 }
+// LAMB's two per-element halves (cpu/optimizer_ops.cpp's LambHyper, lamb_moments, lamb_apply):
+//   moments:   m = b1 m + (1-b1) g, v = b2 v + (1-b2) g g (in T), r = direction(m, v, w)
+//   direction: r = wd w + (m / bc1) / (sqrt(v / bc2) + eps), in double, rounded to T
+//   apply:     w += coef r, coef = -lr * trust ratio (||w|| / ||r|| per tensor, clamped)
+template <class T>
+struct LambRule {
+  T b1, b2, one_b1, one_b2;
+  double bc1, bc2, eps, wd;
+  __host__ __device__ T direction(T m, T v, T w) const {
+    const double q = op_div(op_div(double(m), bc1), op_add(op_sqrt(op_div(double(v), bc2)), eps));
+    return T(op_fma(wd, double(w), q));
+  }
+  /// The new moments of (w, g, m, v), and the direction r from them (*r).
+  __host__ __device__ Updated<T> moments(T w, T g, T m, T v, T* r) const {
+    const T m2 = op_fma(m, b1, op_mul(one_b1, g));
+    const T v2 = op_fma(v, b2, op_mul(op_mul(one_b2, g), g));
+    *r = direction(m2, v2, w);
+    return {w, m2, v2};
+  }
+  __host__ __device__ T apply(T coef, T m, T v, T w) const { return op_fma(coef, direction(m, v, w), w); }
+};
+template <class T>
+LambRule<T> lamb_rule(const shape::OptimizerAttrs& at, int64_t t) {
+  const double b1 = at.alpha, b2 = at.beta;
+  return LambRule<T>{.b1 = T(b1), .b2 = T(b2), .one_b1 = T(1.0 - b1), .one_b2 = T(1.0 - b2),
+                     .bc1 = bias_correction(at.bias_correction, at.alpha, t),
+                     .bc2 = bias_correction(at.bias_correction, at.beta, t), .eps = double(at.epsilon),
+                     .wd = double(at.lambda)};
+}
+/// LAMB's coefficient of one tensor from its squared norms: -lr * clamp(||w|| / ||r||, min, max),
+/// the ratio 1 where either norm is 0.
+__host__ __device__ inline double lamb_coef(double w2, double r2, double lr, double ratio_min, double ratio_max) {
+  const double wn = op_sqrt(w2), rn = op_sqrt(r2);
+  double ratio = wn > 0 && rn > 0 ? op_div(wn, rn) : 1.0;
+  ratio = ratio < ratio_min ? ratio_min : ratio > ratio_max ? ratio_max : ratio;
+  return -lr * ratio;
+}
+
 /// One element as the update kernel applies a rule: the gradient scaled first, in T.
 template <class T, class Rule>
 __host__ __device__ inline Updated<T> apply_rule(const Rule& rule, T w, T g, T scale, T s0, T s1) {
