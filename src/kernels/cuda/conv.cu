@@ -107,9 +107,13 @@ Choice<Algo> pick(const PrepareContext& ctx, const CudnnApi& a, ConvDescs& d, co
                   SizeOf&& workspace_of) {
   Perf r[Count];
   int n = 0;
-  check_cudnn(get(&n, r), "the convolution algorithm heuristics");
+  const cudnnStatus_t st = get(&n, r);  // NOT_SUPPORTED for a type or layout cuDNN lacks: a decline
+  if (st != CUDNN_STATUS_SUCCESS)
+    throw_error<NotImplemented>(ctx.node().describe(), ": cuDNN's ", pass, " heuristics refuse this convolution: ",
+                                a.cudnnGetErrorString(st), " (CUDA)");
   const Choice<Algo> c = choose<Algo>(a, d, r, n, workspace_of);
-  if (!c.found) throw_error<NotImplemented>(ctx.node().describe(), ": cuDNN offers no ", pass, " algorithm for this convolution (CUDA)");
+  if (!c.found)
+    throw_error<NotImplemented>(ctx.node().describe(), ": cuDNN offers no ", pass, " algorithm for this convolution (CUDA)");
   return c;
 }
 
