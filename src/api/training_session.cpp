@@ -196,7 +196,7 @@ void TrainingSession::Impl::init() {
   ExecOptions eo = exec_options_of(options);
   sc.host_kernels_only = std::all_of(eo.providers.begin(), eo.providers.end(),
                                      [](const ExecutionProvider* p) { return !p || p->device().is_host(); });
-  if (const std::string a = options.config("onnxtrain.absorb_transposes", "0"); a == "0" || a == "1")
+  if (const std::string a = options.config("onnxtrain.absorb_transposes", "1"); a == "0" || a == "1")
     sc.absorb_transposes = a == "1";
   else
     throw_error<InvalidArgument>("config entry onnxtrain.absorb_transposes must be \"0\" or \"1\", got '", a, "'");
