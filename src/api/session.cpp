@@ -386,10 +386,7 @@ RunStats InferenceSession::last_run_stats() const {
 }
 
 std::vector<AssignedNode> InferenceSession::node_assignment() const {
-  std::vector<AssignedNode> r;
-  for (const auto& [n, provider] : impl_->exec->node_providers())
-    r.push_back(AssignedNode{n->name, n->op_type, n->domain, provider});
-  return r;
+  return assigned_nodes(impl_->exec->node_providers());
 }
 
 std::string InferenceSession::producer_name() const { return impl_->model.producer_name; }

@@ -81,4 +81,11 @@ inline RunStats run_stats_of(const runtime::GraphExecutor& ex) {
                   s.peak_live_bytes};
 }
 
+/// Nodes with the provider each runs on, as the public AssignedNode rows.
+inline std::vector<AssignedNode> assigned_nodes(const std::vector<std::pair<const ir::Node*, std::string>>& nodes) {
+  std::vector<AssignedNode> r;
+  for (const auto& [n, provider] : nodes) r.push_back(AssignedNode{n->name, n->op_type, n->domain, provider});
+  return r;
+}
+
 }  // namespace onnxtrain

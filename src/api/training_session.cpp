@@ -529,10 +529,7 @@ RunStats TrainingSession::last_run_stats() const {
 
 std::vector<AssignedNode> TrainingSession::node_assignment() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  std::vector<AssignedNode> r;
-  for (const auto& [n, provider] : impl_->train_exec->last_step_providers())
-    r.push_back(AssignedNode{n->name, n->op_type, n->domain, provider});
-  return r;
+  return assigned_nodes(impl_->train_exec->last_step_providers());
 }
 
 int64_t TrainingSession::run_count() const {
