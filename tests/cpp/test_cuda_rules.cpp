@@ -30,6 +30,16 @@ struct Case {
   std::vector<ir::Attribute> attrs;
 };
 
+// The attributes of com.onnxtrain optimizer `op` as its kernels read them.
+kernels::shape::OptimizerAttrs optimizer_attrs(const std::string& op, const std::vector<ir::Attribute>& attrs) {
+  ir::Node node = ot_test::make_node(op, {}, {}, attrs);
+  node.domain = "com.onnxtrain";
+  const OpsetMap opsets{{"com.onnxtrain", 1}};
+  const ExecOptions eo;
+  const KernelInfo info(node, 1, opsets, eo);
+  return kernels::shape::read_optimizer_attrs(info, *ops::find_optimizer_spec(op));
+}
+
 template <class T>
 void check_case(const Case& c, int64_t t, uint32_t seed) {
   const ops::OptimizerSpec& spec = *ops::find_optimizer_spec(c.op);
@@ -50,12 +60,7 @@ void check_case(const Case& c, int64_t t, uint32_t seed) {
   const std::vector<Tensor> cpu = ot_test::run_node(c.op, in, c.attrs, o);
 
   // The rule as the CUDA kernel builds it, from the attributes as its kernel reads them.
-  ir::Node node = ot_test::make_node(c.op, {}, {}, c.attrs);
-  node.domain = "com.onnxtrain";
-  const OpsetMap opsets{{"com.onnxtrain", 1}};
-  const ExecOptions eo;
-  const KernelInfo info(node, 1, opsets, eo);
-  const kernels::shape::OptimizerAttrs at = kernels::shape::read_optimizer_attrs(info, spec);
+  const kernels::shape::OptimizerAttrs at = optimizer_attrs(c.op, c.attrs);
   auto apply = [&](const auto& rule) {
     const T* W = w.data<T>();
     const T* G = g.data<T>();
@@ -128,12 +133,7 @@ void check_lamb(const std::vector<ir::Attribute>& attrs, int64_t t, uint32_t see
   o.domain = "com.onnxtrain";
   o.num_outputs = 6;
   const std::vector<Tensor> cpu = ot_test::run_node("LambOptimizer", in, attrs, o);
-  ir::Node node = ot_test::make_node("LambOptimizer", {}, {}, attrs);
-  node.domain = "com.onnxtrain";
-  const OpsetMap opsets{{"com.onnxtrain", 1}};
-  const ExecOptions eo;
-  const KernelInfo info(node, 1, opsets, eo);
-  const kernels::shape::OptimizerAttrs at = kernels::shape::read_optimizer_attrs(info, *ops::find_optimizer_spec("LambOptimizer"));
+  const kernels::shape::OptimizerAttrs at = optimizer_attrs("LambOptimizer", attrs);
   const LambRule<T> rule = lamb_rule<T>(at, t);
   for (size_t k = 0; k < sizes.size(); ++k) {
     const int64_t n = sizes[k];

@@ -55,15 +55,6 @@ struct ForwardArgs {
   double* a = nullptr;                              // workspace: a[C], then b[C]
 };
 
-// f(j) for every element j = (n * C + c) * S + s of channel c, this thread's share (a fixed order).
-template <class F>
-__device__ inline void for_channel(int64_t N, int64_t C, int64_t S, int64_t c, F&& f) {
-  for (int64_t i = threadIdx.x; i < N * S; i += blockDim.x) {
-    const int64_t n = i / S, s = i - n * S;
-    f((n * C + c) * S + s);
-  }
-}
-
 // Per channel: the statistics used (the batch's, or the running ones), a and b, and the optional
 // statistics outputs. Training: one block per channel; inference: thread 0 of block c.
 template <class T>

@@ -36,13 +36,9 @@ constexpr size_t kMaxWorkspace = size_t(1) << 30;
 // ---------------------------------------------------------------- device kernels
 // What follows the convolution, in one pass over Y [N, M, S]: Y = act(Y + B[m] + Z), B and Z optional
 // (com.microsoft FusedConv: Relu, LeakyRelu or Clip), computed in the compute type.
-struct Epilogue {
-  shape::ConvActivation::Kind kind = shape::ConvActivation::Kind::kNone;
-  float alpha = 0, beta = 0;
-};
-
 template <class T>
-__global__ void conv_epilogue(T* y, const T* b, const T* z, int64_t total, int64_t M, int64_t S, Epilogue e) {
+__global__ void conv_epilogue(T* y, const T* b, const T* z, int64_t total, int64_t M, int64_t S,
+                              shape::ConvActivation e) {
   using K = shape::ConvActivation::Kind;
   using C = red::ct<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -61,10 +57,7 @@ template <class T>
 __global__ void channel_sums(const T* dy, T* db, int64_t N, int64_t M, int64_t S) {
   const int64_t m = blockIdx.x;
   double acc = 0;
-  for (int64_t i = threadIdx.x; i < N * S; i += blockDim.x) {
-    const int64_t n = i / S, s = i - n * S;
-    acc += double(red::ld(dy, (n * M + m) * S + s));
-  }
+  red::for_channel(N, M, S, m, [&](int64_t j) { acc += double(red::ld(dy, j)); });
   acc = red::group_reduce<256>(acc, red::SumOp{});
   if (threadIdx.x == 0) db[m] = red::st<T>(red::ct<T>(acc));
 }
@@ -140,13 +133,11 @@ class ConvKernel final : public Kernel {
   ConvKernel(const KernelInfo& info, bool fused) : fused_(fused) {
     p_.read(info, false);
     if (!fused) return;
-    shape::ConvActivation act;
-    act.read(info);
+    act_.read(info);
     using K = shape::ConvActivation::Kind;
-    if (act.kind != K::kNone && act.kind != K::kRelu && act.kind != K::kLeakyRelu && act.kind != K::kClip)
+    if (act_.kind != K::kNone && act_.kind != K::kRelu && act_.kind != K::kLeakyRelu && act_.kind != K::kClip)
       throw_error<NotImplemented>(info.node().describe(), ": FusedConv's activation '",
                                   info.attr_string("activation", ""), "' on the CUDA provider");
-    epi_ = {act.kind, act.alpha, act.beta};
   }
 
   void prepare(PrepareContext& ctx) override {
@@ -192,20 +183,20 @@ class ConvKernel final : public Kernel {
                                           y.raw_data()),
                 "cudnnConvolutionForward");
     count_launch();
-    if (!has_bias_ && !has_z_ && epi_.kind == shape::ConvActivation::Kind::kNone) return;
-    const int64_t total = y.numel(), S = total / (p_.N * p_.M);
+    if (!has_bias_ && !has_z_ && act_.kind == shape::ConvActivation::Kind::kNone) return;
+    const int64_t total = y.numel();
     red::dispatch<false>(dt_, [&]<class T>() {
       const T* b = has_bias_ ? static_cast<const T*>(ctx.input(2).raw_data()) : nullptr;
       const T* z = has_z_ ? static_cast<const T*>(ctx.input(3).raw_data()) : nullptr;
-      conv_epilogue<<<grid_for(total, c), 256, 0, c.stream()>>>(static_cast<T*>(y.raw_data()), b, z, total, p_.M, S,
-                                                               epi_);
+      conv_epilogue<<<grid_for(total, c), 256, 0, c.stream()>>>(static_cast<T*>(y.raw_data()), b, z, total, p_.M,
+                                                               p_.pout, act_);
     });
     check_launch("Conv (bias, Z, activation)");
   }
 
  private:
   bool fused_;
-  Epilogue epi_;
+  shape::ConvActivation act_;  // FusedConv's (kNone for Conv)
   shape::ConvShape p_;
   DType dt_ = DType::kFloat32;
   bool has_bias_ = false, has_z_ = false, empty_ = false;
@@ -277,10 +268,9 @@ class ConvGradKernel final : public Kernel {
       count_launch();
     }
     if (want_[2]) {
-      const int64_t S = shape_numel(p_.y) / (p_.N * p_.M);
       red::dispatch<false>(dt_, [&]<class T>() {
-        channel_sums<<<unsigned(p_.M), 256, 0, c.stream()>>>(static_cast<const T*>(dy),
-                                                             static_cast<T*>(ctx.output(2).raw_data()), p_.N, p_.M, S);
+        channel_sums<<<unsigned(p_.M), 256, 0, c.stream()>>>(
+            static_cast<const T*>(dy), static_cast<T*>(ctx.output(2).raw_data()), p_.N, p_.M, p_.pout);
       });
       check_launch("ConvGrad (dB)");
     }

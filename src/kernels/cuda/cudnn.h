@@ -2,7 +2,7 @@
 // kernel asks for it, so the provider's build and its other kernels need no cuDNN where none is
 // installed; where it cannot be opened, the kernels that use it decline their nodes at prepare (the
 // CPU provider runs them) and `cudnn_api` says why. Only cuDNN 9's C API of descriptors is used
-// (the convolution and tensor-op calls; every 9.x library exports them).
+// (the convolution calls; every 9.x library exports them).
 #pragma once
 
 #include <cudnn.h>
@@ -26,8 +26,7 @@ class CudaContext;
   X(cudnnGetConvolutionForwardAlgorithm_v7) X(cudnnGetConvolutionBackwardDataAlgorithm_v7)                        \
   X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) X(cudnnGetConvolutionForwardWorkspaceSize)                     \
   X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnGetConvolutionBackwardFilterWorkspaceSize)               \
-  X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData) X(cudnnConvolutionBackwardFilter)                    \
-  X(cudnnConvolutionBackwardBias) X(cudnnAddTensor)
+  X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData) X(cudnnConvolutionBackwardFilter)
 
 /// The loaded library's entry points (same names as cuDNN's).
 struct CudnnApi {

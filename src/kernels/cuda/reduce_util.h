@@ -132,6 +132,16 @@ __device__ inline V shfl_xor(V v, int m) {
   return __shfl_xor_sync(0xffffffffu, v, m);
 }
 
+/// f(j) for every element j = (n * C + c) * S + s of channel c of a [N, C, S] tensor, this thread's
+/// share of its block (a fixed order): per-channel reductions, one block per channel.
+template <class F>
+__device__ inline void for_channel(int64_t N, int64_t C, int64_t S, int64_t c, F&& f) {
+  for (int64_t i = threadIdx.x; i < N * S; i += blockDim.x) {
+    const int64_t n = i / S, s = i - n * S;
+    f((n * C + c) * S + s);
+  }
+}
+
 /// Reduction over a group of G threads (G = 32: a warp; G > 32: the whole block of G threads,
 /// a multiple of 32). Every thread of the group gets the result; the order is fixed.
 template <int G, class V, class Op>
