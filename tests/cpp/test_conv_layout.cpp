@@ -626,33 +626,44 @@ TEST(ConvLayout, WinogradConvolutionsMatchTheReference) {
   EXPECT_THROW(InferenceSession(bytes.data(), bytes.size(), bad), onnxtrain::InvalidArgument);
 }
 
-// session.conv_winograd "auto" (the default): Winograd at one thread; at two, for a convolution with
-// few output pixels a thread and input channels not equal to the output's, the direct kernel
-// (where the CPU runs it: AVX-512), bit for bit what "0" gives; "1" keeps Winograd there.
-TEST(ConvLayout, WinogradAutoPicksTheDirectKernelForSmallLayersOnSeveralThreads) {
+// session.conv_winograd "auto" (the default), where the CPU runs the direct kernel (AVX-512): for a
+// convolution with few channels (24 -> 40: h = C*M/(C+M) = 15) the direct kernel at one and two
+// threads; for one with more (48 -> 80), Winograd at one thread and, with few output pixels a thread
+// and unequal channel counts, the direct kernel at two. "Direct" is bit for bit what "0" gives, and
+// "1" keeps Winograd everywhere (not bit for bit the direct results: both paths ran).
+TEST(ConvLayout, WinogradAutoPicksTheDirectKernelForSmallLayers) {
   if (!onnxtrain::kernels::cpu::nchwc512::available()) GTEST_SKIP() << "no AVX-512F: auto always takes Winograd here";
-  Builder b;
-  const Shape xs{1, 24, 13, 11};  // 143 output pixels: 72 a thread
-  b.input("x", xs);
-  b.conv("x", "c", 24, 40, 3, 1, 1);
-  b.output("c");
-  std::mt19937 rng(12);
-  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
-  const std::string bytes = ir::serialize_model(b.m);
-  auto run = [&](int threads, const char* mode) {
-    std::vector<std::pair<std::string, std::string>> config;
-    if (mode) config.emplace_back("session.conv_winograd", mode);
-    return to_double(session(bytes, GraphOptimizationLevel::kEnableAll, threads, config).run({}, {{"x", x}})[0]);
+  struct Case {
+    int64_t C, M;
+    bool wino_1t, wino_2t;  // what "auto" should pick
   };
-  Shape ys;
-  const auto ref = ref_conv(to_double(x), xs, b.values["c_w"], b.values["c_b"], 40, 3, 1, 1, 1, &ys);
-  const auto auto1 = run(1, nullptr), auto2 = run(2, "auto"), wino2 = run(2, "1"), direct2 = run(2, "0");
-  EXPECT_EQ(auto1, run(1, "1"));
-  EXPECT_NE(auto1, run(1, "0"));
-  EXPECT_EQ(auto2, direct2);
-  EXPECT_NE(auto2, wino2);
-  for (const auto* y : {&auto1, &auto2, &wino2})
-    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*y)[i], ref[i], 1e-5 * max_abs(ref)) << i;
+  for (const Case& c : {Case{24, 40, false, false}, Case{48, 80, true, false}}) {
+    SCOPED_TRACE(std::to_string(c.C) + " -> " + std::to_string(c.M) + " channels");
+    Builder b;
+    const Shape xs{1, c.C, 13, 11};  // 143 output pixels: 72 a thread
+    b.input("x", xs);
+    b.conv("x", "c", c.C, c.M, 3, 1, 1);
+    b.output("c");
+    std::mt19937 rng(12);
+    const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+    const std::string bytes = ir::serialize_model(b.m);
+    auto run = [&](int threads, const char* mode) {
+      std::vector<std::pair<std::string, std::string>> config;
+      if (mode) config.emplace_back("session.conv_winograd", mode);
+      return to_double(session(bytes, GraphOptimizationLevel::kEnableAll, threads, config).run({}, {{"x", x}})[0]);
+    };
+    Shape ys;
+    const auto ref = ref_conv(to_double(x), xs, b.values["c_w"], b.values["c_b"], c.M, 3, 1, 1, 1, &ys);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      const auto got = run(threads, threads == 1 ? nullptr : "auto"), wino = run(threads, "1"), direct = run(threads, "0");
+      const bool want_wino = threads == 1 ? c.wino_1t : c.wino_2t;
+      EXPECT_NE(wino, direct);
+      EXPECT_EQ(got, want_wino ? wino : direct);
+      for (const auto* y : {&got, &wino, &direct})
+        for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*y)[i], ref[i], 1e-5 * max_abs(ref)) << i;
+    }
+  }
 }
 
 // NchwcMaxPool (2-D: its own 16-lane loop) against the plain MaxPool on the same values, bit for bit:

@@ -310,16 +310,26 @@ bool first_layout(const DnnlConv& d, dnnl_util::DnnlOp& op, F&& create) {
 }
 
 // Whether oneDNN's Winograd kernels are expected to beat the direct NCHWc kernel (nchwc_direct.h)
-// at `threads` threads. One thread: everywhere (1.2-2.2x on the bench's networks, three small
-// exceptions within 1.3x). Several: oneDNN's Winograd splits its tiles over the threads, and with
-// few output pixels a thread and input channels not equal to the output's it scaled badly (two
-// threads, batch 1, GoogLeNet's 3x3 convolutions at 14x14 and 7x7: 1.1-2.2x the direct kernel's
-// time; at batch 8 the same layers 0.6-0.9x, except those with 16-48 input channels). Measured on
-// AMD Zen 5 (bench/vs_onnxruntime.py's models, per-node profiles, docs/kernels.md); the direct
-// kernel is AVX-512's, so elsewhere this keeps Winograd.
+// at `threads` threads. The transforms' work per 6x6 tile grows as C + M and the products saved as
+// C * M, so with few channels (h = C*M / (C + M) under 20: 32 -> 32, 16 -> 48, 24 -> 64) the direct
+// kernel wins at any thread count (Inception-v3's 32 -> 32 stem layer at 147x147 1.34-1.66x the
+// direct kernel's time, GoogLeNet's 16 -> 48 1.06-1.81x); with h under 24 (32 -> 64) and more than
+// 64K output pixels, oneDNN's schedule that transforms the whole image through memory before the
+// products (a scratchpad of 158 MB at batch 8 of 147x147) loses too (1.12-1.23x; 0.60x at batch 1).
+// One thread otherwise: everywhere (1.2-2.2x on the bench's networks, a few small exceptions).
+// Several: oneDNN's Winograd splits its tiles over the threads, and with few output pixels a thread
+// and input channels not equal to the output's it scaled badly (two threads, batch 1, GoogLeNet's
+// 3x3 convolutions at 14x14 and 7x7: 1.1-2.2x the direct kernel's time; at batch 8 the same layers
+// 0.6-0.9x). Measured on AMD Zen 5 and Intel Sapphire Rapids (bench/vs_onnxruntime.py's models,
+// per-node profiles in the networks, docs/kernels.md); the direct kernel is AVX-512's, so elsewhere
+// this keeps Winograd.
 bool winograd_pays(const ConvParams& p, int threads) {
-  if (threads <= 1 || p.C == p.M || !nchwc512::available()) return true;
-  const double pixels = double(p.N) * double(p.pout) / threads;  // output pixels a thread
+  if (!nchwc512::available()) return true;
+  const double h = double(p.C) * double(p.M) / double(p.C + p.M);
+  const double out_pixels = double(p.N) * double(p.pout);
+  if (h < 20 || (h < 24 && out_pixels > 65536)) return false;
+  if (threads <= 1 || p.C == p.M) return true;
+  const double pixels = out_pixels / threads;  // output pixels a thread
   return pixels >= 1000 || (pixels >= 350 && p.C >= 24) || (pixels >= 196 && p.C >= 96);
 }
 
