@@ -134,6 +134,8 @@ TEST(NchwcDirect, MatchesDoubleReference) {
       {1, 16, 20, 12, 15, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kClip, 0.f, 6.f},     // Clip(0, 6), padded outputs
       {2, 32, 64, 14, 14, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, A::kHardSwish, 0, 0, true},  // no padding: X read in place
       {1, 16, 16, 11, 10, 3, 3, 3, 1, 1, 1, 1, 0, 0, 2, A::kNone},           // sh 3, uneven pads
+      {1, 16, 32, 2, 6, 3, 3, 1, 1, 1, 1, 3, 1, 3, 1, A::kRelu},             // rows whose windows lie in the pads
+      {1, 16, 32, 9, 8, 5, 1, 1, 1, 2, 1, 4, 0, 4, 0, A::kNone},             // 5x1 dilated 2: pad rows skipped
       {1, 3, 64, 23, 23, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, A::kRelu},            // a stem from 3 channels
       {1, 64, 64, 4, 30, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, A::kNone, 0, 0, false, false},  // no bias
       // Plain X: stems (7x7 stride 2 from 3 channels; 3x3 stride 2 to 32), one with 20 channels.

@@ -39,8 +39,9 @@ alignas(64) const float kZeros[16] = {};
 // NP pixels (SW apart in the input) x NB output blocks: the accumulators stay in registers over
 // the KH x KW x L input channels of each block (L = 16 blocked, 1 plain); each input value is
 // broadcast once into NB fused multiply-adds. `col0`: the first pixel's window column. Unbounded
-// (B false): every window position of the tile lies inside the input. Bounded: each pixel's input
-// for (kh, kw) is found again and is kZeros where outside (the same products as a padded copy).
+// (B false): every window position of the tile lies inside the input. Bounded: the window rows in
+// the pads are skipped, and each pixel's input for (kh, kw) is found again and is kZeros where its
+// column is outside (the same products as a padded copy).
 template <int NB, int NP, int SW, int L, bool B>
 inline __attribute__((always_inline)) void tile(const RowArgs& a, int64_t col0, float* y, bool prefetch) {
   __m512 acc[NP][NB];
@@ -58,19 +59,26 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, int64_t col0, 
 #pragma GCC unroll 16
       for (int p = 0; p < NP; ++p) acc[p][j] = _mm512_loadu_ps(y + j * a.y_block + p * 16);
   }
-  const float* w = a.w;
+  // The window rows inside the input, kh in [kh0, kh1): the tile's pixels share their output row,
+  // so a row in the pads adds nothing to any of them and is skipped with its weights (a 7x1 window
+  // over 17 rows with 3 rows of pads multiplied 10 % zeros).
+  int64_t kh0 = 0, kh1 = a.KH;
+  if (B) {
+    while (kh0 < kh1 && a.ih0 + kh0 * a.dh < 0) ++kh0;
+    while (kh1 > kh0 && a.ih0 + (kh1 - 1) * a.dh >= a.IH) --kh1;
+  }
+  const int64_t w_row = a.KW * 16 * L * NB;  // the weights of one window row
   for (int64_t ib = 0; ib < a.icc; ++ib)
-  for (int64_t kh = 0; kh < a.KH; ++kh) {
-    const int64_t ih = a.ih0 + kh * a.dh;
-    const bool row_in = !B || (ih >= 0 && ih < a.IH);
-    const float* row = row_in ? a.in + ib * a.in_block + ih * a.in_row : kZeros;
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* row = a.in + ib * a.in_block + (a.ih0 + kh * a.dh) * a.in_row;
+    const float* w = a.w + (ib * a.KH + kh) * w_row;
     for (int64_t kw = 0; kw < a.KW; ++kw, w += 16 * L * NB) {
       const int64_t c = col0 + kw * a.dw;
       const float* px[NP];  // pixel p's L input channels
 #pragma GCC unroll 16
       for (int p = 0; p < NP; ++p) {
         const int64_t cp = c + p * SW;
-        px[p] = !B || (row_in && cp >= 0 && cp < a.IW) ? row + cp * L : kZeros;
+        px[p] = !B || (cp >= 0 && cp < a.IW) ? row + cp * L : kZeros;
       }
 #pragma GCC unroll 16
       for (int ic = 0; ic < L; ++ic) {
