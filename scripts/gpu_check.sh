@@ -44,6 +44,11 @@ SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   echo "cuBLASLt: ${LT:-not found}; cuDNN: $(ls "$DNN"/libcudnn.so.9 2>/dev/null || echo not found); stages: $STAGES"
   ldd "$B/onnxtrain_tests" | grep "not found" || echo "every library found"
+  # What building the Python module there would need (its Python is not Debian's 3.11): headers,
+  # pybind11 (PyTorch ships one), a host compiler.
+  echo "python: $(python3 -c 'import sys, sysconfig, os; i = sysconfig.get_path("include"); print(sys.version.split()[0], i, "has Python.h" if os.path.exists(os.path.join(i, "Python.h")) else "no Python.h")' 2>&1 | tail -1)"
+  echo "pybind11: $(python3 -c 'import os, torch; i = os.path.join(os.path.dirname(torch.__file__), "include"); print(i if os.path.isdir(os.path.join(i, "pybind11")) else "not in torch")' 2>&1 | tail -1)"
+  echo "host compiler: $( (g++ --version || c++ --version) 2>/dev/null | head -1)"
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
 
