@@ -627,20 +627,22 @@ TEST(ConvLayout, WinogradConvolutionsMatchTheReference) {
 }
 
 // session.conv_winograd "auto" (the default), where the CPU runs the direct kernel (AVX-512): for a
-// convolution with few channels (24 -> 40: h = C*M/(C+M) = 15) the direct kernel at one and two
-// threads; for one with more (48 -> 80), Winograd at one thread and, with few output pixels a thread
-// and unequal channel counts, the direct kernel at two. "Direct" is bit for bit what "0" gives, and
-// "1" keeps Winograd everywhere (not bit for bit the direct results: both paths ran).
+// convolution with few channels (16 -> 32: h = C*M/(C+M) = 10.7) over more than 8K output pixels,
+// the direct kernel at one and two threads; with as few channels over 143 pixels, Winograd at one
+// thread; with more channels (48 -> 80) over 143 pixels, Winograd at one thread and, with few
+// output pixels a thread and unequal channel counts, the direct kernel at two. "Direct" is bit for
+// bit what "0" gives, and "1" keeps Winograd everywhere (not bit for bit the direct results: both
+// paths ran).
 TEST(ConvLayout, WinogradAutoPicksTheDirectKernelForSmallLayers) {
   if (!onnxtrain::kernels::cpu::nchwc512::available()) GTEST_SKIP() << "no AVX-512F: auto always takes Winograd here";
   struct Case {
-    int64_t C, M;
+    int64_t C, M, H, W;
     bool wino_1t, wino_2t;  // what "auto" should pick
   };
-  for (const Case& c : {Case{24, 40, false, false}, Case{48, 80, true, false}}) {
-    SCOPED_TRACE(std::to_string(c.C) + " -> " + std::to_string(c.M) + " channels");
+  for (const Case& c : {Case{16, 32, 91, 91, false, false}, Case{16, 32, 13, 11, true, false}, Case{48, 80, 13, 11, true, false}}) {
+    SCOPED_TRACE(std::to_string(c.C) + " -> " + std::to_string(c.M) + " channels, " + std::to_string(c.H * c.W) + " pixels");
     Builder b;
-    const Shape xs{1, c.C, 13, 11};  // 143 output pixels: 72 a thread
+    const Shape xs{1, c.C, c.H, c.W};
     b.input("x", xs);
     b.conv("x", "c", c.C, c.M, 3, 1, 1);
     b.output("c");
@@ -660,8 +662,9 @@ TEST(ConvLayout, WinogradAutoPicksTheDirectKernelForSmallLayers) {
       const bool want_wino = threads == 1 ? c.wino_1t : c.wino_2t;
       EXPECT_NE(wino, direct);
       EXPECT_EQ(got, want_wino ? wino : direct);
+      const double tol = 1e-5 * max_abs(ref);
       for (const auto* y : {&got, &wino, &direct})
-        for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*y)[i], ref[i], 1e-5 * max_abs(ref)) << i;
+        for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*y)[i], ref[i], tol) << i;
     }
   }
 }

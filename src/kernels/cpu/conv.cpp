@@ -310,12 +310,14 @@ bool first_layout(const DnnlConv& d, dnnl_util::DnnlOp& op, F&& create) {
 }
 
 // Whether oneDNN's Winograd kernels are expected to beat the direct NCHWc kernel (nchwc_direct.h)
-// at `threads` threads. The transforms' work per 6x6 tile grows as C + M and the products saved as
-// C * M, so with few channels (h = C*M / (C + M) under 20: 32 -> 32, 16 -> 48, 24 -> 64) the direct
-// kernel wins at any thread count (Inception-v3's 32 -> 32 stem layer at 147x147 1.34-1.66x the
-// direct kernel's time, GoogLeNet's 16 -> 48 1.06-1.81x); with h under 24 (32 -> 64) and more than
-// 64K output pixels, oneDNN's schedule that transforms the whole image through memory before the
-// products (a scratchpad of 158 MB at batch 8 of 147x147) loses too (1.12-1.23x; 0.60x at batch 1).
+// at `threads` threads. The transforms' work and memory per 6x6 tile grow as C + M and the
+// products saved as C * M: with few channels (h = C*M / (C + M) under 20: 32 -> 32, 16 -> 64) and
+// an image too large for the transformed tiles to stay in cache (more than 8K output pixels) the
+// direct kernel wins at any thread count (Inception-v3's 32 -> 32 stem layer at 147x147, 21.6K
+// pixels: 1.34-1.37x the direct kernel's time, 1.56-1.66x at batch 8; SqueezeNet's 16 -> 64 at
+// 55x55 is 0.69-0.82x at batch 1, 3K pixels, and 0.90-1.08x at batch 8); with h under 24 (32 -> 64)
+// from 64K output pixels, where oneDNN transforms the whole batch through memory before the
+// products (a scratchpad of 158 MB at batch 8 of 147x147), too (1.12-1.23x; 0.60x at batch 1).
 // One thread otherwise: everywhere (1.2-2.2x on the bench's networks, a few small exceptions).
 // Several: oneDNN's Winograd splits its tiles over the threads, and with few output pixels a thread
 // and input channels not equal to the output's it scaled badly (two threads, batch 1, GoogLeNet's
@@ -327,7 +329,7 @@ bool winograd_pays(const ConvParams& p, int threads) {
   if (!nchwc512::available()) return true;
   const double h = double(p.C) * double(p.M) / double(p.C + p.M);
   const double out_pixels = double(p.N) * double(p.pout);
-  if (h < 20 || (h < 24 && out_pixels > 65536)) return false;
+  if ((h < 20 && out_pixels > 8192) || (h < 24 && out_pixels > 65536)) return false;
   if (threads <= 1 || p.C == p.M) return true;
   const double pixels = out_pixels / threads;  // output pixels a thread
   return pixels >= 1000 || (pixels >= 350 && p.C >= 24) || (pixels >= 196 && p.C >= 96);
