@@ -36,14 +36,24 @@ inline __m512 activate(Act act, float alpha, float beta, __m512 v) {
 // Zeros that a bounded tile reads for window positions in the pads.
 alignas(64) const float kZeros[16] = {};
 
+// The window rows inside the input, kh in [*kh0, *kh1): 0 <= ih0 + kh * dh < IH. The pixels of a
+// row's tiles share them, so the rows in the pads are skipped with their weights rather than
+// multiplied as zeros (a 7x1 window over 17 rows with 3 rows of pads: 10 % of the products).
+inline void rows_inside(int64_t ih0, int64_t dh, int64_t KH, int64_t IH, int64_t* kh0, int64_t* kh1) {
+  *kh0 = 0, *kh1 = KH;
+  while (*kh0 < *kh1 && ih0 + *kh0 * dh < 0) ++*kh0;
+  while (*kh1 > *kh0 && ih0 + (*kh1 - 1) * dh >= IH) --*kh1;
+}
+
 // NP pixels (SW apart in the input) x NB output blocks: the accumulators stay in registers over
 // the KH x KW x L input channels of each block (L = 16 blocked, 1 plain); each input value is
-// broadcast once into NB fused multiply-adds. `col0`: the first pixel's window column. Unbounded
-// (B false): every window position of the tile lies inside the input. Bounded: the window rows in
-// the pads are skipped, and each pixel's input for (kh, kw) is found again and is kZeros where its
-// column is outside (the same products as a padded copy).
+// broadcast once into NB fused multiply-adds, over the window rows [kh0, kh1) (rows_inside).
+// `col0`: the first pixel's window column. Unbounded (B false): every window column of the tile
+// lies inside the input. Bounded: each pixel's input for (kh, kw) is found again and is kZeros
+// where its column is outside (the same products as a padded copy).
 template <int NB, int NP, int SW, int L, bool B>
-inline __attribute__((always_inline)) void tile(const RowArgs& a, int64_t col0, float* y, bool prefetch) {
+inline __attribute__((always_inline)) void tile(const RowArgs& a, int64_t kh0, int64_t kh1, int64_t col0, float* y,
+                                                bool prefetch) {
   __m512 acc[NP][NB];
   if (a.first) {
 #pragma GCC unroll 4
@@ -58,14 +68,6 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, int64_t col0, 
     for (int j = 0; j < NB; ++j)
 #pragma GCC unroll 16
       for (int p = 0; p < NP; ++p) acc[p][j] = _mm512_loadu_ps(y + j * a.y_block + p * 16);
-  }
-  // The window rows inside the input, kh in [kh0, kh1): the tile's pixels share their output row,
-  // so a row in the pads adds nothing to any of them and is skipped with its weights (a 7x1 window
-  // over 17 rows with 3 rows of pads multiplied 10 % zeros).
-  int64_t kh0 = 0, kh1 = a.KH;
-  if (B) {
-    while (kh0 < kh1 && a.ih0 + kh0 * a.dh < 0) ++kh0;
-    while (kh1 > kh0 && a.ih0 + (kh1 - 1) * a.dh >= a.IH) --kh1;
   }
   const int64_t w_row = a.KW * 16 * L * NB;  // the weights of one window row
   for (int64_t ib = 0; ib < a.icc; ++ib)
@@ -106,33 +108,37 @@ inline __attribute__((always_inline)) void tile(const RowArgs& a, int64_t col0, 
 
 // A tile of np = 1 + one of I pixels.
 template <int NB, int SW, int L, bool B, int... I>
-void tail(const RowArgs& a, int64_t col0, float* y, bool prefetch, int np, std::integer_sequence<int, I...>) {
-  ((np == I + 1 ? tile<NB, I + 1, SW, L, B>(a, col0, y, prefetch) : void()), ...);
+void tail(const RowArgs& a, int64_t kh0, int64_t kh1, int64_t col0, float* y, bool prefetch, int np,
+          std::integer_sequence<int, I...>) {
+  ((np == I + 1 ? tile<NB, I + 1, SW, L, B>(a, kh0, kh1, col0, y, prefetch) : void()), ...);
 }
 
 template <int NB, int SW, int L, bool B>
-void any_tile(const RowArgs& a, int64_t col0, float* y, bool prefetch, int np) {
+void any_tile(const RowArgs& a, int64_t kh0, int64_t kh1, int64_t col0, float* y, bool prefetch, int np) {
   constexpr int kP = pixels(NB);
-  if (np == kP) tile<NB, kP, SW, L, B>(a, col0, y, prefetch);
-  else tail<NB, SW, L, B>(a, col0, y, prefetch, np, std::make_integer_sequence<int, kP - 1>());
+  if (np == kP) tile<NB, kP, SW, L, B>(a, kh0, kh1, col0, y, prefetch);
+  else tail<NB, SW, L, B>(a, kh0, kh1, col0, y, prefetch, np, std::make_integer_sequence<int, kP - 1>());
 }
 
 // The row in as few tiles as kP allows, of widths that differ by one at most: a 7-pixel row as 4 + 3
 // rather than 6 + 1 (a one-pixel tile has too few accumulators to hide the FMA latency). Tiles
-// whose windows reach into the pads run bounded.
+// whose windows reach into the pads run bounded (the rows in the vertical pads skipped for all).
 template <int NB, int SW, int L>
 void row(const RowArgs& a) {
   constexpr int kP = pixels(NB);
   const int64_t tiles = (a.OW + kP - 1) / kP, q = a.OW / tiles, wider = a.OW % tiles;
-  const bool rows_in = a.ih0 >= 0 && a.ih0 + (a.KH - 1) * a.dh < a.IH;
+  int64_t kh0, kh1;
+  rows_inside(a.ih0, a.dh, a.KH, a.IH, &kh0, &kh1);
+  const bool rows_in = kh0 == 0 && kh1 == a.KH;
   const int64_t reach = (a.KW - 1) * a.dw;  // a window's columns past its first
   bool prefetch = a.prefetch > 0;
   for (int64_t i = 0, ow = 0; i < tiles; ++i, prefetch = false) {
     const int np = int(q + (i < wider));
     const int64_t col0 = ow * SW - a.pw;
     float* y = a.y + ow * 16;
-    if (rows_in && col0 >= 0 && col0 + (np - 1) * SW + reach < a.IW) any_tile<NB, SW, L, false>(a, col0, y, prefetch, np);
-    else any_tile<NB, SW, L, true>(a, col0, y, prefetch, np);
+    if (rows_in && col0 >= 0 && col0 + (np - 1) * SW + reach < a.IW)
+      any_tile<NB, SW, L, false>(a, kh0, kh1, col0, y, prefetch, np);
+    else any_tile<NB, SW, L, true>(a, kh0, kh1, col0, y, prefetch, np);
     ow += np;
   }
 }
@@ -176,10 +182,8 @@ constexpr int kDwPixels = 12;
 
 template <int SW>
 void dw_row_t(const DwRowArgs& a) {
-  // The window rows inside the input: kh with 0 <= ih0 + kh * dh < IH.
-  int64_t kh0 = 0, kh1 = a.KH;
-  while (kh0 < kh1 && a.ih0 + kh0 * a.dh < 0) ++kh0;
-  while (kh1 > kh0 && a.ih0 + (kh1 - 1) * a.dh >= a.IH) --kh1;
+  int64_t kh0, kh1;
+  rows_inside(a.ih0, a.dh, a.KH, a.IH, &kh0, &kh1);
   const int64_t tiles = (a.OW + kDwPixels - 1) / kDwPixels, q = a.OW / tiles, wider = a.OW % tiles;
   const int64_t reach = (a.KW - 1) * a.dw;
   for (int64_t i = 0, ow = 0; i < tiles; ++i) {

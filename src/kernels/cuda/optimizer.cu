@@ -3,9 +3,9 @@
 //     G1..n, states) -> W1..n', states' in place: w, s = rule(w, g * grad_scale, s) per element
 //     (optimizer_rules.h, the CPU rules' rounding). LambOptimizer: the moments and the direction
 //     r by the CPU's rule, each tensor's trust ratio ||w|| / ||r|| from per-chunk partial sums (a
-//     tree per chunk of 8192: the norms' last bits may differ from the CPU's sequential sums). lr, step and grad_scale are host inputs;
-//     update_signal is read on the device (no host sync): false copies w and the states to their
-//     outputs unchanged.
+//     tree per chunk of 8192: the norms' last bits may differ from the CPU's sequential sums).
+//     lr, step and grad_scale are host inputs; update_signal is read on the device (no host
+//     sync): false copies w and the states to their outputs unchanged.
 //   AccumulateGradients(reset, A1..n, G1..n) -> A1..n': A' = reset ? G : A + G (reset on the host).
 //   GlobalNormClip(G1..n) -> scale[1], norm[1] (float64, device): norm = sqrt(sum g^2) in double,
 //     scale = min(max_norm / (norm + 1e-6), 1) (NaN: 1).
