@@ -1,6 +1,7 @@
 // Dense matrix multiply used by every kernel that needs one (MatMul, Gemm, Einsum, RNNs, ...).
 //   C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C    (row-major; op = transpose or not)
-// float32 goes through oneDNN's sgemm (AVX-512/AMX dispatch at run time, OpenMP threads);
+// float32 goes through oneDNN's sgemm (AVX-512 dispatch at run time, OpenMP threads), large products
+// on cores with AMX through gemm_amx.h's exact bfloat16 split (float32's accuracy);
 // float64 uses a cache-blocked loop (not a hot path).
 #pragma once
 

@@ -1,0 +1,158 @@
+// float32 products on AMX tiles (src/kernels/cpu/gemm_amx.h) against a double-precision reference:
+// every transpose combination, edges of every size (rows, columns and K not multiples of the tile),
+// padded strides, alpha and beta, infinities, NaNs and the largest floats, the same bits at 1 and 2
+// threads, and kernels::cpu::gemm routing large products there. Skipped, with the reason, on CPUs
+// without AMX-BF16.
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/parallel.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_amx.h"
+#include "test_util.h"
+
+namespace cpu = onnxtrain::kernels::cpu;
+namespace amx = onnxtrain::kernels::cpu::amx;
+
+namespace {
+
+constexpr const char* kNoAmx = "this CPU has no AMX-BF16 and AVX512-BF16 (or Linux did not grant the tile state)";
+
+struct Problem {
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+  int64_t lda, ldb, ldc;
+  std::vector<float> A, B, C;
+
+  Problem(bool ta_, bool tb_, int64_t M_, int64_t N_, int64_t K_, float alpha_, float beta_, uint32_t seed)
+      : ta(ta_), tb(tb_), M(M_), N(N_), K(K_), alpha(alpha_), beta(beta_) {
+    lda = (ta ? M : K) + 3;
+    ldb = (tb ? K : N) + 5;
+    ldc = N + 2;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    A.resize(size_t((ta ? K : M) * lda));
+    B.resize(size_t((tb ? N : K) * ldb));
+    C.resize(size_t(M * ldc));
+    for (auto& x : A) x = u(rng);
+    for (auto& x : B) x = u(rng);
+    for (auto& x : C) x = u(rng);
+  }
+  double a(int64_t i, int64_t k) const { return ta ? A[size_t(k * lda + i)] : A[size_t(i * lda + k)]; }
+  double b(int64_t k, int64_t j) const { return tb ? B[size_t(j * ldb + k)] : B[size_t(k * ldb + j)]; }
+  std::vector<float> run() const {
+    std::vector<float> c = C;
+    EXPECT_TRUE(amx::gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, c.data(), ldc));
+    return c;
+  }
+};
+
+// Each element within (K / 8 + 4) float32 rounding units of the sum of |terms|: what a float32
+// product gives. A single bfloat16 product misses by ~2^-9 of it, the three-product split (hi.hi,
+// hi.mid, mid.hi) by ~2^-17: both fail here.
+void expect_float32_accuracy(const Problem& p, const std::vector<float>& c) {
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < p.M; ++i) {
+    for (int64_t j = 0; j < p.N; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < p.K; ++k) {
+        s += p.a(i, k) * p.b(k, j);
+        mag += std::fabs(p.a(i, k) * p.b(k, j));
+      }
+      const double c0 = p.C[size_t(i * p.ldc + j)];
+      const double ref = p.alpha * s + (p.beta == 0.f ? 0.0 : p.beta * c0);
+      const double bound = (double(p.K) / 8 + 4) * u * (std::fabs(p.alpha) * mag + std::fabs(p.beta * c0)) + 1e-30;
+      ASSERT_LE(std::fabs(c[size_t(i * p.ldc + j)] - ref), bound)
+          << "C[" << i << "," << j << "] of " << p.M << "x" << p.N << "x" << p.K << " ta=" << p.ta << " tb=" << p.tb
+          << " alpha=" << p.alpha << " beta=" << p.beta;
+    }
+    for (int64_t j = p.N; j < p.ldc; ++j)  // the stride's padding is not written
+      ASSERT_EQ(c[size_t(i * p.ldc + j)], p.C[size_t(i * p.ldc + j)]) << "pad C[" << i << "," << j << "]";
+  }
+}
+
+}  // namespace
+
+TEST(AmxGemm, MatchesDoubleReferenceAtFloat32Accuracy) {
+  if (!amx::available()) GTEST_SKIP() << kNoAmx;
+  struct Shape {
+    int64_t M, N, K;
+  };
+  // Edges: 1 row / column / K; 15, 17, 33 (tile and panel edges); K spanning several K blocks.
+  const Shape shapes[] = {{1, 1, 1}, {100, 70, 90}, {33, 17, 1}, {15, 47, 31}, {67, 129, 300}, {64, 64, 600}};
+  uint32_t seed = 1;
+  for (const Shape& s : shapes)
+    for (int t = 0; t < 4; ++t) {
+      const Problem p(t & 1, t & 2, s.M, s.N, s.K, 1.f, 0.f, seed++);
+      expect_float32_accuracy(p, p.run());
+    }
+  // alpha and beta: beta 1 and 0.5 with alpha 1; alpha 2 with beta 0 (C's old contents ignored).
+  for (const auto& ab : {std::pair{1.f, 1.f}, std::pair{1.f, 0.5f}, std::pair{2.f, 0.f}}) {
+    const Problem p(false, true, 70, 90, 100, ab.first, ab.second, seed++);
+    expect_float32_accuracy(p, p.run());
+  }
+  // alpha != 1 with beta != 0 is declined, C untouched.
+  Problem p(false, false, 8, 8, 8, 2.f, 1.f, seed++);
+  std::vector<float> c = p.C;
+  EXPECT_FALSE(amx::gemm(false, false, 8, 8, 8, 2.f, p.A.data(), p.lda, p.B.data(), p.ldb, 1.f, c.data(), p.ldc));
+  EXPECT_EQ(c, p.C);
+}
+
+TEST(AmxGemm, SpecialValuesPropagateAsInFloat32) {
+  if (!amx::available()) GTEST_SKIP() << kNoAmx;
+  // A [2, 3] @ B [3, 2] with beta 0 over a C full of NaN (ignored).
+  const float inf = std::numeric_limits<float>::infinity(), big = std::numeric_limits<float>::max();
+  const float A[] = {inf, 1.f, 0.f,  // row 0: inf
+                     big, 0.5f, 0.f};  // row 1: the largest float (its bf16 rounding would overflow)
+  const float B[] = {0.5f, std::nanf(""),  // column 1: NaN in row 0
+                     1.f, 1.f,  //
+                     1.f, 1.f};
+  float C[4];
+  std::fill(C, C + 4, std::nanf(""));
+  ASSERT_TRUE(amx::gemm(false, false, 2, 2, 3, 1.f, A, 3, B, 2, 0.f, C, 2));
+  EXPECT_EQ(C[0], inf);  // inf * 0.5 + 1
+  EXPECT_TRUE(std::isnan(C[1]));  // inf * NaN
+  EXPECT_EQ(C[2], big * 0.5f + 0.5f);  // exact: big / 2 (the 0.5 is below its last place)
+  EXPECT_TRUE(std::isnan(C[3]));  // big * NaN
+  // An infinity times values whose lower parts are zero (1 and 2 are bfloat16 numbers): the zero
+  // parts times the infinity would be NaN; float32 says inf.
+  const float a[] = {1.f, 2.f}, b[] = {inf, 1.f};
+  float c = std::nanf("");
+  ASSERT_TRUE(amx::gemm(false, false, 1, 1, 2, 1.f, a, 2, b, 1, 0.f, &c, 1));
+  EXPECT_EQ(c, inf);
+  // beta != 0 with an infinity: declined (float32 computes it), C untouched.
+  c = 1.f;
+  EXPECT_FALSE(amx::gemm(false, false, 1, 1, 2, 1.f, a, 2, b, 1, 1.f, &c, 1));
+  EXPECT_EQ(c, 1.f);
+  cpu::gemm(false, false, 1, 1, 2, 1.f, a, 2, b, 1, 1.f, &c, 1);
+  EXPECT_EQ(c, inf);
+}
+
+TEST(AmxGemm, SameBitsAtOneAndTwoThreads) {
+  if (!amx::available()) GTEST_SKIP() << kNoAmx;
+  const Problem p(true, false, 300, 260, 290, 1.f, 0.f, 99);
+  std::vector<float> one, two;
+  {
+    onnxtrain::ThreadScope scope(1);
+    one = p.run();
+  }
+  {
+    onnxtrain::ThreadScope scope(2);
+    two = p.run();
+  }
+  EXPECT_EQ(one, two);
+}
+
+TEST(AmxGemm, LargeProductsGoThroughTheTiles) {
+  if (!amx::available()) GTEST_SKIP() << kNoAmx;
+  onnxtrain::ThreadScope scope(1);
+  const Problem p(false, true, 512, 512, 512, 1.f, 0.f, 7);
+  ASSERT_TRUE(amx::pays(p.M, p.N, p.K));
+  EXPECT_FALSE(amx::pays(128, 128, 128));  // small products stay with oneDNN's float32 kernels
+  std::vector<float> via_gemm = p.C;
+  cpu::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.f, p.A.data(), p.lda, p.B.data(), p.ldb, 0.f, via_gemm.data(), p.ldc);
+  EXPECT_EQ(via_gemm, p.run());
+}
