@@ -1,12 +1,13 @@
 // float32 matrix products on Intel's AMX tiles, to float32 accuracy (the "bf16x6" split).
 //
 // Each float32 operand is split exactly into three bfloat16 parts, x = hi + mid + lo (8 + 8 + 8
-// significant bits, each rounded to nearest even from the remainder of the one before), and
+// significant bits, each rounded to nearest from the remainder of the one before), and
 //   A @ B = sum over the six part products whose scales reach float32's: hi.hi, hi.mid, hi.lo,
 //           mid.hi, mid.mid, lo.hi
 // accumulated in float32 by TDPBF16PS (each bf16 x bf16 product is exact in float32; every
 // accumulation rounds once, as a float32 fused multiply-add does). The three dropped products
-// (mid.lo, lo.mid, lo.lo) are below 2^-25 of |a||b|: under float32's own rounding of each term.
+// (mid.lo, lo.mid, lo.lo) are together below 2^-24 of |a||b| (|mid| <= 2^-8 |x|, |lo| <= 2^-17 |x|):
+// float32's own rounding of each term.
 // On a core with AMX the six products take fewer cycles than one float32 FMA product (AMX does
 // 1024 bf16 flops a cycle, AVX-512 64 float32 ones), so large products run faster at float32's
 // accuracy. Each element of C sums in the same order whatever the thread count.

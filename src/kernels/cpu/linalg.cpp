@@ -16,6 +16,7 @@
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/registry.h"
 #include "kernels/shape/linalg.h"
 #include "kernels/shape/matmul.h"
@@ -210,7 +211,11 @@ class BatchedMatMul {
     // measured as fast as sgemm or faster on training shapes; 1.6x slower on a [4, 8192] x
     // [8192, 8192] product.
     tiny_ = dt == DType::kFloat32 && tiny_product(shape_numel(cd) * rows_ * K * N);
-    if (float_type(dt) && !tiny_ && cd.size() + 2 <= DNNL_MAX_NDIMS && make_dnnl(ad, bd, cd, rows_, b_const, bias)) {
+    // Large float32 products on AMX tiles (gemm(), gemm_amx.h) where the CPU has them: faster than
+    // oneDNN's float32 primitive at float32's accuracy.
+    const bool tiles = dt == DType::kFloat32 && amx::pays(rows_, N, K);
+    if (float_type(dt) && !tiny_ && !tiles && cd.size() + 2 <= DNNL_MAX_NDIMS &&
+        make_dnnl(ad, bd, cd, rows_, b_const, bias)) {
       bias_ = bias;
       return true;
     }
@@ -578,7 +583,10 @@ class GemmKernel final : public Kernel {
     // Constant float32 weights (initializers of an inference plan): packed into the primitive's
     // layout once, here, instead of read plain in every run.
     const Tensor* w_const = dt == DType::kFloat32 ? ctx.constant_weights(1) : nullptr;
-    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_)
+    // Large float32 products on AMX tiles where the CPU has them (gemm(), gemm_amx.h; alpha != 1
+    // with C stays with oneDNN, which scales the product alone).
+    const bool tiles = dt == DType::kFloat32 && amx::pays(M_, N_, K_) && (alpha_ == 1.f || !has_c_ || beta_ == 0.f);
+    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_ && !tiles)
       make_dnnl(compute, has_c_ && beta_ != 0.f, w_const);
     bias_ = bias_ && op_.valid();
     widen_ = widen_ && op_.valid();
