@@ -27,9 +27,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
     return;
   }
-  if ((alpha == 1.f || beta == 0.f) && amx::pays(M, N, K) &&
-      amx::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
-    return;
+  if (amx::pays(M, N, K) && amx::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (st != dnnl_success) throw_error<RuntimeError>("oneDNN sgemm failed with status ", int(st));
 }
