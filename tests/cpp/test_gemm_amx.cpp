@@ -129,6 +129,14 @@ TEST(AmxGemm, SpecialValuesPropagateAsInFloat32) {
   EXPECT_EQ(c, 1.f);
   cpu::gemm(false, false, 1, 1, 2, 1.f, a, 2, b, 1, 1.f, &c, 1);
   EXPECT_EQ(c, inf);
+  // beta != 0 with the largest float (finite, but its split is not taken): declined too, not
+  // recomputed over C's accumulated contents.
+  const float huge[] = {big, 0.5f}, half[] = {0.5f, 2.f};
+  c = 1.f;
+  EXPECT_FALSE(amx::gemm(false, false, 1, 1, 2, 1.f, huge, 2, half, 1, 1.f, &c, 1));
+  EXPECT_EQ(c, 1.f);
+  cpu::gemm(false, false, 1, 1, 2, 1.f, huge, 2, half, 1, 1.f, &c, 1);
+  EXPECT_EQ(c, big * 0.5f + 2.f);
 }
 
 TEST(AmxGemm, SameBitsAtOneAndTwoThreads) {

@@ -45,13 +45,19 @@ constexpr int64_t kNC = 1024;  // columns of B per packed block (A is packed onc
 // ties away from zero: add half of bf16's last place to the magnitude's bits, drop the low 16),
 // mid the remainder rounded likewise, lo what is left (at most 8 significant bits: exact in bf16).
 // Each part is a float whose low 16 bits are zero, i.e. a bfloat16 in its high half. Any rounding
-// to nearest leaves |mid| <= 2^-8 |x| and |lo| <= 2^-16 |x|, which bounds the dropped products.
-// Infinities, NaNs and values whose rounding could overflow (|x| >= 0x7F7F0000) are counted in
-// `bad`: the other operand's zero parts would turn an infinity into NaN (0 * inf), so a block that
-// holds one is computed again in float32 (region()).
+// to nearest leaves |mid| <= 2^-8 |x| and |lo| <= 2^-17 |x|, which bounds the dropped products.
+// Infinities, NaNs and values whose rounding could overflow are counted in `bad` (not_splittable):
+// the other operand's zero parts would turn an infinity into NaN (0 * inf), so a block that holds
+// one is computed again in float32 (region()).
 struct Parts {
   __m512i p[3];
 };
+
+// Lanes the split does not take: infinities, NaNs and |x| >= 0x7F7F0000 (whose rounding to 8 bits
+// could overflow). The one test for region()'s recomputation and gemm()'s scan before beta != 0.
+inline __mmask16 not_splittable(__m512i bits) {
+  return _mm512_cmpge_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F7F0000));
+}
 
 inline __m512i round8(__m512i bits) {
   return _mm512_and_si512(_mm512_add_epi32(bits, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(int(0xFFFF0000u)));
@@ -59,7 +65,7 @@ inline __m512i round8(__m512i bits) {
 
 inline Parts split16(__m512 x, __mmask16& bad) {
   const __m512i bits = _mm512_castps_si512(x);
-  bad |= _mm512_cmpge_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F7F0000));
+  bad |= not_splittable(bits);
   Parts s;
   s.p[0] = round8(bits);
   const __m512 r = _mm512_sub_ps(x, _mm512_castsi512_ps(s.p[0]));
@@ -343,18 +349,13 @@ void region(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   }
 }
 
-// Whether op(X) [rows, cols] holds only finite values.
-bool all_finite(bool trans, const float* X, int64_t ld, int64_t rows, int64_t cols) {
+// Whether the split takes every value of op(X) [rows, cols] (not_splittable).
+bool all_splittable(bool trans, const float* X, int64_t ld, int64_t rows, int64_t cols) {
   if (trans) std::swap(rows, cols);
   __mmask16 bad = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = X + r * ld;
-    for (int64_t c = 0; c < cols; c += 16) {
-      const __m512i mag = _mm512_and_si512(_mm512_castps_si512(_mm512_maskz_loadu_ps(first(cols - c), x + c)),
-                                           _mm512_set1_epi32(0x7FFFFFFF));
-      bad |= _mm512_cmpge_epi32_mask(mag, _mm512_set1_epi32(0x7F800000));
-    }
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += 16)
+      bad |= not_splittable(_mm512_castps_si512(_mm512_maskz_loadu_ps(first(cols - c), X + r * ld + c)));
   return bad == 0;
 }
 
@@ -389,9 +390,9 @@ bool pays(int64_t M, int64_t N, int64_t K) {
 bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (!available() || (alpha != 1.f && beta != 0.f) || M <= 0 || N <= 0 || K <= 0) return false;
-  // A region holding an infinity or NaN is computed again in float32, which needs C's old contents
-  // when beta != 0: then such operands go to float32 from the start.
-  if (beta != 0.f && !(all_finite(trans_a, A, lda, M, K) && all_finite(trans_b, B, ldb, K, N))) return false;
+  // A region holding a value the split does not take is computed again in float32, which needs
+  // C's old contents when beta != 0: then such operands go to float32 from the start.
+  if (beta != 0.f && !(all_splittable(trans_a, A, lda, M, K) && all_splittable(trans_b, B, ldb, K, N))) return false;
   const Problem p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
   const int64_t mb = (M + kMR - 1) / kMR, nb = (N + kNR - 1) / kNR;
   const int threads = int(std::min<int64_t>(current_threads(), mb * nb));
