@@ -669,6 +669,89 @@ TEST(ConvLayout, WinogradAutoPicksTheDirectKernelForSmallLayers) {
   }
 }
 
+// dnnl_util::wino_2x3_verdict on the scratchpads oneDNN 2.6's F(2x2, 3x3) kernel booked for the
+// bench's layers (2 MB of second-level cache): Inception-v3's 80 -> 192 at 71x71 (one block of 703
+// tiles: 13.5 MB a thread) goes to the next kernel at 1 and 2 threads, and with a 1 MB cache too;
+// its 448 -> 384 at 8x8 (blocks of 4 tiles, 11 MB of weights) to the direct one at one thread but
+// not at two (one block of 16 tiles); ResNet's 512 -> 512 at 7x7 (24 tiles), 256 -> 256 at 14x14
+// (42), and the small weights of Inception's 64 -> 96 at 35x35 (4 tiles a block at two threads)
+// stay. The boundaries: a thread's part just over / at twice the cache; 15 / 16 tiles.
+TEST(ConvLayout, Winograd2x3VerdictFollowsItsBlocking) {
+  using onnxtrain::kernels::cpu::dnnl_util::Wino2x3;
+  using onnxtrain::kernels::cpu::dnnl_util::wino_2x3_verdict;
+  const double l2 = 2 << 20;
+  auto tiles = [](double t, int64_t C, int64_t M, int threads) { return 64.0 * double(C + M) * t * threads; };
+  EXPECT_EQ(wino_2x3_verdict(13534208, 1, 80, 192, l2), Wino2x3::kNextImpl);
+  EXPECT_EQ(wino_2x3_verdict(27060224, 2, 80, 192, l2), Wino2x3::kNextImpl);
+  EXPECT_EQ(wino_2x3_verdict(13534208, 1, 80, 192, l2 / 2), Wino2x3::kNextImpl);
+  EXPECT_EQ(wino_2x3_verdict(434176, 1, 448, 384, l2), Wino2x3::kDirect);
+  EXPECT_EQ(wino_2x3_verdict(tiles(24, 448, 384, 2), 2, 448, 384, l2), Wino2x3::kKeep);
+  EXPECT_EQ(wino_2x3_verdict(tiles(24, 512, 512, 1), 1, 512, 512, l2), Wino2x3::kKeep);
+  EXPECT_EQ(wino_2x3_verdict(tiles(42, 256, 256, 1), 1, 256, 256, l2), Wino2x3::kKeep);
+  EXPECT_EQ(wino_2x3_verdict(tiles(8, 64, 96, 2), 2, 64, 96, l2), Wino2x3::kKeep);
+  EXPECT_EQ(wino_2x3_verdict(tiles(15.9, 256, 256, 1), 1, 256, 256, l2), Wino2x3::kDirect);
+  EXPECT_EQ(wino_2x3_verdict(tiles(16, 256, 256, 1), 1, 256, 256, l2), Wino2x3::kKeep);
+  EXPECT_EQ(wino_2x3_verdict(2 * l2 + 64, 1, 80, 192, l2), Wino2x3::kNextImpl);
+  EXPECT_EQ(wino_2x3_verdict(2 * l2, 1, 80, 192, l2), Wino2x3::kKeep);
+  EXPECT_EQ(wino_2x3_verdict(4 * l2, 2, 80, 192, l2), Wino2x3::kKeep);
+  EXPECT_EQ(wino_2x3_verdict(tiles(8, 24, 40, 1), 1, 24, 40, l2), Wino2x3::kKeep);  // channels rounded up to 32, 48
+}
+
+// The layers the verdict moves, end to end: Inception-v3's 80 -> 192 over 73x73 (no pad) and 448 -> 384
+// over 8x8 (pad 1), "auto" against a double reference at 1 and 2 threads; where oneDNN's 2x3 kernel
+// blocks the 448 -> 384 one in small blocks (the verdict on its own scratchpad), "auto" is the direct
+// kernel bit for bit, else Winograd (not the direct results); "1" keeps Winograd everywhere.
+TEST(ConvLayout, WinogradAutoAvoidsTheSlowBlockingsOf2x3) {
+  if (!onnxtrain::kernels::cpu::nchwc512::available()) GTEST_SKIP() << "no AVX-512F: auto always takes Winograd here";
+  namespace dnnl_util = onnxtrain::kernels::cpu::dnnl_util;
+  struct Case {
+    int64_t C, M, H, pad;
+  };
+  for (const Case& c : {Case{80, 192, 73, 0}, Case{448, 384, 8, 1}}) {
+    SCOPED_TRACE(std::to_string(c.C) + " -> " + std::to_string(c.M) + " over " + std::to_string(c.H) + "x" + std::to_string(c.H));
+    Builder b;
+    const Shape xs{1, c.C, c.H, c.H};
+    b.input("x", xs);
+    b.conv("x", "c", c.C, c.M, 3, 1, c.pad);
+    b.output("c");
+    std::mt19937 rng(21);
+    const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+    const std::string bytes = ir::serialize_model(b.m);
+    Shape ys;
+    const auto ref = ref_conv(to_double(x), xs, b.values["c_w"], b.values["c_b"], c.M, 3, 1, c.pad, 1, &ys);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::to_string(threads) + " threads");
+      auto run = [&](const char* mode) {
+        std::vector<std::pair<std::string, std::string>> config;
+        if (mode) config.emplace_back("session.conv_winograd", mode);
+        return to_double(session(bytes, GraphOptimizationLevel::kEnableAll, threads, config).run({}, {{"x", x}})[0]);
+      };
+      const auto got = run(nullptr), direct = run("0"), forced = run("1");
+      EXPECT_NE(forced, direct) << "\"1\" did not keep Winograd";
+      const double tol = 1e-5 * max_abs(ref);
+      for (const auto* y : {&got, &direct, &forced})
+        for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR((*y)[i], ref[i], tol) << i;
+      if (c.C != 448 || threads != 1) continue;
+      // What oneDNN's 2x3 kernel books for this layer at one thread.
+      onnxtrain::ThreadScope scope(1);
+      using tag = dnnl::memory::format_tag;
+      const auto dt = dnnl::memory::data_type::f32;
+      const dnnl::memory::desc xd({1, c.C, c.H, c.H}, dt, tag::nChw16c), yd({1, c.M, c.H, c.H}, dt, tag::nChw16c),
+          wd({c.M, c.C, 3, 3}, dt, tag::any), bd({c.M}, dt, tag::x);
+      const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_winograd,
+                                                 xd, wd, bd, yd, {1, 1}, {c.pad, c.pad}, {c.pad, c.pad});
+      const dnnl::convolution_forward::primitive_desc pd(desc, dnnl_util::default_attr(), dnnl_util::cpu_engine());
+      const std::string impl = pd.impl_info_str();
+      const bool small_blocks =
+          impl.find("wino_2x3") != std::string::npos &&
+          dnnl_util::wino_2x3_verdict(double(pd.scratchpad_desc().get_size()), 1, c.C, c.M,
+                                      double(dnnl_util::l2_cache_bytes())) == dnnl_util::Wino2x3::kDirect;
+      if (small_blocks) EXPECT_EQ(got, direct) << impl;
+      else EXPECT_NE(got, direct) << impl;
+    }
+  }
+}
+
 // NchwcMaxPool (2-D: its own 16-lane loop) against the plain MaxPool on the same values, bit for bit:
 // strides, dilation, pads wider on one side, ceil_mode, a window wider than the input, windows
 // entirely in the padding; values with NaN, +-inf and -FLT_MAX, whose maxima follow the plain

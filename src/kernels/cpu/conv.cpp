@@ -213,6 +213,7 @@ struct DnnlConv {
   dnnl::memory::format_tag blocked16 = dnnl::memory::format_tag::undef;
   dnnl::memory::data_type dt = dnnl::memory::data_type::f32;  // of every argument (f32 or bf16)
   bool winograd = false;  // oneDNN's Winograd algorithm instead of the direct one
+  bool may_decline = false;  // Winograd that may yield to the direct kernel (wino_2x3_verdict; "auto")
 
   md any(const Shape& s) const { return md(dnnl_util::dims(s), dt, dnnl::memory::format_tag::any); }
   md act(Layout l, const Shape& s, const md& plain) const {
@@ -379,6 +380,18 @@ bool train_winograd_fits(const ConvParams& p, DType dt, const ExecOptions& o) {
   const int threads = o.num_threads > 0 ? o.num_threads : hardware_threads();
   const double tiles = double(p.N) * double((g.out[0] + 3) / 4) * double((g.out[1] + 3) / 4);
   return p.C >= 32 && p.M >= 32 && tiles >= 24.0 * threads;
+}
+
+// oneDNN's F(2x2, 3x3) Winograd kernel where it blocks badly (dnnl_util::wino_2x3_verdict): its
+// own scratchpad says how it blocked this convolution.
+bool is_wino_2x3(const dnnl::primitive_desc_base& pd) {
+  const char* impl = pd.impl_info_str();
+  return impl && std::string(impl).find("wino_2x3") != std::string::npos;
+}
+dnnl_util::Wino2x3 wino_2x3_verdict(const dnnl::primitive_desc_base& pd, const ConvParams& p) {
+  if (!is_wino_2x3(pd)) return dnnl_util::Wino2x3::kKeep;
+  return dnnl_util::wino_2x3_verdict(double(pd.scratchpad_desc().get_size()), dnnl_util::max_threads(), p.C, p.M,
+                                     double(dnnl_util::l2_cache_bytes()));
 }
 
 // d with the Winograd algorithm on the activation layout `l`: kPlain, the tensors' own (NchwcConv's
@@ -564,7 +577,9 @@ class ConvKernel final : public Kernel {
       const auto tag = dnnl::memory::format_tag::nChw16c;
       if (x_blocked_) d.x = dnnl::memory::desc(dnnl_util::dims(x), d.dt, tag);
       d.y = dnnl::memory::desc(dnnl_util::dims(p_.y), d.dt, tag);
-      if (winograd_fits(p_, x_blocked_, w_const, ctx.options()) && make_dnnl(winograd(d), w_const))
+      DnnlConv wd = winograd(d);
+      wd.may_decline = ctx.options().winograd != ExecOptions::Winograd::kAlways;
+      if (winograd_fits(p_, x_blocked_, w_const, ctx.options()) && make_dnnl(wd, w_const))
         return ctx.request_workspace(z_bytes() + op_.workspace_bytes());
       if (make_direct(x, w_const, ctx.options().num_threads)) return ctx.request_workspace(direct_workspace());
       d.candidates = {Layout::kPlain, Layout::kAny};
@@ -729,6 +744,17 @@ class ConvKernel final : public Kernel {
         const auto prop = d.winograd && !w_const ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
         typename P::desc desc(prop, d.alg(p_.transposed), d.ax(l), d.aw(), bias, d.ay(l), d.strides, d.dil, d.pl, d.pr);
         typename P::primitive_desc pd(desc, attr, eng);
+        if (d.winograd) switch (wino_2x3_verdict(pd, p_)) {
+            case dnnl_util::Wino2x3::kKeep:
+              break;
+            case dnnl_util::Wino2x3::kDirect:
+              if (d.may_decline) return false;
+              break;
+            case dnnl_util::Wino2x3::kNextImpl:
+              while (is_wino_2x3(pd))
+                if (!pd.next_impl()) return false;
+              break;
+          }
         if (dnnl_util::is_reference(pd)) return false;
         if (po && std::string(pd.impl_info_str()).find("gemm") != std::string::npos) return !(*gemm = true);
         op_.init(P(pd), pd.scratchpad_desc());

@@ -1,5 +1,8 @@
 #include "kernels/cpu/dnnl_util.h"
 
+#include <omp.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <optional>
 
@@ -48,6 +51,25 @@ dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt) {
     stride *= std::max<int64_t>(s[i], 1);
   }
   return dnnl::memory::desc(dims(s), dt, st);
+}
+
+int max_threads() { return omp_get_max_threads(); }
+
+size_t l2_cache_bytes() {
+  static const size_t bytes = [] {
+    const long b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return b > 0 ? size_t(b) : size_t(1) << 20;
+  }();
+  return bytes;
+}
+
+Wino2x3 wino_2x3_verdict(double scratch_bytes, int threads, int64_t C, int64_t M, double l2_bytes) {
+  const double c = double((C + 15) / 16 * 16), m = double((M + 15) / 16 * 16);
+  const double per_thread = scratch_bytes / double(std::max(threads, 1));
+  const double tiles = per_thread / (64.0 * (c + m));  // a block's tiles (and a row more: oneDNN's margin)
+  if (per_thread > 2.0 * l2_bytes) return Wino2x3::kNextImpl;
+  if (64.0 * c * m > l2_bytes && tiles < 16.0) return Wino2x3::kDirect;
+  return Wino2x3::kKeep;
 }
 
 dnnl::primitive_attr default_attr() {

@@ -14,6 +14,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -37,6 +38,29 @@ bool bf16_available();
 dnnl::memory::desc plain_md(const Shape& s, dnnl::memory::data_type dt = dnnl::memory::data_type::f32);
 /// Primitive attributes every kernel should start from (user scratchpad).
 dnnl::primitive_attr default_attr();
+/// The threads oneDNN's primitives created now are planned for (OpenMP's current maximum).
+int max_threads();
+/// Bytes of one core's second-level cache (sysconf; 1 MB where the system does not say).
+size_t l2_cache_bytes();
+/// What NchwcConv does with oneDNN 2.6's F(2x2, 3x3) Winograd kernel ("jit_fp32_wino_2x3": float32
+/// inference on AVX-512, taken before its F(4x4, 3x3) one wherever it accepts the problem, which
+/// is at batch sizes up to the thread count). It splits the image into blocks of 2x2-output tiles;
+/// each thread transforms a block into its part of the scratchpad, 64 (C + M) bytes a tile (C, M
+/// rounded up to 16; `scratch_bytes` over `threads` is one thread's part), then multiplies it by
+/// the transformed weights, 64 C M bytes. Two of its blockings lose (per-node profiles of the
+/// bench's networks at batch 1, Sapphire Rapids, 2 MB of second-level cache a core):
+/// - a thread's block over twice that cache (Inception-v3's 80 -> 192 layer at 71x71: one block of
+///   703 tiles, 13.5 MB; 8.2 ms at one thread, 7.3 ms direct, 3.5 ms with the 4x3 kernel; at two
+///   threads 4.5 / 3.7 / 1.8 ms. VGG-16's 128 -> 128 at 112x112: 12.4 -> 7.5 ms; DenseNet-121's
+///   128 -> 32 at 56x56: 1.1 -> 0.7 ms): kNextImpl, oneDNN's next kernel (the 4x3 one);
+/// - transformed weights larger than that cache read again for each block of fewer than 16 tiles
+///   (Inception-v3's 448 -> 384 at 8x8, one thread: four blocks of 4 tiles, 11 MB of weights from
+///   memory for each: 2.6 ms against 1.4 ms direct, the 4x3 kernel as slow): kDirect, the direct
+///   kernel (nchwc_direct.h). Whole small images (ResNet's 512 -> 512 at 7x7: 24 tiles a block)
+///   and larger blocks (256 -> 256 at 14x14: 42) stay with this kernel, its best there.
+/// kKeep otherwise.
+enum class Wino2x3 { kKeep, kNextImpl, kDirect };
+Wino2x3 wino_2x3_verdict(double scratch_bytes, int threads, int64_t C, int64_t M, double l2_bytes);
 /// True when oneDNN fell back to a reference (unoptimized, often very slow) implementation.
 inline bool is_reference(const dnnl::primitive_desc_base& pd) {
   const char* impl = pd.impl_info_str();
