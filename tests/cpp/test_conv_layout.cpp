@@ -12,6 +12,7 @@
 #include "core/parallel.h"
 #include "ir/onnx_io.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/nchwc_direct.h"
 #include "onnxtrain/session.h"
 #include "ops/onnxtrain_ops.h"
@@ -749,6 +750,51 @@ TEST(ConvLayout, WinogradAutoAvoidsTheSlowBlockingsOf2x3) {
       if (small_blocks) EXPECT_EQ(got, direct) << impl;
       else EXPECT_NE(got, direct) << impl;
     }
+  }
+}
+
+// A 1x1 convolution large enough for the AMX tiles (amx::Pointwise::pays: 256 -> 512 channels over
+// 28x28, after a 3x3 one that makes its input blocked), with Relu: against a double reference of the
+// chain, and bit for bit what amx::Pointwise gives on the blocked copy of the 3x3 layer's output
+// (so the session ran it there), at 1 and 2 threads.
+TEST(ConvLayout, PointwiseConvolutionsRunOnTheAmxTiles) {
+  namespace amx = onnxtrain::kernels::cpu::amx;
+  namespace nchwc = onnxtrain::kernels::cpu::nchwc;
+  if (!amx::available()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux did not grant the tile state)";
+  const int64_t C0 = 16, C = 256, M = 512, H = 28;
+  Builder b;
+  const Shape xs{1, C0, H, H};
+  b.input("x", xs);
+  b.conv("x", "c1", C0, C, 3, 1, 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  b.conv("r1", "c2", C, M, 1, 1, 0);
+  b.node("Relu", {"c2"}, {"r2"});
+  b.output("r1"), b.output("r2");
+  std::mt19937 rng(31);
+  const Tensor x = random_tensor(DType::kFloat32, xs, rng);
+  const std::string bytes = ir::serialize_model(b.m);
+  Shape s1, s2;
+  auto r1 = ref_conv(to_double(x), xs, b.values["c1_w"], b.values["c1_b"], C, 3, 1, 1, 1, &s1);
+  relu(r1);
+  auto r2 = ref_conv(r1, s1, b.values["c2_w"], b.values["c2_b"], M, 1, 1, 0, 1, &s2);
+  relu(r2);
+  const Tensor& w2 = b.m.graph->initializers[2].second;
+  const Tensor& b2 = b.m.graph->initializers[3].second;
+  ASSERT_EQ(w2.shape(), (Shape{M, C, 1, 1}));
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    onnxtrain::ThreadScope scope(threads);
+    ASSERT_TRUE(amx::Pointwise::pays(H * H, C, M, threads));
+    const auto y = session(bytes, GraphOptimizationLevel::kEnableAll, threads).run({}, {{"x", x}});
+    EXPECT_TRUE(all_close(y[1], s2, r2, 1e-5, 1e-5 * max_abs(r2)));
+    std::vector<float> xb(size_t(C * H * H)), yb(size_t(M * H * H)), want(yb.size());
+    nchwc::to_blocked(y[0].data<float>(), xb.data(), 1, C, H * H);
+    auto k = amx::Pointwise::make(C, M, w2.data<float>(), amx::Pointwise::Act::kRelu, 0.f, 0.f, false);
+    ASSERT_TRUE(k != nullptr);
+    k->run(xb.data(), 1, H * H, b2.data<float>(), yb.data());
+    nchwc::from_blocked(yb.data(), want.data(), 1, M, H * H);
+    const float* got = y[1].data<float>();
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << "the session's 1x1 convolution did not run on the tiles";
   }
 }
 

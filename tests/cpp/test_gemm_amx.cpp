@@ -164,3 +164,140 @@ TEST(AmxGemm, LargeProductsGoThroughTheTiles) {
   cpu::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.f, p.A.data(), p.lda, p.B.data(), p.ldb, 0.f, via_gemm.data(), p.ldc);
   EXPECT_EQ(via_gemm, p.run());
 }
+
+// ---- 1x1 convolutions over the blocked layout (amx::Pointwise) ---------------------------------
+
+namespace {
+
+// A convolution over the blocked layout: x [N][ceil(C/16)][P][16], y (holding Z) [N][ceil(M/16)][P][16],
+// padded channels zero; w [M][C], bias [M].
+struct Pointwise {
+  int64_t N, C, M, P, CB, MB;
+  std::vector<float> x, w, bias, z;
+  Pointwise(int64_t N_, int64_t C_, int64_t M_, int64_t P_, uint32_t seed)
+      : N(N_), C(C_), M(M_), P(P_), CB((C_ + 15) / 16), MB((M_ + 15) / 16) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    x.assign(size_t(N * CB * P * 16), 0.f);
+    z.assign(size_t(N * MB * P * 16), 0.f);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t p = 0; p < P; ++p) {
+        for (int64_t c = 0; c < C; ++c) x[xi(n, c, p)] = u(rng);
+        for (int64_t m = 0; m < M; ++m) z[yi(n, m, p)] = u(rng);
+      }
+    w.resize(size_t(M * C));
+    bias.resize(size_t(M));
+    for (auto& v : w) v = u(rng);
+    for (auto& v : bias) v = u(rng);
+  }
+  size_t xi(int64_t n, int64_t c, int64_t p) const { return size_t(((n * CB + c / 16) * P + p) * 16 + c % 16); }
+  size_t yi(int64_t n, int64_t m, int64_t p) const { return size_t(((n * MB + m / 16) * P + p) * 16 + m % 16); }
+  std::vector<float> run(amx::Pointwise::Act act, float alpha, float beta, bool sum) const {
+    auto k = amx::Pointwise::make(C, M, w.data(), act, alpha, beta, sum);
+    EXPECT_TRUE(k != nullptr);
+    std::vector<float> y = sum ? z : std::vector<float>(z.size(), -7.f);
+    if (k) k->run(x.data(), N, P, bias.data(), y.data());
+    return y;
+  }
+};
+
+double activate(double v, amx::Pointwise::Act act, double alpha, double beta) {
+  switch (act) {
+    case amx::Pointwise::Act::kNone: return v;
+    case amx::Pointwise::Act::kRelu: return std::max(v, 0.0);
+    case amx::Pointwise::Act::kLeakyRelu: return v < 0 ? alpha * v : v;
+    case amx::Pointwise::Act::kClip: return std::min(std::max(v, alpha), beta);
+  }
+  return v;
+}
+
+}  // namespace
+
+// Against a double reference, every element within (C / 8 + 4) float32 rounding units of the sum
+// of |terms| (bias and Z included): channels not multiples of the tile's 32 (an odd number of
+// input blocks, an output panel half past the last block, padded output channels, which stay
+// zero), pixels not multiples of 32, two images, several pixel blocks, each activation, with and
+// without Z; the same bits at 1 and 2 threads (2 threads split the output panels at batch 1).
+TEST(AmxPointwise, MatchesDoubleReferenceAtFloat32Accuracy) {
+  if (!amx::available()) GTEST_SKIP() << kNoAmx;
+  using Act = amx::Pointwise::Act;
+  struct Case {
+    int64_t N, C, M, P;
+    Act act;
+    float alpha, beta;
+    bool sum;
+  };
+  const double u = std::ldexp(1.0, -24);
+  for (const Case& c : {Case{1, 80, 144, 70, Act::kRelu, 0, 0, true}, Case{2, 64, 128, 200, Act::kNone, 0, 0, false},
+                        Case{1, 300, 40, 33, Act::kLeakyRelu, 0.1f, 0, true}, Case{1, 1100, 64, 150, Act::kClip, -0.5f, 0.5f, false},
+                        Case{1, 256, 512, 300, Act::kRelu, 0, 0, false}}) {
+    SCOPED_TRACE(std::to_string(c.N) + "x" + std::to_string(c.C) + "->" + std::to_string(c.M) + " over " + std::to_string(c.P));
+    const Pointwise p(c.N, c.C, c.M, c.P, 5);
+    std::vector<float> one, two;
+    {
+      onnxtrain::ThreadScope scope(1);
+      one = p.run(c.act, c.alpha, c.beta, c.sum);
+    }
+    {
+      onnxtrain::ThreadScope scope(2);
+      two = p.run(c.act, c.alpha, c.beta, c.sum);
+    }
+    EXPECT_EQ(one, two);
+    for (int64_t n = 0; n < p.N; ++n)
+      for (int64_t q = 0; q < p.P; ++q)
+        for (int64_t m = 0; m < p.MB * 16; ++m) {
+          const float got = one[p.yi(n, m, q)];
+          if (m >= p.M) {
+            ASSERT_EQ(got, 0.f) << "padded channel " << m;
+            continue;
+          }
+          double s = p.bias[size_t(m)], mag = std::fabs(s);
+          if (c.sum) s += p.z[p.yi(n, m, q)], mag += std::fabs(p.z[p.yi(n, m, q)]);
+          for (int64_t k = 0; k < p.C; ++k) {
+            const double t = double(p.x[p.xi(n, k, q)]) * p.w[size_t(m * p.C + k)];
+            s += t, mag += std::fabs(t);
+          }
+          ASSERT_LE(std::fabs(got - activate(s, c.act, c.alpha, c.beta)), (double(p.C) / 8 + 4) * u * mag)
+              << "n " << n << " m " << m << " pixel " << q;
+        }
+  }
+}
+
+// A pixel block holding an infinity or NaN is computed in float32: the pixels that read them give
+// float32's infinities and NaNs (0 * inf = NaN nowhere else), the block's other pixels stay within
+// the bound. Weights the split does not take, and Clip(1, 6) with padded output channels (which
+// would no longer be zero), are refused.
+TEST(AmxPointwise, SpecialValuesAsInFloat32) {
+  if (!amx::available()) GTEST_SKIP() << kNoAmx;
+  using Act = amx::Pointwise::Act;
+  Pointwise p(1, 64, 128, 100, 8);
+  const float inf = std::numeric_limits<float>::infinity();
+  p.x[p.xi(0, 3, 10)] = inf;                    // pixel 10: +-inf in every output channel
+  p.x[p.xi(0, 40, 20)] = std::nanf("");         // pixel 20: NaN everywhere
+  for (auto& v : p.w) v = std::fabs(v) + 0.01f;  // positive weights: inf * w = +inf
+  const auto y = p.run(Act::kNone, 0, 0, false);
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t q = 0; q < p.P; ++q)
+    for (int64_t m = 0; m < p.M; ++m) {
+      const float got = y[p.yi(0, m, q)];
+      if (q == 10) {
+        ASSERT_EQ(got, inf) << m;
+      } else if (q == 20) {
+        ASSERT_TRUE(std::isnan(got)) << m;
+      } else {
+        double s = p.bias[size_t(m)], mag = std::fabs(s);
+        for (int64_t k = 0; k < p.C; ++k) {
+          const double t = double(p.x[p.xi(0, k, q)]) * p.w[size_t(m * p.C + k)];
+          s += t, mag += std::fabs(t);
+        }
+        ASSERT_LE(std::fabs(got - s), (double(p.C) / 8 + 4) * u * mag) << "pixel " << q << " m " << m;
+      }
+    }
+  std::vector<float> w = p.w;
+  w[17] = std::nanf("");
+  EXPECT_EQ(amx::Pointwise::make(p.C, p.M, w.data(), Act::kNone, 0, 0, false), nullptr);
+  w[17] = inf;
+  EXPECT_EQ(amx::Pointwise::make(p.C, p.M, w.data(), Act::kNone, 0, 0, false), nullptr);
+  EXPECT_EQ(amx::Pointwise::make(p.C, 40, p.w.data(), Act::kClip, 1.f, 6.f, false), nullptr);
+  EXPECT_NE(amx::Pointwise::make(p.C, 48, p.w.data(), Act::kClip, 1.f, 6.f, false), nullptr);  // no padded channels
+}

@@ -37,6 +37,7 @@
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/nchwc_direct.h"
 #include "kernels/shape/reduce.h"
 #include "kernels/shape/window.h"
@@ -553,6 +554,7 @@ class ConvKernel final : public Kernel {
     op_ = dnnl_util::DnnlOp();
     direct_.reset();
     direct_dw_.reset();
+    pointwise_.reset();
     const bool empty = shape_numel(p_.y) == 0 || p_.C == 0 || p_.kk == 0;
     depthwise_ = !blocked_ && dt_ == DType::kFloat32 && !p_.transposed && p_.group > 1 && p_.group == p_.C && p_.g.nd <= 2 &&
                  !empty && p_.kk <= 64;
@@ -577,6 +579,7 @@ class ConvKernel final : public Kernel {
       const auto tag = dnnl::memory::format_tag::nChw16c;
       if (x_blocked_) d.x = dnnl::memory::desc(dnnl_util::dims(x), d.dt, tag);
       d.y = dnnl::memory::desc(dnnl_util::dims(p_.y), d.dt, tag);
+      if (make_pointwise(w_const, ctx.options().num_threads)) return ctx.request_workspace(0);
       DnnlConv wd = winograd(d);
       wd.may_decline = ctx.options().winograd != ExecOptions::Winograd::kAlways;
       if (winograd_fits(p_, x_blocked_, w_const, ctx.options()) && make_dnnl(wd, w_const))
@@ -678,9 +681,38 @@ class ConvKernel final : public Kernel {
     post_pass_ = false;
     return true;
   }
+  // NchwcConv's 1x1 convolutions (stride 1, no pads, one group, constant float32 weights, X
+  // blocked) on the AMX tiles (amx::Pointwise) where that pays; false otherwise.
+  bool make_pointwise(const Tensor* w, int threads) {
+    const WindowGeom& g = p_.g;
+    if (!w || dt_ != DType::kFloat32 || !x_blocked_ || p_.transposed || p_.group != 1 || g.nd != 2) return false;
+    for (size_t i = 0; i < 2; ++i)
+      if (g.kernel[i] != 1 || g.stride[i] != 1 || g.pad_b[i] != 0 || g.pad_e[i] != 0) return false;
+    using A = amx::Pointwise::Act;
+    A act = A::kNone;
+    switch (act_.kind) {
+      case FusedActivation::Kind::kNone: act = A::kNone; break;
+      case FusedActivation::Kind::kRelu: act = A::kRelu; break;
+      case FusedActivation::Kind::kLeakyRelu: act = A::kLeakyRelu; break;
+      case FusedActivation::Kind::kClip: act = A::kClip; break;
+      default: return false;
+    }
+    const int64_t pixels = g.out[0] * g.out[1];
+    if (!amx::Pointwise::pays(pixels, p_.C, p_.M, threads > 0 ? threads : hardware_threads())) return false;
+    pointwise_ = amx::Pointwise::make(p_.C, p_.M, w->data<float>(), act, act_.alpha, act_.beta, has_z_);
+    if (!pointwise_) return false;
+    post_pass_ = false;
+    return true;
+  }
+
   size_t direct_workspace() const { return direct_ ? direct_->workspace_bytes() : direct_dw_->workspace_bytes(); }
 
   void run_conv(RunContext& ctx, const void* bias, char* ws) {
+    if (pointwise_) {
+      pointwise_->run(ctx.input(0).data<float>(), p_.N, p_.g.out[0] * p_.g.out[1], static_cast<const float*>(bias),
+                      ctx.output(0).data<float>());
+      return;
+    }
     if (direct_ || direct_dw_) {
       const float* x = ctx.input(0).data<float>();
       float* y = ctx.output(0).data<float>();
@@ -910,6 +942,7 @@ class ConvKernel final : public Kernel {
   size_t z_bytes_ = 0;                  // workspace for a copy of Z (paths without post-ops)
   FusedActivation act_;
   dnnl_util::DnnlOp op_;
+  std::unique_ptr<amx::Pointwise> pointwise_;   // NchwcConv's 1x1 convolutions on the AMX tiles
   std::unique_ptr<NchwcDirectConv> direct_;       // NchwcConv on the direct AVX-512 kernels
   std::unique_ptr<NchwcDepthwiseConv> direct_dw_;  // depthwise NchwcConv on them
   Fp16Stage stage_;  // float16 run through the float32 primitive (empty otherwise)

@@ -417,6 +417,177 @@ bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   return true;
 }
 
+// ---- 1x1 convolutions over the blocked layout ---------------------------------------------------
+
+namespace {
+
+// Pixels a run packs at a time (A rows): 128, fewer where C is so large that the packed block
+// (6 bytes a value) would outgrow ~1.5 MB of the second-level cache.
+int64_t pixel_block(int64_t nkb) {
+  const int64_t rows = int64_t(1.5e6) / (nkb * kKB * 6) / kMR * kMR;
+  return std::clamp<int64_t>(rows, kMR, kMC);
+}
+
+// Pixels [p0, p0 + rows) of one image x ([CB][P][16]) into A panels of 32 rows (panel i at
+// a + i * nkb * kBlock; K step kb takes channel blocks 2 kb and 2 kb + 1; rows past `rows`, and a
+// missing odd block, zeros). Returns whether a value the split does not take was read.
+bool pack_pixels(const float* x, int64_t P, int64_t CB, int64_t p0, int64_t rows, int64_t nkb, uint16_t* a) {
+  __mmask16 bad = 0;
+  const int64_t step = nkb * kBlock, groups = (rows + kMR - 1) / kMR * 2;
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const float* x0 = x + (2 * kb * P + p0) * 16;
+    const float* x1 = 2 * kb + 1 < CB ? x0 + P * 16 : nullptr;
+    for (int64_t g = 0; g < groups; ++g) {
+      uint16_t* t = a + (g / 2) * step + kb * kBlock + (g % 2) * kTile;
+      for (int64_t r = 0; r < 16; ++r) {
+        const int64_t i = g * 16 + r;
+        Parts lo{}, hi{};
+        if (i < rows) {
+          lo = split16(_mm512_loadu_ps(x0 + i * 16), bad);
+          if (x1) hi = split16(_mm512_loadu_ps(x1 + i * 16), bad);
+        }
+        for (int s = 0; s < 3; ++s) _mm512_storeu_si512(t + 2 * s * kTile + r * 32, join(lo.p[s], hi.p[s]));
+      }
+    }
+  }
+  return bad != 0;
+}
+
+// A thread's packed pixel block, grown to the largest asked for and kept.
+uint16_t* pixel_buffer(int64_t elements) {
+  static thread_local Buffers::Ptr buf;
+  static thread_local int64_t size = 0;
+  if (elements > size) {
+    buf = Buffers::make(elements);
+    size = elements;
+  }
+  return buf.get();
+}
+
+inline __m512 activate(__m512 v, Pointwise::Act act, float alpha, float beta) {
+  switch (act) {
+    case Pointwise::Act::kNone: return v;
+    case Pointwise::Act::kRelu: return _mm512_max_ps(v, _mm512_setzero_ps());
+    case Pointwise::Act::kLeakyRelu:
+      return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_set1_ps(alpha));
+    case Pointwise::Act::kClip: return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(alpha)), _mm512_set1_ps(beta));
+  }
+  return v;
+}
+
+}  // namespace
+
+void Pointwise::Free::operator()(void* p) const { std::free(p); }
+Pointwise::~Pointwise() = default;
+
+bool Pointwise::pays(int64_t pixels, int64_t C, int64_t M, int threads) {
+  if (!available() || C < 64 || M < 128 || pixels < 128) return false;
+  const double rows = double((pixels + kMR - 1) / kMR * kMR);  // the tiles' rows: the last panel's padding is work
+  return double(pixels) / rows >= 0.85 && double(pixels) * double(C) * double(M) >= 1e7 * std::max(threads, 1);
+}
+
+std::unique_ptr<Pointwise> Pointwise::make(int64_t C, int64_t M, const float* w, Act act, float alpha, float beta,
+                                           bool sum) {
+  if (!available() || C <= 0 || M <= 0) return nullptr;
+  if (M % 16 != 0 && act == Act::kClip && (alpha > 0.f || beta < 0.f)) return nullptr;
+  std::unique_ptr<Pointwise> p(new Pointwise());
+  p->C_ = C, p->M_ = M, p->CB_ = (C + 15) / 16, p->MB_ = (M + 15) / 16;
+  p->nkb_ = (C + kKB - 1) / kKB, p->panels_ = (M + kNR - 1) / kNR;
+  p->act_ = act, p->alpha_ = alpha, p->beta_ = beta, p->sum_ = sum;
+  const int64_t mp = p->MB_ * 16;
+  p->wt_.assign(size_t(C * mp), 0.f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < C; ++c) p->wt_[size_t(c * mp + m)] = w[m * C + c];
+  // B = W^T: tile (panel q, step kb, part s, half h) holds K pairs (2 r, 2 r + 1) x 16 columns.
+  const int64_t step = p->nkb_ * kBlock;
+  void* mem = std::aligned_alloc(64, size_t(p->panels_ * step) * sizeof(uint16_t));
+  if (!mem) throw std::bad_alloc();
+  p->b_.reset(static_cast<uint16_t*>(mem));
+  uint16_t* b = p->b_.get();
+  __mmask16 bad = 0;
+  for (int64_t q = 0; q < p->panels_; ++q)
+    for (int64_t kb = 0; kb < p->nkb_; ++kb)
+      for (int64_t h = 0; h < 2; ++h) {
+        const int64_t m0 = q * kNR + h * 16;
+        for (int64_t r = 0; r < 16; ++r) {
+          const int64_t k = kb * kKB + 2 * r;
+          auto row = [&](int64_t kk) {
+            if (kk >= C || m0 >= mp) return _mm512_setzero_ps();
+            return _mm512_loadu_ps(p->wt_.data() + kk * mp + m0);
+          };
+          const Parts e = split16(row(k), bad), o = split16(row(k + 1), bad);
+          for (int s = 0; s < 3; ++s)
+            _mm512_storeu_si512(b + q * step + kb * kBlock + (2 * s + h) * kTile + r * 32, pairs(e.p[s], o.p[s]));
+        }
+      }
+  if (bad) return nullptr;
+  return p;
+}
+
+void Pointwise::run(const float* x, int64_t N, int64_t P, const float* bias, float* y) const {
+  if (N <= 0 || P <= 0) return;
+  const int64_t rows = pixel_block(nkb_), blocks = (P + rows - 1) / rows, step = nkb_ * kBlock;
+  // Tasks: (share of the output panels, image and pixel block). Where the pixel blocks are too few
+  // to share evenly (batch 1's small feature maps: 196 pixels are blocks of 128 and 68), each
+  // thread takes every block and its own share of the panels (packing each block once a thread).
+  const int64_t threads = current_threads(), nblocks = N * blocks;
+  const int64_t shares = threads > 1 && nblocks < 2 * threads ? std::min<int64_t>(threads, panels_) : 1;
+  const int64_t mp = MB_ * 16;
+  parallel_for(nblocks * shares, 1, [&](int64_t t0, int64_t t1) {
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+      cfg.colsb[t] = 64;
+      cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    uint16_t* a = pixel_buffer(rows / kMR * step);
+    alignas(64) float edge[kMR * kNR];
+    int64_t packed = -1;  // the (image, block) in `a`
+    bool bad = false;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t share = t / nblocks, nb = t % nblocks, n = nb / blocks, p0 = (nb % blocks) * rows;
+      const int64_t mr_all = std::min(rows, P - p0);
+      const float* xn = x + n * CB_ * P * 16;
+      float* yn = y + n * MB_ * P * 16;
+      if (packed != nb) {
+        bad = pack_pixels(xn, P, CB_, p0, mr_all, nkb_, a);
+        packed = nb;
+      }
+      const int64_t q0 = panels_ * share / shares, q1 = panels_ * (share + 1) / shares;
+      for (int64_t q = q0; q < q1; ++q)
+        for (int64_t i = 0; i < mr_all; i += kMR) {
+          const int64_t mr = std::min(kMR, mr_all - i);
+          if (!bad) {
+            kernel(nkb_, a + (i / kMR) * step, b_.get() + q * step, edge, kNR, false);
+          } else {  // float32 sums for this block
+            for (int64_t r = 0; r < mr; ++r)
+              for (int64_t h = 0; h < 2; ++h) {
+                const int64_t m0 = q * kNR + h * 16;
+                __m512 acc = _mm512_setzero_ps();
+                if (m0 < mp)
+                  for (int64_t c = 0; c < C_; ++c)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(xn[((c / 16) * P + p0 + i + r) * 16 + c % 16]),
+                                          _mm512_loadu_ps(wt_.data() + c * mp + m0), acc);
+                _mm512_store_ps(edge + r * kNR + h * 16, acc);
+              }
+          }
+          for (int64_t h = 0; h < 2; ++h) {
+            const int64_t mb = q * 2 + h;
+            if (mb >= MB_) continue;
+            const __m512 bv = bias ? _mm512_maskz_loadu_ps(first(M_ - mb * 16), bias + mb * 16) : _mm512_setzero_ps();
+            float* out = yn + (mb * P + p0 + i) * 16;
+            for (int64_t r = 0; r < mr; ++r) {
+              __m512 v = _mm512_add_ps(_mm512_load_ps(edge + r * kNR + h * 16), bv);
+              if (sum_) v = _mm512_add_ps(v, _mm512_loadu_ps(out + r * 16));
+              _mm512_storeu_ps(out + r * 16, activate(v, act_, alpha_, beta_));
+            }
+          }
+        }
+    }
+    _tile_release();
+  });
+}
+
 #else  // no AMX in this build
 
 bool available() { return false; }
@@ -425,6 +596,12 @@ bool gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, c
           int64_t) {
   return false;
 }
+
+void Pointwise::Free::operator()(void* p) const { std::free(p); }
+Pointwise::~Pointwise() = default;
+bool Pointwise::pays(int64_t, int64_t, int64_t, int) { return false; }
+std::unique_ptr<Pointwise> Pointwise::make(int64_t, int64_t, const float*, Act, float, float, bool) { return nullptr; }
+void Pointwise::run(const float*, int64_t, int64_t, const float*, float*) const {}
 
 #endif
 

@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 namespace onnxtrain::kernels::cpu::amx {
 
@@ -33,5 +35,48 @@ bool pays(int64_t M, int64_t N, int64_t K);
 /// 2^-8 of float32's overflow threshold may overflow where float32 would not.
 bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+/// A 1x1 convolution (stride 1, no pads, one group) over the blocked activation layout
+/// (x[N, ceil(C/16), P, 16], y[N, ceil(M/16), P, 16], P pixels an image; nchwc:: in dnnl_util.h) on
+/// the AMX tiles, with the same split: per image it is the product x^T (P x C) @ W^T (C x M), whose
+/// A rows are pixels (two 16-channel blocks give a tile row's 32 values) and whose 16 x 16 output
+/// tiles are the output's 16-pixel runs of a 16-channel block. W^T is split and packed once, here;
+/// each run splits a block of pixels over all C at a time and multiplies it by every output panel
+/// of its share, then adds the bias (and Z, which y holds when the run starts, with `sum`) and
+/// applies the activation to each 16 x 16 result while it is in the first-level cache.
+class Pointwise {
+ public:
+  /// The activations applied to the result (alpha / beta: LeakyRelu's alpha; Clip's min, max).
+  enum class Act : int { kNone, kRelu, kLeakyRelu, kClip };
+
+  /// Whether a convolution of this size runs faster here than on oneDNN's float32 1x1 kernel at
+  /// `threads` threads: available() and large enough (measured: docs/kernels.md).
+  static bool pays(int64_t pixels, int64_t C, int64_t M, int threads);
+
+  /// Packs w [M, C] (ONNX's [M, C, 1, 1]). Null where !available(), where a weight is an infinity
+  /// or NaN or too close to float32's overflow for the split, or where the output has padded
+  /// channels (M % 16 != 0) and the activation does not keep zero at zero.
+  static std::unique_ptr<Pointwise> make(int64_t C, int64_t M, const float* w, Act act, float alpha, float beta,
+                                         bool sum);
+
+  /// y = act(conv(x) + bias (+ y's Z with sum)) for N images of P pixels; bias [M] or null. Uses
+  /// the current thread budget. A block of pixels holding an infinity or NaN (or a value the split
+  /// does not take) is computed in float32 instead (the sums in another order, float32's results).
+  void run(const float* x, int64_t N, int64_t P, const float* bias, float* y) const;
+
+  ~Pointwise();
+
+ private:
+  Pointwise() = default;
+  struct Free {
+    void operator()(void* p) const;
+  };
+  int64_t C_ = 0, M_ = 0, CB_ = 0, MB_ = 0, nkb_ = 0, panels_ = 0;
+  Act act_ = Act::kNone;
+  float alpha_ = 0, beta_ = 0;
+  bool sum_ = false;
+  std::unique_ptr<uint16_t, Free> b_;  // W^T's parts: panel q (32 output channels) at q * nkb_ * 6 tiles
+  std::vector<float> wt_;              // W^T [C][MB_ * 16] in float32, for blocks the split does not take
+};
 
 }  // namespace onnxtrain::kernels::cpu::amx
