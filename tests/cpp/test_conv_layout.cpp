@@ -753,15 +753,16 @@ TEST(ConvLayout, WinogradAutoAvoidsTheSlowBlockingsOf2x3) {
   }
 }
 
-// A 1x1 convolution large enough for the AMX tiles (amx::Pointwise::pays: 256 -> 512 channels over
-// 28x28, after a 3x3 one that makes its input blocked), with Relu: against a double reference of the
-// chain, and bit for bit what amx::Pointwise gives on the blocked copy of the 3x3 layer's output
-// (so the session ran it there), at 1 and 2 threads.
+// 1x1 convolutions large enough for the AMX tiles (amx::Pointwise::pays), after a 3x3 one that
+// makes their input blocked: 256 -> 512 channels over 28x28 with Relu, and 256 -> 512 at stride 2
+// (ResNet's downsampling, 14x14 out) without: against a double reference of the chain, and bit for
+// bit what amx::Pointwise gives on the blocked copy of the 3x3 layer's output (so the session ran
+// them there), at 1 and 2 threads.
 TEST(ConvLayout, PointwiseConvolutionsRunOnTheAmxTiles) {
   namespace amx = onnxtrain::kernels::cpu::amx;
   namespace nchwc = onnxtrain::kernels::cpu::nchwc;
   if (!amx::available()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux did not grant the tile state)";
-  const int64_t C0 = 16, C = 256, M = 512, H = 28;
+  const int64_t C0 = 16, C = 256, M = 512, H = 28, H2 = 14;
   Builder b;
   const Shape xs{1, C0, H, H};
   b.input("x", xs);
@@ -769,32 +770,46 @@ TEST(ConvLayout, PointwiseConvolutionsRunOnTheAmxTiles) {
   b.node("Relu", {"c1"}, {"r1"});
   b.conv("r1", "c2", C, M, 1, 1, 0);
   b.node("Relu", {"c2"}, {"r2"});
-  b.output("r1"), b.output("r2");
+  b.conv("r1", "c3", C, M, 1, 2, 0);
+  b.output("r1"), b.output("r2"), b.output("c3");
   std::mt19937 rng(31);
   const Tensor x = random_tensor(DType::kFloat32, xs, rng);
   const std::string bytes = ir::serialize_model(b.m);
-  Shape s1, s2;
+  Shape s1, s2, s3;
   auto r1 = ref_conv(to_double(x), xs, b.values["c1_w"], b.values["c1_b"], C, 3, 1, 1, 1, &s1);
   relu(r1);
   auto r2 = ref_conv(r1, s1, b.values["c2_w"], b.values["c2_b"], M, 1, 1, 0, 1, &s2);
   relu(r2);
-  const Tensor& w2 = b.m.graph->initializers[2].second;
-  const Tensor& b2 = b.m.graph->initializers[3].second;
-  ASSERT_EQ(w2.shape(), (Shape{M, C, 1, 1}));
+  const auto c3 = ref_conv(r1, s1, b.values["c3_w"], b.values["c3_b"], M, 1, 2, 0, 1, &s3);
+  const auto& inits = b.m.graph->initializers;
+  ASSERT_EQ(inits[2].second.shape(), (Shape{M, C, 1, 1}));
+  ASSERT_EQ(inits[4].second.shape(), (Shape{M, C, 1, 1}));
   for (int threads : {1, 2}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     onnxtrain::ThreadScope scope(threads);
     ASSERT_TRUE(amx::Pointwise::pays(H * H, C, M, threads));
+    ASSERT_TRUE(amx::Pointwise::pays(H2 * H2, C, M, threads));
     const auto y = session(bytes, GraphOptimizationLevel::kEnableAll, threads).run({}, {{"x", x}});
     EXPECT_TRUE(all_close(y[1], s2, r2, 1e-5, 1e-5 * max_abs(r2)));
-    std::vector<float> xb(size_t(C * H * H)), yb(size_t(M * H * H)), want(yb.size());
+    EXPECT_TRUE(all_close(y[2], s3, c3, 1e-5, 1e-5 * max_abs(c3)));
+    std::vector<float> xb(size_t(C * H * H));
     nchwc::to_blocked(y[0].data<float>(), xb.data(), 1, C, H * H);
-    auto k = amx::Pointwise::make(C, M, w2.data<float>(), amx::Pointwise::Act::kRelu, 0.f, 0.f, false);
-    ASSERT_TRUE(k != nullptr);
-    k->run(xb.data(), 1, H * H, b2.data<float>(), yb.data());
-    nchwc::from_blocked(yb.data(), want.data(), 1, M, H * H);
-    const float* got = y[1].data<float>();
-    EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << "the session's 1x1 convolution did not run on the tiles";
+    struct Layer {
+      size_t w, out;
+      int64_t OH, stride;
+      amx::Pointwise::Act act;
+    };
+    for (const Layer& l : {Layer{2, 1, H, 1, amx::Pointwise::Act::kRelu}, Layer{4, 2, H2, 2, amx::Pointwise::Act::kNone}}) {
+      auto k = amx::Pointwise::make(C, M, inits[l.w].second.data<float>(), l.act, 0.f, 0.f, false);
+      ASSERT_TRUE(k != nullptr);
+      std::vector<float> yb(size_t(M * l.OH * l.OH)), want(yb.size());
+      k->run(xb.data(), 1, amx::Pointwise::Geometry{H, H, l.OH, l.OH, l.stride, l.stride}, inits[l.w + 1].second.data<float>(),
+             yb.data());
+      nchwc::from_blocked(yb.data(), want.data(), 1, M, l.OH * l.OH);
+      const float* got = y[l.out].data<float>();
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), got)) << "the session's 1x1 convolution (stride " << l.stride
+                                                             << ") did not run on the tiles";
+    }
   }
 }
 

@@ -169,34 +169,43 @@ TEST(AmxGemm, LargeProductsGoThroughTheTiles) {
 
 namespace {
 
-// A convolution over the blocked layout: x [N][ceil(C/16)][P][16], y (holding Z) [N][ceil(M/16)][P][16],
-// padded channels zero; w [M][C], bias [M].
+// A convolution over the blocked layout: x [N][ceil(C/16)][IH * IW][16], y (holding Z)
+// [N][ceil(M/16)][P = OH * OW][16], output pixel (oh, ow) reading input (oh * sh, ow * sw); padded
+// channels zero; w [M][C], bias [M].
 struct Pointwise {
-  int64_t N, C, M, P, CB, MB;
+  int64_t N, C, M, CB, MB;
+  amx::Pointwise::Geometry g;
+  int64_t P;
   std::vector<float> x, w, bias, z;
-  Pointwise(int64_t N_, int64_t C_, int64_t M_, int64_t P_, uint32_t seed)
-      : N(N_), C(C_), M(M_), P(P_), CB((C_ + 15) / 16), MB((M_ + 15) / 16) {
+  Pointwise(int64_t N_, int64_t C_, int64_t M_, int64_t IH, int64_t IW, int64_t s, uint32_t seed)
+      : N(N_), C(C_), M(M_), CB((C_ + 15) / 16), MB((M_ + 15) / 16), g{IH, IW, (IH - 1) / s + 1, (IW - 1) / s + 1, s, s},
+        P(g.OH * g.OW) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
-    x.assign(size_t(N * CB * P * 16), 0.f);
+    x.assign(size_t(N * CB * IH * IW * 16), 0.f);
     z.assign(size_t(N * MB * P * 16), 0.f);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t p = 0; p < P; ++p) {
-        for (int64_t c = 0; c < C; ++c) x[xi(n, c, p)] = u(rng);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t q = 0; q < IH * IW; ++q)
+        for (int64_t c = 0; c < C; ++c) x[size_t(((n * CB + c / 16) * IH * IW + q) * 16 + c % 16)] = u(rng);
+      for (int64_t p = 0; p < P; ++p)
         for (int64_t m = 0; m < M; ++m) z[yi(n, m, p)] = u(rng);
-      }
+    }
     w.resize(size_t(M * C));
     bias.resize(size_t(M));
     for (auto& v : w) v = u(rng);
     for (auto& v : bias) v = u(rng);
   }
-  size_t xi(int64_t n, int64_t c, int64_t p) const { return size_t(((n * CB + c / 16) * P + p) * 16 + c % 16); }
+  // x's element read for output pixel p.
+  size_t xi(int64_t n, int64_t c, int64_t p) const {
+    const int64_t q = (p / g.OW) * g.sh * g.IW + (p % g.OW) * g.sw;
+    return size_t(((n * CB + c / 16) * g.IH * g.IW + q) * 16 + c % 16);
+  }
   size_t yi(int64_t n, int64_t m, int64_t p) const { return size_t(((n * MB + m / 16) * P + p) * 16 + m % 16); }
   std::vector<float> run(amx::Pointwise::Act act, float alpha, float beta, bool sum) const {
     auto k = amx::Pointwise::make(C, M, w.data(), act, alpha, beta, sum);
     EXPECT_TRUE(k != nullptr);
     std::vector<float> y = sum ? z : std::vector<float>(z.size(), -7.f);
-    if (k) k->run(x.data(), N, P, bias.data(), y.data());
+    if (k) k->run(x.data(), N, g, bias.data(), y.data());
     return y;
   }
 };
@@ -216,23 +225,27 @@ double activate(double v, amx::Pointwise::Act act, double alpha, double beta) {
 // Against a double reference, every element within (C / 8 + 4) float32 rounding units of the sum
 // of |terms| (bias and Z included): channels not multiples of the tile's 32 (an odd number of
 // input blocks, an output panel half past the last block, padded output channels, which stay
-// zero), pixels not multiples of 32, two images, several pixel blocks, each activation, with and
-// without Z; the same bits at 1 and 2 threads (2 threads split the output panels at batch 1).
+// zero), pixels not multiples of 32, two images, several pixel blocks, stride 2 (odd and even
+// sizes), each activation, with and without Z; the same bits at 1 and 2 threads (2 threads split
+// the output panels at batch 1).
 TEST(AmxPointwise, MatchesDoubleReferenceAtFloat32Accuracy) {
   if (!amx::available()) GTEST_SKIP() << kNoAmx;
   using Act = amx::Pointwise::Act;
   struct Case {
-    int64_t N, C, M, P;
+    int64_t N, C, M, IH, IW, s;
     Act act;
     float alpha, beta;
     bool sum;
   };
   const double u = std::ldexp(1.0, -24);
-  for (const Case& c : {Case{1, 80, 144, 70, Act::kRelu, 0, 0, true}, Case{2, 64, 128, 200, Act::kNone, 0, 0, false},
-                        Case{1, 300, 40, 33, Act::kLeakyRelu, 0.1f, 0, true}, Case{1, 1100, 64, 150, Act::kClip, -0.5f, 0.5f, false},
-                        Case{1, 256, 512, 300, Act::kRelu, 0, 0, false}}) {
-    SCOPED_TRACE(std::to_string(c.N) + "x" + std::to_string(c.C) + "->" + std::to_string(c.M) + " over " + std::to_string(c.P));
-    const Pointwise p(c.N, c.C, c.M, c.P, 5);
+  for (const Case& c : {Case{1, 80, 144, 7, 10, 1, Act::kRelu, 0, 0, true}, Case{2, 64, 128, 10, 20, 1, Act::kNone, 0, 0, false},
+                        Case{1, 300, 40, 3, 11, 1, Act::kLeakyRelu, 0.1f, 0, true},
+                        Case{1, 1100, 64, 15, 10, 1, Act::kClip, -0.5f, 0.5f, false},
+                        Case{1, 256, 512, 15, 20, 1, Act::kRelu, 0, 0, false}, Case{2, 96, 160, 15, 13, 2, Act::kRelu, 0, 0, true},
+                        Case{1, 64, 256, 28, 28, 2, Act::kNone, 0, 0, false}}) {
+    SCOPED_TRACE(std::to_string(c.N) + "x" + std::to_string(c.C) + "->" + std::to_string(c.M) + " over " +
+                 std::to_string(c.IH) + "x" + std::to_string(c.IW) + " stride " + std::to_string(c.s));
+    const Pointwise p(c.N, c.C, c.M, c.IH, c.IW, c.s, 5);
     std::vector<float> one, two;
     {
       onnxtrain::ThreadScope scope(1);
@@ -270,7 +283,7 @@ TEST(AmxPointwise, MatchesDoubleReferenceAtFloat32Accuracy) {
 TEST(AmxPointwise, SpecialValuesAsInFloat32) {
   if (!amx::available()) GTEST_SKIP() << kNoAmx;
   using Act = amx::Pointwise::Act;
-  Pointwise p(1, 64, 128, 100, 8);
+  Pointwise p(1, 64, 128, 10, 10, 1, 8);
   const float inf = std::numeric_limits<float>::infinity();
   p.x[p.xi(0, 3, 10)] = inf;                    // pixel 10: +-inf in every output channel
   p.x[p.xi(0, 40, 20)] = std::nanf("");         // pixel 20: NaN everywhere

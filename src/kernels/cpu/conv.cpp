@@ -681,13 +681,13 @@ class ConvKernel final : public Kernel {
     post_pass_ = false;
     return true;
   }
-  // NchwcConv's 1x1 convolutions (stride 1, no pads, one group, constant float32 weights, X
-  // blocked) on the AMX tiles (amx::Pointwise) where that pays; false otherwise.
+  // NchwcConv's 1x1 convolutions (no pads, one group, constant float32 weights, X blocked; any
+  // stride) on the AMX tiles (amx::Pointwise) where that pays; false otherwise.
   bool make_pointwise(const Tensor* w, int threads) {
     const WindowGeom& g = p_.g;
     if (!w || dt_ != DType::kFloat32 || !x_blocked_ || p_.transposed || p_.group != 1 || g.nd != 2) return false;
     for (size_t i = 0; i < 2; ++i)
-      if (g.kernel[i] != 1 || g.stride[i] != 1 || g.pad_b[i] != 0 || g.pad_e[i] != 0) return false;
+      if (g.kernel[i] != 1 || g.pad_b[i] != 0 || g.pad_e[i] != 0) return false;
     using A = amx::Pointwise::Act;
     A act = A::kNone;
     switch (act_.kind) {
@@ -709,8 +709,8 @@ class ConvKernel final : public Kernel {
 
   void run_conv(RunContext& ctx, const void* bias, char* ws) {
     if (pointwise_) {
-      pointwise_->run(ctx.input(0).data<float>(), p_.N, p_.g.out[0] * p_.g.out[1], static_cast<const float*>(bias),
-                      ctx.output(0).data<float>());
+      const amx::Pointwise::Geometry g{p_.g.in[0], p_.g.in[1], p_.g.out[0], p_.g.out[1], p_.g.stride[0], p_.g.stride[1]};
+      pointwise_->run(ctx.input(0).data<float>(), p_.N, g, static_cast<const float*>(bias), ctx.output(0).data<float>());
       return;
     }
     if (direct_ || direct_dw_) {

@@ -428,23 +428,32 @@ int64_t pixel_block(int64_t nkb) {
   return std::clamp<int64_t>(rows, kMR, kMC);
 }
 
-// Pixels [p0, p0 + rows) of one image x ([CB][P][16]) into A panels of 32 rows (panel i at
-// a + i * nkb * kBlock; K step kb takes channel blocks 2 kb and 2 kb + 1; rows past `rows`, and a
-// missing odd block, zeros). Returns whether a value the split does not take was read.
-bool pack_pixels(const float* x, int64_t P, int64_t CB, int64_t p0, int64_t rows, int64_t nkb, uint16_t* a) {
+// The input pixel (offset in floats within a 16-channel block of an image) of output pixel i: x's
+// IH x IW plane read at stride (sh, sw) from (0, 0).
+struct Sampling {
+  int64_t OW, IW, sh, sw, plane;  // plane: IH * IW * 16 floats, one input block of an image
+  bool dense;                     // stride 1 over the same size: pixel i is input pixel i
+  int64_t at(int64_t i) const { return dense ? i * 16 : ((i / OW) * sh * IW + (i % OW) * sw) * 16; }
+};
+
+// Output pixels [p0, p0 + rows) of one image x ([CB][IH][IW][16]) into A panels of 32 rows (panel
+// i at a + i * nkb * kBlock; K step kb takes channel blocks 2 kb and 2 kb + 1; rows past `rows`,
+// and a missing odd block, zeros). Returns whether a value the split does not take was read.
+bool pack_pixels(const float* x, const Sampling& in, int64_t CB, int64_t p0, int64_t rows, int64_t nkb, uint16_t* a) {
   __mmask16 bad = 0;
   const int64_t step = nkb * kBlock, groups = (rows + kMR - 1) / kMR * 2;
   for (int64_t kb = 0; kb < nkb; ++kb) {
-    const float* x0 = x + (2 * kb * P + p0) * 16;
-    const float* x1 = 2 * kb + 1 < CB ? x0 + P * 16 : nullptr;
+    const float* x0 = x + 2 * kb * in.plane;
+    const float* x1 = 2 * kb + 1 < CB ? x0 + in.plane : nullptr;
     for (int64_t g = 0; g < groups; ++g) {
       uint16_t* t = a + (g / 2) * step + kb * kBlock + (g % 2) * kTile;
       for (int64_t r = 0; r < 16; ++r) {
         const int64_t i = g * 16 + r;
         Parts lo{}, hi{};
         if (i < rows) {
-          lo = split16(_mm512_loadu_ps(x0 + i * 16), bad);
-          if (x1) hi = split16(_mm512_loadu_ps(x1 + i * 16), bad);
+          const int64_t off = in.at(p0 + i);
+          lo = split16(_mm512_loadu_ps(x0 + off), bad);
+          if (x1) hi = split16(_mm512_loadu_ps(x1 + off), bad);
         }
         for (int s = 0; s < 3; ++s) _mm512_storeu_si512(t + 2 * s * kTile + r * 32, join(lo.p[s], hi.p[s]));
       }
@@ -524,8 +533,11 @@ std::unique_ptr<Pointwise> Pointwise::make(int64_t C, int64_t M, const float* w,
   return p;
 }
 
-void Pointwise::run(const float* x, int64_t N, int64_t P, const float* bias, float* y) const {
+void Pointwise::run(const float* x, int64_t N, const Geometry& geo, const float* bias, float* y) const {
+  const int64_t P = geo.OH * geo.OW;
   if (N <= 0 || P <= 0) return;
+  const Sampling in{geo.OW, geo.IW, geo.sh, geo.sw, geo.IH * geo.IW * 16,
+                    geo.sh == 1 && geo.sw == 1 && geo.IW == geo.OW && geo.IH == geo.OH};
   const int64_t rows = pixel_block(nkb_), blocks = (P + rows - 1) / rows, step = nkb_ * kBlock;
   // Tasks: (share of the output panels, image and pixel block). Where the pixel blocks are too few
   // to share evenly (batch 1's small feature maps: 196 pixels are blocks of 128 and 68), each
@@ -547,10 +559,10 @@ void Pointwise::run(const float* x, int64_t N, int64_t P, const float* bias, flo
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t share = t / nblocks, nb = t % nblocks, n = nb / blocks, p0 = (nb % blocks) * rows;
       const int64_t mr_all = std::min(rows, P - p0);
-      const float* xn = x + n * CB_ * P * 16;
+      const float* xn = x + n * CB_ * in.plane;
       float* yn = y + n * MB_ * P * 16;
       if (packed != nb) {
-        bad = pack_pixels(xn, P, CB_, p0, mr_all, nkb_, a);
+        bad = pack_pixels(xn, in, CB_, p0, mr_all, nkb_, a);
         packed = nb;
       }
       const int64_t q0 = panels_ * share / shares, q1 = panels_ * (share + 1) / shares;
@@ -566,7 +578,7 @@ void Pointwise::run(const float* x, int64_t N, int64_t P, const float* bias, flo
                 __m512 acc = _mm512_setzero_ps();
                 if (m0 < mp)
                   for (int64_t c = 0; c < C_; ++c)
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(xn[((c / 16) * P + p0 + i + r) * 16 + c % 16]),
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(xn[(c / 16) * in.plane + in.at(p0 + i + r) + c % 16]),
                                           _mm512_loadu_ps(wt_.data() + c * mp + m0), acc);
                 _mm512_store_ps(edge + r * kNR + h * 16, acc);
               }
@@ -601,7 +613,7 @@ void Pointwise::Free::operator()(void* p) const { std::free(p); }
 Pointwise::~Pointwise() = default;
 bool Pointwise::pays(int64_t, int64_t, int64_t, int) { return false; }
 std::unique_ptr<Pointwise> Pointwise::make(int64_t, int64_t, const float*, Act, float, float, bool) { return nullptr; }
-void Pointwise::run(const float*, int64_t, int64_t, const float*, float*) const {}
+void Pointwise::run(const float*, int64_t, const Geometry&, const float*, float*) const {}
 
 #endif
 

@@ -36,8 +36,9 @@ bool pays(int64_t M, int64_t N, int64_t K);
 bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-/// A 1x1 convolution (stride 1, no pads, one group) over the blocked activation layout
-/// (x[N, ceil(C/16), P, 16], y[N, ceil(M/16), P, 16], P pixels an image; nchwc:: in dnnl_util.h) on
+/// A 1x1 convolution (no pads, one group; any stride) over the blocked activation layout
+/// (x[N, ceil(C/16), IH, IW, 16], y[N, ceil(M/16), OH, OW, 16]: P = OH * OW output pixels an image,
+/// output pixel (oh, ow) reading input pixel (oh * sh, ow * sw); nchwc:: in dnnl_util.h) on
 /// the AMX tiles, with the same split: per image it is the product x^T (P x C) @ W^T (C x M), whose
 /// A rows are pixels (two 16-channel blocks give a tile row's 32 values) and whose 16 x 16 output
 /// tiles are the output's 16-pixel runs of a 16-channel block. W^T is split and packed once, here;
@@ -59,10 +60,15 @@ class Pointwise {
   static std::unique_ptr<Pointwise> make(int64_t C, int64_t M, const float* w, Act act, float alpha, float beta,
                                          bool sum);
 
-  /// y = act(conv(x) + bias (+ y's Z with sum)) for N images of P pixels; bias [M] or null. Uses
+  /// The spatial sizes and strides.
+  struct Geometry {
+    int64_t IH = 0, IW = 0, OH = 0, OW = 0, sh = 1, sw = 1;
+  };
+
+  /// y = act(conv(x) + bias (+ y's Z with sum)) for N images; bias [M] or null. Uses
   /// the current thread budget. A block of pixels holding an infinity or NaN (or a value the split
   /// does not take) is computed in float32 instead (the sums in another order, float32's results).
-  void run(const float* x, int64_t N, int64_t P, const float* bias, float* y) const;
+  void run(const float* x, int64_t N, const Geometry& g, const float* bias, float* y) const;
 
   ~Pointwise();
 
