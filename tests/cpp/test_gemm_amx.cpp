@@ -216,6 +216,7 @@ double activate(double v, amx::Pointwise::Act act, double alpha, double beta) {
     case amx::Pointwise::Act::kRelu: return std::max(v, 0.0);
     case amx::Pointwise::Act::kLeakyRelu: return v < 0 ? alpha * v : v;
     case amx::Pointwise::Act::kClip: return std::min(std::max(v, alpha), beta);
+    default: ADD_FAILURE() << "no reference for this activation";
   }
   return v;
 }
@@ -313,4 +314,7 @@ TEST(AmxPointwise, SpecialValuesAsInFloat32) {
   EXPECT_EQ(amx::Pointwise::make(p.C, p.M, w.data(), Act::kNone, 0, 0, false), nullptr);
   EXPECT_EQ(amx::Pointwise::make(p.C, 40, p.w.data(), Act::kClip, 1.f, 6.f, false), nullptr);
   EXPECT_NE(amx::Pointwise::make(p.C, 48, p.w.data(), Act::kClip, 1.f, 6.f, false), nullptr);  // no padded channels
+  // the direct kernels' HardSwish and SiLU are not this kernel's: refused, never applied as None
+  EXPECT_EQ(amx::Pointwise::make(p.C, 48, p.w.data(), Act::kHardSwish, 0, 0, false), nullptr);
+  EXPECT_EQ(amx::Pointwise::make(p.C, 48, p.w.data(), Act::kSiLU, 0, 0, false), nullptr);
 }

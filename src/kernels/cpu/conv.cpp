@@ -642,6 +642,21 @@ class ConvKernel final : public Kernel {
     return {x[0], C, x[2], x[3]};
   }
 
+  // The fused activation as the kernels' own (nchwc512::Act, also amx::Pointwise's); false where
+  // they have no such kind.
+  bool kernel_act(nchwc512::Act& act) const {
+    using nchwc512::Act;
+    switch (act_.kind) {
+      case FusedActivation::Kind::kNone: act = Act::kNone; return true;
+      case FusedActivation::Kind::kRelu: act = Act::kRelu; return true;
+      case FusedActivation::Kind::kLeakyRelu: act = Act::kLeakyRelu; return true;
+      case FusedActivation::Kind::kClip: act = Act::kClip; return true;
+      case FusedActivation::Kind::kHardSwish: act = Act::kHardSwish; return true;
+      case FusedActivation::Kind::kSiLU: act = Act::kSiLU; return true;
+      default: return false;
+    }
+  }
+
   // NchwcConv on nchwc_direct.h's kernels (X blocked or plain): one group, constant weights, an
   // activation they apply (the others stay oneDNN post-ops); false where they do not run it.
   // Depthwise ones (group = C = M, X blocked, no Z) on its depthwise kernels.
@@ -653,17 +668,8 @@ class ConvKernel final : public Kernel {
     const bool pointwise = p_.g.nd == 2 && p_.g.kernel[0] * p_.g.kernel[1] == 1;
     if (!w || (p_.group != 1 && !depthwise) || p_.g.nd != 2 || (pointwise && act_.kind != FusedActivation::Kind::kSiLU))
       return false;
-    using nchwc512::Act;
-    Act act = Act::kNone;
-    switch (act_.kind) {
-      case FusedActivation::Kind::kNone: act = Act::kNone; break;
-      case FusedActivation::Kind::kRelu: act = Act::kRelu; break;
-      case FusedActivation::Kind::kLeakyRelu: act = Act::kLeakyRelu; break;
-      case FusedActivation::Kind::kClip: act = Act::kClip; break;
-      case FusedActivation::Kind::kHardSwish: act = Act::kHardSwish; break;
-      case FusedActivation::Kind::kSiLU: act = Act::kSiLU; break;
-      default: return false;
-    }
+    nchwc512::Act act;
+    if (!kernel_act(act)) return false;
     const WindowGeom& g = p_.g;
     NchwcDirectConv::Geometry dg;
     dg.N = p_.N, dg.C = p_.C, dg.M = p_.M;
@@ -688,15 +694,8 @@ class ConvKernel final : public Kernel {
     if (!w || dt_ != DType::kFloat32 || !x_blocked_ || p_.transposed || p_.group != 1 || g.nd != 2) return false;
     for (size_t i = 0; i < 2; ++i)
       if (g.kernel[i] != 1 || g.pad_b[i] != 0 || g.pad_e[i] != 0) return false;
-    using A = amx::Pointwise::Act;
-    A act = A::kNone;
-    switch (act_.kind) {
-      case FusedActivation::Kind::kNone: act = A::kNone; break;
-      case FusedActivation::Kind::kRelu: act = A::kRelu; break;
-      case FusedActivation::Kind::kLeakyRelu: act = A::kLeakyRelu; break;
-      case FusedActivation::Kind::kClip: act = A::kClip; break;
-      default: return false;
-    }
+    nchwc512::Act act;
+    if (!kernel_act(act)) return false;  // Pointwise::make refuses HardSwish and SiLU
     const int64_t pixels = g.out[0] * g.out[1];
     if (!amx::Pointwise::pays(pixels, p_.C, p_.M, threads > 0 ? threads : hardware_threads())) return false;
     pointwise_ = amx::Pointwise::make(p_.C, p_.M, w->data<float>(), act, act_.alpha, act_.beta, has_z_);

@@ -24,6 +24,16 @@
 
 namespace onnxtrain::kernels::cpu::amx {
 
+void AlignedFree::operator()(uint16_t* p) const { std::free(p); }
+
+std::unique_ptr<uint16_t, AlignedFree> aligned_bf16(int64_t elements) {
+  // aligned_alloc wants a multiple of the alignment
+  const size_t bytes = (size_t(std::max<int64_t>(elements, 1)) * sizeof(uint16_t) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) throw std::bad_alloc();
+  return std::unique_ptr<uint16_t, AlignedFree>(static_cast<uint16_t*>(p));
+}
+
 #if OT_AMX
 namespace {
 
@@ -263,15 +273,8 @@ void kernel(int64_t nkb, const uint16_t* a, const uint16_t* b, float* c, int64_t
 // A thread's packed blocks (5.4 MB), made at its first product and kept: 64-byte aligned (tile
 // rows from unaligned memory ran the micro-kernel at 12 ns a product instead of 7).
 struct Buffers {
-  struct Free {
-    void operator()(uint16_t* p) const { std::free(p); }
-  };
-  using Ptr = std::unique_ptr<uint16_t, Free>;
-  static Ptr make(int64_t elements) {
-    void* p = std::aligned_alloc(64, size_t(elements) * sizeof(uint16_t));
-    if (!p) throw std::bad_alloc();
-    return Ptr(static_cast<uint16_t*>(p));
-  }
+  using Ptr = std::unique_ptr<uint16_t, AlignedFree>;
+  static Ptr make(int64_t elements) { return aligned_bf16(elements); }
   Ptr a = make(kMC / kMR * (kKC / kKB) * kBlock), b = make(kNC / kNR * (kKC / kKB) * kBlock), stage = make(kStage);
 };
 
@@ -480,13 +483,12 @@ inline __m512 activate(__m512 v, Pointwise::Act act, float alpha, float beta) {
     case Pointwise::Act::kLeakyRelu:
       return _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_set1_ps(alpha));
     case Pointwise::Act::kClip: return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(alpha)), _mm512_set1_ps(beta));
+    default: return v;  // make() refuses the others
   }
-  return v;
 }
 
 }  // namespace
 
-void Pointwise::Free::operator()(void* p) const { std::free(p); }
 Pointwise::~Pointwise() = default;
 
 bool Pointwise::pays(int64_t pixels, int64_t C, int64_t M, int threads) {
@@ -498,6 +500,7 @@ bool Pointwise::pays(int64_t pixels, int64_t C, int64_t M, int threads) {
 std::unique_ptr<Pointwise> Pointwise::make(int64_t C, int64_t M, const float* w, Act act, float alpha, float beta,
                                            bool sum) {
   if (!available() || C <= 0 || M <= 0) return nullptr;
+  if (act == Act::kHardSwish || act == Act::kSiLU) return nullptr;
   if (M % 16 != 0 && act == Act::kClip && (alpha > 0.f || beta < 0.f)) return nullptr;
   std::unique_ptr<Pointwise> p(new Pointwise());
   p->C_ = C, p->M_ = M, p->CB_ = (C + 15) / 16, p->MB_ = (M + 15) / 16;
@@ -509,9 +512,7 @@ std::unique_ptr<Pointwise> Pointwise::make(int64_t C, int64_t M, const float* w,
     for (int64_t c = 0; c < C; ++c) p->wt_[size_t(c * mp + m)] = w[m * C + c];
   // B = W^T: tile (panel q, step kb, part s, half h) holds K pairs (2 r, 2 r + 1) x 16 columns.
   const int64_t step = p->nkb_ * kBlock;
-  void* mem = std::aligned_alloc(64, size_t(p->panels_ * step) * sizeof(uint16_t));
-  if (!mem) throw std::bad_alloc();
-  p->b_.reset(static_cast<uint16_t*>(mem));
+  p->b_ = aligned_bf16(p->panels_ * step);
   uint16_t* b = p->b_.get();
   __mmask16 bad = 0;
   for (int64_t q = 0; q < p->panels_; ++q)
@@ -609,7 +610,6 @@ bool gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, c
   return false;
 }
 
-void Pointwise::Free::operator()(void* p) const { std::free(p); }
 Pointwise::~Pointwise() = default;
 bool Pointwise::pays(int64_t, int64_t, int64_t, int) { return false; }
 std::unique_ptr<Pointwise> Pointwise::make(int64_t, int64_t, const float*, Act, float, float, bool) { return nullptr; }

@@ -17,6 +17,8 @@
 #include <memory>
 #include <vector>
 
+#include "nchwc_direct512.h"
+
 namespace onnxtrain::kernels::cpu::amx {
 
 /// Whether this CPU has AMX-BF16 and AVX512-BF16 and the kernel granted this process the tile
@@ -45,16 +47,26 @@ bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 /// each run splits a block of pixels over all C at a time and multiplies it by every output panel
 /// of its share, then adds the bias (and Z, which y holds when the run starts, with `sum`) and
 /// applies the activation to each 16 x 16 result while it is in the first-level cache.
+/// Frees what aligned_bf16() allocated.
+struct AlignedFree {
+  void operator()(uint16_t* p) const;
+};
+/// `elements` bfloat16 values, 64-byte aligned (tile rows load fastest from aligned memory);
+/// throws std::bad_alloc where the allocation fails.
+std::unique_ptr<uint16_t, AlignedFree> aligned_bf16(int64_t elements);
+
 class Pointwise {
  public:
-  /// The activations applied to the result (alpha / beta: LeakyRelu's alpha; Clip's min, max).
-  enum class Act : int { kNone, kRelu, kLeakyRelu, kClip };
+  /// The activation applied to the result: the direct kernels' kinds (alpha / beta: LeakyRelu's
+  /// alpha; Clip's min, max); make() refuses kHardSwish and kSiLU.
+  using Act = nchwc512::Act;
 
   /// Whether a convolution of this size runs faster here than on oneDNN's float32 1x1 kernel at
   /// `threads` threads: available() and large enough (measured: docs/kernels.md).
   static bool pays(int64_t pixels, int64_t C, int64_t M, int threads);
 
-  /// Packs w [M, C] (ONNX's [M, C, 1, 1]). Null where !available(), where a weight is an infinity
+  /// Packs w [M, C] (ONNX's [M, C, 1, 1]). Null where !available(), where the activation is not
+  /// None / Relu / LeakyRelu / Clip, where a weight is an infinity
   /// or NaN or too close to float32's overflow for the split, or where the output has padded
   /// channels (M % 16 != 0) and the activation does not keep zero at zero.
   static std::unique_ptr<Pointwise> make(int64_t C, int64_t M, const float* w, Act act, float alpha, float beta,
@@ -74,14 +86,11 @@ class Pointwise {
 
  private:
   Pointwise() = default;
-  struct Free {
-    void operator()(void* p) const;
-  };
   int64_t C_ = 0, M_ = 0, CB_ = 0, MB_ = 0, nkb_ = 0, panels_ = 0;
   Act act_ = Act::kNone;
   float alpha_ = 0, beta_ = 0;
   bool sum_ = false;
-  std::unique_ptr<uint16_t, Free> b_;  // W^T's parts: panel q (32 output channels) at q * nkb_ * 6 tiles
+  std::unique_ptr<uint16_t, AlignedFree> b_;  // W^T's parts: panel q (32 output channels) at q * nkb_ * 6 tiles
   std::vector<float> wt_;              // W^T [C][MB_ * 16] in float32, for blocks the split does not take
 };
 
