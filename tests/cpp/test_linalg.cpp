@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <map>
 
+#include "kernels/cpu/gemm.h"
 #include "test_util.h"
 
 using namespace ot_test;
@@ -325,6 +326,23 @@ TEST(Linalg, MatMulErrorsNameNode) {
 }
 
 // ---------------------------------------------------------------- Gemm
+namespace {
+// Gemm's output in double: alpha op(a) @ op(b) + beta c (c of shape sc broadcast; none: 0).
+std::vector<double> ref_gemm(const Tensor& a, const Tensor& b, const Tensor* c, const Shape& sc, bool ta, bool tb,
+                             float alpha, float beta) {
+  const int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  const auto av = to_double(a), bv = to_double(b), cv = c ? to_double(*c) : std::vector<double>{};
+  std::vector<double> e;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += av[size_t(ta ? k * M + i : i * K + k)] * bv[size_t(tb ? j * K + k : k * N + j)];
+      e.push_back(double(alpha) * s + double(beta) * (c ? cv[size_t(broadcast_index({i, j}, sc))] : 0.0));
+    }
+  return e;
+}
+}  // namespace
+
 TEST(Linalg, GemmRandom) {
   const uint32_t seed = 21;
   std::mt19937 rng(seed);
@@ -344,16 +362,7 @@ TEST(Linalg, GemmRandom) {
     Tensor a = random_tensor(dt, ta ? Shape{K, M} : Shape{M, K}, rng, lo, hi);
     Tensor b = random_tensor(dt, tb ? Shape{N, K} : Shape{K, N}, rng, lo, hi);
     Tensor c = cs ? random_tensor(dt, sc, rng, lo, hi) : Tensor();
-    auto av = to_double(a), bv = to_double(b), cv = cs ? to_double(c) : std::vector<double>{};
-    std::vector<double> e;
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        double s = 0;
-        for (int64_t k = 0; k < K; ++k)
-          s += av[size_t(ta ? k * M + i : i * K + k)] * bv[size_t(tb ? j * K + k : k * N + j)];
-        double cval = cs ? cv[size_t(broadcast_index({i, j}, sc))] : 0.0;
-        e.push_back(double(alpha) * s + double(beta) * cval);
-      }
+    const std::vector<double> e = ref_gemm(a, b, cs ? &c : nullptr, sc, ta, tb, alpha, beta);
     RunOptions o;
     o.opset = t % 3 == 0 ? 11 : 13;
     o.inputs_as_constants = t % 4 == 1;
@@ -371,14 +380,40 @@ TEST(Linalg, GemmRandom) {
   }
 }
 
-// One to five rows of A (a classifier at batch 1..4: the matrix-vector path, which streams B
-// instead of oneDNN's packed product; five rows go through oneDNN again): transposed and plain B,
-// K and N around the 8-lane, 4-row and 1024-column tiles, C broadcast, alpha and beta, 1 and 2
-// threads, against a double reference; a NaN in B reaches exactly its column.
+namespace {
+// Gemm(a, b, c) (transA ta, transB tb, alpha, beta; C of shape sc) against a double reference at 1
+// and 2 threads (inputs as constants with `consts`), and exactly `nans` NaN outputs.
+void check_gemm_case(const Tensor& a, const Tensor& b, const Tensor& c, const Shape& sc, bool ta, bool tb, float alpha,
+                     float beta, bool consts, int64_t nans) {
+  const int64_t M = ta ? a.dim(1) : a.dim(0), K = ta ? a.dim(0) : a.dim(1), N = tb ? b.dim(0) : b.dim(1);
+  const std::vector<double> e = ref_gemm(a, b, &c, sc, ta, tb, alpha, beta);
+  for (int threads : {1, 2}) {
+    RunOptions o;
+    o.threads = threads;
+    o.inputs_as_constants = consts;
+    auto y = run_node("Gemm", {a, b, c},
+                      {attr_int("transA", ta), attr_int("transB", tb), attr_float("alpha", alpha), attr_float("beta", beta)},
+                      o);
+    const std::string what = "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                             " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) + " threads " + std::to_string(threads);
+    EXPECT_TRUE(all_close(y[0], {M, N}, e, 1e-4, 2e-4)) << what;
+    int64_t found = 0;
+    for (int64_t i = 0; i < M * N; ++i) found += std::isnan(y[0].data<float>()[i]) ? 1 : 0;
+    EXPECT_EQ(found, nans) << what;
+  }
+}
+}  // namespace
+
+// One to five rows of A (a classifier at batch 1..4, a regression head's weight gradient: the
+// matrix-vector path, which streams B instead of oneDNN's packed product, sums in registers for up
+// to 16 columns; five rows go through oneDNN again): transposed and plain B, K and N around the
+// 8-lane, 4-row and 1024-column tiles, products under and over the tiny size, C broadcast, alpha
+// and beta, 1 and 2 threads, against a double reference; a NaN in B reaches exactly its column.
 TEST(Linalg, GemmFewRowsMatchesReference) {
   std::mt19937 rng(33);
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
-      {1, 1000, 2048}, {1, 1100, 37}, {2, 513, 300}, {3, 77, 1031}, {4, 1030, 129}, {5, 300, 200}, {1, 9, 2000}};
+      {1, 1000, 2048}, {1, 1100, 37}, {2, 513, 300}, {3, 77, 1031}, {4, 1030, 129}, {5, 300, 200}, {1, 9, 2000},
+      {1, 16, 50}, {1, 10, 1000}, {1, 3, 7}};
   int trial = 0;
   for (const auto& [M, N, K] : shapes)
     for (int tb = 0; tb < 2; ++tb) {
@@ -391,29 +426,51 @@ TEST(Linalg, GemmFewRowsMatchesReference) {
       Tensor c = random_tensor(DType::kFloat32, sc, rng);
       const int64_t nan_col = N / 2;
       b.data<float>()[tb ? nan_col * K + K - 1 : (K - 1) * N + nan_col] = std::nanf("");
-      const auto av = to_double(a), bv = to_double(b), cv = to_double(c);
-      std::vector<double> e;
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-          double sum = 0;
-          for (int64_t k = 0; k < K; ++k) sum += av[size_t(i * K + k)] * bv[size_t(tb ? j * K + k : k * N + j)];
-          e.push_back(double(alpha) * sum + double(beta) * cv[size_t(broadcast_index({i, j}, sc))]);
-        }
-      for (int threads : {1, 2}) {
-        RunOptions o;
-        o.threads = threads;
-        o.inputs_as_constants = trial % 2 == 0;
-        auto y = run_node("Gemm", {a, b, c},
-                          {attr_int("transA", ta), attr_int("transB", tb), attr_float("alpha", alpha),
-                           attr_float("beta", beta)},
-                          o);
-        EXPECT_TRUE(all_close(y[0], {M, N}, e, 1e-4, 2e-4)) << "M=" << M << " N=" << N << " K=" << K << " tb=" << tb
-                                                           << " threads " << threads;
-        int nans = 0;
-        for (int64_t i = 0; i < M * N; ++i) nans += std::isnan(y[0].data<float>()[i]) ? 1 : 0;
-        EXPECT_EQ(nans, M) << "M=" << M << " N=" << N << " K=" << K << " tb=" << tb;
-      }
+      check_gemm_case(a, b, c, sc, ta, tb, alpha, beta, trial % 2 == 0, M);
     }
+}
+
+// One to five columns of op(B) (a regression or binary classification head: the dot-product
+// path, eight rows of A at a time; five columns and plain B with several columns go through
+// oneDNN): rows and K around the 8-row block and the 8-lane tail, products under and over the tiny
+// size, C broadcast, alpha and beta, 1 and 2 threads, against a double reference; a NaN in A
+// reaches exactly its row. Then kernels::cpu::gemm itself with A's and C's rows padded (lda > K,
+// ldc > N), beta == 0 over garbage in C.
+TEST(Linalg, GemmFewColumnsMatchesReference) {
+  std::mt19937 rng(35);
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {1000, 1, 10}, {1001, 1, 10}, {7, 3, 5}, {9, 4, 17}, {5000, 2, 40}, {3001, 1, 300}, {17, 2, 8}, {300, 5, 7},
+      {2000, 4, 33}};
+  int trial = 0;
+  for (const auto& [M, N, K] : shapes)
+    for (int tb = 0; tb < 2; ++tb) {
+      ++trial;
+      const float alpha = trial % 2 ? 1.f : -0.75f, beta = trial % 4 < 2 ? 1.f : 0.5f;
+      Tensor a = random_tensor(DType::kFloat32, {M, K}, rng);
+      Tensor b = random_tensor(DType::kFloat32, tb ? Shape{N, K} : Shape{K, N}, rng);
+      const Shape sc = trial % 2 ? Shape{N} : Shape{M, N};
+      Tensor c = random_tensor(DType::kFloat32, sc, rng);
+      const int64_t nan_row = M / 2;
+      a.data<float>()[nan_row * K + K - 1] = std::nanf("");
+      check_gemm_case(a, b, c, sc, false, tb, alpha, beta, trial % 3 == 0, N);
+    }
+  // padded rows: A [M, K] inside [M, K + 3], C [M, N] inside [M, N + 2]
+  for (const auto& [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{19, 3, 9}, {64, 1, 16}, {13, 4, 3}}) {
+    const int64_t lda = K + 3, ldc = N + 2;
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> A(size_t(M * lda)), B(size_t(N * K)), C(size_t(M * ldc), std::nanf(""));
+    for (auto& v : A) v = u(rng);
+    for (auto& v : B) v = u(rng);
+    onnxtrain::kernels::cpu::gemm(false, true, M, N, K, 2.f, A.data(), lda, B.data(), K, 0.f, C.data(), ldc);
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        double sum = 0;
+        for (int64_t k = 0; k < K; ++k) sum += double(A[size_t(i * lda + k)]) * B[size_t(j * K + k)];
+        EXPECT_NEAR(C[size_t(i * ldc + j)], 2 * sum, 1e-5 * (1 + std::abs(2 * sum))) << "M=" << M << " row " << i;
+      }
+      EXPECT_TRUE(std::isnan(C[size_t(i * ldc + N)])) << "C's padding written, row " << i;
+    }
+  }
 }
 
 TEST(Linalg, GemmErrorsNameNode) {

@@ -27,6 +27,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
     return;
   }
+  // A few columns or rows: dot products or B streamed once, without oneDNN sgemm's packing and
+  // threading (1000 x 10 @ 10 x 1: 6 us there)
+  if (!trans_a && small_n_gemm(trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+  if (M <= 4 && (!trans_a || (M == 1 && lda == 1)) &&
+      small_m_gemm(trans_b, M, N, K, alpha, A, trans_a ? K : lda, B, ldb, beta, C, ldc))
+    return;
   if (amx::pays(M, N, K) && amx::gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
   dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (st != dnnl_success) throw_error<RuntimeError>("oneDNN sgemm failed with status ", int(st));
@@ -39,6 +45,11 @@ inline float finish(float acc, float alpha, float beta, float c) {
 }
 
 #if OT_GEMV_SIMD
+// Lanes [0, n) set (n in 1..8): _mm256_maskload_ps's mask for a run's last n < 8 elements.
+inline __m256i tail_mask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -94,11 +105,47 @@ void dot_rows(int64_t n0, int64_t n1, int64_t K, float alpha, const float* A, in
 // each row's run of columns read contiguously; MB rows of A.
 constexpr int64_t kCols = 1024;
 
+#if OT_GEMV_SIMD
+// axpy_cols for one row of A and at most 16 columns (a regression head's weight gradient,
+// dy^T [1, K] @ x [K, N]): the sums stay in registers, four chains a vector over B's rows
+// (a load-and-store pass per row of B waits on the one before).
+void axpy_narrow(int64_t j0, int64_t w, int64_t K, float alpha, const float* A, const float* B, int64_t ldb,
+                 float beta, float* C) {
+  const __m256i m0 = tail_mask(std::min<int64_t>(w, 8)), m1 = tail_mask(std::max<int64_t>(w - 8, 0));
+  __m256 s[2][4];
+  for (auto& v : s)
+    for (auto& c : v) c = _mm256_setzero_ps();
+  const float* b = B + j0;
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4)
+    for (int u = 0; u < 4; ++u) {
+      const __m256 a = _mm256_set1_ps(A[k + u]);
+      const float* row = b + (k + u) * ldb;
+      s[0][u] = _mm256_fmadd_ps(a, _mm256_maskload_ps(row, m0), s[0][u]);
+      if (w > 8) s[1][u] = _mm256_fmadd_ps(a, _mm256_maskload_ps(row + 8, m1), s[1][u]);
+    }
+  for (; k < K; ++k) {
+    const __m256 a = _mm256_set1_ps(A[k]);
+    const float* row = b + k * ldb;
+    s[0][0] = _mm256_fmadd_ps(a, _mm256_maskload_ps(row, m0), s[0][0]);
+    if (w > 8) s[1][0] = _mm256_fmadd_ps(a, _mm256_maskload_ps(row + 8, m1), s[1][0]);
+  }
+  alignas(32) float out[16];
+  for (int v = 0; v < 2; ++v)
+    _mm256_store_ps(out + 8 * v, _mm256_add_ps(_mm256_add_ps(s[v][0], s[v][1]), _mm256_add_ps(s[v][2], s[v][3])));
+  for (int64_t j = 0; j < w; ++j) C[j0 + j] = finish(out[j], alpha, beta, C[j0 + j]);
+}
+#endif
+
 template <int MB>
 void axpy_cols(int64_t j0, int64_t j1, int64_t K, float alpha, const float* A, int64_t lda, const float* B,
                int64_t ldb, float beta, float* C, int64_t ldc) {
-  alignas(64) float acc[MB][kCols];
   const int64_t w = j1 - j0;
+#if OT_GEMV_SIMD
+  if constexpr (MB == 1)
+    if (w <= 16) return axpy_narrow(j0, w, K, alpha, A, B, ldb, beta, C);
+#endif
+  alignas(64) float acc[MB][kCols];
   for (int m = 0; m < MB; ++m) std::fill(acc[m], acc[m] + w, 0.f);
   int64_t k = 0;
 #if OT_GEMV_SIMD
@@ -111,21 +158,25 @@ void axpy_cols(int64_t j0, int64_t j1, int64_t K, float alpha, const float* A, i
     __m256 a[MB][4];
     for (int m = 0; m < MB; ++m)
       for (int u = 0; u < 4; ++u) a[m][u] = _mm256_set1_ps(A[m * lda + k + u]);
-    for (int64_t j = 0; j < wv; j += 8) {
-      const __m256 v0 = _mm256_loadu_ps(b0 + j), v1 = _mm256_loadu_ps(b1 + j), v2 = _mm256_loadu_ps(b2 + j),
-                   v3 = _mm256_loadu_ps(b3 + j);
+    // acc[m][j .. j + 8) += the four rows' vectors (v: B's rows at column j)
+    auto update = [&](int64_t j, const __m256 (&v)[4]) {
       for (int m = 0; m < MB; ++m) {
         __m256 c = _mm256_load_ps(acc[m] + j);
-        c = _mm256_fmadd_ps(a[m][0], v0, c);
-        c = _mm256_fmadd_ps(a[m][1], v1, c);
-        c = _mm256_fmadd_ps(a[m][2], v2, c);
-        c = _mm256_fmadd_ps(a[m][3], v3, c);
+        for (int u = 0; u < 4; ++u) c = _mm256_fmadd_ps(a[m][u], v[u], c);
         _mm256_store_ps(acc[m] + j, c);
       }
+    };
+    for (int64_t j = 0; j < wv; j += 8) {
+      const __m256 v[4] = {_mm256_loadu_ps(b0 + j), _mm256_loadu_ps(b1 + j), _mm256_loadu_ps(b2 + j),
+                           _mm256_loadu_ps(b3 + j)};
+      update(j, v);
     }
-    for (int64_t j = wv; j < w; ++j)
-      for (int m = 0; m < MB; ++m)
-        for (int u = 0; u < 4; ++u) acc[m][j] += A[m * lda + k + u] * B[(k + u) * ldb + j0 + j];
+    if (wv < w) {  // the last 1-7 columns: masked loads of B, acc has room for a whole vector
+      const __m256i mask = tail_mask(w - wv);
+      const __m256 v[4] = {_mm256_maskload_ps(b0 + wv, mask), _mm256_maskload_ps(b1 + wv, mask),
+                           _mm256_maskload_ps(b2 + wv, mask), _mm256_maskload_ps(b3 + wv, mask)};
+      update(wv, v);
+    }
   }
 #endif
   for (; k < K; ++k)
@@ -160,7 +211,76 @@ void small_m(bool trans_b, int64_t N, int64_t K, float alpha, const float* A, in
   }
 }
 
+// B's rows are the N <= 4 columns of op(B) ([N, K], row stride ldb): C[m, n] = A[m, :] . B[n, :] for
+// rows [m0, m1) of A. Four rows of A at a time, one column at a time: four 8-lane accumulators (a
+// masked load for K's last 1-7 elements), reduced to the four rows' sums in one 4-lane vector.
+void narrow_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  int64_t m = m0;
+#if OT_GEMV_SIMD
+  const int64_t kv = K / 8 * 8;
+  const __m256i mask = tail_mask(K - kv);
+  const __m128 va = _mm_set1_ps(alpha), vb = _mm_set1_ps(beta);
+  for (; m + 4 <= m1; m += 4) {
+    const float* a0 = A + m * lda;
+    const float* a1 = a0 + lda;
+    const float* a2 = a1 + lda;
+    const float* a3 = a2 + lda;
+    for (int64_t n = 0; n < N; ++n) {
+      const float* b = B + n * ldb;
+      __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
+      for (int64_t k = 0; k < kv; k += 8) {
+        const __m256 bv = _mm256_loadu_ps(b + k);
+        c0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + k), bv, c0);
+        c1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + k), bv, c1);
+        c2 = _mm256_fmadd_ps(_mm256_loadu_ps(a2 + k), bv, c2);
+        c3 = _mm256_fmadd_ps(_mm256_loadu_ps(a3 + k), bv, c3);
+      }
+      if (kv < K) {
+        const __m256 bv = _mm256_maskload_ps(b + kv, mask);
+        c0 = _mm256_fmadd_ps(_mm256_maskload_ps(a0 + kv, mask), bv, c0);
+        c1 = _mm256_fmadd_ps(_mm256_maskload_ps(a1 + kv, mask), bv, c1);
+        c2 = _mm256_fmadd_ps(_mm256_maskload_ps(a2 + kv, mask), bv, c2);
+        c3 = _mm256_fmadd_ps(_mm256_maskload_ps(a3 + kv, mask), bv, c3);
+      }
+      // [r0 r1 r2 r3 | r0 r1 r2 r3] partial sums of the two halves, added
+      const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));
+      __m128 y = _mm_mul_ps(va, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+      float* c = C + m * ldc + n;
+      if (ldc == 1) {
+        if (beta != 0.f) y = _mm_fmadd_ps(vb, _mm_loadu_ps(c), y);
+        _mm_storeu_ps(c, y);
+      } else {
+        alignas(16) float out[4];
+        _mm_store_ps(out, y);
+        for (int r = 0; r < 4; ++r) c[r * ldc] = beta == 0.f ? out[r] : out[r] + beta * c[r * ldc];
+      }
+    }
+  }
+#endif
+  for (; m < m1; ++m) dot_rows<1, 1>(0, N, K, alpha, A + m * lda, lda, B, ldb, beta, C + m * ldc, ldc);
+}
+
 }  // namespace
+
+bool small_n_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (N < 1 || N > 4 || K < 1 || (!trans_b && N != 1)) return false;
+  // op(B)'s columns as rows: B itself with trans_b, else B's one column (contiguous when ldb == 1)
+  const float* rows = B;
+  int64_t row_stride = ldb;
+  if (!trans_b) {
+    if (ldb != 1) return false;
+    row_stride = K;
+  }
+  if (M <= 0) return true;
+  // Chunks of at least ~32K multiply-adds per thread, whole eight-row blocks.
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(8 * K * N, 1));
+  parallel_for((M + 7) / 8, grain, [&](int64_t b, int64_t e) {
+    narrow_rows(b * 8, std::min(M, e * 8), N, K, alpha, A, lda, rows, row_stride, beta, C, ldc);
+  });
+  return true;
+}
 
 bool small_m_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {

@@ -576,6 +576,9 @@ class GemmKernel final : public Kernel {
     const DType compute = widen_ ? DType::kFloat32 : dt;
     // A few rows (a classifier at batch 1): matrix-vector products streaming B (small_m_gemm).
     small_m_ = dt == DType::kFloat32 && !tiny_ && M_ >= 1 && M_ <= 4 && K_ > 0 && N_ > 0 && (!ta_ || M_ == 1);
+    // A few columns (a regression or binary classification head): dot products (small_n_gemm).
+    small_n_ = dt == DType::kFloat32 && !tiny_ && !small_m_ && !ta_ && M_ > 0 && K_ > 0 && N_ >= 1 && N_ <= 4 &&
+               (tb_ || N_ == 1);
     // float32 C of N values added as they are (alpha = beta = 1; how torch.onnx exports nn.Linear,
     // and what inference sessions fuse MatMul + Add into): the primitive's bias, no pass filling Y.
     bias_ = dt == DType::kFloat32 && has_c_ && alpha_ == 1.f && beta_ == 1.f && c_rows_ == 1 && c_cols_ == N_ &&
@@ -586,7 +589,7 @@ class GemmKernel final : public Kernel {
     // Large float32 products on AMX tiles where the CPU has them (gemm(), gemm_amx.h; alpha != 1
     // with C stays with oneDNN, which scales the product alone).
     const bool tiles = dt == DType::kFloat32 && amx::pays(M_, N_, K_) && (alpha_ == 1.f || !has_c_ || beta_ == 0.f);
-    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_ && !tiles)
+    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_ && !small_n_ && !tiles)
       make_dnnl(compute, has_c_ && beta_ != 0.f, w_const);
     bias_ = bias_ && op_.valid();
     widen_ = widen_ && op_.valid();
@@ -616,12 +619,13 @@ class GemmKernel final : public Kernel {
       narrow_all(y32, ctx.output(0).data<float16>(), M_ * N_);
       return;
     }
-    if (small_m_) {
+    if (small_m_ || small_n_) {
       float* y = ctx.output(0).data<float>();
       const bool use_c = has_c_ && beta_ != 0.f;
       if (use_c) fill_c(ctx.input(2).data<float>(), y);
-      small_m_gemm(tb_, M_, N_, K_, alpha_, A.data<float>(), K_, ctx.input(1).data<float>(), ctx.input(1).dim(1),
-                   use_c ? beta_ : 0.f, y, N_);
+      (small_m_ ? small_m_gemm : small_n_gemm)(tb_, M_, N_, K_, alpha_, A.data<float>(), ta_ ? M_ : K_,
+                                               ctx.input(1).data<float>(), ctx.input(1).dim(1), use_c ? beta_ : 0.f,
+                                               y, N_);
       return;
     }
     if (op_.valid()) {
@@ -689,7 +693,7 @@ class GemmKernel final : public Kernel {
   bool legacy_no_broadcast_;
   bool sparse_a_ = false;
   dnnl_util::DnnlOp op_;
-  bool has_c_ = false, tiny_ = false, widen_ = false, small_m_ = false, bias_ = false;
+  bool has_c_ = false, tiny_ = false, widen_ = false, small_m_ = false, small_n_ = false, bias_ = false;
   int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1, a_numel_ = 0, b_numel_ = 0;
 };
 
