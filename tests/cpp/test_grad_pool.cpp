@@ -2,12 +2,23 @@
 // the com.onnxtrain.<Pool>Grad kernels against a naive double-precision reference (ties in max
 // pooling: the first maximum, as PyTorch).
 #include <cmath>
+#include <cstring>
 
 #include "grad_linalg_util.h"
 
 using namespace ot_test;
 
 namespace {
+
+// Options of a com.onnxtrain gradient kernel's run (opset 17) at `threads`.
+RunOptions grad_kernel_options(int threads = 1) {
+  RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.opset = 17;
+  o.threads = threads;
+  return o;
+}
+
 
 std::string str(const Shape& s) { return onnxtrain::shape_to_string(s); }
 
@@ -283,10 +294,7 @@ void check_pool_grad_kernel(Kind kind, bool global, DType dt, uint32_t seed, int
                   attrs.end());
       attrs.push_back(attr_float("p", float(g.p)));
     }
-    RunOptions o;
-    o.domain = "com.onnxtrain";
-    o.opset = 17;
-    o.threads = 1 + t % 2;
+    RunOptions o = grad_kernel_options(1 + t % 2);
     try {
       std::vector<Tensor> in = {dy, x};
       if (kind == Kind::kLp) {
@@ -328,9 +336,7 @@ TEST(GradPool, KernelGlobal) {
 
 TEST(GradPool, KernelMaxTiesGoToTheFirst) {
   // All-equal window: the whole gradient lands on its first (row-major) element.
-  RunOptions o;
-  o.domain = "com.onnxtrain";
-  o.opset = 17;
+  RunOptions o = grad_kernel_options();
   Tensor x = from_double(DType::kFloat32, {1, 1, 2, 3}, {1, 1, 1, 1, 1, 1});
   Tensor dy = from_double(DType::kFloat32, {1, 1, 1, 2}, {2, 3});
   auto dx = run_node("MaxPoolGrad", {dy, x}, {attr_ints("kernel_shape", {2, 2}), attr_ints("strides", {1, 1})}, o);
@@ -357,14 +363,64 @@ TEST(GradPool, KernelMax2x2Stride2) {
       Tensor dy = random_tensor(DType::kFloat32, g.yshape(), rng);
       const auto e = ref_pool_grad(g, Kind::kMax, to_double(x), to_double(dy));
       for (int threads : {1, 2}) {
-        RunOptions o;
-        o.domain = "com.onnxtrain";
-        o.opset = 17;
-        o.threads = threads;
+        RunOptions o = grad_kernel_options(threads);
         auto dx = run_node("MaxPoolGrad", {dy, x}, g.attrs(Kind::kMax, 17), o);
         EXPECT_TRUE(all_close(dx[0], g.xshape(), e, 0, 0)) << g.describe() << " threads " << threads;
       }
     }
+}
+
+TEST(GradPool, KernelMax3x3Stride2) {
+  // The direct path of the stem and reduction pools (3x3, stride 2, pads of 0 or 1, ceil mode):
+  // rows and columns around the eight-window vector blocks and their edges, ties, -inf windows
+  // and NaN, with and without relu_mask, at 1 and 2 threads, against the naive reference; and bit
+  // for bit the scatter through MaxPool's own Indices (the same first maxima, summed in the same
+  // order).
+  std::mt19937 rng(111);
+  const double inf = std::numeric_limits<double>::infinity();
+  int trial = 0;
+  for (int64_t h : {3, 4, 7, 10})
+    for (int64_t w : {3, 8, 17, 18, 19, 34, 41, 56})
+      for (int pads = 0; pads < 4; ++pads) {
+        ++trial;
+        PGeo g;
+        g.N = 1, g.C = 2;
+        g.in = {h, w}, g.k = {3, 3}, g.s = {2, 2}, g.d = {1, 1};
+        g.pb = {pads & 1, pads >> 1}, g.pe = {pads >> 1, trial % 2};
+        g.ceil = trial % 3 == 0;
+        std::vector<double> v = to_double(random_tensor(DType::kFloat32, g.xshape(), rng, -2, 2));
+        for (size_t i = 0; i < v.size(); ++i) {
+          if (i % 3 == 0) v[i] = std::round(v[i]);  // ties, zeros among them
+          if (i % 11 == 0) v[i] = -inf;
+        }
+        for (int64_t r = 0; r < 3 && r < h; ++r)  // a whole -inf window at the first output
+          for (int64_t c = 0; c < 3; ++c) v[size_t(r * w + c)] = -inf;
+        if (trial % 4 == 1) v[size_t(w + w / 2)] = std::nan("");
+        Tensor x = from_double(DType::kFloat32, g.xshape(), v);
+        Tensor dy = random_tensor(DType::kFloat32, g.yshape(), rng);
+        const std::vector<double> xd = to_double(x);
+        for (bool relu : {false, true}) {
+          std::vector<double> e = ref_pool_grad(g, Kind::kMax, xd, to_double(dy));
+          if (relu)
+            for (size_t i = 0; i < e.size(); ++i) e[i] = xd[i] > 0 ? e[i] : 0.0;
+          std::vector<ir::Attribute> a = g.attrs(Kind::kMax, 17);
+          if (relu) a.push_back(attr_int("relu_mask", 1));
+          for (int threads : {1, 2}) {
+            RunOptions o = grad_kernel_options(threads);
+            auto dx = run_node("MaxPoolGrad", {dy, x}, a, o);
+            EXPECT_TRUE(all_close(dx[0], g.xshape(), e, 1e-6, 1e-6))
+                << g.describe() << (relu ? " relu_mask" : "") << " threads " << threads;
+            if (relu || threads == 2) continue;
+            RunOptions fo;
+            fo.opset = 17;
+            fo.num_outputs = 2;
+            auto yi = run_node("MaxPool", {x}, g.attrs(Kind::kMax, 17), fo);
+            auto dx2 = run_node("MaxPoolGrad", {dy, x, yi[1]}, g.attrs(Kind::kMax, 17), o);
+            EXPECT_EQ(std::memcmp(dx[0].raw_data(), dx2[0].raw_data(), dx[0].nbytes()), 0)
+                << g.describe() << ": not the bits of the scatter through Indices";
+          }
+        }
+      }
 }
 
 TEST(GradPool, KernelMaxReluMask) {
@@ -401,17 +457,12 @@ TEST(GradPool, KernelMaxReluMask) {
       // Disjoint windows route single values (exact); overlapping ones sum in the compute type.
       const double tol = c.k == c.s ? 0 : dt == DType::kFloat64 ? 1e-10 : dt == DType::kFloat32 ? 1e-5 : 2e-2;
       for (int threads : {1, 2}) {
-        RunOptions o;
-        o.domain = "com.onnxtrain";
-        o.opset = 17;
-        o.threads = threads;
+        RunOptions o = grad_kernel_options(threads);
         auto dx = run_node("MaxPoolGrad", {dy, x}, a, o);
         EXPECT_TRUE(all_close(dx[0], g.xshape(), e, tol, tol)) << g.describe() << " " << dtype_name(dt) << " threads " << threads;
       }
     }
-  RunOptions o;
-  o.domain = "com.onnxtrain";
-  o.opset = 17;
+  RunOptions o = grad_kernel_options();
   const std::vector<ir::Attribute> a = {attr_ints("kernel_shape", {2, 2}), attr_int("relu_mask", 1)};
   Tensor x = Tensor::zeros(DType::kFloat32, {1, 1, 2, 2});
   for (const auto& [op, in, what] :
@@ -430,9 +481,7 @@ TEST(GradPool, KernelMaxReluMask) {
 }
 
 TEST(GradPool, KernelErrors) {
-  RunOptions o;
-  o.domain = "com.onnxtrain";
-  o.opset = 17;
+  RunOptions o = grad_kernel_options();
   const std::vector<ir::Attribute> a = {attr_ints("kernel_shape", {2, 2})};
   auto expect_error = [&](const std::vector<Tensor>& in, const char* what) {
     try {

@@ -741,6 +741,86 @@ void maxpool2x2_grad(const float* x, const float* dy, float* dx, int64_t planes,
   });
 }
 
+// MaxPool 3x3, stride 2, pads of 0 or 1, no dilation, float32 (ResNet's and DenseNet's stem pool,
+// GoogLeNet's and Inception's reductions): windows overlap by one row and one column, so dX rows
+// are zeroed just ahead of the output row that first reaches them and the up to four
+// contributions of a shared element added there, while the rows are in the first-level cache —
+// one pass writing dX instead of a zero fill of the plane and a scatter over it. Each window's
+// first maximum (row-major, strictly greater from -inf; the first valid element where none is) is
+// pool_grad_loop's, and every element sums its contributions in the same order: the same bits.
+// Eight interior windows at a time in vector registers (a window row's three columns from two
+// loads split into even and odd lanes); the edges window by window.
+struct MaxPool3x3s2 {
+  int64_t H, W, OH, OW, pt, pl;
+  bool relu_mask;
+
+  // Routes g to the first maximum among rows [r0, r1) and columns [c0, c1) of the window.
+  void one(const float* xp, float* dxp, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float g) const {
+    float acc = -std::numeric_limits<float>::infinity();
+    int64_t best = -1;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = c0; c < c1; ++c) {
+        const float v = xp[r * W + c];
+        if (v > acc) acc = v, best = r * W + c;
+      }
+    if (best < 0) {
+      if (r0 >= r1 || c0 >= c1) return;  // empty window
+      best = r0 * W + c0, acc = xp[best];
+    }
+    if (!relu_mask || acc > 0.f) dxp[best] += g;
+  }
+
+  void plane(const float* xp, const float* dyp, float* dxp) const {
+    const v8i lane2 = v8i{0, 2, 4, 6, 8, 10, 12, 14};
+    int64_t zeroed = 0;  // dX rows [0, zeroed) are written or zero
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const int64_t rb = 2 * oh - pt, r0 = std::max<int64_t>(rb, 0), r1 = std::min(rb + 3, H);
+      if (r1 > zeroed) {
+        std::fill(dxp + zeroed * W, dxp + r1 * W, 0.f);
+        zeroed = r1;
+      }
+      const float* g = dyp + oh * OW;
+      int64_t ow = 0;
+      auto edge = [&](int64_t o) {
+        const int64_t cb = 2 * o - pl;
+        one(xp, dxp, r0, r1, std::max<int64_t>(cb, 0), std::min(cb + 3, W), g[o]);
+      };
+      // Interior: columns cb - 1 .. cb + 16 inside the row for the eight windows' loads.
+      for (; ow < OW && 2 * ow - pl < 1; ++ow) edge(ow);
+      for (; ow + 8 <= OW && 2 * ow - pl + 16 < W; ow += 8) {
+        const int64_t cb = 2 * ow - pl;
+        v8f acc = v8f{} - std::numeric_limits<float>::infinity();
+        v8i best = v8i{} - 1;
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* row = xp + r * W + cb;
+          const v8f a0 = *reinterpret_cast<const v8f_u*>(row - 1), a1 = *reinterpret_cast<const v8f_u*>(row + 7);
+          const v8f b0 = *reinterpret_cast<const v8f_u*>(row + 1), b1 = *reinterpret_cast<const v8f_u*>(row + 9);
+          const v8f col[3] = {__builtin_shufflevector(a0, a1, 1, 3, 5, 7, 9, 11, 13, 15),
+                              __builtin_shufflevector(b0, b1, 0, 2, 4, 6, 8, 10, 12, 14),
+                              __builtin_shufflevector(b0, b1, 1, 3, 5, 7, 9, 11, 13, 15)};
+          const int32_t q = int32_t(r * W + cb);
+          for (int k = 0; k < 3; ++k) {
+            const v8i gt = col[k] > acc;
+            acc = gt ? col[k] : acc;
+            best = gt ? lane2 + (q + k) : best;
+          }
+        }
+        for (int i = 0; i < 8; ++i) {
+          int64_t b = best[i];
+          float v = acc[i];
+          if (b < 0) {  // no element above -inf (or all NaN): the window's first
+            if (r0 >= r1) continue;
+            b = r0 * W + cb + 2 * i, v = xp[b];
+          }
+          if (!relu_mask || v > 0.f) dxp[b] += g[ow + i];
+        }
+      }
+      for (; ow < OW; ++ow) edge(ow);
+    }
+    if (zeroed < H) std::fill(dxp + zeroed * W, dxp + H * W, 0.f);
+  }
+};
+
 class PoolGradKernel final : public Kernel {
  public:
   PoolGradKernel(const KernelInfo& info, PoolKind kind, bool global) {
@@ -763,7 +843,11 @@ class PoolGradKernel final : public Kernel {
     fast2x2_ = p_.kind == PoolKind::kMax && !p_.global && !third_ && dt_ == DType::kFloat32 && g.nd == 2 &&
                g.kernel == Shape{2, 2} && g.stride == Shape{2, 2} && g.dilation == Shape{1, 1} &&
                g.pad_b == Shape{0, 0} && g.pad_e == Shape{0, 0} && g.out[0] * 2 <= g.in[0] && g.out[1] * 2 <= g.in[1];
-    if (fast2x2_) return;
+    fast3x3_ = p_.kind == PoolKind::kMax && !p_.global && !third_ && dt_ == DType::kFloat32 && g.nd == 2 &&
+               g.kernel == Shape{3, 3} && g.stride == Shape{2, 2} && g.dilation == Shape{1, 1} &&
+               g.pad_b[0] <= 1 && g.pad_b[1] <= 1 && g.pad_e[0] <= 1 && g.pad_e[1] <= 1 &&
+               g.in[0] * g.in[1] <= std::numeric_limits<int32_t>::max();
+    if (fast2x2_ || fast3x3_) return;
     if (dt_ == DType::kFloat32 && p_.kind == PoolKind::kAvg && shape_numel(p_.y) > 0 && p_.make_dnnl(op_, x, true)) {
       ctx.request_workspace(op_.workspace_bytes());
     } else if (!(p_.global && p_.kind == PoolKind::kAvg) && shape_numel(p_.y) > 0) {
@@ -790,6 +874,18 @@ class PoolGradKernel final : public Kernel {
     if (fast2x2_)
       return maxpool2x2_grad(ctx.input(1).data<float>(), dY.data<float>(), dX.data<float>(), p_.planes, p_.g.in[0],
                              p_.g.in[1], p_.g.out[0], p_.g.out[1], relu_mask_);
+    if (fast3x3_) {
+      const WindowGeom& g = p_.g;
+      const MaxPool3x3s2 k{g.in[0], g.in[1], g.out[0], g.out[1], g.pad_b[0], g.pad_b[1], relu_mask_};
+      const float* x = ctx.input(1).data<float>();
+      const float* dy = dY.data<float>();
+      float* dx = dX.data<float>();
+      const int64_t pin = g.in[0] * g.in[1], pout = g.out[0] * g.out[1];
+      parallel_for(p_.planes, 1, [&](int64_t p0, int64_t p1) {
+        for (int64_t pl = p0; pl < p1; ++pl) k.plane(x + pl * pin, dy + pl * pout, dx + pl * pin);
+      });
+      return;
+    }
     const int64_t* ind = third_ && p_.kind == PoolKind::kMax ? ctx.input(2).data<int64_t>() : nullptr;
     dispatch<FloatTypes>(dt_, ctx.node(), [&]<class T>() {
       const T* x = ctx.input(1).data<T>();
@@ -817,7 +913,7 @@ class PoolGradKernel final : public Kernel {
 
  private:
   PoolParams p_;
-  bool third_ = false, fast2x2_ = false;
+  bool third_ = false, fast2x2_ = false, fast3x3_ = false;
   bool relu_mask_ = false;  // dX masked by X > 0: ReluGrad(MaxPoolGrad(dY, X), X) in one pass
   DType dt_ = DType::kFloat32;
   dnnl_util::DnnlOp op_;
