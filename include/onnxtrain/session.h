@@ -27,7 +27,7 @@ enum class ExecutionMode { kSequential = 0, kParallel = 1 };
 
 /// Session settings: onnxruntime's SessionOptions.
 struct SessionOptions {
-  int intra_op_num_threads = 0;  ///< threads used inside kernels; 0 = all cores
+  int intra_op_num_threads = 0;  ///< threads used inside kernels; 0 = OMP_NUM_THREADS if set, else all cores
   int inter_op_num_threads = 0;  ///< threads across nodes: nodes run one after another, so unused
   bool deterministic = false;    ///< bitwise-reproducible kernels where a choice exists (use_deterministic_compute)
   uint64_t seed = 0;             ///< seed of random operators without a seed attribute (0: the process default)

@@ -13,6 +13,12 @@ namespace onnxtrain {
 
 /// Number of hardware threads (cores available to this process).
 int hardware_threads();
+/// The thread budget where none is given (intra_op_num_threads = 0): OMP_NUM_THREADS as the
+/// process started with it (threads_from_env), else hardware_threads().
+int default_threads();
+/// OMP_NUM_THREADS's value as a thread count: its first entry ("4", "4,2") when a positive
+/// integer, at most `cores`; otherwise (unset, empty, 0, not a number) `cores`.
+int threads_from_env(const char* value, int cores);
 /// Threads kernels may use on this thread right now (set by ThreadScope; default 1).
 int current_threads();
 

@@ -1,5 +1,6 @@
 // Executor: plan caching, arena reuse by liveness, constant folding, views, data-dependent shapes
 // (allocations per run: tests/alloc/test_step_allocations.cpp).
+#include "core/parallel.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 
@@ -178,6 +179,20 @@ TEST(Executor, ThreadCountsGiveSameResults) {
   auto y1 = ot_test::run_node("Add", {a, b}, {}, one);
   auto y2 = ot_test::run_node("Add", {a, b}, {}, two);
   EXPECT_TRUE(ot_test::all_close(y2[0], y1[0].shape(), ot_test::to_double(y1[0]), 0, 0));
+}
+
+// intra_op_num_threads = 0's budget from OMP_NUM_THREADS (what the OpenMP runtime would take):
+// a positive integer or a list's first entry, at most the cores; anything else, the cores.
+TEST(Executor, DefaultThreadBudgetReadsOmpNumThreads) {
+  using onnxtrain::threads_from_env;
+  EXPECT_EQ(threads_from_env("1", 8), 1);
+  EXPECT_EQ(threads_from_env("3", 8), 3);
+  EXPECT_EQ(threads_from_env("4,2", 8), 4);
+  EXPECT_EQ(threads_from_env("64", 8), 8);  // buffers per thread are sized for the cores
+  for (const char* v : {"", "0", "-2", "abc", "2x", "99999999999999999999"}) EXPECT_EQ(threads_from_env(v, 8), 8) << v;
+  EXPECT_EQ(threads_from_env(nullptr, 6), 6);
+  EXPECT_GE(onnxtrain::default_threads(), 1);
+  EXPECT_LE(onnxtrain::default_threads(), onnxtrain::hardware_threads());
 }
 
 TEST(Executor, ViewsOfDynamicAliasesKeepTheirMemoryAlive) {

@@ -65,6 +65,42 @@ def test_session_options_threads(mlp_model):
         ot.InferenceSession(data, so)
 
 
+_THREADS_SCRIPT = r"""
+import os, sys
+import numpy as np
+import onnx
+from onnx import helper, TensorProto
+import onnxtrain as ot
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [512, 512])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [512, 512])
+model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 13)])
+before = len(os.listdir("/proc/self/task"))
+sess = ot.InferenceSession(model.SerializeToString())  # intra_op_num_threads left at 0
+sess.run(None, {"x": np.ones((512, 512), np.float32)})
+print(len(os.listdir("/proc/self/task")) - before)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to tell one thread from several")
+def test_default_thread_budget_follows_omp_num_threads():
+    # intra_op_num_threads = 0 takes OMP_NUM_THREADS when set (as an OpenMP library's users expect
+    # and docs/distributed.md says), else every core: the threads the run starts tell which.
+    def started(env_value):
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_THREAD_LIMIT")}
+        env["OPENBLAS_NUM_THREADS"] = "1"
+        if env_value is not None:
+            env["OMP_NUM_THREADS"] = env_value
+        out = subprocess.run(["/usr/bin/python3", "-c", _THREADS_SCRIPT], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.strip().splitlines()[-1])
+
+    assert started("1") == 0
+    assert started(None) >= 1
+    assert started("abc") >= 1  # not a number: every core
+
+
 def test_providers_like_onnxruntime(mlp_model):
     data, _, _ = mlp_model
     assert ot.get_available_providers() == ["CPUExecutionProvider"]
