@@ -39,8 +39,10 @@ int default_threads() {
 
 int current_threads() { return t_threads; }
 
+int thread_budget(int requested) { return requested > 0 ? requested : default_threads(); }
+
 ThreadScope::ThreadScope(int n) : prev_threads_(t_threads), prev_omp_(omp_get_max_threads()) {
-  if (n <= 0) n = default_threads();
+  n = thread_budget(n);
   t_threads = n;
   omp_set_num_threads(n);
 }

@@ -16,6 +16,9 @@ int hardware_threads();
 /// The thread budget where none is given (intra_op_num_threads = 0): OMP_NUM_THREADS as the
 /// process started with it (threads_from_env), else hardware_threads().
 int default_threads();
+/// The threads a session or kernel asking for `requested` (intra_op_num_threads) gets: that
+/// number, or default_threads() where it is 0 or less. ThreadScope and every per-thread sizing use it.
+int thread_budget(int requested);
 /// OMP_NUM_THREADS's value as a thread count: its first entry ("4", "4,2") when a positive
 /// integer, at most `cores`; otherwise (unset, empty, 0, not a number) `cores`.
 int threads_from_env(const char* value, int cores);

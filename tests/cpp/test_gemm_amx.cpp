@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/parallel.h"
@@ -201,6 +202,17 @@ struct Pointwise {
     return size_t(((n * CB + c / 16) * g.IH * g.IW + q) * 16 + c % 16);
   }
   size_t yi(int64_t n, int64_t m, int64_t p) const { return size_t(((n * MB + m / 16) * P + p) * 16 + m % 16); }
+  // Output (n, m, pixel p) before the activation in double — bias, Z with `sum`, the products — and
+  // the sum of those terms' magnitudes (the error bound's scale).
+  std::pair<double, double> reference(int64_t n, int64_t m, int64_t p, bool sum) const {
+    double s = bias[size_t(m)], mag = std::fabs(s);
+    if (sum) s += z[yi(n, m, p)], mag += std::fabs(z[yi(n, m, p)]);
+    for (int64_t k = 0; k < C; ++k) {
+      const double t = double(x[xi(n, k, p)]) * w[size_t(m * C + k)];
+      s += t, mag += std::fabs(t);
+    }
+    return {s, mag};
+  }
   std::vector<float> run(amx::Pointwise::Act act, float alpha, float beta, bool sum) const {
     auto k = amx::Pointwise::make(C, M, w.data(), act, alpha, beta, sum);
     EXPECT_TRUE(k != nullptr);
@@ -265,12 +277,7 @@ TEST(AmxPointwise, MatchesDoubleReferenceAtFloat32Accuracy) {
             ASSERT_EQ(got, 0.f) << "padded channel " << m;
             continue;
           }
-          double s = p.bias[size_t(m)], mag = std::fabs(s);
-          if (c.sum) s += p.z[p.yi(n, m, q)], mag += std::fabs(p.z[p.yi(n, m, q)]);
-          for (int64_t k = 0; k < p.C; ++k) {
-            const double t = double(p.x[p.xi(n, k, q)]) * p.w[size_t(m * p.C + k)];
-            s += t, mag += std::fabs(t);
-          }
+          const auto [s, mag] = p.reference(n, m, q, c.sum);
           ASSERT_LE(std::fabs(got - activate(s, c.act, c.alpha, c.beta)), (double(p.C) / 8 + 4) * u * mag)
               << "n " << n << " m " << m << " pixel " << q;
         }
@@ -299,11 +306,7 @@ TEST(AmxPointwise, SpecialValuesAsInFloat32) {
       } else if (q == 20) {
         ASSERT_TRUE(std::isnan(got)) << m;
       } else {
-        double s = p.bias[size_t(m)], mag = std::fabs(s);
-        for (int64_t k = 0; k < p.C; ++k) {
-          const double t = double(p.x[p.xi(0, k, q)]) * p.w[size_t(m * p.C + k)];
-          s += t, mag += std::fabs(t);
-        }
+        const auto [s, mag] = p.reference(0, m, q, false);
         ASSERT_LE(std::fabs(got - s), (double(p.C) / 8 + 4) * u * mag) << "pixel " << q << " m " << m;
       }
     }

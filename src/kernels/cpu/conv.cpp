@@ -357,7 +357,7 @@ bool winograd_fits(const ConvParams& p, bool x_blocked, const Tensor* w_const, c
   if (o.winograd == ExecOptions::Winograd::kNever || !x_blocked || !w_const || !winograd_geometry(p) || p.C < 16 ||
       p.M < 16)
     return false;
-  return o.winograd == ExecOptions::Winograd::kAlways || winograd_pays(p, o.num_threads > 0 ? o.num_threads : default_threads());
+  return o.winograd == ExecOptions::Winograd::kAlways || winograd_pays(p, thread_budget(o.num_threads));
 }
 
 // Whether a float32 convolution whose weights change between runs (training: Conv and ConvGrad
@@ -378,7 +378,7 @@ bool train_winograd_fits(const ConvParams& p, DType dt, const ExecOptions& o) {
     return false;
   const WindowGeom& g = p.g;
   if (o.winograd == ExecOptions::Winograd::kAlways) return true;
-  const int threads = o.num_threads > 0 ? o.num_threads : default_threads();
+  const int threads = thread_budget(o.num_threads);
   const double tiles = double(p.N) * double((g.out[0] + 3) / 4) * double((g.out[1] + 3) / 4);
   return p.C >= 32 && p.M >= 32 && tiles >= 24.0 * threads;
 }
@@ -697,7 +697,7 @@ class ConvKernel final : public Kernel {
     nchwc512::Act act;
     if (!kernel_act(act)) return false;  // Pointwise::make refuses HardSwish and SiLU
     const int64_t pixels = g.out[0] * g.out[1];
-    if (!amx::Pointwise::pays(pixels, p_.C, p_.M, threads > 0 ? threads : default_threads())) return false;
+    if (!amx::Pointwise::pays(pixels, p_.C, p_.M, thread_budget(threads))) return false;
     pointwise_ = amx::Pointwise::make(p_.C, p_.M, w->data<float>(), act, act_.alpha, act_.beta, has_z_);
     if (!pointwise_) return false;
     post_pass_ = false;

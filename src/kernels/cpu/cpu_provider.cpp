@@ -10,7 +10,7 @@ namespace onnxtrain {
 namespace kernels::cpu {
 
 CpuContext::CpuContext(int threads)
-    : threads_(threads > 0 ? threads : default_threads()), stream_(dnnl_util::cpu_engine()) {}
+    : threads_(thread_budget(threads)), stream_(dnnl_util::cpu_engine()) {}
 
 CpuContext& CpuContext::of(const RunContext& ctx) {
   if (auto* c = dynamic_cast<CpuContext*>(ctx.device())) return *c;

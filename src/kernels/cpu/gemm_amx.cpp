@@ -26,12 +26,12 @@ namespace onnxtrain::kernels::cpu::amx {
 
 void AlignedFree::operator()(uint16_t* p) const { std::free(p); }
 
-std::unique_ptr<uint16_t, AlignedFree> aligned_bf16(int64_t elements) {
+AlignedBf16 aligned_bf16(int64_t elements) {
   // aligned_alloc wants a multiple of the alignment
   const size_t bytes = (size_t(std::max<int64_t>(elements, 1)) * sizeof(uint16_t) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
-  return std::unique_ptr<uint16_t, AlignedFree>(static_cast<uint16_t*>(p));
+  return AlignedBf16(static_cast<uint16_t*>(p));
 }
 
 #if OT_AMX
@@ -215,6 +215,16 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+// This thread's eight tiles as the micro-kernel uses them: 16 rows of 64 bytes each.
+void load_tile_config() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+}
+
 // C[32, 32] (row stride ldc floats) += the six part products over nkb K steps; load: start from C
 // (else from zero). Tiles 0-3 hold C, 4-5 A's two row halves, 6-7 B's two column halves.
 void kernel(int64_t nkb, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc, bool load) {
@@ -273,9 +283,8 @@ void kernel(int64_t nkb, const uint16_t* a, const uint16_t* b, float* c, int64_t
 // A thread's packed blocks (5.4 MB), made at its first product and kept: 64-byte aligned (tile
 // rows from unaligned memory ran the micro-kernel at 12 ns a product instead of 7).
 struct Buffers {
-  using Ptr = std::unique_ptr<uint16_t, AlignedFree>;
-  static Ptr make(int64_t elements) { return aligned_bf16(elements); }
-  Ptr a = make(kMC / kMR * (kKC / kKB) * kBlock), b = make(kNC / kNR * (kKC / kKB) * kBlock), stage = make(kStage);
+  AlignedBf16 a = aligned_bf16(kMC / kMR * (kKC / kKB) * kBlock), b = aligned_bf16(kNC / kNR * (kKC / kKB) * kBlock),
+              stage = aligned_bf16(kStage);
 };
 
 struct Problem {
@@ -295,12 +304,7 @@ struct Problem {
 void region(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   if (m0 >= m1 || n0 >= n1) return;
   static thread_local Buffers buf;
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
+  load_tile_config();
   if (p.beta != 0.f && p.beta != 1.f)
     for (int64_t i = m0; i < m1; ++i)
       for (int64_t j = n0; j < n1; ++j) p.C[i * p.ldc + j] *= p.beta;
@@ -467,10 +471,10 @@ bool pack_pixels(const float* x, const Sampling& in, int64_t CB, int64_t p0, int
 
 // A thread's packed pixel block, grown to the largest asked for and kept.
 uint16_t* pixel_buffer(int64_t elements) {
-  static thread_local Buffers::Ptr buf;
+  static thread_local AlignedBf16 buf;
   static thread_local int64_t size = 0;
   if (elements > size) {
-    buf = Buffers::make(elements);
+    buf = aligned_bf16(elements);
     size = elements;
   }
   return buf.get();
@@ -547,12 +551,7 @@ void Pointwise::run(const float* x, int64_t N, const Geometry& geo, const float*
   const int64_t shares = threads > 1 && nblocks < 2 * threads ? std::min<int64_t>(threads, panels_) : 1;
   const int64_t mp = MB_ * 16;
   parallel_for(nblocks * shares, 1, [&](int64_t t0, int64_t t1) {
-    TileConfig cfg;
-    for (int t = 0; t < 8; ++t) {
-      cfg.colsb[t] = 64;
-      cfg.rows[t] = 16;
-    }
-    _tile_loadconfig(&cfg);
+    load_tile_config();
     uint16_t* a = pixel_buffer(rows / kMR * step);
     alignas(64) float edge[kMR * kNR];
     int64_t packed = -1;  // the (image, block) in `a`

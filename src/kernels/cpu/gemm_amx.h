@@ -38,6 +38,16 @@ bool pays(int64_t M, int64_t N, int64_t K);
 bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+/// Frees what aligned_bf16() allocated.
+struct AlignedFree {
+  void operator()(uint16_t* p) const;
+};
+/// bfloat16 values owned by a unique_ptr, 64-byte aligned.
+using AlignedBf16 = std::unique_ptr<uint16_t, AlignedFree>;
+/// `elements` bfloat16 values, 64-byte aligned (tile rows load fastest from aligned memory);
+/// throws std::bad_alloc where the allocation fails.
+AlignedBf16 aligned_bf16(int64_t elements);
+
 /// A 1x1 convolution (no pads, one group; any stride) over the blocked activation layout
 /// (x[N, ceil(C/16), IH, IW, 16], y[N, ceil(M/16), OH, OW, 16]: P = OH * OW output pixels an image,
 /// output pixel (oh, ow) reading input pixel (oh * sh, ow * sw); nchwc:: in dnnl_util.h) on
@@ -47,14 +57,6 @@ bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 /// each run splits a block of pixels over all C at a time and multiplies it by every output panel
 /// of its share, then adds the bias (and Z, which y holds when the run starts, with `sum`) and
 /// applies the activation to each 16 x 16 result while it is in the first-level cache.
-/// Frees what aligned_bf16() allocated.
-struct AlignedFree {
-  void operator()(uint16_t* p) const;
-};
-/// `elements` bfloat16 values, 64-byte aligned (tile rows load fastest from aligned memory);
-/// throws std::bad_alloc where the allocation fails.
-std::unique_ptr<uint16_t, AlignedFree> aligned_bf16(int64_t elements);
-
 class Pointwise {
  public:
   /// The activation applied to the result: the direct kernels' kinds (alpha / beta: LeakyRelu's
@@ -90,7 +92,7 @@ class Pointwise {
   Act act_ = Act::kNone;
   float alpha_ = 0, beta_ = 0;
   bool sum_ = false;
-  std::unique_ptr<uint16_t, AlignedFree> b_;  // W^T's parts: panel q (32 output channels) at q * nkb_ * 6 tiles
+  AlignedBf16 b_;  // W^T's parts: panel q (32 output channels) at q * nkb_ * 6 tiles
   std::vector<float> wt_;              // W^T [C][MB_ * 16] in float32, for blocks the split does not take
 };
 

@@ -58,7 +58,7 @@ bool NchwcDirectConv::supports(const Geometry& g, nchwc512::Act act, float alpha
 NchwcDirectConv::NchwcDirectConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha, float beta,
                                  bool sum, int threads)
     : g_(g), act_(act), alpha_(alpha), beta_(beta), sum_(sum) {
-  slices_ = threads > 0 ? threads : default_threads();
+  slices_ = thread_budget(threads);
   L_ = g.plain ? 1 : kB;
   icb_ = g.plain ? g.C : blocks16(g.C);
   ocb_ = blocks16(g.M);
@@ -167,7 +167,7 @@ bool NchwcDepthwiseConv::supports(const Geometry& g, nchwc512::Act act, float al
 NchwcDepthwiseConv::NchwcDepthwiseConv(const Geometry& g, const float* w, nchwc512::Act act, float alpha,
                                        float beta, int threads)
     : g_(g), cb_(blocks16(g.C)), act_(act), alpha_(alpha), beta_(beta) {
-  slices_ = threads > 0 ? threads : default_threads();
+  slices_ = thread_budget(threads);
   const int64_t taps = g.KH * g.KW;
   w_ = Tensor::empty(DType::kFloat32, {cb_ * taps * kB});
   float* out = w_.data<float>();

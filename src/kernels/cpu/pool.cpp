@@ -852,7 +852,7 @@ class PoolGradKernel final : public Kernel {
       ctx.request_workspace(op_.workspace_bytes());
     } else if (!(p_.global && p_.kind == PoolKind::kAvg) && shape_numel(p_.y) > 0) {
       tables_ = std::make_unique<PoolTables>(p_.g);
-      const int threads = ctx.options().num_threads > 0 ? ctx.options().num_threads : default_threads();
+      const int threads = thread_budget(ctx.options().num_threads);
       ctx.request_workspace(size_t(std::max(threads, 1)) * pool_grad_scratch(*tables_, dt_));
     }
   }
