@@ -1,5 +1,6 @@
 // MatMul, Gemm and Einsum against naive double-precision references on random shapes.
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include "kernels/cpu/gemm.h"
@@ -433,8 +434,8 @@ TEST(Linalg, GemmFewRowsMatchesReference) {
 // One to five columns of op(B) (a regression or binary classification head: the dot-product
 // path, eight rows of A at a time; five columns and plain B with several columns go through
 // oneDNN): rows and K around the 8-row block and the 8-lane tail, products under and over the tiny
-// size, C broadcast, alpha and beta, 1 and 2 threads, against a double reference; a NaN in A
-// reaches exactly its row. Then kernels::cpu::gemm itself with A's and C's rows padded (lda > K,
+// size, C of each broadcast shape (one row in the epilogue, [M, N] and [M, 1] first), alpha and
+// beta (0 included), 1 and 2 threads, against a double reference; a NaN in A reaches exactly its row. Then kernels::cpu::gemm itself with A's and C's rows padded (lda > K,
 // ldc > N), beta == 0 over garbage in C.
 TEST(Linalg, GemmFewColumnsMatchesReference) {
   std::mt19937 rng(35);
@@ -442,18 +443,21 @@ TEST(Linalg, GemmFewColumnsMatchesReference) {
       {1000, 1, 10}, {1001, 1, 10}, {7, 3, 5}, {9, 4, 17}, {5000, 2, 40}, {3001, 1, 300}, {17, 2, 8}, {300, 5, 7},
       {2000, 4, 33}};
   int trial = 0;
+  // C of one row ([N], [1, N], one value) goes into the dot products' epilogue; C [M, N] and [M, 1]
+  // are broadcast into Y first.
   for (const auto& [M, N, K] : shapes)
-    for (int tb = 0; tb < 2; ++tb) {
-      ++trial;
-      const float alpha = trial % 2 ? 1.f : -0.75f, beta = trial % 4 < 2 ? 1.f : 0.5f;
-      Tensor a = random_tensor(DType::kFloat32, {M, K}, rng);
-      Tensor b = random_tensor(DType::kFloat32, tb ? Shape{N, K} : Shape{K, N}, rng);
-      const Shape sc = trial % 2 ? Shape{N} : Shape{M, N};
-      Tensor c = random_tensor(DType::kFloat32, sc, rng);
-      const int64_t nan_row = M / 2;
-      a.data<float>()[nan_row * K + K - 1] = std::nanf("");
-      check_gemm_case(a, b, c, sc, false, tb, alpha, beta, trial % 3 == 0, N);
-    }
+    for (int tb = 0; tb < 2; ++tb)
+      for (int cs = 0; cs < 5; ++cs) {
+        ++trial;
+        const float alpha = trial % 2 ? 1.f : -0.75f, beta = std::array{1.f, 0.5f, 0.f}[size_t(trial % 3)];
+        Tensor a = random_tensor(DType::kFloat32, {M, K}, rng);
+        Tensor b = random_tensor(DType::kFloat32, tb ? Shape{N, K} : Shape{K, N}, rng);
+        const Shape sc = std::array{Shape{N}, Shape{1, N}, Shape{}, Shape{M, N}, Shape{M, 1}}[size_t(cs)];
+        Tensor c = random_tensor(DType::kFloat32, sc, rng);
+        const int64_t nan_row = M / 2;
+        a.data<float>()[nan_row * K + K - 1] = std::nanf("");
+        check_gemm_case(a, b, c, sc, false, tb, alpha, beta, trial / 3 % 2 == 0, N);
+      }
   // padded rows: A [M, K] inside [M, K + 3], C [M, N] inside [M, N + 2]
   for (const auto& [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{19, 3, 9}, {64, 1, 16}, {13, 4, 3}}) {
     const int64_t lda = K + 3, ldc = N + 2;

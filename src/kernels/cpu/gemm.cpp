@@ -214,8 +214,10 @@ void small_m(bool trans_b, int64_t N, int64_t K, float alpha, const float* A, in
 // B's rows are the N <= 4 columns of op(B) ([N, K], row stride ldb): C[m, n] = A[m, :] . B[n, :] for
 // rows [m0, m1) of A. Four rows of A at a time, one column at a time: four 8-lane accumulators (a
 // masked load for K's last 1-7 elements), reduced to the four rows' sums in one 4-lane vector.
+// With bias, C's contents are not read: beta * bias[n * bias_stride] takes their place.
 void narrow_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+                 int64_t bias_stride) {
   int64_t m = m0;
 #if OT_GEMV_SIMD
   const int64_t kv = K / 8 * 8;
@@ -247,7 +249,16 @@ void narrow_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, float alpha, cons
       const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));
       __m128 y = _mm_mul_ps(va, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
       float* c = C + m * ldc + n;
-      if (ldc == 1) {
+      if (bias) {
+        if (beta != 0.f) y = _mm_fmadd_ps(vb, _mm_set1_ps(bias[n * bias_stride]), y);
+        if (ldc == 1) {
+          _mm_storeu_ps(c, y);
+        } else {
+          alignas(16) float out[4];
+          _mm_store_ps(out, y);
+          for (int r = 0; r < 4; ++r) c[r * ldc] = out[r];
+        }
+      } else if (ldc == 1) {
         if (beta != 0.f) y = _mm_fmadd_ps(vb, _mm_loadu_ps(c), y);
         _mm_storeu_ps(c, y);
       } else {
@@ -258,13 +269,18 @@ void narrow_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, float alpha, cons
     }
   }
 #endif
-  for (; m < m1; ++m) dot_rows<1, 1>(0, N, K, alpha, A + m * lda, lda, B, ldb, beta, C + m * ldc, ldc);
+  for (; m < m1; ++m) {
+    if (bias)
+      for (int64_t n = 0; n < N; ++n) C[m * ldc + n] = bias[n * bias_stride];
+    dot_rows<1, 1>(0, N, K, alpha, A + m * lda, lda, B, ldb, beta, C + m * ldc, ldc);
+  }
 }
 
 }  // namespace
 
 bool small_n_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+                  int64_t bias_stride) {
   if (N < 1 || N > 4 || K < 1 || (!trans_b && N != 1)) return false;
   // op(B)'s columns as rows: B itself with trans_b, else B's one column (contiguous when ldb == 1)
   const float* rows = B;
@@ -277,7 +293,7 @@ bool small_n_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, co
   // Chunks of at least ~32K multiply-adds per thread, whole eight-row blocks.
   const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / std::max<int64_t>(8 * K * N, 1));
   parallel_for((M + 7) / 8, grain, [&](int64_t b, int64_t e) {
-    narrow_rows(b * 8, std::min(M, e * 8), N, K, alpha, A, lda, rows, row_stride, beta, C, ldc);
+    narrow_rows(b * 8, std::min(M, e * 8), N, K, alpha, A, lda, rows, row_stride, beta, C, ldc, bias, bias_stride);
   });
   return true;
 }

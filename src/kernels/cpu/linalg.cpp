@@ -574,10 +574,11 @@ class GemmKernel final : public Kernel {
     // float16: oneDNN's float32 product of the widened operands (exact), rounded back.
     widen_ = dt == DType::kFloat16 && !tiny_product(M_ * K_ * N_);
     const DType compute = widen_ ? DType::kFloat32 : dt;
-    // A few rows (a classifier at batch 1): matrix-vector products streaming B (small_m_gemm).
-    small_m_ = dt == DType::kFloat32 && !tiny_ && M_ >= 1 && M_ <= 4 && K_ > 0 && N_ > 0 && (!ta_ || M_ == 1);
+    // A few rows (a classifier at batch 1): matrix-vector products streaming B (small_m_gemm), tiny
+    // or not (their grain keeps small ones on one thread).
+    small_m_ = dt == DType::kFloat32 && M_ >= 1 && M_ <= 4 && K_ > 0 && N_ > 0 && (!ta_ || M_ == 1);
     // A few columns (a regression or binary classification head): dot products (small_n_gemm).
-    small_n_ = dt == DType::kFloat32 && !tiny_ && !small_m_ && !ta_ && M_ > 0 && K_ > 0 && N_ >= 1 && N_ <= 4 &&
+    small_n_ = dt == DType::kFloat32 && !small_m_ && !ta_ && M_ > 0 && K_ > 0 && N_ >= 1 && N_ <= 4 &&
                (tb_ || N_ == 1);
     // float32 C of N values added as they are (alpha = beta = 1; how torch.onnx exports nn.Linear,
     // and what inference sessions fuse MatMul + Add into): the primitive's bias, no pass filling Y.
@@ -619,13 +620,19 @@ class GemmKernel final : public Kernel {
       narrow_all(y32, ctx.output(0).data<float16>(), M_ * N_);
       return;
     }
+    if (small_n_ && has_c_ && c_rows_ == 1) {  // C's one row added in the dot products' epilogue
+      small_n_gemm(tb_, M_, N_, K_, alpha_, A.data<float>(), K_, ctx.input(1).data<float>(), ctx.input(1).dim(1),
+                   beta_, ctx.output(0).data<float>(), N_, ctx.input(2).data<float>(), c_cols_ == 1 ? 0 : 1);
+      return;
+    }
     if (small_m_ || small_n_) {
       float* y = ctx.output(0).data<float>();
       const bool use_c = has_c_ && beta_ != 0.f;
       if (use_c) fill_c(ctx.input(2).data<float>(), y);
-      (small_m_ ? small_m_gemm : small_n_gemm)(tb_, M_, N_, K_, alpha_, A.data<float>(), ta_ ? M_ : K_,
-                                               ctx.input(1).data<float>(), ctx.input(1).dim(1), use_c ? beta_ : 0.f,
-                                               y, N_);
+      const float* b = ctx.input(1).data<float>();
+      if (small_m_) small_m_gemm(tb_, M_, N_, K_, alpha_, A.data<float>(), ta_ ? M_ : K_, b, ctx.input(1).dim(1),
+                                 use_c ? beta_ : 0.f, y, N_);
+      else small_n_gemm(tb_, M_, N_, K_, alpha_, A.data<float>(), K_, b, ctx.input(1).dim(1), use_c ? beta_ : 0.f, y, N_);
       return;
     }
     if (op_.valid()) {
