@@ -50,7 +50,8 @@ std::string device_label(int device_type, int device_id) {
 }
 
 [[noreturn]] void throw_unavailable(const std::string& label) {
-  throw_error<InvalidArgument>("device '", label, "' is not available: this onnxtrain build has the CPU provider only");
+  throw_error<InvalidArgument>("device '", label, "' is not available: onnxtrain places tensors on the CPU and, ",
+                               "with its CUDA provider, on cuda:0");
 }
 
 // numpy flag bit (numpy's ndarraytypes.h).
@@ -169,8 +170,10 @@ DType dtype_from_onnx(int onnx_type, const char* what) {
 // ortvalue_from_shape_and_type and ortvalue_from_shape_and_onnx_type (`what`): a new tensor.
 OrtValuePtr from_shape(py::handle shape, DType dt, const OrtDeviceObj& device, const char* what) {
   Shape s = shape_from(shape, what);
-  device_of(device);
-  return ortvalue_from_value(Value::of(Tensor::empty(dt, std::move(s))));
+  const Device d = device_of(device);
+  if (dt == DType::kString && !d.is_host())
+    throw_error<InvalidArgument>(what, ": string tensors live on the CPU only (asked for ", d.name(), ")");
+  return ortvalue_from_value(Value::of(Tensor::empty(dt, std::move(s), device_allocator(d))));
 }
 
 constexpr const char* kFromShape = "ortvalue_from_shape_and_type";
@@ -193,7 +196,10 @@ OrtValuePtr from_numpy_with_onnx_type(py::handle obj, int onnx_type) {
 }
 
 OrtValuePtr from_sequence(py::handle arrays, const OrtDeviceObj& device) {
-  device_of(device);
+  const Device d = device_of(device);
+  if (!d.is_host())
+    throw_error<NotImplemented>("ortvalue_from_sequence: sequences of tensors live on the CPU only (asked for ",
+                                d.name(), ")");
   if (!py::isinstance<py::list>(arrays) && !py::isinstance<py::tuple>(arrays))
     throw_error<InvalidArgument>("ortvalue_from_sequence expects a list of numpy arrays, got ", type_name_of(arrays));
   Value v;
@@ -209,11 +215,21 @@ OrtValuePtr from_sequence(py::handle arrays, const OrtDeviceObj& device) {
   return ortvalue_from_value(std::move(v));
 }
 
+void update_host_tensor(Tensor& t, py::handle values);
+
 void update_inplace(OrtValueObj& v, py::handle values) {
   const char* what = "update_inplace";
   Tensor& t = tensor_of(v, what);
-  if (!t.device().host_accessible()) throw_unavailable(t.device().name());
   if (is_readonly_array(v.owner)) throw_error<InvalidArgument>(what, ": this OrtValue views a read-only numpy array");
+  if (t.device().is_host()) return update_host_tensor(t, values);
+  Tensor staged = Tensor::empty(t.dtype(), t.shape());  // a device's tensor: filled on the host, then copied there
+  update_host_tensor(staged, values);
+  copy_tensor(staged, t);
+}
+
+// update_inplace of a tensor in host memory.
+void update_host_tensor(Tensor& t, py::handle values) {
+  const char* what = "update_inplace";
   py::array src;
   if (py::isinstance<py::array>(values)) {
     src = py::reinterpret_borrow<py::array>(values);
@@ -331,6 +347,9 @@ std::string dl_device_label(const dlpack::DLDevice& d) {
 // Checks the tensor a capsule holds and returns the view of it; throws (leaving the capsule, and
 // so the tensor, to its producer) when onnxtrain cannot use it.
 Tensor check_dl_tensor(const dlpack::DLTensor& d, bool is_bool_tensor) {
+  if (d.device.device_type == dlpack::kCUDA && d.device.device_id == 0 && device_available({Device::Type::kCUDA, 0}))
+    throw_error<NotImplemented>("from_dlpack: tensors on cuda:0 are not taken through DLPack (an OrtValue made "
+                                "by ortvalue_from_numpy(array, 'cuda', 0) copies one to the device)");
   if (d.device.device_type != dlpack::kCPU && d.device.device_type != dlpack::kCUDAHost)
     throw_unavailable(dl_device_label(d.device));
   const DType dt = dtype_from_dl(d.dtype, is_bool_tensor);
@@ -415,6 +434,12 @@ std::string ortvalue_repr(const OrtValueObj& v) {
 
 Device device_of(const OrtDeviceObj& d) {
   if (d.device_type == kOrtCPU) return Device::cpu();
+  if (d.device_type == kOrtGPU) {  // the CUDA provider's device, where the build has it and it answers
+    const Device dev{Device::Type::kCUDA, d.device_id};
+    std::string why;
+    if (!device_available(dev, &why)) throw_error<InvalidArgument>(why);
+    return dev;
+  }
   throw_unavailable(device_label(d.device_type, d.device_id));
 }
 
@@ -445,13 +470,18 @@ std::shared_ptr<void> python_keepalive(py::object o) {
 
 OrtValuePtr ortvalue_from_array(py::handle obj, const OrtDeviceObj& device) {
   const char* what = "ortvalue_from_numpy";
-  device_of(device);
+  const Device d = device_of(device);
   if (!py::isinstance<py::array>(obj))
     throw_error<InvalidArgument>(what, " expects a numpy array, got ", type_name_of(obj));
   auto arr = py::reinterpret_borrow<py::array>(obj);
   const DType dt = array_dtype(arr, what);
   auto out = std::make_shared<OrtValueObj>();
   out->value = Value::of(tensor_view_of(arr, dt, out->owner));
+  if (!d.is_host()) {  // a device's copy of the array (onnxruntime copies too); it owns its memory
+    if (dt == DType::kString) throw_error<InvalidArgument>(what, ": string tensors live on the CPU only (asked for ", d.name(), ")");
+    out->value.tensor = to_device(out->value.tensor, d);
+    out->owner = py::none();
+  }
   return out;
 }
 
@@ -509,7 +539,7 @@ py::object numpy_of(const OrtValueObj& v) {
     case Value::Kind::kTensor: break;
   }
   const Tensor& t = v.value.tensor;
-  if (!t.device().host_accessible()) throw_unavailable(t.device().name());
+  if (!t.device().host_accessible()) return array_from_tensor(to_device(t, Device::cpu()));  // a copy, as onnxruntime's
   py::object a = array_from_tensor(anchored(t, v.owner));
   if (is_readonly_array(v.owner)) a.attr("setflags")(py::arg("write") = false);
   return a;
@@ -518,7 +548,9 @@ py::object numpy_of(const OrtValueObj& v) {
 py::object dlpack_of(const OrtValueObj& v) {
   if (!v.value.is_tensor()) throw_error<InvalidArgument>("to_dlpack needs a tensor; this OrtValue holds ", holds(v.value));
   const Tensor& t = v.value.tensor;
-  if (!t.device().host_accessible()) throw_unavailable(t.device().name());
+  if (!t.device().host_accessible())
+    throw_error<NotImplemented>("to_dlpack: tensors on ", t.device().name(),
+                                " are not exported through DLPack (numpy() copies one to the CPU)");
   const dlpack::DLDataType type = dl_type(t.dtype());
   auto e = std::make_unique<DlpackExport>();
   e->tensor = anchored(t, v.owner);
@@ -782,9 +814,11 @@ void bind_ortvalue(py::module_& m) {
           [](const OrtValueObj& v) {
             if (!v.value.is_tensor())
               throw_error<InvalidArgument>("__dlpack_device__ needs a tensor; this OrtValue holds ", holds(v.value));
+            const Device& d = v.value.tensor.device();
+            if (d.type == Device::Type::kCUDA) return py::make_tuple(int(dlpack::kCUDA), d.index);
             return py::make_tuple(int(dlpack::kCPU), 0);
           },
-          "DLPack protocol: (device type, device id), (1, 0) for the CPU.")
+          "DLPack protocol: (device type, device id): (1, 0) for the CPU, (2, id) for cuda:id.")
       .def("__repr__", &ortvalue_repr, "OrtValue(data_type='tensor(float)', shape=[2, 3]).");
 
   py::class_<OrtValueVectorObj, std::shared_ptr<OrtValueVectorObj>>(m, "OrtValueVector",

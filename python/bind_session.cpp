@@ -37,6 +37,7 @@ struct IOBindingObj {
       run;
   std::vector<std::pair<std::string, OrtValuePtr>> inputs;
   std::vector<std::pair<std::string, OrtValuePtr>> outputs;  // value: the preallocated buffer, or null (the run allocates)
+  std::vector<std::pair<std::string, Device>> output_devices;  // where bind_output(name, device) asked a new output to go
   std::vector<OrtValuePtr> results;
   std::vector<std::string> sparse_outputs;  // outputs the session declares sparse_tensor (results: sparse OrtValues)
   std::vector<std::pair<std::string, std::string>> sparse_inputs;  // PySession::sparse_inputs
@@ -434,6 +435,7 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
   // binding holds by then).
   const auto inputs = b.inputs;
   const auto outputs = b.outputs;
+  const auto output_devices = b.output_devices;
   for (const auto& [n, v] : outputs)
     if (v && ortvalue_is_readonly(*v))
       throw_error<InvalidArgument>("run_with_iobinding: output '", n, "' is bound to read-only memory");
@@ -455,6 +457,10 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
     const OrtValuePtr pre = i < outputs.size() ? outputs[i].second : nullptr;
     if (!pre) {
       const bool sp = i < sparse.size() && sparse[i];
+      const Device* to = nullptr;  // bind_output(name, device) on a device: the result moves there
+      for (const auto& [n, d] : output_devices)
+        if (n == names[i] && !d.is_host()) to = &d;
+      if (to && out[i].is_tensor() && !sp) out[i].tensor = to_device(out[i].tensor, *to);
       results.push_back(sp ? ortvalues_of({std::move(out[i])}, {true})[0] : ortvalue_from_value(std::move(out[i])));
       continue;
     }
@@ -463,7 +469,7 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
       throw_error<InvalidArgument>("output '", names[i], "' is ",
                                    out[i].is_tensor() ? out[i].tensor.describe() : std::string("not a tensor"),
                                    " but the buffer bound to it is ", dst.describe());
-    if (out[i].tensor.raw_data() != dst.raw_data()) dst.copy_from(out[i].tensor);  // not written in place
+    if (out[i].tensor.raw_data() != dst.raw_data()) copy_tensor(out[i].tensor, dst);  // not written in place
     results.push_back(pre);
   }
   b.results = std::move(results);
@@ -570,8 +576,9 @@ void bind_session(py::module_& m) {
             if (feed_names.size() != feeds.values.size())
               throw_error<InvalidArgument>("run_with_ortvaluevector: ", feed_names.size(), " feed names for ",
                                            feeds.values.size(), " values");
+            std::vector<Device> to;  // onnxruntime's fetch devices: where each output goes
             if (!fetch_devices.is_none())
-              for (auto d : fetch_devices) device_of(d.cast<OrtDeviceObj&>());
+              for (auto d : fetch_devices) to.push_back(device_of(d.cast<OrtDeviceObj&>()));
             // The run releases the GIL: the values are held here, not read through `feeds` (which
             // another thread may change meanwhile).
             const std::vector<OrtValuePtr> held = feeds.values;
@@ -583,7 +590,10 @@ void bind_session(py::module_& m) {
               f.emplace_back(feed_names[i], &feed_value(*held[i], feed_names[i], owned));
             }
             const std::vector<std::string> names = names_or_all(s, fetch_names);
-            fetches.values = ortvalues_of(run_session(s, names, f, ro.get()), sparse_outputs(s.get(), names));
+            std::vector<Value> out = run_session(s, names, f, ro.get());
+            for (size_t i = 0; i < out.size() && i < to.size(); ++i)
+              if (!to[i].is_host() && out[i].is_tensor()) out[i].tensor = to_device(out[i].tensor, to[i]);
+            fetches.values = ortvalues_of(std::move(out), sparse_outputs(s.get(), names));
           },
           py::arg("run_options"), py::arg("feed_names"), py::arg("feeds"), py::arg("fetch_names"), py::arg("fetches"),
           py::arg("fetch_devices") = py::none(),
@@ -671,10 +681,11 @@ void bind_session(py::module_& m) {
       .def(
           "bind_output",
           [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device) {
-            device_of(device);
+            set_by_name(b.output_devices, name, device_of(device));
             set_by_name(b.outputs, name, OrtValuePtr{});
           },
-          py::arg("name"), py::arg("device"), "Binds output `name` to a device; the run allocates it.")
+          py::arg("name"), py::arg("device"),
+          "Binds output `name` to a device; the run allocates it (on a device: a copy of the host result).")
       .def(
           "bind_output",
           [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device, py::object element_type,
@@ -712,8 +723,8 @@ void bind_session(py::module_& m) {
                 continue;
               }
               Value c = r->value;
-              if (c.is_tensor()) c.tensor = c.tensor.clone();
-              for (auto& t : c.sequence) t = t.clone();
+              if (c.is_tensor()) c.tensor = to_device(c.tensor, Device::cpu());
+              for (auto& t : c.sequence) t = to_device(t, Device::cpu());
               l.append(value_to_python(std::move(c)));
             }
             return l;
@@ -722,10 +733,13 @@ void bind_session(py::module_& m) {
       .def("clear_binding_inputs", [](IOBindingObj& b) { b.inputs.clear(); })
       .def("clear_binding_outputs", [](IOBindingObj& b) {
         b.outputs.clear();
+        b.output_devices.clear();
         b.results.clear();
       })
-      .def("synchronize_inputs", [](IOBindingObj&) {}, "CPU memory is always in sync: nothing to wait for.")
-      .def("synchronize_outputs", [](IOBindingObj&) {}, "CPU memory is always in sync: nothing to wait for.");
+      .def("synchronize_inputs", [](IOBindingObj&) {},
+           "Nothing to wait for: copies to and from a device are finished when they return.")
+      .def("synchronize_outputs", [](IOBindingObj&) {},
+           "Nothing to wait for: a run's outputs, on the CPU or a device, are complete when it returns.");
 
   m.def("get_available_providers", &get_available_providers,
         "Execution providers this build can run now, in preference order (the CPU provider last).");

@@ -41,8 +41,12 @@ Tensor indices_of(const py::array_t<T>& idx) {
                       Shape(idx.shape(), idx.shape() + idx.ndim()), const_cast<T*>(idx.data()), python_keepalive(idx));
 }
 
-// A from_numpy factory's device: the CPU only (device_of names any other).
-void check_device(const OrtDeviceObj& d) { device_of(d); }
+// A from_numpy factory's device: the CPU only (device_of names a device this build cannot use).
+void check_device(const OrtDeviceObj& d) {
+  const Device dev = device_of(d);
+  if (!dev.is_host())
+    throw_error<NotImplemented>("SparseTensor: sparse tensors live on the CPU only (asked for ", dev.name(), ")");
+}
 
 Shape dense_shape_of(const std::vector<int64_t>& dims) {
   for (size_t i = 0; i < dims.size(); ++i)

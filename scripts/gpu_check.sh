@@ -8,13 +8,16 @@
 #   sanitizer  the whole suite under compute-sanitizer (memcheck), 8 shards (SAN_FILTER narrows it)
 #   golden     PyTorch golden runs: torch on CUDA vs `onnxtrain train --provider cuda` (and on the
 #              CPU), scripts/gpu_golden.py
+#   python     the Python module built there for its python3 (scripts/gpu_pymodule.sh), then
+#              tests/python/test_cuda_values.py (OrtValues, IOBinding and sessions on "cuda") and
+#              the CPU session and value tests under that Python
 #   bench      BERT-base-like and ResNet-50 training steps vs PyTorch eager (bench/cuda_step.py), alone
 #              on the GPU
-# suite, sanitizer and golden run side by side; bench runs after them.
+# suite, sanitizer, golden and python run side by side; bench runs after them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu_check_out}
-STAGES=${STAGES:-device suite sanitizer golden bench}
+STAGES=${STAGES:-device suite sanitizer golden python bench}
 BENCH_ARGS=${BENCH_ARGS:---profile}
 mkdir -p "$OUT"
 PACK=${PACK:-.gpu/pack.tar.xz}
@@ -76,6 +79,17 @@ fi
 if has golden; then
   ( timeout ${GOLDEN_TIMEOUT:-170} python3 scripts/gpu_golden.py --exe "$B/onnxtrain" --work "$W/golden" > "$OUT/golden.log" 2>&1; echo "rc $?" >> "$OUT/golden.log" ) &
 fi
+if has python; then
+  ( set -o pipefail
+    CUBLASLT="$LT" timeout ${PY_BUILD_TIMEOUT:-200} bash scripts/gpu_pymodule.sh "$B" "$W/py" 2>&1 | tail -30 > "$OUT/python.log"
+    rc=$?
+    echo "build rc $rc" >> "$OUT/python.log"
+    if [ $rc -eq 0 ]; then
+      PYTHONPATH="$W/py" timeout ${PY_TEST_TIMEOUT:-150} "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider -rs \
+        tests/python/test_cuda_values.py tests/python/test_ortvalue.py tests/python/test_ort_session.py 2>&1 | tail -40 >> "$OUT/python.log"
+      echo "pytest rc $?" >> "$OUT/python.log"
+    fi ) &
+fi
 wait
 suite_s=$((SECONDS - start))
 if has suite; then cat "$W"/shard_*.log > "$OUT/suite.log"; fi
@@ -106,6 +120,7 @@ fi
     grep -h -B2 -A6 'Invalid __global__\|Program hit' "$W"/san_*.log | head -40
   fi
   if has golden; then echo "== golden"; tail -12 "$OUT/golden.log"; fi
+  if has python; then echo "== python"; grep -E 'gpu_pymodule|rc [0-9]|passed|failed|FAILED|Error' "$OUT/python.log" | head -30; fi
   if has bench; then echo "== bench"; tail -8 "$OUT/bench.log"; fi
 } > "$OUT/summary.txt"
 cat "$OUT/summary.txt"

@@ -21,6 +21,12 @@ ldd .gpu/pack/onnxtrain_tests | awk '/=> \// {print $3}' | while read -r lib; do
     *) cp -L "$lib" .gpu/pack/lib/ ;;
   esac
 done
+# What scripts/gpu_pymodule.sh builds the Python module from there: the static library (without
+# its debug sections), the generated headers, the CUDA runtime this build was linked with.
+strip --strip-debug -o .gpu/pack/libonnxtrain_static.a "$BUILD_DIR/libonnxtrain_static.a"
+cp -r "$BUILD_DIR/generated" .gpu/pack/generated
+CUDART=$(find /usr/local/cuda/lib /usr/local/cuda/lib64 -name libcudart_static.a 2>/dev/null | head -1)
+cp "$CUDART" .gpu/pack/libcudart_static.a
 git rev-parse HEAD > .gpu/pack/commit.txt
 git status --short >> .gpu/pack/commit.txt
 tar -C .gpu -cJf .gpu/pack.tar.xz pack && rm -rf .gpu/pack

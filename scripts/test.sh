@@ -31,6 +31,20 @@ if [ -x "$NVCC" ]; then
      cmake --build build-cuda --target onnxtrain_tests -j "$(nproc)"; then
     (cd build-cuda && ./onnxtrain_tests --gtest_filter='CudaProvider.*:CudaHostRules.*:OpCoverage.*') 2>&1 | tee build/cuda.log || status=1
     echo "[onnxtrain] CUDA build: compiled; $(grep -E '^\[  (PASSED|SKIPPED|FAILED)  ?\] [0-9]+ test' build/cuda.log | tr '\n' ' ')" | tee -a "$summary"
+    # gpu_check.sh's python stage rehearsed with this machine's python3: the pack as it travels
+    # (scripts/gpu_pack.sh), the bindings compiled against it (scripts/gpu_pymodule.sh), then the
+    # device value tests (skipped without a GPU) and the session and value tests under that module.
+    r=build/gpu_rehearsal
+    if BUILD_DIR=build-cuda bash scripts/gpu_pack.sh > build/gpu_rehearsal.log 2>&1 && rm -rf "$r" && mkdir -p "$r" &&
+       tar -C "$r" -xJf .gpu/pack.tar.xz && PYTHON=/usr/bin/python3 bash scripts/gpu_pymodule.sh "$r/pack" "$r/py" >> build/gpu_rehearsal.log 2>&1 &&
+       LD_LIBRARY_PATH="$r/pack/lib" PYTHONPATH="$r/py" /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs \
+         tests/python/test_cuda_values.py tests/python/test_ortvalue.py tests/python/test_ort_session.py >> build/gpu_rehearsal.log 2>&1; then
+      echo "[onnxtrain] GPU Python module rehearsal: built from the pack; $(tail -n 1 build/gpu_rehearsal.log)" | tee -a "$summary"
+    else
+      status=1
+      tail -n 30 build/gpu_rehearsal.log
+      echo "[onnxtrain] GPU Python module rehearsal: FAILED (build/gpu_rehearsal.log)" | tee -a "$summary"
+    fi
   else
     status=1
     echo "[onnxtrain] CUDA build: FAILED to compile" | tee -a "$summary"

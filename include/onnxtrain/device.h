@@ -41,4 +41,10 @@ class Allocator {
 /// The host allocator (64-byte aligned by default).
 Allocator& cpu_allocator();
 
+/// Whether this build can place memory on `device` now (the host always; cuda:0 where the build
+/// has the CUDA provider and a device answers); otherwise false with the reason in `why`.
+bool device_available(const Device& device, std::string* why = nullptr);
+/// The allocator of `device`; throws InvalidArgument with the reason where !device_available.
+Allocator& device_allocator(const Device& device);
+
 }  // namespace onnxtrain

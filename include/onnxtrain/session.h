@@ -158,7 +158,8 @@ class InferenceSession {
   std::vector<NodeArg> get_overridable_initializers() const;
 
   /// Runs the model. `output_names` empty means all outputs. Throws InvalidArgument naming any
-  /// unknown, missing or mistyped input.
+  /// unknown, missing or mistyped input. A feed on a device is copied to the host first (the
+  /// plan reads feeds there); outputs are host tensors.
   std::vector<Tensor> run(const std::vector<std::string>& output_names,
                           const std::vector<std::pair<std::string, Tensor>>& feeds);
   /// Same, for models with sequence or optional inputs/outputs.
@@ -169,8 +170,8 @@ class InferenceSession {
                                 const std::vector<std::pair<std::string, const Value*>>& feeds,
                                 const RunOptions& run_options);
   /// Same, into the caller's buffers (onnxruntime's IOBinding with preallocated outputs): where
-  /// buffers[i] is a tensor with output i's type, shape and device, the run writes output i into
-  /// its memory and returns that tensor; otherwise (no buffer, another type or shape, memory shared
+  /// buffers[i] is a tensor with output i's type and shape, the run writes output i into its
+  /// memory (a buffer on a device by a copy of the host result) and returns that tensor; otherwise (no buffer, another type or shape, memory shared
   /// with a feed or another buffer, or an output the graph does not compute, such as an input
   /// passed through) a new value is returned and the buffer is left as it was.
   std::vector<Value> run_into(const std::vector<std::string>& output_names,

@@ -144,4 +144,12 @@ Tensor Tensor::from_vector(Shape shape, const std::vector<T>& values) {
 }
 // std::vector<bool> has no contiguous storage; the generic loop above handles it element-wise.
 
+/// Copies `src`'s elements into `dst` (same dtype and element count) whatever devices they live on
+/// (the host or a device this build serves: device memory moves through its provider), and
+/// returns once the copy is done. Throws InvalidArgument for mismatched tensors, string tensors
+/// off the host, or a device that is not available.
+void copy_tensor(const Tensor& src, Tensor& dst);
+/// A copy of `t` on `device` (a new tensor, even where `t` is already there).
+Tensor to_device(const Tensor& t, const Device& device);
+
 }  // namespace onnxtrain

@@ -167,7 +167,8 @@ class TrainingSession {
   TrainingSession& operator=(TrainingSession&&) noexcept;
 
   /// One training step. `output_names` empty: the model's outputs. Feeds: the model inputs plus
-  /// the learning rate (float32 [1]) under lr_params_feed_name.
+  /// the learning rate (float32 [1]) under lr_params_feed_name; those on a device are copied to
+  /// the host first.
   std::vector<Value> run(const std::vector<std::string>& output_names,
                          const std::vector<std::pair<std::string, Value>>& feeds);
   /// Same, writing into `outputs`: tensors it already holds with the right type and shape (those of

@@ -1,5 +1,6 @@
 #include "onnxtrain/session.h"
 
+#include <deque>
 #include <optional>
 
 #include "api/session_impl.h"
@@ -195,7 +196,10 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
                                                const RunOptions* run_options, std::vector<Value>* lent) {
   const int64_t run_start = profiler.active() ? runtime::now_ns() : 0;
   std::vector<const Value*> ins(exec->input_names().size(), nullptr);
-  for (const auto& [name, v] : feeds) {
+  std::deque<Value> host_copies;  // feeds on a device, copied to the host the plan reads them from
+  for (const auto& [name, fed] : feeds) {
+    const Value* v = fed;
+    if (runtime::off_host(*v)) v = &host_copies.emplace_back(runtime::on_host(*v));
     auto it = input_index.find(name);
     if (it == input_index.end()) {
       std::string names;
@@ -237,8 +241,21 @@ std::vector<Value> InferenceSession::Impl::run(const std::vector<std::string>& o
   {
     runtime::ScopedRunHooks scope(hooks.terminate || hooks.on_node ? &hooks : nullptr);
     if (lent) {
+      // Buffers on a device: the run's host result is copied into them afterwards.
+      std::vector<Value> on_device(lent->size());
+      for (size_t i = 0; i < lent->size(); ++i)
+        if ((*lent)[i].is_tensor() && runtime::off_host((*lent)[i])) std::swap(on_device[i], (*lent)[i]);
       result = std::move(*lent);
       ex->run_into(ins, outs, result);
+      for (size_t i = 0; i < on_device.size() && i < result.size(); ++i) {
+        const Value& b = on_device[i];
+        if (!b.is_tensor() || !result[i].is_tensor() || result[i].tensor.dtype() != b.tensor.dtype() ||
+            result[i].tensor.shape() != b.tensor.shape())
+          continue;
+        Tensor dst = b.tensor;
+        copy_tensor(result[i].tensor, dst);
+        result[i] = b;
+      }
     } else {
       result = ex->run(ins, outs);
     }

@@ -444,25 +444,25 @@ TrainingSession::~TrainingSession() = default;
 TrainingSession::TrainingSession(TrainingSession&&) noexcept = default;
 TrainingSession& TrainingSession::operator=(TrainingSession&&) noexcept = default;
 
-std::vector<Value> TrainingSession::run(const std::vector<std::string>& output_names,
-                                        const std::vector<std::pair<std::string, Value>>& feeds) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+// Feeds on a device are copied to the host (runtime::host_feeds): the plans read every feed there,
+// and the host reads the learning rate and the loss scale.
+std::vector<Value> TrainingSession::run(const std::vector<std::string>& names, const runtime::Feeds& feeds) {
   std::vector<Value> results;
-  impl_->run_train(output_names, feeds, results);
+  run(names, feeds, results);
   return results;
 }
 
-void TrainingSession::run(const std::vector<std::string>& output_names,
-                          const std::vector<std::pair<std::string, Value>>& feeds, std::vector<Value>& outputs) {
+void TrainingSession::run(const std::vector<std::string>& names, const runtime::Feeds& feeds, std::vector<Value>& out) {
+  runtime::Feeds copies;
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->run_train(output_names, feeds, outputs);
+  impl_->run_train(names, runtime::host_feeds(feeds, copies), out);
 }
 
-std::vector<Value> TrainingSession::eval(const std::vector<std::string>& output_names,
-                                         const std::vector<std::pair<std::string, Value>>& feeds) {
+std::vector<Value> TrainingSession::eval(const std::vector<std::string>& names, const runtime::Feeds& feeds) {
+  runtime::Feeds copies;
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->state_to_host();
-  return impl_->run_eval(output_names, feeds);
+  return impl_->run_eval(names, runtime::host_feeds(feeds, copies));
 }
 
 std::vector<NodeArg> TrainingSession::get_inputs() const {

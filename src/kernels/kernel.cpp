@@ -1,5 +1,8 @@
 #include "kernels/kernel.h"
 
+#include <map>
+#include <mutex>
+
 #include <onnx/defs/schema.h>
 
 #include "ir/opset_lower.h"
@@ -316,6 +319,43 @@ ExecutionProvider* find_execution_provider(const std::string& name, std::string*
     return nullptr;
   }
   if (why) *why = "unknown execution provider '" + name + "' (known: CUDAExecutionProvider, CPUExecutionProvider)";
+  return nullptr;
+}
+
+namespace {
+std::mutex& registered_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<Device, ExecutionProvider*>& registered_providers() {
+  static std::map<Device, ExecutionProvider*> m;
+  return m;
+}
+}  // namespace
+
+void register_device_provider(ExecutionProvider& p) {
+  std::lock_guard<std::mutex> lock(registered_mu());
+  registered_providers()[p.device()] = &p;
+}
+
+ExecutionProvider* provider_of_device(const Device& device, std::string* why) {
+  if (device.is_host()) return &cpu_provider();
+  {
+    std::lock_guard<std::mutex> lock(registered_mu());
+    auto it = registered_providers().find(device);
+    if (it != registered_providers().end()) return it->second;
+  }
+  if (device.type == Device::Type::kCUDA) {
+    if (device.index != 0) {
+      if (why) *why = "device '" + device.name() + "' is not available: the CUDA provider serves cuda:0 only";
+      return nullptr;
+    }
+    std::string reason;
+    ExecutionProvider* p = find_execution_provider("CUDAExecutionProvider", &reason);
+    if (!p && why) *why = "device '" + device.name() + "' is not available (" + reason + ")";
+    return p;
+  }
+  if (why) *why = "device '" + device.name() + "' is not served by any execution provider of this build";
   return nullptr;
 }
 

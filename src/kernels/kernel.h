@@ -373,5 +373,11 @@ ExecutionProvider& cpu_provider();
 ExecutionProvider* find_execution_provider(const std::string& name, std::string* why = nullptr);
 /// The providers this build has and whose device answers now, in preference order (the CPU last).
 std::vector<std::string> available_execution_providers();
+/// The provider whose memory domain is `device`: the CPU provider for the host, the CUDA provider
+/// for cuda:0 (where the build has it and a device answers), or one made known with
+/// register_device_provider; otherwise null with the reason in `why`.
+ExecutionProvider* provider_of_device(const Device& device, std::string* why = nullptr);
+/// Makes `p` the provider of p.device() for provider_of_device (tests: a second host device).
+void register_device_provider(ExecutionProvider& p);
 
 }  // namespace onnxtrain

@@ -87,6 +87,32 @@ void check_feed(const ir::ValueInfo& decl, const Value& v, bool check_shape) {
   }
 }
 
+bool off_host(const Value& v) {
+  auto off = [](const Tensor& t) { return t.defined() && !t.device().is_host(); };
+  if (v.kind == Value::Kind::kTensor) return off(v.tensor);
+  for (const Tensor& t : v.sequence)
+    if (off(t)) return true;
+  return false;
+}
+
+Value on_host(const Value& v) {
+  Value r = v;
+  auto host = [](Tensor& t) {
+    if (t.defined() && !t.device().is_host()) t = to_device(t, Device::cpu());
+  };
+  if (r.kind == Value::Kind::kTensor) host(r.tensor);
+  for (Tensor& t : r.sequence) host(t);
+  return r;
+}
+
+const Feeds& host_feeds(const Feeds& feeds, Feeds& copies) {
+  bool any = false;
+  for (const auto& f : feeds) any = any || off_host(f.second);
+  if (!any) return feeds;
+  for (const auto& [n, v] : feeds) copies.emplace_back(n, off_host(v) ? on_host(v) : v);
+  return copies;
+}
+
 std::string join_names(const std::vector<std::string>& names) {
   std::string r;
   for (const auto& n : names) r += (r.empty() ? "" : ", ") + n;

@@ -61,9 +61,11 @@ std::string mlp_model(uint32_t seed) {
 }
 
 // Runs `steps` training steps of the MLP with `optimizer` on `providers`, the weights scaled by 0.9
-// through get_state / load_state halfway; returns the losses and the final state.
+// through get_state / load_state halfway, every feed (the learning rate too) placed on
+// `feed_device`; returns the losses and the final state.
 std::pair<std::vector<double>, std::vector<std::pair<std::string, Tensor>>> train_mlp(
-    const std::vector<std::string>& providers, const std::string& optimizer, int steps) {
+    const std::vector<std::string>& providers, const std::string& optimizer, int steps,
+    const Device& feed_device = Device::cpu()) {
   const std::string model = mlp_model(7);
   TrainingParameters p;
   p.loss_output_name = "loss";
@@ -78,8 +80,11 @@ std::pair<std::vector<double>, std::vector<std::pair<std::string, Tensor>>> trai
     Tensor X = ot_test::random_tensor(DType::kFloat32, {64, 16}, rng);
     Tensor label = Tensor::empty(DType::kInt64, {64});
     for (int64_t k = 0; k < 64; ++k) label.data<int64_t>()[k] = int64_t(rng() % 4);
-    auto out = s.run({"loss"}, {{"X", Value::of(X)}, {"label", Value::of(label)},
-                                {"Learning_Rate", Value::of(Tensor::from_vector<float>({1}, {0.05f}))}});
+    const Tensor lr = Tensor::from_vector<float>({1}, {0.05f});
+    auto out = s.run({"loss"}, {{"X", Value::of(to_device(X, feed_device))},
+                                {"label", Value::of(to_device(label, feed_device))},
+                                {"Learning_Rate", Value::of(to_device(lr, feed_device))}});
+    EXPECT_TRUE(out[0].tensor.device().is_host());
     losses.push_back(ot_test::to_double(out[0].tensor)[0]);
     if (i == steps / 2) {
       // The host reads and writes the state mid-training: on CUDA it lives on the device between
@@ -181,6 +186,135 @@ TEST(CudaProvider, TrainingStepsMatchTheCpu) {
       EXPECT_LT(worst, 1e-3) << opt << ": " << cpu_state[k].first;
     }
   }
+}
+
+// Tensors on a device outside a session (copy_tensor, to_device: what OrtValues on "cuda" move
+// through), shown on the test provider's cpu:1, a device of its own in host memory whose provider
+// counts its copies: a round trip keeps every bit, the copies go through the provider, and
+// mismatched tensors, strings off the host and devices nobody serves are refused by name.
+TEST(DeviceTensors, CopiesGoThroughTheDevicesProvider) {
+  ot_test::TestProvider& tp = ot_test::test_provider();
+  const Device dev{Device::Type::kCPU, 1};
+  std::string why;
+  EXPECT_TRUE(device_available(dev, &why)) << why;
+  std::mt19937 rng(5);
+  for (DType dt : {DType::kFloat32, DType::kInt64, DType::kBool, DType::kFloat16}) {
+    const Tensor host = ot_test::random_tensor(dt, {3, 7}, rng);
+    const long before = tp.copies.load();
+    const Tensor there = to_device(host, dev);
+    EXPECT_EQ(there.device(), dev);
+    EXPECT_NE(there.raw_data(), host.raw_data());
+    const Tensor back = to_device(there, Device::cpu());
+    EXPECT_TRUE(back.device().is_host());
+    EXPECT_TRUE(ot_test::same_bits(host, back)) << dtype_name(dt);
+    EXPECT_EQ(tp.copies.load() - before, 2) << "both copies go through the device's provider";
+  }
+  Tensor small = Tensor::empty(DType::kFloat32, {2}, device_allocator(dev));
+  auto expect_refused = [](auto&& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "expected an error naming: " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_refused([&] { copy_tensor(Tensor::zeros(DType::kFloat32, {3}), small); }, "element types and counts must match");
+  expect_refused([&] { copy_tensor(Tensor::zeros(DType::kInt32, {2}), small); }, "element types and counts must match");
+  Tensor strings = Tensor::empty(DType::kString, {1});
+  expect_refused([&] { to_device(strings, dev); }, "string tensors live in host memory only");
+  const Device nobody{Device::Type::kCPU, 7};
+  EXPECT_FALSE(device_available(nobody, &why));
+  EXPECT_NE(why.find("'cpu:7' is not served by any execution provider"), std::string::npos) << why;
+  expect_refused([&] { device_allocator(nobody); }, "cpu:7");
+  expect_refused([&] { to_device(small, nobody); }, "cpu:7");
+  const Device cuda1{Device::Type::kCUDA, 1};
+  EXPECT_FALSE(device_available(cuda1, &why));
+  EXPECT_NE(why.find("cuda:1"), std::string::npos) << why;
+  std::string no_cuda;
+  if (!ot_test::cuda_axis_available(&no_cuda)) {
+    EXPECT_FALSE(device_available({Device::Type::kCUDA, 0}, &why));
+    EXPECT_NE(why.find("CUDAExecutionProvider is not available"), std::string::npos) << why;
+  }
+}
+
+// Feeds on a device (cpu:1 here; "cuda" OrtValues and IOBinding in Python): a session's plan reads
+// its feeds from the host, so they are copied there first, the learning rate too, and the results
+// are the host feeds' bit for bit; an output buffer on the device receives a copy of the host result
+// and comes back as that buffer.
+TEST(DeviceTensors, SessionsTakeFeedsAndBuffersOnADevice) {
+  const Device dev{Device::Type::kCPU, 1};
+  ot_test::TestProvider& tp = ot_test::test_provider();
+  const std::string model = mlp_model(5);
+  InferenceSession s(model.data(), model.size(), SessionOptions{});
+  std::mt19937 rng(2);
+  const Tensor X = ot_test::random_tensor(DType::kFloat32, {9, 16}, rng);
+  const Tensor label = Tensor::from_vector<int64_t>({9}, {0, 1, 2, 3, 0, 1, 2, 3, 0});
+  const auto host = s.run({"loss", "y"}, {{"X", X}, {"label", label}});
+  const Value Xd = Value::of(to_device(X, dev)), labeld = Value::of(to_device(label, dev));
+  long before = tp.copies.load();
+  const auto fed = s.run({"loss", "y"}, {{"X", Xd.tensor}, {"label", labeld.tensor}});
+  EXPECT_EQ(tp.copies.load() - before, 2) << "each device feed copied to the host once";
+  ASSERT_EQ(fed.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(fed[i].device().is_host());
+    EXPECT_TRUE(ot_test::same_bits(host[i], fed[i])) << "output " << i;
+  }
+  Tensor buffer = Tensor::empty(DType::kFloat32, {9, 4}, device_allocator(dev));
+  const void* mem = buffer.raw_data();
+  RunOptions ro;
+  before = tp.copies.load();
+  auto into = s.run_into({"y"}, {{"X", &Xd}, {"label", &labeld}}, ro, {Value::of(buffer)});
+  ASSERT_EQ(into.size(), 1u);
+  EXPECT_EQ(into[0].tensor.raw_data(), mem) << "the device buffer is handed back";
+  EXPECT_EQ(into[0].tensor.device(), dev);
+  EXPECT_EQ(tp.copies.load() - before, 3) << "two feeds in, one output out";
+  EXPECT_TRUE(ot_test::same_bits(host[1], to_device(into[0].tensor, Device::cpu())));
+  // A buffer of another shape is left as it was; the result is a new host tensor.
+  Tensor wrong = Tensor::empty(DType::kFloat32, {3, 4}, device_allocator(dev));
+  into = s.run_into({"y"}, {{"X", &Xd}, {"label", &labeld}}, ro, {Value::of(wrong)});
+  EXPECT_TRUE(into[0].tensor.device().is_host());
+  EXPECT_TRUE(ot_test::same_bits(host[1], into[0].tensor));
+  // Training: every feed on the device, the learning rate included (read by the host).
+  for (const std::string opt : {"SGDOptimizer", "AdamOptimizer"}) {
+    const auto [host_losses, host_state] = train_mlp({}, opt, 4);
+    const auto [dev_losses, dev_state] = train_mlp({}, opt, 4, dev);
+    EXPECT_EQ(host_losses, dev_losses) << opt;
+    ASSERT_EQ(host_state.size(), dev_state.size());
+    for (size_t k = 0; k < host_state.size(); ++k)
+      EXPECT_TRUE(ot_test::same_bits(host_state[k].second, dev_state[k].second)) << opt << ": " << host_state[k].first;
+  }
+}
+
+// The same on cuda:0: a round trip of every element type through to_device, and a session fed
+// device tensors (the CUDA provider's and the CPU's nodes) with an output buffer on the device.
+TEST(CudaProvider, DeviceFeedsAndBuffersMatchHostOnes) {
+  SKIP_WITHOUT_CUDA();
+  const Device dev{Device::Type::kCUDA, 0};
+  std::mt19937 rng(4);
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kInt64, DType::kBool, DType::kUInt8})
+    for (int64_t n : {int64_t(0), int64_t(5), int64_t(1) << 18}) {
+      const Tensor host = ot_test::random_tensor(dt, {n}, rng);
+      const Tensor there = to_device(host, dev);
+      EXPECT_EQ(there.device(), dev);
+      EXPECT_TRUE(ot_test::same_bits(host, to_device(there, Device::cpu()))) << dtype_name(dt) << " x " << n;
+    }
+  const std::string model = mlp_model(5);
+  SessionOptions so;
+  so.providers = {"CUDAExecutionProvider", "CPUExecutionProvider"};
+  InferenceSession s(model.data(), model.size(), so);
+  const Tensor X = ot_test::random_tensor(DType::kFloat32, {17, 16}, rng);
+  const Tensor label = Tensor::zeros(DType::kInt64, {17});
+  const auto host = s.run({"y"}, {{"X", X}, {"label", label}});
+  const Value Xd = Value::of(to_device(X, dev)), labeld = Value::of(to_device(label, dev));
+  Tensor buffer = Tensor::empty(DType::kFloat32, {17, 4}, device_allocator(dev));
+  RunOptions ro;
+  auto into = s.run_into({"y"}, {{"X", &Xd}, {"label", &labeld}}, ro, {Value::of(buffer)});
+  EXPECT_EQ(into[0].tensor.raw_data(), buffer.raw_data());
+  EXPECT_TRUE(ot_test::same_bits(host[0], to_device(into[0].tensor, Device::cpu())));
+  const auto [host_losses, host_state] = train_mlp({"CUDAExecutionProvider", "CPUExecutionProvider"}, "AdamOptimizer", 4);
+  const auto [dev_losses, dev_state] =
+      train_mlp({"CUDAExecutionProvider", "CPUExecutionProvider"}, "AdamOptimizer", 4, dev);
+  EXPECT_EQ(host_losses, dev_losses);
 }
 
 // TrainingSession::node_assignment (what bench_cuda_step reports: which nodes ran where): empty

@@ -118,7 +118,11 @@ void TestProvider::copy(const Tensor& src, Tensor& dst, DeviceContext&) {
 }
 
 TestProvider& test_provider() {
-  static TestProvider p;
+  static TestProvider& p = []() -> TestProvider& {
+    static TestProvider made;
+    register_device_provider(made);  // cpu:1 for copy_tensor, to_device and device feeds
+    return made;
+  }();
   return p;
 }
 

@@ -57,8 +57,9 @@ class OrtValue:
     @staticmethod
     def ortvalue_from_numpy(numpy_obj, device_type="cpu", device_id=0):
         """An OrtValue over a numpy array. On the CPU it shares the array's memory when the array is
-        C-contiguous (otherwise it holds a converted copy); strings are copied. Other devices raise
-        InvalidArgument in this CPU-only build."""
+        C-contiguous (otherwise it holds a converted copy); strings are copied. On ``'cuda'`` (a
+        build with the CUDA provider and a device) it holds a device copy of the array; a device
+        this build cannot use raises InvalidArgument naming why."""
         c_value = C.OrtValue.ortvalue_from_numpy(numpy_obj, _c_device(device_type, device_id))
         return OrtValue(c_value, numpy_obj if device_type.lower() == "cpu" else None)
 
