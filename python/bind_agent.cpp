@@ -26,13 +26,8 @@ struct OrtValueCacheObj {
 };
 
 void check_devices(const std::vector<std::shared_ptr<OrtDeviceObj>>& devices) {
-  for (const auto& d : devices) {
-    if (!d) continue;
-    const Device dev = device_of(*d);  // InvalidArgument for a device this build cannot use
-    if (!dev.is_host())
-      throw_error<NotImplemented>("TrainingAgent: outputs on ", dev.name(), " are not supported (partial runs place "
-                                  "their outputs on the CPU)");
-  }
+  for (const auto& d : devices)
+    if (d) check_host_device(*d, "TrainingAgent: partial runs' outputs");
 }
 
 // The values of `v` for a run that releases the GIL: `held` keeps them alive for the run, whatever

@@ -196,10 +196,7 @@ OrtValuePtr from_numpy_with_onnx_type(py::handle obj, int onnx_type) {
 }
 
 OrtValuePtr from_sequence(py::handle arrays, const OrtDeviceObj& device) {
-  const Device d = device_of(device);
-  if (!d.is_host())
-    throw_error<NotImplemented>("ortvalue_from_sequence: sequences of tensors live on the CPU only (asked for ",
-                                d.name(), ")");
+  check_host_device(device, "ortvalue_from_sequence: sequences of tensors");
   if (!py::isinstance<py::list>(arrays) && !py::isinstance<py::tuple>(arrays))
     throw_error<InvalidArgument>("ortvalue_from_sequence expects a list of numpy arrays, got ", type_name_of(arrays));
   Value v;
@@ -441,6 +438,11 @@ Device device_of(const OrtDeviceObj& d) {
     return dev;
   }
   throw_unavailable(device_label(d.device_type, d.device_id));
+}
+
+void check_host_device(const OrtDeviceObj& d, const char* what) {
+  const Device dev = device_of(d);
+  if (!dev.is_host()) throw_error<NotImplemented>(what, " live on the CPU only (asked for ", dev.name(), ")");
 }
 
 std::string ort_device_name(const OrtDeviceObj& d) {

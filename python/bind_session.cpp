@@ -36,8 +36,12 @@ struct IOBindingObj {
                                    const RunOptions*, std::vector<Value>)>
       run;
   std::vector<std::pair<std::string, OrtValuePtr>> inputs;
-  std::vector<std::pair<std::string, OrtValuePtr>> outputs;  // value: the preallocated buffer, or null (the run allocates)
-  std::vector<std::pair<std::string, Device>> output_devices;  // where bind_output(name, device) asked a new output to go
+  /// A bound output: the preallocated buffer (on `device`), or null (the run allocates it on `device`).
+  struct Output {
+    OrtValuePtr buffer;
+    Device device;
+  };
+  std::vector<std::pair<std::string, Output>> outputs;
   std::vector<OrtValuePtr> results;
   std::vector<std::string> sparse_outputs;  // outputs the session declares sparse_tensor (results: sparse OrtValues)
   std::vector<std::pair<std::string, std::string>> sparse_inputs;  // PySession::sparse_inputs
@@ -435,9 +439,8 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
   // binding holds by then).
   const auto inputs = b.inputs;
   const auto outputs = b.outputs;
-  const auto output_devices = b.output_devices;
-  for (const auto& [n, v] : outputs)
-    if (v && ortvalue_is_readonly(*v))
+  for (const auto& [n, o] : outputs)
+    if (o.buffer && ortvalue_is_readonly(*o.buffer))
       throw_error<InvalidArgument>("run_with_iobinding: output '", n, "' is bound to read-only memory");
   std::vector<std::unique_ptr<Value>> owned;
   std::vector<std::pair<std::string, const Value*>> f;
@@ -448,19 +451,18 @@ void run_binding(IOBindingObj& b, const void* session, const RunOptions* ro) {
   std::vector<std::string> names;
   for (const auto& o : outputs) names.push_back(o.first);
   std::vector<Value> buffers;
-  for (const auto& o : outputs) buffers.push_back(o.second ? o.second->value : Value());
+  for (const auto& o : outputs) buffers.push_back(o.second.buffer ? o.second.buffer->value : Value());
   // Outputs the run wrote into their buffers come back as those tensors; the others are copied.
   auto out = b.run(names, f, ro, std::move(buffers));
   const std::vector<bool> sparse = sparse_flags(b.sparse_outputs, names);
   std::vector<OrtValuePtr> results;
   for (size_t i = 0; i < out.size(); ++i) {
-    const OrtValuePtr pre = i < outputs.size() ? outputs[i].second : nullptr;
+    const OrtValuePtr pre = i < outputs.size() ? outputs[i].second.buffer : nullptr;
     if (!pre) {
       const bool sp = i < sparse.size() && sparse[i];
-      const Device* to = nullptr;  // bind_output(name, device) on a device: the result moves there
-      for (const auto& [n, d] : output_devices)
-        if (n == names[i] && !d.is_host()) to = &d;
-      if (to && out[i].is_tensor() && !sp) out[i].tensor = to_device(out[i].tensor, *to);
+      // bind_output(name, device) on a device: the result moves there.
+      const Device to = i < outputs.size() ? outputs[i].second.device : Device::cpu();
+      if (!to.is_host() && out[i].is_tensor() && !sp) out[i].tensor = to_device(out[i].tensor, to);
       results.push_back(sp ? ortvalues_of({std::move(out[i])}, {true})[0] : ortvalue_from_value(std::move(out[i])));
       continue;
     }
@@ -681,8 +683,7 @@ void bind_session(py::module_& m) {
       .def(
           "bind_output",
           [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device) {
-            set_by_name(b.output_devices, name, device_of(device));
-            set_by_name(b.outputs, name, OrtValuePtr{});
+            set_by_name(b.outputs, name, IOBindingObj::Output{nullptr, device_of(device)});
           },
           py::arg("name"), py::arg("device"),
           "Binds output `name` to a device; the run allocates it (on a device: a copy of the host result).")
@@ -690,7 +691,9 @@ void bind_session(py::module_& m) {
           "bind_output",
           [](IOBindingObj& b, const std::string& name, const OrtDeviceObj& device, py::object element_type,
              std::vector<int64_t> shape, uintptr_t ptr) {
-            set_by_name(b.outputs, name, pointer_value("bind_output", name, device, element_type, shape, ptr));
+            OrtValuePtr buffer = pointer_value("bind_output", name, device, element_type, shape, ptr);
+            const Device on = buffer->value.tensor.device();
+            set_by_name(b.outputs, name, IOBindingObj::Output{std::move(buffer), on});
           },
           py::arg("name"), py::arg("device"), py::arg("element_type"), py::arg("shape"), py::arg("buffer_ptr"),
           "Binds output `name` to memory at buffer_ptr (its type and shape must be the output's).")
@@ -702,7 +705,8 @@ void bind_session(py::module_& m) {
               throw_error<InvalidArgument>("bind_ortvalue_output('", name, "'): the OrtValue views read-only memory "
                                            "(an immutable buffer or a numpy array with writeable=False); the run "
                                            "writes into a bound output");
-            set_by_name(b.outputs, name, std::move(v));
+            const Device on = v->value.tensor.device();
+            set_by_name(b.outputs, name, IOBindingObj::Output{std::move(v), on});
           },
           py::arg("name"), py::arg("ortvalue"), "Binds output `name` to an OrtValue, written in place by the run.")
       .def(
@@ -733,7 +737,6 @@ void bind_session(py::module_& m) {
       .def("clear_binding_inputs", [](IOBindingObj& b) { b.inputs.clear(); })
       .def("clear_binding_outputs", [](IOBindingObj& b) {
         b.outputs.clear();
-        b.output_devices.clear();
         b.results.clear();
       })
       .def("synchronize_inputs", [](IOBindingObj&) {},

@@ -41,12 +41,8 @@ Tensor indices_of(const py::array_t<T>& idx) {
                       Shape(idx.shape(), idx.shape() + idx.ndim()), const_cast<T*>(idx.data()), python_keepalive(idx));
 }
 
-// A from_numpy factory's device: the CPU only (device_of names a device this build cannot use).
-void check_device(const OrtDeviceObj& d) {
-  const Device dev = device_of(d);
-  if (!dev.is_host())
-    throw_error<NotImplemented>("SparseTensor: sparse tensors live on the CPU only (asked for ", dev.name(), ")");
-}
+// A from_numpy factory's device: the CPU only.
+constexpr const char* kSparseOnHost = "SparseTensor: sparse tensors";
 
 Shape dense_shape_of(const std::vector<int64_t>& dims) {
   for (size_t i = 0; i < dims.size(); ++i)
@@ -60,7 +56,7 @@ SparseTensorPtr coo_from_numpy(const std::vector<int64_t>& dense_shape, const py
                                const py::array_t<int64_t>& indices, const OrtDeviceObj& device) {
   if (values.ndim() != 1)
     throw_error<RuntimeError>("Expecting values 1-D numpy values array for COO format. Got dims: ", values.ndim());
-  check_device(device);
+  check_host_device(device, kSparseOnHost);
   auto s = std::make_shared<SparseTensorObj>();
   s->format = SparseFormat::kCoo;
   s->dense_shape = dense_shape_of(dense_shape);
@@ -82,7 +78,7 @@ SparseTensorPtr csr_from_numpy(const std::vector<int64_t>& dense_shape, const py
                                const OrtDeviceObj& device) {
   if (values.ndim() != 1 || inner.ndim() != 1 || outer.ndim() != 1)
     throw_error<RuntimeError>("Expecting all data to be 1-D numpy arrays for CSR format.");
-  check_device(device);
+  check_host_device(device, kSparseOnHost);
   auto s = std::make_shared<SparseTensorObj>();
   s->format = SparseFormat::kCsrc;
   s->dense_shape = dense_shape_of(dense_shape);
@@ -102,7 +98,7 @@ SparseTensorPtr csr_from_numpy(const std::vector<int64_t>& dense_shape, const py
 
 SparseTensorPtr blocksparse_from_numpy(const std::vector<int64_t>& dense_shape, const py::array& values,
                                        const py::array_t<int32_t>& indices, const OrtDeviceObj& device) {
-  check_device(device);
+  check_host_device(device, kSparseOnHost);
   auto s = std::make_shared<SparseTensorObj>();
   s->format = SparseFormat::kBlockSparse;
   s->dense_shape = dense_shape_of(dense_shape);

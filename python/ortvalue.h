@@ -26,6 +26,9 @@ struct OrtDeviceObj {
 /// The device an OrtDevice names. Throws InvalidArgument naming a device that this build cannot
 /// place memory on (every device but the host today).
 Device device_of(const OrtDeviceObj& d);
+/// device_of(d) for what lives on the host only: NotImplemented "<what> live on the CPU only (asked
+/// for cuda:0)" for any other device this build has.
+void check_host_device(const OrtDeviceObj& d, const char* what);
 
 /// The C OrtValue: a tensor, a sequence of tensors or nothing (an empty optional). A CPU tensor
 /// made from a numpy array views the array's memory: `owner` keeps the array alive while this

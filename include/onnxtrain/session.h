@@ -171,9 +171,10 @@ class InferenceSession {
                                 const RunOptions& run_options);
   /// Same, into the caller's buffers (onnxruntime's IOBinding with preallocated outputs): where
   /// buffers[i] is a tensor with output i's type and shape, the run writes output i into its
-  /// memory (a buffer on a device by a copy of the host result) and returns that tensor; otherwise (no buffer, another type or shape, memory shared
-  /// with a feed or another buffer, or an output the graph does not compute, such as an input
-  /// passed through) a new value is returned and the buffer is left as it was.
+  /// memory (a buffer on a device by a copy of the host result) and returns that tensor;
+  /// otherwise (no buffer, another type or shape, memory shared with a feed or another buffer, or
+  /// an output the graph does not compute, such as an input passed through) a new value is
+  /// returned and the buffer is left as it was.
   std::vector<Value> run_into(const std::vector<std::string>& output_names,
                               const std::vector<std::pair<std::string, const Value*>>& feeds,
                               const RunOptions& run_options, std::vector<Value> buffers);

@@ -70,8 +70,7 @@ Tensor to_device(const Tensor& t, const Device& device) {
   if (!t.defined()) throw_error<InvalidArgument>("to_device: the tensor is undefined");
   if (t.dtype() == DType::kString && !device.is_host())
     throw_error<InvalidArgument>("to_device: string tensors live in host memory only (asked for ", device.name(), ")");
-  Tensor out = device.is_host() ? Tensor::empty(t.dtype(), t.shape())
-                                : Tensor::empty(t.dtype(), t.shape(), device_allocator(device));
+  Tensor out = Tensor::empty(t.dtype(), t.shape(), device_allocator(device));
   copy_tensor(t, out);
   return out;
 }

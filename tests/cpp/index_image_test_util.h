@@ -1,4 +1,4 @@
-// Helpers shared by test_index.cpp and test_image.cpp.
+// Helpers shared by test_index.cpp and test_image.cpp (expect_error also by test_cuda.cpp).
 #pragma once
 
 #include <functional>

@@ -6,12 +6,14 @@
 // present: tests/cpp/test_provider.cpp, check_providers_agree.)
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <random>
 
 #include "ir/onnx_io.h"
 #include "onnxtrain/session.h"
 #include "onnxtrain/training.h"
+#include "index_image_test_util.h"
 #include "test_provider.h"
 #include "test_util.h"
 #ifdef ONNXTRAIN_WITH_CUDA
@@ -210,23 +212,18 @@ TEST(DeviceTensors, CopiesGoThroughTheDevicesProvider) {
     EXPECT_EQ(tp.copies.load() - before, 2) << "both copies go through the device's provider";
   }
   Tensor small = Tensor::empty(DType::kFloat32, {2}, device_allocator(dev));
-  auto expect_refused = [](auto&& f, const std::string& what) {
-    try {
-      f();
-      ADD_FAILURE() << "expected an error naming: " << what;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
+  auto refused = [](const std::function<void()>& f, const char* what) {
+    ot_test::expect_error<InvalidArgument>(f, {what});
   };
-  expect_refused([&] { copy_tensor(Tensor::zeros(DType::kFloat32, {3}), small); }, "element types and counts must match");
-  expect_refused([&] { copy_tensor(Tensor::zeros(DType::kInt32, {2}), small); }, "element types and counts must match");
+  refused([&] { copy_tensor(Tensor::zeros(DType::kFloat32, {3}), small); }, "element types and counts must match");
+  refused([&] { copy_tensor(Tensor::zeros(DType::kInt32, {2}), small); }, "element types and counts must match");
   Tensor strings = Tensor::empty(DType::kString, {1});
-  expect_refused([&] { to_device(strings, dev); }, "string tensors live in host memory only");
+  refused([&] { to_device(strings, dev); }, "string tensors live in host memory only");
   const Device nobody{Device::Type::kCPU, 7};
   EXPECT_FALSE(device_available(nobody, &why));
   EXPECT_NE(why.find("'cpu:7' is not served by any execution provider"), std::string::npos) << why;
-  expect_refused([&] { device_allocator(nobody); }, "cpu:7");
-  expect_refused([&] { to_device(small, nobody); }, "cpu:7");
+  refused([&] { device_allocator(nobody); }, "cpu:7");
+  refused([&] { to_device(small, nobody); }, "cpu:7");
   const Device cuda1{Device::Type::kCUDA, 1};
   EXPECT_FALSE(device_available(cuda1, &why));
   EXPECT_NE(why.find("cuda:1"), std::string::npos) << why;

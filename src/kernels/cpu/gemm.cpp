@@ -249,22 +249,17 @@ void narrow_rows(int64_t m0, int64_t m1, int64_t N, int64_t K, float alpha, cons
       const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));
       __m128 y = _mm_mul_ps(va, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
       float* c = C + m * ldc + n;
-      if (bias) {
-        if (beta != 0.f) y = _mm_fmadd_ps(vb, _mm_set1_ps(bias[n * bias_stride]), y);
-        if (ldc == 1) {
-          _mm_storeu_ps(c, y);
-        } else {
-          alignas(16) float out[4];
-          _mm_store_ps(out, y);
-          for (int r = 0; r < 4; ++r) c[r * ldc] = out[r];
-        }
-      } else if (ldc == 1) {
-        if (beta != 0.f) y = _mm_fmadd_ps(vb, _mm_loadu_ps(c), y);
+      // beta times the bias, or C's four values where they are contiguous, added in the vector;
+      // C's strided values added one by one.
+      const bool c_added = beta == 0.f || bias;
+      if (beta != 0.f && bias) y = _mm_fmadd_ps(vb, _mm_set1_ps(bias[n * bias_stride]), y);
+      if (ldc == 1) {
+        if (!c_added) y = _mm_fmadd_ps(vb, _mm_loadu_ps(c), y);
         _mm_storeu_ps(c, y);
       } else {
         alignas(16) float out[4];
         _mm_store_ps(out, y);
-        for (int r = 0; r < 4; ++r) c[r * ldc] = beta == 0.f ? out[r] : out[r] + beta * c[r * ldc];
+        for (int r = 0; r < 4; ++r) c[r * ldc] = c_added ? out[r] : out[r] + beta * c[r * ldc];
       }
     }
   }
