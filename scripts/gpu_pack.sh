@@ -8,7 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build-cuda}
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+# Kept out of git's view where this is a git checkout (CI may give a copy without .git/info).
+if [ -d .git ]; then
+  mkdir -p .git/info && { grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude; }
+fi
 rm -rf .gpu/pack && mkdir -p .gpu/pack/lib
 for exe in onnxtrain_tests onnxtrain bench_cuda_step; do
   [ -f "$BUILD_DIR/$exe" ] && strip -o ".gpu/pack/$exe" "$BUILD_DIR/$exe"
@@ -27,7 +30,8 @@ strip --strip-debug -o .gpu/pack/libonnxtrain_static.a "$BUILD_DIR/libonnxtrain_
 cp -r "$BUILD_DIR/generated" .gpu/pack/generated
 CUDART=$(find /usr/local/cuda/lib /usr/local/cuda/lib64 -name libcudart_static.a 2>/dev/null | head -1)
 cp "$CUDART" .gpu/pack/libcudart_static.a
-git rev-parse HEAD > .gpu/pack/commit.txt
-git status --short >> .gpu/pack/commit.txt
+# Which commit travels (safe.directory: a checkout owned by another user is still read).
+{ git -c safe.directory="$PWD" rev-parse HEAD && git -c safe.directory="$PWD" status --short; } \
+  > .gpu/pack/commit.txt 2>/dev/null || echo "not a git checkout: $PWD" > .gpu/pack/commit.txt
 tar -C .gpu -cJf .gpu/pack.tar.xz pack && rm -rf .gpu/pack
 ls -la .gpu/pack.tar.xz

@@ -20,9 +20,10 @@ for arg in "$@"; do
     # reference of the golden tests), MPI (distributed training and its tests), FlatBuffers' Python
     # module, scikit-learn (the estimators' reference), and the packaging tools the package tests use
     # (python3-build for the wheel, a venv to install it into, dpkg-dev and file for the .deb's dependencies).
+    # xz-utils and binutils: the GPU pack (scripts/gpu_pack.sh) that the test command rehearses.
     --tests)
       PACKAGES+=(libgtest-dev python3-pytest python3-torch openmpi-bin libopenmpi-dev python3-flatbuffers python3-sklearn
-                 python3-build python3-venv python3-pip dpkg-dev file) ;;
+                 python3-build python3-venv python3-pip dpkg-dev file xz-utils binutils) ;;
     # scripts/fuzz.sh and scripts/tsan.sh: clang with libFuzzer and the sanitizer runtimes, LLVM's
     # OpenMP runtime with its ThreadSanitizer support (archer).
     --fuzz) PACKAGES+=(clang libclang-rt-dev libomp-dev llvm) ;;

@@ -35,15 +35,20 @@ if [ -x "$NVCC" ]; then
     # (scripts/gpu_pack.sh), the bindings compiled against it (scripts/gpu_pymodule.sh), then the
     # device value tests (skipped without a GPU) and the session and value tests under that module.
     r=build/gpu_rehearsal
-    if BUILD_DIR=build-cuda bash scripts/gpu_pack.sh > build/gpu_rehearsal.log 2>&1 && rm -rf "$r" && mkdir -p "$r" &&
-       tar -C "$r" -xJf .gpu/pack.tar.xz && PYTHON=/usr/bin/python3 bash scripts/gpu_pymodule.sh "$r/pack" "$r/py" >> build/gpu_rehearsal.log 2>&1 &&
+    log=build/gpu_rehearsal.log
+    stage=pack
+    if BUILD_DIR=build-cuda bash scripts/gpu_pack.sh > "$log" 2>&1 && stage=unpack && rm -rf "$r" && mkdir -p "$r" &&
+       tar -C "$r" -xJf .gpu/pack.tar.xz >> "$log" 2>&1 && stage=build &&
+       PYTHON=/usr/bin/python3 bash scripts/gpu_pymodule.sh "$r/pack" "$r/py" >> "$log" 2>&1 && stage=pytest &&
        LD_LIBRARY_PATH="$r/pack/lib" PYTHONPATH="$r/py" /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs \
-         tests/python/test_cuda_values.py tests/python/test_ortvalue.py tests/python/test_ort_session.py >> build/gpu_rehearsal.log 2>&1; then
-      echo "[onnxtrain] GPU Python module rehearsal: built from the pack; $(tail -n 1 build/gpu_rehearsal.log)" | tee -a "$summary"
+         tests/python/test_cuda_values.py tests/python/test_ortvalue.py tests/python/test_ort_session.py >> "$log" 2>&1; then
+      echo "[onnxtrain] GPU Python module rehearsal: built from the pack; $(tail -n 1 "$log")" | tee -a "$summary"
     else
       status=1
-      tail -n 30 build/gpu_rehearsal.log
-      echo "[onnxtrain] GPU Python module rehearsal: FAILED (build/gpu_rehearsal.log)" | tee -a "$summary"
+      tail -n 30 "$log"
+      # The stage and the log's last lines go into the summary, which is what CI's output ends with.
+      echo "[onnxtrain] GPU Python module rehearsal: FAILED at the $stage stage ($log); its last lines:" | tee -a "$summary"
+      tail -n 8 "$log" | sed 's/^/    /' | tee -a "$summary"
     fi
   else
     status=1
