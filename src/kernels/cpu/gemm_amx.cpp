@@ -388,10 +388,16 @@ bool available() {
 bool pays(int64_t M, int64_t N, int64_t K) {
   // Each thread packs its own operands (6 bytes an element) and works on whole 32 x 32 blocks of C.
   // Measured against oneDNN's sgemm (time ratio, 1 / 2 threads): 512x512x512 0.75 / 0.79,
-  // 512x784x128 0.68 / 1.04, 2048x512x128 0.86 / 0.97, BERT-base's 0.67-0.80 / 0.72-0.89; with
-  // 128 rows or columns, or under ~3e7 multiply-adds a thread, it loses (128x512x784 1.10 / 1.26,
-  // 256^3 at two threads 1.06).
-  return available() && M >= 256 && N >= 256 && K >= 64 && double(M) * N * K >= 3e7 * current_threads();
+  // 512x784x128 0.68 / 1.04, 2048x512x128 0.86 / 0.97, BERT-base's 0.67-0.80 / 0.72-0.89; under
+  // ~3e7 multiply-adds a thread it loses (256^3 at two threads 1.06).
+  // 128 rows or columns pay where the other side or K is long, so that packing the short side's
+  // partner is spread over enough products: against oneDNN 2.6's float32 matmul primitive (one
+  // Sapphire Rapids core / two), BERT-tiny's 2048x128x128 0.79 / 0.79, 2048x512x128 0.83-0.94 /
+  // 0.91, 2048x384x128 0.94 / 0.84, 128x2048x512 0.86 / 0.75, 384x2048x128 0.74 / 0.98; short
+  // ones lose (128x784x512 with B transposed 1.16 / 1.11, 128x512x256 1.09).
+  const int64_t small = std::min(M, N), large = std::max(M, N);
+  return available() && small >= 128 && (small >= 256 || large >= 1024 || K >= 1024) && K >= 64 &&
+         double(M) * N * K >= 3e7 * current_threads();
 }
 
 bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
