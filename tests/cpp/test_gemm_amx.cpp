@@ -158,19 +158,18 @@ TEST(AmxGemm, SameBitsAtOneAndTwoThreads) {
 TEST(AmxGemm, LargeProductsGoThroughTheTiles) {
   if (!amx::available()) GTEST_SKIP() << kNoAmx;
   onnxtrain::ThreadScope scope(1);
-  const Problem p(false, true, 512, 512, 512, 1.f, 0.f, 7);
-  ASSERT_TRUE(amx::pays(p.M, p.N, p.K));
+  // pays() sends the product to the tiles, and cpu::gemm gives amx::gemm's bits.
+  auto through_tiles = [](const Problem& p) {
+    ASSERT_TRUE(amx::pays(p.M, p.N, p.K)) << p.M << "x" << p.K << "x" << p.N;
+    std::vector<float> via_gemm = p.C;
+    cpu::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.f, p.A.data(), p.lda, p.B.data(), p.ldb, 0.f, via_gemm.data(), p.ldc);
+    EXPECT_EQ(via_gemm, p.run()) << p.M << "x" << p.K << "x" << p.N;
+  };
+  through_tiles(Problem(false, true, 512, 512, 512, 1.f, 0.f, 7));
+  // 128 columns beside 2048 rows (BERT-tiny's products) go there as well.
+  through_tiles(Problem(false, false, 2048, 128, 512, 1.f, 0.f, 11));
   EXPECT_FALSE(amx::pays(128, 128, 128));  // small products stay with oneDNN's float32 kernels
   EXPECT_FALSE(amx::pays(128, 784, 512));  // 128 rows with short other sides too
-  std::vector<float> via_gemm = p.C;
-  cpu::gemm(p.ta, p.tb, p.M, p.N, p.K, 1.f, p.A.data(), p.lda, p.B.data(), p.ldb, 0.f, via_gemm.data(), p.ldc);
-  EXPECT_EQ(via_gemm, p.run());
-  // 128 columns beside 2048 rows (BERT-tiny's products) go there as well, with the same bits.
-  const Problem q(false, false, 2048, 128, 512, 1.f, 0.f, 11);
-  ASSERT_TRUE(amx::pays(q.M, q.N, q.K));
-  std::vector<float> q_gemm = q.C;
-  cpu::gemm(q.ta, q.tb, q.M, q.N, q.K, 1.f, q.A.data(), q.lda, q.B.data(), q.ldb, 0.f, q_gemm.data(), q.ldc);
-  EXPECT_EQ(q_gemm, q.run());
 }
 
 // ---- 1x1 convolutions over the blocked layout (amx::Pointwise) ---------------------------------
