@@ -4,6 +4,7 @@
 // threads, and kernels::cpu::gemm routing large products there. Skipped, with the reason, on CPUs
 // without AMX-BF16.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <utility>
@@ -118,6 +119,14 @@ TEST(AmxGemm, SpecialValuesPropagateAsInFloat32) {
   EXPECT_TRUE(std::isnan(C[1]));  // inf * NaN
   EXPECT_EQ(C[2], big * 0.5f + 0.5f);  // exact: big / 2 (the 0.5 is below its last place)
   EXPECT_TRUE(std::isnan(C[3]));  // big * NaN
+  // Just below where the split's rounding overflows (0x7F7F8000): split on the tiles, exact.
+  uint32_t bits = 0x7F7F7FFFu;
+  float near_max;
+  std::memcpy(&near_max, &bits, sizeof near_max);
+  const float An[] = {near_max, 0.5f, 0.f}, Bn[] = {0.5f, 1.f, 1.f};
+  float cn = std::nanf("");
+  ASSERT_TRUE(amx::gemm(false, false, 1, 1, 3, 1.f, An, 3, Bn, 1, 0.f, &cn, 1));
+  EXPECT_EQ(cn, near_max * 0.5f + 0.5f);
   // An infinity times values whose lower parts are zero (1 and 2 are bfloat16 numbers): the zero
   // parts times the infinity would be NaN; float32 says inf.
   const float a[] = {1.f, 2.f}, b[] = {inf, 1.f};

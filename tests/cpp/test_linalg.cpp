@@ -4,9 +4,11 @@
 #include <map>
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "test_util.h"
 
 using namespace ot_test;
+namespace amx = onnxtrain::kernels::cpu::amx;
 
 namespace {
 
@@ -192,67 +194,72 @@ std::vector<double> permute3(const std::vector<double>& v, const Shape& s, const
 
 // FusedMatMul's transBatchA / transBatchB (onnxruntime's: a rank-3 operand's first axis moved
 // behind its batch axis, before transA / transB) and transBatchY (the product stored with its row
-// axis first) against the naive product of the permuted operands: every flag combination, 2-D
-// operands broadcast over the batch, with and without the bias C, sizes on both sides of the
-// tiny-product cut, one and two threads, float32, float64 and float16.
+// axis first) against the naive product of the permuted operands, trial t choosing the flags (its
+// bits), 2-D operands broadcast over the batch, the bias C, alpha and the thread count.
+static void fused_matmul_trans_batch_trial(int t, int64_t nb, int64_t M, int64_t K, int64_t N, DType dt,
+                                           std::mt19937& rng) {
+  const bool tba = t & 1, tbb = t & 2, ta = t & 4, tb = t & 8, tby = t & 16 || (!tba && !tbb);
+  const bool a2 = !tba && t % 3 == 0, b2 = !tbb && !a2 && t % 5 == 0, with_c = t % 4 == 1;
+  // Logical operands [nb, M, K], [nb, K, N] (2-D: [M, K], [K, N]); their storage undoes the flags.
+  const Shape la = a2 ? Shape{M, K} : Shape{nb, M, K}, lb = b2 ? Shape{K, N} : Shape{nb, K, N};
+  const std::vector<double> va = to_double(random_tensor(dt, la, rng)), vb = to_double(random_tensor(dt, lb, rng));
+  Shape so;
+  auto expect = ref_matmul(va, la, vb, lb, &so);
+  const float alpha = with_c || t % 3 == 0 ? 1.f : 0.25f;
+  for (double& e : expect) e *= alpha;
+  const Tensor c = random_tensor(dt, {N}, rng);
+  if (with_c) {
+    const std::vector<double> cv = to_double(c);
+    for (size_t i = 0; i < expect.size(); ++i) expect[i] += cv[i % size_t(N)];
+  }
+  // Stored = logical permuted by the inverse of what the flags read: trans swaps the last two
+  // axes, then transBatch moves axis 0 behind the batch axis.
+  auto store = [&](const std::vector<double>& v, const Shape& s, bool trans_batch, bool trans, Shape* out) {
+    if (s.size() == 2) {
+      if (!trans) return *out = s, v;
+      Shape o3;
+      auto r = permute3(v, {1, s[0], s[1]}, {0, 2, 1}, &o3);
+      *out = {o3[1], o3[2]};
+      return r;
+    }
+    Shape s1 = s;
+    std::vector<double> r = v;
+    if (trans) r = permute3(r, s, {0, 2, 1}, &s1);
+    Shape s2 = s1;
+    if (trans_batch) r = permute3(r, s1, {1, 0, 2}, &s2);
+    *out = s2;
+    return r;
+  };
+  Shape sa, sb;
+  const std::vector<double> fa = store(va, la, tba, ta, &sa), fb = store(vb, lb, tbb, tb, &sb);
+  if (tby) {  // [nb, M, N] stored as [M, nb, N]
+    Shape s2;
+    expect = permute3(expect, so, {1, 0, 2}, &s2);
+    so = s2;
+  }
+  RunOptions o;
+  o.domain = "com.onnxtrain";
+  o.opset = 1;
+  o.threads = 1 + t % 2;
+  std::vector<Tensor> in{from_double(dt, sa, fa), from_double(dt, sb, fb)};
+  if (with_c) in.push_back(c);
+  auto y = run_node("FusedMatMul", in,
+                    {attr_int("transA", ta), attr_int("transB", tb), attr_int("transBatchA", tba),
+                     attr_int("transBatchB", tbb), attr_int("transBatchY", tby), attr_float("alpha", alpha)},
+                    o);
+  EXPECT_TRUE(all_close(y[0], so, expect, tol_for(dt), tol_for(dt)))
+      << "trial " << t << ": " << str(sa) << " tbA " << tba << " tA " << ta << " @ " << str(sb) << " tbB " << tbb << " tB "
+      << tb << " tbY " << tby << (with_c ? " + C" : "");
+}
+
+// Every flag combination, sizes on both sides of the tiny-product cut, float32, float64 and float16.
 TEST(Linalg, FusedMatMulTransBatch) {
   std::mt19937 rng(23);
   std::uniform_int_distribution<int> small(1, 6), big(1, 48);
   for (int t = 0; t < 96; ++t) {
-    const bool tba = t & 1, tbb = t & 2, ta = t & 4, tb = t & 8, tby = t & 16 || (!tba && !tbb);
-    const bool a2 = !tba && t % 3 == 0, b2 = !tbb && !a2 && t % 5 == 0, with_c = t % 4 == 1;
     const int64_t nb = small(rng), M = (t % 7 ? big : small)(rng), K = big(rng), N = big(rng);
     const DType dt = t % 6 == 5 ? DType::kFloat64 : t % 11 == 10 ? DType::kFloat16 : DType::kFloat32;
-    // Logical operands [nb, M, K], [nb, K, N] (2-D: [M, K], [K, N]); their storage undoes the flags.
-    const Shape la = a2 ? Shape{M, K} : Shape{nb, M, K}, lb = b2 ? Shape{K, N} : Shape{nb, K, N};
-    const std::vector<double> va = to_double(random_tensor(dt, la, rng)), vb = to_double(random_tensor(dt, lb, rng));
-    Shape so;
-    auto expect = ref_matmul(va, la, vb, lb, &so);
-    const float alpha = with_c || t % 3 == 0 ? 1.f : 0.25f;
-    for (double& e : expect) e *= alpha;
-    const Tensor c = random_tensor(dt, {N}, rng);
-    if (with_c) {
-      const std::vector<double> cv = to_double(c);
-      for (size_t i = 0; i < expect.size(); ++i) expect[i] += cv[i % size_t(N)];
-    }
-    // Stored = logical permuted by the inverse of what the flags read: trans swaps the last two
-    // axes, then transBatch moves axis 0 behind the batch axis.
-    auto store = [&](const std::vector<double>& v, const Shape& s, bool trans_batch, bool trans, Shape* out) {
-      if (s.size() == 2) {
-        if (!trans) return *out = s, v;
-        Shape o3;
-        auto r = permute3(v, {1, s[0], s[1]}, {0, 2, 1}, &o3);
-        *out = {o3[1], o3[2]};
-        return r;
-      }
-      Shape s1 = s;
-      std::vector<double> r = v;
-      if (trans) r = permute3(r, s, {0, 2, 1}, &s1);
-      Shape s2 = s1;
-      if (trans_batch) r = permute3(r, s1, {1, 0, 2}, &s2);
-      *out = s2;
-      return r;
-    };
-    Shape sa, sb;
-    const std::vector<double> fa = store(va, la, tba, ta, &sa), fb = store(vb, lb, tbb, tb, &sb);
-    if (tby) {  // [nb, M, N] stored as [M, nb, N]
-      Shape s2;
-      expect = permute3(expect, so, {1, 0, 2}, &s2);
-      so = s2;
-    }
-    RunOptions o;
-    o.domain = "com.onnxtrain";
-    o.opset = 1;
-    o.threads = 1 + t % 2;
-    std::vector<Tensor> in{from_double(dt, sa, fa), from_double(dt, sb, fb)};
-    if (with_c) in.push_back(c);
-    auto y = run_node("FusedMatMul", in,
-                      {attr_int("transA", ta), attr_int("transB", tb), attr_int("transBatchA", tba),
-                       attr_int("transBatchB", tbb), attr_int("transBatchY", tby), attr_float("alpha", alpha)},
-                      o);
-    EXPECT_TRUE(all_close(y[0], so, expect, tol_for(dt), tol_for(dt)))
-        << "trial " << t << ": " << str(sa) << " tbA " << tba << " tA " << ta << " @ " << str(sb) << " tbB " << tbb << " tB "
-        << tb << " tbY " << tby << (with_c ? " + C" : "");
+    fused_matmul_trans_batch_trial(t, nb, M, K, N, dt, rng);
   }
   std::mt19937 r2(5);
   const auto fails = expect_fused_matmul_error;
@@ -262,6 +269,21 @@ TEST(Linalg, FusedMatMulTransBatch) {
         {attr_int("transBatchB", 1)}, "rank 2 or 3");
   fails({random_tensor(DType::kFloat32, {2, 3, 4}, r2), random_tensor(DType::kFloat32, {4, 3, 5}, r2)},
         {attr_int("transBatchB", 1)}, "batch dimensions differ");
+}
+
+// Attention-sized float32 products (every side 64 or more: one product a thread on the AMX tiles
+// where the CPU has them, amx::pays_batched; oneDNN's batched kernel elsewhere): every flag
+// combination, sides that are not multiples of the tile (70, 97), K of 64 (two tile steps: the
+// prefetch runs into the next rows), one and two threads, the bias and alpha.
+TEST(Linalg, FusedMatMulTransBatchAttentionSizes) {
+  std::mt19937 rng(31);
+  std::uniform_int_distribution<int> heads(2, 5);
+  const int64_t sides[][3] = {{128, 64, 128}, {70, 97, 64}, {64, 64, 64}, {97, 128, 70}};
+  for (int t = 0; t < 32; ++t) {
+    const int64_t* s = sides[t % 4];
+    ASSERT_EQ(amx::available(), amx::pays_batched(s[0], s[2], s[1]));
+    fused_matmul_trans_batch_trial(t, heads(rng), s[0], s[1], s[2], DType::kFloat32, rng);
+  }
 }
 
 // MatMul of random float32 operands of shapes sa and sb on two threads against the naive double

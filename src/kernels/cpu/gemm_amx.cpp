@@ -56,15 +56,23 @@ constexpr int64_t kNC = 1024;  // columns of B per packed block (A is packed onc
 // mid the remainder rounded likewise, lo what is left (at most 8 significant bits: exact in bf16).
 // Each part is a float whose low 16 bits are zero, i.e. a bfloat16 in its high half. Any rounding
 // to nearest leaves |mid| <= 2^-8 |x| and |lo| <= 2^-17 |x|, which bounds the dropped products.
-// Infinities, NaNs and values whose rounding could overflow are counted in `bad` (not_splittable):
-// the other operand's zero parts would turn an infinity into NaN (0 * inf), so a block that holds
-// one is computed again in float32 (region()).
+// Infinities, NaNs and values whose rounding overflows (|x| >= 0x7F7F8000) make lo NaN (hi is
+// infinite or NaN, so x - hi and its remainder are NaN): `Tally` keeps lo * 0 summed, which is NaN
+// from the first such value on and 0 otherwise, one fused multiply-add a vector (packing runs on
+// the vector ports: docs/kernels.md). The other operand's zero parts would turn an infinity into
+// NaN (0 * inf), so a block that holds one is computed again in float32 (region()).
 struct Parts {
   __m512i p[3];
 };
 
-// Lanes the split does not take: infinities, NaNs and |x| >= 0x7F7F0000 (whose rounding to 8 bits
-// could overflow). The one test for region()'s recomputation and gemm()'s scan before beta != 0.
+struct Tally {
+  __m512 acc = _mm512_setzero_ps();
+  void note(__m512 lo) { acc = _mm512_fmadd_ps(lo, _mm512_setzero_ps(), acc); }
+  bool bad() const { return _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q) != 0; }
+};
+
+// Lanes the split may not take: infinities, NaNs and |x| >= 0x7F7F0000 (whose rounding to 8 bits
+// could overflow). gemm()'s scan before beta != 0, which cannot recompute a block.
 inline __mmask16 not_splittable(__m512i bits) {
   return _mm512_cmpge_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F7F0000));
 }
@@ -73,14 +81,14 @@ inline __m512i round8(__m512i bits) {
   return _mm512_and_si512(_mm512_add_epi32(bits, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(int(0xFFFF0000u)));
 }
 
-inline Parts split16(__m512 x, __mmask16& bad) {
-  const __m512i bits = _mm512_castps_si512(x);
-  bad |= not_splittable(bits);
+inline Parts split16(__m512 x, Tally& tally) {
   Parts s;
-  s.p[0] = round8(bits);
+  s.p[0] = round8(_mm512_castps_si512(x));
   const __m512 r = _mm512_sub_ps(x, _mm512_castsi512_ps(s.p[0]));
   s.p[1] = round8(_mm512_castps_si512(r));
-  s.p[2] = _mm512_castps_si512(_mm512_sub_ps(r, _mm512_castsi512_ps(s.p[1])));
+  const __m512 lo = _mm512_sub_ps(r, _mm512_castsi512_ps(s.p[1]));
+  tally.note(lo);
+  s.p[2] = _mm512_castps_si512(lo);
   return s;
 }
 
@@ -131,15 +139,60 @@ inline __mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 
 // columns (B is [K, N], or [N, K] when trans): [j0, j_end) in panels of 32, K [k0, k_end), into
 // dst (panel q at dst + q * step, step = K steps x kBlock). A panel's tile (K step kb, part s, half
 // h) is at kb * kBlock + (2 s + h) * kTile: 16 rows of 16 bf16 pairs, A's rows of K values, B's
-// K-pairs. The source is read along its contiguous axis (a row's whole K block, or two K rows
-// across 64 columns), the next rows prefetched: packing's time is mostly these loads waiting on
-// memory (perf). `stage` (kStage elements) holds rows awaiting their 16 x 16 transpose. Returns
-// whether an infinity or NaN was read.
-constexpr int64_t kStage = std::max(kKC / kKB, kMC / 16) * 3 * kTile;
+// K-pairs. The source is read along its contiguous axis: 16 rows x 32 K at a time where it runs
+// along K (each tile is then written row after row), else two K rows across 64 columns at a time;
+// the lines two K steps ahead (or the next rows', where K ends first) are prefetched. The split and the stores run on the vector ports,
+// so each full 16 x 32 step is straight-line code (no spills). `stage` (kStage elements) holds rows
+// awaiting their 16 x 16 transpose. Returns whether a value the split does not take was read.
+constexpr int64_t kStage = std::max<int64_t>(3, kMC / 16 * 3) * kTile;
+constexpr int64_t kAhead = 2 * kKB;  // prefetch distance along K
+
+// Rows of K (A, or B transposed): 16 rows [jg, jg + rows) x K [k, k + 32) of the source, split into
+// the part tiles d, d + ds, d + 2 ds (16 rows of 32 bf16). Full: 16 rows and 32 K values.
+// pf: the same rows' (or the next 16 rows') lines two K steps on (pf_rows of them), prefetched.
+template <bool Full>
+inline void pack_rows(const float* X, int64_t ld, int64_t jg, int64_t rows, int64_t k, int64_t k_end, uint16_t* d,
+                      int64_t ds, const float* pf, int64_t pf_rows, Tally& tally) {
+  const __mmask16 m0 = first(k_end - k), m1 = first(k_end - k - 16);
+  for (int64_t r = 0; r < 16; ++r) {
+    const float* src = X + (jg + r) * ld + k;
+    __m512 x0, x1;
+    if (Full) {
+      if (r < pf_rows) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf + r * ld), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pf + r * ld + 16), _MM_HINT_T0);
+      }
+      x0 = _mm512_loadu_ps(src);
+      x1 = _mm512_loadu_ps(src + 16);
+    } else if (r < rows) {
+      x0 = _mm512_maskz_loadu_ps(m0, src);
+      x1 = _mm512_maskz_loadu_ps(m1, src + 16);
+    } else {
+      x0 = x1 = _mm512_setzero_ps();
+    }
+    const Parts lo = split16(x0, tally), hi = split16(x1, tally);
+    _mm512_storeu_si512(d + r * 32, join(lo.p[0], hi.p[0]));
+    _mm512_storeu_si512(d + ds + r * 32, join(lo.p[1], hi.p[1]));
+    _mm512_storeu_si512(d + 2 * ds + r * 32, join(lo.p[2], hi.p[2]));
+  }
+}
+
+// Rows that are K (A transposed, or B): K rows ke, ke + 1 (p = (ke - k0) / 2 % 16, the tile row) x
+// columns [j, j + 16) (mask mj), split and interleaved as K-pairs into d + p * 32, d + ds + p * 32,
+// d + 2 ds + p * 32.
+inline void pack_pair(const float* X, int64_t ld, int64_t ke, int64_t k_end, int64_t j, __mmask16 mj, uint16_t* d,
+                      int64_t ds, Tally& tally) {
+  const __m512 x0 = ke < k_end ? _mm512_maskz_loadu_ps(mj, X + ke * ld + j) : _mm512_setzero_ps();
+  const __m512 x1 = ke + 1 < k_end ? _mm512_maskz_loadu_ps(mj, X + (ke + 1) * ld + j) : _mm512_setzero_ps();
+  const Parts e = split16(x0, tally), o = split16(x1, tally);
+  _mm512_storeu_si512(d, pairs(e.p[0], o.p[0]));
+  _mm512_storeu_si512(d + ds, pairs(e.p[1], o.p[1]));
+  _mm512_storeu_si512(d + 2 * ds, pairs(e.p[2], o.p[2]));
+}
 
 bool pack_block(bool is_a, bool trans, const float* X, int64_t ld, int64_t j0, int64_t j_end, int64_t k0, int64_t k_end,
                 uint16_t* dst, uint16_t* stage) {
-  __mmask16 bad = 0;
+  Tally tally;
   const int64_t nkb = (k_end - k0 + kKB - 1) / kKB, step = nkb * kBlock;
   const int64_t groups = (j_end - j0 + kMR - 1) / kMR * 2;  // 16-wide halves, padded to whole panels
   auto tile = [&](int64_t g, int64_t kb, int s) { return dst + (g / 2) * step + kb * kBlock + (2 * s + g % 2) * kTile; };
@@ -149,53 +202,47 @@ bool pack_block(bool is_a, bool trans, const float* X, int64_t ld, int64_t j0, i
     transpose16(v);
     for (int r = 0; r < 16; ++r) _mm512_storeu_si512(to + r * 32, v[r]);
   };
-  if (is_a != trans) {  // source rows run along K (A, or B transposed): one row at a time
+  if (is_a != trans) {  // source rows run along K (A, or B transposed)
     for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t r = 0; r < 16; ++r) {
-        const int64_t j = j0 + g * 16 + r;
-        if (j + 2 < j_end)  // the row two ahead
-          for (int64_t k = k0; k < k_end; k += 16) _mm_prefetch(reinterpret_cast<const char*>(X + (j + 2) * ld + k), _MM_HINT_T0);
-        for (int64_t kb = 0; kb < nkb; ++kb) {
-          const int64_t k = k0 + kb * kKB;
-          Parts lo{}, hi{};
-          if (j < j_end) {
-            lo = split16(_mm512_maskz_loadu_ps(first(k_end - k), X + j * ld + k), bad);
-            hi = split16(_mm512_maskz_loadu_ps(first(k_end - k - 16), X + j * ld + k + 16), bad);
-          } else {
-            for (int s = 0; s < 3; ++s) lo.p[s] = hi.p[s] = _mm512_setzero_si512();
-          }
-          for (int s = 0; s < 3; ++s) {
-            uint16_t* row = trans ? stage + (kb * 3 + s) * kTile + r * 32 : tile(g, kb, s) + r * 32;
-            _mm512_storeu_si512(row, join(lo.p[s], hi.p[s]));
-          }
-        }
+      const int64_t jg = j0 + g * 16, rows = std::clamp<int64_t>(j_end - jg, 0, 16);
+      for (int64_t kb = 0; kb < nkb; ++kb) {
+        const int64_t k = k0 + kb * kKB;
+        uint16_t* d = trans ? stage : tile(g, kb, 0);
+        const int64_t ds = trans ? kTile : 2 * kTile;
+        // Two K steps on, or into the next 16 rows where K ends first (a head's 64 values of each
+        // of attention's rows, 8 KB apart: without it each row's lines were loaded on demand).
+        const int64_t kb2 = kb + kAhead / kKB, wrap = kb2 >= nkb;
+        const int64_t pf_row = jg + (wrap ? 16 : 0), pf_k = k0 + (wrap ? kb2 - nkb : kb2) * kKB;
+        const int64_t pf_rows = pf_k < k_end ? std::clamp<int64_t>(j_end - pf_row, 0, 16) : 0;
+        if (rows == 16 && k + kKB <= k_end)
+          pack_rows<true>(X, ld, jg, rows, k, k_end, d, ds, X + pf_row * ld + pf_k, pf_rows, tally);
+        else
+          pack_rows<false>(X, ld, jg, rows, k, k_end, d, ds, nullptr, 0, tally);
+        if (trans)  // B: a row's K-pairs become a column of the tile
+          for (int s = 0; s < 3; ++s) transpose_out(stage + s * kTile, tile(g, kb, s));
       }
-      if (trans)  // B: a row's K-pairs become a column of the tile
-        for (int64_t kb = 0; kb < nkb; ++kb)
-          for (int s = 0; s < 3; ++s) transpose_out(stage + (kb * 3 + s) * kTile, tile(g, kb, s));
     }
   } else {  // source rows are K (A transposed, or B): two rows at a time, 64 columns at a time
     constexpr int64_t kChunk = 4;  // 16-wide groups: their 12 tiles stay in the first-level cache
+    // The first kAhead rows' first chunk (the loop prefetches from there on).
+    for (int64_t k = k0; k < std::min(k_end, k0 + kAhead); ++k)
+      for (int64_t c = 0; c < std::min<int64_t>(kChunk * 16, j_end - j0); c += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(X + k * ld + j0 + c), _MM_HINT_T0);
     for (int64_t kb = 0; kb < nkb; ++kb) {
       for (int64_t g0 = 0; g0 < groups; g0 += kChunk) {
+        const int64_t g1 = std::min(groups, g0 + kChunk), jc = j0 + g0 * 16;
+        const int64_t width = std::clamp<int64_t>(j_end - jc, 0, (g1 - g0) * 16);
         for (int64_t p = 0; p < 16; ++p) {
-          const int64_t ke = k0 + kb * kKB + 2 * p, ko = ke + 1;
-          const int64_t jn = j0 + (g0 + kChunk) * 16;  // the next chunk of these two rows
-          if (jn < j_end && ko < k_end)
-            for (int64_t c = 0; c < std::min<int64_t>(kChunk * 16, j_end - jn); c += 16) {
-              _mm_prefetch(reinterpret_cast<const char*>(X + ke * ld + jn + c), _MM_HINT_T0);
-              _mm_prefetch(reinterpret_cast<const char*>(X + ko * ld + jn + c), _MM_HINT_T0);
+          const int64_t ke = k0 + kb * kKB + 2 * p;
+          if (ke + 1 + kAhead < k_end)  // these columns of the rows kAhead ahead
+            for (int64_t c = 0; c < width; c += 16) {
+              _mm_prefetch(reinterpret_cast<const char*>(X + (ke + kAhead) * ld + jc + c), _MM_HINT_T0);
+              _mm_prefetch(reinterpret_cast<const char*>(X + (ke + 1 + kAhead) * ld + jc + c), _MM_HINT_T0);
             }
-          for (int64_t g = g0; g < std::min(groups, g0 + kChunk); ++g) {
+          for (int64_t g = g0; g < g1; ++g) {
             const int64_t j = j0 + g * 16;
-            const __mmask16 mj = first(j_end - j);
-            const __m512 x0 = ke < k_end ? _mm512_maskz_loadu_ps(mj, X + ke * ld + j) : _mm512_setzero_ps();
-            const __m512 x1 = ko < k_end ? _mm512_maskz_loadu_ps(mj, X + ko * ld + j) : _mm512_setzero_ps();
-            const Parts e = split16(x0, bad), o = split16(x1, bad);
-            for (int s = 0; s < 3; ++s) {
-              uint16_t* row = trans ? stage + (g * 3 + s) * kTile + p * 32 : tile(g, kb, s) + p * 32;
-              _mm512_storeu_si512(row, pairs(e.p[s], o.p[s]));
-            }
+            uint16_t* d = (trans ? stage + g * 3 * kTile : tile(g, kb, 0)) + p * 32;
+            pack_pair(X, ld, ke, k_end, j, first(j_end - j), d, trans ? kTile : 2 * kTile, tally);
           }
         }
       }
@@ -204,7 +251,7 @@ bool pack_block(bool is_a, bool trans, const float* X, int64_t ld, int64_t j0, i
           for (int s = 0; s < 3; ++s) transpose_out(stage + (g * 3 + s) * kTile, tile(g, kb, s));
     }
   }
-  return bad != 0;
+  return tally.bad();
 }
 
 // ---- the micro-kernel -------------------------------------------------------------------------
@@ -400,6 +447,14 @@ bool pays(int64_t M, int64_t N, int64_t K) {
          double(M) * N * K >= 3e7 * current_threads();
 }
 
+bool pays_batched(int64_t M, int64_t N, int64_t K) {
+  // One product per thread against oneDNN 2.6's batched float32 matmul (gemm:jit) on the strided
+  // [seq, batch x heads, 64] views of attention, one Sapphire Rapids core, time ratio over the six
+  // products of a head's forward and backward pass: seq 128 0.75-0.90, 64 0.71-1.02, 256
+  // 0.71-0.93, 512 0.59-0.95; heads of 32 lose (0.99-1.12).
+  return available() && std::min({M, N, K}) >= 64;
+}
+
 bool gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (!available() || (alpha != 1.f && beta != 0.f) || M <= 0 || N <= 0 || K <= 0) return false;
@@ -453,7 +508,7 @@ struct Sampling {
 // i at a + i * nkb * kBlock; K step kb takes channel blocks 2 kb and 2 kb + 1; rows past `rows`,
 // and a missing odd block, zeros). Returns whether a value the split does not take was read.
 bool pack_pixels(const float* x, const Sampling& in, int64_t CB, int64_t p0, int64_t rows, int64_t nkb, uint16_t* a) {
-  __mmask16 bad = 0;
+  Tally tally;
   const int64_t step = nkb * kBlock, groups = (rows + kMR - 1) / kMR * 2;
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const float* x0 = x + 2 * kb * in.plane;
@@ -465,14 +520,14 @@ bool pack_pixels(const float* x, const Sampling& in, int64_t CB, int64_t p0, int
         Parts lo{}, hi{};
         if (i < rows) {
           const int64_t off = in.at(p0 + i);
-          lo = split16(_mm512_loadu_ps(x0 + off), bad);
-          if (x1) hi = split16(_mm512_loadu_ps(x1 + off), bad);
+          lo = split16(_mm512_loadu_ps(x0 + off), tally);
+          if (x1) hi = split16(_mm512_loadu_ps(x1 + off), tally);
         }
         for (int s = 0; s < 3; ++s) _mm512_storeu_si512(t + 2 * s * kTile + r * 32, join(lo.p[s], hi.p[s]));
       }
     }
   }
-  return bad != 0;
+  return tally.bad();
 }
 
 // A thread's packed pixel block, grown to the largest asked for and kept.
@@ -524,7 +579,7 @@ std::unique_ptr<Pointwise> Pointwise::make(int64_t C, int64_t M, const float* w,
   const int64_t step = p->nkb_ * kBlock;
   p->b_ = aligned_bf16(p->panels_ * step);
   uint16_t* b = p->b_.get();
-  __mmask16 bad = 0;
+  Tally tally;
   for (int64_t q = 0; q < p->panels_; ++q)
     for (int64_t kb = 0; kb < p->nkb_; ++kb)
       for (int64_t h = 0; h < 2; ++h) {
@@ -535,12 +590,12 @@ std::unique_ptr<Pointwise> Pointwise::make(int64_t C, int64_t M, const float* w,
             if (kk >= C || m0 >= mp) return _mm512_setzero_ps();
             return _mm512_loadu_ps(p->wt_.data() + kk * mp + m0);
           };
-          const Parts e = split16(row(k), bad), o = split16(row(k + 1), bad);
+          const Parts e = split16(row(k), tally), o = split16(row(k + 1), tally);
           for (int s = 0; s < 3; ++s)
             _mm512_storeu_si512(b + q * step + kb * kBlock + (2 * s + h) * kTile + r * 32, pairs(e.p[s], o.p[s]));
         }
       }
-  if (bad) return nullptr;
+  if (tally.bad()) return nullptr;
   return p;
 }
 
@@ -610,6 +665,7 @@ void Pointwise::run(const float* x, int64_t N, const Geometry& geo, const float*
 
 bool available() { return false; }
 bool pays(int64_t, int64_t, int64_t) { return false; }
+bool pays_batched(int64_t, int64_t, int64_t) { return false; }
 bool gemm(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float, float*,
           int64_t) {
   return false;

@@ -29,6 +29,10 @@ bool available();
 /// for the six products to beat float32 FMA on the same core (measured: docs/kernels.md).
 bool pays(int64_t M, int64_t N, int64_t K);
 
+/// Whether a batch of such products (attention's, one head each) goes to the AMX kernel one
+/// product a thread: available() and every side at least 64 (measured: docs/kernels.md).
+bool pays_batched(int64_t M, int64_t N, int64_t K);
+
 /// C[M, N] = alpha * op(A) @ op(B) + beta * C (row-major, as kernels::cpu::gemm) on the AMX tiles.
 /// Requires available(); alpha != 1 with beta != 0 is not supported (returns false, C untouched).
 /// beta == 0 ignores C's contents. Uses the current thread budget. Infinities and NaNs give

@@ -387,11 +387,15 @@ class StridedMatMul {
                float alpha = 1.f) {
     dt_ = dt, nb_ = nb, M_ = M, K_ = K, N_ = N, a_ = a, b_ = b, c_ = c, bias_ = bias, alpha_ = alpha;
     op_ = dnnl_util::DnnlOp();
+    tiles_ = false;
     auto gemm_ok = [](const MatView& v) { return v.trans ? v.rs == 1 : v.cs == 1; };
     if (!gemm_ok(a) || !gemm_ok(b) || c.cs != 1 || c.trans) return false;
     if (nb == 0 || M == 0 || N == 0 || K == 0 || !float_type(dt) || dt == DType::kFloat16 ||
         tiny_product(nb * M * K * N))
       return true;
+    // float32 products of 64 or more a side on AMX tiles, one product a thread (amx::pays_batched).
+    tiles_ = dt == DType::kFloat32 && amx::pays_batched(M, N, K);
+    if (tiles_) return true;
     using dnnl::memory;
     auto md = [&](const MatView& v, int64_t batch, int64_t rows, int64_t cols) {
       return memory::desc({batch, rows, cols}, *float_type(dt), {v.bs, v.rs, v.cs});
@@ -432,7 +436,20 @@ class StridedMatMul {
         }
         if (bias_) add_row_bias(c, M_, N_, c_.rs, static_cast<const T*>(bias));
       };
-      run_batches(nb_, M_ * N_ * K_, one);
+      if (!tiles_) return run_batches(nb_, M_ * N_ * K_, one);
+      parallel_for(nb_, 1, [&](int64_t b0, int64_t b1) {
+        ThreadScope single(1);
+        for (int64_t i = b0; i < b1; ++i) {
+          if constexpr (std::is_same_v<T, float>) {
+            T* c = C + i * c_.bs;
+            if (amx::gemm(ta, tb, M_, N_, K_, alpha_, A + i * a_.bs, lda, B + i * b_.bs, ldb, 0.f, c, c_.rs)) {
+              if (bias_) add_row_bias(c, M_, N_, c_.rs, static_cast<const T*>(bias));
+              continue;
+            }
+          }
+          one(i);
+        }
+      });
     });
   }
 
@@ -440,6 +457,7 @@ class StridedMatMul {
   DType dt_ = DType::kFloat32;
   int64_t nb_ = 0, M_ = 0, K_ = 0, N_ = 0;
   MatView a_, b_, c_;
+  bool tiles_ = false;  ///< float32 on AMX tiles, one product a thread
   bool bias_ = false;
   float alpha_ = 1.f;
   dnnl_util::DnnlOp op_;
