@@ -140,11 +140,14 @@ inline __mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 
 // dst (panel q at dst + q * step, step = K steps x kBlock). A panel's tile (K step kb, part s, half
 // h) is at kb * kBlock + (2 s + h) * kTile: 16 rows of 16 bf16 pairs, A's rows of K values, B's
 // K-pairs. The source is read along its contiguous axis: 16 rows x 32 K at a time where it runs
-// along K (each tile is then written row after row), else two K rows across 64 columns at a time;
-// the lines two K steps ahead (or the next rows', where K ends first) are prefetched. The split and the stores run on the vector ports,
-// so each full 16 x 32 step is straight-line code (no spills). `stage` (kStage elements) holds rows
-// awaiting their 16 x 16 transpose. Returns whether a value the split does not take was read.
-constexpr int64_t kStage = std::max<int64_t>(3, kMC / 16 * 3) * kTile;
+// along K (each tile is then written row after row); A transposed as 32 K rows x 16 columns turned
+// into rows of K by two 16 x 16 float32 register transposes (a third of the shuffles of
+// transposing the three parts' pairs); B two K rows across 64 columns at a time. The lines two K
+// steps ahead (or the next rows', where K ends first) are prefetched. The split and the stores run
+// on the vector ports, so each full 16 x 32 step is straight-line code (no spills). `stage`
+// (kStage elements) holds B's transposed rows awaiting their 16 x 16 transpose. Returns whether a
+// value the split does not take was read.
+constexpr int64_t kStage = 3 * kTile;
 constexpr int64_t kAhead = 2 * kKB;  // prefetch distance along K
 
 // Rows of K (A, or B transposed): 16 rows [jg, jg + rows) x K [k, k + 32) of the source, split into
@@ -177,7 +180,7 @@ inline void pack_rows(const float* X, int64_t ld, int64_t jg, int64_t rows, int6
   }
 }
 
-// Rows that are K (A transposed, or B): K rows ke, ke + 1 (p = (ke - k0) / 2 % 16, the tile row) x
+// Rows that are K (B): K rows ke, ke + 1 (p = (ke - k0) / 2 % 16, the tile row) x
 // columns [j, j + 16) (mask mj), split and interleaved as K-pairs into d + p * 32, d + ds + p * 32,
 // d + 2 ds + p * 32.
 inline void pack_pair(const float* X, int64_t ld, int64_t ke, int64_t k_end, int64_t j, __mmask16 mj, uint16_t* d,
@@ -222,7 +225,28 @@ bool pack_block(bool is_a, bool trans, const float* X, int64_t ld, int64_t j0, i
           for (int s = 0; s < 3; ++s) transpose_out(stage + s * kTile, tile(g, kb, s));
       }
     }
-  } else {  // source rows are K (A transposed, or B): two rows at a time, 64 columns at a time
+  } else if (trans) {  // A transposed ([K, M]): 32 K rows x 16 columns through two 16 x 16 float32
+                       // register transposes into rows of K, then split as A's rows are
+    alignas(64) float rows[16 * kKB];
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const int64_t k = k0 + kb * kKB;
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t j = j0 + g * 16;
+        const __mmask16 mj = first(j_end - j);
+        for (int64_t half = 0; half < 2; ++half) {
+          __m512i v[16];
+          for (int64_t r = 0; r < 16; ++r) {
+            const int64_t kr = k + half * 16 + r;
+            if (kr + kAhead < k_end) _mm_prefetch(reinterpret_cast<const char*>(X + (kr + kAhead) * ld + j), _MM_HINT_T0);
+            v[r] = kr < k_end ? _mm512_castps_si512(_mm512_maskz_loadu_ps(mj, X + kr * ld + j)) : _mm512_setzero_si512();
+          }
+          transpose16(v);
+          for (int64_t m = 0; m < 16; ++m) _mm512_store_si512(rows + m * kKB + half * 16, v[m]);
+        }
+        pack_rows<true>(rows, kKB, 0, 16, 0, kKB, tile(g, kb, 0), 2 * kTile, nullptr, 0, tally);
+      }
+    }
+  } else {  // B ([K, N]): two K rows at a time, 64 columns at a time
     constexpr int64_t kChunk = 4;  // 16-wide groups: their 12 tiles stay in the first-level cache
     // The first kAhead rows' first chunk (the loop prefetches from there on).
     for (int64_t k = k0; k < std::min(k_end, k0 + kAhead); ++k)
@@ -241,14 +265,10 @@ bool pack_block(bool is_a, bool trans, const float* X, int64_t ld, int64_t j0, i
             }
           for (int64_t g = g0; g < g1; ++g) {
             const int64_t j = j0 + g * 16;
-            uint16_t* d = (trans ? stage + g * 3 * kTile : tile(g, kb, 0)) + p * 32;
-            pack_pair(X, ld, ke, k_end, j, first(j_end - j), d, trans ? kTile : 2 * kTile, tally);
+            pack_pair(X, ld, ke, k_end, j, first(j_end - j), tile(g, kb, 0) + p * 32, 2 * kTile, tally);
           }
         }
       }
-      if (trans)  // A: a K-pair's row becomes a column of the tile
-        for (int64_t g = 0; g < groups; ++g)
-          for (int s = 0; s < 3; ++s) transpose_out(stage + (g * 3 + s) * kTile, tile(g, kb, s));
     }
   }
   return tally.bad();
