@@ -91,11 +91,13 @@ TEST(AmxGemm, MatchesDoubleReferenceAtFloat32Accuracy) {
       const Problem p(t & 1, t & 2, s.M, s.N, s.K, 1.f, 0.f, seed++);
       expect_float32_accuracy(p, p.run());
     }
-  // alpha and beta: beta 1 and 0.5 with alpha 1; alpha 2 with beta 0 (C's old contents ignored).
-  for (const auto& ab : {std::pair{1.f, 1.f}, std::pair{1.f, 0.5f}, std::pair{2.f, 0.f}}) {
-    const Problem p(false, true, 70, 90, 100, ab.first, ab.second, seed++);
-    expect_float32_accuracy(p, p.run());
-  }
+  // alpha and beta: beta 1 and 0.5 with alpha 1; alpha 2 with beta 0 (C's old contents ignored);
+  // K of one block and of two (alpha scales each block of C after its last K block).
+  for (const auto& ab : {std::pair{1.f, 1.f}, std::pair{1.f, 0.5f}, std::pair{2.f, 0.f}})
+    for (const int64_t K : {100, 1000}) {
+      const Problem p(false, true, 70, 90, K, ab.first, ab.second, seed++);
+      expect_float32_accuracy(p, p.run());
+    }
   // alpha != 1 with beta != 0 is declined, C untouched.
   Problem p(false, false, 8, 8, 8, 2.f, 1.f, seed++);
   std::vector<float> c = p.C;

@@ -388,6 +388,16 @@ void region(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
       const int64_t step = (pc_end - pc + kKB - 1) / kKB * kBlock;  // one packed panel
       nonfinite |= pack_block(false, p.tb, p.B, p.ldb, jc, jc_end, pc, pc_end, bp, buf.stage.get());
       const bool load = pc > 0 || p.beta != 0.f;
+      // alpha scales each 32 x 32 block after its last K block, while it is in the first-level cache
+      const bool scale = pc_end == p.K && p.alpha != 1.f;
+      const __m512 alpha = _mm512_set1_ps(p.alpha);
+      auto scaled = [&](float* c, int64_t ldc, int64_t rows, int64_t cols) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t q = 0; q < cols; q += 16) {
+            const __mmask16 m = first(cols - q);
+            _mm512_mask_storeu_ps(c + r * ldc + q, m, _mm512_mul_ps(alpha, _mm512_maskz_loadu_ps(m, c + r * ldc + q)));
+          }
+      };
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t ic_end = std::min(m1, ic + kMC);
         nonfinite |= pack_block(true, p.ta, p.A, p.lda, ic, ic_end, pc, pc_end, ap, buf.stage.get());
@@ -399,20 +409,19 @@ void region(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
             float* c = p.C + i * p.ldc + j;
             if (mr == kMR && nr == kNR) {
               kernel(step / kBlock, apanel, bpanel, c, p.ldc, load);
+              if (scale) scaled(c, p.ldc, kMR, kNR);
               continue;
             }
             if (load)
               for (int64_t r = 0; r < kMR; ++r)
                 for (int64_t q = 0; q < kNR; ++q) edge[r * kNR + q] = r < mr && q < nr ? c[r * p.ldc + q] : 0.f;
             kernel(step / kBlock, apanel, bpanel, edge, kNR, load);
+            if (scale) scaled(edge, kNR, mr, nr);
             for (int64_t r = 0; r < mr; ++r) std::memcpy(c + r * p.ldc, edge + r * kNR, size_t(nr) * sizeof(float));
           }
         }
       }
     }
-    if (p.alpha != 1.f)
-      for (int64_t i = m0; i < m1; ++i)
-        for (int64_t j = jc; j < jc_end; ++j) p.C[i * p.ldc + j] *= p.alpha;
   }
   _tile_release();
   if (nonfinite) {  // beta == 0 here (gemm() scans for these first otherwise): float32 from scratch
