@@ -214,7 +214,8 @@ bool pack_block(bool is_a, bool trans, const float* X, int64_t ld, int64_t j0, i
         const int64_t ds = trans ? kTile : 2 * kTile;
         // Two K steps on, or into the next 16 rows where K ends first (a head's 64 values of each
         // of attention's rows, 8 KB apart: without it each row's lines were loaded on demand).
-        const int64_t kb2 = kb + kAhead / kKB, wrap = kb2 >= nkb;
+        const int64_t kb2 = kb + kAhead / kKB;
+        const bool wrap = kb2 >= nkb;
         const int64_t pf_row = jg + (wrap ? 16 : 0), pf_k = k0 + (wrap ? kb2 - nkb : kb2) * kKB;
         const int64_t pf_rows = pf_k < k_end ? std::clamp<int64_t>(j_end - pf_row, 0, 16) : 0;
         if (rows == 16 && k + kKB <= k_end)
@@ -227,7 +228,7 @@ bool pack_block(bool is_a, bool trans, const float* X, int64_t ld, int64_t j0, i
     }
   } else if (trans) {  // A transposed ([K, M]): 32 K rows x 16 columns through two 16 x 16 float32
                        // register transposes into rows of K, then split as A's rows are
-    alignas(64) float rows[16 * kKB];
+    alignas(64) float kmajor[16 * kKB];  // 16 rows (columns of the source) of 32 K values
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t k = k0 + kb * kKB;
       for (int64_t g = 0; g < groups; ++g) {
@@ -241,9 +242,9 @@ bool pack_block(bool is_a, bool trans, const float* X, int64_t ld, int64_t j0, i
             v[r] = kr < k_end ? _mm512_castps_si512(_mm512_maskz_loadu_ps(mj, X + kr * ld + j)) : _mm512_setzero_si512();
           }
           transpose16(v);
-          for (int64_t m = 0; m < 16; ++m) _mm512_store_si512(rows + m * kKB + half * 16, v[m]);
+          for (int64_t m = 0; m < 16; ++m) _mm512_store_si512(kmajor + m * kKB + half * 16, v[m]);
         }
-        pack_rows<true>(rows, kKB, 0, 16, 0, kKB, tile(g, kb, 0), 2 * kTile, nullptr, 0, tally);
+        pack_rows<true>(kmajor, kKB, 0, 16, 0, kKB, tile(g, kb, 0), 2 * kTile, nullptr, 0, tally);
       }
     }
   } else {  // B ([K, N]): two K rows at a time, 64 columns at a time
@@ -381,6 +382,15 @@ void region(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   uint16_t* bp = buf.b.get();
   const int64_t blocks = (p.K + kKC - 1) / kKC;
   const int64_t kc = ((p.K + blocks - 1) / blocks + kKB - 1) / kKB * kKB;  // K per block, whole tiles
+  // alpha scales each 32 x 32 block after its last K block, while it is in the first-level cache
+  const __m512 alpha = _mm512_set1_ps(p.alpha);
+  auto scaled = [&](float* c, int64_t ldc, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t q = 0; q < cols; q += 16) {
+        const __mmask16 m = first(cols - q);
+        _mm512_mask_storeu_ps(c + r * ldc + q, m, _mm512_mul_ps(alpha, _mm512_maskz_loadu_ps(m, c + r * ldc + q)));
+      }
+  };
   for (int64_t jc = n0; jc < n1; jc += kNC) {
     const int64_t jc_end = std::min(n1, jc + kNC);
     for (int64_t pc = 0; pc < p.K; pc += kc) {
@@ -388,16 +398,7 @@ void region(const Problem& p, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
       const int64_t step = (pc_end - pc + kKB - 1) / kKB * kBlock;  // one packed panel
       nonfinite |= pack_block(false, p.tb, p.B, p.ldb, jc, jc_end, pc, pc_end, bp, buf.stage.get());
       const bool load = pc > 0 || p.beta != 0.f;
-      // alpha scales each 32 x 32 block after its last K block, while it is in the first-level cache
       const bool scale = pc_end == p.K && p.alpha != 1.f;
-      const __m512 alpha = _mm512_set1_ps(p.alpha);
-      auto scaled = [&](float* c, int64_t ldc, int64_t rows, int64_t cols) {
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t q = 0; q < cols; q += 16) {
-            const __mmask16 m = first(cols - q);
-            _mm512_mask_storeu_ps(c + r * ldc + q, m, _mm512_mul_ps(alpha, _mm512_maskz_loadu_ps(m, c + r * ldc + q)));
-          }
-      };
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t ic_end = std::min(m1, ic + kMC);
         nonfinite |= pack_block(true, p.ta, p.A, p.lda, ic, ic_end, pc, pc_end, ap, buf.stage.get());

@@ -427,28 +427,25 @@ class StridedMatMul {
       T* C = ctx.output(0).data<T>();
       const bool ta = a_.trans, tb = b_.trans;
       const int64_t lda = ta ? a_.cs : a_.rs, ldb = tb ? b_.cs : b_.rs;
+      // tiles_: amx::gemm (float32, K > 0), else the generic product.
+      auto tiled = [&](int64_t i, T* c) {
+        if constexpr (std::is_same_v<T, float>)
+          return tiles_ && amx::gemm(ta, tb, M_, N_, K_, alpha_, A + i * a_.bs, lda, B + i * b_.bs, ldb, 0.f, c, c_.rs);
+        return false;
+      };
       auto one = [&](int64_t i) {
         T* c = C + i * c_.bs;
         if (K_ == 0) {
           for (int64_t r = 0; r < M_; ++r) std::fill(c + r * c_.rs, c + r * c_.rs + N_, T(0.f));
-        } else {
+        } else if (!tiled(i, c)) {
           matmul2d<T>(ta, tb, M_, N_, K_, alpha_, A + i * a_.bs, lda, B + i * b_.bs, ldb, 0.0, c, c_.rs);
         }
         if (bias_) add_row_bias(c, M_, N_, c_.rs, static_cast<const T*>(bias));
       };
       if (!tiles_) return run_batches(nb_, M_ * N_ * K_, one);
-      parallel_for(nb_, 1, [&](int64_t b0, int64_t b1) {
+      parallel_for(nb_, 1, [&](int64_t b0, int64_t b1) {  // one product a thread
         ThreadScope single(1);
-        for (int64_t i = b0; i < b1; ++i) {
-          if constexpr (std::is_same_v<T, float>) {
-            T* c = C + i * c_.bs;
-            if (amx::gemm(ta, tb, M_, N_, K_, alpha_, A + i * a_.bs, lda, B + i * b_.bs, ldb, 0.f, c, c_.rs)) {
-              if (bias_) add_row_bias(c, M_, N_, c_.rs, static_cast<const T*>(bias));
-              continue;
-            }
-          }
-          one(i);
-        }
+        for (int64_t i = b0; i < b1; ++i) one(i);
       });
     });
   }
