@@ -1,5 +1,8 @@
 // Executor: plan caching, arena reuse by liveness, constant folding, views, data-dependent shapes
 // (allocations per run: tests/alloc/test_step_allocations.cpp).
+#include <cstdio>
+#include <fstream>
+
 #include "core/parallel.h"
 #include "runtime/executor.h"
 #include "test_util.h"
@@ -283,4 +286,49 @@ TEST(Executor, RunIntoWritesTheCallersBuffers) {
   std::vector<Value> wrong{Value::of(Tensor::zeros(DType::kFloat32, {5}))};
   ex.run_into({&xv}, {0}, wrong);
   EXPECT_TRUE(ot_test::all_close(wrong[0].tensor, {4}, {0, 2, 0, 4}));
+}
+
+namespace {
+// The kernel's own verdict on the mapping that holds p: its THPeligible line in /proc/self/smaps
+// (-1: no such line, i.e. a kernel that does not report it).
+int thp_eligible(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2)  // a mapping's first line (no field parses so)
+      inside = a >= lo && a < hi;
+    else if (inside && line.rfind("THPeligible:", 0) == 0)
+      return std::atoi(line.c_str() + 12);
+  }
+  return -1;
+}
+}  // namespace
+
+// Blocks of 2 MiB and more (tensors, arenas) start on a 2 MiB boundary and are advised onto
+// transparent huge pages: Debian's kernels default to "madvise", where nothing else puts them there.
+TEST(HostMemory, LargeBlocksAreOfferedHugePages) {
+  std::ifstream setting("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(setting, mode);
+  if (mode.empty() || mode.find("[never]") != std::string::npos)
+    GTEST_SKIP() << "transparent huge pages are off on this kernel ('" << mode << "')";
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  Tensor t = Tensor::empty(DType::kFloat32, {3, 1 << 20});  // 12 MiB
+  void* block = cpu_allocator().allocate(5 << 20, 64);
+  for (const void* p : {static_cast<const void*>(t.data<float>()), static_cast<const void*>(block)}) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHuge, 0u);
+    const int eligible = thp_eligible(p);
+    if (eligible < 0) {
+      cpu_allocator().deallocate(block);
+      GTEST_SKIP() << "/proc/self/smaps has no THPeligible line on this kernel";
+    }
+    EXPECT_EQ(eligible, 1) << "the kernel does not consider the block for huge pages";
+  }
+  cpu_allocator().deallocate(block);
+  // Small blocks keep the ordinary alignment (no 2 MiB padding for them).
+  Tensor small = Tensor::empty(DType::kFloat32, {16});
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data<float>()) % 64, 0u);
 }

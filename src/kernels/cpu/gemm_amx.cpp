@@ -21,17 +21,16 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "core/parallel.h"
+#include "onnxtrain/device.h"
 
 namespace onnxtrain::kernels::cpu::amx {
 
-void AlignedFree::operator()(uint16_t* p) const { std::free(p); }
+void AlignedFree::operator()(uint16_t* p) const { cpu_allocator().deallocate(p); }
 
+// From the host allocator: 64-byte aligned, and a packed B block (4.7 MB) on huge pages.
 AlignedBf16 aligned_bf16(int64_t elements) {
-  // aligned_alloc wants a multiple of the alignment
-  const size_t bytes = (size_t(std::max<int64_t>(elements, 1)) * sizeof(uint16_t) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw std::bad_alloc();
-  return AlignedBf16(static_cast<uint16_t*>(p));
+  return AlignedBf16(
+      static_cast<uint16_t*>(cpu_allocator().allocate(size_t(std::max<int64_t>(elements, 1)) * sizeof(uint16_t), 64)));
 }
 
 #if OT_AMX
