@@ -38,6 +38,8 @@ struct Avx512Ops {
     const __m512i e = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
+  /// One vscalefps: p * 2^n exactly where the product is normal (Avx2Ops' product's bits there).
+  static V scale2i(V p, V n) { return _mm512_scalef_ps(p, n); }
   static V abs(V x) { return _mm512_andnot_ps(set1(-0.0f), x); }
   static V copysign(V x, V s) { return _mm512_or_ps(abs(x), _mm512_and_ps(s, set1(-0.0f))); }
   static M lt(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
