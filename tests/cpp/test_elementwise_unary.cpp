@@ -190,10 +190,9 @@ int64_t ordered(float f) {
   return i < 0 ? int64_t(INT32_MIN) - i : i;
 }
 
-// Max ulp distance to the correctly rounded result over: every 4099th float32 bit pattern (the
-// whole range, both signs, subnormals, infinities, NaNs) and 2^20 evenly spaced points in
-// [lo, hi]. Tails of 1..7 elements are included by odd lengths.
-int64_t max_ulp(const std::string& op, double (*ref)(double), double lo, double hi, float* worst_x) {
+// Every 4099th float32 bit pattern (the whole range, both signs, subnormals, infinities, NaNs) and
+// 2^20 evenly spaced points in [lo, hi].
+std::vector<float> float_sweep(double lo, double hi) {
   std::vector<float> xs;
   for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) {
     const uint32_t b = uint32_t(u);
@@ -202,6 +201,13 @@ int64_t max_ulp(const std::string& op, double (*ref)(double), double lo, double 
     xs.push_back(f);
   }
   for (int i = 0; i <= (1 << 20); ++i) xs.push_back(float(lo + (hi - lo) * i / double(1 << 20)));
+  return xs;
+}
+
+// Max ulp distance to the correctly rounded result over float_sweep(lo, hi). Tails of 1..7
+// elements are included by odd lengths.
+int64_t max_ulp(const std::string& op, double (*ref)(double), double lo, double hi, float* worst_x) {
+  const std::vector<float> xs = float_sweep(lo, hi);
   Tensor x = Tensor::from_vector<float>({int64_t(xs.size())}, xs);
   Tensor y = run_node(op, {x}, {}, opts(false, 2))[0];
   const float* yv = y.data<float>();
@@ -301,14 +307,7 @@ TEST(ElementwiseUnary, SiluWithinFourUlp) {
 #if OT_EW_SIMD
   namespace vm = onnxtrain::kernels::cpu::vmath;
   namespace vm512 = onnxtrain::kernels::cpu::vmath512;
-  std::vector<float> x;
-  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 4099) {
-    const uint32_t b = uint32_t(u);
-    float f;
-    std::memcpy(&f, &b, 4);
-    x.push_back(f);
-  }
-  for (int i = 0; i <= (1 << 20); ++i) x.push_back(float(-87.0 + 107.0 * i / double(1 << 20)));
+  std::vector<float> x = float_sweep(-87, 20);
   const float inf = std::numeric_limits<float>::infinity();
   for (float f : {inf, -inf, std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f, -87.0f, -86.99999f, 1e30f})
     x.push_back(f);
