@@ -533,27 +533,47 @@ struct Sampling {
   int64_t at(int64_t i) const { return dense ? i * 16 : ((i / OW) * sh * IW + (i % OW) * sw) * 16; }
 };
 
-// Output pixels [p0, p0 + rows) of one image x ([CB][IH][IW][16]) into A panels of 32 rows (panel
-// i at a + i * nkb * kBlock; K step kb takes channel blocks 2 kb and 2 kb + 1; rows past `rows`,
-// and a missing odd block, zeros). Returns whether a value the split does not take was read.
+// 16 pixels' rows (input offsets off[0, rows)) of two channel blocks x0 and x1 (null: zeros, a
+// missing odd block) into the part tiles t, t + 2 kTile, t + 4 kTile (16 rows of 32 bf16); rows
+// past `rows` zeros. Full: 16 rows and both blocks. The loads alone branch, so the split and the
+// stores stay straight-line (the parts under branches spilled to the stack).
+template <bool Full>
+inline void pixel_rows(const float* x0, const float* x1, const int64_t* off, int64_t rows, uint16_t* t, Tally& tally) {
+  for (int64_t r = 0; r < 16; ++r) {
+    __m512 v0, v1;
+    if (Full) {
+      v0 = _mm512_loadu_ps(x0 + off[r]);
+      v1 = _mm512_loadu_ps(x1 + off[r]);
+    } else {
+      v0 = r < rows ? _mm512_loadu_ps(x0 + off[r]) : _mm512_setzero_ps();
+      v1 = r < rows && x1 ? _mm512_loadu_ps(x1 + off[r]) : _mm512_setzero_ps();
+    }
+    const Parts lo = split16(v0, tally), hi = split16(v1, tally);
+    _mm512_storeu_si512(t + r * 32, join(lo.p[0], hi.p[0]));
+    _mm512_storeu_si512(t + 2 * kTile + r * 32, join(lo.p[1], hi.p[1]));
+    _mm512_storeu_si512(t + 4 * kTile + r * 32, join(lo.p[2], hi.p[2]));
+  }
+}
+
+// Output pixels [p0, p0 + rows) (rows <= kMC) of one image x ([CB][IH][IW][16]) into A panels of 32
+// rows (panel i at a + i * nkb * kBlock; K step kb takes channel blocks 2 kb and 2 kb + 1; rows
+// past `rows`, and a missing odd block, zeros). Returns whether a value the split does not take
+// was read.
 bool pack_pixels(const float* x, const Sampling& in, int64_t CB, int64_t p0, int64_t rows, int64_t nkb, uint16_t* a) {
   Tally tally;
   const int64_t step = nkb * kBlock, groups = (rows + kMR - 1) / kMR * 2;
+  int64_t off[kMC];  // each pixel's input offset, once (the strided ones divide)
+  for (int64_t i = 0; i < rows; ++i) off[i] = in.at(p0 + i);
   for (int64_t kb = 0; kb < nkb; ++kb) {
     const float* x0 = x + 2 * kb * in.plane;
-    const float* x1 = 2 * kb + 1 < CB ? x0 + in.plane : nullptr;
+    const bool odd = 2 * kb + 1 < CB;
     for (int64_t g = 0; g < groups; ++g) {
       uint16_t* t = a + (g / 2) * step + kb * kBlock + (g % 2) * kTile;
-      for (int64_t r = 0; r < 16; ++r) {
-        const int64_t i = g * 16 + r;
-        Parts lo{}, hi{};
-        if (i < rows) {
-          const int64_t off = in.at(p0 + i);
-          lo = split16(_mm512_loadu_ps(x0 + off), tally);
-          if (x1) hi = split16(_mm512_loadu_ps(x1 + off), tally);
-        }
-        for (int s = 0; s < 3; ++s) _mm512_storeu_si512(t + 2 * s * kTile + r * 32, join(lo.p[s], hi.p[s]));
-      }
+      const int64_t n = std::clamp<int64_t>(rows - g * 16, 0, 16);
+      if (n == 16 && odd)
+        pixel_rows<true>(x0, x0 + in.plane, off + g * 16, 16, t, tally);
+      else
+        pixel_rows<false>(x0, odd ? x0 + in.plane : nullptr, off + g * 16, n, t, tally);
     }
   }
   return tally.bad();
@@ -640,7 +660,15 @@ void Pointwise::run(const float* x, int64_t N, const Geometry& geo, const float*
   const int64_t threads = current_threads(), nblocks = N * blocks;
   const int64_t shares = threads > 1 && nblocks < 2 * threads ? std::min<int64_t>(threads, panels_) : 1;
   const int64_t mp = MB_ * 16;
+  const Act act_s = act_;
+  const float alpha_s = alpha_, beta_s = beta_;
+  const bool sum_s = sum_;
   parallel_for(nblocks * shares, 1, [&](int64_t t0, int64_t t1) {
+    // The epilogue's settings in registers: read through a pointer, they were loaded again after
+    // each store to y.
+    const Act act = act_s;
+    const float alpha = alpha_s, beta = beta_s;
+    const bool sum = sum_s;
     load_tile_config();
     uint16_t* a = pixel_buffer(rows / kMR * step);
     alignas(64) float edge[kMR * kNR];
@@ -680,8 +708,8 @@ void Pointwise::run(const float* x, int64_t N, const Geometry& geo, const float*
             float* out = yn + (mb * P + p0 + i) * 16;
             for (int64_t r = 0; r < mr; ++r) {
               __m512 v = _mm512_add_ps(_mm512_load_ps(edge + r * kNR + h * 16), bv);
-              if (sum_) v = _mm512_add_ps(v, _mm512_loadu_ps(out + r * 16));
-              _mm512_storeu_ps(out + r * 16, activate(v, act_, alpha_, beta_));
+              if (sum) v = _mm512_add_ps(v, _mm512_loadu_ps(out + r * 16));
+              _mm512_storeu_ps(out + r * 16, activate(v, act, alpha, beta));
             }
           }
         }
