@@ -47,8 +47,9 @@ the onnxtrain processes never import torch, and the models are exported by a sub
 that the parent stays small. Peak RSS is the child's VmHWM (/proc/self/status): getrusage's
 ru_maxrss, also recorded, inherits the parent's peak across subprocess's vfork + exec. Thread
 counts 1 and 2 (SessionOptions.intra_op_num_threads / torch.set_num_threads, plus OMP_NUM_THREADS
-and OPENBLAS_NUM_THREADS for the BLAS). Rounds alternate the order (odd rounds onnxtrain first,
-even rounds PyTorch first); a result is the median over rounds of each process's median step time.
+and OPENBLAS_NUM_THREADS for the BLAS). Rounds alternate the order (odd rounds onnxtrain first
+and the thread counts ascending, even rounds PyTorch first and the thread counts descending); a
+result is the median over rounds of each process's median step time.
 Each training process first runs 10 steps on 10 different batches and records their losses
 (compared between frameworks: PASS when they agree within 1e-4 relative; inference compares the
 first batch's output), then warm-up steps, then the timed steps (each timed alone, cycling over the
@@ -861,7 +862,9 @@ def main():
             if r % 2:
                 frameworks.reverse()
             for w in workloads:
-                for t in threads_list:
+                # The thread counts alternate too: with 1 thread always first, a drift within a
+                # round (another tenant, the clock) landed on the 2-thread rows alone.
+                for t in (threads_list if r % 2 == 0 else threads_list[::-1]):
                     if w == "sklearn-mlp":
                         order = [("onnxtrain", "default"), ("sklearn", "default"), ("sklearn", "best"),
                                  ("torch", "default"), ("torch", "best"), ("torch", "best_spin")]
