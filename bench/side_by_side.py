@@ -937,9 +937,9 @@ def summarize(results, gemm, cpu, workloads, threads_list, modes, rounds, quick,
                 ref_env = min((e for e in torch_t if torch_t[e] is not None), key=lambda e: torch_t[e], default=None)
                 row["torch_ref_env"] = ref_env
                 row["torch_ref_s"] = torch_t.get(ref_env) if ref_env else None
-                row["onnxtrain_s"] = median_of(runs(w, mode, "onnxtrain", "default", t))
-                row["onnxtrain_rounds_s"] = [x["step_s"] for x in runs(w, mode, "onnxtrain", "default", t)
-                                             if "step_s" in x]
+                ours_runs = runs(w, mode, "onnxtrain", "default", t)
+                row["onnxtrain_s"] = median_of(ours_runs)
+                row["onnxtrain_rounds_s"] = [x["step_s"] for x in ours_runs if "step_s" in x]
                 row["ratio"] = (row["onnxtrain_s"] / row["torch_ref_s"]
                                 if row["onnxtrain_s"] and row["torch_ref_s"] else None)
                 ours = first(w, mode, "onnxtrain", "default", t)

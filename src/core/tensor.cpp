@@ -24,9 +24,11 @@ std::atomic<uint64_t> g_alloc_limit{0};
 // whole 2 MiB pages are offered to transparent huge pages (Debian's kernels default to "madvise":
 // without the advice every block is 4 KiB pages, and the streaming kernels of a step walk the page
 // tables every 4 KiB; measured: ResNet-18 and BERT-base training steps 5-7 % faster). The partial
-// page at the end stays on 4 KiB pages, so the resident size does not grow.
+// page at the end stays on 4 KiB pages, so the resident size does not grow. `bytes` is rounded up
+// to a whole number of `alignment` units (at least one), so vector loops may read the last unit.
 void* host_allocate(size_t bytes, size_t alignment) {
   constexpr size_t kHuge = size_t(2) << 20;
+  bytes = (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
   if (bytes >= kHuge) alignment = std::max(alignment, kHuge);
   void* p = nullptr;
   if (posix_memalign(&p, alignment, bytes) != 0) return nullptr;
@@ -117,7 +119,7 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
     t.storage_ = std::shared_ptr<void>(s, [](void* p) { delete[] static_cast<std::string*>(p); });
     t.data_ = s;
   } else {
-    void* p = host_allocate(bytes > 0 ? size_t((bytes + 63) / 64 * 64) : 64, 64);
+    void* p = host_allocate(size_t(bytes), 64);
     if (!p)
       throw_error<RuntimeError>("out of memory allocating ", bytes, " bytes for a ", dtype_name(dtype),
                                 " tensor of shape ", shape_to_string(t.shape_));
@@ -219,7 +221,7 @@ class CpuAllocator final : public Allocator {
     if (bytes > allocation_limit())
       throw_error<RuntimeError>("cannot allocate ", bytes, " bytes: over ", allocation_limit_text());
     alignment = std::max<size_t>(alignment, 64);
-    void* p = host_allocate((bytes + alignment - 1) / alignment * alignment, alignment);
+    void* p = host_allocate(bytes, alignment);
     if (!p) throw_error<RuntimeError>("out of memory allocating ", bytes, " bytes");
     return p;
   }

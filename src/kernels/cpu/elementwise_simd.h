@@ -234,8 +234,8 @@ inline V sigmoid(V x) { return sigmoid_t<O8>(x); }
 /// n floats at x; y may be x. Returns the floats done. Cheaper than Sigmoid then Mul (about a third
 /// of the operations): exp's argument is clamped to [-87, 87], where 2^n needs one scaling and no
 /// special case, and the quotient is x times 1 / d by the approximate reciprocal and one Newton
-/// step (d = 1 + e is in [1, 6.1e37], so the reciprocal is a normal float). For x >= -87 the result is within 4 ulp of x * sigmoid(x)
-/// (tests/cpp/test_elementwise_unary.cpp); below, where |x sigmoid(x)| < 1.5e-36, it is -0 (so
+/// step (d = 1 + e is in [1, 6.1e37], so the reciprocal is a normal float). For x >= -87 the
+/// result is within 4 ulp of x * sigmoid(x) (tests/cpp/test_elementwise_unary.cpp); below, where |x sigmoid(x)| < 1.5e-36, it is -0 (so
 /// -inf gives -0, the limit, where Sigmoid then Mul gives NaN); +inf stays +inf, NaN stays NaN.
 template <class O>
 inline int64_t silu_t(const float* x, float* y, int64_t n) {

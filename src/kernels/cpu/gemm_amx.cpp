@@ -660,15 +660,12 @@ void Pointwise::run(const float* x, int64_t N, const Geometry& geo, const float*
   const int64_t threads = current_threads(), nblocks = N * blocks;
   const int64_t shares = threads > 1 && nblocks < 2 * threads ? std::min<int64_t>(threads, panels_) : 1;
   const int64_t mp = MB_ * 16;
-  const Act act_s = act_;
-  const float alpha_s = alpha_, beta_s = beta_;
-  const bool sum_s = sum_;
   parallel_for(nblocks * shares, 1, [&](int64_t t0, int64_t t1) {
-    // The epilogue's settings in registers: read through a pointer, they were loaded again after
-    // each store to y.
-    const Act act = act_s;
-    const float alpha = alpha_s, beta = beta_s;
-    const bool sum = sum_s;
+    // The epilogue's settings as locals: read through `this`, they were loaded again after each
+    // store to y.
+    const Act act = act_;
+    const float alpha = alpha_, beta = beta_;
+    const bool sum = sum_;
     load_tile_config();
     uint16_t* a = pixel_buffer(rows / kMR * step);
     alignas(64) float edge[kMR * kNR];
