@@ -27,19 +27,30 @@ namespace onnxtrain {
 
 namespace {
 
-// FNV-1a over names, element types, shapes and contents (8 bytes at a time): tells whether a
-// resumed run sees the same data.
-std::string fingerprint(const Dataset& d) {
+// Fingerprint of a dataset: FNV-1a over names, element types, shapes and contents; tells whether a
+// resumed run sees the same data. Version 2 ("2:...") hashes the contents in four
+// interleaved lanes of 8 bytes (four independent multiply chains: ~4x the speed of one, which the
+// sklearn estimators' epoch-per-fit loop pays every epoch); version 1 (a bare decimal number, one
+// chain) is still computed to continue a run whose checkpoint holds one.
+std::string fingerprint(const Dataset& d, bool v1 = false) {
+  constexpr uint64_t kPrime = 1099511628211ull;
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
+    auto word = [&](size_t at) {
       uint64_t w;
-      std::memcpy(&w, b + i, 8);
-      h = (h ^ w) * 1099511628211ull;
+      std::memcpy(&w, b + at, 8);
+      return w;
+    };
+    if (!v1 && n >= 64) {
+      uint64_t l[4] = {h, h ^ 1, h ^ 2, h ^ 3};
+      for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; ++k) l[k] = (l[k] ^ word(i + 8 * size_t(k))) * kPrime;
+      for (int k = 0; k < 4; ++k) h = (h ^ l[k]) * kPrime;
     }
-    for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+    for (; i + 8 <= n; i += 8) h = (h ^ word(i)) * kPrime;
+    for (; i < n; ++i) h = (h ^ b[i]) * kPrime;
   };
   for (const auto& [n, t] : d.arrays()) {
     mix(n.data(), n.size());
@@ -57,7 +68,7 @@ std::string fingerprint(const Dataset& d) {
       mix(t.raw_data(), t.nbytes());
     }
   }
-  return std::to_string(h);
+  return v1 ? std::to_string(h) : "2:" + std::to_string(h);
 }
 
 // Data parallelism: what every rank's fit must share to run the same batches and steps as the
@@ -219,7 +230,7 @@ struct Trainer::Impl {
 
   // Run state (checkpointed).
   std::string data_fp;    // "" before the first fit
-  std::string epoch_rng;  // generator state at the start of the epoch in progress
+  std::mt19937_64 epoch_rng;  // generator state at the start of the epoch in progress (text only in checkpoints)
   int64_t steps = 0, epoch = 0, position = 0, samples = 0;
   double elapsed = 0;     // seconds of earlier fits
   std::vector<TrainRecord> history;
@@ -241,7 +252,9 @@ struct Trainer::Impl {
     std::map<std::string, std::string> m = opt.checkpoint_metadata;
     m["trainer.order"] = order_options(opt);
     m["trainer.data"] = data_fp;
-    m["trainer.rng"] = epoch_rng;
+    std::ostringstream g;
+    g << epoch_rng;
+    m["trainer.rng"] = g.str();
     m["trainer.epoch"] = std::to_string(epoch);
     m["trainer.position"] = std::to_string(position);
     m["trainer.steps"] = std::to_string(steps);
@@ -291,9 +304,7 @@ Trainer::Trainer(TrainingSession& session, TrainerOptions options)
   if (!s.opt.learning_rate && p.lr_schedule.empty())
     throw_error<InvalidArgument>("TrainerOptions.learning_rate is not set and the session's TrainingParameters has no "
                                  "lr_schedule: give one");
-  std::ostringstream g;
-  g << std::mt19937_64(s.opt.seed);
-  s.epoch_rng = g.str();
+  s.epoch_rng.seed(s.opt.seed);
 }
 
 Trainer::~Trainer() = default;
@@ -354,7 +365,9 @@ FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const
   if (s.running) throw_error<InvalidArgument>("Trainer::fit is already running");
   TrainingSession& sess = *s.session;
   const TrainingParameters& params = sess.parameters();
-  const std::string fp = fingerprint(train_in) + "/" + (validation.empty() ? "-" : fingerprint(validation));
+  // A run continued from a checkpoint keeps its fingerprint's version (1: no "2:" prefix).
+  const bool v1 = !s.data_fp.empty() && s.data_fp.rfind("2:", 0) != 0;
+  const std::string fp = fingerprint(train_in, v1) + "/" + (validation.empty() ? "-" : fingerprint(validation, v1));
   if (sess.world_size() > 1) s.check_ranks_agree(train_in, validation, fp);  // before anything a rank may refuse alone
   const TrainingPlan plan = Trainer::plan(s.opt, train_in.size(), !validation.empty(), params.gradient_accumulation_steps);
   if (!s.data_fp.empty() && s.data_fp != fp)
@@ -383,17 +396,10 @@ FitResult Trainer::fit(const Dataset& train_in, const Dataset& validation, const
   if (s.objective.metric != Metric::kNone) names.push_back(s.objective.score_output);
 
   // The epoch's order, drawn from the generator state at its start.
-  std::mt19937_64 rng;
-  {
-    std::istringstream in(s.epoch_rng);
-    in >> rng;
-    if (!in) throw_error<InvalidArgument>("damaged trainer state 'trainer.rng'");
-  }
+  std::mt19937_64 rng = s.epoch_rng;
   std::vector<int64_t> perm(static_cast<size_t>(n));
   auto start_epoch = [&] {
-    std::ostringstream g;
-    g << rng;
-    s.epoch_rng = g.str();
+    s.epoch_rng = rng;
     std::iota(perm.begin(), perm.end(), 0);
     if (s.opt.shuffle)
       for (size_t i = perm.size() - 1; i > 0; --i) std::swap(perm[i], perm[size_t(rng() % (i + 1))]);
@@ -611,10 +617,10 @@ std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& p
                                      ", this trainer has ", x.substr(x.find('=') + 1),
                                      " (resume with the same batch_size, shuffle, drop_last, seed and validation_split)");
   }
+  std::mt19937_64 rng;
   {
     std::istringstream in(m.at("trainer.rng"));
-    std::mt19937_64 g;
-    if (!(in >> g)) throw_error<InvalidArgument>("damaged trainer state 'trainer.rng' in checkpoint '", path, "'");
+    if (!(in >> rng)) throw_error<InvalidArgument>("damaged trainer state 'trainer.rng' in checkpoint '", path, "'");
   }
   const int64_t epoch = to_int(m.at("trainer.epoch"), "trainer.epoch");
   const int64_t position = to_int(m.at("trainer.position"), "trainer.position");
@@ -632,7 +638,7 @@ std::map<std::string, std::string> Trainer::load_checkpoint(const std::string& p
 
   s.session->load_checkpoint(path);
   s.data_fp = m.at("trainer.data");
-  s.epoch_rng = m.at("trainer.rng");
+  s.epoch_rng = rng;
   s.epoch = epoch;
   s.position = position;
   s.steps = steps;

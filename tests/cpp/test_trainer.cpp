@@ -13,6 +13,7 @@
 #include "ir/onnx_io.h"
 #include "onnxtrain/checkpoint.h"
 #include "onnxtrain/trainer.h"
+#include "train/checkpoint.h"
 #include "test_util.h"
 
 using namespace onnxtrain;
@@ -628,5 +629,73 @@ TEST(Trainer, ErrorsNameTheProblem) {
   Trainer t3(r2.session, o);
   t3.load_checkpoint(dir + "/c.ckpt");
   EXPECT_NE(message([&] { t3.fit(regression_data(10, 4, 2, 4)); }).find("data differs"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// The first version of the trainer's data fingerprint, written here from its description (FNV-1a
+// 64 over each array's name, element type (int32), shape (int64s) and contents; every field hashed
+// 8 bytes at a time, then its remaining bytes one at a time), independent of the library's code.
+std::string fingerprint_v1(const Dataset& d) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w = 0;
+      for (int k = 7; k >= 0; --k) w = (w << 8) | b[i + size_t(k)];  // little-endian word
+      h = (h ^ w) * 1099511628211ull;
+    }
+    for (; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  for (const auto& [name, t] : d.arrays()) {
+    mix(name.data(), name.size());
+    const int32_t dt = int32_t(t.dtype());
+    mix(&dt, sizeof dt);
+    mix(t.shape().data(), t.shape().size() * sizeof(int64_t));
+    mix(t.raw_data(), t.nbytes());
+  }
+  return std::to_string(h);
+}
+
+}  // namespace
+
+TEST(Trainer, ContinuesARunWhoseCheckpointHoldsTheFirstFingerprintVersion) {
+  // Checkpoints written before the fingerprint's second version hold a bare number in
+  // 'trainer.data': such a run still continues on its data, and still refuses other data.
+  Model r("squared_error");
+  TrainerOptions o;
+  o.batch_size = 4;
+  o.epochs = 1;
+  o.learning_rate = 0.05;
+  Trainer t(r.session, o);
+  const Dataset d = regression_data(37, 4, 2, 3);  // 37 rows: the contents end in a partial word
+  t.fit(d);
+  const std::string dir = temp_dir("fp1");
+  t.save_checkpoint(dir + "/c.ckpt");
+  train::Checkpoint c = train::read_checkpoint(dir + "/c.ckpt");
+  std::string& fp = c.text.at("user/trainer.data");
+  ASSERT_EQ(fp.rfind("2:", 0), 0u) << fp;  // written now: the second version
+  ASSERT_EQ(fp.substr(fp.size() - 2), "/-");
+  fp = fingerprint_v1(d) + "/-";
+  train::write_checkpoint(dir + "/v1.ckpt", c);
+
+  TrainerOptions o2 = o;
+  o2.epochs = 2;
+  Model again("squared_error");
+  Trainer t2(again.session, o2);
+  t2.load_checkpoint(dir + "/v1.ckpt");
+  t2.fit(d);  // the same data: accepted
+  EXPECT_EQ(t2.epoch(), 2);
+  Model other("squared_error");
+  Trainer t3(other.session, o2);
+  t3.load_checkpoint(dir + "/v1.ckpt");
+  try {
+    t3.fit(regression_data(37, 4, 2, 4));
+    ADD_FAILURE() << "other data was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("data differs"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
