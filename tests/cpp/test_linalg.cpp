@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_amx.h"
+#include "kernels/cpu/gemm_rows512.h"
 #include "test_util.h"
 
 using namespace ot_test;
@@ -451,6 +452,67 @@ TEST(Linalg, GemmFewRowsMatchesReference) {
       b.data<float>()[tb ? nan_col * K + K - 1 : (K - 1) * N + nan_col] = std::nanf("");
       check_gemm_case(a, b, c, sc, ta, tb, alpha, beta, trial % 2 == 0, M);
     }
+}
+
+// Five to eight rows against constant weights (an MLP at batch 8, at inference: the weights packed
+// into 32-column panels for the AVX-512 kernel where the CPU has it, oneDNN elsewhere): N around
+// the panel (32, a partial last panel, several), K from 1 up, transposed and plain B, C as the bias
+// row (added by the kernel), C of [M, N] and beta 0.5 (oneDNN), alpha != 1 (oneDNN), 1 and 2
+// threads, against a double reference; a NaN in B reaches exactly its column.
+TEST(Linalg, GemmFiveToEightRowsWithConstantWeightsMatchesReference) {
+  std::mt19937 rng(81);
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
+      {8, 512, 784}, {8, 256, 512}, {5, 32, 300}, {6, 45, 7}, {7, 100, 129}, {8, 33, 1}, {8, 64, 64}};
+  int trial = 0;
+  for (const auto& [M, N, K] : shapes)
+    for (int tb = 0; tb < 2; ++tb)
+      for (int c_kind = 0; c_kind < 3; ++c_kind) {
+        ++trial;
+        const float alpha = c_kind == 2 && tb ? 0.5f : 1.f, beta = c_kind == 1 ? 0.5f : 1.f;
+        Tensor a = random_tensor(DType::kFloat32, Shape{M, K}, rng);
+        Tensor b = random_tensor(DType::kFloat32, tb ? Shape{N, K} : Shape{K, N}, rng);
+        const Shape sc = c_kind == 1 ? Shape{M, N} : Shape{N};
+        Tensor c = random_tensor(DType::kFloat32, sc, rng);
+        const int64_t nan_col = trial % N;
+        b.data<float>()[tb ? nan_col * K + K / 2 : (K / 2) * N + nan_col] = std::nanf("");
+        check_gemm_case(a, b, c, sc, false, tb, alpha, beta, true, M);
+      }
+}
+
+// The few-rows kernel itself (where the CPU runs AVX-512): every row count 1 to 8, a partial last
+// panel, a range of panels, C's columns outside that range untouched; against a double reference.
+TEST(Linalg, FewRowsKernelMatchesReference) {
+  namespace rows512 = onnxtrain::kernels::cpu::rows512;
+  if (!rows512::available()) GTEST_SKIP() << "the CPU has no AVX-512F";
+  std::mt19937 rng(82);
+  const int64_t N = 75, K = 37;  // three panels, the last of 11 columns
+  for (int64_t M = 1; M <= 8; ++M)
+    for (int tb = 0; tb < 2; ++tb)
+      for (bool with_bias : {false, true}) {
+        Tensor a = random_tensor(DType::kFloat32, Shape{M, K}, rng);
+        Tensor b = random_tensor(DType::kFloat32, tb ? Shape{N, K} : Shape{K, N}, rng);
+        Tensor bias = random_tensor(DType::kFloat32, Shape{N}, rng);
+        std::vector<float> packed(size_t(rows512::packed_floats(K, N)) + 16);
+        float* p = packed.data() + (16 - (reinterpret_cast<uintptr_t>(packed.data()) % 64) / 4) % 16;  // 64-byte aligned
+        rows512::pack(tb, K, N, b.data<float>(), tb ? K : N, p);
+        std::vector<float> y(size_t(M * N), -7.f);
+        rows512::product(M, K, N, a.data<float>(), K, p, with_bias ? bias.data<float>() : nullptr, y.data(), N, 1, 3);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            const float got = y[size_t(m * N + n)];
+            if (n < rows512::kPanel) {  // panel 0 was not asked for
+              EXPECT_EQ(got, -7.f) << "M=" << M << " column " << n;
+              continue;
+            }
+            double e = with_bias ? bias.data<float>()[n] : 0.0, mag = std::abs(e);
+            for (int64_t k = 0; k < K; ++k) {
+              const double t = double(a.data<float>()[m * K + k]) * (tb ? b.data<float>()[n * K + k] : b.data<float>()[k * N + n]);
+              e += t;
+              mag += std::abs(t);
+            }
+            EXPECT_NEAR(got, e, 1e-6 * mag + 1e-7) << "M=" << M << " tb=" << tb << " row " << m << " column " << n;
+          }
+      }
 }
 
 // One to five columns of op(B) (a regression or binary classification head: the dot-product

@@ -1,4 +1,5 @@
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_rows512.h"
 
 #include "kernels/cpu/gemm_amx.h"
 
@@ -301,6 +302,18 @@ bool small_m_gemm(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, co
     case 3: small_m<3>(trans_b, N, K, alpha, A, lda, B, ldb, beta, C, ldc); return true;
     case 4: small_m<4>(trans_b, N, K, alpha, A, lda, B, ldb, beta, C, ldc); return true;
     default: return M <= 0;
+  }
+}
+
+void rows512::pack(bool trans_b, int64_t K, int64_t N, const float* B, int64_t ldb, float* dst) {
+  for (int64_t p = 0; p * kPanel < N; ++p) {
+    const int64_t n0 = p * kPanel, w = std::min(kPanel, N - n0);
+    float* panel = dst + p * kPanel * K;
+    for (int64_t k = 0; k < K; ++k) {
+      float* row = panel + k * kPanel;
+      for (int64_t j = 0; j < w; ++j) row[j] = trans_b ? B[(n0 + j) * ldb + k] : B[k * ldb + n0 + j];
+      std::fill(row + w, row + kPanel, 0.f);
+    }
   }
 }
 

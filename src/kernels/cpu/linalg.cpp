@@ -17,6 +17,7 @@
 #include "kernels/cpu/elementwise_internal.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_amx.h"
+#include "kernels/cpu/gemm_rows512.h"
 #include "kernels/registry.h"
 #include "kernels/shape/linalg.h"
 #include "kernels/shape/matmul.h"
@@ -605,7 +606,18 @@ class GemmKernel final : public Kernel {
     // Large float32 products on AMX tiles where the CPU has them (gemm(), gemm_amx.h; alpha != 1
     // with C stays with oneDNN, which scales the product alone).
     const bool tiles = dt == DType::kFloat32 && amx::pays(M_, N_, K_) && (alpha_ == 1.f || !has_c_ || beta_ == 0.f);
-    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_ && !small_n_ && !tiles)
+    // Five to eight rows against constant weights (an MLP or a classifier at a small batch, at
+    // inference): the weights packed once into the 32-column panels the AVX-512 kernel streams in
+    // order (gemm_rows512.h), C added as its bias row where it is one.
+    const bool c_as_bias = !has_c_ || beta_ == 0.f || (beta_ == 1.f && c_rows_ == 1 && c_cols_ == N_ && c->size() <= 2);
+    few_rows_ = w_const && !ta_ && alpha_ == 1.f && M_ >= 5 && M_ <= 8 && N_ >= rows512::kPanel && K_ > 0 && !tiny_ &&
+            !tiles && c_as_bias && rows512::available();
+    packed_ = Tensor();
+    if (few_rows_) {
+      packed_ = Tensor::empty(DType::kFloat32, {rows512::packed_floats(K_, N_)});
+      rows512::pack(tb_, K_, N_, w_const->data<float>(), w_const->dim(1), packed_.data<float>());
+    }
+    if (float_type(compute) && M_ > 0 && N_ > 0 && K_ > 0 && !tiny_ && !small_m_ && !small_n_ && !tiles && !few_rows_)
       make_dnnl(compute, has_c_ && beta_ != 0.f, w_const);
     bias_ = bias_ && op_.valid();
     widen_ = widen_ && op_.valid();
@@ -633,6 +645,18 @@ class GemmKernel final : public Kernel {
       op_.bind(DNNL_ARG_DST, y32);
       op_.execute(rest, CpuContext::of(ctx).stream());
       narrow_all(y32, ctx.output(0).data<float16>(), M_ * N_);
+      return;
+    }
+    if (few_rows_) {
+      const float* a = A.data<float>();
+      const float* bias = has_c_ && beta_ != 0.f ? ctx.input(2).data<float>() : nullptr;
+      float* y = ctx.output(0).data<float>();
+      const int64_t panels = (N_ + rows512::kPanel - 1) / rows512::kPanel;
+      // Chunks of at least ~64K multiply-adds per thread.
+      const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / (M_ * K_ * rows512::kPanel));
+      parallel_for(panels, grain, [&](int64_t p0, int64_t p1) {
+        rows512::product(M_, K_, N_, a, K_, packed_.data<float>(), bias, y, N_, p0, p1);
+      });
       return;
     }
     if (small_n_ && has_c_ && c_rows_ == 1) {  // C's one row added in the dot products' epilogue
@@ -716,6 +740,8 @@ class GemmKernel final : public Kernel {
   bool sparse_a_ = false;
   dnnl_util::DnnlOp op_;
   bool has_c_ = false, tiny_ = false, widen_ = false, small_m_ = false, small_n_ = false, bias_ = false;
+  bool few_rows_ = false;  // the few-rows kernel over packed_ (op(B) in rows512's panels)
+  Tensor packed_;
   int64_t M_ = 0, K_ = 0, N_ = 0, c_rows_ = 1, c_cols_ = 1, a_numel_ = 0, b_numel_ = 0;
 };
 
