@@ -714,6 +714,13 @@ def _time_once(fn):
 
 def child_main(spec):
     kind = spec["kind"]
+    if spec.get("framework") == "onnxtrain":
+        # numpy's OpenBLAS serves only this harness's setup in an onnxtrain child (make_regression,
+        # the estimator that gives the model its shape); onnxtrain never calls it. With
+        # OPENBLAS_NUM_THREADS=2 its worker then spins on sched_yield for tens of ms after the setup's
+        # last call, into the timed steps of the 2-thread child alone: one thread for it.
+        from threadpoolctl import threadpool_limits
+        blas = threadpool_limits(1, user_api="blas")  # noqa: F841  (applies until restored)
     if kind == "prepare":  # in a child, so that the parent stays small (no torch)
         for w in spec["workloads"]:
             prepare(w, spec["work"])
@@ -787,6 +794,18 @@ def loadavg():
     """The 1-minute load average: other work on the machine (builds, fuzzers) skews the 2-thread rows."""
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
+
+
+def foreign_build_warning(builds):
+    """A warning when a run imported an onnxtrain other than this checkout's build (an installed
+    copy ahead of it on sys.path measures another revision than git_revision() names); else ""."""
+    ours = os.path.join(os.path.dirname(HERE), "build", "python", "onnxtrain")
+    if not os.path.isdir(ours):
+        return ""
+    foreign = sorted({b.split(",")[0].split(" ")[0] for b in builds
+                      if not os.path.realpath(b.split(",")[0].split(" ")[0]).startswith(os.path.realpath(ours))})
+    return (f" — WARNING: not this checkout's build ({', '.join(foreign)}); PYTHONPATH={os.path.dirname(ours)} "
+            "runs it") if foreign else ""
 
 
 def git_revision():
@@ -1106,7 +1125,8 @@ def markdown(header, rows, goals):
            + (f"; load average {load['start']:.2f} at the start, {load['end']:.2f} at the end" if load else ""),
            "",
            "**onnxtrain build**: " + ("; ".join(header["onnxtrain_builds"]) or "?")
-           + (" — WARNING: the build changed during the run" if len(header["onnxtrain_builds"]) > 1 else ""),
+           + (" — WARNING: the build changed during the run" if len(header["onnxtrain_builds"]) > 1 else "")
+           + foreign_build_warning(header["onnxtrain_builds"]),
            "",
            "**Libraries mapped** (/proc/self/maps; numpy maps OpenBLAS in every process): "
            + "; ".join(f"{fw}: {', '.join(libs)}" for fw, libs in header["libraries"].items())

@@ -326,7 +326,9 @@ def markdown(header, rows):
     lines = [f"onnxtrain vs onnxruntime-node {h['versions'].get('onnxruntime-node', '?')} (CPU) — {h['cpu']['model']}, "
              f"nproc {h['nproc']}, load average {h['loadavg']['start']:.2f} → {h['loadavg']['end']:.2f}; "
              f"{h['rounds']} round(s){', quick' if h['quick'] else ''}; times are medians in ms; "
-             f"ratio = onnxtrain / onnxruntime (< 1: onnxtrain faster)", "",
+             f"ratio = onnxtrain / onnxruntime (< 1: onnxtrain faster)"
+             + sbs.foreign_build_warning([h["versions"].get("onnxtrain_build", "")] if h["versions"].get("onnxtrain_build") else []),
+             "",
              "| model | batch | threads | onnxtrain ms | onnxruntime ms | ratio | output check |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
