@@ -47,7 +47,8 @@ the onnxtrain processes never import torch, and the models are exported by a sub
 that the parent stays small. Peak RSS is the child's VmHWM (/proc/self/status): getrusage's
 ru_maxrss, also recorded, inherits the parent's peak across subprocess's vfork + exec. Thread
 counts 1 and 2 (SessionOptions.intra_op_num_threads / torch.set_num_threads, plus OMP_NUM_THREADS
-and OPENBLAS_NUM_THREADS for the BLAS). Rounds alternate the order (odd rounds onnxtrain first
+and OPENBLAS_NUM_THREADS for the BLAS; 1 for numpy's BLAS in onnxtrain processes, which only the
+harness's setup calls). Rounds alternate the order (odd rounds onnxtrain first
 and the thread counts ascending, even rounds PyTorch first and the thread counts descending); a
 result is the median over rounds of each process's median step time.
 Each training process first runs 10 steps on 10 different batches and records their losses
@@ -714,13 +715,6 @@ def _time_once(fn):
 
 def child_main(spec):
     kind = spec["kind"]
-    if spec.get("framework") == "onnxtrain":
-        # numpy's OpenBLAS serves only this harness's setup in an onnxtrain child (make_regression,
-        # the estimator that gives the model its shape); onnxtrain never calls it. With
-        # OPENBLAS_NUM_THREADS=2 its worker then spins on sched_yield for tens of ms after the setup's
-        # last call, into the timed steps of the 2-thread child alone: one thread for it.
-        from threadpoolctl import threadpool_limits
-        blas = threadpool_limits(1, user_api="blas")  # noqa: F841  (applies until restored)
     if kind == "prepare":  # in a child, so that the parent stays small (no torch)
         for w in spec["workloads"]:
             prepare(w, spec["work"])
@@ -751,7 +745,12 @@ def child_main(spec):
 
 def run_child(spec, env, threads, log):
     """Runs one child; returns its result dict, or {'error': ...}."""
-    env = dict(env, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    # numpy's OpenBLAS serves only this harness's setup in an onnxtrain child (data, the estimator
+    # that gives the model its shape); onnxtrain never calls it. With OPENBLAS_NUM_THREADS=2 its
+    # worker spins on sched_yield for tens of ms after the setup's last call, into the timed steps of
+    # the 2-thread child alone: one thread there, from the start (no worker thread at all).
+    blas = 1 if spec.get("framework") == "onnxtrain" else threads
+    env = dict(env, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(blas))
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)], env=env,
                           capture_output=True, text=True)
