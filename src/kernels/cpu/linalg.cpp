@@ -609,7 +609,7 @@ class GemmKernel final : public Kernel {
     // Five to eight rows against constant weights (an MLP or a classifier at a small batch, at
     // inference): the weights packed once into the 32-column panels the AVX-512 kernel streams in
     // order (gemm_rows512.h), C added as its bias row where it is one.
-    const bool c_as_bias = !has_c_ || beta_ == 0.f || (beta_ == 1.f && c_rows_ == 1 && c_cols_ == N_ && c->size() <= 2);
+    const bool c_as_bias = !has_c_ || beta_ == 0.f || bias_;
     few_rows_ = w_const && !ta_ && alpha_ == 1.f && M_ >= 5 && M_ <= 8 && N_ >= rows512::kPanel && K_ > 0 && !tiny_ &&
             !tiles && c_as_bias && rows512::available();
     packed_ = Tensor();
